@@ -1,0 +1,1 @@
+@main struct M2 { static func main() {} }

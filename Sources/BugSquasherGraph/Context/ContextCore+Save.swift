@@ -1,0 +1,153 @@
+import OrderedCollections
+
+import Logging
+
+extension ContextCore {
+    /// Validates pending changes: required attributes, attribute types, deny rules.
+    func validate(inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]) throws {
+        var problems: [String] = []
+        for object in inserted + updated {
+            for (index, attribute) in object.entity.attributes.enumerated() {
+                let value = object.values[index]
+                if value.isNull {
+                    if !attribute.isOptional { problems.append("\(object.entity.name).\(attribute.name) is required but nil on \(object.objectID)") }
+                } else if value.type != attribute.type && !(attribute.type == .double && value.type == .int64) {
+                    problems.append("\(object.entity.name).\(attribute.name) is \(attribute.type) but holds \(value) on \(object.objectID)")
+                }
+            }
+        }
+        for object in deleted {
+            for relationship in object.entity.relationships where relationship.deleteRule == .deny {
+                let hasTargets = relationship.isToMany
+                    ? !members(of: object, slot: object.entity.toManyIndex[relationship.name]!).isEmpty
+                    : object.toOne[object.entity.toOneIndex[relationship.name]!] != nil
+                if hasTargets {
+                    problems.append("\(object.objectID) cannot be deleted while its '\(relationship.name)' relationship is not empty (deny rule)")
+                }
+            }
+        }
+        guard problems.isEmpty else {
+            throw GraphError(.validation, "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : ""). Fix these objects, or roll back.")
+        }
+    }
+
+    /// Replaces the temporary IDs of inserted objects with permanent ones from the store.
+    func obtainPermanentIDs(for objects: [ManagedObject]) throws {
+        let temporary = objects.filter(\.objectID.isTemporary)
+        guard !temporary.isEmpty else { return }
+        let permanent = try coordinator.obtainPermanentIDs(for: temporary.map(\.objectID))
+        for (object, id) in zip(temporary, permanent) {
+            registered[object.objectID] = nil
+            object.objectID = id
+            registered[id] = object
+        }
+    }
+
+    /// Builds the store-level description of the pending changes.
+    func saveChanges(inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]) -> SaveChanges {
+        var changes = SaveChanges()
+        changes.inserted.reserveCapacity(inserted.count)
+        for object in inserted {
+            changes.inserted.append(.init(objectID: object.objectID, expectedVersion: 0, attributes: object.values, toOne: object.toOne.map { $0?.objectID }, changedKeys: []))
+        }
+        for object in updated {
+            changes.updated.append(.init(objectID: object.objectID, expectedVersion: object.snapshot?.version ?? 0, attributes: object.values, toOne: object.toOne.map { $0?.objectID }, changedKeys: object.changedKeys))
+        }
+        for object in deleted {
+            changes.deleted.append(.init(objectID: object.objectID, expectedVersion: object.snapshot?.version ?? 0))
+        }
+        for object in inserted + updated {
+            for (slot, relationship) in object.entity.toManyRelationships.enumerated() where slot < object.toMany.count {
+                guard let inverse = model.entity(named: relationship.destination)?.relationship(named: relationship.inverse),
+                      inverse.isToMany, relationship.ownsManyToManyLinks(in: object.entity.name)
+                else { continue }
+                let state = object.toMany[slot]
+                for target in state.added where !target.isDeleted {
+                    changes.linksAdded.append(.init(source: object.objectID, relationship: relationship.name, destination: target.objectID))
+                }
+                for target in state.removed {
+                    changes.linksRemoved.append(.init(source: object.objectID, relationship: relationship.name, destination: target.objectID))
+                }
+            }
+        }
+        return changes
+    }
+
+    /// Saves the pending changes to the store, resolving conflicts with the merge policy.
+    ///
+    /// - Returns: the did-save, or `nil` when there was nothing to save.
+    func saveToStore() throws -> DidSave? {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let (inserted, updated, deleted) = pendingChanges()
+            guard !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty else {
+                self.updated.removeAll()
+                return nil
+            }
+            try validate(inserted: inserted, updated: updated, deleted: deleted)
+            try obtainPermanentIDs(for: inserted)
+            let changes = saveChanges(inserted: inserted, updated: updated, deleted: deleted)
+            do {
+                let didSave = try coordinator.save(changes)
+                didSaveToStore(didSave, inserted: inserted, updated: updated, deleted: deleted)
+                return didSave
+            } catch let error as GraphError where error.code == .mergeConflict && mergePolicy != .error && attempt < 5 {
+                logger.debug("save met newer versions; resolving with the merge policy", metadata: [
+                    "conflicts": "\(error.conflicts.count)", "merge.policy": "\(mergePolicy)",
+                ])
+                resolveSaveConflicts(error.conflicts)
+            }
+        }
+    }
+
+    /// Applies the merge policy to objects whose save met newer versions in the store.
+    private func resolveSaveConflicts(_ conflicts: [MergeConflict]) {
+        for conflict in conflicts {
+            guard let object = registered[conflict.objectID] else { continue }
+            guard let persisted = conflict.persisted else {
+                // The store deleted the row: the deletion wins under every policy.
+                object.isDeleted = true
+                forget(object)
+                continue
+            }
+            if object.isDeleted {
+                if mergePolicy == .rollback || mergePolicy == .mergeByPropertyStoreTrump {
+                    object.isDeleted = false
+                    deleted.remove(object)
+                    apply(persisted, to: object)
+                } else {
+                    object.snapshot?.version = persisted.version
+                }
+                continue
+            }
+            resolve(object, against: persisted, policy: mergePolicy)
+        }
+    }
+
+    /// Makes saved values the objects' snapshots and registers the inserted objects.
+    func didSaveToStore(_ didSave: DidSave, inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]) {
+        var versions: [ObjectID: Int64] = [:]
+        versions.reserveCapacity(didSave.inserted.count + didSave.updated.count)
+        for change in didSave.inserted { versions[change.objectID] = change.version }
+        for change in didSave.updated { versions[change.objectID] = change.version }
+        var rows: [ObjectID: RowSnapshot] = [:]
+        for object in inserted + updated {
+            object.isInserted = false
+            let row = object.currentRow(version: versions[object.objectID] ?? (object.snapshot?.version ?? 0) + 1)
+            object.snapshot = row
+            rows[object.objectID] = row
+            for slot in object.toMany.indices {
+                object.toMany[slot].added.removeAll()
+                object.toMany[slot].removed.removeAll()
+            }
+        }
+        coordinator.register(inserted.map(\.objectID), rows: rows)
+        coordinator.prime(rows)
+        for object in deleted { forget(object) }
+        self.inserted.removeAll()
+        self.updated.removeAll()
+        self.deleted.removeAll()
+        notifyLiveQueries(didSave)
+    }
+}

@@ -1,0 +1,223 @@
+public import Logging
+import Synchronization
+
+/// A scratchpad of objects — Core Data's `NSManagedObjectContext`.
+///
+/// Each context is an actor: its objects live on its executor and never leave it (they are not
+/// `Sendable`). Work with objects inside ``perform(_:)``, and pass ``ObjectID``s between
+/// contexts.
+///
+/// ```swift
+/// let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump)
+/// let id = try await context.perform { context in
+///     let bug = context.insert(Bug.self)
+///     bug.key = "TIMOB-1"
+///     bug.title = "Crash on launch"
+///     try context.saveToStore()
+///     return bug.objectID
+/// }
+/// ```
+///
+/// A context may have a parent context instead of saving to the store: its ``save()`` pushes
+/// its changes into the parent, which saves them later (``saveToPersistentStore()`` does both).
+public actor ObjectContext {
+    /// A name for logs and debugging.
+    public let name: String
+    /// The coordinator this context (or its root parent) saves through.
+    public nonisolated let coordinator: StoreCoordinator
+    /// The parent context, for a child context.
+    public nonisolated let parent: ObjectContext?
+
+    let core: ContextCore
+    private let readOnlyReason = Mutex<String?>(nil)
+    private let didSaveHandler: (@Sendable (DidSave) async -> Void)?
+
+    /// Creates a context on a coordinator.
+    ///
+    /// - Parameters:
+    ///   - didSave: called after each save that reached the store, with its did-save (a stack
+    ///     uses it to merge the save into its main context).
+    public init(
+        coordinator: StoreCoordinator,
+        mergePolicy: MergePolicy = .error,
+        name: String = "context",
+        logger: Logger = Logger(label: "bugsquasher.graph"),
+        didSave: (@Sendable (DidSave) async -> Void)? = nil
+    ) {
+        self.name = name
+        self.coordinator = coordinator
+        self.parent = nil
+        self.didSaveHandler = didSave
+        var logger = logger
+        logger[metadataKey: "context"] = "\(name)"
+        self.core = ContextCore(coordinator: coordinator, mergePolicy: mergePolicy, parentOverlay: nil, logger: logger)
+    }
+
+    private init(parent: ObjectContext, overlay: ParentOverlay, mergePolicy: MergePolicy, name: String, logger: Logger) {
+        self.name = name
+        self.coordinator = parent.coordinator
+        self.parent = parent
+        self.didSaveHandler = nil
+        self.core = ContextCore(coordinator: parent.coordinator, mergePolicy: mergePolicy, parentOverlay: overlay, logger: logger)
+    }
+
+    /// Runs `body` on this context's executor, with synchronous access to the context and its
+    /// objects. Return IDs or values, never objects.
+    public func perform<T: Sendable>(_ body: (isolated ObjectContext) throws -> T) rethrows -> T {
+        try body(self)
+    }
+
+    /// Creates a child context whose saves push into this context. The child sees this
+    /// context's unsaved changes as they are now, and the store's state for everything else.
+    public func newChildContext(mergePolicy: MergePolicy = .mergeByPropertyObjectTrump, name: String = "child") -> ObjectContext {
+        ObjectContext(parent: self, overlay: core.overlayForChild(), mergePolicy: mergePolicy, name: name, logger: core.logger)
+    }
+
+    // MARK: Settings
+
+    /// How conflicts with newer saved values are resolved.
+    public var mergePolicy: MergePolicy {
+        get { core.mergePolicy }
+        set { core.mergePolicy = newValue }
+    }
+
+    /// Sets the merge policy.
+    public func setMergePolicy(_ policy: MergePolicy) { core.mergePolicy = policy }
+
+    /// Refuses every save with ``GraphError/Code/readOnly`` and this reason; `nil` allows saves.
+    public nonisolated func refuseSaves(because reason: String?) {
+        readOnlyReason.withLock { $0 = reason }
+    }
+
+    /// Whether saves are refused.
+    public nonisolated var isReadOnly: Bool { readOnlyReason.withLock { $0 != nil } }
+
+    // MARK: Objects
+
+    /// Inserts a new object of an entity's class.
+    public func insert<T: ManagedObject>(_ type: T.Type) -> T {
+        let entity = core.model.entity(named: T.entityName)
+        precondition(entity != nil, "The model has no entity '\(T.entityName)' for \(T.self).")
+        return core.insert(entity: entity!) as! T
+    }
+
+    /// Inserts a new object of the named entity.
+    public func insert(entityNamed name: String) throws -> ManagedObject {
+        core.insert(entity: try core.model.requireEntity(name))
+    }
+
+    /// Deletes an object, applying its relationships' delete rules.
+    public func delete(_ object: ManagedObject) { core.delete(object) }
+
+    /// The object for an ID: the registered one, or a new fault (no I/O).
+    public func object(with id: ObjectID) -> ManagedObject {
+        let object = core.object(for: id)
+        core.flushRegistrations()
+        return object
+    }
+
+    /// The object for an ID, loaded; throws when the store has no such row.
+    public func existingObject(with id: ObjectID) throws -> ManagedObject {
+        try core.existingObject(with: id)
+    }
+
+    /// The objects registered in this context (faults included).
+    public var registeredObjects: [ManagedObject] { Array(core.registered.values) }
+    /// The IDs of the registered objects.
+    public var registeredObjectIDs: Set<ObjectID> { Set(core.registered.keys) }
+    /// The registered object for an ID, if any (never loads or registers anything).
+    public func registeredObject(for id: ObjectID) -> ManagedObject? { core.registered[id] }
+    /// Objects inserted and not saved.
+    public var insertedObjects: [ManagedObject] { Array(core.inserted) }
+    /// Objects with unsaved changes to their properties.
+    public var updatedObjects: [ManagedObject] { core.pendingChanges().updated }
+    /// Objects deleted and not saved.
+    public var deletedObjects: [ManagedObject] { Array(core.deleted) }
+    /// Whether there is anything to save.
+    public var hasChanges: Bool { core.hasChanges }
+
+    // MARK: Fetching
+
+    /// Fetches objects (faults unless the request prefetches).
+    public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] { try core.fetch(request) }
+    /// Counts matching objects.
+    public func count<T: ManagedObject>(_ request: FetchRequest<T>) throws -> Int { try core.count(request) }
+    /// Fetches matching IDs only; registers and loads nothing.
+    public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] { try core.fetchIDs(request) }
+
+    /// A live query over this context (see ``LiveQuery``).
+    public func liveQuery<T: ManagedObject>(_ request: FetchRequest<T>) throws -> LiveQuery<T> {
+        let query = LiveQuery(request: request, core: core)
+        try query.performFetch()
+        core.liveQueries.append(WeakLiveQuery(query: query))
+        return query
+    }
+
+    // MARK: Saving
+
+    /// Saves: to the store for a root context, into the parent for a child context.
+    ///
+    /// Conflicts with newer versions in the store are resolved by the ``mergePolicy``; under
+    /// `.error` the save throws ``GraphError/Code/mergeConflict`` listing them all. An empty save
+    /// does nothing and returns `nil`.
+    ///
+    /// - Returns: the did-save of a save that reached the store.
+    @discardableResult
+    public func save() async throws -> DidSave? {
+        if let reason = readOnlyReason.withLock({ $0 }) {
+            throw GraphError(.readOnly, "Context '\(name)' refuses saves: \(reason)")
+        }
+        if let parent {
+            guard let changes = try core.changesForParent() else { return nil }
+            await parent.absorb(changes)
+            return nil
+        }
+        guard let didSave = try core.saveToStore() else { return nil }
+        core.logger.debug("saved", metadata: [
+            "token": "\(didSave.token)", "inserted": "\(didSave.inserted.count)",
+            "updated": "\(didSave.updated.count)", "deleted": "\(didSave.deleted.count)",
+        ])
+        if let didSaveHandler { await didSaveHandler(didSave) }
+        return didSave
+    }
+
+    /// Saves this context and then each parent up to the store.
+    @discardableResult
+    public func saveToPersistentStore() async throws -> DidSave? {
+        let didSave = try await save()
+        guard let parent else { return didSave }
+        return try await parent.saveToPersistentStore()
+    }
+
+    /// Saves to the store synchronously, inside ``perform(_:)``: for root contexts only, and
+    /// without calling the `didSave` handler (use ``save()`` to have a stack merge the save).
+    @discardableResult
+    public func saveToStore() throws -> DidSave? {
+        if let reason = readOnlyReason.withLock({ $0 }) {
+            throw GraphError(.readOnly, "Context '\(name)' refuses saves: \(reason)")
+        }
+        guard parent == nil else {
+            throw GraphError(.invalidArgument, "Context '\(name)' is a child context; call save() to push its changes into its parent.")
+        }
+        return try core.saveToStore()
+    }
+
+    func absorb(_ changes: ChildChanges) { core.absorb(changes) }
+
+    /// Discards every unsaved change.
+    public func rollback() { core.rollback() }
+
+    /// Forgets every object; held objects become detached faults.
+    public func reset() { core.reset() }
+
+    /// Re-reads an object (see Core Data's `refresh(_:mergeChanges:)`).
+    public func refresh(_ object: ManagedObject, mergeChanges: Bool) throws {
+        try core.refresh(object, mergeChanges: mergeChanges)
+    }
+
+    /// Merges a did-save from another context or process: refreshes only registered objects
+    /// (updated ones per the merge policy, deleted ones become deleted) and loads nothing else.
+    /// Inserted objects are offered to live queries.
+    @discardableResult
+    public func merge(_ didSave: DidSave) -> MergeResult { core.merge(didSave) }
+}

@@ -1,0 +1,167 @@
+import Synchronization
+
+/// Routes a context's requests to its store and keeps the row cache — Core Data's
+/// `NSPersistentStoreCoordinator`.
+///
+/// The row cache holds the values and version of every object some context of this coordinator
+/// has registered, so that a second context faulting the same object does not go back to the
+/// store. Entries are reference-counted by registrations and dropped when the last context lets
+/// go, so memory follows what contexts hold, not what passed through. Registrations are also
+/// forwarded to the store (``IncrementalStore/didRegister(_:)``).
+///
+/// ```swift
+/// let coordinator = try StoreCoordinator(model: model, store: InMemoryStore())
+/// let context = ObjectContext(coordinator: coordinator)
+/// ```
+public final class StoreCoordinator: Sendable {
+    /// The model the store was opened with.
+    public let model: ManagedObjectModel
+    /// The store.
+    public let store: any IncrementalStore
+    /// The store's metadata, read when the coordinator was created.
+    public let metadata: StoreMetadata
+
+    private struct CacheEntry {
+        var snapshot: RowSnapshot?
+        var references: Int
+    }
+
+    /// The row cache, serialized by its mutex.
+    private let cache = Mutex<[ObjectID: CacheEntry]>([:])
+
+    /// Opens `store` for `model`.
+    ///
+    /// - Throws: what ``IncrementalStore/loadMetadata(for:)`` throws (incompatible model, damaged
+    ///   store).
+    public init(model: ManagedObjectModel, store: any IncrementalStore) throws {
+        self.model = model
+        self.store = store
+        self.metadata = try store.loadMetadata(for: model)
+    }
+
+    /// The store's identifier, part of every permanent object ID.
+    public var storeIdentifier: String { metadata.storeIdentifier }
+
+    // MARK: Requests
+
+    /// Executes a fetch.
+    public func fetch(_ request: FetchDescription) throws -> StoreFetchResult {
+        guard case .fetched(let result) = try store.execute(request) else {
+            throw GraphError(.storeIO, "\(store.storeType) store answered a fetch with a save result.")
+        }
+        return result
+    }
+
+    /// Executes a save, then brings the row cache up to date with it.
+    public func save(_ changes: SaveChanges) throws -> DidSave {
+        guard case .saved(let didSave) = try store.execute(changes) else {
+            throw GraphError(.storeIO, "\(store.storeType) store answered a save with a fetch result.")
+        }
+        absorb(didSave)
+        return didSave
+    }
+
+    /// Executes any request (for stores that support more than fetch and save).
+    public func execute(_ request: any StoreRequest) throws -> StoreResult {
+        try store.execute(request)
+    }
+
+    /// Values for these objects: from the cache where it has them, the rest from the store in one
+    /// request. IDs without a row are absent.
+    public func rows(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
+        var result: [ObjectID: RowSnapshot] = [:]
+        var missing: [ObjectID] = []
+        cache.withLock { cache in
+            for id in objectIDs {
+                if let snapshot = cache[id]?.snapshot { result[id] = snapshot } else { missing.append(id) }
+            }
+        }
+        guard !missing.isEmpty else { return result }
+        let loaded = try store.newValues(for: missing)
+        cache.withLock { cache in
+            for (id, snapshot) in loaded {
+                result[id] = snapshot
+                cache[id]?.snapshot = snapshot
+            }
+        }
+        return result
+    }
+
+    /// The destinations of a to-many relationship.
+    public func destinations(ofRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
+        try store.newValue(forRelationship: name, of: objectID)
+    }
+
+    /// Permanent IDs for temporary ones, in order.
+    public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
+        guard !objectIDs.isEmpty else { return [] }
+        let ids = try store.obtainPermanentIDs(for: objectIDs)
+        guard ids.count == objectIDs.count else {
+            throw GraphError(.storeIO, "\(store.storeType) store returned \(ids.count) permanent IDs for \(objectIDs.count) objects.")
+        }
+        return ids
+    }
+
+    /// The did-saves committed after `token`.
+    public func changes(after token: HistoryToken, limit: Int = 1_000) throws -> [DidSave] {
+        try store.changes(after: token, limit: limit)
+    }
+
+    // MARK: Registration and cache
+
+    /// A context registered these objects; `rows` primes the cache with values it already has.
+    public func register(_ objectIDs: [ObjectID], rows: [ObjectID: RowSnapshot] = [:]) {
+        let permanent = objectIDs.filter { !$0.isTemporary }
+        guard !permanent.isEmpty else { return }
+        cache.withLock { cache in
+            for id in permanent {
+                cache[id, default: CacheEntry(snapshot: nil, references: 0)].references += 1
+                if let row = rows[id] { cache[id]?.snapshot = row }
+            }
+        }
+        store.didRegister(permanent)
+    }
+
+    /// A context let go of these objects.
+    public func unregister(_ objectIDs: [ObjectID]) {
+        let permanent = objectIDs.filter { !$0.isTemporary }
+        guard !permanent.isEmpty else { return }
+        cache.withLock { cache in
+            for id in permanent {
+                guard var entry = cache[id] else { continue }
+                entry.references -= 1
+                cache[id] = entry.references > 0 ? entry : nil
+            }
+        }
+        store.didUnregister(permanent)
+    }
+
+    /// Stores a row's values for registered objects (after a context read them elsewhere).
+    func prime(_ rows: [ObjectID: RowSnapshot]) {
+        cache.withLock { cache in
+            for (id, row) in rows where cache[id] != nil {
+                if (cache[id]?.snapshot?.version ?? 0) <= row.version { cache[id]?.snapshot = row }
+            }
+        }
+    }
+
+    /// Brings cached rows up to date with a did-save from any coordinator: newer versions replace
+    /// the cached values when the did-save carries them and evict them otherwise; deletions evict.
+    public func absorb(_ didSave: DidSave) {
+        cache.withLock { cache in
+            guard !cache.isEmpty else { return }
+            for change in didSave.inserted + didSave.updated {
+                guard let entry = cache[change.objectID] else { continue }
+                if (entry.snapshot?.version ?? 0) < change.version {
+                    cache[change.objectID]?.snapshot = change.values
+                }
+            }
+            for change in didSave.deleted where cache[change.objectID] != nil {
+                cache[change.objectID]?.snapshot = nil
+            }
+        }
+    }
+
+    /// How many objects the cache holds references for (for tests and memory reports).
+    public var cachedObjectCount: Int { cache.withLock { $0.count } }
+}

@@ -1,0 +1,91 @@
+/// The error every object-graph operation throws.
+///
+/// Like NIOFS's `FileSystemError`, it carries a ``Code`` (a struct over a private enum, so that new
+/// codes do not break callers that switch over the ones they know), a message that says what to
+/// do, an optional underlying cause, and the place where it happened.
+///
+/// ```swift
+/// do { try await context.save() }
+/// catch let error as GraphError where error.code == .mergeConflict {
+///     print(error.conflicts.map(\.objectID))
+/// }
+/// ```
+public struct GraphError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Wrapped: String, Hashable, Sendable {
+            case incompatibleModel, invalidStore, storeIO, unsupportedRequest, objectNotFound
+            case validation, mergeConflict, readOnly, constraintViolation, invalidArgument
+            case wrongContext
+        }
+        private let wrapped: Wrapped
+        private init(_ wrapped: Wrapped) { self.wrapped = wrapped }
+
+        /// The store was written with a model this program cannot open.
+        public static let incompatibleModel = Code(.incompatibleModel)
+        /// The store file is not a BugSquasher store, or its metadata is damaged.
+        public static let invalidStore = Code(.invalidStore)
+        /// The store's backing file or database reported an error.
+        public static let storeIO = Code(.storeIO)
+        /// A store was asked to execute a request kind it does not know.
+        public static let unsupportedRequest = Code(.unsupportedRequest)
+        /// An object ID names no row in the store (it was deleted, or never saved).
+        public static let objectNotFound = Code(.objectNotFound)
+        /// An object failed validation (missing required value, deny rule, wrong type).
+        public static let validation = Code(.validation)
+        /// A save met newer versions in the store and the merge policy is `.error`.
+        public static let mergeConflict = Code(.mergeConflict)
+        /// A save was attempted on a context that refuses saves.
+        public static let readOnly = Code(.readOnly)
+        /// A save would break a unique key.
+        public static let constraintViolation = Code(.constraintViolation)
+        /// A caller passed a value that cannot be used (unknown entity, attribute or key path).
+        public static let invalidArgument = Code(.invalidArgument)
+        /// An object or ID was used with a context or store it does not belong to.
+        public static let wrongContext = Code(.wrongContext)
+
+        public var description: String { wrapped.rawValue }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// What happened and what to do about it.
+    public var message: String
+    /// The error that caused this one, if any (a GRDB `DatabaseError`, say).
+    public var cause: (any Error & Sendable)?
+    /// The conflicts of a failed save under the `.error` merge policy; empty otherwise.
+    public var conflicts: [MergeConflict]
+    /// Where the error was raised.
+    public var location: SourceLocation
+
+    /// Creates an error; `file` and `line` default to the caller's position.
+    public init(
+        _ code: Code,
+        _ message: String,
+        cause: (any Error & Sendable)? = nil,
+        conflicts: [MergeConflict] = [],
+        file: String = #fileID,
+        line: Int = #line
+    ) {
+        self.code = code
+        self.message = message
+        self.cause = cause
+        self.conflicts = conflicts
+        self.location = SourceLocation(file: file, line: line)
+    }
+
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let cause { text += " (cause: \(cause))" }
+        return text
+    }
+
+    /// A position in the source code.
+    public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+        /// The `#fileID` of the position.
+        public var file: String
+        /// The line number.
+        public var line: Int
+        public var description: String { "\(file):\(line)" }
+    }
+}

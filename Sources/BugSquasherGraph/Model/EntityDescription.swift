@@ -1,0 +1,81 @@
+/// One entity of a model: its attributes, relationships, unique key and the class of its objects.
+///
+/// ```swift
+/// let project = EntityDescription(
+///     name: "Project", objectType: Project.self, uniqueKey: "key",
+///     attributes: [.attribute("key", .string), .attribute("name", .string)],
+///     relationships: [.toMany("bugs", "Bug", inverse: "project")]
+/// )
+/// ```
+public final class EntityDescription: Sendable {
+    /// The entity's name, unique within its model; also the store's table name.
+    public let name: String
+    /// The attributes, in declaration order.
+    public let attributes: [AttributeDescription]
+    /// The relationships, in declaration order.
+    public let relationships: [RelationshipDescription]
+    /// The attribute whose value is unique among the entity's objects, if any.
+    public let uniqueKey: String?
+    /// The class instantiated for this entity's objects.
+    public let objectType: ManagedObject.Type
+
+    let attributeIndex: [String: Int]
+    let relationshipIndex: [String: Int]
+    /// The to-one relationships, in declaration order; a row stores one object ID for each.
+    let toOneRelationships: [RelationshipDescription]
+    let toOneIndex: [String: Int]
+    /// The to-many relationships, in declaration order.
+    let toManyRelationships: [RelationshipDescription]
+    let toManyIndex: [String: Int]
+
+    /// Creates an entity.
+    public init(
+        name: String,
+        objectType: ManagedObject.Type = ManagedObject.self,
+        uniqueKey: String? = nil,
+        attributes: [AttributeDescription],
+        relationships: [RelationshipDescription] = []
+    ) {
+        self.name = name
+        self.objectType = objectType
+        self.uniqueKey = uniqueKey
+        self.attributes = attributes
+        self.relationships = relationships
+        attributeIndex = Dictionary(attributes.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        relationshipIndex = Dictionary(relationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        toOneRelationships = relationships.filter { !$0.isToMany }
+        toOneIndex = Dictionary(toOneRelationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        toManyRelationships = relationships.filter(\.isToMany)
+        toManyIndex = Dictionary(toManyRelationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The attribute with this name, if any.
+    public func attribute(named name: String) -> AttributeDescription? {
+        attributeIndex[name].map { attributes[$0] }
+    }
+
+    /// The relationship with this name, if any.
+    public func relationship(named name: String) -> RelationshipDescription? {
+        relationshipIndex[name].map { relationships[$0] }
+    }
+
+    /// The values a newly inserted object starts with.
+    var defaultValues: [Value] { attributes.map(\.defaultValue) }
+
+    /// The entity's shape without its class: what the store keeps in its metadata.
+    var schema: EntitySchema {
+        EntitySchema(name: name, uniqueKey: uniqueKey, attributes: attributes, relationships: relationships)
+    }
+}
+
+/// The Codable shape of an entity, stored in a store's metadata to compare models.
+public struct EntitySchema: Sendable, Hashable, Codable {
+    /// The entity's name.
+    public var name: String
+    /// The unique key attribute, if any.
+    public var uniqueKey: String?
+    /// The attributes, in declaration order.
+    public var attributes: [AttributeDescription]
+    /// The relationships, in declaration order.
+    public var relationships: [RelationshipDescription]
+}

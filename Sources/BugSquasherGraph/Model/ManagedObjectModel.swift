@@ -1,0 +1,128 @@
+import Foundation
+
+/// A set of entities: the managed object model.
+///
+/// The model is validated when created (every relationship names an existing destination and an
+/// inverse that points back; unique keys name attributes) and has a ``versionHash`` that stores
+/// record. A store written with another hash opens only if the difference is an automatic
+/// migration: attributes added that are optional or have a default.
+public final class ManagedObjectModel: Sendable {
+    /// The entities, in declaration order.
+    public let entities: [EntityDescription]
+    private let entitiesByName: [String: EntityDescription]
+    /// A stable hash of the model's shape (entities, attributes, relationships, unique keys).
+    public let versionHash: String
+
+    /// Creates a model and checks that it is consistent.
+    ///
+    /// - Throws: ``GraphError/Code/invalidArgument`` naming the first inconsistency found.
+    public init(entities: [EntityDescription]) throws {
+        self.entities = entities
+        var byName: [String: EntityDescription] = [:]
+        for entity in entities {
+            guard byName.updateValue(entity, forKey: entity.name) == nil else {
+                throw GraphError(.invalidArgument, "The model defines entity '\(entity.name)' twice; give each entity a unique name.")
+            }
+        }
+        entitiesByName = byName
+        versionHash = Self.hash(of: entities.map(\.schema))
+        try validate()
+    }
+
+    /// The entity with this name, if the model has one.
+    public func entity(named name: String) -> EntityDescription? { entitiesByName[name] }
+
+    /// The entity with this name, or an error naming the entities that exist.
+    public func requireEntity(_ name: String) throws -> EntityDescription {
+        guard let entity = entitiesByName[name] else {
+            throw GraphError(.invalidArgument, "The model has no entity '\(name)'; it has \(entities.map(\.name).joined(separator: ", ")).")
+        }
+        return entity
+    }
+
+    /// The model's shape, as a store keeps it in its metadata.
+    public var schema: [EntitySchema] { entities.map(\.schema) }
+
+    private func validate() throws {
+        for entity in entities {
+            if let key = entity.uniqueKey, entity.attribute(named: key) == nil {
+                throw GraphError(.invalidArgument, "Entity '\(entity.name)' names unique key '\(key)', which is not one of its attributes.")
+            }
+            for relationship in entity.relationships {
+                guard let destination = entitiesByName[relationship.destination] else {
+                    throw GraphError(.invalidArgument, "Relationship '\(entity.name).\(relationship.name)' points to unknown entity '\(relationship.destination)'.")
+                }
+                guard let inverse = destination.relationship(named: relationship.inverse),
+                      inverse.destination == entity.name, inverse.inverse == relationship.name
+                else {
+                    throw GraphError(.invalidArgument, "Relationship '\(entity.name).\(relationship.name)' needs an inverse '\(relationship.destination).\(relationship.inverse)' that points back to it.")
+                }
+            }
+        }
+    }
+
+    /// FNV-1a (64 bit) over the canonical JSON of the schema: stable across runs and platforms.
+    static func hash(of schema: [EntitySchema]) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let bytes = (try? encoder.encode(schema.sorted { $0.name < $1.name })) ?? Data()
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+}
+
+/// What a store must do to open with a model different from the one it was written with.
+public struct ModelMigration: Sendable, Hashable {
+    /// Attributes to add, per entity name: the only change that migrates automatically.
+    public var addedAttributes: [String: [AttributeDescription]]
+
+    /// Whether nothing needs to change.
+    public var isEmpty: Bool { addedAttributes.isEmpty }
+
+    /// Compares the schema a store was written with to the current model.
+    ///
+    /// - Throws: ``GraphError/Code/incompatibleModel`` listing every change that cannot migrate
+    ///   automatically, and what to do.
+    public static func plan(from stored: [EntitySchema], to model: ManagedObjectModel) throws -> ModelMigration {
+        var problems: [String] = []
+        var added: [String: [AttributeDescription]] = [:]
+        let current = Dictionary(model.schema.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        let old = Dictionary(stored.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        for name in Set(old.keys).subtracting(current.keys).sorted() { problems.append("entity '\(name)' was removed") }
+        for name in Set(current.keys).subtracting(old.keys).sorted() { problems.append("entity '\(name)' was added") }
+        for (name, new) in current.sorted(by: { $0.key < $1.key }) {
+            guard let was = old[name] else { continue }
+            if was.uniqueKey != new.uniqueKey { problems.append("the unique key of '\(name)' changed") }
+            if was.relationships != new.relationships { problems.append("the relationships of '\(name)' changed") }
+            let newAttributes = Dictionary(new.attributes.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+            for attribute in was.attributes {
+                guard let now = newAttributes[attribute.name] else {
+                    problems.append("attribute '\(name).\(attribute.name)' was removed")
+                    continue
+                }
+                if now.type != attribute.type { problems.append("attribute '\(name).\(attribute.name)' changed type from \(attribute.type) to \(now.type)") }
+                if now.isOptional != attribute.isOptional { problems.append("attribute '\(name).\(attribute.name)' changed optionality") }
+            }
+            let oldNames = Set(was.attributes.map(\.name))
+            for attribute in new.attributes where !oldNames.contains(attribute.name) {
+                if attribute.isOptional || !attribute.defaultValue.isNull {
+                    added[name, default: []].append(attribute)
+                } else {
+                    problems.append("required attribute '\(name).\(attribute.name)' was added without a default")
+                }
+            }
+        }
+        guard problems.isEmpty else {
+            throw GraphError(
+                .incompatibleModel,
+                "The store was written with an incompatible model: \(problems.joined(separator: "; ")). Only adding optional attributes (or attributes with a default) migrates automatically; open the store with the model it was written with, or export and re-import the data."
+            )
+        }
+        return ModelMigration(addedAttributes: added)
+    }
+}

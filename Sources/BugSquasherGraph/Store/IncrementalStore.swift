@@ -1,0 +1,64 @@
+/// The store protocol, with the duties of Core Data's `NSIncrementalStore`.
+///
+/// A coordinator calls a store synchronously, from any thread: implementations are `Sendable`
+/// and serialize internally (``InMemoryStore`` with a mutex, SQLiteStore with GRDB's pool). The
+/// protocol is deliberately free of SQLite assumptions — object IDs carry an opaque 64-bit key
+/// and history tokens are only ordered — so that a store backed by PostgreSQL or by a remote
+/// daemon can implement it.
+///
+/// Duties:
+/// - ``loadMetadata(for:)``: open or create the store, check the model (a zero-length file is a
+///   new store), migrate what migrates automatically.
+/// - ``execute(_:)``: fetches and saves; any other request kind throws
+///   ``GraphError/Code/unsupportedRequest``.
+/// - ``newValues(for:)`` and ``newValue(forRelationship:of:)``: fault fulfilment.
+/// - ``obtainPermanentIDs(for:)``: permanent IDs, in the order asked.
+/// - ``didRegister(_:)`` / ``didUnregister(_:)``: reference counts of the IDs contexts hold.
+/// - ``changes(after:limit:)``: persistent history, for catching up after a did-save was missed.
+public protocol IncrementalStore: AnyObject, Sendable {
+    /// A name for the kind of store, recorded in its metadata (`"SQLite"`).
+    var storeType: String { get }
+
+    /// Opens the store for `model`, creating it when new, and returns its metadata.
+    ///
+    /// - Throws: ``GraphError/Code/incompatibleModel`` when the store was written with a model
+    ///   that does not migrate automatically; ``GraphError/Code/invalidStore`` when the file is
+    ///   not a store of this type.
+    func loadMetadata(for model: ManagedObjectModel) throws -> StoreMetadata
+
+    /// Executes a fetch or a save.
+    func execute(_ request: any StoreRequest) throws -> StoreResult
+
+    /// The current values of these objects; IDs without a row are absent from the result.
+    func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot]
+
+    /// The destinations of a to-many relationship of one object.
+    func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID]
+
+    /// Permanent IDs for these temporary IDs, in the same order.
+    func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID]
+
+    /// A context registered these objects (each call adds one reference per ID).
+    func didRegister(_ objectIDs: [ObjectID])
+
+    /// A context dropped these objects (each call removes one reference per ID).
+    func didUnregister(_ objectIDs: [ObjectID])
+
+    /// The did-saves committed after `token`, oldest first, at most `limit`.
+    func changes(after token: HistoryToken, limit: Int) throws -> [DidSave]
+
+    /// The token of the newest committed save (``HistoryToken/zero`` before the first).
+    func currentHistoryToken() throws -> HistoryToken
+}
+
+extension IncrementalStore {
+    /// The current values of one object, or `nil` when it has no row.
+    public func newValues(for objectID: ObjectID) throws -> RowSnapshot? {
+        try newValues(for: [objectID])[objectID]
+    }
+
+    /// Throws the error a store gives for a request kind it does not know.
+    public func unsupported(_ request: any StoreRequest) -> GraphError {
+        GraphError(.unsupportedRequest, "\(storeType) store cannot execute a \(type(of: request)); it executes FetchDescription and SaveChanges.")
+    }
+}
