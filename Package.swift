@@ -92,12 +92,12 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherGraphTests",
-            dependencies: ["BugSquasherGraph"],
+            dependencies: ["BugSquasherGraph", "BugSquasherModel"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "BugSquasherSQLiteTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherSQLite"],
+            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherModel"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -63,7 +63,7 @@ public actor ObjectContext {
 
     /// Runs `body` on this context's executor, with synchronous access to the context and its
     /// objects. Return IDs or values, never objects.
-    public func perform<T: Sendable>(_ body: (isolated ObjectContext) throws -> T) rethrows -> T {
+    public func perform<T: Sendable>(_ body: @Sendable (isolated ObjectContext) throws -> T) rethrows -> T {
         try body(self)
     }
 

@@ -19,14 +19,19 @@ public final class EntityDescription: Sendable {
     /// The class instantiated for this entity's objects.
     public let objectType: ManagedObject.Type
 
-    let attributeIndex: [String: Int]
-    let relationshipIndex: [String: Int]
-    /// The to-one relationships, in declaration order; a row stores one object ID for each.
-    let toOneRelationships: [RelationshipDescription]
-    let toOneIndex: [String: Int]
+    /// The position of each attribute in ``attributes`` (and in a ``RowSnapshot``'s attributes).
+    public let attributeIndex: [String: Int]
+    /// The position of each relationship in ``relationships``.
+    public let relationshipIndex: [String: Int]
+    /// The to-one relationships, in declaration order; a ``RowSnapshot`` holds one object ID for
+    /// each, in this order.
+    public let toOneRelationships: [RelationshipDescription]
+    /// The position of each to-one relationship in ``toOneRelationships``.
+    public let toOneIndex: [String: Int]
     /// The to-many relationships, in declaration order.
-    let toManyRelationships: [RelationshipDescription]
-    let toManyIndex: [String: Int]
+    public let toManyRelationships: [RelationshipDescription]
+    /// The position of each to-many relationship in ``toManyRelationships``.
+    public let toManyIndex: [String: Int]
 
     /// Creates an entity.
     public init(

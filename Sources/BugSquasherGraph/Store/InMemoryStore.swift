@@ -157,14 +157,12 @@ public final class InMemoryStore: IncrementalStore {
     }
 
     private static func checkUniqueKeys(in state: State, changes: SaveChanges, model: ManagedObjectModel) throws {
-        for row in changes.inserted + changes.updated {
-            guard let entity = model.entity(named: row.objectID.entityName), let key = entity.uniqueKey,
-                  let index = entity.attributeIndex[key]
-            else { continue }
-            let value = row.attributes[index]
-            let clash = state.tables[entity.name, default: [:]].contains { pk, other in pk != row.objectID.key && other.attributes[index] == value }
-            if clash {
-                throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key) = \(value); \(entity.name).\(key) is unique. Fetch and update the existing object instead of inserting a second one.")
+        let touched = Set((changes.inserted + changes.updated).map(\.objectID.entityName))
+        for name in touched {
+            guard let entity = model.entity(named: name), let key = entity.uniqueKey, let index = entity.attributeIndex[key] else { continue }
+            var seen: Set<Value> = []
+            for row in state.tables[name, default: [:]].values where !seen.insert(row.attributes[index]).inserted {
+                throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key) = \(row.attributes[index]); \(entity.name).\(key) is unique. Fetch and update the existing object instead of inserting a second one.")
             }
         }
     }

@@ -1,0 +1,124 @@
+import BugSquasherGraph
+import Foundation
+import GRDB
+
+/// Compiles a ``FetchDescription`` to SQL: joins for to-one key paths, a `WHERE` clause with the
+/// same meaning as in-memory evaluation, `ORDER BY` (primary key last, for a stable order),
+/// `LIMIT`/`OFFSET`.
+struct SQLQuery {
+    let model: ManagedObjectModel
+    let entity: EntityDescription
+    let storeIdentifier: String
+    private(set) var joins: [String] = []
+    private var aliases: [String: (alias: String, entity: EntityDescription)] = [:]
+    private(set) var arguments: [DatabaseValue] = []
+
+    init(model: ManagedObjectModel, entity: EntityDescription, storeIdentifier: String) {
+        self.model = model
+        self.entity = entity
+        self.storeIdentifier = storeIdentifier
+    }
+
+    /// The full `SELECT` for a fetch.
+    mutating func select(_ request: FetchDescription) throws -> String {
+        let whereClause = try request.predicate.map { try condition($0) } ?? "1"
+        let order = try request.sort.map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + ["t.pk ASC"]
+        let head: String
+        switch request.resultType {
+        case .count: head = "SELECT count(*)"
+        case .objectIDs: head = "SELECT t.pk"
+        case .rows: head = "SELECT \(SQLSchema.columns(of: entity))"
+        }
+        var sql = "\(head) FROM \(SQLSchema.quote(entity.name)) t \(joins.joined(separator: " ")) WHERE \(whereClause)"
+        if request.resultType != .count { sql += " ORDER BY \(order.joined(separator: ", "))" }
+        if request.limit != nil || request.offset > 0 {
+            sql += " LIMIT \(request.limit ?? -1) OFFSET \(request.offset)"
+        }
+        if request.resultType == .count && (request.limit != nil || request.offset > 0) {
+            sql = "SELECT count(*) FROM (\(sql.replacingOccurrences(of: "SELECT count(*)", with: "SELECT t.pk")))"
+        }
+        return sql
+    }
+
+    private mutating func condition(_ predicate: ObjectPredicate) throws -> String {
+        switch predicate {
+        case .all:
+            return "1"
+        case .and(let items):
+            return items.isEmpty ? "1" : "(" + (try items.map { try condition($0) }).joined(separator: " AND ") + ")"
+        case .or(let items):
+            return items.isEmpty ? "0" : "(" + (try items.map { try condition($0) }).joined(separator: " OR ") + ")"
+        case .not(let item):
+            return "NOT (\(try condition(item)))"
+        case .isIn(let keyPath, let values):
+            let column = try column(keyPath)
+            let nonNull = values.filter { !$0.isNull }
+            var parts: [String] = []
+            if !nonNull.isEmpty {
+                parts.append("\(column) IN (\(nonNull.map { _ in "?" }.joined(separator: ",")))")
+                arguments += nonNull.map(\.databaseValue)
+            }
+            if nonNull.count != values.count { parts.append("\(column) IS NULL") }
+            return parts.isEmpty ? "0" : "(" + parts.joined(separator: " OR ") + ")"
+        case .relationship(let keyPath, let target):
+            let column = try column(keyPath, relationship: true)
+            guard let target else { return "\(column) IS NULL" }
+            guard !target.isTemporary, target.storeIdentifier == storeIdentifier else { return "0" }
+            arguments.append(target.key.databaseValue)
+            return "\(column) = ?"
+        case .compare(let keyPath, let op, let value):
+            let column = try column(keyPath)
+            switch op {
+            case .equal where value.isNull: return "\(column) IS NULL"
+            case .notEqual where value.isNull: return "\(column) IS NOT NULL"
+            case .equal: arguments.append(value.databaseValue); return "\(column) = ?"
+            case .notEqual: arguments.append(value.databaseValue); return "\(column) IS NOT ?"
+            case .less, .lessOrEqual, .greater, .greaterOrEqual:
+                guard !value.isNull else { return "0" }
+                arguments.append(value.databaseValue)
+                let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][op]!
+                return "\(column) \(symbol) ?"
+            case .contains:
+                arguments.append(value.databaseValue)
+                return "(typeof(\(column)) = 'text' AND instr(\(column), ?) > 0)"
+            case .containsCaseInsensitive:
+                arguments.append(value.databaseValue)
+                return "(typeof(\(column)) = 'text' AND instr(lower(\(column)), lower(?)) > 0)"
+            case .beginsWith:
+                arguments += [value.databaseValue, value.databaseValue]
+                return "(typeof(\(column)) = 'text' AND substr(\(column), 1, length(?)) = ?)"
+            }
+        }
+    }
+
+    /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.
+    private mutating func column(_ keyPath: String, relationship: Bool = false) throws -> String {
+        let parts = keyPath.split(separator: ".").map(String.init)
+        var alias = "t"
+        var current = entity
+        var prefix = ""
+        for (index, part) in parts.enumerated() {
+            let isLast = index == parts.count - 1
+            if isLast {
+                if relationship ? current.toOneRelationships.contains(where: { $0.name == part }) : current.attribute(named: part) != nil {
+                    return "\(alias).\(SQLSchema.quote(part))"
+                }
+                break
+            }
+            guard let link = current.relationship(named: part), !link.isToMany,
+                  let next = model.entity(named: link.destination)
+            else { break }
+            prefix += (prefix.isEmpty ? "" : ".") + part
+            if let known = aliases[prefix] {
+                alias = known.alias
+            } else {
+                let newAlias = "j\(aliases.count + 1)"
+                joins.append("LEFT JOIN \(SQLSchema.quote(next.name)) \(newAlias) ON \(newAlias).pk = \(alias).\(SQLSchema.quote(part))")
+                aliases[prefix] = (newAlias, next)
+                alias = newAlias
+            }
+            current = next
+        }
+        throw GraphError(.invalidArgument, "'\(keyPath)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key').")
+    }
+}

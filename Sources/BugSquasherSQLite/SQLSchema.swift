@@ -1,0 +1,86 @@
+import BugSquasherGraph
+import Foundation
+import GRDB
+
+/// How the object graph maps to SQL: one table per entity (`pk`, `_version`, one column per
+/// attribute and per to-one relationship), one join table per many-to-many relationship (on its
+/// owning side), and the store's own `bs_` tables for metadata, ID sequences and history.
+enum SQLSchema {
+    static let reservedColumns: Set<String> = ["pk", "_version"]
+
+    static func quote(_ name: String) -> String {
+        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    static func sqlType(_ type: AttributeType) -> String {
+        switch type {
+        case .string: "TEXT"
+        case .int64, .bool: "INTEGER"
+        case .double, .date: "REAL"
+        case .data: "BLOB"
+        }
+    }
+
+    /// The join table of a many-to-many relationship, named after its owning side.
+    static func joinTable(owner: String, relationship: String) -> String {
+        quote("\(owner)_\(relationship)")
+    }
+
+    /// The `SELECT` list that reads a row of `entity` from alias `t`: pk, version, attributes, to-one keys.
+    static func columns(of entity: EntityDescription, alias: String = "t") -> String {
+        (["\(alias).pk", "\(alias)._version"]
+            + entity.attributes.map { "\(alias).\(quote($0.name))" }
+            + entity.toOneRelationships.map { "\(alias).\(quote($0.name))" }).joined(separator: ", ")
+    }
+
+    static func defaultClause(_ attribute: AttributeDescription) -> String {
+        guard !attribute.defaultValue.isNull else { return "" }
+        switch attribute.defaultValue {
+        case .string(let s): return " DEFAULT '\(s.replacingOccurrences(of: "'", with: "''"))'"
+        case .int64(let i): return " DEFAULT \(i)"
+        case .double(let d): return " DEFAULT \(d)"
+        case .bool(let b): return " DEFAULT \(b ? 1 : 0)"
+        case .date(let d): return " DEFAULT \(d.timeIntervalSince1970)"
+        case .data, .null: return ""
+        }
+    }
+
+    /// Creates the store's tables for a new store.
+    static func create(_ model: ManagedObjectModel, in db: Database) throws {
+        try db.execute(sql: """
+            CREATE TABLE bs_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+            CREATE TABLE bs_sequence (entity TEXT PRIMARY KEY NOT NULL, next INTEGER NOT NULL);
+            CREATE TABLE bs_history (token INTEGER PRIMARY KEY AUTOINCREMENT, committed_at REAL NOT NULL, payload BLOB NOT NULL);
+            """)
+        for entity in model.entities {
+            for name in entity.attributes.map(\.name) + entity.relationships.map(\.name) where reservedColumns.contains(name) {
+                throw GraphError(.invalidArgument, "Entity '\(entity.name)' uses the reserved name '\(name)'; rename the property.")
+            }
+            let columns = ["pk INTEGER PRIMARY KEY", "_version INTEGER NOT NULL"]
+                + entity.attributes.map { "\(quote($0.name)) \(sqlType($0.type))\(defaultClause($0))" }
+                + entity.toOneRelationships.map { "\(quote($0.name)) INTEGER" }
+            try db.execute(sql: "CREATE TABLE \(quote(entity.name)) (\(columns.joined(separator: ", ")))")
+            if let key = entity.uniqueKey {
+                try db.execute(sql: "CREATE UNIQUE INDEX \(quote("\(entity.name)_\(key)_unique")) ON \(quote(entity.name))(\(quote(key)))")
+            }
+            for relationship in entity.toOneRelationships {
+                try db.execute(sql: "CREATE INDEX \(quote("\(entity.name)_\(relationship.name)_fk")) ON \(quote(entity.name))(\(quote(relationship.name)))")
+            }
+            for relationship in entity.toManyRelationships where relationship.ownsManyToManyLinks(in: entity.name) {
+                guard model.entity(named: relationship.destination)?.relationship(named: relationship.inverse)?.isToMany == true else { continue }
+                let table = joinTable(owner: entity.name, relationship: relationship.name)
+                try db.execute(sql: "CREATE TABLE \(table) (src INTEGER NOT NULL, dst INTEGER NOT NULL, PRIMARY KEY (src, dst)) WITHOUT ROWID")
+                try db.execute(sql: "CREATE INDEX \(quote("\(entity.name)_\(relationship.name)_dst")) ON \(table)(dst, src)")
+            }
+        }
+    }
+
+    /// Adds the columns of an automatic migration.
+    static func migrate(_ migration: ModelMigration, in db: Database) throws {
+        for (entity, attributes) in migration.addedAttributes.sorted(by: { $0.key < $1.key }) {
+            for attribute in attributes {
+                try db.execute(sql: "ALTER TABLE \(quote(entity)) ADD COLUMN \(quote(attribute.name)) \(sqlType(attribute.type))\(defaultClause(attribute))")
+            }
+        }
+    }
+}

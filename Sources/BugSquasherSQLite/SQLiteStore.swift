@@ -1,0 +1,447 @@
+public import BugSquasherGraph
+public import Foundation
+import GRDB
+public import Logging
+import Synchronization
+
+/// The default incremental store: one SQLite file in WAL mode, through one GRDB `DatabasePool`.
+///
+/// Open one `SQLiteStore` per file per process and share it: a ``PersistentStack`` puts its main
+/// and writer coordinators on the same instance, so both use the same pool (readers in parallel,
+/// one writer). Saves are single transactions that check row versions (optimistic locking),
+/// write rows and join tables, and append the did-save to the `bs_history` table.
+///
+/// ```swift
+/// let store = try SQLiteStore(url: URL(filePath: "/var/lib/squasherd/bugs.sqlite"))
+/// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+/// ```
+public final class SQLiteStore: IncrementalStore {
+    public var storeType: String { "SQLite" }
+
+    /// The store file.
+    public let url: URL
+    private let logger: Logger
+    private let pool: DatabasePool
+    private let isNewFile: Bool
+
+    private struct Loaded: Sendable {
+        let model: ManagedObjectModel
+        let metadata: StoreMetadata
+    }
+
+    private let loaded = Mutex<Loaded?>(nil)
+    private let registrations = Mutex<[ObjectID: Int]>([:])
+
+    /// Opens (or creates) the store file. The model is checked by ``loadMetadata(for:)``, which a
+    /// ``StoreCoordinator`` calls.
+    ///
+    /// - Throws: ``GraphError/Code/storeIO`` when the file cannot be opened (missing directory,
+    ///   no permission), ``GraphError/Code/invalidStore`` when it is not an SQLite database.
+    public init(url: URL, logger: Logger = Logger(label: "bugsquasher.sqlite")) throws {
+        self.url = url
+        self.logger = logger
+        let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
+        isNewFile = size == 0
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.label = "bugsquasher.sqlite"
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        do {
+            pool = try DatabasePool(path: url.path, configuration: configuration)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
+            throw GraphError(.invalidStore, "\(url.path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
+        } catch {
+            throw GraphError(.storeIO, "Could not open the store at \(url.path): check that the directory exists and is writable by this user.", cause: error)
+        }
+    }
+
+    // MARK: Metadata
+
+    public func loadMetadata(for model: ManagedObjectModel) throws -> StoreMetadata {
+        if let current = loaded.withLock({ $0 }) {
+            guard current.model.versionHash == model.versionHash else {
+                throw GraphError(.incompatibleModel, "\(url.path) is already open with another model in this process; use one model per store.")
+            }
+            return current.metadata
+        }
+        let metadata: StoreMetadata = try wrap("open the store") {
+            try pool.barrierWriteWithoutTransaction { db in
+                try db.inTransaction(.immediate) {
+                    guard try db.tableExists("bs_metadata") else {
+                        guard try isEmpty(db) else {
+                            throw GraphError(.invalidStore, "\(url.path) is an SQLite database but not a BugSquasher store (it has no bs_metadata table). Point the store at a new or empty file.")
+                        }
+                        try SQLSchema.create(model, in: db)
+                        let metadata = StoreMetadata(storeIdentifier: UUID().uuidString, storeType: storeType, modelVersionHash: model.versionHash)
+                        try write(metadata, schema: model.schema, in: db)
+                        logger.info("created store", metadata: ["store.path": "\(url.path)", "store.id": "\(metadata.storeIdentifier)"])
+                        return .commit
+                    }
+                    return .commit
+                }
+                return try readAndMigrate(model: model, db: db)
+            }
+        }
+        loaded.withLock { $0 = Loaded(model: model, metadata: metadata) }
+        return metadata
+    }
+
+    private func isEmpty(_ db: Database) throws -> Bool {
+        try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'") == 0
+    }
+
+    private func write(_ metadata: StoreMetadata, schema: [EntitySchema], in db: Database) throws {
+        let schemaJSON = String(decoding: try JSONEncoder().encode(schema), as: UTF8.self)
+        for (key, value) in [("storeIdentifier", metadata.storeIdentifier), ("storeType", metadata.storeType),
+                             ("modelVersionHash", metadata.modelVersionHash), ("modelSchema", schemaJSON)] {
+            try db.execute(sql: "INSERT OR REPLACE INTO bs_metadata(key, value) VALUES (?, ?)", arguments: [key, value])
+        }
+    }
+
+    private func readAndMigrate(model: ManagedObjectModel, db: Database) throws -> StoreMetadata {
+        let rows = try Row.fetchAll(db, sql: "SELECT key, value FROM bs_metadata")
+        let values = Dictionary(rows.map { ($0["key"] as String, $0["value"] as String) }, uniquingKeysWith: { a, _ in a })
+        guard let identifier = values["storeIdentifier"], let type = values["storeType"], let hash = values["modelVersionHash"],
+              let schemaJSON = values["modelSchema"]
+        else {
+            throw GraphError(.invalidStore, "\(url.path) has damaged metadata (bs_metadata is missing keys). Restore the file from a backup, or re-import into a new store.")
+        }
+        guard type == storeType else {
+            throw GraphError(.invalidStore, "\(url.path) is a '\(type)' store, not an SQLite store.")
+        }
+        var metadata = StoreMetadata(storeIdentifier: identifier, storeType: type, modelVersionHash: hash)
+        guard hash != model.versionHash else { return metadata }
+        let stored: [EntitySchema]
+        do {
+            stored = try JSONDecoder().decode([EntitySchema].self, from: Data(schemaJSON.utf8))
+        } catch {
+            throw GraphError(.invalidStore, "\(url.path) has a model description that cannot be read; restore the file from a backup.", cause: error)
+        }
+        let migration = try ModelMigration.plan(from: stored, to: model)
+        try db.inTransaction(.immediate) {
+            try SQLSchema.migrate(migration, in: db)
+            metadata.modelVersionHash = model.versionHash
+            try write(metadata, schema: model.schema, in: db)
+            return .commit
+        }
+        logger.info("migrated store", metadata: [
+            "store.path": "\(url.path)", "added.attributes": "\(migration.addedAttributes.mapValues { $0.map(\.name) })",
+        ])
+        return metadata
+    }
+
+    private func requireLoaded() throws -> Loaded {
+        guard let current = loaded.withLock({ $0 }) else {
+            throw GraphError(.invalidStore, "SQLite store at \(url.path) used before loadMetadata(for:); open it through a StoreCoordinator.")
+        }
+        return current
+    }
+
+    // MARK: Requests
+
+    public func execute(_ request: any StoreRequest) throws -> StoreResult {
+        switch request {
+        case let fetch as FetchDescription: return .fetched(try self.fetch(fetch))
+        case let save as SaveChanges: return .saved(try self.save(save))
+        default: throw unsupported(request)
+        }
+    }
+
+    private func fetch(_ request: FetchDescription) throws -> StoreFetchResult {
+        let state = try requireLoaded()
+        let entity = try state.model.requireEntity(request.entityName)
+        var query = SQLQuery(model: state.model, entity: entity, storeIdentifier: state.metadata.storeIdentifier)
+        let sql = try query.select(request)
+        let arguments = StatementArguments(query.arguments)
+        let store = state.metadata.storeIdentifier
+        return try wrap("fetch \(entity.name)") {
+            try pool.read { db in
+                switch request.resultType {
+                case .count:
+                    return .count(try Int.fetchOne(db, sql: sql, arguments: arguments) ?? 0)
+                case .objectIDs:
+                    let keys = try Int64.fetchAll(db, sql: sql, arguments: arguments)
+                    return .objectIDs(keys.map { ObjectID(store: store, entity: entity.name, primaryKey: $0) })
+                case .rows:
+                    var rows: [StoreRow] = []
+                    let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+                    while let row = try cursor.next() {
+                        rows.append(Self.decode(row, entity: entity, store: store, model: state.model))
+                    }
+                    return .rows(rows)
+                }
+            }
+        }
+    }
+
+    private static func decode(_ row: Row, entity: EntityDescription, store: String, model: ManagedObjectModel) -> StoreRow {
+        let pk: Int64 = row[0]
+        let version: Int64 = row[1]
+        var attributes: [Value] = []
+        attributes.reserveCapacity(entity.attributes.count)
+        for (index, attribute) in entity.attributes.enumerated() {
+            attributes.append(Value(row[index + 2] as DatabaseValue, as: attribute.type))
+        }
+        let base = entity.attributes.count + 2
+        let toOne = entity.toOneRelationships.enumerated().map { index, relationship -> ObjectID? in
+            (row[base + index] as Int64?).map { ObjectID(store: store, entity: relationship.destination, primaryKey: $0) }
+        }
+        return StoreRow(objectID: ObjectID(store: store, entity: entity.name, primaryKey: pk), snapshot: RowSnapshot(version: version, attributes: attributes, toOne: toOne))
+    }
+
+    // MARK: Save
+
+    private func save(_ changes: SaveChanges) throws -> DidSave {
+        let state = try requireLoaded()
+        let model = state.model
+        let store = state.metadata.storeIdentifier
+        return try wrap("save") {
+            try pool.write { db in
+                var didSave = DidSave(token: .zero, storeIdentifier: store)
+                var conflicts: [MergeConflict] = []
+                for row in changes.updated {
+                    let entity = try model.requireEntity(row.objectID.entityName)
+                    let assignments = (entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name))
+                        .map { "\(SQLSchema.quote($0)) = ?" }.joined(separator: ", ")
+                    let statement = try db.cachedStatement(sql: "UPDATE \(SQLSchema.quote(entity.name)) SET _version = _version + 1, \(assignments) WHERE pk = ? AND _version = ?")
+                    var arguments = row.attributes.map(\.databaseValue) + row.toOne.map { $0?.key.databaseValue ?? .null }
+                    arguments += [row.objectID.key.databaseValue, row.expectedVersion.databaseValue]
+                    try statement.execute(arguments: StatementArguments(arguments))
+                    if db.changesCount == 0 {
+                        conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, entity: entity, store: store, model: model, db: db)))
+                    } else {
+                        let snapshot = RowSnapshot(version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
+                        didSave.updated.append(ObjectChange(objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys, values: snapshot))
+                    }
+                }
+                for deletion in changes.deleted {
+                    let entity = try model.requireEntity(deletion.objectID.entityName)
+                    let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.quote(entity.name)) WHERE pk = ? AND _version = ?")
+                    try statement.execute(arguments: [deletion.objectID.key, deletion.expectedVersion])
+                    if db.changesCount == 0, let current = try currentRow(deletion.objectID, entity: entity, store: store, model: model, db: db) {
+                        conflicts.append(MergeConflict(objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
+                        continue
+                    }
+                    try deleteLinks(of: deletion.objectID, entity: entity, model: model, db: db)
+                    didSave.deleted.append(ObjectChange(objectID: deletion.objectID, version: deletion.expectedVersion, changedKeys: []))
+                }
+                guard conflicts.isEmpty else {
+                    throw GraphError(.mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.", conflicts: conflicts)
+                }
+                for row in changes.inserted {
+                    let entity = try model.requireEntity(row.objectID.entityName)
+                    let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
+                    let statement = try db.cachedStatement(sql: "INSERT INTO \(SQLSchema.quote(entity.name)) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))")
+                    var arguments: [DatabaseValue] = [row.objectID.key.databaseValue]
+                    arguments.reserveCapacity(names.count + 1)
+                    for value in row.attributes { arguments.append(value.databaseValue) }
+                    for target in row.toOne { arguments.append(target?.key.databaseValue ?? .null) }
+                    do {
+                        try statement.execute(arguments: StatementArguments(arguments))
+                    } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                        let key = entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map { "\(entity.uniqueKey!) = \(row.attributes[$0])" } ?? "its key"
+                        throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key); fetch and update the existing object instead of inserting a second one.", cause: error)
+                    }
+                    didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: names, values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
+                }
+                for link in changes.linksRemoved {
+                    try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) WHERE src = ? AND dst = ?")
+                        .execute(arguments: [link.source.key, link.destination.key])
+                }
+                for link in changes.linksAdded {
+                    try db.cachedStatement(sql: "INSERT OR IGNORE INTO \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) (src, dst) VALUES (?, ?)")
+                        .execute(arguments: [link.source.key, link.destination.key])
+                }
+                try db.execute(sql: "INSERT INTO bs_history (committed_at, payload) VALUES (?, ?)",
+                               arguments: [Date().timeIntervalSince1970, try HistoryCoding.encode(didSave)])
+                didSave.token = HistoryToken(rawValue: db.lastInsertedRowID)
+                return didSave
+            }
+        }
+    }
+
+    private func currentRow(_ id: ObjectID, entity: EntityDescription, store: String, model: ManagedObjectModel, db: Database) throws -> RowSnapshot? {
+        try Row.fetchOne(db, sql: "SELECT \(SQLSchema.columns(of: entity)) FROM \(SQLSchema.quote(entity.name)) t WHERE pk = ?", arguments: [id.key])
+            .map { Self.decode($0, entity: entity, store: store, model: model).snapshot }
+    }
+
+    private func deleteLinks(of id: ObjectID, entity: EntityDescription, model: ManagedObjectModel, db: Database) throws {
+        for relationship in entity.toManyRelationships {
+            guard let inverse = model.entity(named: relationship.destination)?.relationship(named: relationship.inverse), inverse.isToMany else { continue }
+            if relationship.ownsManyToManyLinks(in: entity.name) {
+                try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: entity.name, relationship: relationship.name)) WHERE src = ?").execute(arguments: [id.key])
+            } else {
+                try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: relationship.destination, relationship: inverse.name)) WHERE dst = ?").execute(arguments: [id.key])
+            }
+        }
+    }
+
+    // MARK: Faults
+
+    public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
+        let state = try requireLoaded()
+        let store = state.metadata.storeIdentifier
+        let byEntity = Dictionary(grouping: objectIDs.filter { !$0.isTemporary && $0.storeIdentifier == store }, by: \.entityName)
+        return try wrap("load values") {
+            try pool.read { db in
+                var result: [ObjectID: RowSnapshot] = [:]
+                for (name, ids) in byEntity {
+                    let entity = try state.model.requireEntity(name)
+                    var start = 0
+                    while start < ids.count {
+                        let slice = ids[start..<min(ids.count, start + 500)]
+                        let cursor = try Row.fetchCursor(db, sql: "SELECT \(SQLSchema.columns(of: entity)) FROM \(SQLSchema.quote(name)) t WHERE pk IN (\(slice.map { _ in "?" }.joined(separator: ",")))", arguments: StatementArguments(slice.map(\.key)))
+                        while let row = try cursor.next() {
+                            let decoded = Self.decode(row, entity: entity, store: store, model: state.model)
+                            result[decoded.objectID] = decoded.snapshot
+                        }
+                        start += 500
+                    }
+                }
+                return result
+            }
+        }
+    }
+
+    public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
+        let state = try requireLoaded()
+        let model = state.model
+        let entity = try model.requireEntity(objectID.entityName)
+        guard let relationship = entity.relationship(named: name), relationship.isToMany,
+              let destination = model.entity(named: relationship.destination),
+              let inverse = destination.relationship(named: relationship.inverse)
+        else {
+            throw GraphError(.invalidArgument, "'\(entity.name).\(name)' is not a to-many relationship.")
+        }
+        let sql: String
+        if !inverse.isToMany {
+            sql = "SELECT pk FROM \(SQLSchema.quote(destination.name)) WHERE \(SQLSchema.quote(inverse.name)) = ? ORDER BY pk"
+        } else if relationship.ownsManyToManyLinks(in: entity.name) {
+            sql = "SELECT dst FROM \(SQLSchema.joinTable(owner: entity.name, relationship: name)) WHERE src = ? ORDER BY dst"
+        } else {
+            sql = "SELECT src FROM \(SQLSchema.joinTable(owner: destination.name, relationship: inverse.name)) WHERE dst = ? ORDER BY src"
+        }
+        let keys = try wrap("load \(entity.name).\(name)") {
+            try pool.read { db in try Int64.fetchAll(db, sql: sql, arguments: [objectID.key]) }
+        }
+        return keys.map { ObjectID(store: state.metadata.storeIdentifier, entity: destination.name, primaryKey: $0) }
+    }
+
+    public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
+        let state = try requireLoaded()
+        var counts: [String: Int64] = [:]
+        for id in objectIDs { counts[id.entityName, default: 0] += 1 }
+        let firstKeys: [String: Int64] = try wrap("allocate primary keys") {
+            try pool.write { db in
+                var first: [String: Int64] = [:]
+                for (entity, count) in counts {
+                    try db.execute(sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING", arguments: [entity])
+                    let next = try Int64.fetchOne(db, sql: "UPDATE bs_sequence SET next = next + ? WHERE entity = ? RETURNING next", arguments: [count, entity]) ?? count + 1
+                    first[entity] = next - count
+                }
+                return first
+            }
+        }
+        var offsets: [String: Int64] = [:]
+        return objectIDs.map { id in
+            let offset = offsets[id.entityName, default: 0]
+            offsets[id.entityName] = offset + 1
+            return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: firstKeys[id.entityName]! + offset)
+        }
+    }
+
+    // MARK: Registration
+
+    public func didRegister(_ objectIDs: [ObjectID]) {
+        registrations.withLock { counts in for id in objectIDs { counts[id, default: 0] += 1 } }
+    }
+
+    public func didUnregister(_ objectIDs: [ObjectID]) {
+        registrations.withLock { counts in
+            for id in objectIDs {
+                let count = counts[id, default: 0] - 1
+                counts[id] = count > 0 ? count : nil
+            }
+        }
+    }
+
+    /// How many registrations this process's contexts hold for an object.
+    public func registrationCount(for objectID: ObjectID) -> Int {
+        registrations.withLock { $0[objectID, default: 0] }
+    }
+
+    /// The IDs some context of this process has registered.
+    public var registeredObjectIDs: Set<ObjectID> { registrations.withLock { Set($0.keys) } }
+
+    // MARK: History
+
+    public func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] {
+        _ = try requireLoaded()
+        return try wrap("read history") {
+            try pool.read { db in
+                let rows = try Row.fetchAll(db, sql: "SELECT token, payload FROM bs_history WHERE token > ? ORDER BY token LIMIT ?", arguments: [token.rawValue, limit])
+                return try rows.map { row in
+                    var didSave = try HistoryCoding.decode(row["payload"] as Data)
+                    didSave.token = HistoryToken(rawValue: row["token"])
+                    return didSave
+                }
+            }
+        }
+    }
+
+    public func currentHistoryToken() throws -> HistoryToken {
+        try wrap("read history") {
+            try pool.read { db in HistoryToken(rawValue: try Int64.fetchOne(db, sql: "SELECT max(token) FROM bs_history") ?? 0) }
+        }
+    }
+
+    // MARK: Maintenance
+
+    /// Moves the WAL's content into the main file and truncates the WAL (for a clean shutdown).
+    public func checkpoint() throws {
+        try wrap("checkpoint") {
+            _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        }
+    }
+
+    /// Runs SQLite's `PRAGMA integrity_check` and returns its findings (`["ok"]` when sound).
+    public func integrityCheck() throws -> [String] {
+        try wrap("check integrity") {
+            try pool.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") }
+        }
+    }
+
+    private func wrap<T>(_ action: String, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as GraphError {
+            throw error
+        } catch let error as DatabaseError {
+            switch error.resultCode {
+            case .SQLITE_NOTADB, .SQLITE_CORRUPT:
+                throw GraphError(.invalidStore, "Could not \(action): \(url.path) is damaged (\(error.message ?? "corrupt")). Restore it from a backup, or re-import into a new store.", cause: error)
+            case .SQLITE_FULL:
+                throw GraphError(.storeIO, "Could not \(action): the disk holding \(url.path) is full. Free space and retry; nothing of this save was written.", cause: error)
+            case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:
+                throw GraphError(.storeIO, "Could not \(action): \(url.path) is not writable by this user. Fix the permissions of the file and its directory.", cause: error)
+            default:
+                throw GraphError(.storeIO, "Could not \(action) in \(url.path): \(error.message ?? "\(error.resultCode)").", cause: error)
+            }
+        } catch {
+            throw GraphError(.storeIO, "Could not \(action) in \(url.path).", cause: error)
+        }
+    }
+}
+
+/// The history table's payload: the did-save without values, as compact JSON.
+enum HistoryCoding {
+    static func encode(_ didSave: DidSave) throws -> Data {
+        try JSONEncoder().encode(didSave.withoutValues)
+    }
+
+    static func decode(_ data: Data) throws -> DidSave {
+        try JSONDecoder().decode(DidSave.self, from: data)
+    }
+}

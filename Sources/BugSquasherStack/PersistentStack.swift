@@ -1,0 +1,155 @@
+public import BugSquasherGraph
+import BugSquasherSQLite
+public import Foundation
+public import Logging
+import Synchronization
+
+/// The Core Data stack of RTCoreDataStack, fixed and extended: a **main coordinator** for reads
+/// and a **writer coordinator** for writes over one store, and the contexts built on them.
+///
+/// - ``mainContext``: on the main coordinator, merge policy store-trump. While
+///   ``isMainContextReadOnly`` is set, every save of it is refused with an error (RTCoreDataStack
+///   only swapped the merge policy).
+/// - ``importerContext(name:)``: on the writer coordinator, object-trump, for background imports.
+/// - ``temporaryContext(name:)``: on the main coordinator, rollback policy, never saved.
+/// - ``editorContext(name:)``: a child of ``mainContext``, object-trump; refused while read-only.
+///
+/// Saves of writer-side contexts are merged into ``mainContext`` automatically, refreshing only
+/// the objects it has registered ("smart merge"), unless ``shouldMergeIncomingSavedObjects`` is
+/// off. Empty saves post nothing.
+///
+/// ```swift
+/// let stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: "bugs.sqlite"))
+/// let importer = stack.importerContext()
+/// try await importer.perform { context in
+///     let bug = context.insert(Bug.self)
+///     bug.key = "TIMOB-1"
+/// }
+/// try await importer.save()          // merged into stack.mainContext before this returns
+/// ```
+public final class PersistentStack: Sendable {
+    /// The model.
+    public let model: ManagedObjectModel
+    /// The store both coordinators share (one database pool per file per process).
+    public let store: any IncrementalStore
+    /// The coordinator of the main, temporary and editor contexts.
+    public let mainCoordinator: StoreCoordinator
+    /// The coordinator of importer contexts.
+    public let writerCoordinator: StoreCoordinator
+    /// The context that reads for the program: store-trump, merged into automatically.
+    public let mainContext: ObjectContext
+
+    private struct Settings {
+        var shouldMergeIncomingSavedObjects = true
+        var isMainContextReadOnly = false
+        var observers: [@Sendable (DidSave) async -> Void] = []
+    }
+
+    private let settings = Mutex(Settings())
+    private let logger: Logger
+
+    /// Opens a stack over an SQLite store file (created when missing or empty).
+    ///
+    /// - Throws: ``GraphError`` when the file cannot be opened, is not a store, or was written
+    ///   with an incompatible model.
+    public convenience init(model: ManagedObjectModel, storeURL: URL, logger: Logger = Logger(label: "bugsquasher.stack")) throws {
+        try self.init(model: model, store: SQLiteStore(url: storeURL, logger: logger), logger: logger)
+    }
+
+    /// Opens a stack over any incremental store.
+    public init(model: ManagedObjectModel, store: any IncrementalStore, logger: Logger = Logger(label: "bugsquasher.stack")) throws {
+        self.model = model
+        self.store = store
+        self.logger = logger
+        mainCoordinator = try StoreCoordinator(model: model, store: store)
+        writerCoordinator = try StoreCoordinator(model: model, store: store)
+        let box = WeakBox()
+        mainContext = ObjectContext(
+            coordinator: mainCoordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "main", logger: logger,
+            didSave: { didSave in await box.stack?.notifyObservers(didSave) }
+        )
+        box.stack = self
+    }
+
+    // MARK: Settings
+
+    /// Whether saves of writer-side contexts are merged into ``mainContext`` (default `true`).
+    public var shouldMergeIncomingSavedObjects: Bool {
+        get { settings.withLock { $0.shouldMergeIncomingSavedObjects } }
+        set { settings.withLock { $0.shouldMergeIncomingSavedObjects = newValue } }
+    }
+
+    /// Whether ``mainContext`` refuses saves and ``editorContext(name:)`` refuses to create
+    /// editors (default `false`).
+    public var isMainContextReadOnly: Bool {
+        get { settings.withLock { $0.isMainContextReadOnly } }
+        set {
+            settings.withLock { $0.isMainContextReadOnly = newValue }
+            mainContext.refuseSaves(because: newValue ? "the stack's main context is read-only (isMainContextReadOnly); save through an importer context instead" : nil)
+        }
+    }
+
+    /// Calls `handler` after every save that reaches the store through this stack, with its
+    /// did-save (after the smart merge into ``mainContext``).
+    public func observeDidSaves(_ handler: @escaping @Sendable (DidSave) async -> Void) {
+        settings.withLock { $0.observers.append(handler) }
+    }
+
+    // MARK: Contexts
+
+    /// A new context on the writer coordinator for a background import (object-trump). Its saves
+    /// are merged into ``mainContext``.
+    public func importerContext(name: String = "importer") -> ObjectContext {
+        ObjectContext(
+            coordinator: writerCoordinator, mergePolicy: .mergeByPropertyObjectTrump, name: name, logger: logger,
+            didSave: { [weak self] didSave in await self?.writerDidSave(didSave) }
+        )
+    }
+
+    /// A new context on the main coordinator for throw-away work (rollback policy); it refuses
+    /// every save.
+    public func temporaryContext(name: String = "temporary") -> ObjectContext {
+        let context = ObjectContext(coordinator: mainCoordinator, mergePolicy: .rollback, name: name, logger: logger)
+        context.refuseSaves(because: "temporary contexts are never saved; use an importer or editor context")
+        return context
+    }
+
+    /// A new child of ``mainContext`` for editing (object-trump). Save it with
+    /// ``ObjectContext/saveToPersistentStore()`` to push the edit through the main context to
+    /// the store.
+    ///
+    /// - Throws: ``GraphError/Code/readOnly`` while ``isMainContextReadOnly`` is set.
+    public func editorContext(name: String = "editor") async throws -> ObjectContext {
+        if isMainContextReadOnly {
+            throw GraphError(.readOnly, "The main context is read-only (isMainContextReadOnly), so editor contexts, which save through it, are refused. Use an importer context, or clear isMainContextReadOnly.")
+        }
+        return await mainContext.newChildContext(mergePolicy: .mergeByPropertyObjectTrump, name: name)
+    }
+
+    // MARK: Notifications
+
+    private func writerDidSave(_ didSave: DidSave) async {
+        if shouldMergeIncomingSavedObjects {
+            await mainContext.merge(didSave)
+        } else {
+            mainCoordinator.absorb(didSave)
+        }
+        await notifyObservers(didSave)
+    }
+
+    private func notifyObservers(_ didSave: DidSave) async {
+        let observers = settings.withLock { $0.observers }
+        for observer in observers { await observer(didSave) }
+    }
+}
+
+/// Lets the main context's save handler reach the stack that owns it without a retain cycle.
+private final class WeakBox: Sendable {
+    private let reference = Mutex<WeakReference?>(nil)
+    private struct WeakReference { weak var stack: PersistentStack? }
+
+    var stack: PersistentStack? {
+        get { reference.withLock { $0?.stack } }
+        set { reference.withLock { $0 = WeakReference(stack: newValue) } }
+    }
+}

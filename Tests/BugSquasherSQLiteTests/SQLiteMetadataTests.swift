@@ -1,0 +1,101 @@
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherSQLite
+import Foundation
+import Testing
+
+/// What only a file-backed store does: metadata, model checks, migration, damaged files.
+@Suite("SQLite store metadata")
+struct SQLiteMetadataTests {
+    let directory: URL
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-meta-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    func model(extra: [AttributeDescription] = [], titleType: AttributeType = .string) throws -> ManagedObjectModel {
+        try ManagedObjectModel(entities: [
+            EntityDescription(name: "Note", uniqueKey: "key", attributes: [
+                .attribute("key", .string), .attribute("title", titleType),
+            ] + extra),
+        ])
+    }
+
+    @Test("a zero-length file is a new store; reopening keeps its identifier and rows")
+    func zeroLengthFileIsNew() async throws {
+        let url = directory.appendingPathComponent("empty.sqlite")
+        _ = FileManager.default.createFile(atPath: url.path, contents: Data())
+        let model = try model()
+        let first = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+        try await ObjectContext(coordinator: first).perform { context in
+            let note = try context.insert(entityNamed: "Note")
+            note["key"] = "n1"
+            note["title"] = "hello"
+            try context.saveToStore()
+        }
+        let second = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+        #expect(second.storeIdentifier == first.storeIdentifier)
+        #expect(UUID(uuidString: second.storeIdentifier) != nil)
+        #expect(second.metadata.modelVersionHash == model.versionHash)
+        let count = try await ObjectContext(coordinator: second).perform { try $0.count(FetchRequest<ManagedObject>(entityName: "Note")) }
+        #expect(count == 1)
+    }
+
+    @Test("adding an optional attribute migrates automatically")
+    func optionalAttributeMigrates() async throws {
+        let url = directory.appendingPathComponent("migrate.sqlite")
+        let old = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url))
+        try await ObjectContext(coordinator: old).perform { context in
+            let note = try context.insert(entityNamed: "Note")
+            note["key"] = "n1"
+            try context.saveToStore()
+        }
+        let newModel = try model(extra: [.attribute("tag", .string, optional: true), .attribute("rank", .int64, default: 5)])
+        #expect(newModel.versionHash != old.model.versionHash)
+        let migrated = try StoreCoordinator(model: newModel, store: SQLiteStore(url: url))
+        #expect(migrated.metadata.modelVersionHash == newModel.versionHash)
+        try await ObjectContext(coordinator: migrated).perform { context in
+            let note = try context.fetch(FetchRequest<ManagedObject>(entityName: "Note"))[0]
+            #expect(note["tag"] == .null)
+            #expect(note["rank"] == .int64(5))
+            note["tag"] = "x"
+            try context.saveToStore()
+        }
+    }
+
+    @Test("an incompatible model is refused with a message that says what changed")
+    func incompatibleModel() async throws {
+        let url = directory.appendingPathComponent("incompatible.sqlite")
+        _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url))
+        let error = #expect(throws: GraphError.self) {
+            try StoreCoordinator(model: try model(titleType: .int64), store: SQLiteStore(url: url))
+        }
+        #expect(error?.code == .incompatibleModel)
+        #expect(error?.message.contains("Note.title") == true)
+        let required = #expect(throws: GraphError.self) {
+            var required = AttributeDescription(name: "must", type: .string)
+            required.defaultValue = .null
+            return try StoreCoordinator(model: try model(extra: [required]), store: SQLiteStore(url: url))
+        }
+        #expect(required?.code == .incompatibleModel)
+    }
+
+    @Test("a file that is not a store is refused, and nothing is written to it")
+    func notAStore() throws {
+        let garbage = directory.appendingPathComponent("garbage.sqlite")
+        try Data(repeating: 0x41, count: 4096).write(to: garbage)
+        let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: try model(), store: SQLiteStore(url: garbage)) }
+        #expect(error?.code == .invalidStore)
+        #expect(try Data(contentsOf: garbage) == Data(repeating: 0x41, count: 4096))
+    }
+
+    @Test("the store passes SQLite's integrity check after saves")
+    func integrity() async throws {
+        let store = try SQLiteStore(url: directory.appendingPathComponent("ok.sqlite"))
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        _ = try await ObjectContext(coordinator: coordinator).perform { try $0.seedBugs(50) }
+        #expect(try store.integrityCheck() == ["ok"])
+        try store.checkpoint()
+    }
+}
