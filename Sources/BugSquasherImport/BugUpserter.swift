@@ -1,0 +1,76 @@
+public import BugSquasherGraph
+
+/// Inserts or updates bugs from ``BugRecord``s, one chunk at a time, in an importer context.
+///
+/// For a chunk it makes one `IN` fetch per entity (split at ``inListLimit`` values): the bugs by
+/// `key`, their projects by `key`, people by `name`, components by `name` and comments by
+/// `jiraID`. It then creates what is missing and sets every field from the records. Setting a
+/// property to the value it already has does not dirty an object, so re-importing an unchanged
+/// record leaves the context without changes, and the next save writes only what really changed.
+///
+/// - A bug's components become exactly the record's set (missing ones added, extra ones removed).
+/// - Comments are upserted by `jiraID` and attached to the bug; comments the record does not list
+///   are kept (Jira exports often hold only the first page of an issue's comments).
+/// - A person's display name and a project's name are only set when the record has one.
+/// - When a chunk names the same key twice, the last record wins.
+///
+/// The upserter does not save: the caller does, once per chunk.
+///
+/// ```swift
+/// let upserter = BugUpserter()
+/// let summary = try await context.perform { context in
+///     try upserter.upsert(records, in: context)
+/// }
+/// try await context.save()
+/// ```
+public struct BugUpserter: Sendable {
+    /// At most this many values go into one `IN` predicate; longer lists are fetched in parts.
+    public static let inListLimit = 500
+
+    /// Creates an upserter.
+    public init() {}
+
+    /// Upserts one chunk of records into `context`, without saving it.
+    ///
+    /// - Returns: how many bugs were inserted, updated or left unchanged.
+    /// - Throws: ``ImportError`` with ``ImportError/Code/invalidRecord`` before changing anything
+    ///   when a record has an empty key, project key, person name, component name or comment ID;
+    ///   `GraphError` when a fetch fails.
+    public func upsert(_ records: [BugRecord], in context: isolated ObjectContext) throws -> UpsertSummary {
+        for (index, record) in records.enumerated() { try Self.validate(record, at: index) }
+        var lastIndex: [String: Int] = [:]
+        for (index, record) in records.enumerated() { lastIndex[record.key] = index }
+        let chunk = records.indices.filter { lastIndex[records[$0].key] == $0 }.map { records[$0] }
+
+        var pass = UpsertPass(inListLimit: Self.inListLimit)
+        try pass.fetchExisting(for: chunk, in: context)
+        var summary = UpsertSummary(superseded: records.count - chunk.count)
+        for record in chunk {
+            switch pass.apply(record, in: context) {
+            case .inserted: summary.inserted += 1
+            case .updated: summary.updated += 1
+            case .unchanged: summary.unchanged += 1
+            }
+        }
+        return summary
+    }
+
+    /// Throws for a record whose unique keys cannot be stored.
+    private static func validate(_ record: BugRecord, at index: Int) throws {
+        func require(_ value: String, _ what: String) throws {
+            guard value.isEmpty else { return }
+            throw ImportError(
+                .invalidRecord,
+                "Record \(index) (key \"\(record.key)\") has an empty \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
+            )
+        }
+        try require(record.key, "key")
+        try require(record.project.key, "project key")
+        for name in record.components { try require(name, "component name") }
+        for person in [record.reporter, record.assignee].compactMap({ $0 }) { try require(person.name, "person name") }
+        for comment in record.comments {
+            try require(comment.jiraID, "comment jiraID")
+            if let author = comment.author { try require(author.name, "comment author name") }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+/// The error every import operation throws.
+///
+/// Like `GraphError` in BugSquasherGraph, it carries a ``Code`` (a struct over a private enum, so
+/// that new codes do not break callers that switch over the ones they know), a message that says
+/// what to do, an optional underlying cause, the input line when known, and the place where it
+/// happened.
+///
+/// ```swift
+/// do { let record = try decoder.decode(line.bytes, line: line.lineNumber) }
+/// catch let error as ImportError where error.code == .missingKey {
+///     print("skipping line \(error.inputLine ?? 0): \(error.message)")
+/// }
+/// ```
+public struct ImportError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Wrapped: String, Hashable, Sendable {
+            case invalidJSON, missingKey, invalidRecord, io
+        }
+        private let wrapped: Wrapped
+        private init(_ wrapped: Wrapped) { self.wrapped = wrapped }
+
+        /// The input is not valid JSON, or not a JSON object.
+        public static let invalidJSON = Code(.invalidJSON)
+        /// A Jira issue has no `key`, so it cannot be matched to a bug.
+        public static let missingKey = Code(.missingKey)
+        /// A ``BugRecord`` handed to the upserter cannot be stored (an empty key, say).
+        public static let invalidRecord = Code(.invalidRecord)
+        /// A file could not be opened or read.
+        public static let io = Code(.io)
+
+        /// The code's name, such as `missingKey`.
+        public var description: String { wrapped.rawValue }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// What happened and what to do about it.
+    public var message: String
+    /// The error that caused this one, if any (a `DecodingError`, say).
+    public var cause: (any Error & Sendable)?
+    /// The 1-based line of the input the error is about, when the input is line-oriented.
+    public var inputLine: Int?
+    /// Where the error was raised.
+    public var location: SourceLocation
+
+    /// Creates an error; `file` and `line` default to the caller's position.
+    public init(
+        _ code: Code,
+        _ message: String,
+        cause: (any Error & Sendable)? = nil,
+        inputLine: Int? = nil,
+        file: String = #fileID,
+        line: Int = #line
+    ) {
+        self.code = code
+        self.message = message
+        self.cause = cause
+        self.inputLine = inputLine
+        self.location = SourceLocation(file: file, line: line)
+    }
+
+    /// The code, the input line when known, the message and the cause.
+    public var description: String {
+        var text = "\(code): "
+        if let inputLine { text += "line \(inputLine): " }
+        text += message
+        if let cause { text += " (cause: \(cause))" }
+        return text
+    }
+
+    /// A position in the source code.
+    public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+        /// The `#fileID` of the position.
+        public var file: String
+        /// The line number.
+        public var line: Int
+        /// `file:line`.
+        public var description: String { "\(file):\(line)" }
+    }
+}

@@ -1,0 +1,118 @@
+public import Foundation
+
+/// Decodes one Jira REST v2 issue object (one line of an NDJSON export, or one element of the
+/// `issues` array of `/rest/api/2/search`) into a ``BugRecord``.
+///
+/// It tolerates what real exports contain: missing or `null` description, components, reporter,
+/// assignee, resolution and dates; the literal priority `None` (read as no priority); comments
+/// without body or author; a missing summary (the key becomes the title). It refuses input it
+/// cannot match to a bug: text that is not a JSON object, and an issue without `key`.
+///
+/// ```swift
+/// let decoder = JiraIssueDecoder()
+/// for line in try LineReader(path: "titanium-jira-sample.ndjson") {
+///     let record = try decoder.decode(line.bytes, line: line.lineNumber)
+///     print(record.key, record.title)
+/// }
+/// ```
+public struct JiraIssueDecoder: Sendable {
+    /// Creates a decoder.
+    public init() {}
+
+    /// Decodes one issue.
+    ///
+    /// - Parameters:
+    ///   - json: the UTF-8 JSON text of one issue object.
+    ///   - line: the input line it came from, reported in errors.
+    /// - Throws: ``ImportError`` with ``ImportError/Code/invalidJSON`` when `json` is not a JSON
+    ///   object of the expected shape, ``ImportError/Code/missingKey`` when it has no `key`.
+    public func decode(_ json: Data, line: Int? = nil) throws -> BugRecord {
+        let issue: JiraPayload.Issue
+        do {
+            issue = try JSONDecoder().decode(JiraPayload.Issue.self, from: json)
+        } catch let error as DecodingError {
+            throw ImportError(.invalidJSON, Self.explain(error), cause: error, inputLine: line)
+        }
+        guard let key = issue.key, !key.isEmpty else {
+            throw ImportError(
+                .missingKey,
+                "The issue has no \"key\" (such as \"TIMOB-100\"), so it cannot be matched to a bug. Export issues with Jira's REST API v2 (/rest/api/2/search), or remove this one from the input.",
+                inputLine: line
+            )
+        }
+        return Self.record(key: key, issue: issue)
+    }
+
+    /// Maps a decoded issue onto a record.
+    private static func record(key: String, issue: JiraPayload.Issue) -> BugRecord {
+        let fields = issue.fields
+        let summary = fields?.summary ?? ""
+        let priority = fields?.priority?.name.flatMap { $0.isEmpty || $0 == "None" ? nil : $0 }
+        let projectKey = fields?.project?.key.flatMap { $0.isEmpty ? nil : $0 } ?? projectKey(fromIssueKey: key)
+        return BugRecord(
+            key: key,
+            jiraID: issue.id,
+            title: summary.isEmpty ? key : summary,
+            details: fields?.description,
+            status: fields?.status?.name ?? "Unknown",
+            resolution: fields?.resolution?.name,
+            priority: priority,
+            type: fields?.issuetype?.name,
+            labels: BugRecord.normalizedLabels((fields?.labels ?? []).compactMap { $0 }),
+            created: fields?.created.flatMap(JiraDate.parse),
+            updated: fields?.updated.flatMap(JiraDate.parse),
+            resolved: fields?.resolutiondate.flatMap(JiraDate.parse),
+            project: ProjectRecord(key: projectKey, name: fields?.project?.name),
+            components: unique((fields?.components ?? []).compactMap { $0?.name }.filter { !$0.isEmpty }),
+            reporter: person(fields?.reporter),
+            assignee: person(fields?.assignee),
+            comments: (fields?.comment?.comments ?? []).compactMap { comment in
+                guard let comment, let id = comment.id, !id.isEmpty else { return nil }
+                return CommentRecord(
+                    jiraID: id,
+                    body: comment.body ?? "",
+                    author: person(comment.author),
+                    created: comment.created.flatMap(JiraDate.parse),
+                    updated: comment.updated.flatMap(JiraDate.parse)
+                )
+            }
+        )
+    }
+
+    /// A user as a person record: by account name, else by user key; `nil` without either.
+    private static func person(_ user: JiraPayload.User?) -> PersonRecord? {
+        guard let user, let name = [user.name, user.key].compactMap({ $0 }).first(where: { !$0.isEmpty }) else {
+            return nil
+        }
+        return PersonRecord(name: name, displayName: user.displayName)
+    }
+
+    /// `TIMOB` for `TIMOB-100`: the project key when an issue does not name its project.
+    private static func projectKey(fromIssueKey key: String) -> String {
+        guard let dash = key.lastIndex(of: "-"), dash != key.startIndex else { return key }
+        return String(key[..<dash])
+    }
+
+    /// The strings in their first order, without repeats.
+    private static func unique(_ strings: [String]) -> [String] {
+        var seen = Set<String>()
+        return strings.filter { seen.insert($0).inserted }
+    }
+
+    /// A message for a decoding failure that says what was wrong and what to do.
+    private static func explain(_ error: DecodingError) -> String {
+        let context: DecodingError.Context
+        switch error {
+        case .typeMismatch(_, let c), .valueNotFound(_, let c), .keyNotFound(_, let c), .dataCorrupted(let c): context = c
+        @unknown default: return "The input is not a Jira issue object. Each line must hold one JSON object from Jira's REST API v2; fix or remove this line."
+        }
+        if context.codingPath.isEmpty {
+            if case .dataCorrupted = error {
+                return "The input is not valid JSON. Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line."
+            }
+            return "The input is valid JSON but not an object. Each line must hold one Jira issue object (not an array or a bare value); fix or remove this line."
+        }
+        let path = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+        return "The issue's field \(path.dropFirst()) has an unexpected type (\(context.debugDescription)). Check that the input is Jira's REST API v2 format, or fix this line."
+    }
+}

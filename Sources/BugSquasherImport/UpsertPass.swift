@@ -1,0 +1,167 @@
+import BugSquasherGraph
+import BugSquasherModel
+import Foundation
+
+/// The state of one ``BugUpserter`` chunk: the objects fetched or created so far, by unique key.
+///
+/// It lives inside one call of ``BugUpserter/upsert(_:in:)``, on the context's executor.
+struct UpsertPass {
+    /// What happened to one bug.
+    enum Outcome { case inserted, updated, unchanged }
+
+    let inListLimit: Int
+    private var bugs: [String: Bug] = [:]
+    private var projects: [String: Project] = [:]
+    private var persons: [String: Person] = [:]
+    private var components: [String: Component] = [:]
+    private var comments: [String: Comment] = [:]
+
+    init(inListLimit: Int) {
+        self.inListLimit = inListLimit
+    }
+
+    /// Fetches the existing objects the records name, one `IN` fetch per entity and part.
+    mutating func fetchExisting(for records: [BugRecord], in context: isolated ObjectContext) throws {
+        var bugKeys = Set<String>(), projectKeys = Set<String>(), personNames = Set<String>()
+        var componentNames = Set<String>(), commentIDs = Set<String>()
+        for record in records {
+            bugKeys.insert(record.key)
+            projectKeys.insert(record.project.key)
+            componentNames.formUnion(record.components)
+            for person in [record.reporter, record.assignee] { if let person { personNames.insert(person.name) } }
+            for comment in record.comments {
+                commentIDs.insert(comment.jiraID)
+                if let author = comment.author { personNames.insert(author.name) }
+            }
+        }
+        bugs = try fetch(Bug.self, by: "key", in: bugKeys, context: context)
+        projects = try fetch(Project.self, by: "key", in: projectKeys, context: context)
+        persons = try fetch(Person.self, by: "name", in: personNames, context: context)
+        components = try fetch(Component.self, by: "name", in: componentNames, context: context)
+        comments = try fetch(Comment.self, by: "jiraID", in: commentIDs, context: context)
+    }
+
+    /// Inserts or updates the bug of one record, with its relationships and comments.
+    mutating func apply(_ record: BugRecord, in context: isolated ObjectContext) -> Outcome {
+        let bug: Bug
+        let isNew: Bool
+        if let existing = bugs[record.key] {
+            bug = existing
+            isNew = false
+        } else {
+            bug = context.insert(Bug.self)
+            bug.key = record.key
+            bugs[record.key] = bug
+            isNew = true
+        }
+        bug.jiraID = record.jiraID
+        bug.title = record.title
+        bug.details = record.details
+        bug.status = record.status
+        bug.resolution = record.resolution
+        bug.priority = record.priority
+        bug.type = record.type
+        bug.labels = BugRecord.normalizedLabels(record.labels)
+        bug.created = record.created
+        bug.updated = record.updated
+        bug.resolved = record.resolved
+        bug.project = project(record.project, in: context)
+        bug.reporter = person(record.reporter, in: context)
+        bug.assignee = person(record.assignee, in: context)
+        setComponents(record.components, of: bug, in: context)
+
+        var commentsChanged = false
+        for comment in record.comments where upsert(comment, on: bug, in: context) {
+            commentsChanged = true
+        }
+        if isNew { return .inserted }
+        return bug.hasChanges || commentsChanged ? .updated : .unchanged
+    }
+
+    // MARK: Related objects
+
+    private mutating func project(_ record: ProjectRecord, in context: isolated ObjectContext) -> Project {
+        let project = projects[record.key] ?? {
+            let project = context.insert(Project.self)
+            project.key = record.key
+            return project
+        }()
+        projects[record.key] = project
+        if let name = record.name { project.name = name }
+        return project
+    }
+
+    private mutating func person(_ record: PersonRecord?, in context: isolated ObjectContext) -> Person? {
+        guard let record else { return nil }
+        let person = persons[record.name] ?? {
+            let person = context.insert(Person.self)
+            person.name = record.name
+            return person
+        }()
+        persons[record.name] = person
+        if let displayName = record.displayName { person.displayName = displayName }
+        return person
+    }
+
+    private mutating func component(named name: String, in context: isolated ObjectContext) -> Component {
+        if let component = components[name] { return component }
+        let component = context.insert(Component.self)
+        component.name = name
+        components[name] = component
+        return component
+    }
+
+    /// Makes the bug's components exactly the named ones.
+    private mutating func setComponents(_ names: [String], of bug: Bug, in context: isolated ObjectContext) {
+        let wanted = names.map { component(named: $0, in: context) }
+        let current = bug.components
+        let wantedSet = Set(wanted)
+        let currentSet = Set(current)
+        for component in current where !wantedSet.contains(component) {
+            bug.remove(component, from: "components")
+        }
+        for component in wanted where !currentSet.contains(component) {
+            bug.add(component, to: "components")
+        }
+    }
+
+    /// Inserts or updates a comment and attaches it to the bug; returns whether it changed.
+    private mutating func upsert(_ record: CommentRecord, on bug: Bug, in context: isolated ObjectContext) -> Bool {
+        let comment: Comment
+        if let existing = comments[record.jiraID] {
+            comment = existing
+        } else {
+            comment = context.insert(Comment.self)
+            comment.jiraID = record.jiraID
+            comments[record.jiraID] = comment
+        }
+        comment.body = record.body
+        comment.created = record.created
+        comment.updated = record.updated
+        comment.author = person(record.author, in: context)
+        comment.bug = bug
+        return comment.hasChanges
+    }
+
+    // MARK: Fetching
+
+    /// The objects whose `attribute` is one of `values`, by that value.
+    private func fetch<T: ManagedObject>(
+        _ type: T.Type, by attribute: String, in values: Set<String>, context: isolated ObjectContext
+    ) throws -> [String: T] {
+        let values = values.sorted()
+        var result: [String: T] = [:]
+        result.reserveCapacity(values.count)
+        var start = 0
+        while start < values.count {
+            let end = min(start + inListLimit, values.count)
+            var request = FetchRequest<T>(predicate: Key(attribute).in(values[start..<end].map { Value.string($0) }))
+            request.returnsObjectsAsFaults = false
+            for object in try context.fetch(request) {
+                if let key = object.get(attribute, as: String.self) { result[key] = object }
+            }
+            start = end
+        }
+        return result
+    }
+}

@@ -1,0 +1,207 @@
+import BugSquasherGraph
+import BugSquasherImport
+import BugSquasherModel
+import Foundation
+import Testing
+
+// Swift Testing has its own `Bug` and `Comment`; these names mean the model's classes here.
+private typealias Bug = BugSquasherModel.Bug
+private typealias Comment = BugSquasherModel.Comment
+
+@Suite struct BugUpserterTests {
+    private let upserter = BugUpserter()
+
+    private func makeContext() throws -> ObjectContext {
+        ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: InMemoryStore()))
+    }
+
+    private func sampleRecords() -> [BugRecord] {
+        let alice = PersonRecord(name: "user-alice", displayName: "Alice")
+        let bob = PersonRecord(name: "user-bob", displayName: "Bob")
+        return [
+            BugRecord(
+                key: "TIMOB-1", jiraID: "1", title: "Crash on launch", details: "Stack trace attached.",
+                status: "Open", priority: "High", type: "Bug", labels: ["ios", "crash"],
+                created: JiraDate.parse("2011-04-15T02:23:39.000+0000"), updated: JiraDate.parse("2011-04-16T02:23:39.000+0000"),
+                project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: ["iOS", "Runtime"],
+                reporter: alice, assignee: bob,
+                comments: [
+                    CommentRecord(jiraID: "c1", body: "Seen it too.", author: bob, created: JiraDate.parse("2011-04-15T03:00:00Z")),
+                    CommentRecord(jiraID: "c2", body: "Fixed.", author: alice),
+                ]
+            ),
+            BugRecord(
+                key: "TIMOB-2", jiraID: "2", title: "Typo in docs", status: "Closed", resolution: "Fixed",
+                priority: nil, type: "Story", resolved: JiraDate.parse("2011-05-01"),
+                project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: [], reporter: bob
+            ),
+            BugRecord(
+                key: "ALOY-1", title: "logger.js failing", status: "Open",
+                project: ProjectRecord(key: "ALOY", name: "Alloy"), components: ["Runtime"],
+                comments: [CommentRecord(jiraID: "c3", body: "", author: PersonRecord(name: "user-carol"))]
+            ),
+        ]
+    }
+
+    private func count<T: ManagedObject>(_ type: T.Type, in context: ObjectContext) async throws -> Int {
+        try await context.perform { context in try context.count(FetchRequest<T>()) }
+    }
+
+    @Test func insertsThenLeavesUnchangedRecordsClean() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        let records = sampleRecords()
+
+        let first = try await context.perform { context in try upserter.upsert(records, in: context) }
+        #expect(first == UpsertSummary(inserted: 3))
+        try await context.save()
+        #expect(try await count(Bug.self, in: context) == 3)
+        #expect(try await count(Project.self, in: context) == 2)
+        #expect(try await count(Person.self, in: context) == 3)
+        #expect(try await count(Component.self, in: context) == 2)
+        #expect(try await count(Comment.self, in: context) == 3)
+
+        let second = try await context.perform { context in try upserter.upsert(records, in: context) }
+        #expect(second == UpsertSummary(unchanged: 3))
+        #expect(await context.hasChanges == false)
+    }
+
+    @Test func reimportInAFreshContextChangesNothing() async throws {
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
+        let upserter = self.upserter
+        let records = sampleRecords()
+        let writer = ObjectContext(coordinator: coordinator)
+        _ = try await writer.perform { context in try upserter.upsert(records, in: context) }
+        try await writer.save()
+
+        let fresh = ObjectContext(coordinator: coordinator)
+        let summary = try await fresh.perform { context in try upserter.upsert(records, in: context) }
+        #expect(summary == UpsertSummary(unchanged: 3))
+        #expect(await fresh.hasChanges == false)
+    }
+
+    @Test func changingOneTitleUpdatesExactlyOneBug() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        var records = sampleRecords()
+        _ = try await context.perform { [records] context in try upserter.upsert(records, in: context) }
+        try await context.save()
+
+        records[1].title = "Typo in the docs"
+        let summary = try await context.perform { [records] context in try upserter.upsert(records, in: context) }
+        #expect(summary == UpsertSummary(updated: 1, unchanged: 2))
+        let (updatedKeys, insertedCount) = await context.perform { context in
+            (context.updatedObjects.compactMap { ($0 as? Bug)?.key }, context.insertedObjects.count)
+        }
+        #expect(updatedKeys == ["TIMOB-2"])
+        #expect(insertedCount == 0)
+        try await context.save()
+        let title = try await context.perform { context in
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-2")).first?.title
+        }
+        #expect(title == "Typo in the docs")
+    }
+
+    @Test func setsFieldsRelationshipsAndComments() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        let records = sampleRecords()
+        _ = try await context.perform { context in try upserter.upsert(records, in: context) }
+        try await context.save()
+
+        struct Snapshot: Sendable, Equatable {
+            var title: String, status: String, priority: String?, labels: [String], created: Date?
+            var project: String?, projectName: String?, reporter: String?, assignee: String?, assigneeName: String?
+            var components: [String], comments: [String], commentAuthors: [String?]
+        }
+        let snapshot = try await context.perform { context -> Snapshot? in
+            guard let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first else { return nil }
+            let comments = bug.comments.sorted { $0.jiraID < $1.jiraID }
+            return Snapshot(
+                title: bug.title, status: bug.status, priority: bug.priority, labels: bug.labels, created: bug.created,
+                project: bug.project?.key, projectName: bug.project?.name, reporter: bug.reporter?.name,
+                assignee: bug.assignee?.name, assigneeName: bug.assignee?.displayName,
+                components: bug.components.map(\.name).sorted(), comments: comments.map(\.body),
+                commentAuthors: comments.map { $0.author?.name }
+            )
+        }
+        #expect(snapshot == Snapshot(
+            title: "Crash on launch", status: "Open", priority: "High", labels: ["ios", "crash"],
+            created: JiraDate.parse("2011-04-15T02:23:39.000+0000"), project: "TIMOB", projectName: "Titanium SDK",
+            reporter: "user-alice", assignee: "user-bob", assigneeName: "Bob",
+            components: ["Runtime", "iOS"], comments: ["Seen it too.", "Fixed."], commentAuthors: ["user-bob", "user-alice"]
+        ))
+    }
+
+    @Test func makesComponentsExactlyTheRecordsSet() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        var records = sampleRecords()
+        _ = try await context.perform { [records] context in try upserter.upsert(records, in: context) }
+        try await context.save()
+
+        records[0].components = ["Runtime", "Android"]
+        let summary = try await context.perform { [records] context in try upserter.upsert(records, in: context) }
+        #expect(summary == UpsertSummary(updated: 1, unchanged: 2))
+        try await context.save()
+        let names = try await context.perform { context in
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first?.components.map(\.name).sorted()
+        }
+        #expect(names == ["Android", "Runtime"])
+        #expect(try await count(Component.self, in: context) == 3)  // "iOS" is kept, only unlinked
+    }
+
+    @Test func lastRecordWinsForADuplicatedKey() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        var duplicate = sampleRecords()[0]
+        duplicate.title = "Crash on launch (again)"
+        let chunk = sampleRecords() + [duplicate]
+        let summary = try await context.perform { context in try upserter.upsert(chunk, in: context) }
+        #expect(summary == UpsertSummary(inserted: 3, superseded: 1))
+        let titles = try await context.perform { context in
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).map(\.title)
+        }
+        #expect(titles == ["Crash on launch (again)"])
+    }
+
+    @Test func refusesARecordWithAnEmptyKeyAndChangesNothing() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        let chunk = sampleRecords() + [BugRecord(key: "", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"))]
+        let error = await #expect(throws: ImportError.self) {
+            _ = try await context.perform { context in try upserter.upsert(chunk, in: context) }
+        }
+        #expect(error?.code == .invalidRecord)
+        #expect(await context.hasChanges == false)
+    }
+
+    @Test func reimportsTheRealSampleWithoutChanges() async throws {
+        guard let file = TestData.sampleFile() else { return }
+        let decoder = JiraIssueDecoder()
+        var chunks: [[BugRecord]] = [[]]
+        for (lineNumber, bytes) in try LineReader(path: file) {
+            if chunks[chunks.count - 1].count == 100 { chunks.append([]) }
+            chunks[chunks.count - 1].append(try decoder.decode(bytes, line: lineNumber))
+            if chunks.count == 3, chunks[2].count == 100 { break }
+        }
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
+        let upserter = self.upserter
+
+        let writer = ObjectContext(coordinator: coordinator)
+        var first = UpsertSummary()
+        for chunk in chunks {
+            first += try await writer.perform { context in try upserter.upsert(chunk, in: context) }
+            try await writer.save()
+        }
+        #expect(first == UpsertSummary(inserted: 300))
+
+        let fresh = ObjectContext(coordinator: coordinator)
+        var second = UpsertSummary()
+        for chunk in chunks {
+            second += try await fresh.perform { context in try upserter.upsert(chunk, in: context) }
+            #expect(await fresh.hasChanges == false)
+        }
+        #expect(second == UpsertSummary(unchanged: 300))
+    }
+}

@@ -1,0 +1,125 @@
+import BugSquasherImport
+import Foundation
+import Testing
+
+@Suite struct JiraIssueDecoderTests {
+    private let decoder = JiraIssueDecoder()
+
+    /// An issue with the quirks of the real data: no description, no components, no summary,
+    /// a null resolution, the priority "None", a label with a space, a comment without body or
+    /// author, a comment without ID, and null dates.
+    private let quirky = #"""
+    {"id":"4242","key":"TIMOB-7","fields":{
+      "issuetype":{"name":"Story"},
+      "project":{"id":"1","key":"TIMOB","name":"Titanium SDK/CLI"},
+      "resolution":null, "resolutiondate":null,
+      "created":"2011-04-15T02:23:39.000+0000", "updated":"2011-04-16T10:00:00.000+0000",
+      "priority":{"name":"None","id":"10000"},
+      "labels":["ios","needs triage","ios"],
+      "assignee":null,
+      "status":{"name":"Open"},
+      "reporter":{"name":"user-1a2b3c4d","key":"user-1a2b3c4d","displayName":"User One"},
+      "environment":null,
+      "comment":{"comments":[
+        {"id":"100","author":{"name":"user-2b3c4d5e","displayName":"User Two"},"body":"Seen on iOS 5.","created":"2011-04-15T03:00:00.000+0000","updated":"2011-04-15T03:00:00.000+0000"},
+        {"id":"101","created":"2011-04-15T04:00:00.000+0000","updated":null},
+        {"body":"no id, dropped"}
+      ],"maxResults":3,"total":5,"startAt":0}
+    }}
+    """#
+
+    @Test func decodesAnIssueWithTheRealDataQuirks() throws {
+        let record = try decoder.decode(Data(quirky.utf8))
+        #expect(record.key == "TIMOB-7")
+        #expect(record.jiraID == "4242")
+        #expect(record.title == "TIMOB-7")  // no summary: the key stands in
+        #expect(record.details == nil)
+        #expect(record.status == "Open")
+        #expect(record.resolution == nil)
+        #expect(record.resolved == nil)
+        #expect(record.priority == nil)  // the literal "None"
+        #expect(record.type == "Story")
+        #expect(record.labels == ["ios", "needs_triage"])
+        #expect(record.created == JiraDate.parse("2011-04-15T02:23:39.000+0000"))
+        #expect(record.updated == JiraDate.parse("2011-04-16T10:00:00.000+0000"))
+        #expect(record.project == ProjectRecord(key: "TIMOB", name: "Titanium SDK/CLI"))
+        #expect(record.components.isEmpty)
+        #expect(record.reporter == PersonRecord(name: "user-1a2b3c4d", displayName: "User One"))
+        #expect(record.assignee == nil)
+        #expect(record.comments.count == 2)
+        #expect(record.comments.first == CommentRecord(
+            jiraID: "100", body: "Seen on iOS 5.", author: PersonRecord(name: "user-2b3c4d5e", displayName: "User Two"),
+            created: JiraDate.parse("2011-04-15T03:00:00.000+0000"), updated: JiraDate.parse("2011-04-15T03:00:00.000+0000")
+        ))
+        #expect(record.comments.last?.body == "")
+        #expect(record.comments.last?.author == nil)
+        #expect(record.comments.last?.updated == nil)
+    }
+
+    @Test func decodesAMinimalIssue() throws {
+        let record = try decoder.decode(Data(#"{"key":"ALOY-3","fields":{"summary":"Hi","components":[{"name":"Runtime"},{"name":"Runtime"}]}}"#.utf8))
+        #expect(record.title == "Hi")
+        #expect(record.project.key == "ALOY")  // from the issue key when the project is missing
+        #expect(record.components == ["Runtime"])
+        #expect(record.comments.isEmpty)
+        #expect(record.labels.isEmpty)
+    }
+
+    @Test func refusesAnIssueWithoutKey() {
+        let error = #expect(throws: ImportError.self) {
+            _ = try decoder.decode(Data(#"{"id":"1","fields":{"summary":"No key"}}"#.utf8), line: 12)
+        }
+        #expect(error?.code == .missingKey)
+        #expect(error?.inputLine == 12)
+        #expect(error?.message.contains("key") == true)
+    }
+
+    @Test(arguments: ["[1,2,3]", "\"TIMOB-1\"", "42", "null", "{\"key\":", "not json at all", "{\"key\":\"A-1\",\"fields\":{\"labels\":\"x\"}}"])
+    func refusesInputThatIsNotAnIssueObject(_ text: String) {
+        let error = #expect(throws: ImportError.self) {
+            _ = try decoder.decode(Data(text.utf8), line: 3)
+        }
+        #expect(error?.code == .invalidJSON)
+        #expect(error?.inputLine == 3)
+    }
+
+    @Test func decodesTheFirstIssuesOfTheRealSample() throws {
+        guard let file = TestData.sampleFile() else { return }
+        var records: [BugRecord] = []
+        for (lineNumber, bytes) in try LineReader(path: file) {
+            records.append(try decoder.decode(bytes, line: lineNumber))
+            if records.count == 20 { break }
+        }
+        #expect(records.count == 20)
+        let first = try #require(records.first)
+        #expect(first.key == "ALOY-1")
+        #expect(first.jiraID == "91906")
+        #expect(first.title == "logger.js failing in Titanium runtime")
+        #expect(first.status == "Closed")
+        #expect(first.resolution == "Won't Fix")
+        #expect(first.priority == "Medium")
+        #expect(first.type == "Bug")
+        #expect(first.project == ProjectRecord(key: "ALOY", name: "Alloy"))
+        #expect(first.components == ["Runtime"])
+        #expect(first.reporter?.name == "user-d4ddfb7d")
+        #expect(first.assignee?.name == "user-d4ddfb7d")
+        #expect(first.created == JiraDate.parse("2012-05-16T07:56:13.000+0000"))
+        #expect(first.resolved == JiraDate.parse("2012-07-23T11:41:55.000+0000"))
+        #expect(first.comments.map(\.jiraID) == ["194980", "208915"])
+        #expect(records.allSatisfy { !$0.title.isEmpty && $0.created != nil && $0.updated != nil })
+    }
+
+    @Test func decodesTheWholeRealSample() throws {
+        guard let file = TestData.sampleFile() else { return }
+        let reader = try LineReader(path: file)
+        var keys = Set<String>()
+        for (lineNumber, bytes) in reader {
+            let record = try decoder.decode(bytes, line: lineNumber)
+            keys.insert(record.key)
+            #expect(record.labels.allSatisfy { !$0.contains(" ") })
+            #expect(record.priority != "None")
+        }
+        #expect(reader.error == nil)
+        #expect(keys.count == 1_000)
+    }
+}
