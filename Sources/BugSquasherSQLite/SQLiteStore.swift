@@ -27,6 +27,37 @@ public final class SQLiteStore: IncrementalStore {
     private struct Loaded: Sendable {
         let model: ManagedObjectModel
         let metadata: StoreMetadata
+        let statements: [String: EntityStatements]
+
+        init(model: ManagedObjectModel, metadata: StoreMetadata) {
+            self.model = model
+            self.metadata = metadata
+            statements = Dictionary(uniqueKeysWithValues: model.entities.map { ($0.name, EntityStatements($0)) })
+        }
+    }
+
+    /// The SQL of an entity's writes, built once when the store opens.
+    private struct EntityStatements: Sendable {
+        let entity: EntityDescription
+        let insert: String
+        let update: String
+        let delete: String
+
+        init(_ entity: EntityDescription) {
+            self.entity = entity
+            let table = SQLSchema.quote(entity.name)
+            let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
+            insert = "INSERT INTO \(table) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))"
+            update = "UPDATE \(table) SET _version = _version + 1, \(names.map { "\(SQLSchema.quote($0)) = ?" }.joined(separator: ", ")) WHERE pk = ? AND _version = ?"
+            delete = "DELETE FROM \(table) WHERE pk = ? AND _version = ?"
+        }
+    }
+
+    private func statements(for id: ObjectID, in state: Loaded) throws -> EntityStatements {
+        guard let statements = state.statements[id.entityName] else {
+            throw GraphError(.invalidArgument, "\(id) names entity '\(id.entityName)', which the model does not have.")
+        }
+        return statements
     }
 
     private let loaded = Mutex<Loaded?>(nil)
@@ -202,12 +233,15 @@ public final class SQLiteStore: IncrementalStore {
                 var didSave = DidSave(token: .zero, storeIdentifier: store)
                 var conflicts: [MergeConflict] = []
                 for row in changes.updated {
-                    let entity = try model.requireEntity(row.objectID.entityName)
-                    let assignments = (entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name))
-                        .map { "\(SQLSchema.quote($0)) = ?" }.joined(separator: ", ")
-                    let statement = try db.cachedStatement(sql: "UPDATE \(SQLSchema.quote(entity.name)) SET _version = _version + 1, \(assignments) WHERE pk = ? AND _version = ?")
-                    var arguments = row.attributes.map(\.databaseValue) + row.toOne.map { $0?.key.databaseValue ?? .null }
-                    arguments += [row.objectID.key.databaseValue, row.expectedVersion.databaseValue]
+                    let sql = try statements(for: row.objectID, in: state)
+                    let entity = sql.entity
+                    let statement = try db.cachedStatement(sql: sql.update)
+                    var arguments: [(any DatabaseValueConvertible)?] = []
+                    arguments.reserveCapacity(row.attributes.count + row.toOne.count + 2)
+                    for value in row.attributes { arguments.append(value.databaseValue) }
+                    for target in row.toOne { arguments.append(target?.key) }
+                    arguments.append(row.objectID.key)
+                    arguments.append(row.expectedVersion)
                     try statement.execute(arguments: StatementArguments(arguments))
                     if db.changesCount == 0 {
                         conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, entity: entity, store: store, model: model, db: db)))
@@ -217,8 +251,9 @@ public final class SQLiteStore: IncrementalStore {
                     }
                 }
                 for deletion in changes.deleted {
-                    let entity = try model.requireEntity(deletion.objectID.entityName)
-                    let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.quote(entity.name)) WHERE pk = ? AND _version = ?")
+                    let sql = try statements(for: deletion.objectID, in: state)
+                    let entity = sql.entity
+                    let statement = try db.cachedStatement(sql: sql.delete)
                     try statement.execute(arguments: [deletion.objectID.key, deletion.expectedVersion])
                     if db.changesCount == 0, let current = try currentRow(deletion.objectID, entity: entity, store: store, model: model, db: db) {
                         conflicts.append(MergeConflict(objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
@@ -231,20 +266,20 @@ public final class SQLiteStore: IncrementalStore {
                     throw GraphError(.mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.", conflicts: conflicts)
                 }
                 for row in changes.inserted {
-                    let entity = try model.requireEntity(row.objectID.entityName)
-                    let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
-                    let statement = try db.cachedStatement(sql: "INSERT INTO \(SQLSchema.quote(entity.name)) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))")
-                    var arguments: [DatabaseValue] = [row.objectID.key.databaseValue]
-                    arguments.reserveCapacity(names.count + 1)
+                    let sql = try statements(for: row.objectID, in: state)
+                    let entity = sql.entity
+                    let statement = try db.cachedStatement(sql: sql.insert)
+                    var arguments: [(any DatabaseValueConvertible)?] = [row.objectID.key]
+                    arguments.reserveCapacity(row.attributes.count + row.toOne.count + 1)
                     for value in row.attributes { arguments.append(value.databaseValue) }
-                    for target in row.toOne { arguments.append(target?.key.databaseValue ?? .null) }
+                    for target in row.toOne { arguments.append(target?.key) }
                     do {
                         try statement.execute(arguments: StatementArguments(arguments))
                     } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                         let key = entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map { "\(entity.uniqueKey!) = \(row.attributes[$0])" } ?? "its key"
                         throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key); fetch and update the existing object instead of inserting a second one.", cause: error)
                     }
-                    didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: names, values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
+                    didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
                 }
                 for link in changes.linksRemoved {
                     try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) WHERE src = ? AND dst = ?")
@@ -255,7 +290,7 @@ public final class SQLiteStore: IncrementalStore {
                         .execute(arguments: [link.source.key, link.destination.key])
                 }
                 try db.execute(sql: "INSERT INTO bs_history (committed_at, payload) VALUES (?, ?)",
-                               arguments: [Date().timeIntervalSince1970, try HistoryCoding.encode(didSave)])
+                               arguments: [Date().timeIntervalSince1970, HistoryCoding.encode(didSave)])
                 didSave.token = HistoryToken(rawValue: db.lastInsertedRowID)
                 return didSave
             }
@@ -382,10 +417,9 @@ public final class SQLiteStore: IncrementalStore {
         return try wrap("read history") {
             try pool.read { db in
                 let rows = try Row.fetchAll(db, sql: "SELECT token, payload FROM bs_history WHERE token > ? ORDER BY token LIMIT ?", arguments: [token.rawValue, limit])
+                let store = try requireLoaded().metadata.storeIdentifier
                 return try rows.map { row in
-                    var didSave = try HistoryCoding.decode(row["payload"] as Data)
-                    didSave.token = HistoryToken(rawValue: row["token"])
-                    return didSave
+                    try HistoryCoding.decode(row["payload"] as Data, store: store, token: HistoryToken(rawValue: row["token"]))
                 }
             }
         }
@@ -435,13 +469,3 @@ public final class SQLiteStore: IncrementalStore {
     }
 }
 
-/// The history table's payload: the did-save without values, as compact JSON.
-enum HistoryCoding {
-    static func encode(_ didSave: DidSave) throws -> Data {
-        try JSONEncoder().encode(didSave.withoutValues)
-    }
-
-    static func decode(_ data: Data) throws -> DidSave {
-        try JSONDecoder().decode(DidSave.self, from: data)
-    }
-}

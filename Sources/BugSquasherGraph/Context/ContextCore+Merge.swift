@@ -8,6 +8,10 @@ extension ContextCore {
         coordinator.absorb(didSave)
         var result = MergeResult(token: didSave.token)
         guard didSave.storeIdentifier == coordinator.storeIdentifier else { return result }
+        guard !registered.isEmpty else {
+            notifyLiveQueries(didSave)
+            return result
+        }
         // Walk whichever is smaller: the changes, or the registered objects.
         var touched: [(ManagedObject, ObjectChange)] = []
         let changes = didSave.inserted.count + didSave.updated.count

@@ -33,9 +33,9 @@ extension ContextCore {
 
     /// Replaces the temporary IDs of inserted objects with permanent ones from the store.
     func obtainPermanentIDs(for objects: [ManagedObject]) throws {
-        let temporary = objects.filter(\.objectID.isTemporary)
+        let temporary = objects.filter { $0.objectID.isTemporary }
         guard !temporary.isEmpty else { return }
-        let permanent = try coordinator.obtainPermanentIDs(for: temporary.map(\.objectID))
+        let permanent = try coordinator.obtainPermanentIDs(for: temporary.map { $0.objectID })
         for (object, id) in zip(temporary, permanent) {
             registered[object.objectID] = nil
             object.objectID = id
@@ -57,16 +57,15 @@ extension ContextCore {
             changes.deleted.append(.init(objectID: object.objectID, expectedVersion: object.snapshot?.version ?? 0))
         }
         for object in inserted + updated {
-            for (slot, relationship) in object.entity.toManyRelationships.enumerated() where slot < object.toMany.count {
-                guard let inverse = model.entity(named: relationship.destination)?.relationship(named: relationship.inverse),
-                      inverse.isToMany, relationship.ownsManyToManyLinks(in: object.entity.name)
-                else { continue }
+            for slot in model.ownedLinkSlots[object.entity.name, default: []] where slot < object.toMany.count {
                 let state = object.toMany[slot]
+                guard state.hasChanges else { continue }
+                let name = object.entity.toManyRelationships[slot].name
                 for target in state.added where !target.isDeleted {
-                    changes.linksAdded.append(.init(source: object.objectID, relationship: relationship.name, destination: target.objectID))
+                    changes.linksAdded.append(.init(source: object.objectID, relationship: name, destination: target.objectID))
                 }
                 for target in state.removed {
-                    changes.linksRemoved.append(.init(source: object.objectID, relationship: relationship.name, destination: target.objectID))
+                    changes.linksRemoved.append(.init(source: object.objectID, relationship: name, destination: target.objectID))
                 }
             }
         }
@@ -131,19 +130,27 @@ extension ContextCore {
         versions.reserveCapacity(didSave.inserted.count + didSave.updated.count)
         for change in didSave.inserted { versions[change.objectID] = change.version }
         for change in didSave.updated { versions[change.objectID] = change.version }
-        var rows: [ObjectID: RowSnapshot] = [:]
-        for object in inserted + updated {
+        var updatedRows: [ObjectID: RowSnapshot] = [:]
+        for object in inserted {
             object.isInserted = false
-            let row = object.currentRow(version: versions[object.objectID] ?? (object.snapshot?.version ?? 0) + 1)
-            object.snapshot = row
-            rows[object.objectID] = row
-            for slot in object.toMany.indices {
+            object.snapshot = object.currentRow(version: versions[object.objectID] ?? 1)
+            for slot in object.toMany.indices where object.toMany[slot].hasChanges {
                 object.toMany[slot].added.removeAll()
                 object.toMany[slot].removed.removeAll()
             }
         }
-        coordinator.register(inserted.map(\.objectID), rows: rows)
-        coordinator.prime(rows)
+        for object in updated {
+            let row = object.currentRow(version: versions[object.objectID] ?? (object.snapshot?.version ?? 0) + 1)
+            object.snapshot = row
+            updatedRows[object.objectID] = row
+            for slot in object.toMany.indices where object.toMany[slot].hasChanges {
+                object.toMany[slot].added.removeAll()
+                object.toMany[slot].removed.removeAll()
+            }
+        }
+        // Inserted objects hold their values; the row cache fills when another context asks.
+        coordinator.register(inserted.map { $0.objectID })
+        coordinator.prime(updatedRows)
         for object in deleted { forget(object) }
         self.inserted.removeAll()
         self.updated.removeAll()

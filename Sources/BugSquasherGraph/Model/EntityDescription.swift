@@ -52,6 +52,7 @@ public final class EntityDescription: Sendable {
         toOneIndex = Dictionary(toOneRelationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
         toManyRelationships = relationships.filter(\.isToMany)
         toManyIndex = Dictionary(toManyRelationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        defaultValues = attributes.map(\.defaultValue)
     }
 
     /// The attribute with this name, if any.
@@ -65,7 +66,7 @@ public final class EntityDescription: Sendable {
     }
 
     /// The values a newly inserted object starts with.
-    var defaultValues: [Value] { attributes.map(\.defaultValue) }
+    let defaultValues: [Value]
 
     /// The entity's shape without its class: what the store keeps in its metadata.
     var schema: EntitySchema {

@@ -12,6 +12,8 @@ public final class ManagedObjectModel: Sendable {
     private let entitiesByName: [String: EntityDescription]
     /// A stable hash of the model's shape (entities, attributes, relationships, unique keys).
     public let versionHash: String
+    /// Per entity, the to-many slots of many-to-many relationships whose links that side writes.
+    let ownedLinkSlots: [String: [Int]]
 
     /// Creates a model and checks that it is consistent.
     ///
@@ -26,6 +28,15 @@ public final class ManagedObjectModel: Sendable {
         }
         entitiesByName = byName
         versionHash = Self.hash(of: entities.map(\.schema))
+        var owned: [String: [Int]] = [:]
+        for entity in entities {
+            owned[entity.name] = entity.toManyRelationships.indices.filter { slot in
+                let relationship = entity.toManyRelationships[slot]
+                return byName[relationship.destination]?.relationship(named: relationship.inverse)?.isToMany == true
+                    && relationship.ownsManyToManyLinks(in: entity.name)
+            }
+        }
+        ownedLinkSlots = owned
         try validate()
     }
 

@@ -28,7 +28,8 @@ public struct ObjectChange: Sendable, Hashable, Codable {
     public var objectID: ObjectID
     /// The row's version after the save (the last version it had, for a deletion).
     public var version: Int64
-    /// Names of the attributes and relationships that changed (all of them, for an insert).
+    /// Names of the attributes and relationships that changed; empty for an insert, where
+    /// everything is new.
     public var changedKeys: [String]
     /// The row's new values, when the sender included them (saves do; the history does not).
     public var values: RowSnapshot?

@@ -106,7 +106,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         if isFault { core?.fulfillFault(self) }
         guard index < values.count, values[index] != value else { return }
         values[index] = value
-        core?.didChange(self)
+        if !isInserted { core?.didChange(self) }
     }
 
     // MARK: Relationships

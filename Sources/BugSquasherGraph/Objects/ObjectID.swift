@@ -79,6 +79,19 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
 
     public var description: String { uriString }
 
+    /// Hashes entity and key only: IDs of one store differ there, and leaving out the 36-byte
+    /// store identifier keeps dictionary look-ups cheap. Equality still compares everything.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(key)
+        hasher.combine(entityName)
+        hasher.combine(isTemporary)
+    }
+
+    public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
+        lhs.key == rhs.key && lhs.isTemporary == rhs.isTemporary && lhs.entityName == rhs.entityName
+            && lhs.storeIdentifier == rhs.storeIdentifier
+    }
+
     /// Orders IDs by entity, then key: a stable order for reports and tests.
     public static func < (lhs: ObjectID, rhs: ObjectID) -> Bool {
         (lhs.entityName, lhs.isTemporary ? 1 : 0, lhs.key) < (rhs.entityName, rhs.isTemporary ? 1 : 0, rhs.key)

@@ -127,7 +127,7 @@ public final class InMemoryStore: IncrementalStore {
                 let entity = try model.requireEntity(row.objectID.entityName)
                 let snapshot = RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)
                 next.tables[entity.name, default: [:]][row.objectID.key] = snapshot
-                didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: entity.attributes.map(\.name) + entity.relationships.map(\.name), values: snapshot))
+                didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: snapshot))
             }
             for row in changes.updated {
                 let version = row.expectedVersion + 1

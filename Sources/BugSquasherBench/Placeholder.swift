@@ -1,1 +1,0 @@
-@main struct M2 { static func main() {} }

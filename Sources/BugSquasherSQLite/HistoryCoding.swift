@@ -1,0 +1,101 @@
+import BugSquasherGraph
+import Foundation
+
+/// The payload of one `bs_history` row: a did-save without values, as compact JSON grouped by
+/// entity, written by hand because it is on the save path of every chunk:
+///
+/// ```json
+/// {"i":{"Bug":[1,1,2,1]},"u":{"Bug":[[7,3,"title","status"]]},"d":{"Comment":[9,2]}}
+/// ```
+///
+/// `i` and `d` hold flat `[primaryKey, version, …]` pairs; `u` holds one array per object:
+/// primary key, version, then the changed keys. The store identifier and token come from the
+/// store and the row.
+enum HistoryCoding {
+    static func encode(_ didSave: DidSave) -> Data {
+        var out = "{\"i\":"
+        appendPairs(didSave.inserted, to: &out)
+        out += ",\"u\":{"
+        var first = true
+        for (entity, changes) in grouped(didSave.updated) {
+            if !first { out += "," }
+            first = false
+            appendString(entity, to: &out)
+            out += ":["
+            for (index, change) in changes.enumerated() {
+                if index > 0 { out += "," }
+                out += "[\(change.objectID.key),\(change.version)"
+                for key in change.changedKeys {
+                    out += ","
+                    appendString(key, to: &out)
+                }
+                out += "]"
+            }
+            out += "]"
+        }
+        out += "},\"d\":"
+        appendPairs(didSave.deleted, to: &out)
+        out += "}"
+        return Data(out.utf8)
+    }
+
+    static func decode(_ data: Data, store: String, token: HistoryToken) throws -> DidSave {
+        guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            throw GraphError(.invalidStore, "A history row is not a JSON object; the history table is damaged.")
+        }
+        func pairs(_ key: String) -> [ObjectChange] {
+            guard let byEntity = object[key] as? [String: [NSNumber]] else { return [] }
+            return byEntity.sorted { $0.key < $1.key }.flatMap { entity, numbers in
+                stride(from: 0, to: numbers.count - 1, by: 2).map {
+                    ObjectChange(objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[$0].int64Value), version: numbers[$0 + 1].int64Value, changedKeys: [])
+                }
+            }
+        }
+        var updated: [ObjectChange] = []
+        for (entity, entries) in ((object["u"] as? [String: [[Any]]]) ?? [:]).sorted(by: { $0.key < $1.key }) {
+            for entry in entries where entry.count >= 2 {
+                guard let pk = entry[0] as? NSNumber, let version = entry[1] as? NSNumber else { continue }
+                updated.append(ObjectChange(objectID: ObjectID(store: store, entity: entity, primaryKey: pk.int64Value), version: version.int64Value, changedKeys: entry.dropFirst(2).compactMap { $0 as? String }))
+            }
+        }
+        return DidSave(token: token, storeIdentifier: store, inserted: pairs("i"), updated: updated, deleted: pairs("d"))
+    }
+
+    private static func grouped(_ changes: [ObjectChange]) -> [(String, [ObjectChange])] {
+        var order: [String] = []
+        var groups: [String: [ObjectChange]] = [:]
+        for change in changes {
+            if groups[change.objectID.entityName] == nil { order.append(change.objectID.entityName) }
+            groups[change.objectID.entityName, default: []].append(change)
+        }
+        return order.map { ($0, groups[$0]!) }
+    }
+
+    private static func appendPairs(_ changes: [ObjectChange], to out: inout String) {
+        out += "{"
+        for (index, (entity, group)) in grouped(changes).enumerated() {
+            if index > 0 { out += "," }
+            appendString(entity, to: &out)
+            out += ":["
+            for (position, change) in group.enumerated() {
+                if position > 0 { out += "," }
+                out += "\(change.objectID.key),\(change.version)"
+            }
+            out += "]"
+        }
+        out += "}"
+    }
+
+    private static func appendString(_ text: String, to out: inout String) {
+        out += "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+}
