@@ -5,6 +5,7 @@ import BugSquasherSQLite
 import BugSquasherStack
 import Foundation
 import GRDB
+import Logging
 
 /// Imports the same bug rows two ways in one run and prints rows/s and their ratio:
 /// raw GRDB prepared-statement inserts in chunks, and importer contexts through the object
@@ -45,15 +46,16 @@ struct Bench: AsyncParsableCommand {
         print("order       path          rows/s     seconds   ratio (graph/raw)")
         for randomOrder in order == "both" ? [false, true] : [order == "random"] {
             let data = BenchRows(count: rows, randomOrder: randomOrder)
-            let label = randomOrder ? "random    " : "sequential"
+            let name = randomOrder ? "random" : "sequential"
+            let label = name.padding(toLength: 10, withPad: " ", startingAt: 0)
             var raw: Double?
             if mode != "graph" {
-                let seconds = try rawInserts(data, at: base.appendingPathComponent("raw-\(label).sqlite"))
+                let seconds = try rawInserts(data, at: base.appendingPathComponent("raw-\(name).sqlite"))
                 raw = Double(rows) / seconds
                 print("\(label)  raw GRDB   \(pad(raw!))  \(pad(seconds, digits: 2))")
             }
             if mode != "raw" {
-                let seconds = try await graphImport(data, at: base.appendingPathComponent("graph-\(label).sqlite"))
+                let seconds = try await graphImport(data, at: base.appendingPathComponent("graph-\(name).sqlite"))
                 let rate = Double(rows) / seconds
                 let ratio = raw.map { String(format: "%.2fx", rate / $0) } ?? "-"
                 print("\(label)  graph      \(pad(rate))  \(pad(seconds, digits: 2))   \(ratio)")
@@ -70,7 +72,7 @@ struct Bench: AsyncParsableCommand {
     /// The baseline: the same table (created by the store), one prepared INSERT per row, one
     /// transaction per chunk, WAL and synchronous=NORMAL like the store.
     private func rawInserts(_ data: BenchRows, at url: URL) throws -> Double {
-        _ = try StoreCoordinator(model: BugModel.model, store: SQLiteStore(url: url))
+        _ = try StoreCoordinator(model: BugModel.model, store: SQLiteStore(url: url, logger: quietLogger))
         var configuration = Configuration()
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
         let pool = try DatabasePool(path: url.path, configuration: configuration)
@@ -96,7 +98,7 @@ struct Bench: AsyncParsableCommand {
 
     /// The object-graph path: a fresh importer context per chunk, objects inserted and saved.
     private func graphImport(_ data: BenchRows, at url: URL) async throws -> Double {
-        let stack = try PersistentStack(model: BugModel.model, storeURL: url)
+        let stack = try PersistentStack(model: BugModel.model, storeURL: url, logger: quietLogger)
         let start = ContinuousClock.now
         var index = 0
         while index < data.count {
@@ -127,6 +129,13 @@ struct Bench: AsyncParsableCommand {
         return (ContinuousClock.now - start).seconds
     }
 }
+
+/// Warnings and errors only: the benchmark prints a table, not the store's info logs.
+let quietLogger: Logger = {
+    var logger = Logger(label: "bugsquasher.bench")
+    logger.logLevel = .warning
+    return logger
+}()
 
 extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }

@@ -43,6 +43,7 @@ public final class PersistentStack: Sendable {
         var shouldMergeIncomingSavedObjects = true
         var isMainContextReadOnly = false
         var observers: [@Sendable (DidSave) async -> Void] = []
+        var mergeObservers: [@Sendable (MergeResult) async -> Void] = []
     }
 
     private let settings = Mutex(Settings())
@@ -95,6 +96,12 @@ public final class PersistentStack: Sendable {
         settings.withLock { $0.observers.append(handler) }
     }
 
+    /// Calls `handler` after each automatic smart merge into ``mainContext``, with what it
+    /// refreshed and deleted (only objects the main context had registered).
+    public func observeMainContextMerges(_ handler: @escaping @Sendable (MergeResult) async -> Void) {
+        settings.withLock { $0.mergeObservers.append(handler) }
+    }
+
     // MARK: Contexts
 
     /// A new context on the writer coordinator for a background import (object-trump). Its saves
@@ -130,7 +137,8 @@ public final class PersistentStack: Sendable {
 
     private func writerDidSave(_ didSave: DidSave) async {
         if shouldMergeIncomingSavedObjects {
-            await mainContext.merge(didSave)
+            let result = await mainContext.merge(didSave)
+            for observer in settings.withLock({ $0.mergeObservers }) { await observer(result) }
         } else {
             mainCoordinator.absorb(didSave)
         }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing BugSquasher needs on a fresh Debian 12 machine that has the
+# Swift toolchain: the C libraries the package links, and the tools the tests drive.
+# Idempotent: installs only what is missing. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(libsqlite3-dev pkg-config sqlite3)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+
+if ((${#missing[@]} > 0)); then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null || { echo "setup: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+        sudo="sudo"
+    fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+command -v swift >/dev/null || { echo "setup: the Swift toolchain is not on PATH (expected swift 6.x)" >&2; exit 1; }
