@@ -86,7 +86,7 @@ struct Bench: AsyncParsableCommand {
                     VALUES (?, 1, ?, NULL, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)
                     """)
                 for position in index..<end {
-                    let n = data.order[position]
+                    let n = data.row(at: position)
                     let v = BenchRows.values(n)
                     try statement.execute(arguments: [position + 1, v.key, v.title, v.details, v.status, v.priority, v.type, v.labels, v.created, v.created])
                 }
@@ -107,7 +107,7 @@ struct Bench: AsyncParsableCommand {
             let range = index..<end
             await importer.perform { context in
                 for position in range {
-                    let v = BenchRows.values(data.order[position])
+                    let v = BenchRows.values(data.row(at: position))
                     let bug = context.insert(Bug.self)
                     bug.key = v.key
                     bug.title = v.title

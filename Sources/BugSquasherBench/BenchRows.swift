@@ -4,16 +4,26 @@ import Foundation
 /// 400-character description), keys in sequential or shuffled order.
 struct BenchRows {
     let count: Int
-    let order: [Int]
+    private let stride: Int
 
+    /// Rows 1…count; in random order, row `n` of the import is `(stride × n) mod count + 1` for a
+    /// stride coprime with count near count × 0.618 — a fixed permutation that scatters
+    /// consecutive keys across the unique index like a shuffle, without holding an array of
+    /// `count` positions (so the benchmark's own memory does not grow with N).
     init(count: Int, randomOrder: Bool) {
         self.count = count
-        var order = Array(1...count)
-        if randomOrder {
-            var generator = SplitMix64(seed: 42)
-            order.shuffle(using: &generator)
+        guard randomOrder, count > 2 else {
+            stride = 1
+            return
         }
-        self.order = order
+        var candidate = max(2, Int(Double(count) * 0.618_033_988_7))
+        while gcd(candidate, count) != 1 { candidate += 1 }
+        stride = candidate
+    }
+
+    /// The row number imported at `position` (0-based).
+    func row(at position: Int) -> Int {
+        stride == 1 ? position + 1 : Int((UInt64(stride) * UInt64(position)) % UInt64(count)) + 1
     }
 
     static let statuses = ["Open", "In Progress", "Resolved", "Closed", "Reopened"]
@@ -35,18 +45,7 @@ struct BenchRows {
     }
 }
 
-/// A small, seedable generator so that "random order" is the same order in every run.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+private func gcd(_ a: Int, _ b: Int) -> Int { b == 0 ? a : gcd(b, a % b) }
 
 /// The process's peak resident set size, from `/proc/self/status` (`VmHWM`), in MiB.
 func peakRSSMiB() -> Double {
