@@ -343,13 +343,8 @@ public final class SQLiteStore: IncrementalStore {
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
         let state = try requireLoaded()
         let model = state.model
+        let (relationship, destination, inverse) = try model.toManyRelationship(name, of: objectID.entityName)
         let entity = try model.requireEntity(objectID.entityName)
-        guard let relationship = entity.relationship(named: name), relationship.isToMany,
-              let destination = model.entity(named: relationship.destination),
-              let inverse = destination.relationship(named: relationship.inverse)
-        else {
-            throw GraphError(.invalidArgument, "'\(entity.name).\(name)' is not a to-many relationship.")
-        }
         let sql: String
         if !inverse.isToMany {
             sql = "SELECT pk FROM \(SQLSchema.quote(destination.name)) WHERE \(SQLSchema.quote(inverse.name)) = ? ORDER BY pk"

@@ -22,14 +22,7 @@ extension ContextCore {
         for object in updated where object.entity === entity && !seen.contains(ObjectIdentifier(object)) {
             if predicate.evaluate(on: object) { objects.append(object); seen.insert(ObjectIdentifier(object)) }
         }
-        if !request.sort.isEmpty {
-            let sort = request.sort
-            objects = objects.enumerated().sorted { lhs, rhs in
-                if sort.orders(lhs.element, before: rhs.element) { return true }
-                if sort.orders(rhs.element, before: lhs.element) { return false }
-                return lhs.offset < rhs.offset
-            }.map(\.element)
-        }
+        objects = objects.sortedStably(by: request.sort)
         let start = min(request.offset, objects.count)
         let end = request.limit.map { min(objects.count, start + $0) } ?? objects.count
         return objects[start..<end].compactMap { $0 as? T }

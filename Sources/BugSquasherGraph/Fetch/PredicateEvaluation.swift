@@ -80,3 +80,46 @@ extension Array where Element == SortKey {
         return false
     }
 }
+
+extension Array where Element: KeyPathValueReading {
+    /// The elements sorted by `keys`, keeping the current order among equal elements.
+    package func sortedStably(by keys: [SortKey]) -> [Element] {
+        guard !keys.isEmpty else { return self }
+        return enumerated().sorted { lhs, rhs in
+            if keys.orders(lhs.element, before: rhs.element) { return true }
+            if keys.orders(rhs.element, before: lhs.element) { return false }
+            return lhs.offset < rhs.offset
+        }.map(\.element)
+    }
+}
+
+/// A reader over a stored row that follows to-one links to other rows.
+package protocol RowKeyPathReading: KeyPathValueReading {
+    /// The row's entity.
+    var entity: EntityDescription { get }
+    /// The row's values.
+    var row: RowSnapshot { get }
+    /// A reader for the row an ID names, if it exists.
+    func follow(_ id: ObjectID) -> Self?
+}
+
+extension RowKeyPathReading {
+    package func value(atKeyPath path: String) -> Value {
+        guard let dot = path.firstIndex(of: ".") else {
+            return entity.attributeIndex[path].map { row.attributes[$0] } ?? .null
+        }
+        return next(String(path[..<dot]))?.value(atKeyPath: String(path[path.index(after: dot)...])) ?? .null
+    }
+
+    package func objectID(atKeyPath path: String) -> ObjectID? {
+        guard let dot = path.firstIndex(of: ".") else {
+            return entity.toOneIndex[path].flatMap { row.toOne[$0] }
+        }
+        return next(String(path[..<dot]))?.objectID(atKeyPath: String(path[path.index(after: dot)...]))
+    }
+
+    private func next(_ relationship: String) -> Self? {
+        guard let slot = entity.toOneIndex[relationship], let id = row.toOne[slot] else { return nil }
+        return follow(id)
+    }
+}

@@ -110,15 +110,7 @@ public final class LiveQuery<Object: ManagedObject>: LiveQueryUpdating {
             core.flushRegistrations()
         }
         candidates.removeAll { !predicate.evaluate(on: $0) }
-        if !request.sort.isEmpty {
-            let sort = request.sort
-            candidates = candidates.enumerated().sorted { lhs, rhs in
-                if sort.orders(lhs.element, before: rhs.element) { return true }
-                if sort.orders(rhs.element, before: lhs.element) { return false }
-                return lhs.offset < rhs.offset
-            }.map(\.element)
-        }
-        return candidates
+        return candidates.sortedStably(by: request.sort)
     }
 
     static func diff(old: [ObjectID], new: [ObjectID], updated: Set<ObjectID>) -> LiveQueryChanges {
@@ -146,34 +138,18 @@ public final class LiveQuery<Object: ManagedObject>: LiveQueryUpdating {
 }
 
 /// Reads key paths from a row that is not registered in the context (a live-query candidate),
-/// following to-one links through the coordinator.
-struct RowReader: KeyPathValueReading {
+/// following to-one links through the context's objects or the coordinator.
+struct RowReader: RowKeyPathReading {
     let entity: EntityDescription
     let row: RowSnapshot
     let core: ContextCore
 
-    func value(atKeyPath path: String) -> Value {
-        guard let dot = path.firstIndex(of: ".") else {
-            return entity.attributeIndex[path].map { row.attributes[$0] } ?? .null
+    func follow(_ id: ObjectID) -> RowReader? {
+        guard let next = core.model.entity(named: id.entityName) else { return nil }
+        if let object = core.registered[id], !object.isFault {
+            return RowReader(entity: next, row: object.currentRow(version: 0), core: core)
         }
-        guard let (next, nextRow) = follow(String(path[..<dot])) else { return .null }
-        return RowReader(entity: next, row: nextRow, core: core).value(atKeyPath: String(path[path.index(after: dot)...]))
-    }
-
-    func objectID(atKeyPath path: String) -> ObjectID? {
-        guard let dot = path.firstIndex(of: ".") else {
-            return entity.toOneIndex[path].flatMap { row.toOne[$0] }
-        }
-        guard let (next, nextRow) = follow(String(path[..<dot])) else { return nil }
-        return RowReader(entity: next, row: nextRow, core: core).objectID(atKeyPath: String(path[path.index(after: dot)...]))
-    }
-
-    private func follow(_ name: String) -> (EntityDescription, RowSnapshot)? {
-        guard let slot = entity.toOneIndex[name], let id = row.toOne[slot],
-              let next = core.model.entity(named: id.entityName)
-        else { return nil }
-        if let object = core.registered[id], !object.isFault { return (next, object.currentRow(version: 0)) }
         guard let nextRow = try? core.coordinator.rows(for: [id])[id] else { return nil }
-        return (next, nextRow)
+        return RowReader(entity: next, row: nextRow, core: core)
     }
 }

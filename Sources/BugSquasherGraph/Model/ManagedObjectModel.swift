@@ -51,6 +51,20 @@ public final class ManagedObjectModel: Sendable {
         return entity
     }
 
+    /// A to-many relationship of an entity with its destination entity and inverse, for stores
+    /// that resolve `newValue(forRelationship:of:)`: a to-one inverse means a foreign key on the
+    /// destination, a to-many inverse a join table.
+    public func toManyRelationship(_ name: String, of entityName: String) throws -> (relationship: RelationshipDescription, destination: EntityDescription, inverse: RelationshipDescription) {
+        let entity = try requireEntity(entityName)
+        guard let relationship = entity.relationship(named: name), relationship.isToMany,
+              let destination = self.entity(named: relationship.destination),
+              let inverse = destination.relationship(named: relationship.inverse)
+        else {
+            throw GraphError(.invalidArgument, "'\(entityName).\(name)' is not a to-many relationship of the model.")
+        }
+        return (relationship, destination, inverse)
+    }
+
     /// The model's shape, as a store keeps it in its metadata.
     public var schema: [EntitySchema] { entities.map(\.schema) }
 

@@ -178,13 +178,8 @@ public final class InMemoryStore: IncrementalStore {
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
         try state.withLock { state in
             guard let model = state.model, let metadata = state.metadata else { throw notLoaded() }
+            let (relationship, destination, inverse) = try model.toManyRelationship(name, of: objectID.entityName)
             let entity = try model.requireEntity(objectID.entityName)
-            guard let relationship = entity.relationship(named: name), relationship.isToMany,
-                  let destination = model.entity(named: relationship.destination),
-                  let inverse = destination.relationship(named: relationship.inverse)
-            else {
-                throw GraphError(.invalidArgument, "'\(entity.name).\(name)' is not a to-many relationship.")
-            }
             let id = { (key: Int64) in ObjectID(store: metadata.storeIdentifier, entity: destination.name, primaryKey: key) }
             if !inverse.isToMany {
                 let slot = destination.toOneIndex[inverse.name]!
@@ -257,30 +252,14 @@ public final class InMemoryStore: IncrementalStore {
         throw GraphError(.invalidArgument, "'\(path)' is not a key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key').")
     }
 
-    private struct Reader: KeyPathValueReading {
+    private struct Reader: RowKeyPathReading {
         let entity: EntityDescription
         let row: RowSnapshot
         let state: State
         let model: ManagedObjectModel
 
-        func value(atKeyPath path: String) -> Value {
-            guard let dot = path.firstIndex(of: ".") else {
-                return entity.attributeIndex[path].map { row.attributes[$0] } ?? .null
-            }
-            return follow(String(path[..<dot]))?.value(atKeyPath: String(path[path.index(after: dot)...])) ?? .null
-        }
-
-        func objectID(atKeyPath path: String) -> ObjectID? {
-            guard let dot = path.firstIndex(of: ".") else {
-                return entity.toOneIndex[path].flatMap { row.toOne[$0] }
-            }
-            return follow(String(path[..<dot]))?.objectID(atKeyPath: String(path[path.index(after: dot)...]))
-        }
-
-        private func follow(_ name: String) -> Reader? {
-            guard let slot = entity.toOneIndex[name], let id = row.toOne[slot],
-                  let next = model.entity(named: id.entityName), let nextRow = state.tables[next.name]?[id.key]
-            else { return nil }
+        func follow(_ id: ObjectID) -> Reader? {
+            guard let next = model.entity(named: id.entityName), let nextRow = state.tables[next.name]?[id.key] else { return nil }
             return Reader(entity: next, row: nextRow, state: state, model: model)
         }
     }
