@@ -18,6 +18,11 @@ let package = Package(
         .library(name: "BugSquasherModel", targets: ["BugSquasherModel"]),
         .library(name: "BugSquasherStack", targets: ["BugSquasherStack"]),
         .library(name: "BugSquasherImport", targets: ["BugSquasherImport"]),
+        .library(name: "BugSquasherVarlink", targets: ["BugSquasherVarlink"]),
+        .library(name: "BugSquasherTransport", targets: ["BugSquasherTransport"]),
+        .library(name: "BugSquasherClient", targets: ["BugSquasherClient"]),
+        .executable(name: "squasherd", targets: ["squasherd"]),
+        .executable(name: "squasherctl", targets: ["squasherctl"]),
         .executable(name: "bugsquasher-demo", targets: ["BugSquasherDemo"]),
         .executable(name: "bugsquasher-bench", targets: ["BugSquasherBench"]),
     ],
@@ -26,6 +31,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
     ],
     targets: [
         // The object graph: model, object IDs, contexts, faults, coordinators, the incremental
@@ -70,6 +78,77 @@ let package = Package(
         .target(
             name: "BugSquasherImport",
             dependencies: ["BugSquasherGraph", "BugSquasherModel"],
+            swiftSettings: strictSettings
+        ),
+        // Varlink: message framing, call/reply envelopes, org.varlink.service and the interface
+        // registry, as pure logic over NIOCore byte buffers (no sockets).
+        .target(
+            name: "BugSquasherVarlink",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            resources: [.copy("Interfaces")],
+            swiftSettings: strictSettings
+        ),
+        // The wire types of BugSquasher's Varlink interfaces, shared by daemon and clients.
+        .target(
+            name: "BugSquasherProtocol",
+            dependencies: ["BugSquasherGraph", "BugSquasherVarlink"],
+            swiftSettings: strictSettings
+        ),
+        // Unix-socket servers and clients that speak Varlink: the only module on NIOPosix.
+        .target(
+            name: "BugSquasherTransport",
+            dependencies: [
+                "BugSquasherVarlink",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The daemon's services: store, import jobs, notification hub, Varlink method handlers.
+        .target(
+            name: "BugSquasherDaemon",
+            dependencies: [
+                "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherSQLite",
+                "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The subscriber library: contexts backed by a remote store that talks to squasherd.
+        .target(
+            name: "BugSquasherClient",
+            dependencies: [
+                "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "squasherd",
+            dependencies: [
+                "BugSquasherDaemon",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "squasherctl",
+            dependencies: [
+                "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strictSettings
         ),
         .executableTarget(

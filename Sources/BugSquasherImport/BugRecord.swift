@@ -12,7 +12,7 @@ public import Foundation
 ///     components: ["Android"], reporter: PersonRecord(name: "user-1a2b3c4d")
 /// )
 /// ```
-public struct BugRecord: Sendable, Hashable {
+public struct BugRecord: Sendable, Hashable, Codable {
     /// The issue key, such as `TIMOB-100`; unique.
     public var key: String
     /// The issue's numeric ID in the tracker it came from.

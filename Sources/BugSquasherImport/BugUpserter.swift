@@ -55,8 +55,9 @@ public struct BugUpserter: Sendable {
         return summary
     }
 
-    /// Throws for a record whose unique keys cannot be stored.
-    private static func validate(_ record: BugRecord, at index: Int) throws {
+    /// Throws ``ImportError`` for a record whose unique keys cannot be stored (an empty key,
+    /// project key, person name, component name or comment ID); `index` is named in the message.
+    public static func validate(_ record: BugRecord, at index: Int) throws {
         func require(_ value: String, _ what: String) throws {
             guard value.isEmpty else { return }
             throw ImportError(

@@ -5,7 +5,7 @@ public import Foundation
 /// ```swift
 /// let comment = CommentRecord(jiraID: "194980", body: "Fixed in master.", author: PersonRecord(name: "user-d4ddfb7d"))
 /// ```
-public struct CommentRecord: Sendable, Hashable {
+public struct CommentRecord: Sendable, Hashable, Codable {
     /// The comment's ID in the tracker it came from; unique across all bugs.
     public var jiraID: String
     /// The text (Jira markup); empty when the tracker sent none.

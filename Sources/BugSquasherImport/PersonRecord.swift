@@ -4,7 +4,7 @@
 /// ```swift
 /// let reporter = PersonRecord(name: "user-1a2b3c4d", displayName: "Jane Doe")
 /// ```
-public struct PersonRecord: Sendable, Hashable {
+public struct PersonRecord: Sendable, Hashable, Codable {
     /// The account name; unique.
     public var name: String
     /// The display name; `nil` leaves a stored display name as it is.

@@ -3,7 +3,7 @@
 /// ```swift
 /// let project = ProjectRecord(key: "TIMOB", name: "Titanium SDK")
 /// ```
-public struct ProjectRecord: Sendable, Hashable {
+public struct ProjectRecord: Sendable, Hashable, Codable {
     /// The project key (`TIMOB`); unique.
     public var key: String
     /// The project's name; `nil` leaves a stored name as it is.

@@ -12,6 +12,8 @@ public import BugSquasherGraph
 ///   deleted with it (cascade).
 /// - `Comment` is unique by `jiraID` and belongs to one bug and one `author`.
 /// - `Component`, `Person` and `Project` are shared and upserted by `name`, `name` and `key`.
+/// - `ImportJob` and `ImportReject` are the daemon's bookkeeping: a job's progress is saved in
+///   the same transaction as each chunk it imports, so a restart resumes exactly there.
 public enum BugModel {
     /// The entities.
     public static let entities: [EntityDescription] = [
@@ -76,6 +78,34 @@ public enum BugModel {
                 .attribute("name", .string, optional: true),
             ],
             relationships: [.toMany("bugs", "Bug", inverse: "project", deleteRule: .deny)]
+        ),
+        EntityDescription(
+            name: "ImportJob", objectType: ImportJob.self, uniqueKey: "jobID",
+            attributes: [
+                .attribute("jobID", .string),
+                .attribute("name", .string),
+                .attribute("format", .string),
+                .attribute("state", .string),
+                .attribute("chunkSize", .int64, default: 1_000),
+                .attribute("recordsRead", .int64, default: 0),
+                .attribute("imported", .int64, default: 0),
+                .attribute("rejected", .int64, default: 0),
+                .attribute("byteOffset", .int64, default: 0),
+                .attribute("linesRead", .int64, default: 0),
+                .attribute("bytesTotal", .int64, default: 0),
+                .attribute("created", .date, optional: true),
+                .attribute("finished", .date, optional: true),
+                .attribute("error", .string, optional: true),
+            ],
+            relationships: [.toMany("rejects", "ImportReject", inverse: "job", deleteRule: .cascade)]
+        ),
+        EntityDescription(
+            name: "ImportReject", objectType: ImportReject.self,
+            attributes: [
+                .attribute("line", .int64),
+                .attribute("reason", .string),
+            ],
+            relationships: [.toOne("job", "ImportJob", inverse: "rejects")]
         ),
     ]
 

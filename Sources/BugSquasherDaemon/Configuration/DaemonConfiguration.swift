@@ -1,0 +1,112 @@
+public import Foundation
+
+/// Where squasherd keeps its store and sockets, and its limits.
+///
+/// Resolution, first match wins: a command-line flag; systemd's `STATE_DIRECTORY` /
+/// `RUNTIME_DIRECTORY`; the configuration file (`/etc/squasherd/squasherd.conf`, or `--config`);
+/// the built-in default (`./run/state` and `./run/sockets`, so that a checkout runs without any
+/// configuration).
+public struct DaemonConfiguration: Sendable, Hashable {
+    /// Directory of the store file and the import spool.
+    public var stateDirectory: String
+    /// Directory of the sockets.
+    public var runtimeDirectory: String
+    /// Records per import chunk (one importer context and one transaction each).
+    public var chunkSize: Int = 1_000
+    /// Permissions of the read socket (subscribe and read): everyone on the machine by default.
+    public var readSocketMode: Int = 0o666
+    /// Permissions of the write socket (import and write): owner and group only.
+    public var writeSocketMode: Int = 0o660
+    /// The longest Varlink message accepted.
+    public var maximumMessageSize: Int = 8 * 1024 * 1024
+    /// The longest input record (line) accepted; longer ones are rejected.
+    public var maximumRecordBytes: Int = 1 << 20
+    /// Changed objects a subscriber may have pending before it is told to resync.
+    public var subscriberPendingLimit: Int = 100_000
+    /// The log level (`trace` … `critical`).
+    public var logLevel: String = "info"
+
+    /// The store file.
+    public var storePath: String { stateDirectory + "/bugs.sqlite" }
+    /// The spool directory of uploaded imports.
+    public var spoolDirectory: String { stateDirectory + "/spool" }
+    /// The read socket.
+    public var readSocketPath: String { runtimeDirectory + "/squasherd.sock" }
+    /// The write socket.
+    public var writeSocketPath: String { runtimeDirectory + "/squasherd-write.sock" }
+
+    /// Creates a configuration.
+    public init(stateDirectory: String, runtimeDirectory: String) {
+        self.stateDirectory = stateDirectory
+        self.runtimeDirectory = runtimeDirectory
+    }
+
+    /// Resolves the configuration from flags, environment, file and defaults.
+    ///
+    /// - Throws: ``DaemonError`` when the configuration file exists but has a line that is not
+    ///   `key = value` or an unknown key or a bad value.
+    public static func resolve(
+        stateDirectory: String?, runtimeDirectory: String?, configFile: String?,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> DaemonConfiguration {
+        let path = configFile ?? "/etc/squasherd/squasherd.conf"
+        var file: [String: String] = [:]
+        if FileManager.default.fileExists(atPath: path) {
+            file = try parse(String(contentsOfFile: path, encoding: .utf8), path: path)
+        } else if configFile != nil {
+            throw DaemonError("The configuration file \(path) does not exist; pass an existing file or leave --config out.")
+        }
+        // systemd passes colon-separated lists; the first entry is ours.
+        func systemd(_ name: String) -> String? { environment[name]?.split(separator: ":").first.map(String.init) }
+        var configuration = DaemonConfiguration(
+            stateDirectory: stateDirectory ?? systemd("STATE_DIRECTORY") ?? file["state_directory"] ?? "run/state",
+            runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file["runtime_directory"] ?? "run/sockets"
+        )
+        func integer(_ key: String, radix: Int = 10) throws -> Int? {
+            guard let text = file[key] else { return nil }
+            guard let value = Int(text.hasPrefix("0o") ? String(text.dropFirst(2)) : text, radix: radix), value >= 0 else {
+                throw DaemonError("\(path): '\(key) = \(text)' is not a \(radix == 8 ? "octal mode like 0660" : "non-negative number").")
+            }
+            return value
+        }
+        if let value = try integer("chunk_size") { configuration.chunkSize = max(1, value) }
+        if let value = try integer("read_socket_mode", radix: 8) { configuration.readSocketMode = value }
+        if let value = try integer("write_socket_mode", radix: 8) { configuration.writeSocketMode = value }
+        if let value = try integer("max_message_bytes") { configuration.maximumMessageSize = value }
+        if let value = try integer("max_record_bytes") { configuration.maximumRecordBytes = value }
+        if let value = try integer("subscriber_pending_limit") { configuration.subscriberPendingLimit = value }
+        if let value = file["log_level"] { configuration.logLevel = value }
+        return configuration
+    }
+
+    static let keys: Set<String> = [
+        "state_directory", "runtime_directory", "chunk_size", "read_socket_mode", "write_socket_mode",
+        "max_message_bytes", "max_record_bytes", "subscriber_pending_limit", "log_level",
+    ]
+
+    static func parse(_ text: String, path: String) throws -> [String: String] {
+        var values: [String: String] = [:]
+        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+            guard !line.isEmpty else { continue }
+            let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2, !parts[0].isEmpty else {
+                throw DaemonError("\(path):\(index + 1): expected 'key = value', found '\(line)'.")
+            }
+            guard keys.contains(parts[0]) else {
+                throw DaemonError("\(path):\(index + 1): unknown key '\(parts[0])'; known keys are \(keys.sorted().joined(separator: ", ")).")
+            }
+            values[parts[0]] = parts[1]
+        }
+        return values
+    }
+}
+
+/// A daemon failure with what to do about it.
+public struct DaemonError: Error, Sendable, CustomStringConvertible {
+    /// What happened and what to do.
+    public var message: String
+    /// Creates an error.
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}

@@ -1,0 +1,137 @@
+import BugSquasherGraph
+import BugSquasherProtocol
+import BugSquasherStack
+import BugSquasherVarlink
+import Foundation
+import Logging
+
+/// `io.bugsquasher.Changes`: the change feed, registrations, history.
+struct ChangesInterface: VarlinkInterface {
+    let name = InterfaceName.changes
+    let writes = false
+    let stack: PersistentStack
+    let hub: NotificationHub
+    let coding: WireCoding
+    let pendingLimit: Int
+
+    private struct HistoryParameters: Decodable {
+        var after: Int64
+        var limit: Int?
+    }
+
+    private struct HistoryReply: Encodable {
+        var saves: [WireSave]
+        var token: Int64
+    }
+
+    func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        switch call.methodName {
+        case "Subscribe":
+            guard call.more else { throw VarlinkError.expectedMore }
+            try await subscribe(try call.parameters(SubscribeParameters.self), context: context, replier: replier)
+        case "Register":
+            let parameters = try call.parameters(RegisterParameters.self)
+            let subscription = try subscriptionFor(parameters.subscription)
+            let ids = try parse(parameters.ids)
+            let count = subscription.register(ids)
+            if let versions = parameters.versions {
+                try refreshStale(ids: ids, versions: versions, for: subscription)
+            }
+            try await replier.reply(RegisterReply(registered: count))
+        case "Unregister":
+            let parameters = try call.parameters(RegisterParameters.self)
+            let subscription = try subscriptionFor(parameters.subscription)
+            try await replier.reply(RegisterReply(registered: subscription.unregister(try parse(parameters.ids))))
+        case "History":
+            let parameters = try call.parameters(HistoryParameters.self)
+            let saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(max(parameters.limit ?? 100, 1), 1_000))
+            try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: try stack.store.currentHistoryToken().rawValue))
+        default:
+            throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+
+    private func subscriptionFor(_ id: String) throws -> Subscription {
+        guard let subscription = hub.subscription(id) else {
+            throw VarlinkError("io.bugsquasher.Changes.SubscriptionNotFound", ["subscription": .string(id)])
+        }
+        return subscription
+    }
+
+    private func parse(_ uris: [String]) throws -> [ObjectID] {
+        try uris.map { uri in
+            guard let id = ObjectID(uri: uri), !id.isTemporary else {
+                throw VarlinkError("io.bugsquasher.Changes.InvalidObjectID", ["id": .string(uri)])
+            }
+            return id
+        }
+    }
+
+    /// Registered objects whose stored version is newer than the one the subscriber holds are
+    /// sent at once: a change committed between the subscriber's read and its registration is
+    /// not lost.
+    private func refreshStale(ids: [ObjectID], versions: [Int64], for subscription: Subscription) throws {
+        let held = Dictionary(zip(ids, versions), uniquingKeysWith: { a, _ in a }).filter { $0.value > 0 }
+        guard !held.isEmpty else { return }
+        let current = try stack.store.newValues(for: Array(held.keys))
+        var stale: [ObjectChange] = []
+        for (id, version) in held {
+            if let row = current[id] {
+                if row.version > version { stale.append(ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row)) }
+            }
+        }
+        subscription.offerRefresh(stale)
+    }
+
+    private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        let start = try stack.store.currentHistoryToken()
+        let since = parameters.since.map(HistoryToken.init(rawValue:))
+        let subscription = Subscription(
+            registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
+            pendingLimit: pendingLimit, startToken: since ?? start
+        )
+        if let initial = parameters.register { _ = subscription.register(try parse(initial)) }
+        hub.add(subscription)
+        defer { hub.remove(subscription) }
+        context.logger.debug("subscribed", metadata: ["subscription": "\(subscription.id)", "since": "\(since.map(\.description) ?? "now")"])
+        try await replier.reply(SubscribeReply(event: "subscribed", subscription: subscription.id, token: (since ?? start).rawValue), continues: true)
+
+        // History after `since`, up to the token read before subscribing; the mailbox holds
+        // everything committed since, and skips what was replayed.
+        if var position = since, position < start {
+            while position < start {
+                let page = try stack.store.changes(after: position, limit: 500)
+                guard let last = page.last else { break }
+                for save in page where save.token <= start {
+                    let filtered = subscription.registeredOnly ? Subscription.filter(save, to: registeredSnapshot(subscription)) : save
+                    if !filtered.isEmpty {
+                        try await send(.save(filtered), subscription: subscription, replier: replier)
+                    }
+                }
+                position = last.token
+            }
+            subscription.markDelivered(start)
+        }
+        while let event = await subscription.next() {
+            try await send(event, subscription: subscription, replier: replier)
+            if case .resync = event { return }
+        }
+    }
+
+    private func registeredSnapshot(_ subscription: Subscription) -> [ObjectID: Int] {
+        // Filtering by the live registrations is what `offer` does; history uses the same rule.
+        Dictionary(uniqueKeysWithValues: subscription.registeredIDs.map { ($0, 1) })
+    }
+
+    private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
+        switch event {
+        case .save(let save):
+            try await replier.reply(SubscribeReply(event: "save", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
+        case .refresh(let changes):
+            let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
+            try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
+        case .resync(let token):
+            try await replier.reply(SubscribeReply(event: "resync", token: token.rawValue, resyncFrom: token.rawValue), continues: false)
+        }
+    }
+}

@@ -1,0 +1,187 @@
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherStack
+import BugSquasherVarlink
+import Foundation
+import Logging
+import Synchronization
+
+/// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only.
+struct ImportInterface: VarlinkInterface {
+    let name = InterfaceName.importing
+    let writes = true
+    let stack: PersistentStack
+    let runner: ImportRunner
+    let configuration: DaemonConfiguration
+    let uploads: UploadRegistry
+
+    private struct BeginParameters: Decodable {
+        var name: String
+        var format: String?
+        var chunkSize: Int?
+    }
+    private struct AppendParameters: Decodable {
+        var job: String
+        var data: String
+    }
+    private struct BytesReply: Encodable { var bytes: Int }
+    private struct UpdateParameters: Decodable {
+        var id: String
+        var values: [String: JSONValue]
+    }
+    private struct UpdateReply: Encodable {
+        var version: Int64
+        var token: Int64
+    }
+    private struct IDParameter: Decodable { var id: String }
+    private struct TokenReply: Encodable { var token: Int64 }
+
+    func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        let book = JobBook(stack: stack)
+        switch call.methodName {
+        case "Begin":
+            let parameters = try call.parameters(BeginParameters.self)
+            var format: InputFormat?
+            if let name = parameters.format, name != "auto" {
+                guard let known = InputFormat(rawValue: name) else { throw invalidInput("unknown format '\(name)'; use one of \(InputFormat.names), or leave it out to detect it") }
+                format = known
+            }
+            let chunkSize = parameters.chunkSize ?? configuration.chunkSize
+            guard (1...100_000).contains(chunkSize) else { throw invalidInput("chunkSize must be between 1 and 100000") }
+            let job = try await book.create(name: String(parameters.name.prefix(500)), format: format, chunkSize: chunkSize)
+            uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes))
+            context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(parameters.name)"])
+            try await replier.reply(JobParameter(job: job))
+        case "Append":
+            let parameters = try call.parameters(AppendParameters.self)
+            let spooler = try upload(parameters.job)
+            guard let data = Data(base64Encoded: parameters.data) else { throw invalidInput("data is not base64") }
+            do {
+                try await spooler.append([UInt8](data))
+            } catch let error as DaemonError {
+                try await fail(parameters.job, spooler, error.message, book: book, logger: context.logger)
+                throw invalidInput(error.message)
+            }
+            try await replier.reply(BytesReply(bytes: data.count))
+        case "Commit":
+            let job = try call.parameters(JobParameter.self).job
+            let spooler = try upload(job)
+            do {
+                let (format, bytes) = try await spooler.finish()
+                uploads.remove(job)
+                try await book.update(job) { record in
+                    record.format = format.rawValue
+                    record.bytesTotal = bytes
+                    record.state = "queued"
+                }
+                runner.enqueue()
+                context.logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
+            } catch let error as DaemonError {
+                try await fail(job, spooler, error.message, book: book, logger: context.logger)
+                throw invalidInput(error.message)
+            }
+            try await replier.reply(JobParameter(job: job))
+        case "Abort":
+            let job = try call.parameters(JobParameter.self).job
+            if let spooler = uploads.remove(job) { await spooler.discard() }
+            guard let current = try await book.job(job) else { throw jobNotFound(job) }
+            guard !current.isFinal, current.state != "running" else {
+                throw invalidInput("job \(job) is \(current.state); only uploading or queued jobs can be aborted")
+            }
+            try await book.update(job) { record in
+                record.state = "aborted"
+                record.finished = Date()
+            }
+            try await replier.reply(Empty())
+        case "Update":
+            let parameters = try call.parameters(UpdateParameters.self)
+            try await replier.reply(try await update(parameters.id, values: parameters.values))
+        case "Delete":
+            let id = try objectID(try call.parameters(IDParameter.self).id)
+            let editor = try await stack.editorContext(name: "varlink-delete")
+            try await editor.perform { context in
+                context.delete(try context.existingObject(with: id))
+            }
+            let didSave = try await mapGraphErrors { try await editor.saveToPersistentStore() }
+            try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
+        default:
+            throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+
+    private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
+        let id = try objectID(uri)
+        guard let entity = stack.model.entity(named: id.entityName) else { throw invalidInput("unknown entity in \(uri)") }
+        for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
+            throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
+        }
+        let editor = try await stack.editorContext(name: "varlink-update")
+        try await editor.perform { context in
+            let object = try context.existingObject(with: id)
+            for (key, json) in values {
+                if let attribute = entity.attribute(named: key) {
+                    object.setValue(try WireCoding.decode(json, as: attribute), for: key)
+                } else if case .string(let target) = json, let targetID = ObjectID(uri: target) {
+                    object.setRelated(try context.existingObject(with: targetID), for: key)
+                } else if json == .null {
+                    object.setRelated(nil, for: key)
+                } else {
+                    throw GraphError(.invalidArgument, "'\(key)' is a relationship: pass an object ID URI or null.")
+                }
+            }
+        }
+        let didSave = try await mapGraphErrors { try await editor.saveToPersistentStore() }
+        let stored = try stack.store.newValues(for: id)?.version ?? 0
+        let version = didSave?.updated.first { $0.objectID == id }?.version ?? stored
+        let token = try didSave?.token.rawValue ?? stack.store.currentHistoryToken().rawValue
+        return UpdateReply(version: version, token: token)
+    }
+
+    private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch let error as GraphError {
+            switch error.code {
+            case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
+            default: throw invalidInput(error.message)
+            }
+        }
+    }
+
+    private func objectID(_ uri: String) throws -> ObjectID {
+        guard let id = ObjectID(uri: uri), !id.isTemporary, id.storeIdentifier == stack.mainCoordinator.storeIdentifier else {
+            throw invalidInput("'\(uri)' is not an object ID of this store")
+        }
+        return id
+    }
+
+    private func upload(_ job: String) throws -> Spooler {
+        guard let spooler = uploads.get(job) else {
+            throw VarlinkError("io.bugsquasher.Import.JobNotFound", ["job": .string(job)])
+        }
+        return spooler
+    }
+
+    private func fail(_ job: String, _ spooler: Spooler, _ message: String, book: JobBook, logger: Logger) async throws {
+        uploads.remove(job)
+        await spooler.discard()
+        logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"])
+        try await book.update(job) { record in
+            record.state = "failed"
+            record.error = message
+            record.finished = Date()
+        }
+    }
+
+    private func invalidInput(_ message: String) -> VarlinkError {
+        VarlinkError("io.bugsquasher.Import.InvalidInput", ["message": .string(message)])
+    }
+}
+
+/// Uploads in progress, by job ID.
+final class UploadRegistry: Sendable {
+    private let spoolers = Mutex<[String: Spooler]>([:])
+
+    func add(_ spooler: Spooler) { spoolers.withLock { $0[spooler.jobID] = spooler } }
+    func get(_ job: String) -> Spooler? { spoolers.withLock { $0[job] } }
+    @discardableResult func remove(_ job: String) -> Spooler? { spoolers.withLock { $0.removeValue(forKey: job) } }
+}

@@ -1,0 +1,90 @@
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherStack
+import BugSquasherVarlink
+import Foundation
+
+/// `io.bugsquasher.Jobs`: import jobs, their rejects, and the daemon's status (read-only).
+struct JobsInterface: VarlinkInterface {
+    let name = InterfaceName.jobs
+    let writes = false
+    let stack: PersistentStack
+    let hub: NotificationHub
+    let activeJob: @Sendable () -> String?
+
+    private struct JobReply: Encodable { var job: WireJob }
+    private struct JobsReply: Encodable { var jobs: [WireJob] }
+    private struct RejectsParameters: Decodable {
+        var job: String
+        var limit: Int?
+    }
+    private struct RejectsReply: Encodable { var rejects: [WireReject] }
+    private struct StatusReply: Encodable {
+        var storeIdentifier: String
+        var token: Int64
+        var bugs: Int
+        var subscribers: Int
+        var activeJob: WireJob?
+    }
+
+    func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        let book = JobBook(stack: stack)
+        switch call.methodName {
+        case "List":
+            let limit = min(max(try call.parameters(LimitParameter.self).limit ?? 50, 1), 1_000)
+            try await replier.reply(JobsReply(jobs: try await book.list(limit: limit)))
+        case "Get":
+            let id = try call.parameters(JobParameter.self).job
+            guard let job = try await book.job(id) else { throw jobNotFound(id) }
+            try await replier.reply(JobReply(job: job))
+        case "Rejects":
+            let parameters = try call.parameters(RejectsParameters.self)
+            guard try await book.job(parameters.job) != nil else { throw jobNotFound(parameters.job) }
+            try await replier.reply(RejectsReply(rejects: try await book.rejects(parameters.job, limit: min(max(parameters.limit ?? 1_000, 1), 100_000))))
+        case "Watch":
+            guard call.more else { throw VarlinkError.expectedMore }
+            try await watch(try call.parameters(JobParameter.self).job, book: book, replier: replier)
+        case "Status":
+            let count = try stack.mainCoordinator.fetch(FetchDescription(entityName: "Bug", resultType: .count))
+            var bugs = 0
+            if case .count(let n) = count { bugs = n }
+            let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
+            try await replier.reply(StatusReply(
+                storeIdentifier: stack.mainCoordinator.storeIdentifier, token: try stack.store.currentHistoryToken().rawValue,
+                bugs: bugs, subscribers: hub.count, activeJob: active
+            ))
+        default:
+            throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+
+    /// Sends the job after every commit that touches it, until it is final.
+    private func watch(_ id: String, book: JobBook, replier: some VarlinkReplier) async throws {
+        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, startToken: try stack.store.currentHistoryToken())
+        hub.add(subscription)
+        defer { hub.remove(subscription) }
+        guard let first = try await book.job(id) else { throw jobNotFound(id) }
+        let jobObjectID = try await stack.temporaryContext().perform { try JobBook.find(id, in: $0)?.objectID }
+        if let jobObjectID { _ = subscription.register([jobObjectID]) }
+        try await replier.reply(JobReply(job: first), continues: !first.isFinal)
+        if first.isFinal { return }
+        while let event = await subscription.next() {
+            if case .resync = event { break }
+            guard let job = try await book.job(id) else { throw jobNotFound(id) }
+            try await replier.reply(JobReply(job: job), continues: !job.isFinal)
+            if job.isFinal { return }
+        }
+        if let job = try await book.job(id) { try await replier.reply(JobReply(job: job)) }
+    }
+}
+
+extension Optional {
+    /// `map` with an async transform.
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        switch self {
+        case .some(let value): try await transform(value)
+        case .none: nil
+        }
+    }
+}

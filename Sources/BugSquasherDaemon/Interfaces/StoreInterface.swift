@@ -1,0 +1,89 @@
+import BugSquasherGraph
+import BugSquasherProtocol
+import BugSquasherStack
+import BugSquasherVarlink
+import Foundation
+
+/// `io.bugsquasher.Store`: fetches and batched value look-ups, answered from the store directly
+/// (no context: nothing is registered on the daemon's side by a remote read).
+struct StoreInterface: VarlinkInterface {
+    let name = InterfaceName.store
+    let writes = false
+    let stack: PersistentStack
+    let coding: WireCoding
+
+    func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        let store = stack.store
+        let model = stack.model
+        do {
+            switch call.methodName {
+            case "Info":
+                try await replier.reply(StoreInfo(
+                    storeIdentifier: stack.mainCoordinator.storeIdentifier, storeType: store.storeType,
+                    modelVersionHash: model.versionHash, token: try store.currentHistoryToken().rawValue,
+                    entities: model.entities.map(\.name)
+                ))
+            case "Fetch":
+                try await replier.reply(try fetch(try call.parameters(FetchParameters.self)))
+            case "Values":
+                let ids = try parse(try call.parameters(IDsParameters.self).ids)
+                guard ids.count <= 10_000 else { throw invalid("ask for at most 10,000 IDs at once") }
+                let rows = try store.newValues(for: ids)
+                try await replier.reply(RowsReply(rows: ids.compactMap { id in
+                    guard let row = rows[id], let entity = model.entity(named: id.entityName) else { return nil }
+                    return WireRow(id: id.uriString, version: row.version, values: coding.encode(row, entity: entity))
+                }))
+            case "Related":
+                let parameters = try call.parameters(RelatedParameters.self)
+                guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
+                let ids = try store.newValue(forRelationship: parameters.relationship, of: id)
+                try await replier.reply(IDsReply(ids: ids.map(\.uriString)))
+            default:
+                throw VarlinkError.methodNotFound(call.method)
+            }
+        } catch let error as GraphError {
+            throw invalid(error.message)
+        }
+    }
+
+    private func invalid(_ message: String) -> VarlinkError {
+        VarlinkError("io.bugsquasher.Store.InvalidRequest", ["message": .string(message)])
+    }
+
+    private func parse(_ uris: [String]) throws -> [ObjectID] {
+        try uris.map { uri in
+            guard let id = ObjectID(uri: uri), !id.isTemporary, stack.model.entity(named: id.entityName) != nil else {
+                throw invalid("'\(uri)' is not an object ID of this store (x-bugsquasher://STORE/Entity/p42)")
+            }
+            return id
+        }
+    }
+
+    private func fetch(_ parameters: FetchParameters) throws -> FetchReply {
+        let model = stack.model
+        guard let entity = model.entity(named: parameters.entity) else {
+            throw invalid("unknown entity '\(parameters.entity)'; the model has \(model.entities.map(\.name).joined(separator: ", "))")
+        }
+        var predicate: ObjectPredicate?
+        if let text = parameters.predicate, !text.isEmpty {
+            predicate = try ObjectPredicate(parsing: text).coerced(for: entity, in: model)
+        }
+        let sort = (parameters.sort ?? []).map { key in
+            key.hasPrefix("-") ? SortKey(String(key.dropFirst()), ascending: false) : SortKey(key)
+        }
+        let resultType: FetchDescription.ResultType
+        switch parameters.result ?? "ids" {
+        case "ids": resultType = .objectIDs
+        case "rows": resultType = .rows
+        case "count": resultType = .count
+        default: throw invalid("result is ids, rows or count")
+        }
+        if let limit = parameters.limit, limit < 0 { throw invalid("limit must not be negative") }
+        let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: parameters.limit, offset: max(0, parameters.offset ?? 0), resultType: resultType)
+        switch try stack.mainCoordinator.fetch(request) {
+        case .objectIDs(let ids): return FetchReply(ids: ids.map(\.uriString))
+        case .rows(let rows): return FetchReply(rows: rows.map { WireRow(id: $0.objectID.uriString, version: $0.snapshot.version, values: coding.encode($0.snapshot, entity: entity)) })
+        case .count(let count): return FetchReply(count: count)
+        }
+    }
+}

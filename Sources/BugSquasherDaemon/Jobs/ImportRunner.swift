@@ -1,0 +1,251 @@
+import BugSquasherGraph
+import BugSquasherImport
+import BugSquasherModel
+import BugSquasherStack
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Runs import jobs one at a time, chunk by chunk: each chunk is one importer context on the
+/// writer coordinator and one transaction that also records the job's progress (byte offset,
+/// counts) and the chunk's rejects. A crash or `kill -9` therefore resumes exactly after the last
+/// committed chunk, and `imported + rejected = read` holds after every commit.
+///
+/// On graceful shutdown the current chunk finishes and commits; the job stays `running` and is
+/// resumed at the next start.
+final class ImportRunner: Service {
+    private let stack: PersistentStack
+    private let book: JobBook
+    private let configuration: DaemonConfiguration
+    private let logger: Logger
+    private let wakeups: AsyncStream<Void>
+    private let wakeup: AsyncStream<Void>.Continuation
+    private let progressHandler: @Sendable (ImportProgress?) -> Void
+
+    init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
+        self.stack = stack
+        self.book = JobBook(stack: stack)
+        self.configuration = configuration
+        self.logger = logger
+        self.progressHandler = progress
+        (wakeups, wakeup) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Asks the runner to look for queued jobs.
+    func enqueue() { wakeup.yield() }
+
+    func run() async throws {
+        wakeup.yield()
+        try await withGracefulShutdownHandler {
+            for await _ in wakeups {
+                while !Task.isShuttingDownGracefully, let job = try await book.nextRunnable() {
+                    try await process(job)
+                }
+            }
+        } onGracefulShutdown: {
+            self.wakeup.finish()
+        }
+    }
+
+    // MARK: One job
+
+    private struct Entry {
+        var line: Int
+        /// The spool line the entry ends on (blank lines after it included).
+        var spoolLine: Int
+        var endOffset: Int64
+        var record: BugRecord?
+        var reject: String?
+    }
+
+    private func process(_ id: String) async throws {
+        let start = try await stack.temporaryContext(name: "jobs").perform { context -> (String, Int64, Int64, Int64, Int64, Int64, Int64, Int64)? in
+            guard let job = try JobBook.find(id, in: context) else { return nil }
+            return (job.format, job.byteOffset, job.linesRead, job.chunkSize, job.recordsRead, job.imported, job.rejected, job.bytesTotal)
+        }
+        guard let (formatName, offset, linesRead, chunkSize, read, imported, rejected, total) = start else { return }
+        var logger = self.logger
+        logger[metadataKey: "job.id"] = "\(id)"
+        guard let format = InputFormat(rawValue: formatName) else {
+            try await fail(id, "The job's format '\(formatName)' is unknown.", logger: logger)
+            return
+        }
+        let spool = configuration.spoolDirectory + "/\(id).spool"
+        let reader: OffsetLineReader
+        do {
+            reader = try OffsetLineReader(path: spool, offset: offset, firstLine: Int(linesRead) + 1, maximumLineBytes: configuration.maximumRecordBytes)
+        } catch {
+            try await fail(id, "The job's spooled input is gone (\(spool)); submit the file again.", logger: logger)
+            return
+        }
+        if offset == 0 { logger.info("import started", metadata: ["job.format": "\(format.rawValue)", "job.bytes": "\(total)"]) } else {
+            logger.info("import resumed", metadata: ["job.offset": "\(offset)", "job.read": "\(read)"])
+        }
+        try await book.update(id) { $0.state = "running" }
+        var progress = ImportProgress(job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total, started: .now, readAtStart: read)
+        progressHandler(progress)
+        var chunk = 0
+        while true {
+            if Task.isShuttingDownGracefully {
+                logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
+                progressHandler(nil)
+                return
+            }
+            let entries = try readChunk(reader, format: format, size: Int(chunkSize))
+            guard !entries.isEmpty else { break }
+            chunk += 1
+            let (done, rejects) = try await commit(entries, job: id, logger: logger)
+            progress.read += Int64(entries.count)
+            progress.imported += done
+            progress.rejected += rejects
+            progress.bytesDone = entries.last!.endOffset
+            progressHandler(progress)
+            logger.debug("chunk committed", metadata: ["chunk": "\(chunk)", "rows": "\(entries.count)", "rejected": "\(rejects)", "job.offset": "\(progress.bytesDone)"])
+        }
+        try await book.update(id) { job in
+            job.state = "finished"
+            job.finished = Date()
+        }
+        try? FileManager.default.removeItem(atPath: spool)
+        progressHandler(nil)
+        logger.info("import finished", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.rejected": "\(progress.rejected)"])
+    }
+
+    private func fail(_ id: String, _ message: String, logger: Logger) async throws {
+        logger.error("import failed", metadata: ["error": "\(message)"])
+        try await book.update(id) { job in
+            job.state = "failed"
+            job.error = message
+            job.finished = Date()
+        }
+    }
+
+    /// Reads up to `size` records (non-empty lines), decoding each; undecodable ones become
+    /// rejects with their line and reason.
+    private func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int) throws -> [Entry] {
+        var entries: [Entry] = []
+        let decoder = JiraIssueDecoder()
+        let recordDecoder = RecordCoding.decoder()
+        while entries.count < size, let line = try reader.next() {
+            if line.isOversized {
+                entries.append(Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(configuration.maximumRecordBytes) bytes"))
+                continue
+            }
+            if line.bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
+                // Blank lines are not records, but the offset moves past them.
+                if !entries.isEmpty {
+                    entries[entries.count - 1].endOffset = line.endOffset
+                    entries[entries.count - 1].spoolLine = line.number
+                }
+                continue
+            }
+            var entry = Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
+            do {
+                switch format.spoolLines {
+                case .jira:
+                    entry.record = try decoder.decode(Data(line.bytes), line: line.number)
+                case .record:
+                    entry.record = try recordDecoder.decode(BugRecord.self, from: Data(line.bytes))
+                case .envelope:
+                    let envelope = try recordDecoder.decode(SpoolEnvelope.self, from: Data(line.bytes))
+                    entry.line = envelope._line
+                    entry.record = envelope.record
+                    entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)
+                }
+                if let record = entry.record { try BugUpserter.validate(record, at: entry.line) }
+            } catch let error as ImportError {
+                entry.record = nil
+                entry.reject = error.message
+            } catch let error as DecodingError {
+                entry.record = nil
+                entry.reject = "not a valid record: \(Self.describe(error))"
+            } catch {
+                entry.record = nil
+                entry.reject = "\(error)"
+            }
+            entries.append(entry)
+        }
+        return entries
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        switch error {
+        case .keyNotFound(let key, _): "missing field '\(key.stringValue)'"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            (context.codingPath.map(\.stringValue).joined(separator: ".") + " " + context.debugDescription).trimmingCharacters(in: .whitespaces)
+        @unknown default: "\(error)"
+        }
+    }
+
+    /// Commits a chunk with the job's progress in one transaction; when the chunk as a whole
+    /// cannot be saved, imports its records one by one so that only the bad ones are rejected.
+    private func commit(_ entries: [Entry], job id: String, logger: Logger) async throws -> (imported: Int64, rejected: Int64) {
+        do {
+            return try await save(entries, job: id, extraRejects: [:])
+        } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
+            logger.notice("chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
+        }
+        var imported: Int64 = 0
+        var rejected: Int64 = 0
+        for entry in entries {
+            do {
+                let result = try await save([entry], job: id, extraRejects: [:])
+                imported += result.imported
+                rejected += result.rejected
+            } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
+                let result = try await save([entry], job: id, extraRejects: [entry.line: error.message])
+                imported += result.imported
+                rejected += result.rejected
+            }
+        }
+        return (imported, rejected)
+    }
+
+    private func save(_ entries: [Entry], job id: String, extraRejects: [Int: String]) async throws -> (imported: Int64, rejected: Int64) {
+        let context = stack.importerContext(name: "import")
+        let upserter = BugUpserter()
+        let records = entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
+        let rejects = entries.compactMap { entry -> (Int, String)? in
+            if let reason = extraRejects[entry.line] { return (entry.line, reason) }
+            return entry.reject.map { (entry.line, $0) }
+        }
+        let endOffset = entries.last?.endOffset ?? 0
+        let lastLine = entries.last?.spoolLine ?? 0
+        try await context.perform { context in
+            _ = try upserter.upsert(records, in: context)
+            guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
+            for (line, reason) in rejects {
+                let reject = context.insert(ImportReject.self)
+                reject.line = Int64(line)
+                reject.reason = reason
+                reject.job = job
+            }
+            job.recordsRead += Int64(entries.count)
+            job.imported += Int64(records.count)
+            job.rejected += Int64(rejects.count)
+            job.byteOffset = endOffset
+            job.linesRead = Int64(lastLine)
+        }
+        try await context.save()
+        return (Int64(records.count), Int64(rejects.count))
+    }
+}
+
+/// The running job's progress, for status lines and logs.
+struct ImportProgress: Sendable {
+    var job: String
+    var read: Int64
+    var imported: Int64
+    var rejected: Int64
+    var bytesDone: Int64
+    var bytesTotal: Int64
+    var started: ContinuousClock.Instant
+    var readAtStart: Int64
+
+    /// Records per second since the job (re)started.
+    var rate: Double {
+        let seconds = (ContinuousClock.now - started) / .seconds(1)
+        return seconds > 0 ? Double(read - readAtStart) / seconds : 0
+    }
+}

@@ -1,0 +1,95 @@
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherStack
+import BugSquasherVarlink
+import Foundation
+
+/// Reads and writes import jobs in the store.
+struct JobBook: Sendable {
+    let stack: PersistentStack
+
+    /// Creates a job in state `uploading`; returns its ID.
+    func create(name: String, format: InputFormat?, chunkSize: Int) async throws -> String {
+        let id = String(UUID().uuidString.prefix(8)).lowercased()
+        let context = stack.importerContext(name: "jobs")
+        await context.perform { context in
+            let job = context.insert(ImportJob.self)
+            job.jobID = id
+            job.name = name
+            job.format = format?.rawValue ?? "auto"
+            job.state = "uploading"
+            job.chunkSize = Int64(chunkSize)
+            job.created = Date()
+        }
+        try await context.save()
+        return id
+    }
+
+    /// Changes a job in its own transaction.
+    func update(_ id: String, _ change: @escaping @Sendable (ImportJob) -> Void) async throws {
+        let context = stack.importerContext(name: "jobs")
+        try await context.perform { context in
+            guard let job = try Self.find(id, in: context) else { throw jobNotFound(id) }
+            change(job)
+        }
+        try await context.save()
+    }
+
+    static func find(_ id: String, in context: isolated ObjectContext) throws -> ImportJob? {
+        var request = FetchRequest<ImportJob>(predicate: Key("jobID") == .string(id))
+        request.returnsObjectsAsFaults = false
+        return try context.fetch(request).first
+    }
+
+    /// One job as the wire describes it.
+    func job(_ id: String) async throws -> WireJob? {
+        try await stack.temporaryContext(name: "jobs").perform { context in
+            try Self.find(id, in: context).map(Self.wire)
+        }
+    }
+
+    /// Jobs, newest first.
+    func list(limit: Int) async throws -> [WireJob] {
+        try await stack.temporaryContext(name: "jobs").perform { context in
+            var request = FetchRequest<ImportJob>(sort: [Key("created").descending], limit: limit)
+            request.returnsObjectsAsFaults = false
+            return try context.fetch(request).map(Self.wire)
+        }
+    }
+
+    /// A job's rejects, in input order.
+    func rejects(_ id: String, limit: Int) async throws -> [WireReject] {
+        try await stack.temporaryContext(name: "jobs").perform { context in
+            var request = FetchRequest<ImportReject>(predicate: Key("job.jobID") == .string(id), sort: [Key("line").ascending], limit: limit)
+            request.returnsObjectsAsFaults = false
+            return try context.fetch(request).map { WireReject(line: $0.line, reason: $0.reason) }
+        }
+    }
+
+    /// The job to run next: an interrupted one first, then the oldest queued one.
+    func nextRunnable() async throws -> String? {
+        try await stack.temporaryContext(name: "jobs").perform { context in
+            for state in ["running", "queued"] {
+                let request = FetchRequest<ImportJob>(predicate: Key("state") == .string(state), sort: [Key("created").ascending], limit: 1)
+                if let job = try context.fetch(request).first { return job.jobID }
+            }
+            return nil
+        }
+    }
+
+    static func wire(_ job: ImportJob) -> WireJob {
+        let iso = Date.ISO8601FormatStyle()
+        return WireJob(
+            id: job.jobID, name: job.name, format: job.format, state: job.state,
+            recordsRead: job.recordsRead, imported: job.imported, rejected: job.rejected,
+            bytesDone: job.byteOffset, bytesTotal: job.bytesTotal,
+            created: job.created.map { iso.format($0) } ?? "", finished: job.finished.map { iso.format($0) }, error: job.error
+        )
+    }
+}
+
+/// The Varlink error for an unknown job.
+func jobNotFound(_ id: String) -> VarlinkError {
+    VarlinkError("io.bugsquasher.Jobs.JobNotFound", ["job": .string(id)])
+}

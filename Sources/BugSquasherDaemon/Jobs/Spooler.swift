@@ -1,0 +1,220 @@
+import BugSquasherImport
+import CompressNIO
+import Foundation
+import NIOCore
+
+/// Receives an upload and writes it to the job's spool file in a form the import runner reads
+/// line by line from any byte offset: gzip is inflated, JSON arrays and search responses become
+/// one issue per line, CSV rows become records (or rejects) with their original line numbers.
+/// Memory holds one chunk of input and one record, however large the upload.
+actor Spooler {
+    let jobID: String
+    let path: String
+    private let declared: InputFormat?
+    private let maximumRecordBytes: Int
+    private let handle: FileHandle
+    private var output: [UInt8] = []
+    private(set) var bytesWritten: Int64 = 0
+    private var sniffed: [UInt8] = []
+    private var decided = false
+    private var gzip: (any NIODecompressor)?
+    private var format: InputFormat?
+    private var splitter: JSONArraySplitter?
+    private var csv: CSVParser?
+    private var mapper: CSVBugMapper?
+    private var failure: String?
+
+    /// Creates the spool file.
+    init(jobID: String, directory: String, format: InputFormat?, maximumRecordBytes: Int) throws {
+        self.jobID = jobID
+        self.path = directory + "/\(jobID).spool"
+        self.declared = format
+        self.maximumRecordBytes = maximumRecordBytes
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        guard FileManager.default.createFile(atPath: path, contents: nil) else {
+            throw DaemonError("Cannot create the spool file \(path): check that the state directory is writable.")
+        }
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw DaemonError("Cannot open the spool file \(path) for writing.")
+        }
+        self.handle = handle
+    }
+
+    /// The format, once known.
+    var detectedFormat: InputFormat? { format }
+
+    /// Takes the next bytes of the upload.
+    ///
+    /// - Throws: ``DaemonError`` when the input is not what it claims to be; the job fails.
+    func append(_ bytes: [UInt8]) throws {
+        if let failure { throw DaemonError(failure) }
+        do {
+            if gzip == nil && !decided && sniffed.isEmpty && bytes.starts(with: [0x1F, 0x8B]) {
+                let decompressor = CompressionAlgorithm.gzip().decompressor
+                decompressor.window = ByteBufferAllocator().buffer(capacity: 64 * 1024)
+                try decompressor.startStream()
+                gzip = decompressor
+            }
+            if let gzip {
+                var buffer = ByteBuffer(bytes: bytes)
+                var inflated: [UInt8] = []
+                try buffer.decompressStream(with: gzip) { window in inflated += window.readableBytesView }
+                try consume(inflated)
+            } else {
+                try consume(bytes)
+            }
+            try flush(force: false)
+        } catch let error as DaemonError {
+            failure = error.message
+            throw error
+        } catch {
+            let message = gzip != nil ? "The input is not valid gzip data (\(error)); upload the file as it is, or decompress it first." : "The input could not be read: \(error)."
+            failure = message
+            throw DaemonError(message)
+        }
+    }
+
+    /// Ends the upload; returns the format and the spooled size.
+    func finish() throws -> (InputFormat, Int64) {
+        if let failure { throw DaemonError(failure) }
+        if !decided { try decide(final: true) }
+        guard let format else { throw DaemonError("The upload was empty: there is nothing to import.") }
+        if let splitter {
+            do { try splitter.finish() } catch {
+                throw DaemonError("The input is not a complete \(format.rawValue) document: \(error.description).")
+            }
+        }
+        if var csv {
+            for record in csv.finish() { try spool(record) }
+            self.csv = csv
+        }
+        try flush(force: true)
+        try handle.close()
+        return (format, bytesWritten)
+    }
+
+    /// Abandons the upload and removes the spool file.
+    func discard() {
+        try? handle.close()
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    // MARK: Formats
+
+    private func consume(_ bytes: [UInt8]) throws {
+        if !decided {
+            sniffed += bytes
+            guard sniffed.count >= 64 * 1024 || sniffed.contains(0x0A) else { return }
+            try decide(final: false)
+            let pending = sniffed
+            sniffed = []
+            try route(pending)
+            return
+        }
+        try route(bytes)
+    }
+
+    private func route(_ bytes: [UInt8]) throws {
+        if var splitter {
+            let elements: [JSONArraySplitter.Element]
+            do { elements = try splitter.feed(bytes) } catch {
+                throw DaemonError("The input is not valid \(format?.rawValue ?? "JSON"): \(error.description).")
+            }
+            self.splitter = splitter
+            for element in elements {
+                switch element {
+                case .value(let value, _):
+                    output += value
+                    output.append(0x0A)
+                case .oversized(let number):
+                    output += Array(#"{"_line":\#(number),"_reject":"record is longer than \#(maximumRecordBytes) bytes"}"#.utf8)
+                    output.append(0x0A)
+                }
+            }
+        } else if var csv {
+            let records = csv.feed(bytes)
+            self.csv = csv
+            for record in records { try spool(record) }
+        } else {
+            output += bytes
+        }
+    }
+
+    private func spool(_ record: CSVParser.Record) throws {
+        let envelope: SpoolEnvelope
+        switch record {
+        case .oversized(let line):
+            envelope = SpoolEnvelope(_line: line, record: nil, _reject: "record is longer than \(maximumRecordBytes) bytes")
+        case .fields(let fields, let line):
+            guard let mapper else {
+                let flavor = format == .bugzillaCSV ? CSVBugMapper.Flavor.bugzilla : .jira
+                do { mapper = try CSVBugMapper(header: fields, flavor: flavor) } catch {
+                    throw DaemonError("\(error)")
+                }
+                return
+            }
+            do {
+                envelope = SpoolEnvelope(_line: line, record: try mapper.record(fields, line: line), _reject: nil)
+            } catch {
+                envelope = SpoolEnvelope(_line: line, record: nil, _reject: "\((error as? ImportError)?.message ?? "\(error)")")
+            }
+        }
+        output += try RecordCoding.encoder().encode(envelope)
+        output.append(0x0A)
+    }
+
+    /// Decides the format from the first bytes (or checks the declared one against them).
+    private func decide(final: Bool) throws {
+        decided = true
+        guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09, 0xEF, 0xBB, 0xBF].contains($0) }) else {
+            if final { return }
+            throw DaemonError("The input starts with blank lines only; there is nothing to import.")
+        }
+        let firstLine = Array(sniffed.split(separator: 0x0A, maxSplits: 1, omittingEmptySubsequences: true).first ?? [])
+        var detected: InputFormat
+        var layout: JSONArraySplitter.Layout?
+        if first == UInt8(ascii: "[") {
+            detected = declared == .bugsquasherNDJSON ? .bugsquasherNDJSON : .jiraJSON
+            layout = .array
+        } else if first == UInt8(ascii: "{") {
+            let object = try? JSONSerialization.jsonObject(with: Data(firstLine)) as? [String: Any]
+            if let object, object["fields"] != nil {
+                detected = .jiraJSON
+            } else if let object, object["issues"] != nil {
+                detected = .jiraJSON
+                layout = .searchResponse
+            } else if let object, object["key"] != nil {
+                detected = .bugsquasherNDJSON
+            } else if object == nil {
+                // A pretty-printed document: a Jira search response.
+                detected = .jiraJSON
+                layout = .searchResponse
+            } else {
+                throw DaemonError("The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(InputFormat.names).")
+            }
+        } else {
+            var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
+            let header = (probe.feed(sniffed) + (final ? probe.finish() : [])).first
+            guard case .fields(let names, _)? = header, let flavor = CSVBugMapper.detect(header: names) else {
+                let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map { $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0) }.joined()
+                throw DaemonError("The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(InputFormat.names).")
+            }
+            detected = flavor == .jira ? .jiraCSV : .bugzillaCSV
+        }
+        if let declared, declared != detected {
+            throw DaemonError("The input was submitted as \(declared.rawValue) but looks like \(detected.rawValue). Submit it with --format \(detected.rawValue), or check the file.")
+        }
+        format = detected
+        if let layout { splitter = JSONArraySplitter(layout: layout, maximumElementBytes: maximumRecordBytes) }
+        if detected == .jiraCSV || detected == .bugzillaCSV { csv = CSVParser(maximumRecordBytes: maximumRecordBytes) }
+    }
+
+    private func flush(force: Bool) throws {
+        guard force ? !output.isEmpty : output.count >= 256 * 1024 else { return }
+        do { try handle.write(contentsOf: output) } catch {
+            throw DaemonError("Writing the spool file \(path) failed (\(error)); is the disk full?")
+        }
+        bytesWritten += Int64(output.count)
+        output.removeAll(keepingCapacity: true)
+    }
+}

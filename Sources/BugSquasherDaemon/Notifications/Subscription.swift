@@ -1,0 +1,255 @@
+import BugSquasherGraph
+import Foundation
+import Synchronization
+
+/// One subscriber of the change feed, as the hub sees it: its registered IDs (reference
+/// counted) and a mailbox of pending notifications.
+///
+/// The importer never waits for a subscriber: ``offer(_:)`` only appends to the mailbox under a
+/// mutex. A subscriber that reads slowly sees its pending saves coalesced into one; past
+/// ``pendingLimit`` changed objects the mailbox is dropped and the subscriber is told to resync
+/// from the last token it received, so memory per subscriber stays bounded.
+final class Subscription: Sendable {
+    /// What the subscriber's connection sends next.
+    enum Event: Sendable {
+        /// A (possibly coalesced) save.
+        case save(DidSave)
+        /// Objects a registration found stale: their current versions and values.
+        case refresh([ObjectChange])
+        /// The subscriber fell behind; it must reconnect with `since` = this token.
+        case resync(HistoryToken)
+    }
+
+    let id: String
+    let registeredOnly: Bool
+    let includeValues: Bool
+    let pendingLimit: Int
+
+    private struct State {
+        var registered: [ObjectID: Int] = [:]
+        var pending: [DidSave] = []
+        var pendingObjects = 0
+        var refreshes: [ObjectChange] = []
+        var resync: HistoryToken?
+        var delivered: HistoryToken
+        var waiter: CheckedContinuation<Event?, Never>?
+        var closed = false
+    }
+
+    private let state: Mutex<State>
+
+    init(registeredOnly: Bool, includeValues: Bool, pendingLimit: Int, startToken: HistoryToken) {
+        id = UUID().uuidString
+        self.registeredOnly = registeredOnly
+        self.includeValues = includeValues
+        self.pendingLimit = pendingLimit
+        state = Mutex(State(delivered: startToken))
+    }
+
+    /// Saves with tokens up to here were delivered (or replayed from history).
+    func markDelivered(_ token: HistoryToken) {
+        state.withLock { if $0.delivered < token { $0.delivered = token } }
+    }
+
+    var deliveredToken: HistoryToken { state.withLock { $0.delivered } }
+
+    // MARK: Registrations
+
+    /// Adds references; returns how many IDs are registered.
+    func register(_ ids: [ObjectID]) -> Int {
+        state.withLock { state in
+            for id in ids { state.registered[id, default: 0] += 1 }
+            return state.registered.count
+        }
+    }
+
+    /// Removes references; returns how many IDs are registered.
+    func unregister(_ ids: [ObjectID]) -> Int {
+        state.withLock { state in
+            for id in ids {
+                let count = state.registered[id, default: 0] - 1
+                state.registered[id] = count > 0 ? count : nil
+            }
+            return state.registered.count
+        }
+    }
+
+    var registeredCount: Int { state.withLock { $0.registered.count } }
+
+    /// The registered IDs.
+    var registeredIDs: [ObjectID] { state.withLock { Array($0.registered.keys) } }
+
+    // MARK: Mailbox
+
+    /// Queues a save (filtered to the registered IDs when asked); never blocks.
+    func offer(_ didSave: DidSave) {
+        let waiter: CheckedContinuation<Event?, Never>?
+        let event: Event?
+        (waiter, event) = state.withLock { state -> (CheckedContinuation<Event?, Never>?, Event?) in
+            guard !state.closed, state.resync == nil, didSave.token > state.delivered else { return (nil, nil) }
+            let save = registeredOnly ? Self.filter(didSave, to: state.registered) : didSave
+            if save.isEmpty {
+                // Nothing for this subscriber; its position still moves on.
+                if state.pending.isEmpty, state.waiter == nil { state.delivered = didSave.token }
+                else if !state.pending.isEmpty { state.pending[state.pending.count - 1].token = didSave.token }
+                return (nil, nil)
+            }
+            if let waiter = state.waiter, state.pending.isEmpty {
+                state.waiter = nil
+                state.delivered = save.token
+                return (waiter, .save(save))
+            }
+            state.pending.append(save)
+            state.pendingObjects += save.inserted.count + save.updated.count + save.deleted.count
+            if state.pendingObjects > pendingLimit {
+                state.pending.removeAll()
+                state.pendingObjects = 0
+                state.resync = state.delivered
+            } else if state.pending.count > 8 {
+                state.pending = [Self.coalesce(state.pending)]
+            }
+            return (nil, nil)
+        }
+        waiter?.resume(returning: event)
+    }
+
+    /// Queues objects a registration found stale.
+    func offerRefresh(_ changes: [ObjectChange]) {
+        guard !changes.isEmpty else { return }
+        let waiter = state.withLock { state -> CheckedContinuation<Event?, Never>? in
+            guard !state.closed else { return nil }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.refreshes += changes
+            return nil
+        }
+        waiter?.resume(returning: .refresh(changes))
+    }
+
+    /// The next event; `nil` when the subscription was closed or the task cancelled.
+    func next() async -> Event? {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Event?, Never>) in
+                let ready = state.withLock { state -> Event?? in
+                    if state.closed || Task.isCancelled { return .some(nil) }
+                    if !state.refreshes.isEmpty {
+                        defer { state.refreshes.removeAll() }
+                        return .some(.refresh(state.refreshes))
+                    }
+                    if let token = state.resync {
+                        state.closed = true
+                        return .some(.resync(token))
+                    }
+                    let delivered = state.delivered
+                    let fresh = state.pending.filter { $0.token > delivered }
+                    state.pending.removeAll()
+                    state.pendingObjects = 0
+                    if !fresh.isEmpty {
+                        let save = Self.coalesce(fresh)
+                        state.delivered = save.token
+                        return .some(.save(save))
+                    }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        } onCancel: {
+            close()
+        }
+    }
+
+    /// Ends the subscription: a pending `next()` returns `nil`.
+    func close() {
+        let waiter = state.withLock { state -> CheckedContinuation<Event?, Never>? in
+            state.closed = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    // MARK: Filtering and coalescing
+
+    static func filter(_ didSave: DidSave, to registered: [ObjectID: Int]) -> DidSave {
+        var filtered = DidSave(token: didSave.token, storeIdentifier: didSave.storeIdentifier)
+        guard !registered.isEmpty else { return filtered }
+        filtered.updated = didSave.updated.filter { registered[$0.objectID] != nil }
+        filtered.deleted = didSave.deleted.filter { registered[$0.objectID] != nil }
+        return filtered
+    }
+
+    /// One save equivalent to several consecutive ones: the newest version of each object, its
+    /// changed keys merged; an object deleted last is only deleted.
+    static func coalesce(_ saves: [DidSave]) -> DidSave {
+        guard saves.count > 1, let last = saves.last else { return saves.first ?? DidSave(token: .zero, storeIdentifier: "") }
+        var inserted: [ObjectID: ObjectChange] = [:]
+        var updated: [ObjectID: ObjectChange] = [:]
+        var deleted: [ObjectID: ObjectChange] = [:]
+        var order: [ObjectID] = []
+        for save in saves {
+            for change in save.inserted {
+                if inserted[change.objectID] == nil && updated[change.objectID] == nil { order.append(change.objectID) }
+                inserted[change.objectID] = change
+                deleted[change.objectID] = nil
+            }
+            for change in save.updated {
+                if inserted[change.objectID] != nil {
+                    var merged = change
+                    merged.changedKeys = []
+                    inserted[change.objectID] = merged
+                    continue
+                }
+                if updated[change.objectID] == nil { order.append(change.objectID) }
+                var merged = change
+                merged.changedKeys = Array(Set((updated[change.objectID]?.changedKeys ?? []) + change.changedKeys)).sorted()
+                updated[change.objectID] = merged
+            }
+            for change in save.deleted {
+                if inserted.removeValue(forKey: change.objectID) == nil { deleted[change.objectID] = change }
+                updated[change.objectID] = nil
+                order.append(change.objectID)
+            }
+        }
+        var seen = Set<ObjectID>()
+        var result = DidSave(token: last.token, storeIdentifier: last.storeIdentifier)
+        for id in order where seen.insert(id).inserted {
+            if let change = inserted[id] { result.inserted.append(change) }
+            if let change = updated[id] { result.updated.append(change) }
+            if let change = deleted[id] { result.deleted.append(change) }
+        }
+        return result
+    }
+}
+
+/// The subscribers of the change feed, and the fan-out of every committed save to them.
+final class NotificationHub: Sendable {
+    private let subscriptions = Mutex<[String: Subscription]>([:])
+
+    /// Adds a subscriber.
+    func add(_ subscription: Subscription) {
+        subscriptions.withLock { $0[subscription.id] = subscription }
+    }
+
+    /// Removes a subscriber and closes its mailbox.
+    func remove(_ subscription: Subscription) {
+        subscriptions.withLock { $0[subscription.id] = nil }
+        subscription.close()
+    }
+
+    /// The subscriber with this ID.
+    func subscription(_ id: String) -> Subscription? {
+        subscriptions.withLock { $0[id] }
+    }
+
+    /// How many subscribers are connected.
+    var count: Int { subscriptions.withLock { $0.count } }
+
+    /// Hands a committed save to every subscriber's mailbox; never waits for one.
+    func publish(_ didSave: DidSave) {
+        let all = subscriptions.withLock { Array($0.values) }
+        for subscription in all { subscription.offer(didSave) }
+    }
+}

@@ -1,0 +1,193 @@
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherSQLite
+import BugSquasherStack
+public import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+public import Logging
+import ServiceLifecycle
+import Synchronization
+import UnixSignals
+
+/// squasherd: the store, the import runner, the notification hub and the two Varlink sockets,
+/// run as swift-service-lifecycle services in one `ServiceGroup`.
+///
+/// Services start together and stop in reverse order on SIGTERM/SIGINT: the sockets stop
+/// accepting, the import runner finishes its current chunk, and the store checkpoints its WAL.
+///
+/// ```swift
+/// let daemon = SquasherDaemon(configuration: try .resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: nil),
+///                             logger: Logger(label: "squasherd"))
+/// try await daemon.run()
+/// ```
+public struct SquasherDaemon: Sendable {
+    /// The configuration.
+    public let configuration: DaemonConfiguration
+    /// Where the sockets listen; by default the configuration's paths, bound by the daemon.
+    public var readAddress: VarlinkListenAddress
+    /// Where the write socket listens.
+    public var writeAddress: VarlinkListenAddress
+    /// Called once the store is open and both sockets are bound.
+    public var onReady: @Sendable () -> Void = {}
+    /// Called with a one-line status whenever it changes (idle, importing job J: n of N …).
+    public var onStatus: @Sendable (String) -> Void = { _ in }
+    /// Called when graceful shutdown begins.
+    public var onStopping: @Sendable () -> Void = {}
+    private let logger: Logger
+
+    /// Creates a daemon.
+    public init(configuration: DaemonConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+        readAddress = .path(configuration.readSocketPath, permissions: configuration.readSocketMode)
+        writeAddress = .path(configuration.writeSocketPath, permissions: configuration.writeSocketMode)
+    }
+
+    /// Opens the store and serves until SIGTERM or SIGINT.
+    ///
+    /// - Throws: ``DaemonError`` when the state directory or the store cannot be used, saying why.
+    public func run() async throws {
+        for directory in [configuration.stateDirectory, configuration.spoolDirectory, configuration.runtimeDirectory] {
+            do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
+                throw DaemonError("Cannot create \(directory): \(error.localizedDescription). Create it, or point --state-directory/--runtime-directory elsewhere.")
+            }
+        }
+        guard FileManager.default.isWritableFile(atPath: configuration.stateDirectory) else {
+            throw DaemonError("The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one.")
+        }
+        let stack: PersistentStack
+        do {
+            stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: configuration.storePath), logger: logger)
+        } catch let error as GraphError {
+            throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
+        }
+        try await failInterruptedUploads(stack)
+
+        let hub = NotificationHub()
+        let status = StatusReporter(hub: hub, onStatus: onStatus)
+        let runner = ImportRunner(stack: stack, configuration: configuration, logger: logger) { progress in status.update(progress) }
+        stack.observeDidSaves { didSave in hub.publish(didSave) }
+        let coding = WireCoding(model: stack.model)
+        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit)
+        let store = StoreInterface(stack: stack, coding: coding)
+        let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob })
+        let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
+        let service = VarlinkService(
+            vendor: "BugSquasher", product: "squasherd", version: "0.1.0", url: "https://github.com/bugsquasher/bugsquasher",
+            interfaces: [changes, store, jobs, imports]
+        )
+        let ready = ReadyLatch(count: 2) {
+            logger.info("ready", metadata: ["store.path": "\(configuration.storePath)", "socket.read": "\(readAddress)", "socket.write": "\(writeAddress)"])
+            onReady()
+            status.publish()
+        }
+        let servers = [
+            VarlinkServer(name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize, logger: logger),
+            VarlinkServer(name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize, logger: logger),
+        ]
+        let group = ServiceGroup(configuration: .init(
+            services: [
+                .init(service: StoreService(stack: stack, logger: logger, onStopping: onStopping)),
+                .init(service: runner),
+            ] + servers.map { .init(service: ServerService(server: $0, ready: ready)) },
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger
+        ))
+        try await group.run()
+        logger.info("stopped")
+    }
+
+    /// Uploads cut off by a previous exit cannot resume (their bytes came from a client).
+    private func failInterruptedUploads(_ stack: PersistentStack) async throws {
+        let importer = stack.importerContext(name: "startup")
+        try await importer.perform { context in
+            for job in try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == "uploading")) {
+                job.state = "failed"
+                job.error = "The upload was interrupted when the daemon stopped; submit the file again."
+                job.finished = Date()
+            }
+        }
+        try await importer.save()
+    }
+}
+
+/// Keeps the store open while the daemon runs; checkpoints its WAL when the daemon stops.
+private struct StoreService: Service {
+    let stack: PersistentStack
+    let logger: Logger
+    let onStopping: @Sendable () -> Void
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        onStopping()
+        if let store = stack.store as? SQLiteStore {
+            do {
+                try store.checkpoint()
+                logger.info("store checkpointed")
+            } catch {
+                logger.error("checkpoint failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}
+
+/// Runs one socket server until graceful shutdown.
+private struct ServerService: Service {
+    let server: VarlinkServer
+    let ready: ReadyLatch
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await server.run(onBound: { ready.arrive() })
+            }
+        } catch is CancellationError {}
+    }
+}
+
+/// Calls its action once `count` parties have arrived.
+final class ReadyLatch: Sendable {
+    private let remaining: Mutex<Int>
+    private let action: @Sendable () -> Void
+
+    init(count: Int, action: @escaping @Sendable () -> Void) {
+        remaining = Mutex(count)
+        self.action = action
+    }
+
+    func arrive() {
+        if remaining.withLock({ $0 -= 1; return $0 == 0 }) { action() }
+    }
+}
+
+/// The daemon's one-line status: idle, or the running job's progress and the subscribers.
+final class StatusReporter: Sendable {
+    private let hub: NotificationHub
+    private let onStatus: @Sendable (String) -> Void
+    private let progress = Mutex<ImportProgress?>(nil)
+
+    init(hub: NotificationHub, onStatus: @escaping @Sendable (String) -> Void) {
+        self.hub = hub
+        self.onStatus = onStatus
+    }
+
+    var activeJob: String? { progress.withLock { $0?.job } }
+
+    func update(_ progress: ImportProgress?) {
+        self.progress.withLock { $0 = progress }
+        publish()
+    }
+
+    func publish() {
+        let line: String
+        if let progress = progress.withLock({ $0 }) {
+            let percent = progress.bytesTotal > 0 ? Double(progress.bytesDone) * 100 / Double(progress.bytesTotal) : 0
+            line = String(format: "Importing job %@: %lld records read (%lld rejected), %.0f%%, %.0f records/s; %d subscribers", progress.job, progress.read, progress.rejected, percent, progress.rate, hub.count)
+        } else {
+            line = "Idle; \(hub.count) subscribers"
+        }
+        onStatus(line)
+    }
+}

@@ -1,0 +1,281 @@
+import Foundation
+
+/// A text syntax for predicates, for command lines and the wire:
+///
+/// ```
+/// status == "Open" AND (priority IN ("High", "Critical") OR title CONTAINS[c] "crash")
+/// project.key BEGINSWITH "TI" AND NOT resolution == nil AND created >= "2012-01-01T00:00:00Z"
+/// project == "x-bugsquasher://6F1C…/Project/p3"
+/// ```
+///
+/// Operators: `==`, `!=`, `<`, `<=`, `>`, `>=`, `IN (…)`, `CONTAINS`, `CONTAINS[c]`,
+/// `BEGINSWITH`, combined with `AND`/`&&`, `OR`/`||`, `NOT`/`!` and parentheses; `TRUEPREDICATE`
+/// matches everything. Values are double-quoted strings (with `\"` and `\\` escapes), numbers,
+/// `true`, `false` and `nil`. Strings compared with date attributes are ISO 8601 dates, and
+/// strings compared with to-one relationships are object ID URIs: ``coerced(for:in:)`` converts
+/// them once the entity is known.
+extension ObjectPredicate {
+    /// Parses the text syntax.
+    ///
+    /// - Throws: ``GraphError/Code/invalidArgument`` saying where the text stops making sense.
+    public init(parsing text: String) throws {
+        var parser = PredicateParser(text)
+        self = try parser.parse()
+    }
+
+    /// The predicate in the text syntax (parsing it gives back an equal predicate).
+    public var text: String {
+        switch self {
+        case .all: return "TRUEPREDICATE"
+        case .compare(let keyPath, let op, let value):
+            let symbol: String = switch op {
+            case .equal: "=="
+            case .notEqual: "!="
+            case .less: "<"
+            case .lessOrEqual: "<="
+            case .greater: ">"
+            case .greaterOrEqual: ">="
+            case .contains: "CONTAINS"
+            case .containsCaseInsensitive: "CONTAINS[c]"
+            case .beginsWith: "BEGINSWITH"
+            }
+            return "\(keyPath) \(symbol) \(Self.literal(value))"
+        case .isIn(let keyPath, let values):
+            return "\(keyPath) IN (\(values.map(Self.literal).joined(separator: ", ")))"
+        case .relationship(let keyPath, let id):
+            return "\(keyPath) == \(id.map { Self.quote($0.uriString) } ?? "nil")"
+        case .and(let items): return items.isEmpty ? "TRUEPREDICATE" : "(" + items.map(\.text).joined(separator: " AND ") + ")"
+        case .or(let items): return items.isEmpty ? "NOT TRUEPREDICATE" : "(" + items.map(\.text).joined(separator: " OR ") + ")"
+        case .not(let item): return "NOT \(item.text)"
+        }
+    }
+
+    private static func quote(_ text: String) -> String {
+        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    }
+
+    private static func literal(_ value: Value) -> String {
+        switch value {
+        case .null: "nil"
+        case .string(let s): quote(s)
+        case .int64(let i): String(i)
+        case .double(let d): String(d)
+        case .bool(let b): b ? "true" : "false"
+        case .date(let d): quote(d.formatted(.iso8601))
+        case .data(let d): quote(d.base64EncodedString())
+        }
+    }
+
+    /// The predicate with its constants converted to the types of the attributes they are
+    /// compared with (ISO 8601 strings to dates, URIs to object IDs, integers to doubles), and
+    /// every key path checked against `entity`.
+    ///
+    /// - Throws: ``GraphError/Code/invalidArgument`` for an unknown key path or a constant that
+    ///   cannot have the attribute's type.
+    public func coerced(for entity: EntityDescription, in model: ManagedObjectModel) throws -> ObjectPredicate {
+        switch self {
+        case .all: return self
+        case .and(let items): return .and(try items.map { try $0.coerced(for: entity, in: model) })
+        case .or(let items): return .or(try items.map { try $0.coerced(for: entity, in: model) })
+        case .not(let item): return .not(try item.coerced(for: entity, in: model))
+        case .relationship: try validate(for: entity, in: model); return self
+        case .isIn(let keyPath, let values):
+            let target = try Self.target(of: keyPath, from: entity, in: model)
+            guard case .attribute(let type) = target else {
+                throw GraphError(.invalidArgument, "IN works on attributes; '\(keyPath)' is a relationship.")
+            }
+            return .isIn(keyPath: keyPath, try values.map { try Self.coerce($0, to: type, keyPath: keyPath) })
+        case .compare(let keyPath, let op, let value):
+            switch try Self.target(of: keyPath, from: entity, in: model) {
+            case .attribute(let type):
+                if [.contains, .containsCaseInsensitive, .beginsWith].contains(op) { return self }
+                return .compare(keyPath: keyPath, op, try Self.coerce(value, to: type, keyPath: keyPath))
+            case .relationship:
+                guard op == .equal || op == .notEqual else {
+                    throw GraphError(.invalidArgument, "'\(keyPath)' is a relationship: compare it with == or != to an object ID URI or nil.")
+                }
+                let id: ObjectID?
+                switch value {
+                case .null: id = nil
+                case .string(let uri):
+                    guard let parsed = ObjectID(uri: uri) else {
+                        throw GraphError(.invalidArgument, "'\(uri)' is not an object ID URI (x-bugsquasher://STORE/Entity/p42).")
+                    }
+                    id = parsed
+                default:
+                    throw GraphError(.invalidArgument, "'\(keyPath)' is a relationship: compare it with an object ID URI or nil.")
+                }
+                let predicate = ObjectPredicate.relationship(keyPath: keyPath, id)
+                return op == .equal ? predicate : .not(predicate)
+            }
+        }
+    }
+
+    private enum Target { case attribute(AttributeType), relationship }
+
+    private static func target(of keyPath: String, from entity: EntityDescription, in model: ManagedObjectModel) throws -> Target {
+        var current = entity
+        let parts = keyPath.split(separator: ".").map(String.init)
+        for (index, part) in parts.enumerated() {
+            if index == parts.count - 1 {
+                if let attribute = current.attribute(named: part) { return .attribute(attribute.type) }
+                if current.toOneIndex[part] != nil { return .relationship }
+                break
+            }
+            guard let relationship = current.relationship(named: part), !relationship.isToMany,
+                  let next = model.entity(named: relationship.destination)
+            else { break }
+            current = next
+        }
+        throw GraphError(.invalidArgument, "'\(keyPath)' is not a key path of \(entity.name): use one of its attributes (\(entity.attributes.map(\.name).joined(separator: ", "))) or a to-one chain like 'project.key'.")
+    }
+
+    private static func coerce(_ value: Value, to type: AttributeType, keyPath: String) throws -> Value {
+        switch (value, type) {
+        case (.null, _): return .null
+        case (.string(let s), .date):
+            guard let date = try? Date(s, strategy: .iso8601) else {
+                throw GraphError(.invalidArgument, "'\(keyPath)' is a date: write \"\(s)\" as ISO 8601, like \"2012-01-31T00:00:00Z\".")
+            }
+            return .date(date)
+        case (.int64(let i), .double): return .double(Double(i))
+        case (.int64(let i), .date): return .date(Date(timeIntervalSince1970: Double(i)))
+        case (.double(let d), .date): return .date(Date(timeIntervalSince1970: d))
+        case (.int64(let i), .bool) where i == 0 || i == 1: return .bool(i == 1)
+        default:
+            guard value.type == type else {
+                throw GraphError(.invalidArgument, "'\(keyPath)' is \(type), but the predicate compares it with \(value).")
+            }
+            return value
+        }
+    }
+}
+
+/// A recursive-descent parser for the predicate text syntax.
+private struct PredicateParser {
+    private let scalars: [Character]
+    private var position = 0
+
+    init(_ text: String) { scalars = Array(text) }
+
+    mutating func parse() throws -> ObjectPredicate {
+        let predicate = try parseOr()
+        skipSpace()
+        guard position == scalars.count else { throw error("unexpected '\(String(scalars[position...].prefix(12)))'") }
+        return predicate
+    }
+
+    private mutating func parseOr() throws -> ObjectPredicate {
+        var items = [try parseAnd()]
+        while accept(word: "OR") || accept("||") { items.append(try parseAnd()) }
+        return items.count == 1 ? items[0] : .or(items)
+    }
+
+    private mutating func parseAnd() throws -> ObjectPredicate {
+        var items = [try parseNot()]
+        while accept(word: "AND") || accept("&&") { items.append(try parseNot()) }
+        return items.count == 1 ? items[0] : .and(items)
+    }
+
+    private mutating func parseNot() throws -> ObjectPredicate {
+        if accept(word: "NOT") || accept("!") { return .not(try parseNot()) }
+        return try parsePrimary()
+    }
+
+    private mutating func parsePrimary() throws -> ObjectPredicate {
+        if accept("(") {
+            let inner = try parseOr()
+            guard accept(")") else { throw error("missing ')'") }
+            return inner
+        }
+        if accept(word: "TRUEPREDICATE") { return .all }
+        let keyPath = try parseKeyPath()
+        if accept(word: "IN") {
+            guard accept("(") else { throw error("IN needs a parenthesized list, like IN (\"a\", \"b\")") }
+            var values: [Value] = []
+            if !accept(")") {
+                repeat { values.append(try parseValue()) } while accept(",")
+                guard accept(")") else { throw error("missing ')' after the IN list") }
+            }
+            return .isIn(keyPath: keyPath, values)
+        }
+        let op: ComparisonOperator
+        if accept(word: "CONTAINS") {
+            op = accept("[c]") ? .containsCaseInsensitive : .contains
+        } else if accept(word: "BEGINSWITH") {
+            op = .beginsWith
+        } else if accept("==") || accept("=") { op = .equal }
+        else if accept("!=") { op = .notEqual }
+        else if accept("<=") { op = .lessOrEqual }
+        else if accept(">=") { op = .greaterOrEqual }
+        else if accept("<") { op = .less }
+        else if accept(">") { op = .greater }
+        else { throw error("expected an operator (==, !=, <, <=, >, >=, IN, CONTAINS, BEGINSWITH) after '\(keyPath)'") }
+        return .compare(keyPath: keyPath, op, try parseValue())
+    }
+
+    private mutating func parseKeyPath() throws -> String {
+        skipSpace()
+        let start = position
+        while position < scalars.count, scalars[position].isLetter || scalars[position].isNumber || scalars[position] == "_" || scalars[position] == "." {
+            position += 1
+        }
+        guard position > start else { throw error("expected a key path such as status or project.key") }
+        return String(scalars[start..<position])
+    }
+
+    private mutating func parseValue() throws -> Value {
+        skipSpace()
+        guard position < scalars.count else { throw error("expected a value") }
+        if scalars[position] == "\"" {
+            position += 1
+            var text = ""
+            while position < scalars.count, scalars[position] != "\"" {
+                if scalars[position] == "\\", position + 1 < scalars.count { position += 1 }
+                text.append(scalars[position])
+                position += 1
+            }
+            guard position < scalars.count else { throw error("unterminated string") }
+            position += 1
+            return .string(text)
+        }
+        if accept(word: "nil") || accept(word: "NULL") { return .null }
+        if accept(word: "true") || accept(word: "TRUE") { return .bool(true) }
+        if accept(word: "false") || accept(word: "FALSE") { return .bool(false) }
+        let start = position
+        while position < scalars.count, scalars[position].isNumber || "+-.eE".contains(scalars[position]) { position += 1 }
+        let number = String(scalars[start..<position])
+        if let int = Int64(number) { return .int64(int) }
+        if let double = Double(number) { return .double(double) }
+        position = start
+        throw error("expected a value: a \"string\", a number, true, false or nil")
+    }
+
+    private mutating func skipSpace() {
+        while position < scalars.count, scalars[position].isWhitespace { position += 1 }
+    }
+
+    private mutating func accept(_ token: String) -> Bool {
+        skipSpace()
+        let characters = Array(token)
+        guard position + characters.count <= scalars.count, Array(scalars[position..<(position + characters.count)]) == characters else { return false }
+        position += characters.count
+        return true
+    }
+
+    private mutating func accept(word: String) -> Bool {
+        skipSpace()
+        let characters = Array(word)
+        let end = position + characters.count
+        guard end <= scalars.count,
+              String(scalars[position..<end]).uppercased() == word.uppercased(),
+              end == scalars.count || !(scalars[end].isLetter || scalars[end].isNumber || scalars[end] == "_")
+        else { return false }
+        position = end
+        return true
+    }
+
+    private func error(_ message: String) -> GraphError {
+        GraphError(.invalidArgument, "Cannot read the predicate at character \(position + 1): \(message).")
+    }
+}

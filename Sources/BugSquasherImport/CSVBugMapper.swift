@@ -1,0 +1,197 @@
+public import Foundation
+
+/// Maps CSV exports of Jira and Bugzilla to ``BugRecord``s by their header row.
+///
+/// - **Jira** ("Export → CSV"): `Issue key`, `Summary`, `Description`, `Status`, `Resolution`,
+///   `Priority`, `Issue Type`, `Project key`, `Project name`, `Reporter`, `Assignee`, `Created`,
+///   `Updated`, `Resolved`, repeated `Component/s` and `Labels` columns, and repeated `Comment`
+///   columns (`date;author;body`). Dates as Jira writes them (`15/Apr/11 2:23 AM`) or ISO 8601.
+/// - **Bugzilla** (`buglist.cgi?ctype=csv`): `bug_id`, `product`, `component`, `bug_status`,
+///   `resolution`, `short_desc`, `priority`, `bug_severity`, `assigned_to`, `reporter`,
+///   `opendate`, `changeddate`, `keywords`; long names (`Bug ID`, `Product`, `Summary`, …) too.
+///   The key is `BZ-<bug_id>` and the project is the product.
+///
+/// Header names are matched without regard to case.
+public struct CSVBugMapper: Sendable {
+    /// The export's origin.
+    public enum Flavor: String, Sendable, CaseIterable {
+        /// A Jira CSV export.
+        case jira
+        /// A Bugzilla CSV export.
+        case bugzilla
+    }
+
+    /// The flavor in use.
+    public let flavor: Flavor
+    private let columns: [String: [Int]]
+
+    /// Reads a header row.
+    ///
+    /// - Throws: ``ImportError`` (`invalidRecord`) when the header lacks the key column of the
+    ///   flavor, with the columns it did find.
+    public init(header: [String], flavor: Flavor) throws {
+        self.flavor = flavor
+        var columns: [String: [Int]] = [:]
+        for (index, name) in header.enumerated() {
+            columns[name.trimmingCharacters(in: .whitespaces).lowercased(), default: []].append(index)
+        }
+        self.columns = columns
+        let keyColumns = flavor == .jira ? ["issue key"] : ["bug_id", "bug id", "id"]
+        guard keyColumns.contains(where: { columns[$0] != nil }) else {
+            throw ImportError(.invalidRecord, "This is not a \(flavor.rawValue) CSV export: its header has no \(keyColumns.map { "'\($0)'" }.joined(separator: " or ")) column (it has \(header.prefix(8).joined(separator: ", "))). Export with the key column, or pick the right --format.")
+        }
+    }
+
+    /// Detects the flavor of a header row, if it is one of the supported exports.
+    public static func detect(header: [String]) -> Flavor? {
+        let names = Set(header.map { $0.trimmingCharacters(in: .whitespaces).lowercased() })
+        if names.contains("issue key") { return .jira }
+        if names.contains("bug_id") || names.contains("bug id") { return .bugzilla }
+        return nil
+    }
+
+    private func value(_ fields: [String], _ names: String...) -> String? {
+        for name in names {
+            for index in columns[name] ?? [] where index < fields.count {
+                let text = fields[index].trimmingCharacters(in: .whitespacesAndNewlines)
+                if !text.isEmpty { return text }
+            }
+        }
+        return nil
+    }
+
+    private func values(_ fields: [String], _ name: String) -> [String] {
+        (columns[name] ?? []).compactMap { $0 < fields.count ? fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) : nil }.filter { !$0.isEmpty }
+    }
+
+    private func date(_ fields: [String], _ names: String..., line: Int) throws -> Date? {
+        for name in names {
+            guard let text = value(fields, name) else { continue }
+            guard let date = TrackerDate.parse(text) else {
+                throw ImportError(.invalidRecord, "Column '\(name)' holds '\(text)', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39, or ISO 8601).", inputLine: line)
+            }
+            return date
+        }
+        return nil
+    }
+
+    /// Maps one data row.
+    ///
+    /// - Throws: ``ImportError`` naming the column, for a missing key or an unreadable date.
+    public func record(_ fields: [String], line: Int) throws -> BugRecord {
+        switch flavor {
+        case .jira: return try jiraRecord(fields, line: line)
+        case .bugzilla: return try bugzillaRecord(fields, line: line)
+        }
+    }
+
+    private func person(_ name: String?) -> PersonRecord? {
+        name.map { PersonRecord(name: $0, displayName: nil) }
+    }
+
+    private func jiraRecord(_ fields: [String], line: Int) throws -> BugRecord {
+        guard let key = value(fields, "issue key") else {
+            throw ImportError(.missingKey, "The row has no 'Issue key'.", inputLine: line)
+        }
+        let projectKey = value(fields, "project key") ?? String(key.split(separator: "-").first ?? Substring(key))
+        let comments = values(fields, "comment").enumerated().map { index, text -> CommentRecord in
+            // Jira writes "date;author;body".
+            let parts = text.split(separator: ";", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 3, let created = TrackerDate.parse(parts[0]) else {
+                return CommentRecord(jiraID: "\(key)-c\(index + 1)", body: text, author: nil, created: nil, updated: nil)
+            }
+            return CommentRecord(jiraID: "\(key)-c\(index + 1)", body: parts[2], author: parts[1].isEmpty ? nil : PersonRecord(name: parts[1], displayName: nil), created: created, updated: nil)
+        }
+        return BugRecord(
+            key: key,
+            jiraID: value(fields, "issue id"),
+            title: value(fields, "summary") ?? key,
+            details: value(fields, "description"),
+            status: value(fields, "status") ?? "Open",
+            resolution: value(fields, "resolution").flatMap { $0 == "Unresolved" ? nil : $0 },
+            priority: value(fields, "priority").flatMap { $0 == "None" ? nil : $0 },
+            type: value(fields, "issue type"),
+            labels: values(fields, "labels").map { $0.replacingOccurrences(of: " ", with: "_") },
+            created: try date(fields, "created", line: line),
+            updated: try date(fields, "updated", line: line),
+            resolved: try date(fields, "resolved", line: line),
+            project: ProjectRecord(key: projectKey, name: value(fields, "project name")),
+            components: values(fields, "component/s") + values(fields, "components"),
+            reporter: person(value(fields, "reporter")),
+            assignee: person(value(fields, "assignee")),
+            comments: comments
+        )
+    }
+
+    private func bugzillaRecord(_ fields: [String], line: Int) throws -> BugRecord {
+        guard let id = value(fields, "bug_id", "bug id", "id") else {
+            throw ImportError(.missingKey, "The row has no 'bug_id'.", inputLine: line)
+        }
+        guard Int(id) != nil else {
+            throw ImportError(.invalidRecord, "Column 'bug_id' holds '\(id)', which is not a number.", inputLine: line)
+        }
+        let product = value(fields, "product") ?? "BUGZILLA"
+        let projectKey = String(product.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20))
+        return BugRecord(
+            key: "BZ-\(id)",
+            jiraID: id,
+            title: value(fields, "short_desc", "summary") ?? "BZ-\(id)",
+            details: value(fields, "long_desc", "description"),
+            status: value(fields, "bug_status", "status") ?? "NEW",
+            resolution: value(fields, "resolution"),
+            priority: value(fields, "priority"),
+            type: value(fields, "bug_severity", "severity"),
+            labels: (value(fields, "keywords") ?? "").split(whereSeparator: { $0 == "," || $0 == " " }).map(String.init),
+            created: try date(fields, "opendate", "opened", "creation_ts", line: line),
+            updated: try date(fields, "changeddate", "changed", "delta_ts", line: line),
+            resolved: nil,
+            project: ProjectRecord(key: projectKey.isEmpty ? "BUGZILLA" : projectKey, name: product),
+            components: value(fields, "component").map { [$0] } ?? [],
+            reporter: person(value(fields, "reporter")),
+            assignee: person(value(fields, "assigned_to", "assignee")),
+            comments: []
+        )
+    }
+}
+
+/// Dates as trackers write them in CSV exports.
+public enum TrackerDate {
+    private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+
+    /// Parses `15/Apr/11 2:23 AM` (Jira), `2011-04-15 02:23:39` or `2011-04-15 02:23` (Bugzilla,
+    /// UTC), or anything ``JiraDate`` reads; `nil` otherwise.
+    public static func parse(_ text: String) -> Date? {
+        let text = text.trimmingCharacters(in: .whitespaces)
+        if let date = JiraDate.parse(text) { return date }
+        // 2011-04-15 02:23(:39)?( UTC| +0000)?
+        let parts = text.split(separator: " ")
+        if parts.count >= 2, let day = JiraDate.parse(String(parts[0])) {
+            let time = parts[1].split(separator: ":").compactMap { Int($0) }
+            if time.count >= 2, (0..<24).contains(time[0]), (0..<60).contains(time[1]) {
+                return day.addingTimeInterval(Double(time[0] * 3600 + time[1] * 60 + (time.count > 2 ? time[2] : 0)))
+            }
+        }
+        // 15/Apr/11 2:23 AM
+        let slash = text.split(separator: "/")
+        guard slash.count == 3, let dayOfMonth = Int(slash[0]),
+              let month = months.firstIndex(of: slash[1].lowercased()),
+              let rest = Optional(slash[2].split(separator: " ")), rest.count >= 1, var year = Int(rest[0])
+        else { return nil }
+        if year < 100 { year += year < 70 ? 2000 : 1900 }
+        var hour = 0
+        var minute = 0
+        if rest.count >= 2 {
+            let hm = rest[1].split(separator: ":").compactMap { Int($0) }
+            guard hm.count == 2, (0..<60).contains(hm[1]) else { return nil }
+            hour = hm[0]
+            minute = hm[1]
+            if rest.count >= 3 {
+                let meridiem = rest[2].uppercased()
+                guard (1...12).contains(hour), meridiem == "AM" || meridiem == "PM" else { return nil }
+                hour = hour % 12 + (meridiem == "PM" ? 12 : 0)
+            }
+        }
+        let iso = String(format: "%04d-%02d-%02dT%02d:%02d:00Z", year, month + 1, dayOfMonth, hour, minute)
+        return JiraDate.parse(iso)
+    }
+}

@@ -1,0 +1,102 @@
+/// A streaming RFC 4180 CSV parser: feed it bytes in any slices, get complete records back with
+/// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines; a `\r`
+/// before a newline is dropped. Memory holds one record at a time; a record longer than
+/// `maximumRecordBytes` is reported as oversized instead of being kept.
+public struct CSVParser: Sendable {
+    /// One parsed record.
+    public enum Record: Sendable, Equatable {
+        /// The fields of a record that started on `line`.
+        case fields([String], line: Int)
+        /// A record that started on `line` and grew past the limit (its bytes were dropped).
+        case oversized(line: Int)
+    }
+
+    /// The longest record kept, in bytes.
+    public let maximumRecordBytes: Int
+    private var fields: [String] = []
+    private var field: [UInt8] = []
+    private var recordBytes = 0
+    private var inQuotes = false
+    private var quoteInQuotes = false
+    private var line = 1
+    private var recordLine = 1
+    private var oversized = false
+    private var atRecordStart = true
+
+    /// Creates a parser.
+    public init(maximumRecordBytes: Int = 1 << 20) { self.maximumRecordBytes = maximumRecordBytes }
+
+    /// Parses the next bytes and returns the records they complete.
+    public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Record] {
+        var records: [Record] = []
+        for byte in bytes {
+            if atRecordStart {
+                atRecordStart = false
+                recordLine = line
+            }
+            recordBytes += 1
+            if recordBytes > maximumRecordBytes { oversized = true }
+            if inQuotes {
+                if quoteInQuotes {
+                    quoteInQuotes = false
+                    if byte == UInt8(ascii: "\"") {
+                        append(byte)
+                        continue
+                    }
+                    inQuotes = false
+                    // Fall through: the byte after a closing quote is read unquoted.
+                } else if byte == UInt8(ascii: "\"") {
+                    quoteInQuotes = true
+                    continue
+                } else {
+                    if byte == UInt8(ascii: "\n") { line += 1 }
+                    append(byte)
+                    continue
+                }
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                if field.isEmpty { inQuotes = true } else { append(byte) }
+            case UInt8(ascii: ","):
+                endField()
+            case UInt8(ascii: "\n"):
+                line += 1
+                if let record = endRecord() { records.append(record) }
+            case UInt8(ascii: "\r"):
+                break
+            default:
+                append(byte)
+            }
+        }
+        return records
+    }
+
+    /// Ends the input: returns the last record when the input did not end with a newline.
+    public mutating func finish() -> [Record] {
+        if quoteInQuotes { inQuotes = false; quoteInQuotes = false }
+        guard !atRecordStart || !field.isEmpty || !fields.isEmpty else { return [] }
+        return endRecord().map { [$0] } ?? []
+    }
+
+    private mutating func append(_ byte: UInt8) {
+        if !oversized { field.append(byte) }
+    }
+
+    private mutating func endField() {
+        fields.append(oversized ? "" : String(decoding: field, as: UTF8.self))
+        field.removeAll(keepingCapacity: true)
+    }
+
+    private mutating func endRecord() -> Record? {
+        endField()
+        defer {
+            fields.removeAll(keepingCapacity: true)
+            recordBytes = 0
+            oversized = false
+            atRecordStart = true
+        }
+        if oversized { return .oversized(line: recordLine) }
+        if fields.count == 1 && fields[0].isEmpty { return nil }
+        return .fields(fields, line: recordLine)
+    }
+}

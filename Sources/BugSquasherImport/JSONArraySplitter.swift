@@ -1,0 +1,151 @@
+/// Splits a JSON array of issues — a plain array, or the `issues` array of a Jira search
+/// response — into its elements as bytes arrive, without holding more than one element: the
+/// streaming half of reading large JSON exports. Each element comes out on one line (newlines
+/// between tokens become spaces), numbered from 1.
+public struct JSONArraySplitter: Sendable {
+    /// Where the elements are.
+    public enum Layout: Sendable {
+        /// `[ {…}, {…} ]`
+        case array
+        /// `{ "startAt": 0, "issues": [ {…}, {…} ], … }`
+        case searchResponse
+    }
+
+    /// One element.
+    public enum Element: Sendable, Equatable {
+        /// The element's bytes and its number.
+        case value([UInt8], number: Int)
+        /// An element that grew past the limit.
+        case oversized(number: Int)
+    }
+
+    /// Why the input cannot be split.
+    public struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
+        /// What was wrong.
+        public var description: String
+    }
+
+    private let layout: Layout
+    private let maximumElementBytes: Int
+    private var depth = 0
+    private var inString = false
+    private var escaped = false
+    private var started = false
+    private var collecting = false
+    private var arrayDepth = 0
+    private var element: [UInt8] = []
+    private var elementStarted = false
+    private var oversized = false
+    private var number = 0
+    private var lastKey: [UInt8] = []
+    private var keyBuffer: [UInt8] = []
+    private var finishedArray = false
+
+    /// Creates a splitter.
+    public init(layout: Layout, maximumElementBytes: Int = 1 << 20) {
+        self.layout = layout
+        self.maximumElementBytes = maximumElementBytes
+    }
+
+    /// Whether the array was closed.
+    public var isComplete: Bool { finishedArray }
+
+    /// Splits the next bytes; returns the elements they complete.
+    public mutating func feed(_ bytes: some Sequence<UInt8>) throws(Failure) -> [Element] {
+        var out: [Element] = []
+        for byte in bytes {
+            if !started {
+                if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
+                started = true
+                let expected: UInt8 = layout == .array ? UInt8(ascii: "[") : UInt8(ascii: "{")
+                guard byte == expected else {
+                    throw Failure(description: "expected '\(Character(UnicodeScalar(expected)))' at the start of a \(layout == .array ? "JSON array" : "Jira search response")")
+                }
+                depth = 1
+                if layout == .array { collecting = true; arrayDepth = 1 }
+                continue
+            }
+            if inString {
+                if collecting && elementStarted { add(byte) }
+                if !collecting && depth == 1 { keyBuffer.append(byte) }
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                    if !collecting && depth == 1 { lastKey = Array(keyBuffer.dropLast()) }
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                inString = true
+                if !collecting && depth == 1 { keyBuffer.removeAll(keepingCapacity: true) }
+                startElementIfNeeded()
+                if collecting { add(byte) }
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                if !collecting && layout == .searchResponse && depth == 1 && byte == UInt8(ascii: "[") && lastKey == Array("issues".utf8) {
+                    depth += 1
+                    collecting = true
+                    arrayDepth = depth
+                    continue
+                }
+                startElementIfNeeded()
+                depth += 1
+                if collecting { add(byte) }
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                if collecting && depth == arrayDepth {
+                    guard byte == UInt8(ascii: "]") else { throw Failure(description: "unbalanced '}' in the array") }
+                    if let element = endElement() { out.append(element) }
+                    collecting = false
+                    finishedArray = true
+                    depth -= 1
+                    continue
+                }
+                depth -= 1
+                guard depth >= 0 else { throw Failure(description: "unbalanced brackets") }
+                if collecting { add(byte) }
+            case UInt8(ascii: ","):
+                if collecting && depth == arrayDepth {
+                    if let element = endElement() { out.append(element) }
+                } else if collecting { add(byte) }
+            case 0x20, 0x0A, 0x0D, 0x09:
+                if collecting && elementStarted { add(0x20) }
+            default:
+                startElementIfNeeded()
+                if collecting { add(byte) }
+            }
+        }
+        return out
+    }
+
+    /// Ends the input.
+    ///
+    /// - Throws: when the array (or the search response's `issues` array) never closed, or
+    ///   never appeared.
+    public func finish() throws(Failure) {
+        guard finishedArray else {
+            throw Failure(description: layout == .array ? "the JSON array is not closed (the input is truncated)" : "no complete \"issues\" array was found in the Jira search response")
+        }
+    }
+
+    private mutating func startElementIfNeeded() {
+        guard collecting, depth == arrayDepth, !elementStarted else { return }
+        elementStarted = true
+        number += 1
+    }
+
+    private mutating func add(_ byte: UInt8) {
+        guard elementStarted else { return }
+        if element.count >= maximumElementBytes { oversized = true; return }
+        element.append(byte)
+    }
+
+    private mutating func endElement() -> Element? {
+        defer {
+            element.removeAll(keepingCapacity: true)
+            elementStarted = false
+            oversized = false
+        }
+        guard elementStarted else { return nil }
+        while element.last == 0x20 { element.removeLast() }
+        return oversized ? .oversized(number: number) : .value(element, number: number)
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+
+/// Reads a file's lines from a byte offset, telling for each line the offset just past it: the
+/// point a resumed import starts from. Lines longer than `maximumLineBytes` are reported as
+/// oversized and their bytes are not kept, so memory stays bounded whatever the input.
+///
+/// ```swift
+/// let reader = try OffsetLineReader(path: spool, offset: job.byteOffset, firstLine: job.lines + 1)
+/// while let line = try reader.next() { … line.endOffset … }
+/// ```
+public final class OffsetLineReader {
+    /// One line.
+    public struct Line: Sendable {
+        /// The 1-based line number.
+        public var number: Int
+        /// The line's bytes without its terminator; empty when oversized.
+        public var bytes: [UInt8]
+        /// Whether the line was longer than the limit.
+        public var isOversized: Bool
+        /// The offset just past the line's terminator.
+        public var endOffset: Int64
+    }
+
+    private let handle: FileHandle
+    private let maximumLineBytes: Int
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var offset: Int64
+    private var number: Int
+    private var reachedEnd = false
+
+    /// Opens `path` at `offset`; `firstLine` is the number of the line found there.
+    ///
+    /// - Throws: ``ImportError`` (`io`) when the file cannot be opened or seeked.
+    public init(path: String, offset: Int64 = 0, firstLine: Int = 1, maximumLineBytes: Int = 1 << 20) throws {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw ImportError(.io, "Cannot open \(path) for reading; check that it exists and is readable.")
+        }
+        do { try handle.seek(toOffset: UInt64(offset)) } catch {
+            throw ImportError(.io, "Cannot seek to byte \(offset) of \(path).", cause: error)
+        }
+        self.handle = handle
+        self.offset = offset
+        self.number = firstLine - 1
+        self.maximumLineBytes = maximumLineBytes
+    }
+
+    deinit { try? handle.close() }
+
+    /// The next line, or `nil` at the end of the file.
+    public func next() throws -> Line? {
+        var oversized = false
+        var lineStartOffset = offset
+        while true {
+            if let newline = buffer[start...].firstIndex(of: 0x0A) {
+                var end = newline
+                if end > start, buffer[end - 1] == 0x0D { end -= 1 }
+                let length = newline + 1 - start
+                let bytes = oversized ? [] : Array(buffer[start..<end])
+                offset = lineStartOffset + Int64(length)
+                start = newline + 1
+                number += 1
+                if oversized || bytes.count > maximumLineBytes {
+                    return Line(number: number, bytes: [], isOversized: true, endOffset: offset)
+                }
+                return Line(number: number, bytes: bytes, isOversized: false, endOffset: offset)
+            }
+            if buffer.count - start > maximumLineBytes {
+                // Drop what we have of an oversized line; keep counting its bytes.
+                oversized = true
+                lineStartOffset += Int64(buffer.count - start)
+                buffer.removeAll(keepingCapacity: true)
+                start = 0
+            }
+            if reachedEnd {
+                guard start < buffer.count || oversized else { return nil }
+                let bytes = oversized ? [] : Array(buffer[start...])
+                offset = lineStartOffset + Int64(buffer.count - start)
+                buffer.removeAll()
+                start = 0
+                number += 1
+                return Line(number: number, bytes: bytes, isOversized: oversized, endOffset: offset)
+            }
+            if start > 0 {
+                buffer.removeSubrange(0..<start)
+                start = 0
+            }
+            let chunk: Data
+            do { chunk = try handle.read(upToCount: 64 * 1024) ?? Data() } catch {
+                throw ImportError(.io, "Reading the input failed at byte \(offset).", cause: error)
+            }
+            if chunk.isEmpty { reachedEnd = true } else { buffer.append(contentsOf: chunk) }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+public import BugSquasherGraph
+public import BugSquasherVarlink
+import Foundation
+
+/// Converts rows and did-saves between the object graph and the wire: attributes by name (dates
+/// as ISO 8601 strings with fractional seconds, data as base64), to-one relationships as object
+/// ID URIs.
+public struct WireCoding: Sendable {
+    /// The model both sides use.
+    public let model: ManagedObjectModel
+
+    /// Creates a coder for a model.
+    public init(model: ManagedObjectModel) { self.model = model }
+
+    /// A row's values as a JSON object.
+    public func encode(_ row: RowSnapshot, entity: EntityDescription) -> [String: JSONValue] {
+        var values: [String: JSONValue] = [:]
+        for (index, attribute) in entity.attributes.enumerated() where index < row.attributes.count {
+            values[attribute.name] = Self.encode(row.attributes[index])
+        }
+        for (index, relationship) in entity.toOneRelationships.enumerated() where index < row.toOne.count {
+            values[relationship.name] = row.toOne[index].map { .string($0.uriString) } ?? .null
+        }
+        return values
+    }
+
+    /// One value as JSON.
+    public static func encode(_ value: Value) -> JSONValue {
+        switch value {
+        case .null: .null
+        case .string(let s): .string(s)
+        case .int64(let i): .int(i)
+        case .double(let d): .double(d)
+        case .bool(let b): .bool(b)
+        case .date(let d): .string(d.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+        case .data(let d): .string(d.base64EncodedString())
+        }
+    }
+
+    /// A value from JSON, as the attribute's type.
+    ///
+    /// - Throws: ``GraphError/Code/invalidArgument`` naming the attribute when the JSON value
+    ///   cannot have its type.
+    public static func decode(_ json: JSONValue, as attribute: AttributeDescription) throws -> Value {
+        switch (json, attribute.type) {
+        case (.null, _): return .null
+        case (.string(let s), .string): return .string(s)
+        case (.int(let i), .int64): return .int64(i)
+        case (.double(let d), .int64) where d == d.rounded(): return .int64(Int64(d))
+        case (.int(let i), .double): return .double(Double(i))
+        case (.double(let d), .double): return .double(d)
+        case (.bool(let b), .bool): return .bool(b)
+        case (.string(let s), .date):
+            if let date = try? Date(s, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) { return .date(date) }
+            if let date = try? Date(s, strategy: .iso8601) { return .date(date) }
+        case (.string(let s), .data):
+            if let data = Data(base64Encoded: s) { return .data(data) }
+        default: break
+        }
+        throw GraphError(.invalidArgument, "'\(attribute.name)' is \(attribute.type); \(json) cannot be one.")
+    }
+
+    /// A row from its JSON values.
+    public func decodeRow(_ values: [String: JSONValue], version: Int64, entity: EntityDescription) throws -> RowSnapshot {
+        let attributes = try entity.attributes.map { attribute in
+            try Self.decode(values[attribute.name] ?? .null, as: attribute)
+        }
+        let toOne = try entity.toOneRelationships.map { relationship -> ObjectID? in
+            guard case .string(let uri)? = values[relationship.name] else { return nil }
+            guard let id = ObjectID(uri: uri) else {
+                throw GraphError(.invalidArgument, "'\(relationship.name)' holds '\(uri)', which is not an object ID URI.")
+            }
+            return id
+        }
+        return RowSnapshot(version: version, attributes: attributes, toOne: toOne)
+    }
+
+    /// A did-save on the wire; values only when `includeValues`.
+    public func encode(_ didSave: DidSave, includeValues: Bool) -> WireSave {
+        func change(_ change: ObjectChange, keys: Bool) -> WireObjectChange {
+            var values: [String: JSONValue]?
+            if includeValues, let row = change.values, let entity = model.entity(named: change.objectID.entityName) {
+                values = encode(row, entity: entity)
+            }
+            return WireObjectChange(id: change.objectID.uriString, version: change.version, keys: keys ? change.changedKeys : nil, values: values)
+        }
+        return WireSave(
+            token: didSave.token.rawValue,
+            inserted: didSave.inserted.map { change($0, keys: false) },
+            updated: didSave.updated.map { change($0, keys: true) },
+            deleted: didSave.deleted.map { change($0, keys: false) }
+        )
+    }
+
+    /// A did-save from the wire.
+    public func decode(_ save: WireSave, storeIdentifier: String) throws -> DidSave {
+        func change(_ wire: WireObjectChange) throws -> ObjectChange {
+            guard let id = ObjectID(uri: wire.id) else {
+                throw GraphError(.invalidArgument, "'\(wire.id)' is not an object ID URI.")
+            }
+            var row: RowSnapshot?
+            if let values = wire.values, let entity = model.entity(named: id.entityName) {
+                row = try decodeRow(values, version: wire.version, entity: entity)
+            }
+            return ObjectChange(objectID: id, version: wire.version, changedKeys: wire.keys ?? [], values: row)
+        }
+        return DidSave(
+            token: HistoryToken(rawValue: save.token), storeIdentifier: storeIdentifier,
+            inserted: try save.inserted.map(change), updated: try save.updated.map(change), deleted: try save.deleted.map(change)
+        )
+    }
+}

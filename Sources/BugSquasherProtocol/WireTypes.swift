@@ -1,0 +1,324 @@
+import BugSquasherGraph
+public import BugSquasherVarlink
+
+/// The Varlink interface names.
+public enum InterfaceName {
+    /// The change feed.
+    public static let changes = "io.bugsquasher.Changes"
+    /// Reads.
+    public static let store = "io.bugsquasher.Store"
+    /// Import jobs (read-only).
+    public static let jobs = "io.bugsquasher.Jobs"
+    /// Imports and edits (write socket only).
+    public static let importing = "io.bugsquasher.Import"
+}
+
+/// `io.bugsquasher.Changes.ObjectChange`.
+public struct WireObjectChange: Codable, Sendable, Hashable {
+    /// The object ID URI.
+    public var id: String
+    /// The version after the save.
+    public var version: Int64
+    /// Changed keys (updates only).
+    public var keys: [String]?
+    /// New values, when asked for.
+    public var values: [String: JSONValue]?
+
+    /// Creates a change.
+    public init(id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil) {
+        self.id = id
+        self.version = version
+        self.keys = keys
+        self.values = values
+    }
+}
+
+/// `io.bugsquasher.Changes.Save`.
+public struct WireSave: Codable, Sendable, Hashable {
+    /// The save's history token.
+    public var token: Int64
+    /// Inserted objects.
+    public var inserted: [WireObjectChange]
+    /// Updated objects.
+    public var updated: [WireObjectChange]
+    /// Deleted objects.
+    public var deleted: [WireObjectChange]
+
+    /// Creates a save.
+    public init(token: Int64, inserted: [WireObjectChange], updated: [WireObjectChange], deleted: [WireObjectChange]) {
+        self.token = token
+        self.inserted = inserted
+        self.updated = updated
+        self.deleted = deleted
+    }
+}
+
+/// The parameters of `io.bugsquasher.Changes.Subscribe`.
+public struct SubscribeParameters: Codable, Sendable {
+    /// Replay history after this token first.
+    public var since: Int64?
+    /// Only changes to registered IDs (inserts always pass).
+    public var registeredOnly: Bool?
+    /// Include new values.
+    public var includeValues: Bool?
+    /// IDs to register before any history is replayed.
+    public var register: [String]?
+
+    /// Creates parameters.
+    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil) {
+        self.since = since
+        self.registeredOnly = registeredOnly
+        self.includeValues = includeValues
+        self.register = register
+    }
+}
+
+/// One reply of `io.bugsquasher.Changes.Subscribe`.
+public struct SubscribeReply: Codable, Sendable {
+    /// `subscribed`, `save`, `refresh` (an object a Register found stale) or `resync`.
+    public var event: String
+    /// The subscription ID (first reply).
+    public var subscription: String?
+    /// The newest token delivered.
+    public var token: Int64
+    /// The save, for `save` and `refresh`.
+    public var save: WireSave?
+    /// Where to resume after `resync`.
+    public var resyncFrom: Int64?
+
+    /// Creates a reply.
+    public init(event: String, subscription: String? = nil, token: Int64, save: WireSave? = nil, resyncFrom: Int64? = nil) {
+        self.event = event
+        self.subscription = subscription
+        self.token = token
+        self.save = save
+        self.resyncFrom = resyncFrom
+    }
+}
+
+/// The parameters of Register / Unregister.
+public struct RegisterParameters: Codable, Sendable {
+    /// The subscription.
+    public var subscription: String
+    /// The IDs.
+    public var ids: [String]
+    /// The versions held, parallel to `ids` (Register only).
+    public var versions: [Int64]?
+
+    /// Creates parameters.
+    public init(subscription: String, ids: [String], versions: [Int64]? = nil) {
+        self.subscription = subscription
+        self.ids = ids
+        self.versions = versions
+    }
+}
+
+/// The reply of Register / Unregister.
+public struct RegisterReply: Codable, Sendable {
+    /// How many IDs the subscription holds now.
+    public var registered: Int
+    /// Creates a reply.
+    public init(registered: Int) { self.registered = registered }
+}
+
+/// `io.bugsquasher.Store.Row`.
+public struct WireRow: Codable, Sendable, Hashable {
+    /// The ID URI.
+    public var id: String
+    /// The version.
+    public var version: Int64
+    /// Attributes by name, to-one relationships as URIs.
+    public var values: [String: JSONValue]
+
+    /// Creates a row.
+    public init(id: String, version: Int64, values: [String: JSONValue]) {
+        self.id = id
+        self.version = version
+        self.values = values
+    }
+}
+
+/// The parameters of `io.bugsquasher.Store.Fetch`.
+public struct FetchParameters: Codable, Sendable {
+    /// The entity.
+    public var entity: String
+    /// A predicate in the text syntax.
+    public var predicate: String?
+    /// Sort key paths, `-` first for descending.
+    public var sort: [String]?
+    /// Limit.
+    public var limit: Int?
+    /// Offset.
+    public var offset: Int?
+    /// `ids`, `rows` or `count`.
+    public var result: String?
+
+    /// Creates parameters.
+    public init(entity: String, predicate: String? = nil, sort: [String]? = nil, limit: Int? = nil, offset: Int? = nil, result: String? = nil) {
+        self.entity = entity
+        self.predicate = predicate
+        self.sort = sort
+        self.limit = limit
+        self.offset = offset
+        self.result = result
+    }
+}
+
+/// The reply of `io.bugsquasher.Store.Fetch`.
+public struct FetchReply: Codable, Sendable {
+    /// IDs, for `ids`.
+    public var ids: [String]?
+    /// Rows, for `rows`.
+    public var rows: [WireRow]?
+    /// The count, for `count`.
+    public var count: Int?
+
+    /// Creates a reply.
+    public init(ids: [String]? = nil, rows: [WireRow]? = nil, count: Int? = nil) {
+        self.ids = ids
+        self.rows = rows
+        self.count = count
+    }
+}
+
+/// IDs in, rows out (`Values`).
+public struct IDsParameters: Codable, Sendable {
+    /// The IDs.
+    public var ids: [String]
+    /// Creates parameters.
+    public init(ids: [String]) { self.ids = ids }
+}
+
+/// The reply of `Values`.
+public struct RowsReply: Codable, Sendable {
+    /// The rows.
+    public var rows: [WireRow]
+    /// Creates a reply.
+    public init(rows: [WireRow]) { self.rows = rows }
+}
+
+/// The parameters of `Related`.
+public struct RelatedParameters: Codable, Sendable {
+    /// The object.
+    public var id: String
+    /// The to-many relationship.
+    public var relationship: String
+    /// Creates parameters.
+    public init(id: String, relationship: String) {
+        self.id = id
+        self.relationship = relationship
+    }
+}
+
+/// An ID list reply.
+public struct IDsReply: Codable, Sendable {
+    /// The IDs.
+    public var ids: [String]
+    /// Creates a reply.
+    public init(ids: [String]) { self.ids = ids }
+}
+
+/// The reply of `io.bugsquasher.Store.Info`.
+public struct StoreInfo: Codable, Sendable {
+    /// The store UUID.
+    public var storeIdentifier: String
+    /// The store type.
+    public var storeType: String
+    /// The model hash.
+    public var modelVersionHash: String
+    /// The newest history token.
+    public var token: Int64
+    /// The entity names.
+    public var entities: [String]
+
+    /// Creates info.
+    public init(storeIdentifier: String, storeType: String, modelVersionHash: String, token: Int64, entities: [String]) {
+        self.storeIdentifier = storeIdentifier
+        self.storeType = storeType
+        self.modelVersionHash = modelVersionHash
+        self.token = token
+        self.entities = entities
+    }
+}
+
+/// `io.bugsquasher.Jobs.Job`.
+public struct WireJob: Codable, Sendable, Hashable {
+    /// The job ID.
+    public var id: String
+    /// The name the submitter gave (the file name).
+    public var name: String
+    /// The input format.
+    public var format: String
+    /// `uploading`, `queued`, `running`, `finished`, `failed` or `aborted`.
+    public var state: String
+    /// Records read so far.
+    public var recordsRead: Int64
+    /// Records imported so far.
+    public var imported: Int64
+    /// Records rejected so far.
+    public var rejected: Int64
+    /// Bytes of the (decompressed) input processed.
+    public var bytesDone: Int64
+    /// Bytes of the (decompressed) input in all.
+    public var bytesTotal: Int64
+    /// When the job was created (ISO 8601).
+    public var created: String
+    /// When it finished (ISO 8601).
+    public var finished: String?
+    /// Why it failed.
+    public var error: String?
+
+    /// Creates a job description.
+    public init(id: String, name: String, format: String, state: String, recordsRead: Int64, imported: Int64, rejected: Int64, bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?) {
+        self.id = id
+        self.name = name
+        self.format = format
+        self.state = state
+        self.recordsRead = recordsRead
+        self.imported = imported
+        self.rejected = rejected
+        self.bytesDone = bytesDone
+        self.bytesTotal = bytesTotal
+        self.created = created
+        self.finished = finished
+        self.error = error
+    }
+
+    /// Whether the job will not change any more.
+    public var isFinal: Bool { ["finished", "failed", "aborted"].contains(state) }
+}
+
+/// `io.bugsquasher.Jobs.Reject`.
+public struct WireReject: Codable, Sendable, Hashable {
+    /// The line (or record number) in the input.
+    public var line: Int64
+    /// Why it was rejected.
+    public var reason: String
+    /// Creates a reject.
+    public init(line: Int64, reason: String) {
+        self.line = line
+        self.reason = reason
+    }
+}
+
+/// A parameter object with one `job` field.
+public struct JobParameter: Codable, Sendable {
+    /// The job ID.
+    public var job: String
+    /// Creates the parameter.
+    public init(job: String) { self.job = job }
+}
+
+/// A parameter object with an optional `limit`.
+public struct LimitParameter: Codable, Sendable {
+    /// At most this many.
+    public var limit: Int?
+    /// Creates the parameter.
+    public init(limit: Int? = nil) { self.limit = limit }
+}
+
+/// An empty parameter or reply object.
+public struct Empty: Codable, Sendable {
+    /// Creates it.
+    public init() {}
+}

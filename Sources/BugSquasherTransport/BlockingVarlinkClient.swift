@@ -1,0 +1,113 @@
+public import BugSquasherVarlink
+import Foundation
+import Synchronization
+
+/// A Varlink client on a blocking Unix socket, for synchronous callers (an incremental store's
+/// methods are synchronous) and command-line tools. Calls are serialized by a mutex; each reads
+/// its replies before the next call is sent.
+///
+/// ```swift
+/// let client = try BlockingVarlinkClient(path: "/run/squasherd/squasherd.sock")
+/// let info: Info = try client.call("io.bugsquasher.Store.Info", Empty())
+/// ```
+public final class BlockingVarlinkClient: Sendable {
+    /// The socket path.
+    public let path: String
+    private let fd: Mutex<CInt>
+    private let buffer = Mutex<[UInt8]>([])
+
+    /// Connects.
+    ///
+    /// - Throws: ``TransportError`` saying whether the socket is missing, refused or forbidden.
+    public init(path: String) throws {
+        self.path = path
+        fd = Mutex(try Self.connect(path))
+    }
+
+    deinit { fd.withLock { _ = close($0) } }
+
+    static func connect(_ path: String) throws -> CInt {
+        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TransportError("Could not create a socket: \(String(cString: strerror(errno))).") }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            throw TransportError("The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow 107).")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else {
+            let reason = errno
+            close(fd)
+            switch reason {
+            case ENOENT, ECONNREFUSED: throw TransportError("squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path.")
+            case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).")
+            default: throw TransportError("Could not connect to \(path): \(String(cString: strerror(reason))).")
+            }
+        }
+        return fd
+    }
+
+    /// Calls a method and decodes its single reply.
+    public func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
+        let message = try VarlinkCall.encode(method: method, parameters: parameters)
+        let reply = try fd.withLock { fd -> Data in
+            try send(fd, message)
+            return try receive(fd)
+        }
+        return try VarlinkReply(message: reply).parameters(R.self)
+    }
+
+    /// Calls a streaming method and hands each reply to `body` until the last one, or until
+    /// `body` returns `false` (the connection is then unusable: close it).
+    public func stream<P: Encodable>(_ method: String, _ parameters: P, _ body: (VarlinkReply) throws -> Bool) throws {
+        try fd.withLock { fd in
+            try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, more: true))
+            while true {
+                let reply = try VarlinkReply(message: try receive(fd))
+                if let error = reply.error { throw error }
+                guard try body(reply), reply.continues else { return }
+            }
+        }
+    }
+
+    private func send(_ fd: CInt, _ message: Data) throws {
+        var bytes = [UInt8](message)
+        bytes.append(0)
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, CInt(MSG_NOSIGNAL)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw TransportError("The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
+            }
+            sent += n
+        }
+    }
+
+    private func receive(_ fd: CInt) throws -> Data {
+        try buffer.withLock { buffer in
+            var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+            while true {
+                if let end = buffer.firstIndex(of: 0) {
+                    let message = Data(buffer[..<end])
+                    buffer.removeSubrange(...end)
+                    return message
+                }
+                let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else {
+                    throw TransportError(n == 0 ? "squasherd closed the connection on \(path)." : "Reading from \(path) failed: \(String(cString: strerror(errno))).")
+                }
+                buffer.append(contentsOf: chunk[..<n])
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+public import BugSquasherVarlink
+import Foundation
+public import Logging
+public import NIOCore
+import NIOPosix
+import Synchronization
+
+/// Where a server listens: a path it binds itself, or a socket handed over by systemd.
+public struct VarlinkListenAddress: Sendable, CustomStringConvertible {
+    enum Kind: Sendable {
+        case path(String, permissions: Int)
+        case descriptor(CInt)
+    }
+
+    let kind: Kind
+
+    /// A Unix socket the server binds at `path` (replacing a stale socket file) and `chmod`s to
+    /// `permissions` — the permissions decide who may connect.
+    public static func path(_ path: String, permissions: Int) -> Self { .init(kind: .path(path, permissions: permissions)) }
+
+    /// An already bound and listening socket, such as one passed by systemd socket activation.
+    public static func descriptor(_ fd: CInt) -> Self { .init(kind: .descriptor(fd)) }
+
+    public var description: String {
+        switch kind {
+        case .path(let path, let permissions): "\(path) (mode \(String(permissions, radix: 8)))"
+        case .descriptor(let fd): "fd \(fd)"
+        }
+    }
+}
+
+/// Serves a ``VarlinkService`` on one Unix stream socket: one task per connection, calls on a
+/// connection handled in order, a streaming call cancelled when its peer goes away. One
+/// connection's error — malformed JSON, an oversized message, a protocol violation — closes
+/// that connection only.
+///
+/// ```swift
+/// let server = VarlinkServer(name: "read", address: .path("/run/squasherd/squasherd.sock", permissions: 0o666),
+///                            mayWrite: false, service: service, logger: logger)
+/// try await server.run(onBound: { print("listening") })
+/// ```
+public final class VarlinkServer: Sendable {
+    /// The socket's name in logs and call contexts (`read`, `write`).
+    public let name: String
+    /// Where it listens.
+    public let address: VarlinkListenAddress
+    /// Whether calls on this socket may write.
+    public let mayWrite: Bool
+    /// The longest message accepted; a longer one closes the connection.
+    public let maximumMessageSize: Int
+    private let service: VarlinkService
+    private let group: any EventLoopGroup
+    private let logger: Logger
+    private let connections = Atomic<Int>(0)
+
+    /// Creates a server; nothing is bound until ``run(onBound:)``.
+    public init(
+        name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
+        maximumMessageSize: Int = 8 * 1024 * 1024, group: (any EventLoopGroup)? = nil,
+        logger: Logger
+    ) {
+        self.name = name
+        self.address = address
+        self.mayWrite = mayWrite
+        self.service = service
+        self.maximumMessageSize = maximumMessageSize
+        self.group = group ?? MultiThreadedEventLoopGroup.singleton
+        var logger = logger
+        logger[metadataKey: "socket"] = "\(name)"
+        self.logger = logger
+    }
+
+    /// How many connections are open now.
+    public var connectionCount: Int { connections.load(ordering: .relaxed) }
+
+    /// Binds (or adopts) the socket, calls `onBound`, and serves until the task is cancelled.
+    public func run(onBound: @Sendable () async -> Void = {}) async throws {
+        let maximumMessageSize = self.maximumMessageSize
+        let initializer: @Sendable (any Channel) -> EventLoopFuture<NIOAsyncChannel<ByteBuffer, ByteBuffer>> = { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)))
+                return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+            }
+        }
+        let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
+        let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>
+        switch address.kind {
+        case .path(let path, let permissions):
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true, childChannelInitializer: initializer)
+            guard chmod(path, mode_t(permissions)) == 0 else {
+                throw TransportError("Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno))).")
+            }
+        case .descriptor(let fd):
+            server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
+        }
+        logger.info("listening", metadata: ["socket.address": "\(address)"])
+        await onBound()
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { inbound in
+                for try await connection in inbound {
+                    group.addTask { await self.serve(connection) }
+                }
+            }
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>) async {
+        connections.add(1, ordering: .relaxed)
+        defer { connections.subtract(1, ordering: .relaxed) }
+        let context = VarlinkCallContext(socket: name, mayWrite: mayWrite, logger: logger)
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                let replier = ChannelReplier(outbound: outbound)
+                let streaming = StreamingFlag()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for try await frame in inbound {
+                        if streaming.isSet {
+                            // Varlink allows no new call while a streaming call is running.
+                            logger.debug("call during a streaming call; closing the connection")
+                            break
+                        }
+                        let call: VarlinkCall
+                        do {
+                            call = try VarlinkCall(message: Data(frame.readableBytesView))
+                        } catch {
+                            try? await replier.send(try VarlinkReply.encode(VarlinkError.invalidParameter("method")))
+                            logger.debug("malformed message; closing the connection")
+                            break
+                        }
+                        if call.more {
+                            streaming.set(true)
+                            group.addTask {
+                                defer { streaming.set(false) }
+                                try await self.service.handle(call, context: context, replier: replier)
+                            }
+                        } else {
+                            try await service.handle(call, context: context, replier: replier)
+                        }
+                    }
+                    group.cancelAll()
+                }
+            }
+        } catch {
+            logger.debug("connection ended", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// Writes replies to a connection, each terminated by NUL; waits while the peer does not read.
+struct ChannelReplier: VarlinkReplier {
+    let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+
+    func send(_ message: Data) async throws {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(message.count + 1)
+        buffer.writeBytes(message)
+        buffer.writeInteger(UInt8(0))
+        try await outbound.write(buffer)
+    }
+}
+
+/// A transport failure, with what to do about it.
+public struct TransportError: Error, Sendable, CustomStringConvertible {
+    /// What happened.
+    public var message: String
+    /// Creates an error.
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// Whether a streaming call is running on a connection.
+private final class StreamingFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .acquiring) }
+    func set(_ newValue: Bool) { value.store(newValue, ordering: .releasing) }
+}

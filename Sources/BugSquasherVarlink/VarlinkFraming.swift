@@ -1,0 +1,29 @@
+public import NIOCore
+
+/// Splits a byte stream into NUL-terminated Varlink messages, refusing any message longer than
+/// `maximumMessageSize` (the connection is then closed, before the bytes are buffered).
+public struct VarlinkFrameDecoder: NIOSingleStepByteToMessageDecoder {
+    public typealias InboundOut = ByteBuffer
+
+    /// The longest message accepted, in bytes, without its terminator.
+    public let maximumMessageSize: Int
+
+    /// Creates a decoder.
+    public init(maximumMessageSize: Int) { self.maximumMessageSize = maximumMessageSize }
+
+    public mutating func decode(buffer: inout ByteBuffer) throws -> ByteBuffer? {
+        guard let index = buffer.readableBytesView.firstIndex(of: 0) else {
+            if buffer.readableBytes > maximumMessageSize { throw VarlinkFramingError.messageTooLarge(limit: maximumMessageSize) }
+            return nil
+        }
+        let length = index - buffer.readerIndex
+        if length > maximumMessageSize { throw VarlinkFramingError.messageTooLarge(limit: maximumMessageSize) }
+        let message = buffer.readSlice(length: length)
+        buffer.moveReaderIndex(forwardBy: 1)
+        return message
+    }
+
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> ByteBuffer? {
+        try decode(buffer: &buffer)
+    }
+}

@@ -1,0 +1,139 @@
+public import Foundation
+public import Logging
+
+/// Sends replies to the call being handled. Writes wait while the peer is slow to read
+/// (backpressure); they throw once the connection is gone.
+public protocol VarlinkReplier: Sendable {
+    /// Sends one encoded reply message (without its NUL terminator).
+    func send(_ message: Data) async throws
+}
+
+extension VarlinkReplier {
+    /// Sends a successful reply; `continues` tells a `more` caller that others follow.
+    public func reply<P: Encodable>(_ parameters: P, continues: Bool = false) async throws {
+        try await send(try VarlinkReply.encode(parameters, continues: continues))
+    }
+}
+
+/// What a handler knows about the connection a call arrived on.
+public struct VarlinkCallContext: Sendable {
+    /// The name of the socket (`read`, `write`, …): the access level the socket's file
+    /// permissions grant.
+    public var socket: String
+    /// Whether calls on this socket may write.
+    public var mayWrite: Bool
+    /// A logger with the connection's metadata.
+    public var logger: Logger
+
+    /// Creates a context.
+    public init(socket: String, mayWrite: Bool, logger: Logger) {
+        self.socket = socket
+        self.mayWrite = mayWrite
+        self.logger = logger
+    }
+}
+
+/// One Varlink interface implemented by the service.
+public protocol VarlinkInterface: Sendable {
+    /// The interface's name, `io.bugsquasher.Changes`.
+    var name: String { get }
+    /// Whether the interface writes (served only on sockets that may write).
+    var writes: Bool { get }
+    /// Handles one call of this interface: replies through `replier`, or throws a
+    /// ``VarlinkError``. Streaming methods reply with `continues: true` until they end or the
+    /// task is cancelled (the peer went away).
+    func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws
+}
+
+/// The service: the interfaces it implements, `org.varlink.service`, and dispatch.
+///
+/// ```swift
+/// let service = VarlinkService(vendor: "BugSquasher", product: "squasherd", version: "0.1",
+///                              url: "https://…", interfaces: [changes, store])
+/// try await service.handle(call, context: context, replier: replier)
+/// ```
+public struct VarlinkService: Sendable {
+    /// The vendor `GetInfo` reports.
+    public var vendor: String
+    /// The product `GetInfo` reports.
+    public var product: String
+    /// The version `GetInfo` reports.
+    public var version: String
+    /// The URL `GetInfo` reports.
+    public var url: String
+    private let interfaces: [String: any VarlinkInterface]
+
+    /// Creates a service over interfaces.
+    public init(vendor: String, product: String, version: String, url: String, interfaces: [any VarlinkInterface]) {
+        self.vendor = vendor
+        self.product = product
+        self.version = version
+        self.url = url
+        self.interfaces = Dictionary(interfaces.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The interface names, `org.varlink.service` first.
+    public var interfaceNames: [String] { ["org.varlink.service"] + interfaces.keys.sorted() }
+
+    /// Handles one call: `org.varlink.service` itself, or the interface's handler. Errors a
+    /// handler throws are sent as error replies; only connection failures propagate.
+    public func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        let replier = OnewayFilter(base: replier, oneway: call.oneway)
+        do {
+            if call.interface == "org.varlink.service" {
+                try await handleService(call, context: context, replier: replier)
+                return
+            }
+            guard let interface = interfaces[call.interface], !interface.writes || context.mayWrite else {
+                if interfaces[call.interface] != nil {
+                    context.logger.notice("refused a write call on a read-only socket", metadata: ["varlink.method": "\(call.method)"])
+                    throw VarlinkError.permissionDenied
+                }
+                throw VarlinkError.interfaceNotFound(call.interface)
+            }
+            try await interface.handle(call, context: context, replier: replier)
+        } catch let error as VarlinkError {
+            try await replier.send(try VarlinkReply.encode(error))
+        }
+    }
+
+    private struct InterfaceParameter: Decodable { var interface: String }
+    private struct Info: Encodable {
+        var vendor, product, version, url: String
+        var interfaces: [String]
+    }
+    private struct Description: Encodable { var description: String }
+
+    private func handleService(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        switch call.methodName {
+        case "GetInfo":
+            try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: interfaceNames))
+        case "GetInterfaceDescription":
+            let name = try call.parameters(InterfaceParameter.self).interface
+            guard let description = InterfaceDefinitions.text(of: name), name == "org.varlink.service" || interfaces[name] != nil else {
+                throw VarlinkError.interfaceNotFound(name)
+            }
+            try await replier.reply(Description(description: description))
+        default:
+            throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+}
+
+/// Drops every reply to a `oneway` call.
+private struct OnewayFilter<Base: VarlinkReplier>: VarlinkReplier {
+    let base: Base
+    let oneway: Bool
+    func send(_ message: Data) async throws {
+        if !oneway { try await base.send(message) }
+    }
+}
+
+/// The interface definitions shipped with the module (`Interfaces/*.varlink`).
+public enum InterfaceDefinitions {
+    /// The IDL text of an interface, or `nil` when none is shipped.
+    public static func text(of interface: String) -> String? {
+        guard let url = Bundle.module.url(forResource: interface, withExtension: "varlink", subdirectory: "Interfaces") else { return nil }
+        return try? String(contentsOf: url, encoding: .utf8)
+    }
+}
