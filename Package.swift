@@ -147,6 +147,7 @@ let package = Package(
             dependencies: [
                 "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

@@ -165,6 +165,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// what was last loaded or saved).
     public var hasChanges: Bool { isInserted || isDeleted || !changedKeys.isEmpty }
 
+    /// The row version the object's values come from (0 for an unsaved or unloaded object).
+    public var snapshotVersion: Int64 { snapshot?.version ?? 0 }
+
     /// Whether the object has changed properties and is neither inserted nor deleted.
     public var isUpdated: Bool { !isInserted && !isDeleted && !changedKeys.isEmpty }
 

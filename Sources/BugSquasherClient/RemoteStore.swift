@@ -1,0 +1,230 @@
+public import BugSquasherGraph
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+import Synchronization
+
+/// An incremental store backed by squasherd: fetches and fault fulfilment go over the read
+/// socket (batched: one `Values` call per fault batch), registrations are forwarded to the
+/// subscriber that owns the store, and the SQLite file is never opened. Read-only: saves throw.
+///
+/// ```swift
+/// let store = try RemoteStore(socketPath: "/run/squasherd/squasherd.sock")
+/// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+/// ```
+public final class RemoteStore: IncrementalStore {
+    public var storeType: String { "Remote" }
+
+    /// The socket path.
+    public let socketPath: String
+    private let client: BlockingVarlinkClient
+    private let state = Mutex(State())
+
+    struct State {
+        var coding: WireCoding?
+        var storeIdentifier = ""
+        var registrations: [ObjectID: Int] = [:]
+        var versions: [ObjectID: Int64] = [:]
+        var statistics = Statistics()
+    }
+
+    /// What the store has asked the daemon: for tests and for subscribers that report their cost.
+    public struct Statistics: Sendable, Hashable {
+        /// Fetch requests.
+        public var fetches = 0
+        /// `Values` requests (fault batches).
+        public var valueRequests = 0
+        /// Objects whose values were loaded, by ID.
+        public var loadedObjects: Set<ObjectID> = []
+    }
+
+    /// Called (synchronously, from the context) when registrations change: `added` IDs with the
+    /// version held (0 for a fault), `removed` IDs.
+    let registrationSink = Mutex<(@Sendable (_ added: [(ObjectID, Int64)], _ removed: [ObjectID]) -> Void)?>(nil)
+
+    /// Connects to the read socket.
+    public init(socketPath: String) throws {
+        self.socketPath = socketPath
+        client = try BlockingVarlinkClient(path: socketPath)
+    }
+
+    /// What the store has asked so far.
+    public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// The IDs registered by contexts on this store, with their counts.
+    public var registeredObjectIDs: [ObjectID: Int] { state.withLock { $0.registrations } }
+
+    /// The version of each registered object as last loaded (0 for faults).
+    func heldVersions() -> [(ObjectID, Int64)] {
+        state.withLock { state in state.registrations.keys.map { ($0, state.versions[$0] ?? 0) } }
+    }
+
+    private func coding() throws -> WireCoding {
+        guard let coding = state.withLock({ $0.coding }) else {
+            throw GraphError(.invalidStore, "RemoteStore used before loadMetadata(for:); open it through a StoreCoordinator.")
+        }
+        return coding
+    }
+
+    private func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
+        do {
+            return try client.call(method, parameters, as: R.self)
+        } catch let error as VarlinkError {
+            let message = error.parameters["message"]?.stringValue ?? error.description
+            throw GraphError(.invalidArgument, "squasherd refused \(method): \(message)", cause: error)
+        } catch {
+            throw GraphError(.storeIO, "The connection to squasherd at \(socketPath) failed during \(method).", cause: error)
+        }
+    }
+
+    public func loadMetadata(for model: ManagedObjectModel) throws -> StoreMetadata {
+        let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
+        guard info.modelVersionHash == model.versionHash else {
+            throw GraphError(.incompatibleModel, "squasherd at \(socketPath) serves model \(info.modelVersionHash), this program has \(model.versionHash); update one of them.")
+        }
+        state.withLock { state in
+            state.coding = WireCoding(model: model)
+            state.storeIdentifier = info.storeIdentifier
+        }
+        return StoreMetadata(storeIdentifier: info.storeIdentifier, storeType: storeType, modelVersionHash: info.modelVersionHash)
+    }
+
+    public func execute(_ request: any StoreRequest) throws -> StoreResult {
+        guard let fetch = request as? FetchDescription else {
+            if request is SaveChanges {
+                throw GraphError(.readOnly, "A remote store is read-only: write through squasherd's write socket (squasherctl, or io.bugsquasher.Import.Update).")
+            }
+            throw unsupported(request)
+        }
+        let coding = try coding()
+        guard let entity = coding.model.entity(named: fetch.entityName) else {
+            throw GraphError(.invalidArgument, "The model has no entity '\(fetch.entityName)'.")
+        }
+        let result: String = switch fetch.resultType {
+        case .objectIDs: "ids"
+        case .rows: "rows"
+        case .count: "count"
+        }
+        let reply: FetchReply = try call("io.bugsquasher.Store.Fetch", FetchParameters(
+            entity: fetch.entityName, predicate: fetch.predicate?.text,
+            sort: fetch.sort.map { ($0.ascending ? "" : "-") + $0.keyPath },
+            limit: fetch.limit, offset: fetch.offset, result: result
+        ))
+        state.withLock { $0.statistics.fetches += 1 }
+        switch fetch.resultType {
+        case .count: return .fetched(.count(reply.count ?? 0))
+        case .objectIDs: return .fetched(.objectIDs(try (reply.ids ?? []).map(parse)))
+        case .rows:
+            let rows = try (reply.rows ?? []).map { row in
+                StoreRow(objectID: try parse(row.id), snapshot: try coding.decodeRow(row.values, version: row.version, entity: entity))
+            }
+            record(rows)
+            return .fetched(.rows(rows))
+        }
+    }
+
+    private func parse(_ uri: String) throws -> ObjectID {
+        guard let id = ObjectID(uri: uri) else { throw GraphError(.storeIO, "squasherd sent '\(uri)', which is not an object ID.") }
+        return id
+    }
+
+    private func record(_ rows: [StoreRow]) {
+        state.withLock { state in
+            for row in rows {
+                state.statistics.loadedObjects.insert(row.objectID)
+                if state.registrations[row.objectID] != nil { state.versions[row.objectID] = row.snapshot.version }
+            }
+        }
+    }
+
+    public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
+        let coding = try coding()
+        var result: [ObjectID: RowSnapshot] = [:]
+        var start = 0
+        while start < objectIDs.count {
+            let slice = objectIDs[start..<min(objectIDs.count, start + 5_000)]
+            let reply: RowsReply = try call("io.bugsquasher.Store.Values", IDsParameters(ids: slice.map(\.uriString)))
+            state.withLock { $0.statistics.valueRequests += 1 }
+            var rows: [StoreRow] = []
+            for row in reply.rows {
+                let id = try parse(row.id)
+                guard let entity = coding.model.entity(named: id.entityName) else { continue }
+                let snapshot = try coding.decodeRow(row.values, version: row.version, entity: entity)
+                result[id] = snapshot
+                rows.append(StoreRow(objectID: id, snapshot: snapshot))
+            }
+            record(rows)
+            start += 5_000
+        }
+        return result
+    }
+
+    public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
+        let reply: IDsReply = try call("io.bugsquasher.Store.Related", RelatedParameters(id: objectID.uriString, relationship: name))
+        return try reply.ids.map(parse)
+    }
+
+    public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
+        throw GraphError(.readOnly, "A remote store is read-only and assigns no IDs: insert through squasherd's write socket.")
+    }
+
+    public func didRegister(_ objectIDs: [ObjectID]) {
+        let added = state.withLock { state -> [(ObjectID, Int64)] in
+            var added: [(ObjectID, Int64)] = []
+            for id in objectIDs {
+                state.registrations[id, default: 0] += 1
+                if state.registrations[id] == 1 { added.append((id, state.versions[id] ?? 0)) }
+            }
+            return added
+        }
+        if !added.isEmpty { registrationSink.withLock { $0 }?(added, []) }
+    }
+
+    public func didUnregister(_ objectIDs: [ObjectID]) {
+        let removed = state.withLock { state -> [ObjectID] in
+            var removed: [ObjectID] = []
+            for id in objectIDs {
+                let count = state.registrations[id, default: 0] - 1
+                if count > 0 { state.registrations[id] = count } else {
+                    state.registrations[id] = nil
+                    state.versions[id] = nil
+                    removed.append(id)
+                }
+            }
+            return removed
+        }
+        if !removed.isEmpty { registrationSink.withLock { $0 }?([], removed) }
+    }
+
+    /// Records the versions a merged did-save brought, so that re-registrations carry them.
+    func noteVersions(_ didSave: DidSave) {
+        state.withLock { state in
+            for change in didSave.inserted + didSave.updated where state.registrations[change.objectID] != nil {
+                state.versions[change.objectID] = change.version
+            }
+        }
+    }
+
+    private struct HistoryParameters: Encodable {
+        var after: Int64
+        var limit: Int
+    }
+
+    private struct HistoryReply: Decodable {
+        var saves: [WireSave]
+        var token: Int64
+    }
+
+    public func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] {
+        let coding = try coding()
+        let store = state.withLock { $0.storeIdentifier }
+        let reply: HistoryReply = try call("io.bugsquasher.Changes.History", HistoryParameters(after: token.rawValue, limit: limit))
+        return try reply.saves.map { try coding.decode($0, storeIdentifier: store) }
+    }
+
+    public func currentHistoryToken() throws -> HistoryToken {
+        let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
+        return HistoryToken(rawValue: info.token)
+    }
+}

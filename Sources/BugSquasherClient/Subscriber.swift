@@ -1,0 +1,191 @@
+public import BugSquasherGraph
+public import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+public import Logging
+import Synchronization
+
+/// A subscriber process's view of the bug store: an ``ObjectContext`` backed by a
+/// ``RemoteStore`` (fetches and faults over squasherd's read socket), kept current by the
+/// change feed. The objects the context registers are registered with the daemon, so it sends
+/// only changes to them; each did-save is merged into the context, refreshing exactly those
+/// objects, and reported on ``refreshes``. When the connection drops or the daemon asks for a
+/// resync, it reconnects and resumes from its last token: nothing is missed.
+///
+/// ```swift
+/// let subscriber = try Subscriber(socketPath: "/run/squasherd/squasherd.sock")
+/// try await subscriber.context.perform { context in
+///     _ = try context.fetch(FetchRequest<Bug>(predicate: Key("key").in(["TIMOB-1", "TIMOB-2"]))).map(\.title)
+/// }
+/// try await withThrowingDiscardingTaskGroup { group in
+///     group.addTask { try await subscriber.run() }
+///     for await event in subscriber.refreshes { print(event.refreshed) }
+/// }
+/// ```
+public final class Subscriber: Sendable {
+    /// The context the subscriber's objects live in.
+    public let context: ObjectContext
+    /// The remote store under it.
+    public let store: RemoteStore
+    /// One event per merged did-save that touched registered objects.
+    public let refreshes: AsyncStream<RefreshEvent>
+    private let refreshContinuation: AsyncStream<RefreshEvent>.Continuation
+    private let socketPath: String
+    private let includeValues: Bool
+    private let logger: Logger
+    private let coding: WireCoding
+    private let state: Mutex<State>
+
+    private struct State {
+        var token: HistoryToken?
+        var subscription: String?
+        var pendingAdded: [(ObjectID, Int64)] = []
+        var pendingRemoved: [ObjectID] = []
+    }
+
+    /// What one merge did.
+    public struct RefreshEvent: Sendable, Hashable {
+        /// The token of the newest save merged.
+        public var token: HistoryToken
+        /// Registered objects refreshed.
+        public var refreshed: [ObjectID]
+        /// Registered objects deleted.
+        public var deleted: [ObjectID]
+        /// Whether this came from a registration that found a stale version, not a save.
+        public var isCatchUp: Bool
+    }
+
+    /// Connects to squasherd's read socket.
+    ///
+    /// - Parameters:
+    ///   - since: resume from this token (a restarted subscriber passes its last token).
+    ///   - includeValues: ask for new values with each change, so refreshing costs no round trip.
+    public init(socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true, logger: Logger = Logger(label: "bugsquasher.subscriber")) throws {
+        self.socketPath = socketPath
+        self.includeValues = includeValues
+        self.logger = logger
+        coding = WireCoding(model: model)
+        store = try RemoteStore(socketPath: socketPath)
+        let coordinator = try StoreCoordinator(model: model, store: store)
+        context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
+        (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self)
+        state = Mutex(State(token: since))
+        let registrar = Registrar()
+        store.registrationSink.withLock { sink in
+            sink = { [weak registrar] added, removed in registrar?.subscriber?.queue(added: added, removed: removed) }
+        }
+        self.registrar = registrar
+        registrar.subscriber = self
+    }
+
+    private let registrar: Registrar
+
+    /// The token of the newest save merged (what a restart passes as `since`).
+    public var lastToken: HistoryToken? { state.withLock { $0.token } }
+
+    /// Follows the change feed until the task is cancelled, reconnecting after failures.
+    public func run() async throws {
+        var delay = Duration.milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                try await followFeed()
+                delay = .milliseconds(100)
+            } catch is CancellationError {
+                break
+            } catch {
+                if Task.isCancelled { break }
+                logger.warning("change feed interrupted; reconnecting", metadata: ["error": "\(error)", "token": "\(lastToken.map(\.description) ?? "-")"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+        refreshContinuation.finish()
+    }
+
+    private func followFeed() async throws {
+        let held = store.heldVersions()
+        let heldIDs = Set(held.map(\.0))
+        let parameters = SubscribeParameters(
+            since: lastToken?.rawValue, registeredOnly: true, includeValues: includeValues,
+            register: held.map { $0.0.uriString }
+        )
+        try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
+            for try await reply in replies {
+                let event = try reply.parameters(SubscribeReply.self)
+                switch event.event {
+                case "subscribed":
+                    state.withLock { state in
+                        state.subscription = event.subscription
+                        if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
+                        // Everything held was in the Subscribe call; only later changes are pending.
+                        state.pendingAdded.removeAll { heldIDs.contains($0.0) }
+                    }
+                    // Versions held now may be older than the store's: ask for a catch-up.
+                    try sendRegistrations(added: held.filter { $0.1 > 0 }, removed: [])
+                case "save", "refresh":
+                    guard let wire = event.save else { continue }
+                    let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
+                    store.noteVersions(didSave)
+                    let result = await context.merge(didSave)
+                    if event.event == "save" { state.withLock { $0.token = didSave.token } }
+                    if !result.refreshed.isEmpty || !result.deleted.isEmpty {
+                        refreshContinuation.yield(RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, isCatchUp: event.event == "refresh"))
+                    }
+                case "resync":
+                    logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
+                    if let from = event.resyncFrom { state.withLock { $0.token = HistoryToken(rawValue: from) } }
+                    return
+                default:
+                    continue
+                }
+                try flushRegistrations()
+            }
+        }
+    }
+
+    /// Registrations made while the feed runs are sent in batches, between events and on queueing.
+    fileprivate func queue(added: [(ObjectID, Int64)], removed: [ObjectID]) {
+        state.withLock { state in
+            state.pendingAdded += added
+            state.pendingRemoved += removed
+        }
+        try? flushRegistrations()
+    }
+
+    private func flushRegistrations() throws {
+        let (subscription, added, removed) = state.withLock { state -> (String?, [(ObjectID, Int64)], [ObjectID]) in
+            guard state.subscription != nil else { return (nil, [], []) }
+            defer {
+                state.pendingAdded.removeAll()
+                state.pendingRemoved.removeAll()
+            }
+            return (state.subscription, state.pendingAdded, state.pendingRemoved)
+        }
+        guard subscription != nil else { return }
+        try sendRegistrations(added: added, removed: removed)
+    }
+
+    private func sendRegistrations(added: [(ObjectID, Int64)], removed: [ObjectID]) throws {
+        guard let subscription = state.withLock({ $0.subscription }), !(added.isEmpty && removed.isEmpty) else { return }
+        let client = try BlockingVarlinkClient(path: socketPath)
+        if !added.isEmpty {
+            let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: added.map { $0.0.uriString }, versions: added.map { $0.1 }))
+        }
+        if !removed.isEmpty {
+            let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: removed.map(\.uriString)))
+        }
+    }
+}
+
+/// Lets the store's registration callback reach its subscriber without a retain cycle.
+private final class Registrar: Sendable {
+    private let reference = Mutex<WeakSubscriber?>(nil)
+    private struct WeakSubscriber { weak var value: Subscriber? }
+
+    var subscriber: Subscriber? {
+        get { reference.withLock { $0?.value } }
+        set { reference.withLock { $0 = WeakSubscriber(value: newValue) } }
+    }
+}

@@ -1,0 +1,162 @@
+import ArgumentParser
+import BugSquasherClient
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+import Logging
+import UnixSignals
+
+/// `squasherctl watch`: prints the change feed.
+struct WatchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "watch", abstract: "Print every committed save as it happens (Ctrl-C to stop).")
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Option(help: "Replay the saves after this history token first.")
+    var since: Int64?
+
+    @Flag(help: "Print each reply as JSON (one line each).")
+    var json = false
+
+    @Flag(help: "Include new values (with --json).")
+    var values = false
+
+    @Flag(name: .shortAndLong, help: "List the object IDs of each save.")
+    var verbose = false
+
+    func run() async throws {
+        try await untilSignal {
+            try await VarlinkStream.call(path: sockets.read, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: since, includeValues: values)) { replies in
+                for try await reply in replies {
+                    let event = try reply.parameters(SubscribeReply.self)
+                    if json { try printJSON(event); continue }
+                    switch event.event {
+                    case "subscribed": print("subscribed at token \(event.token)")
+                    case "resync": print("fell behind; resume with --since \(event.resyncFrom ?? event.token)")
+                    default:
+                        guard let save = event.save else { continue }
+                        print("token \(save.token): \(save.inserted.count) inserted, \(save.updated.count) updated, \(save.deleted.count) deleted")
+                        if verbose {
+                            for change in save.inserted { print("  + \(change.id) v\(change.version)") }
+                            for change in save.updated { print("  ~ \(change.id) v\(change.version) \((change.keys ?? []).joined(separator: ","))") }
+                            for change in save.deleted { print("  - \(change.id)") }
+                        }
+                    }
+                    fflush(nil)
+                }
+            }
+        }
+    }
+}
+
+/// `squasherctl subscribe KEY...`: holds bugs registered in a subscriber context and prints
+/// each refresh.
+struct SubscribeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "subscribe",
+        abstract: "Hold bugs registered and print each refresh (Ctrl-C to stop).",
+        discussion: "With --json, prints one JSON line per event: ready, refresh, and stats on exit (what the subscriber loaded)."
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "Bug keys to hold.")
+    var keys: [String]
+
+    @Option(help: "Resume from this history token (a restarted subscriber passes its last one).")
+    var since: Int64?
+
+    @Flag(help: "Print JSON lines.")
+    var json = false
+
+    struct BugState: Codable, Sendable {
+        var id: String
+        var key: String
+        var version: Int64
+        var status: String
+        var title: String
+    }
+
+    struct Event: Codable, Sendable {
+        var event: String
+        var token: Int64?
+        var bugs: [BugState]?
+        var deleted: [String]?
+        var loaded: [String]?
+        var valueRequests: Int?
+        var fetches: Int?
+    }
+
+    func run() async throws {
+        var logger = Logger(label: "squasherctl")
+        logger.logLevel = .warning
+        let subscriber: Subscriber
+        do {
+            subscriber = try Subscriber(socketPath: sockets.read, since: since.map(HistoryToken.init(rawValue:)), logger: logger)
+        } catch {
+            printError("squasherctl: \(error)")
+            throw Exit.unreachable
+        }
+        let keys = self.keys
+        let initial = try await subscriber.context.perform { context in
+            var request = FetchRequest<Bug>(predicate: Key("key").in(keys.map { .string($0) }), sort: [Key("key").ascending])
+            request.returnsObjectsAsFaults = false
+            return try context.fetch(request).map { Self.state($0) }
+        }
+        let missing = Set(keys).subtracting(initial.map(\.key))
+        if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others") }
+        emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
+        do {
+            try await untilSignal {
+                try await withThrowingDiscardingTaskGroup { group in
+                    group.addTask { try await subscriber.run() }
+                    for await refresh in subscriber.refreshes {
+                        let bugs = await subscriber.context.perform { context in
+                            refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
+                        }
+                        emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+                    }
+                }
+            }
+        } catch is CancellationError {}
+        let stats = subscriber.store.statistics
+        emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches))
+    }
+
+    private static func state(_ bug: Bug) -> BugState {
+        BugState(id: bug.objectID.uriString, key: bug.key, version: bug.snapshotVersion, status: bug.status, title: bug.title)
+    }
+
+    private func emit(_ event: Event) {
+        if json {
+            try? printJSON(event)
+        } else {
+            switch event.event {
+            case "stats": print("loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; last token \(event.token.map(String.init) ?? "-")")
+            default:
+                print("\(event.event) at token \(event.token.map(String.init) ?? "-")")
+                for bug in event.bugs ?? [] { print("  \(bug.key) v\(bug.version) [\(bug.status)] \(bug.title)") }
+                for id in event.deleted ?? [] { print("  deleted \(id)") }
+            }
+        }
+        fflush(nil)
+    }
+}
+
+/// Runs `body` until it returns or SIGINT/SIGTERM arrives (then cancels it and returns).
+func untilSignal(_ body: @escaping @Sendable () async throws -> Void) async throws {
+    let signals = await UnixSignalsSequence(trapping: .sigint, .sigterm)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            for await _ in signals { return }
+        }
+        do {
+            try await group.next()
+        } catch is CancellationError {}
+        group.cancelAll()
+    }
+}

@@ -1,0 +1,115 @@
+import ArgumentParser
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+
+/// `squasherctl import FILE|-`: uploads a file (or stdin) the user can read; squasherd never
+/// needs access to it.
+struct ImportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Import a bug export (Jira JSON/CSV, Bugzilla CSV, BugSquasher NDJSON; gzip too) from a file or stdin.",
+        discussion: "Without --wait, prints the job ID and returns once the upload is queued."
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "The file to import, or - for standard input.")
+    var file: String
+
+    @Option(help: "jira-json, jira-csv, bugzilla-csv or bugsquasher-ndjson (default: detected).")
+    var format: String?
+
+    @Option(help: "Records per chunk (default: the daemon's).")
+    var chunkSize: Int?
+
+    @Option(help: "The job's name (default: the file name).")
+    var name: String?
+
+    @Flag(help: "Show progress and wait for the job's summary.")
+    var wait = false
+
+    private struct BeginParameters: Encodable {
+        var name: String
+        var format: String?
+        var chunkSize: Int?
+    }
+    private struct AppendParameters: Encodable {
+        var job: String
+        var data: String
+    }
+    private struct BytesReply: Decodable { var bytes: Int }
+
+    func run() throws {
+        let input: FileHandle
+        var size: Int64 = 0
+        if file == "-" {
+            input = .standardInput
+        } else {
+            guard let handle = FileHandle(forReadingAtPath: file) else {
+                printError("squasherctl: cannot read \(file): \(FileManager.default.fileExists(atPath: file) ? "permission denied" : "no such file").")
+                throw ExitCode(1)
+            }
+            input = handle
+            size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int64) ?? 0
+        }
+        let progress = ProgressBar(enabled: wait && isatty(2) != 0)
+        let job: String = try withClient(sockets.write) { client in
+            let job = try client.call("io.bugsquasher.Import.Begin", BeginParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize), as: JobParameter.self).job
+            var sent: Int64 = 0
+            while true {
+                let chunk = try input.read(upToCount: 192 * 1024) ?? Data()
+                if chunk.isEmpty { break }
+                _ = try client.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: chunk.base64EncodedString()), as: BytesReply.self)
+                sent += Int64(chunk.count)
+                progress.show(label: "uploading", done: sent, total: size, unit: "bytes")
+            }
+            _ = try client.call("io.bugsquasher.Import.Commit", JobParameter(job: job), as: JobParameter.self)
+            return job
+        }
+        progress.clear()
+        guard wait else {
+            print(job)
+            return
+        }
+        var final: WireJob?
+        let started = Date()
+        try withClient(sockets.read) { client in
+            struct JobReply: Decodable { var job: WireJob }
+            try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+                let current = try reply.parameters(JobReply.self).job
+                final = current
+                let elapsed = Date().timeIntervalSince(started)
+                let rate = elapsed > 0 ? Double(current.recordsRead) / elapsed : 0
+                progress.show(label: "importing", done: current.bytesDone, total: current.bytesTotal, unit: "bytes", extra: "\(current.recordsRead) records, \(Int(rate))/s")
+                return true
+            }
+        }
+        progress.clear()
+        guard let job = final else { throw Exit.failed }
+        print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected")
+        if let error = job.error { printError("squasherctl: \(error)") }
+        if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
+        if job.state != "finished" { throw Exit.failed }
+    }
+}
+
+/// A one-line progress bar on standard error (only on a terminal).
+struct ProgressBar {
+    let enabled: Bool
+
+    func show(label: String, done: Int64, total: Int64, unit: String, extra: String = "") {
+        guard enabled else { return }
+        let fraction = total > 0 ? min(1, Double(done) / Double(total)) : 0
+        let width = 30
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(Int(fraction * 100))% \(extra)\u{1B}[K".utf8))
+    }
+
+    func clear() {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+    }
+}

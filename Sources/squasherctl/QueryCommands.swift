@@ -1,0 +1,215 @@
+import ArgumentParser
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+
+/// `squasherctl jobs [JOB] [--rejects]`.
+struct JobsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "jobs", abstract: "List import jobs, or show one job and its rejects.")
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "A job ID (default: list recent jobs).")
+    var job: String?
+
+    @Flag(help: "Print the job's reject report (line and reason).")
+    var rejects = false
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    private struct JobReply: Codable { var job: WireJob }
+    private struct JobsReply: Codable { var jobs: [WireJob] }
+    private struct RejectsReply: Codable { var rejects: [WireReject] }
+
+    func run() throws {
+        try withClient(sockets.read) { client in
+            if let job {
+                let reply = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self)
+                if rejects {
+                    let list = try client.call("io.bugsquasher.Jobs.Rejects", JobParameter(job: job), as: RejectsReply.self)
+                    if json { try printJSON(list) } else { for reject in list.rejects { print("line \(reject.line): \(reject.reason)") } }
+                } else if json { try printJSON(reply) } else { print(describe(reply.job)) }
+            } else {
+                let reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: 20), as: JobsReply.self)
+                if json { try printJSON(reply) } else { for job in reply.jobs { print(describe(job)) } }
+            }
+        }
+    }
+
+    private func describe(_ job: WireJob) -> String {
+        "\(job.id)  \(job.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(job.name)  \(job.format)  read \(job.recordsRead), imported \(job.imported), rejected \(job.rejected)\(job.error.map { "  error: \($0)" } ?? "")"
+    }
+}
+
+/// `squasherctl status`.
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the daemon's store, token, subscribers and running job.")
+
+    @OptionGroup var sockets: SocketOptions
+
+    private struct StatusReply: Codable {
+        var storeIdentifier: String
+        var token: Int64
+        var bugs: Int
+        var subscribers: Int
+        var activeJob: WireJob?
+    }
+
+    func run() throws {
+        let status = try withClient(sockets.read) { try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self) }
+        print("store \(status.storeIdentifier)")
+        print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers)")
+        if let job = status.activeJob {
+            print("importing job \(job.id) (\(job.name)): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%")
+        } else {
+            print("idle")
+        }
+    }
+}
+
+/// `squasherctl get KEY`.
+struct GetCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "get", abstract: "Show one bug by key.")
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "The bug's key, such as TIMOB-100.")
+    var key: String
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        let escaped = key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        let reply = try withClient(sockets.read) { client in
+            try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1, result: "rows"), as: FetchReply.self)
+        }
+        guard let row = reply.rows?.first else {
+            printError("squasherctl: no bug with key \(key)")
+            throw Exit.notFound
+        }
+        if json { try printJSON(row); return }
+        print("\(row.id)  version \(row.version)")
+        for (name, value) in row.values.sorted(by: { $0.key < $1.key }) where value != .null {
+            print("  \(name): \(display(value))")
+        }
+    }
+}
+
+/// `squasherctl list`.
+struct ListCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "List objects matching a predicate.",
+        discussion: #"Example: squasherctl list --where 'status == "Open" AND project.key == "TIMOB"' --sort -created --limit 20"#
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Option(help: "The entity (Bug, Comment, Component, Person, Project, ImportJob).")
+    var entity = "Bug"
+
+    @Option(name: .customLong("where"), help: "A predicate: key == \"TIMOB-1\", status IN (\"Open\", \"Reopened\"), title CONTAINS[c] \"crash\", AND/OR/NOT.")
+    var predicate: String?
+
+    @Option(help: "Comma-separated key paths to sort by; prefix - for descending.")
+    var sort: String?
+
+    @Option(help: "At most this many.")
+    var limit = 50
+
+    @Option(help: "Skip this many first.")
+    var offset = 0
+
+    @Flag(help: "Print only the count.")
+    var count = false
+
+    @Flag(help: "Print JSON rows.")
+    var json = false
+
+    func run() throws {
+        let sortKeys = sort?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let reply = try withClient(sockets.read) { client in
+            try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: count ? nil : limit, offset: offset, result: count ? "count" : "rows"), as: FetchReply.self)
+        }
+        if count { print(reply.count ?? 0); return }
+        let rows = reply.rows ?? []
+        if json { try printJSON(rows); return }
+        for row in rows {
+            let label = ["key", "name", "jobID", "jiraID"].lazy.compactMap { row.values[$0].flatMap(\.stringValue) }.first ?? row.id
+            let title = row.values["title"]?.stringValue ?? row.values["state"]?.stringValue ?? row.values["body"]?.stringValue.map { String($0.prefix(60)) } ?? ""
+            let status = row.values["status"]?.stringValue.map { "[\($0)] " } ?? ""
+            print("\(label)  \(status)\(title)")
+        }
+    }
+}
+
+/// Prints a value as JSON on one line.
+func printJSON<T: Encodable>(_ value: T) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+}
+
+/// A JSON value for people.
+func display(_ value: JSONValue) -> String {
+    switch value {
+    case .null: "nil"
+    case .bool(let b): String(b)
+    case .int(let i): String(i)
+    case .double(let d): String(d)
+    case .string(let s): s.count > 200 ? String(s.prefix(200)) + "…" : s
+    case .array(let a): "[" + a.map(display).joined(separator: ", ") + "]"
+    case .object(let o): "{" + o.map { "\($0.key): \(display($0.value))" }.joined(separator: ", ") + "}"
+    }
+}
+
+/// `squasherctl update KEY field=value…`: edits a bug through the daemon's editor context.
+struct UpdateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "update", abstract: "Change attributes of one bug (through squasherd's editor context; needs the write socket).",
+        discussion: "Example: squasherctl update TIMOB-100 status=Closed priority=High"
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "The bug's key.")
+    var key: String
+
+    @Argument(help: "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute).")
+    var assignments: [String]
+
+    private struct UpdateParameters: Encodable {
+        var id: String
+        var values: [String: JSONValue]
+    }
+    private struct UpdateReply: Decodable {
+        var version: Int64
+        var token: Int64
+    }
+
+    func run() throws {
+        var values: [String: JSONValue] = [:]
+        for assignment in assignments {
+            let parts = assignment.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, !parts[0].isEmpty else {
+                printError("squasherctl: '\(assignment)' is not name=value")
+                throw ExitCode(1)
+            }
+            values[parts[0]] = parts[1] == "nil" ? .null : .string(parts[1])
+        }
+        let escaped = key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        let found = try withClient(sockets.read) { client in
+            try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1), as: FetchReply.self)
+        }
+        guard let id = found.ids?.first else {
+            printError("squasherctl: no bug with key \(key)")
+            throw Exit.notFound
+        }
+        let reply = try withClient(sockets.write) { client in
+            try client.call("io.bugsquasher.Import.Update", UpdateParameters(id: id, values: values), as: UpdateReply.self)
+        }
+        print("\(key) is now version \(reply.version) (token \(reply.token))")
+    }
+}

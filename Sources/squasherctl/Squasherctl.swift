@@ -1,0 +1,39 @@
+import ArgumentParser
+import BugSquasherTransport
+import BugSquasherVarlink
+import Foundation
+
+/// squasherctl: the command line of BugSquasher.
+@main
+struct Squasherctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "squasherctl",
+        abstract: "Import, query and watch a BugSquasher store through squasherd.",
+        discussion: """
+            Exit status: 0 success, 1 usage error, 2 the job failed or squasherd refused the \
+            request, 3 not found, 4 squasherd unreachable.
+            """,
+        subcommands: [ImportCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
+    )
+}
+
+/// Runs a client call, mapping transport and Varlink failures to messages and exit codes.
+func withClient<T>(_ path: String, _ body: (BlockingVarlinkClient) throws -> T) throws -> T {
+    let client: BlockingVarlinkClient
+    do { client = try BlockingVarlinkClient(path: path) } catch {
+        printError("squasherctl: \(error)")
+        throw Exit.unreachable
+    }
+    do { return try body(client) } catch let error as VarlinkError {
+        printError("squasherctl: \(error.parameters["message"]?.stringValue ?? error.description)")
+        throw Exit.failed
+    } catch let error as TransportError {
+        printError("squasherctl: \(error)")
+        throw Exit.unreachable
+    }
+}
+
+/// Writes a line to standard error.
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}
