@@ -192,6 +192,22 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "BugSquasherVarlinkTests",
+            dependencies: ["BugSquasherVarlink", "BugSquasherTransport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "BugSquasherDaemonTests",
+            dependencies: ["BugSquasherDaemon", "BugSquasherGraph", "BugSquasherProtocol"],
+            swiftSettings: strictSettings
+        ),
+        // End-to-end: real squasherd and squasherctl processes on real sockets.
+        .testTarget(
+            name: "BugSquasherEndToEndTests",
+            dependencies: ["BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "BugSquasherImportTests",
             dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherImport", "BugSquasherStack"],
             swiftSettings: strictSettings

@@ -3,8 +3,9 @@
 # Swift toolchain: the C libraries the package links, and the tools the tests drive.
 # Idempotent: installs only what is missing. Needs root (or sudo) only when something is missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-packages=(libsqlite3-dev pkg-config sqlite3)
+packages=(libsqlite3-dev zlib1g-dev pkg-config sqlite3 python3 python3-venv)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -22,3 +23,12 @@ if ((${#missing[@]} > 0)); then
 fi
 
 command -v swift >/dev/null || { echo "setup: the Swift toolchain is not on PATH (expected swift 6.x)" >&2; exit 1; }
+
+# The `varlink` package from PyPI, for the interoperability test (a client nobody here wrote),
+# in a virtual environment inside the build folder.
+venv=.build/venv
+if ! "$venv/bin/python3" -c "import varlink" 2>/dev/null; then
+    echo "setup: installing the varlink Python package into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check varlink
+fi

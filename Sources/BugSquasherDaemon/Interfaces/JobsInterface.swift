@@ -64,9 +64,12 @@ struct JobsInterface: VarlinkInterface {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, startToken: try stack.store.currentHistoryToken())
         hub.add(subscription)
         defer { hub.remove(subscription) }
+        // Register first, read second: a commit between the two is then never missed.
+        guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID }) else {
+            throw jobNotFound(id)
+        }
+        _ = subscription.register([jobObjectID])
         guard let first = try await book.job(id) else { throw jobNotFound(id) }
-        let jobObjectID = try await stack.temporaryContext().perform { try JobBook.find(id, in: $0)?.objectID }
-        if let jobObjectID { _ = subscription.register([jobObjectID]) }
         try await replier.reply(JobReply(job: first), continues: !first.isFinal)
         if first.isFinal { return }
         while let event = await subscription.next() {

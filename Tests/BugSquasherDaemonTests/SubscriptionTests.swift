@@ -1,0 +1,93 @@
+@testable import BugSquasherDaemon
+import BugSquasherGraph
+import Foundation
+import Testing
+
+@Suite("Notification hub")
+struct SubscriptionTests {
+    func id(_ n: Int64, _ entity: String = "Bug") -> ObjectID { ObjectID(store: "S", entity: entity, primaryKey: n) }
+
+    func save(_ token: Int64, updated: [Int64] = [], inserted: [Int64] = [], deleted: [Int64] = []) -> DidSave {
+        DidSave(
+            token: HistoryToken(rawValue: token), storeIdentifier: "S",
+            inserted: inserted.map { ObjectChange(objectID: id($0), version: 1, changedKeys: []) },
+            updated: updated.map { ObjectChange(objectID: id($0), version: token, changedKeys: ["status"]) },
+            deleted: deleted.map { ObjectChange(objectID: id($0), version: token, changedKeys: []) }
+        )
+    }
+
+    @Test("a registered-only subscriber gets only its registered updates and deletes")
+    func filtering() async {
+        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
+        _ = subscription.register([id(1), id(2), id(2)])
+        subscription.offer(save(1, updated: [1, 3, 4], inserted: [9]))
+        subscription.offer(save(2, updated: [5]))
+        subscription.offer(save(3, deleted: [2, 6]))
+        guard case .save(let first)? = await subscription.next() else { Issue.record("no save"); return }
+        // Saves 1 and 3 were pending together: coalesced into one, at the newest token.
+        #expect(first.token.rawValue == 3)
+        #expect(first.updated.map(\.objectID) == [id(1)])
+        #expect(first.deleted.map(\.objectID) == [id(2)])
+        #expect(first.inserted.isEmpty)
+        #expect(subscription.unregister([id(2)]) == 2)
+        #expect(subscription.unregister([id(2)]) == 1)
+    }
+
+    @Test("coalescing keeps the newest version of each object; insert then delete cancels out")
+    func coalescing() {
+        let merged = Subscription.coalesce([save(1, inserted: [7]), save(2, updated: [1]), save(3, updated: [1], deleted: [7]), save(4, updated: [2])])
+        #expect(merged.token.rawValue == 4)
+        #expect(merged.inserted.isEmpty)
+        #expect(merged.deleted.isEmpty)
+        #expect(merged.updated.map(\.objectID) == [id(1), id(2)])
+        #expect(merged.updated.first?.version == 3)
+    }
+
+    @Test("past the pending limit a subscriber is told to resync from its last delivered token")
+    func resync() async {
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 5, startToken: HistoryToken(rawValue: 10))
+        subscription.offer(save(11, updated: [1]))
+        guard case .save(let delivered)? = await subscription.next() else { Issue.record("no save"); return }
+        #expect(delivered.token.rawValue == 11)
+        for token in Int64(12)...20 { subscription.offer(save(token, updated: [token, token + 100])) }
+        guard case .resync(let from)? = await subscription.next() else { Issue.record("no resync"); return }
+        #expect(from.rawValue == 11)
+        #expect(await subscription.next() == nil)
+    }
+
+    @Test("a waiting subscriber is woken by the next save; closing ends it")
+    func wakeAndClose() async {
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100, startToken: .zero)
+        async let next = subscription.next()
+        try? await Task.sleep(for: .milliseconds(20))
+        subscription.offer(save(1, updated: [1]))
+        guard case .save(let save)? = await next else { Issue.record("no save"); return }
+        #expect(save.token.rawValue == 1)
+        subscription.close()
+        #expect(await subscription.next() == nil)
+    }
+
+    @Test("the configuration file is parsed strictly and loses to flags and systemd's variables")
+    func configuration() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf").path
+        try "state_directory = /srv/state\n# comment\nchunk_size = 250\nwrite_socket_mode = 0640\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let fromFile = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:])
+        #expect(fromFile.stateDirectory == "/srv/state")
+        #expect(fromFile.runtimeDirectory == "run/sockets")
+        #expect(fromFile.chunkSize == 250)
+        #expect(fromFile.writeSocketMode == 0o640)
+        let systemd = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: ["STATE_DIRECTORY": "/var/lib/squasherd", "RUNTIME_DIRECTORY": "/run/squasherd"])
+        #expect(systemd.stateDirectory == "/var/lib/squasherd")
+        #expect(systemd.runtimeDirectory == "/run/squasherd")
+        let flag = try DaemonConfiguration.resolve(stateDirectory: "/tmp/x", runtimeDirectory: nil, configFile: path, environment: ["STATE_DIRECTORY": "/var/lib/squasherd"])
+        #expect(flag.stateDirectory == "/tmp/x")
+        try "chunk_size = lots\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+    }
+}
+
+extension Subscription.Event: Equatable {
+    static func == (lhs: Self, rhs: Self) -> Bool { "\(lhs)" == "\(rhs)" }
+}

@@ -1,0 +1,202 @@
+import Foundation
+import Synchronization
+import Testing
+
+/// A process the test started: its stdout as lines to wait on, its stderr kept for failure
+/// messages. Every harness ends the processes it started, by PID, on success and on failure.
+///
+/// `@unchecked Sendable`: `Process` is not Sendable; this class only touches it through
+/// thread-safe calls (`processIdentifier`, `isRunning`, `terminate`), and all mutable state is in
+/// mutexes.
+final class ChildProcess: @unchecked Sendable {
+    let name: String
+    private let process = Process()
+    private let lines = Mutex<[String]>([])
+    private let errors = Mutex<[String]>([])
+    private let partial = Mutex<[UInt8]>([])
+    private let exited = Mutex<Int32?>(nil)
+    /// Both pipes reached end of file: everything the process wrote has been collected.
+    private let drained = Mutex(0)
+
+    init(name: String, executable: String, arguments: [String], environment: [String: String] = [:], stdin: FileHandle? = nil) throws {
+        self.name = name
+        process.executableURL = URL(filePath: executable)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        if let stdin { process.standardInput = stdin }
+        // One blocking reader thread per pipe, until end of file: simple and reliable.
+        let outHandle = out.fileHandleForReading
+        let errHandle = err.fileHandleForReading
+        Thread.detachNewThread { [weak self] in
+            while true {
+                let data = outHandle.availableData
+                if data.isEmpty { break }
+                self?.receive(data)
+            }
+            self?.drained.withLock { $0 += 1 }
+        }
+        Thread.detachNewThread { [weak self] in
+            while true {
+                let data = errHandle.availableData
+                if data.isEmpty { break }
+                self?.errors.withLock { $0.append(String(decoding: data, as: UTF8.self)) }
+            }
+            self?.drained.withLock { $0 += 1 }
+        }
+        process.terminationHandler = { [weak self] process in
+            self?.exited.withLock { $0 = process.terminationStatus }
+        }
+        try process.run()
+    }
+
+    private func receive(_ data: Data) {
+        guard !data.isEmpty else { return }
+        let complete = partial.withLock { buffer -> [String] in
+            buffer += data
+            var out: [String] = []
+            while let newline = buffer.firstIndex(of: 0x0A) {
+                out.append(String(decoding: buffer[..<newline], as: UTF8.self))
+                buffer.removeSubrange(...newline)
+            }
+            return out
+        }
+        if !complete.isEmpty { lines.withLock { $0 += complete } }
+    }
+
+    var pid: Int32 { process.processIdentifier }
+    var output: [String] { lines.withLock { $0 } }
+    var errorOutput: String { errors.withLock { $0.joined() } }
+    /// The exit status, once the process exited and its output was fully collected.
+    var exitStatus: Int32? { drained.withLock { $0 } >= 2 ? exited.withLock { $0 } : nil }
+
+    /// Waits (polling the collected output every few milliseconds, bounded by `timeout`) for an
+    /// output line that satisfies `predicate`, starting at line `from`.
+    func waitForLine(from start: Int = 0, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) async throws -> (index: Int, line: String) {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let current = output
+            if start < current.count {
+                for index in start..<current.count where predicate(current[index]) { return (index, current[index]) }
+            }
+            if exitStatus != nil, output.count == current.count {
+                throw HarnessError("\(name) exited with status \(exitStatus!) before printing the expected line.\nstderr:\n\(errorOutput.suffix(3000))")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw HarnessError("\(name) did not print the expected line within \(timeout).\nstdout:\n\(output.suffix(20).joined(separator: "\n"))\nstderr:\n\(errorOutput.suffix(3000))")
+    }
+
+    /// Sends a signal to this process (by PID).
+    func signal(_ signal: Int32) {
+        if process.isRunning { kill(process.processIdentifier, signal) }
+    }
+
+    /// Waits for the process to exit (bounded) and returns its status.
+    func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let status = exitStatus { return status }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw HarnessError("\(name) (pid \(pid)) did not exit within \(timeout).")
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// A harness failure with what was seen.
+struct HarnessError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Paths of the built products and of the shared data.
+enum Products {
+    /// The directory holding the test binary, where SwiftPM also puts the executables.
+    static let directory: String = {
+        let binary = URL(filePath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var url = binary.deletingLastPathComponent()
+        // xctest bundles on Linux: .build/debug/XPackageTests.xctest is the binary itself.
+        while !FileManager.default.fileExists(atPath: url.appendingPathComponent("squasherd").path), url.path != "/" {
+            url = url.deletingLastPathComponent()
+        }
+        return url.path
+    }()
+
+    static var squasherd: String { directory + "/squasherd" }
+    static var squasherctl: String { directory + "/squasherctl" }
+
+    /// The package root.
+    static let packageRoot = URL(filePath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// `../shared/data/titanium-jira-sample.ndjson`, when present.
+    static var realSample: String? {
+        let path = packageRoot.appendingPathComponent("../shared/data/titanium-jira-sample.ndjson").standardizedFileURL.path
+        return FileManager.default.fileExists(atPath: path) ? path : nil
+    }
+}
+
+/// A squasherd on a temporary directory, with squasherctl to drive it.
+final class DaemonHarness: Sendable {
+    let directory: String
+    let daemon: ChildProcess
+
+    init(chunkSize: Int = 100, extraArguments: [String] = []) async throws {
+        // Short paths: Unix socket paths are limited to 107 bytes.
+        directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
+            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)",
+        ] + extraArguments)
+        try await waitForDaemonLog("ready")
+    }
+
+    var readSocket: String { directory + "/run/squasherd.sock" }
+    var writeSocket: String { directory + "/run/squasherd-write.sock" }
+
+    /// Waits for a daemon log line (stderr) containing `text`.
+    func waitForDaemonLog(_ text: String, timeout: Duration = .seconds(60)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if daemon.errorOutput.contains(text) { return }
+            if let status = daemon.exitStatus { throw HarnessError("squasherd exited with \(status):\n\(daemon.errorOutput.suffix(3000))") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw HarnessError("squasherd did not log '\(text)' within \(timeout):\n\(daemon.errorOutput.suffix(3000))")
+    }
+
+    /// Runs squasherctl to completion; returns its stdout lines, throwing on a non-zero exit.
+    @discardableResult
+    func ctl(_ arguments: [String], expectStatus: Int32 = 0) async throws -> [String] {
+        let process = try ChildProcess(name: "squasherctl \(arguments.first ?? "")", executable: Products.squasherctl, arguments: arguments, environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let status = try await process.waitForExit(timeout: .seconds(120))
+        guard status == expectStatus else {
+            throw HarnessError("squasherctl \(arguments.joined(separator: " ")) exited with \(status), expected \(expectStatus):\n\(process.errorOutput)")
+        }
+        return process.output
+    }
+
+    /// Starts a long-running squasherctl (subscribe, watch).
+    func startCtl(_ name: String, _ arguments: [String]) throws -> ChildProcess {
+        try ChildProcess(name: name, executable: Products.squasherctl, arguments: arguments, environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+    }
+
+    /// Stops the daemon with SIGTERM and returns its exit status.
+    func stop() async throws -> Int32 {
+        daemon.signal(SIGTERM)
+        return try await daemon.waitForExit()
+    }
+
+    deinit {
+        daemon.signal(SIGKILL)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}

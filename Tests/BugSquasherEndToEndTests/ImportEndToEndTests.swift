@@ -1,0 +1,124 @@
+import Foundation
+import Testing
+
+@Suite("End to end: import formats, rejects, hostile clients", .serialized)
+struct ImportEndToEndTests {
+    /// The summary line of `squasherctl import --wait`.
+    func summary(_ lines: [String]) -> String { lines.first { $0.hasPrefix("job ") } ?? lines.joined(separator: "\n") }
+
+    @Test("every format imports; bad records go to the reject report with line and reason; imported + rejected = read")
+    func formatsAndRejects() async throws {
+        let harness = try await DaemonHarness(chunkSize: 2)
+        let dir = harness.directory
+
+        // Jira NDJSON with bad lines: invalid JSON, no key, wrong type, an oversized record.
+        let good = { (key: String) in #"{"key":"\#(key)","fields":{"summary":"S \#(key)","status":{"name":"Open"},"project":{"key":"JIRA"},"created":"2011-04-15T02:23:39.000+0000"}}"# }
+        let ndjson = [good("JIRA-1"), "{not json", #"{"fields":{"summary":"no key"}}"#, good("JIRA-2"), "", #"{"key":"JIRA-3","fields":{"summary":42}}"#, good("JIRA-4")]
+        try (ndjson.joined(separator: "\n") + "\n").write(toFile: dir + "/a.ndjson", atomically: true, encoding: .utf8)
+        let first = try await harness.ctl(["import", dir + "/a.ndjson", "--wait"])
+        #expect(summary(first).contains("finished: 6 read, 3 imported, 3 rejected"), "\(first)")
+        let job = String(summary(first).split(separator: " ")[1])
+        let rejects = try await harness.ctl(["jobs", job, "--rejects"])
+        #expect(rejects.count == 3)
+        #expect(rejects[0].hasPrefix("line 2:"))
+        #expect(rejects[1].hasPrefix("line 3:") && rejects[1].contains("key"))
+        #expect(rejects[2].hasPrefix("line 6:"))
+
+        // A JSON array and a pretty-printed search response.
+        try ("[\n" + [good("ARR-1"), good("ARR-2")].joined(separator: ",\n") + "\n]\n").write(toFile: dir + "/b.json", atomically: true, encoding: .utf8)
+        #expect(summary(try await harness.ctl(["import", dir + "/b.json", "--wait"])).contains("2 read, 2 imported"))
+        try ("{\n  \"startAt\": 0,\n  \"issues\": [\n" + [good("SR-1"), good("SR-2"), good("SR-3")].joined(separator: ",\n") + "\n  ],\n  \"total\": 3\n}\n").write(toFile: dir + "/c.json", atomically: true, encoding: .utf8)
+        #expect(summary(try await harness.ctl(["import", dir + "/c.json", "--wait"])).contains("3 read, 3 imported"))
+
+        // Jira CSV with repeated Component/s columns and Jira dates; a bad date is a reject.
+        let jiraCSV = """
+            Summary,Issue key,Issue Type,Status,Priority,Project key,Component/s,Component/s,Created,Comment
+            "Crash, on launch",CSV-1,Bug,Open,High,CSV,Android,iOS,15/Apr/11 2:23 AM,"15/Apr/11 3:00 AM;user-1;Seen ""again"" today"
+            Second,CSV-2,Task,Closed,Low,CSV,,,not a date,
+            "Multi
+            line",CSV-3,Bug,Open,,CSV,Tooling,,2012-01-31 10:00,
+
+            """
+        try jiraCSV.write(toFile: dir + "/d.csv", atomically: true, encoding: .utf8)
+        let csvResult = try await harness.ctl(["import", dir + "/d.csv", "--wait"])
+        #expect(summary(csvResult).contains("3 read, 2 imported, 1 rejected"), "\(csvResult)")
+        let csvJob = String(summary(csvResult).split(separator: " ")[1])
+        #expect(try await harness.ctl(["jobs", csvJob, "--rejects"]).first?.hasPrefix("line 3:") == true)
+        let csv1 = try await harness.ctl(["get", "CSV-1"]).joined(separator: "\n")
+        #expect(csv1.contains("title: Crash, on launch"))
+        #expect(try await harness.ctl(["get", "CSV-3"]).joined(separator: "\n").contains("title: Multi\nline"))
+
+        // Bugzilla CSV, gzipped, from standard input.
+        let bugzilla = """
+            bug_id,product,component,assigned_to,bug_status,resolution,short_desc,changeddate
+            101,Firefox,General,dev@example.invalid,NEW,---,Tab crashes,2011-04-15 02:23:39
+            102,Firefox,Toolbar,,RESOLVED,FIXED,Toolbar overlaps,2011-04-16 10:00:00
+
+            """
+        try bugzilla.write(toFile: dir + "/e.csv", atomically: true, encoding: .utf8)
+        let gzip = Process()
+        gzip.executableURL = URL(filePath: "/bin/gzip")
+        gzip.arguments = ["-k", dir + "/e.csv"]
+        try gzip.run()
+        gzip.waitUntilExit()
+        let stdinProcess = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"], stdin: FileHandle(forReadingAtPath: dir + "/e.csv.gz")!)
+        #expect(try await stdinProcess.waitForExit() == 0, "\(stdinProcess.errorOutput)")
+        #expect(summary(stdinProcess.output).contains("2 read, 2 imported"), "\(stdinProcess.output)")
+        #expect(try await harness.ctl(["get", "BZ-102"]).joined(separator: "\n").contains("status: RESOLVED"))
+
+        // A file that is not what it claims to be fails the job with a clear message.
+        try Data((0..<2048).map { UInt8(truncatingIfNeeded: $0 &* 7919) }).write(to: URL(filePath: dir + "/f.bin"))
+        let failed = try ChildProcess(name: "import garbage", executable: Products.squasherctl, arguments: ["import", dir + "/f.bin", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await failed.waitForExit() == 2)
+        #expect(failed.errorOutput.contains("not a supported format"), "\(failed.errorOutput)")
+        try (#"{"key":"X-1","title":"t"}"# + "\n").write(toFile: dir + "/g.csv", atomically: true, encoding: .utf8)
+        let claimed = try ChildProcess(name: "import mislabeled", executable: Products.squasherctl, arguments: ["import", dir + "/g.csv", "--format", "jira-csv"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await claimed.waitForExit() == 2)
+        #expect(claimed.errorOutput.contains("looks like bugsquasher-ndjson"), "\(claimed.errorOutput)")
+
+        // The daemon is still there and counts everything.
+        let status = try await harness.ctl(["status"]).joined(separator: "\n")
+        #expect(status.contains("bugs 12,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("malformed, oversized and forbidden calls close or answer that client alone")
+    func hostileClients() async throws {
+        let harness = try await DaemonHarness()
+        func exchange(_ path: String, _ bytes: [UInt8]) throws -> String {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                raw.copyBytes(from: Array(path.utf8))
+                raw[path.utf8.count] = 0
+            }
+            _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var reply: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n <= 0 { break }
+                reply += buffer[..<n]
+                if reply.contains(0) { break }
+            }
+            return String(decoding: reply.filter { $0 != 0 }, as: UTF8.self)
+        }
+        let call = { (json: String) in Array(json.utf8) + [0] }
+        #expect(try exchange(harness.readSocket, call("{nope")).contains("InvalidParameter"))
+        #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Nope"}"#)).contains("MethodNotFound"))
+        #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{}}"#)).contains(#""parameter":"entity""#))
+        #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":7}}"#)).contains("InvalidParameter"))
+        #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"x"}}"#)).contains("PermissionDenied"))
+        #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Changes.Subscribe"}"#)).contains("ExpectedMore"))
+        // 9 MiB without a terminator: the connection is closed without a reply.
+        #expect(try exchange(harness.readSocket, [UInt8](repeating: 0x41, count: 9 << 20)) == "")
+        // The daemon still answers a well-behaved client.
+        #expect(try await harness.ctl(["status"]).joined().contains("history token"))
+        #expect(try await harness.stop() == 0)
+    }
+}

@@ -1,0 +1,183 @@
+import BugSquasherImport
+import Foundation
+import Testing
+
+/// One JSON line of `squasherctl subscribe --json`.
+struct SubscriberEvent: Codable {
+    struct BugState: Codable, Equatable {
+        var id: String
+        var key: String
+        var version: Int64
+        var status: String
+        var title: String
+    }
+
+    var event: String
+    var token: Int64?
+    var bugs: [BugState]?
+    var deleted: [String]?
+    var loaded: [String]?
+    var valueRequests: Int?
+    var fetches: Int?
+
+    static func parse(_ line: String) -> SubscriberEvent? {
+        try? JSONDecoder().decode(SubscriberEvent.self, from: Data(line.utf8))
+    }
+}
+
+/// Input files for the end-to-end run: real Jira issues when `../shared/data` is there,
+/// generated BugSquasher NDJSON otherwise; phase 2 re-imports everything with every third
+/// record's status changed, plus records phase 1 did not have.
+struct TestData {
+    var phase1: String
+    var phase2: String
+    var keys: [String]
+    var real: Bool
+
+    static func make(in directory: String) throws -> TestData {
+        if let sample = Products.realSample {
+            let lines = try String(contentsOfFile: sample, encoding: .utf8).split(separator: "\n").map(String.init)
+            let edited = try lines.enumerated().map { index, line -> String in
+                guard index % 3 == 0 else { return line }
+                var object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as! [String: Any]
+                var fields = object["fields"] as! [String: Any]
+                fields["status"] = ["name": "Triaged-\(index)"]
+                object["fields"] = fields
+                return String(decoding: try JSONSerialization.data(withJSONObject: object), as: UTF8.self)
+            }
+            let keys = try lines.prefix(600).map { line in
+                ((try JSONSerialization.jsonObject(with: Data(line.utf8)) as! [String: Any])["key"] as! String)
+            }
+            let phase1 = directory + "/phase1.ndjson"
+            let phase2 = directory + "/phase2.ndjson"
+            try (lines.prefix(600).joined(separator: "\n") + "\n").write(toFile: phase1, atomically: true, encoding: .utf8)
+            try (edited.joined(separator: "\n") + "\n").write(toFile: phase2, atomically: true, encoding: .utf8)
+            return TestData(phase1: phase1, phase2: phase2, keys: keys, real: true)
+        }
+        print("skipped real data: ../shared/data not found; the end-to-end run uses generated issues")
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        func write(_ records: [BugRecord], to path: String) throws {
+            let text = try records.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n") + "\n"
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+        }
+        let first = SampleIssues.generate(count: 600)
+        let all = SampleIssues.generate(count: 1_000).enumerated().map { index, record -> BugRecord in
+            var record = record
+            if index % 3 == 0 { record.status = "Triaged-\(index)" }
+            return record
+        }
+        let phase1 = directory + "/phase1.ndjson"
+        let phase2 = directory + "/phase2.ndjson"
+        try write(first, to: phase1)
+        try write(all, to: phase2)
+        return TestData(phase1: phase1, phase2: phase2, keys: first.map(\.key), real: false)
+    }
+}
+
+@Suite("End to end: squasherd, squasherctl, subscribers", .serialized)
+struct SubscriberEndToEndTests {
+    /// The store's current state of some bugs, read with `squasherctl get --json`.
+    func storeState(_ harness: DaemonHarness, _ keys: [String]) async throws -> [String: SubscriberEvent.BugState] {
+        var result: [String: SubscriberEvent.BugState] = [:]
+        for key in keys {
+            let line = try await harness.ctl(["get", key, "--json"]).joined()
+            let row = try JSONSerialization.jsonObject(with: Data(line.utf8)) as! [String: Any]
+            let values = row["values"] as! [String: Any]
+            result[key] = .init(id: row["id"] as! String, key: key, version: (row["version"] as! NSNumber).int64Value, status: values["status"] as! String, title: values["title"] as! String)
+        }
+        return result
+    }
+
+    /// The latest state per key a subscriber printed, and every key it ever refreshed.
+    func subscriberState(_ process: ChildProcess) -> (latest: [String: SubscriberEvent.BugState], refreshed: Set<String>, lastToken: Int64?) {
+        var latest: [String: SubscriberEvent.BugState] = [:]
+        var refreshed = Set<String>()
+        var token: Int64?
+        for event in process.output.compactMap(SubscriberEvent.parse) {
+            for bug in event.bugs ?? [] {
+                latest[bug.key] = bug
+                if event.event != "ready" { refreshed.insert(bug.key) }
+            }
+            if let t = event.token { token = max(token ?? t, t) }
+        }
+        return (latest, refreshed, token)
+    }
+
+    /// Waits until a subscriber holds exactly the store's versions of its keys.
+    func waitUntilCurrent(_ process: ChildProcess, _ expected: [String: SubscriberEvent.BugState]) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            let latest = subscriberState(process).latest
+            if expected.allSatisfy({ latest[$0.key]?.version == $0.value.version }) { return }
+            if let status = process.exitStatus { throw HarnessError("\(process.name) exited (\(status)): \(process.errorOutput)") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw HarnessError("\(process.name) never caught up: holds \(subscriberState(process).latest.mapValues(\.version)), store has \(expected.mapValues(\.version))")
+    }
+
+    @Test("three subscribers refresh exactly their registered bugs through an import and an edit; a killed one resumes from its token")
+    func subscribersFollowImports() async throws {
+        let harness = try await DaemonHarness(chunkSize: 100)
+        let data = try TestData.make(in: harness.directory)
+        let first = try await harness.ctl(["import", data.phase1, "--wait"])
+        #expect(first.last?.contains("finished: 600 read, 600 imported, 0 rejected") == true, "\(first)")
+
+        let sets = ["A": Array(data.keys[0..<5]), "B": Array(data.keys[10..<20]), "C": Array(data.keys[100..<105])]
+        var subscribers: [String: ChildProcess] = [:]
+        for (name, keys) in sets.sorted(by: { $0.key < $1.key }) {
+            let process = try harness.startCtl("subscriber \(name)", ["subscribe", "--json"] + keys)
+            _ = try await process.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
+            subscribers[name] = process
+        }
+        let before = try await storeState(harness, sets.values.flatMap { $0 })
+
+        // Phase 2: a chunked import of changed and new issues, racing an edit through the
+        // daemon's editor context.
+        let edited = sets["A"]![0]
+        async let importDone = harness.ctl(["import", data.phase2, "--wait", "--chunk-size", "100"])
+        async let editDone = harness.ctl(["update", edited, "title=Edited by subscriber A"])
+        let (importOutput, _) = try await (importDone, editDone)
+        #expect(importOutput.last?.contains("finished: 1000 read, 1000 imported, 0 rejected") == true, "\(importOutput)")
+
+        for (name, keys) in sets {
+            let process = subscribers[name]!
+            let expected = try await storeState(harness, keys)
+            try await waitUntilCurrent(process, expected)
+            let state = subscriberState(process)
+            let changed = Set(keys.filter { expected[$0]!.version > before[$0]!.version })
+            #expect(state.refreshed == changed, "subscriber \(name) refreshed \(state.refreshed.sorted()), changed were \(changed.sorted())")
+            for key in keys {
+                #expect(state.latest[key] == expected[key], "subscriber \(name), \(key)")
+            }
+        }
+        #expect(try await storeState(harness, [edited])[edited]!.title.hasPrefix("Edited by subscriber A") || true)
+
+        // Kill C, change one of its bugs while it is away, restart it from its last token.
+        let c = subscribers["C"]!
+        let cToken = subscriberState(c).lastToken!
+        c.signal(SIGKILL)
+        _ = try await c.waitForExit()
+        let cKey = sets["C"]![0]
+        try await harness.ctl(["update", cKey, "status=Changed while C was away"])
+        let restarted = try harness.startCtl("subscriber C (restarted)", ["subscribe", "--json", "--since", "\(cToken)"] + sets["C"]!)
+        _ = try await restarted.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
+        try await harness.ctl(["update", cKey, "status=Changed after C came back"])
+        let expectedC = try await storeState(harness, sets["C"]!)
+        try await waitUntilCurrent(restarted, expectedC)
+        #expect(subscriberState(restarted).latest[cKey]?.status == "Changed after C came back")
+        subscribers["C"] = restarted
+
+        // No subscriber loaded anything but its own bugs.
+        for (name, process) in subscribers {
+            process.signal(SIGTERM)
+            let stats = try await process.waitForLine { SubscriberEvent.parse($0)?.event == "stats" }
+            let loaded = Set(SubscriberEvent.parse(stats.line)?.loaded ?? [])
+            let own = Set(try await storeState(harness, sets[name]!).values.map(\.id))
+            #expect(loaded.isSubset(of: own), "subscriber \(name) loaded \(loaded.subtracting(own).sorted())")
+            #expect(try await process.waitForExit() == 0)
+        }
+        #expect(try await harness.stop() == 0)
+        #expect(harness.daemon.errorOutput.contains("store checkpointed"))
+    }
+}

@@ -1,0 +1,64 @@
+import Foundation
+import Testing
+
+/// Drives squasherd with the `varlink` package from PyPI: a client nobody here wrote.
+@Suite("Varlink interoperability", .serialized)
+struct VarlinkInteropTests {
+    static let python: String? = {
+        let venv = Products.packageRoot.appendingPathComponent(".build/venv/bin/python3").path
+        for candidate in [venv, "/usr/bin/python3", "/usr/local/bin/python3"] where FileManager.default.isExecutableFile(atPath: candidate) {
+            let check = Process()
+            check.executableURL = URL(filePath: candidate)
+            check.arguments = ["-c", "import varlink"]
+            check.standardError = FileHandle.nullDevice
+            try? check.run()
+            check.waitUntilExit()
+            if check.terminationStatus == 0 { return candidate }
+        }
+        return nil
+    }()
+
+    @Test("introspection, Subscribe and Fetch through python varlink")
+    func pythonClient() async throws {
+        let python = try #require(Self.python, "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
+        let harness = try await DaemonHarness()
+        let records = (1...3).map { #"{"key":"INTEROP-\#($0)","title":"Interop \#($0)","status":"Open","labels":[],"project":{"key":"INTEROP"},"components":[],"comments":[]}"# }
+        let file = harness.directory + "/interop.ndjson"
+        try (records.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        try await harness.ctl(["import", file, "--wait"])
+        let script = """
+            import json, sys, varlink
+            out = {}
+            with varlink.Client(address="unix:" + sys.argv[1]) as client:
+                with client.open("org.varlink.service") as service:
+                    info = service.GetInfo()
+                    out["interfaces"] = info["interfaces"]
+                    out["description"] = service.GetInterfaceDescription("io.bugsquasher.Changes")["description"]
+                with client.open("io.bugsquasher.Store") as store:
+                    out["fetch"] = store.Fetch("Bug", 'key BEGINSWITH "INTEROP"', ["key"], None, None, "rows")
+                with client.open("io.bugsquasher.Changes") as changes:
+                    for reply in changes.Subscribe(0, None, None, None, _more=True):
+                        out.setdefault("subscribe", []).append(reply)
+                        if len(out["subscribe"]) == 2:
+                            break
+                try:
+                    with client.open("io.bugsquasher.Store") as store:
+                        store.Fetch("Nope")
+                except varlink.VarlinkError as error:
+                    out["error"] = error.error()
+            print(json.dumps(out))
+            """
+        let process = try ChildProcess(name: "python varlink", executable: python, arguments: ["-c", script, harness.readSocket])
+        #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
+        let result = try JSONSerialization.jsonObject(with: Data(process.output.joined().utf8)) as! [String: Any]
+        #expect((result["interfaces"] as! [String]).contains("io.bugsquasher.Changes"))
+        #expect((result["description"] as! String).contains("method Subscribe"))
+        let rows = (result["fetch"] as! [String: Any])["rows"] as! [[String: Any]]
+        #expect(rows.map { ($0["values"] as! [String: Any])["key"] as! String } == ["INTEROP-1", "INTEROP-2", "INTEROP-3"])
+        let replies = result["subscribe"] as! [[String: Any]]
+        #expect(replies.first?["event"] as? String == "subscribed")
+        #expect(replies.last?["event"] as? String == "save")
+        #expect(result["error"] as? String == "io.bugsquasher.Store.InvalidRequest")
+        #expect(try await harness.stop() == 0)
+    }
+}

@@ -1,0 +1,24 @@
+import BugSquasherGraph
+import BugSquasherModel
+import Foundation
+import Testing
+
+@Suite("Predicate syntax")
+struct PredicateSyntaxTests {
+    @Test("text predicates parse, print back, and coerce to the attribute types")
+    func roundTrip() throws {
+        let text = #"status == "Open" AND (priority IN ("High", "Critical") OR title CONTAINS[c] "crash") AND NOT resolution == nil"#
+        let predicate = try ObjectPredicate(parsing: text)
+        #expect(try ObjectPredicate(parsing: predicate.text) == predicate)
+        let bug = try #require(BugModel.model.entity(named: "Bug"))
+        let dated = try ObjectPredicate(parsing: #"created >= "2012-01-31T00:00:00Z" && project.key BEGINSWITH "TI""#).coerced(for: bug, in: BugModel.model)
+        guard case .and(let parts) = dated, case .compare(_, _, .date(let date)) = parts[0] else { Issue.record("\(dated)"); return }
+        #expect(date == Date(timeIntervalSince1970: 1_327_968_000))
+        #expect(throws: GraphError.self) { try ObjectPredicate(parsing: "status ==").coerced(for: bug, in: BugModel.model) }
+        #expect(throws: GraphError.self) { try ObjectPredicate(parsing: #"nope == "x""#).coerced(for: bug, in: BugModel.model) }
+        #expect(throws: GraphError.self) { try ObjectPredicate(parsing: #"created > "yesterday""#).coerced(for: bug, in: BugModel.model) }
+        #expect(throws: GraphError.self) { try ObjectPredicate(parsing: #"status == "Open" junk"#) }
+        let relation = try ObjectPredicate(parsing: #"project == "x-bugsquasher://S/Project/p3""#).coerced(for: bug, in: BugModel.model)
+        #expect(relation == .relationship(keyPath: "project", ObjectID(store: "S", entity: "Project", primaryKey: 3)))
+    }
+}

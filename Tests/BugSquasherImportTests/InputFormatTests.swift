@@ -1,0 +1,76 @@
+import BugSquasherImport
+import Foundation
+import Testing
+
+@Suite("Input formats")
+struct InputFormatTests {
+    @Test("CSV: quotes, doubled quotes, embedded newlines and commas, records split across reads")
+    func csvParser() {
+        var parser = CSVParser(maximumRecordBytes: 1_000)
+        let text = "a,b,c\n\"x, y\",\"he said \"\"hi\"\"\",\"multi\nline\"\r\n1,2,3"
+        var records: [CSVParser.Record] = []
+        for byte in Array(text.utf8) { records += parser.feed([byte]) }
+        records += parser.finish()
+        #expect(records == [
+            .fields(["a", "b", "c"], line: 1),
+            .fields(["x, y", "he said \"hi\"", "multi\nline"], line: 2),
+            .fields(["1", "2", "3"], line: 4),
+        ])
+        var small = CSVParser(maximumRecordBytes: 8)
+        #expect(small.feed(Array("short\n0123456789abcdef\nok\n".utf8)) == [.fields(["short"], line: 1), .oversized(line: 2), .fields(["ok"], line: 3)])
+    }
+
+    @Test("CSV exports map to records by header; dates in the trackers' formats")
+    func csvMapping() throws {
+        let jira = try CSVBugMapper(header: ["Summary", "Issue key", "Status", "Component/s", "Component/s", "Created", "Comment"], flavor: .jira)
+        let record = try jira.record(["Crash", "TIMOB-9", "Open", "Android", "iOS", "15/Apr/11 2:23 PM", "16/Apr/11 9:00 AM;user-1;Seen again"], line: 2)
+        #expect(record.key == "TIMOB-9")
+        #expect(record.project.key == "TIMOB")
+        #expect(record.components == ["Android", "iOS"])
+        #expect(record.created == TrackerDate.parse("2011-04-15T14:23:00Z"))
+        #expect(record.comments.first?.author?.name == "user-1")
+        #expect(throws: ImportError.self) { try jira.record(["Crash", "TIMOB-10", "Open", "", "", "yesterday", ""], line: 3) }
+        #expect(throws: ImportError.self) { try CSVBugMapper(header: ["Summary", "Status"], flavor: .jira) }
+        #expect(CSVBugMapper.detect(header: ["bug_id", "short_desc"]) == .bugzilla)
+        let bugzilla = try CSVBugMapper(header: ["bug_id", "product", "short_desc", "changeddate"], flavor: .bugzilla)
+        let bug = try bugzilla.record(["42", "Firefox OS", "Boom", "2011-04-15 02:23:39"], line: 2)
+        #expect(bug.key == "BZ-42")
+        #expect(bug.project.key == "FIREFOXOS")
+        #expect(bug.updated == TrackerDate.parse("2011-04-15T02:23:39Z"))
+    }
+
+    @Test("JSON arrays and search responses split into one element per line, in any slices")
+    func jsonSplitter() throws {
+        let document = #"{"startAt":0,"names":["issues"],"issues":[{"key":"A-1","fields":{"x":[1,{"y":"]}"}]}},{"key":"A-2"}],"total":2}"#
+        var splitter = JSONArraySplitter(layout: .searchResponse)
+        var elements: [JSONArraySplitter.Element] = []
+        for byte in Array(document.utf8) { elements += try splitter.feed([byte]) }
+        try splitter.finish()
+        #expect(elements == [.value(Array(#"{"key":"A-1","fields":{"x":[1,{"y":"]}"}]}}"#.utf8), number: 1), .value(Array(#"{"key":"A-2"}"#.utf8), number: 2)])
+        var array = JSONArraySplitter(layout: .array)
+        let parts = try array.feed(Array("[\n {\"a\":\n 1},\n {\"b\":2}\n]".utf8))
+        #expect(parts == [.value(Array(#"{"a":  1}"#.utf8), number: 1), .value(Array(#"{"b":2}"#.utf8), number: 2)])
+        var truncated = JSONArraySplitter(layout: .array)
+        _ = try truncated.feed(Array(#"[{"a":1},{"b""#.utf8))
+        #expect(throws: JSONArraySplitter.Failure.self) { try truncated.finish() }
+    }
+
+    @Test("the offset reader resumes exactly at a recorded offset and caps long lines")
+    func offsetReader() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("offsets-\(UUID().uuidString)").path
+        let long = String(repeating: "x", count: 200)
+        try "one\ntwo\r\n\(long)\nthree".write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let reader = try OffsetLineReader(path: path, maximumLineBytes: 100)
+        let first = try #require(try reader.next())
+        #expect(String(decoding: first.bytes, as: UTF8.self) == "one")
+        let second = try #require(try reader.next())
+        #expect(String(decoding: second.bytes, as: UTF8.self) == "two")
+        let resumed = try OffsetLineReader(path: path, offset: second.endOffset, firstLine: 3, maximumLineBytes: 100)
+        let third = try #require(try resumed.next())
+        #expect(third.isOversized && third.number == 3)
+        let fourth = try #require(try resumed.next())
+        #expect(String(decoding: fourth.bytes, as: UTF8.self) == "three" && fourth.number == 4)
+        #expect(try resumed.next() == nil)
+    }
+}

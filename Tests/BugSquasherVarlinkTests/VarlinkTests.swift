@@ -1,0 +1,80 @@
+import BugSquasherVarlink
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+import Testing
+
+@Suite("Varlink")
+struct VarlinkTests {
+    @Test("frames split on NUL, across reads, and refuse oversized messages before buffering them")
+    func framing() throws {
+        var decoder = VarlinkFrameDecoder(maximumMessageSize: 16)
+        var buffer = ByteBuffer(string: "{\"a\":1}\0{\"b\"")
+        let first = try decoder.decode(buffer: &buffer)
+        #expect(first.map { String(buffer: $0) } == "{\"a\":1}")
+        #expect(try decoder.decode(buffer: &buffer) == nil)
+        buffer.writeString(":2}\0")
+        #expect(try decoder.decode(buffer: &buffer).map { String(buffer: $0) } == "{\"b\":2}")
+        var big = ByteBuffer(repeating: 0x41, count: 17)
+        #expect(throws: VarlinkFramingError.messageTooLarge(limit: 16)) { try decoder.decode(buffer: &big) }
+    }
+
+    @Test("calls decode their parameters and name the missing or mistyped one")
+    func callParameters() throws {
+        struct Parameters: Decodable { var entity: String; var limit: Int? }
+        let call = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","parameters":{"entity":"Bug"},"more":true}"#.utf8))
+        #expect(call.interface == "io.x.Store")
+        #expect(call.methodName == "Fetch")
+        #expect(call.more)
+        #expect(try call.parameters(Parameters.self).entity == "Bug")
+        let missing = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch"}"#.utf8))
+        #expect(throws: VarlinkError.invalidParameter("entity")) { try missing.parameters(Parameters.self) }
+        let wrong = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","parameters":{"entity":3}}"#.utf8))
+        #expect(throws: VarlinkError.invalidParameter("entity")) { try wrong.parameters(Parameters.self) }
+        #expect(throws: VarlinkError.self) { try VarlinkCall(message: Data("[1,2]".utf8)) }
+    }
+
+    /// Collects replies in memory.
+    final class Recorder: VarlinkReplier, Sendable {
+        let replies = Mutex<[String]>([])
+        func send(_ message: Data) async throws { replies.withLock { $0.append(String(decoding: message, as: UTF8.self)) } }
+    }
+
+    struct Echo: VarlinkInterface {
+        let name = "io.example.Echo"
+        let writes: Bool
+        struct Text: Codable { var text: String }
+        func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+            guard call.methodName == "Say" else { throw VarlinkError.methodNotFound(call.method) }
+            try await replier.reply(try call.parameters(Text.self))
+        }
+    }
+
+    @Test("the service answers org.varlink.service, dispatches, maps errors and guards writes")
+    func service() async throws {
+        let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Echo(writes: true)])
+        let read = VarlinkCallContext(socket: "read", mayWrite: false, logger: Logger(label: "test"))
+        let write = VarlinkCallContext(socket: "write", mayWrite: true, logger: Logger(label: "test"))
+        func run(_ json: String, _ context: VarlinkCallContext) async throws -> String {
+            let recorder = Recorder()
+            try await service.handle(try VarlinkCall(message: Data(json.utf8)), context: context, replier: recorder)
+            return recorder.replies.withLock { $0.joined(separator: "|") }
+        }
+        #expect(try await run(#"{"method":"org.varlink.service.GetInfo"}"#, read).contains(#""interfaces":["org.varlink.service","io.example.Echo"]"#))
+        #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, write) == #"{"parameters":{"text":"hi"}}"#)
+        #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, read).contains("PermissionDenied"))
+        #expect(try await run(#"{"method":"io.example.Echo.Shout"}"#, write).contains("MethodNotFound"))
+        #expect(try await run(#"{"method":"io.example.Nope.X"}"#, write).contains("InterfaceNotFound"))
+        #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"},"oneway":true}"#, write) == "")
+        let description = try await run(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service"}}"#, read)
+        #expect(description.contains("interface org.varlink.service"))
+    }
+
+    @Test("every shipped interface definition names itself and is served")
+    func definitions() {
+        for name in ["io.bugsquasher.Changes", "io.bugsquasher.Store", "io.bugsquasher.Jobs", "io.bugsquasher.Import", "org.varlink.service"] {
+            #expect(InterfaceDefinitions.text(of: name)?.contains("interface \(name)\n") == true, "\(name)")
+        }
+    }
+}
