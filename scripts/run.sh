@@ -1,17 +1,79 @@
 #!/usr/bin/env bash
-# The main job: sets up, builds (release), and runs the object-graph demo — an import of real
-# Jira data (../shared/data) or generated issues through importer contexts, with the main
-# context holding a few bugs registered and showing what each smart merge refreshed.
-# Extra arguments go to bugsquasher-demo (see: scripts/run.sh --help).
+# The main job, on an embedded default (store in ./run/state, sockets in ./run/sockets):
+#   1. sets up and builds (release) squasherd and squasherctl;
+#   2. starts squasherd, imports the first part of the bug data;
+#   3. starts a subscriber that holds five bugs registered and prints every refresh;
+#   4. imports the whole data set (real Jira export from ../shared/data when present, else
+#      generated issues) in chunks with a progress bar, and edits one held bug meanwhile;
+#   5. stops the subscriber and the daemon gracefully (SIGTERM) and prints the job summary.
+# Options: --fresh (delete ./run first), --records N (generated data size, default 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fresh=0
+records=20000
+while (($#)); do
+    case $1 in
+        --fresh) fresh=1 ;;
+        --records) records=$2; shift ;;
+        *) echo "usage: scripts/run.sh [--fresh] [--records N]" >&2; exit 2 ;;
+    esac
+    shift
+done
 scripts/setup.sh
+swift build -c release --product squasherd
+swift build -c release --product squasherctl
 swift build -c release --product bugsquasher-demo
-args=("$@")
+bin=.build/release
+[[ $fresh == 1 ]] && rm -rf run
+mkdir -p run
+export SQUASHERD_RUNTIME_DIRECTORY=$PWD/run/sockets
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+echo "== starting squasherd (store run/state/bugs.sqlite, sockets run/sockets)"
+$bin/squasherd --state-directory run/state --runtime-directory run/sockets >run/squasherd.log 2>&1 &
+pids+=($!)
+for _ in $(seq 1 200); do grep -q " ready" run/squasherd.log && break; sleep 0.05; done
+grep -q " ready" run/squasherd.log || { cat run/squasherd.log; echo "run: squasherd did not become ready" >&2; exit 1; }
+
+full=../shared/data/titanium-jira.ndjson.gz
 sample=../shared/data/titanium-jira-sample.ndjson
-if [[ ${#args[@]} -eq 0 && -r $sample ]]; then
-    args=(--input "$sample")
-elif [[ ${#args[@]} -eq 0 ]]; then
-    echo "run: $sample not found; generating Jira-like issues instead"
+if [[ -r $full && -r $sample ]]; then
+    first=$sample
+    everything=$full
+else
+    echo "run: ../shared/data not found; generating $records Jira-like issues"
+    $bin/bugsquasher-demo --emit-ndjson "$records" >run/generated.ndjson
+    head -n 1000 run/generated.ndjson >run/first.ndjson
+    first=run/first.ndjson
+    everything=run/generated.ndjson
 fi
-exec .build/release/bugsquasher-demo "${args[@]}"
+
+echo "== importing the first issues ($first)"
+$bin/squasherctl import "$first" --wait
+keys=$($bin/squasherctl list --sort key --limit 5 | awk '{print $1}')
+
+echo "== a subscriber process holds: $(echo $keys) (its lines are marked 'refresh')"
+$bin/squasherctl subscribe $keys &
+pids=("$!" "${pids[@]}")
+sleep 0.5
+
+echo "== importing $everything (chunks of 1,000; progress below)"
+first_key=$(echo "$keys" | head -n 1)
+( sleep 1; $bin/squasherctl update "$first_key" status=Triaged "title=Edited while the import runs" ) &
+editor=$!
+$bin/squasherctl import "$everything" --wait
+wait "$editor" || true
+sleep 0.5
+
+echo "== status"
+$bin/squasherctl status
+echo "== stopping (SIGTERM): the daemon finishes its chunk, checkpoints and exits 0"
+cleanup
+pids=()
+tail -n 3 run/squasherd.log

@@ -31,6 +31,9 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "How many bugs the main context holds registered while the import runs.")
     var watch = 5
 
+    @Option(help: "Instead of the demo, write this many generated issues as BugSquasher NDJSON to standard output.")
+    var emitNDJSON: Int?
+
     mutating func validate() throws {
         guard chunk > 0, generate > 0, watch >= 0 else { throw ValidationError("--chunk and --generate must be positive, --watch not negative.") }
         if let input, !FileManager.default.isReadableFile(atPath: input) {
@@ -39,6 +42,19 @@ struct Demo: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let count = emitNDJSON {
+            let encoder = JSONEncoder()
+            encoder.dateEncodingStrategy = .iso8601
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            var start = 1
+            while start <= count {
+                let batch = SampleIssues.generate(count: min(1_000, count - start + 1), startingAt: start)
+                let text = try batch.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n") + "\n"
+                FileHandle.standardOutput.write(Data(text.utf8))
+                start += batch.count
+            }
+            return
+        }
         let storeURL = URL(filePath: store)
         try FileManager.default.createDirectory(at: storeURL.deletingLastPathComponent(), withIntermediateDirectories: true)
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store + suffix) }

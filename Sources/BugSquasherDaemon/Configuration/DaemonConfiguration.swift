@@ -18,9 +18,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     /// Permissions of the write socket (import and write): owner and group only.
     public var writeSocketMode: Int = 0o660
     /// The longest Varlink message accepted.
-    public var maximumMessageSize: Int = 8 * 1024 * 1024
+    public var maximumMessageSize: Int = 16 * 1024 * 1024
     /// The longest input record (line) accepted; longer ones are rejected.
-    public var maximumRecordBytes: Int = 1 << 20
+    public var maximumRecordBytes: Int = 8 << 20
     /// Changed objects a subscriber may have pending before it is told to resync.
     public var subscriberPendingLimit: Int = 100_000
     /// The log level (`trace` … `critical`).
