@@ -34,6 +34,7 @@ public final class Subscriber: Sendable {
     private let refreshContinuation: AsyncStream<RefreshEvent>.Continuation
     private let socketPath: String
     private let includeValues: Bool
+    private let registeredOnly: Bool
     private let logger: Logger
     private let coding: WireCoding
     private let state: Mutex<State>
@@ -43,6 +44,7 @@ public final class Subscriber: Sendable {
         var subscription: String?
         var pendingAdded: [(ObjectID, Int64)] = []
         var pendingRemoved: [ObjectID] = []
+        var bytesReceived = 0
     }
 
     /// What one merge did.
@@ -62,9 +64,12 @@ public final class Subscriber: Sendable {
     /// - Parameters:
     ///   - since: resume from this token (a restarted subscriber passes its last token).
     ///   - includeValues: ask for new values with each change, so refreshing costs no round trip.
-    public init(socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true, logger: Logger = Logger(label: "bugsquasher.subscriber")) throws {
+    ///   - registeredOnly: let the daemon filter the feed to the registered objects (the
+    ///     default); `false` receives every change and filters here, for comparison.
+    public init(socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true, registeredOnly: Bool = true, logger: Logger = Logger(label: "bugsquasher.subscriber")) throws {
         self.socketPath = socketPath
         self.includeValues = includeValues
+        self.registeredOnly = registeredOnly
         self.logger = logger
         coding = WireCoding(model: model)
         store = try RemoteStore(socketPath: socketPath)
@@ -81,6 +86,9 @@ public final class Subscriber: Sendable {
     }
 
     private let registrar: Registrar
+
+    /// Bytes received on the change feed so far.
+    public var bytesReceived: Int { state.withLock { $0.bytesReceived } }
 
     /// The token of the newest save merged (what a restart passes as `since`).
     public var lastToken: HistoryToken? { state.withLock { $0.token } }
@@ -108,11 +116,12 @@ public final class Subscriber: Sendable {
         let held = store.heldVersions()
         let heldIDs = Set(held.map(\.0))
         let parameters = SubscribeParameters(
-            since: lastToken?.rawValue, registeredOnly: true, includeValues: includeValues,
+            since: lastToken?.rawValue, registeredOnly: registeredOnly, includeValues: includeValues,
             register: held.map { $0.0.uriString }
         )
         try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
             for try await reply in replies {
+                state.withLock { $0.bytesReceived += reply.message.count + 1 }
                 let event = try reply.parameters(SubscribeReply.self)
                 switch event.event {
                 case "subscribed":

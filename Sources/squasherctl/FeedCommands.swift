@@ -72,6 +72,9 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON lines.")
     var json = false
 
+    @Flag(help: "Receive every change and filter locally, instead of letting squasherd filter to the held bugs (for comparison).")
+    var all = false
+
     struct BugState: Codable, Sendable {
         var id: String
         var key: String
@@ -88,6 +91,9 @@ struct SubscribeCommand: AsyncParsableCommand {
         var loaded: [String]?
         var valueRequests: Int?
         var fetches: Int?
+        var bytesReceived: Int?
+        /// When the event was printed, in microseconds since 1970.
+        var at: Int64 = Int64(Date().timeIntervalSince1970 * 1_000_000)
     }
 
     func run() async throws {
@@ -95,7 +101,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         logger.logLevel = .warning
         let subscriber: Subscriber
         do {
-            subscriber = try Subscriber(socketPath: sockets.read, since: since.map(HistoryToken.init(rawValue:)), logger: logger)
+            subscriber = try Subscriber(socketPath: sockets.read, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, logger: logger)
         } catch {
             printError("squasherctl: \(error)")
             throw Exit.unreachable
@@ -123,7 +129,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             }
         } catch is CancellationError {}
         let stats = subscriber.store.statistics
-        emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches))
+        emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
     }
 
     private static func state(_ bug: Bug) -> BugState {
@@ -135,7 +141,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             try? printJSON(event)
         } else {
             switch event.event {
-            case "stats": print("loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; last token \(event.token.map(String.init) ?? "-")")
+            case "stats": print("loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; \(event.bytesReceived ?? 0) bytes of change feed; last token \(event.token.map(String.init) ?? "-")")
             default:
                 print("\(event.event) at token \(event.token.map(String.init) ?? "-")")
                 for bug in event.bugs ?? [] { print("  \(bug.key) v\(bug.version) [\(bug.status)] \(bug.title)") }
