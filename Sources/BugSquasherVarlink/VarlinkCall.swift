@@ -95,19 +95,24 @@ public struct VarlinkReply: Sendable {
     private struct Head: Decodable {
         var continues: Bool?
         var error: String?
-        var parameters: [String: JSONValue]?
     }
 
     private struct Parameters<P: Decodable>: Decodable {
         var parameters: P?
     }
 
-    /// Reads a reply from one message.
+    /// Reads a reply from one message. Only the envelope is decoded here (the parameters of a
+    /// successful reply are decoded once, by ``parameters(_:)``).
     public init(message: Data) throws {
         let head = try JSONDecoder().decode(Head.self, from: message)
         self.message = message
         continues = head.continues ?? false
-        error = head.error.map { VarlinkError($0, head.parameters ?? [:]) }
+        if let name = head.error {
+            let parameters = (try? JSONDecoder().decode(Parameters<[String: JSONValue]>.self, from: message).parameters) ?? nil
+            error = VarlinkError(name, parameters ?? [:])
+        } else {
+            error = nil
+        }
     }
 
     /// Decodes the parameters of a successful reply.

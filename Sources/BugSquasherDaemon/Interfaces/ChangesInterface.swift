@@ -4,6 +4,7 @@ import BugSquasherStack
 import BugSquasherVarlink
 import Foundation
 import Logging
+import Synchronization
 
 /// `io.bugsquasher.Changes`: the change feed, registrations, history.
 struct ChangesInterface: VarlinkInterface {
@@ -13,6 +14,8 @@ struct ChangesInterface: VarlinkInterface {
     let hub: NotificationHub
     let coding: WireCoding
     let pendingLimit: Int
+    /// Saves already encoded for one subscriber, reused for the others that get the same one.
+    let encodedSaves = EncodedSaveCache()
 
     private struct HistoryParameters: Decodable {
         var after: Int64
@@ -126,12 +129,39 @@ struct ChangesInterface: VarlinkInterface {
     private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
         switch event {
         case .save(let save):
-            try await replier.reply(SubscribeReply(event: "save", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
+            try await replier.send(try encodedSaves.message(for: save, includeValues: subscription.includeValues) {
+                try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
+            })
         case .refresh(let changes):
             let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
             try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
         case .resync(let token):
             try await replier.reply(SubscribeReply(event: "resync", token: token.rawValue, resyncFrom: token.rawValue), continues: false)
         }
+    }
+}
+
+/// The encoded replies of recent saves: subscribers that receive the same (filtered) save with
+/// the same options share one encoding, so fan-out to many subscribers encodes once.
+final class EncodedSaveCache: Sendable {
+    private struct Key: Hashable {
+        var save: DidSave
+        var includeValues: Bool
+    }
+
+    private let entries = Mutex<[Key: Data]>([:])
+    private let order = Mutex<[Key]>([])
+
+    func message(for save: DidSave, includeValues: Bool, encode: () throws -> Data) throws -> Data {
+        let key = Key(save: save, includeValues: includeValues)
+        if let hit = entries.withLock({ $0[key] }) { return hit }
+        let data = try encode()
+        entries.withLock { $0[key] = data }
+        let evicted = order.withLock { order -> Key? in
+            order.append(key)
+            return order.count > 32 ? order.removeFirst() : nil
+        }
+        if let evicted { entries.withLock { $0[evicted] = nil } }
+        return data
     }
 }

@@ -50,7 +50,7 @@ final class ImportRunner: Service {
 
     // MARK: One job
 
-    private struct Entry {
+    struct Entry: Sendable {
         var line: Int
         /// The spool line the entry ends on (blank lines after it included).
         var spoolLine: Int
@@ -85,15 +85,17 @@ final class ImportRunner: Service {
         try await book.update(id) { $0.state = "running" }
         var progress = ImportProgress(job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total, started: .now, readAtStart: read)
         progressHandler(progress)
+        // Reading and decoding the next chunk overlaps with committing this one.
+        let source = ChunkSource(reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes)
         var chunk = 0
-        while true {
+        var entries = try source.next()
+        while !entries.isEmpty {
             if Task.isShuttingDownGracefully {
                 logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
                 progressHandler(nil)
                 return
             }
-            let entries = try readChunk(reader, format: format, size: Int(chunkSize))
-            guard !entries.isEmpty else { break }
+            async let upcoming = source.next()
             chunk += 1
             let (done, rejects) = try await commit(entries, job: id, logger: logger)
             progress.read += Int64(entries.count)
@@ -102,6 +104,7 @@ final class ImportRunner: Service {
             progress.bytesDone = entries.last!.endOffset
             progressHandler(progress)
             logger.debug("chunk committed", metadata: ["chunk": "\(chunk)", "rows": "\(entries.count)", "rejected": "\(rejects)", "job.offset": "\(progress.bytesDone)"])
+            entries = try await upcoming
         }
         try await book.update(id) { job in
             job.state = "finished"
@@ -119,54 +122,6 @@ final class ImportRunner: Service {
             job.error = message
             job.finished = Date()
         }
-    }
-
-    /// Reads up to `size` records (non-empty lines), decoding each; undecodable ones become
-    /// rejects with their line and reason.
-    private func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int) throws -> [Entry] {
-        var entries: [Entry] = []
-        let decoder = JiraIssueDecoder()
-        let recordDecoder = RecordCoding.decoder()
-        while entries.count < size, let line = try reader.next() {
-            if line.isOversized {
-                entries.append(Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(configuration.maximumRecordBytes) bytes"))
-                continue
-            }
-            if line.bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
-                // Blank lines are not records, but the offset moves past them.
-                if !entries.isEmpty {
-                    entries[entries.count - 1].endOffset = line.endOffset
-                    entries[entries.count - 1].spoolLine = line.number
-                }
-                continue
-            }
-            var entry = Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
-            do {
-                switch format.spoolLines {
-                case .jira:
-                    entry.record = try decoder.decode(Data(line.bytes), line: line.number)
-                case .record:
-                    entry.record = try recordDecoder.decode(BugRecord.self, from: Data(line.bytes))
-                case .envelope:
-                    let envelope = try recordDecoder.decode(SpoolEnvelope.self, from: Data(line.bytes))
-                    entry.line = envelope._line
-                    entry.record = envelope.record
-                    entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)
-                }
-                if let record = entry.record { try BugUpserter.validate(record, at: entry.line) }
-            } catch let error as ImportError {
-                entry.record = nil
-                entry.reject = error.message
-            } catch let error as DecodingError {
-                entry.record = nil
-                entry.reject = "not a valid record: \(Self.describe(error))"
-            } catch {
-                entry.record = nil
-                entry.reject = "\(error)"
-            }
-            entries.append(entry)
-        }
-        return entries
     }
 
     static func describe(_ error: DecodingError) -> String {
@@ -248,4 +203,77 @@ struct ImportProgress: Sendable {
         let seconds = (ContinuousClock.now - started) / .seconds(1)
         return seconds > 0 ? Double(read - readAtStart) / seconds : 0
     }
+}
+
+/// The spooled input of one job, read and decoded a chunk at a time. The reader lives behind a
+/// mutex, so that the next chunk can be decoded in a child task while the current one commits;
+/// only one read runs at a time.
+final class ChunkSource: Sendable {
+    private let reader: Mutex<OffsetLineReader>
+    private let format: InputFormat
+    private let size: Int
+    private let maximumRecordBytes: Int
+
+    init(reader: consuming sending OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) {
+        self.reader = Mutex(reader)
+        self.format = format
+        self.size = size
+        self.maximumRecordBytes = maximumRecordBytes
+    }
+
+    /// The next chunk's entries; empty at the end of the input.
+    func next() throws -> [ImportRunner.Entry] {
+        try reader.withLock { reader in
+            try Self.readChunk(reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes)
+        }
+    }
+
+    /// Reads up to `size` records (non-empty lines), decoding each; undecodable ones become
+    /// rejects with their line and reason.
+    private static func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) throws -> [ImportRunner.Entry] {
+        var entries: [ImportRunner.Entry] = []
+        let decoder = JiraIssueDecoder()
+        let recordDecoder = RecordCoding.decoder()
+        while entries.count < size, let line = try reader.next() {
+            if line.isOversized {
+                entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(maximumRecordBytes) bytes"))
+                continue
+            }
+            if line.bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
+                // Blank lines are not records, but the offset moves past them.
+                if !entries.isEmpty {
+                    entries[entries.count - 1].endOffset = line.endOffset
+                    entries[entries.count - 1].spoolLine = line.number
+                }
+                continue
+            }
+            var entry = ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
+            do {
+                switch format.spoolLines {
+                case .jira:
+                    entry.record = try decoder.decode(Data(line.bytes), line: line.number)
+                case .record:
+                    entry.record = try recordDecoder.decode(BugRecord.self, from: Data(line.bytes))
+                case .envelope:
+                    let envelope = try recordDecoder.decode(SpoolEnvelope.self, from: Data(line.bytes))
+                    entry.line = envelope._line
+                    entry.record = envelope.record
+                    entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)
+                }
+                if let record = entry.record { try BugUpserter.validate(record, at: entry.line) }
+            } catch let error as ImportError {
+                entry.record = nil
+                entry.reject = error.message
+            } catch let error as DecodingError {
+                entry.record = nil
+                entry.reject = "not a valid record: \(ImportRunner.describe(error))"
+            } catch {
+                entry.record = nil
+                entry.reject = "\(error)"
+            }
+            entries.append(entry)
+        }
+        return entries
+    }
+
 }
