@@ -86,6 +86,8 @@ public final class Subscriber: Sendable {
     }
 
     private let registrar: Registrar
+    /// The connection registrations are sent on (opened on first use).
+    private let registrationClient = Mutex<BlockingVarlinkClient?>(nil)
 
     /// Bytes received on the change feed so far.
     public var bytesReceived: Int { state.withLock { $0.bytesReceived } }
@@ -178,12 +180,23 @@ public final class Subscriber: Sendable {
 
     private func sendRegistrations(added: [(ObjectID, Int64)], removed: [ObjectID]) throws {
         guard let subscription = state.withLock({ $0.subscription }), !(added.isEmpty && removed.isEmpty) else { return }
-        let client = try BlockingVarlinkClient(path: socketPath)
-        if !added.isEmpty {
-            let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: added.map { $0.0.uriString }, versions: added.map { $0.1 }))
+        let client = try registrationClient.withLock { client in
+            if let client { return client }
+            let connected = try BlockingVarlinkClient(path: socketPath)
+            client = connected
+            return connected
         }
-        if !removed.isEmpty {
-            let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: removed.map(\.uriString)))
+        do {
+            if !added.isEmpty {
+                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: added.map { $0.0.uriString }, versions: added.map { $0.1 }))
+            }
+            if !removed.isEmpty {
+                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: removed.map(\.uriString)))
+            }
+        } catch {
+            // A broken connection is replaced on the next use; the feed reconnects and re-registers.
+            registrationClient.withLock { $0 = nil }
+            throw error
         }
     }
 }

@@ -114,7 +114,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others") }
-        emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
+        let token = try? subscriber.lastToken ?? subscriber.store.currentHistoryToken()
+        emit(Event(event: "ready", token: token?.rawValue, bugs: initial))
         do {
             try await untilSignal {
                 try await withThrowingDiscardingTaskGroup { group in

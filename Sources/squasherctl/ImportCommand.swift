@@ -82,7 +82,12 @@ struct ImportCommand: ParsableCommand {
                 final = current
                 let elapsed = Date().timeIntervalSince(started)
                 let rate = elapsed > 0 ? Double(current.recordsRead) / elapsed : 0
-                progress.show(label: "importing", done: current.bytesDone, total: current.bytesTotal, unit: "bytes", extra: "\(current.recordsRead) records, \(Int(rate))/s")
+                var eta = ""
+                if current.bytesDone > 0, current.bytesTotal > current.bytesDone, elapsed > 0 {
+                    let remaining = Int(elapsed * Double(current.bytesTotal - current.bytesDone) / Double(current.bytesDone))
+                    eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
+                }
+                progress.show(label: "importing", done: current.bytesDone, total: current.bytesTotal, unit: "bytes", extra: "\(current.recordsRead) records, \(Int(rate))/s\(eta)")
                 return true
             }
         }
