@@ -91,6 +91,19 @@ let package = Package(
             resources: [.copy("Interfaces")],
             swiftSettings: strictSettings
         ),
+        // libsystemd (sd_notify, sd_watchdog_enabled, sd_listen_fds_with_names, sd_journal_sendv).
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        // systemd integration: readiness/status/watchdog notifications, socket activation, the
+        // journald log handler. The only module that links libsystemd.
+        .target(
+            name: "BugSquasherSystemd",
+            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
         // The wire types of BugSquasher's Varlink interfaces, shared by daemon and clients.
         .target(
             name: "BugSquasherProtocol",
@@ -135,7 +148,7 @@ let package = Package(
         .executableTarget(
             name: "squasherd",
             dependencies: [
-                "BugSquasherDaemon",
+                "BugSquasherDaemon", "BugSquasherSystemd", "BugSquasherTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -194,6 +207,11 @@ let package = Package(
         .testTarget(
             name: "BugSquasherVarlinkTests",
             dependencies: ["BugSquasherVarlink", "BugSquasherTransport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "BugSquasherSystemdTests",
+            dependencies: ["BugSquasherSystemd", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(

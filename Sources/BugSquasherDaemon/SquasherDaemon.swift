@@ -35,6 +35,14 @@ public struct SquasherDaemon: Sendable {
     public var onStatus: @Sendable (String) -> Void = { _ in }
     /// Called when graceful shutdown begins.
     public var onStopping: @Sendable () -> Void = {}
+    /// Called before each shutdown step that may take a while (finishing the current chunk,
+    /// checkpointing), with how long it may take.
+    public var onShutdownStep: @Sendable (_ step: String, _ budget: Duration) -> Void = { _, _ in }
+    /// When set, ``onWatchdog`` is called at half this interval, each time the store answered
+    /// and the event loops turned; a wedged daemon stops calling it.
+    public var watchdogInterval: Duration?
+    /// The watchdog keep-alive.
+    public var onWatchdog: @Sendable () -> Void = {}
     private let logger: Logger
 
     /// Creates a daemon.
@@ -87,11 +95,23 @@ public struct SquasherDaemon: Sendable {
             VarlinkServer(name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize, logger: logger),
             VarlinkServer(name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize, logger: logger),
         ]
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: StoreService(stack: stack, logger: logger, onShutdownStep: onShutdownStep)),
+            .init(service: runner),
+        ]
+        services += servers.map { .init(service: ServerService(server: $0, ready: ready)) }
+        if let watchdogInterval {
+            services.append(.init(service: WatchdogService(stack: stack, interval: watchdogInterval, ready: ready, logger: logger, onHealthy: onWatchdog)))
+        }
+        // Last in the list, first to hear of the shutdown: reports it before anything stops.
+        let onShutdownStep = self.onShutdownStep
+        let onStopping = self.onStopping
+        services.append(.init(service: ShutdownAnnouncer {
+            onStopping()
+            onShutdownStep("Stopping: finishing the current import chunk", .seconds(30))
+        }))
         let group = ServiceGroup(configuration: .init(
-            services: [
-                .init(service: StoreService(stack: stack, logger: logger, onStopping: onStopping)),
-                .init(service: runner),
-            ] + servers.map { .init(service: ServerService(server: $0, ready: ready)) },
+            services: services,
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger
         ))
@@ -117,12 +137,12 @@ public struct SquasherDaemon: Sendable {
 private struct StoreService: Service {
     let stack: PersistentStack
     let logger: Logger
-    let onStopping: @Sendable () -> Void
+    let onShutdownStep: @Sendable (String, Duration) -> Void
 
     func run() async throws {
         try? await gracefulShutdown()
-        onStopping()
         if let store = stack.store as? SQLiteStore {
+            onShutdownStep("Stopping: checkpointing the store", .seconds(30))
             do {
                 try store.checkpoint()
                 logger.info("store checkpointed")
@@ -130,6 +150,49 @@ private struct StoreService: Service {
                 logger.error("checkpoint failed", metadata: ["error": "\(error)"])
             }
         }
+    }
+}
+
+/// Calls its action as soon as graceful shutdown begins.
+private struct ShutdownAnnouncer: Service {
+    let action: @Sendable () -> Void
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        action()
+    }
+}
+
+/// Pings the watchdog at half its interval, but only after proving health: the store answers a
+/// read and every event loop runs a task. If either hangs, the pings stop and the service
+/// manager restarts the daemon.
+private struct WatchdogService: Service {
+    let stack: PersistentStack
+    let interval: Duration
+    let ready: ReadyLatch
+    let logger: Logger
+    let onHealthy: @Sendable () -> Void
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown {
+                while !Task.isCancelled {
+                    do {
+                        // Pings start once the daemon is ready (READY=1 comes first).
+                        if ready.isReady {
+                            _ = try stack.store.currentHistoryToken()
+                            try await EventLoopProbe.check()
+                            onHealthy()
+                        }
+                    } catch is CancellationError {
+                        return
+                    } catch {
+                        logger.error("health check failed; not pinging the watchdog", metadata: ["error": "\(error)"])
+                    }
+                    try await Task.sleep(for: ready.isReady ? interval / 2 : .milliseconds(20))
+                }
+            }
+        } catch is CancellationError {}
     }
 }
 
@@ -160,6 +223,9 @@ final class ReadyLatch: Sendable {
     func arrive() {
         if remaining.withLock({ $0 -= 1; return $0 == 0 }) { action() }
     }
+
+    /// Whether every party arrived and the action ran.
+    var isReady: Bool { remaining.withLock { $0 <= 0 } }
 }
 
 /// The daemon's one-line status: idle, or the running job's progress and the subscribers.

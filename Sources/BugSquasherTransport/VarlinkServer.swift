@@ -92,6 +92,12 @@ public final class VarlinkServer: Sendable {
                 throw TransportError("Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno))).")
             }
         case .descriptor(let fd):
+            // Sockets handed over by a service manager may be blocking; NIO accepts until
+            // EAGAIN, which a blocking socket would never return.
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+                throw TransportError("The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(errno))).")
+            }
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
         }
         logger.info("listening", metadata: ["socket.address": "\(address)"])

@@ -1,5 +1,7 @@
 import ArgumentParser
 import BugSquasherDaemon
+import BugSquasherSystemd
+import BugSquasherTransport
 import Logging
 
 /// squasherd: the BugSquasher daemon.
@@ -10,8 +12,12 @@ struct Squasherd: AsyncParsableCommand {
         abstract: "The BugSquasher daemon: owns the bug store, runs imports, broadcasts every commit over Varlink.",
         discussion: """
             Paths: a flag wins; then systemd's STATE_DIRECTORY and RUNTIME_DIRECTORY; then the \
-            configuration file; then ./run/state and ./run/sockets. Stop with SIGTERM or SIGINT: \
-            the current import chunk finishes, the store is checkpointed, exit status 0.
+            configuration file; then ./run/state and ./run/sockets. Under systemd: Type=notify \
+            (READY=1 once the store is open and both sockets are bound, STATUS= with progress, \
+            WATCHDOG=1 from a health check, STOPPING=1), socket activation with the sockets named \
+            "read" and "write" (FileDescriptorName=), and native journald logging when stderr is \
+            the journal. Stop with SIGTERM or SIGINT: the current import chunk finishes, the \
+            store is checkpointed, exit status 0.
             """
     )
 
@@ -45,16 +51,49 @@ struct Squasherd: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: levelName) else {
             throw ValidationError("Unknown log level '\(levelName)'; use trace, debug, info, notice, warning, error or critical.")
         }
+        let journal = JournalLogHandler.shouldUse()
         LoggingSystem.bootstrap { label in
+            if journal {
+                var handler = JournalLogHandler(label: label, identifier: "squasherd")
+                handler.logLevel = level
+                return handler
+            }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
         let logger = Logger(label: "squasherd")
+        let notifier = SystemdNotifier()
+        var daemon = SquasherDaemon(configuration: configuration, logger: logger)
         do {
-            try await SquasherDaemon(configuration: configuration, logger: logger).run()
+            let sockets = try SocketActivation.listeningSockets()
+            if !sockets.isEmpty {
+                guard let read = sockets["read"], let write = sockets["write"] else {
+                    logger.critical("systemd passed sockets named \(sockets.keys.sorted()); squasherd needs two, named \"read\" and \"write\" (FileDescriptorName= in squasherd.socket).")
+                    throw ExitCode(1)
+                }
+                daemon.readAddress = .descriptor(read)
+                daemon.writeAddress = .descriptor(write)
+                logger.info("using sockets passed by systemd", metadata: ["socket.read": "fd \(read)", "socket.write": "fd \(write)"])
+            }
+        } catch let error as SystemdError {
+            logger.critical("\(error.message)")
+            throw ExitCode(1)
+        }
+        daemon.onReady = { notifier.ready(status: "Ready") }
+        daemon.onStatus = { notifier.status($0) }
+        daemon.onStopping = { notifier.stopping(status: "Stopping") }
+        daemon.onShutdownStep = { step, budget in notifier.extendTimeout(budget, status: step) }
+        if let interval = SystemdNotifier.watchdogInterval() {
+            daemon.watchdogInterval = interval
+            daemon.onWatchdog = { notifier.watchdog() }
+            logger.info("watchdog enabled", metadata: ["watchdog.interval": "\(interval)"])
+        }
+        do {
+            try await daemon.run()
         } catch let error as DaemonError {
             logger.critical("\(error.message)")
+            notifier.status("Failed: \(error.message)")
             throw ExitCode(1)
         }
     }

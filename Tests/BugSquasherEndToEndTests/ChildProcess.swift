@@ -73,7 +73,17 @@ final class ChildProcess: @unchecked Sendable {
     var output: [String] { lines.withLock { $0 } }
     var errorOutput: String { errors.withLock { $0.joined() } }
     /// The exit status, once the process exited and its output was fully collected.
-    var exitStatus: Int32? { drained.withLock { $0 } >= 2 ? exited.withLock { $0 } : nil }
+    ///
+    /// Foundation's termination handler is the usual source; `waitid(WNOWAIT)` is asked too,
+    /// because that handler is sometimes late on Linux (seen when another child execs).
+    var exitStatus: Int32? {
+        guard drained.withLock({ $0 }) >= 2 else { return nil }
+        if let status = exited.withLock({ $0 }) { return status }
+        var info = siginfo_t()
+        guard waitid(P_PID, id_t(process.processIdentifier), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid != 0 else { return nil }
+        let code = info._sifields._sigchld.si_status
+        return info.si_code == CLD_EXITED ? code : 128 + code
+    }
 
     /// Waits (polling the collected output every few milliseconds, bounded by `timeout`) for an
     /// output line that satisfies `predicate`, starting at line `from`.
@@ -104,7 +114,7 @@ final class ChildProcess: @unchecked Sendable {
             if let status = exitStatus { return status }
             try await Task.sleep(for: .milliseconds(10))
         }
-        throw HarnessError("\(name) (pid \(pid)) did not exit within \(timeout).")
+        throw HarnessError("\(name) (pid \(pid)) did not exit within \(timeout) (exited: \(exited.withLock { $0 }.map(String.init) ?? "no"), pipes at end of file: \(drained.withLock { $0 }) of 2).")
     }
 
     deinit {

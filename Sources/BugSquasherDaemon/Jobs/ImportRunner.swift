@@ -79,8 +79,10 @@ final class ImportRunner: Service {
             try await fail(id, "The job's spooled input is gone (\(spool)); submit the file again.", logger: logger)
             return
         }
-        if offset == 0 { logger.info("import started", metadata: ["job.format": "\(format.rawValue)", "job.bytes": "\(total)"]) } else {
-            logger.info("import resumed", metadata: ["job.offset": "\(offset)", "job.read": "\(read)"])
+        if offset == 0 {
+            logger.info("import started", metadata: ["job.format": "\(format.rawValue)", "job.bytes": "\(total)", "message.id": "\(MessageID.jobStarted)"])
+        } else {
+            logger.info("import resumed", metadata: ["job.offset": "\(offset)", "job.read": "\(read)", "message.id": "\(MessageID.jobStarted)"])
         }
         try await book.update(id) { $0.state = "running" }
         var progress = ImportProgress(job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total, started: .now, readAtStart: read)
@@ -97,13 +99,13 @@ final class ImportRunner: Service {
             }
             async let upcoming = source.next()
             chunk += 1
-            let (done, rejects) = try await commit(entries, job: id, logger: logger)
+            let (done, rejects, token) = try await commit(entries, job: id, logger: logger)
             progress.read += Int64(entries.count)
             progress.imported += done
             progress.rejected += rejects
             progress.bytesDone = entries.last!.endOffset
             progressHandler(progress)
-            logger.debug("chunk committed", metadata: ["chunk": "\(chunk)", "rows": "\(entries.count)", "rejected": "\(rejects)", "job.offset": "\(progress.bytesDone)"])
+            logger.debug("chunk committed", metadata: ["chunk": "\(chunk)", "rows": "\(entries.count)", "rejected": "\(rejects)", "job.offset": "\(progress.bytesDone)", "token": "\(token)"])
             entries = try await upcoming
         }
         try await book.update(id) { job in
@@ -112,11 +114,11 @@ final class ImportRunner: Service {
         }
         try? FileManager.default.removeItem(atPath: spool)
         progressHandler(nil)
-        logger.info("import finished", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.rejected": "\(progress.rejected)"])
+        logger.info("import finished", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.rejected": "\(progress.rejected)", "message.id": "\(MessageID.jobFinished)"])
     }
 
     private func fail(_ id: String, _ message: String, logger: Logger) async throws {
-        logger.error("import failed", metadata: ["error": "\(message)"])
+        logger.error("import failed", metadata: ["error": "\(message)", "message.id": "\(MessageID.jobFailed)"])
         try await book.update(id) { job in
             job.state = "failed"
             job.error = message
@@ -135,7 +137,7 @@ final class ImportRunner: Service {
 
     /// Commits a chunk with the job's progress in one transaction; when the chunk as a whole
     /// cannot be saved, imports its records one by one so that only the bad ones are rejected.
-    private func commit(_ entries: [Entry], job id: String, logger: Logger) async throws -> (imported: Int64, rejected: Int64) {
+    private func commit(_ entries: [Entry], job id: String, logger: Logger) async throws -> (imported: Int64, rejected: Int64, token: Int64) {
         do {
             return try await save(entries, job: id, extraRejects: [:])
         } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
@@ -143,21 +145,22 @@ final class ImportRunner: Service {
         }
         var imported: Int64 = 0
         var rejected: Int64 = 0
+        var token: Int64 = 0
         for entry in entries {
+            let result: (imported: Int64, rejected: Int64, token: Int64)
             do {
-                let result = try await save([entry], job: id, extraRejects: [:])
-                imported += result.imported
-                rejected += result.rejected
+                result = try await save([entry], job: id, extraRejects: [:])
             } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
-                let result = try await save([entry], job: id, extraRejects: [entry.line: error.message])
-                imported += result.imported
-                rejected += result.rejected
+                result = try await save([entry], job: id, extraRejects: [entry.line: error.message])
             }
+            imported += result.imported
+            rejected += result.rejected
+            token = result.token
         }
-        return (imported, rejected)
+        return (imported, rejected, token)
     }
 
-    private func save(_ entries: [Entry], job id: String, extraRejects: [Int: String]) async throws -> (imported: Int64, rejected: Int64) {
+    private func save(_ entries: [Entry], job id: String, extraRejects: [Int: String]) async throws -> (imported: Int64, rejected: Int64, token: Int64) {
         let context = stack.importerContext(name: "import")
         let upserter = BugUpserter()
         let records = entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
@@ -182,8 +185,8 @@ final class ImportRunner: Service {
             job.byteOffset = endOffset
             job.linesRead = Int64(lastLine)
         }
-        try await context.save()
-        return (Int64(records.count), Int64(rejects.count))
+        let didSave = try await context.save()
+        return (Int64(records.count), Int64(rejects.count), didSave?.token.rawValue ?? 0)
     }
 }
 
@@ -276,4 +279,14 @@ final class ChunkSource: Sendable {
         return entries
     }
 
+}
+
+/// The journal `MESSAGE_ID`s of job events, for `journalctl MESSAGE_ID=…`.
+public enum MessageID {
+    /// An import job started or resumed.
+    public static let jobStarted = "8a3c2f6e1b7d4e9a9c0f5d2b6e4a1c37"
+    /// An import job finished.
+    public static let jobFinished = "2e9b7c4a6d1f4b3e8a5c0d9f7b2e6a14"
+    /// An import job failed.
+    public static let jobFailed = "c4d1e8b2a7f34c6e9b0a5d3f8e1c7b29"
 }

@@ -1,0 +1,267 @@
+import Foundation
+import Synchronization
+import Testing
+
+/// A datagram socket standing in for `NOTIFY_SOCKET`: records every message the daemon sends,
+/// with the time it arrived.
+final class NotifyRecorder: Sendable {
+    let path: String
+    private let fd: Int32
+    private let messages = Mutex<[(at: ContinuousClock.Instant, text: String)]>([])
+
+    init(directory: String) throws {
+        path = directory + "/notify.sock"
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        self.fd = fd
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: Array(path.utf8))
+            raw[path.utf8.count] = 0
+        }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        guard bound == 0 else { throw HarnessError("cannot bind \(path)") }
+        Thread.detachNewThread { [weak self] in
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n <= 0 { return }
+                let text = String(decoding: buffer[..<n], as: UTF8.self)
+                guard let self else { return }
+                self.messages.withLock { $0.append((.now, text)) }
+            }
+        }
+    }
+
+    var all: [(at: ContinuousClock.Instant, text: String)] { messages.withLock { $0 } }
+
+    /// Waits (bounded) for a message containing `text`.
+    func wait(for text: String, timeout: Duration = .seconds(60)) async throws -> ContinuousClock.Instant {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let hit = all.first(where: { $0.text.contains(text) }) { return hit.at }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw HarnessError("no notification containing \(text); got \(all.map(\.text))")
+    }
+
+    deinit {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+    }
+}
+
+/// Whether a path is a listening Unix socket of this type.
+func connectable(_ path: String, type: Int32) -> Bool {
+    let fd = socket(AF_UNIX, type, 0)
+    defer { close(fd) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        raw.copyBytes(from: Array(path.utf8))
+        raw[path.utf8.count] = 0
+    }
+    return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } } == 0
+}
+
+@Suite("End to end: systemd integration", .serialized)
+struct SystemdEndToEndTests {
+    func tempDirectory() throws -> String {
+        let directory = "/tmp/bssd-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    @Test("READY after the sockets are bound, STATUS during an import, WATCHDOG at half the interval, STOPPING on SIGTERM")
+    func notifications() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let recorder = try NotifyRecorder(directory: directory)
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
+            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "50",
+        ], environment: ["NOTIFY_SOCKET": recorder.path, "WATCHDOG_USEC": "400000"])
+        _ = try await recorder.wait(for: "READY=1")
+        // Both sockets accept connections the moment READY=1 arrives.
+        #expect(connectable(directory + "/run/squasherd.sock", type: Int32(SOCK_STREAM.rawValue)))
+        #expect(connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)))
+        #expect(recorder.all.first?.text.contains("READY=1") == true, "READY must come first: \(recorder.all.map(\.text))")
+
+        let rows = (1...500).map { #"{"key":"SD-\#($0)","title":"t","status":"Open","labels":[],"project":{"key":"SD"},"components":[],"comments":[]}"# }
+        try (rows.joined(separator: "\n") + "\n").write(toFile: directory + "/rows.ndjson", atomically: true, encoding: .utf8)
+        let ctl = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/rows.ndjson", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        #expect(try await ctl.waitForExit() == 0)
+        #expect(recorder.all.contains { $0.text.contains("STATUS=Importing job") && $0.text.contains("records read") }, "\(recorder.all.map(\.text))")
+        _ = try await recorder.wait(for: "STATUS=Idle")
+
+        // Watchdog: pings keep coming at about half of 400 ms.
+        let start = ContinuousClock.now
+        try await Task.sleep(for: .milliseconds(1_100))
+        let pings = recorder.all.filter { $0.text == "WATCHDOG=1" && $0.at > start }.map(\.at)
+        #expect(pings.count >= 3 && pings.count <= 8, "\(pings.count) pings in 1.1 s")
+        for (a, b) in zip(pings, pings.dropFirst()) {
+            let gap = b - a
+            #expect(gap > .milliseconds(100) && gap < .milliseconds(400), "gap \(gap)")
+        }
+
+        daemon.signal(SIGTERM)
+        _ = try await recorder.wait(for: "STOPPING=1")
+        #expect(try await daemon.waitForExit() == 0)
+        #expect(recorder.all.contains { $0.text.contains("EXTEND_TIMEOUT_USEC=") })
+        let stopping = recorder.all.firstIndex { $0.text.contains("STOPPING=1") }!
+        #expect(!recorder.all[stopping...].contains { $0.text == "WATCHDOG=1" && $0.at > recorder.all[stopping].at + .milliseconds(300) })
+    }
+
+    @Test("nothing is sent and nothing fails without NOTIFY_SOCKET")
+    func withoutNotifySocket() async throws {
+        let harness = try await DaemonHarness()
+        #expect(try await harness.ctl(["status"]).joined().contains("history token"))
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("systemd-socket-activate hands the daemon its sockets and a client connects through them")
+    func socketActivation() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
+        let activator = try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: [
+            "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=read:write",
+            Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
+        ])
+        // The activator binds the sockets, then starts squasherd on the first connection.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let statusExit: Int32
+        do { statusExit = try await status.waitForExit() } catch {
+            Issue.record("\(error)\nactivator: \(activator.errorOutput)\n\(activator.output)")
+            throw error
+        }
+        #expect(statusExit == 0, "\(status.errorOutput)\n\(activator.errorOutput)")
+        #expect(status.output.joined().contains("history token"))
+        let rows = #"{"key":"SA-1","title":"t","status":"Open","labels":[],"project":{"key":"SA"},"components":[],"comments":[]}"# + "\n"
+        try rows.write(toFile: directory + "/one.ndjson", atomically: true, encoding: .utf8)
+        let imported = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/one.ndjson", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        #expect(try await imported.waitForExit() == 0, "\(imported.errorOutput)")
+        #expect(activator.errorOutput.contains("using sockets passed by systemd"))
+        #expect(!FileManager.default.fileExists(atPath: directory + "/unused/squasherd.sock"))
+        activator.signal(SIGTERM)  // the activator exec'd squasherd: same PID
+        #expect(try await activator.waitForExit() == 0)
+    }
+
+    @Test("logs go to journald natively with structured fields when JOURNAL_STREAM names stderr")
+    func journald() async throws {
+        var journald: ChildProcess?
+        if !connectable("/run/systemd/journal/socket", type: Int32(SOCK_DGRAM.rawValue)) {
+            journald = try ChildProcess(name: "systemd-journald", executable: "/lib/systemd/systemd-journald", arguments: [])
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !connectable("/run/systemd/journal/socket", type: Int32(SOCK_DGRAM.rawValue)), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        defer { journald?.signal(SIGTERM) }
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // stderr is a pipe we create; JOURNAL_STREAM names that pipe, as systemd would name its
+        // stream socket.
+        let pipe = Pipe()
+        var info = stat()
+        fstat(pipe.fileHandleForWriting.fileDescriptor, &info)
+        let process = Process()
+        process.executableURL = URL(filePath: Products.squasherd)
+        process.arguments = ["--state-directory", directory + "/state", "--runtime-directory", directory + "/run"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["JOURNAL_STREAM"] = "\(info.st_dev):\(info.st_ino)"
+        process.environment = environment
+        process.standardError = pipe
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let pid = process.processIdentifier
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let rows = #"{"key":"JD-1","title":"t","status":"Open","labels":[],"project":{"key":"JD"},"components":[],"comments":[]}"# + "\n"
+        try rows.write(toFile: directory + "/one.ndjson", atomically: true, encoding: .utf8)
+        let ctl = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/one.ndjson", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        #expect(try await ctl.waitForExit() == 0)
+        kill(pid, SIGTERM)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+
+        // Read the entries back (journald writes asynchronously: poll, bounded).
+        var entries: [[String: Any]] = []
+        let readDeadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < readDeadline {
+            let journalctl = try ChildProcess(name: "journalctl", executable: "/usr/bin/journalctl", arguments: ["-o", "json", "--no-pager", "_PID=\(pid)"])
+            _ = try await journalctl.waitForExit()
+            entries = journalctl.output.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            if entries.contains(where: { ($0["MESSAGE"] as? String) == "stopped" }) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let finished = try #require(entries.first { ($0["MESSAGE"] as? String) == "import finished" }, "\(entries.map { $0["MESSAGE"] ?? "" })")
+        #expect(finished["SYSLOG_IDENTIFIER"] as? String == "squasherd")
+        #expect(finished["PRIORITY"] as? String == "6")
+        #expect(finished["JOB_ID"] as? String != nil)
+        #expect(finished["JOB_IMPORTED"] as? String == "1")
+        #expect(finished["MESSAGE_ID"] as? String == "2e9b7c4a6d1f4b3e8a5c0d9f7b2e6a14")
+        #expect((finished["CODE_FILE"] as? String)?.contains("ImportRunner") == true)
+        #expect(Int(finished["CODE_LINE"] as? String ?? "") != nil)
+        #expect(finished["CODE_FUNC"] as? String != nil)
+        #expect(entries.contains { ($0["MESSAGE"] as? String) == "import started" && ($0["MESSAGE_ID"] as? String) == "8a3c2f6e1b7d4e9a9c0f5d2b6e4a1c37" })
+        #expect(entries.contains { ($0["MESSAGE"] as? String) == "listening" && ($0["SOCKET"] as? String) == "read" })
+        // Nothing went to stderr as text.
+        #expect(pipe.fileHandleForReading.availableData.isEmpty)
+    }
+}
+
+@Suite("systemd units")
+struct SystemdUnitTests {
+    let units = Products.packageRoot.appendingPathComponent("systemd").path
+
+    func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let process = try ChildProcess(name: "systemd-analyze", executable: "/usr/bin/systemd-analyze", arguments: arguments)
+        let status = try await process.waitForExit()
+        return (status, (process.output.joined(separator: "\n") + process.errorOutput).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    @Test("squasherd.service scores at most 1.0 in systemd-analyze security")
+    func security() async throws {
+        let (_, output) = try await run(["security", "--offline=true", "--no-pager", units + "/squasherd.service"])
+        let line = try #require(output.split(separator: "\n").first { $0.contains("Overall exposure level") })
+        let score = Double(line.split(separator: ":").last!.split(separator: " ").first!)!
+        #expect(score <= 1.0, "\(line)")
+    }
+
+    /// Verifies units in a root that has the distribution's units and the binary in place.
+    func verify(_ files: [String]) async throws -> (status: Int32, output: String) {
+        let root = "/tmp/bsverify-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        for directory in ["/etc/systemd/system", "/usr/local/bin", "/lib/systemd"] {
+            try FileManager.default.createDirectory(atPath: root + directory, withIntermediateDirectories: true)
+        }
+        try FileManager.default.copyItem(atPath: "/lib/systemd/system", toPath: root + "/lib/systemd/system")
+        try FileManager.default.copyItem(atPath: Products.squasherd, toPath: root + "/usr/local/bin/squasherd")
+        for file in files {
+            try FileManager.default.copyItem(atPath: file, toPath: root + "/etc/systemd/system/" + (file as NSString).lastPathComponent)
+        }
+        return try await run(["verify", "--root=" + root] + files.map { ($0 as NSString).lastPathComponent })
+    }
+
+    @Test("systemd-analyze verify prints nothing for the units, and would catch a mistake")
+    func verifyUnits() async throws {
+        let result = try await verify([units + "/squasherd.service", units + "/squasherd.socket", units + "/squasherd-write.socket"])
+        #expect(result.status == 0)
+        #expect(result.output.isEmpty, "\(result.output)")
+        // Control: the same check reports a broken unit.
+        let broken = "/tmp/bsbroken-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: broken, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: broken) }
+        let text = try String(contentsOfFile: units + "/squasherd.service", encoding: .utf8).replacingOccurrences(of: "WatchdogSec=30s", with: "WatchdogSecs=30s")
+        try text.write(toFile: broken + "/squasherd.service", atomically: true, encoding: .utf8)
+        let bad = try await verify([broken + "/squasherd.service", units + "/squasherd.socket", units + "/squasherd-write.socket"])
+        #expect(bad.output.contains("WatchdogSecs"), "\(bad.output)")
+    }
+}

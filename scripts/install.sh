@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs squasherd as a system service: release binaries in /usr/local/bin, the units in
+# /etc/systemd/system, the sysusers/tmpfiles snippets, and the default configuration in
+# /etc/squasherd (kept when it exists). Then: systemctl enable --now squasherd.socket squasherd-write.socket
+# Usage: sudo scripts/install.sh [--prefix /usr/local] [--destdir DIR]   (DESTDIR stages a package)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=/usr/local
+destdir=""
+while (($#)); do
+    case $1 in
+        --prefix) prefix=$2; shift ;;
+        --destdir) destdir=$2; shift ;;
+        *) echo "usage: scripts/install.sh [--prefix DIR] [--destdir DIR]" >&2; exit 2 ;;
+    esac
+    shift
+done
+scripts/setup.sh
+swift build -c release --product squasherd
+swift build -c release --product squasherctl
+install -d "$destdir$prefix/bin" "$destdir/etc/systemd/system" "$destdir/etc/squasherd" \
+    "$destdir/usr/lib/sysusers.d" "$destdir/usr/lib/tmpfiles.d"
+install -m 0755 .build/release/squasherd .build/release/squasherctl "$destdir$prefix/bin/"
+# The Varlink interface definitions travel with the binaries.
+cp -r .build/release/BugSquasher_BugSquasherVarlink.resources "$destdir$prefix/bin/"
+sed "s|/usr/local/bin/squasherd|$prefix/bin/squasherd|" systemd/squasherd.service >"$destdir/etc/systemd/system/squasherd.service"
+install -m 0644 systemd/squasherd.socket systemd/squasherd-write.socket "$destdir/etc/systemd/system/"
+install -m 0644 systemd/squasherd.sysusers "$destdir/usr/lib/sysusers.d/squasherd.conf"
+install -m 0644 systemd/squasherd.tmpfiles "$destdir/usr/lib/tmpfiles.d/squasherd.conf"
+[[ -e $destdir/etc/squasherd/squasherd.conf ]] || install -m 0644 etc/squasherd.conf "$destdir/etc/squasherd/squasherd.conf"
+if [[ -z $destdir ]] && [[ -d /run/systemd/system ]]; then
+    systemd-sysusers /usr/lib/sysusers.d/squasherd.conf
+    systemd-tmpfiles --create /usr/lib/tmpfiles.d/squasherd.conf
+    systemctl daemon-reload
+    echo "installed; start with: systemctl enable --now squasherd.socket squasherd-write.socket"
+else
+    echo "installed into ${destdir:-/} (no running systemd here: enable the sockets on the target machine)"
+fi
