@@ -1,0 +1,90 @@
+import BugSquasherImport
+import Foundation
+import Testing
+
+@Suite("End to end: crash safety", .serialized)
+struct CrashSafetyTests {
+    /// Runs sqlite3 on the store (read-only) and returns its output lines.
+    func sqlite(_ path: String, _ sql: String) async throws -> [String] {
+        let process = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: ["-readonly", path, sql])
+        #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
+        return process.output
+    }
+
+    @Test("kill -9 at random points during an import, three times: every record imported exactly once, the job resumes by itself, the store is sound, the history has no gap")
+    func killDuringImport() async throws {
+        let directory = "/tmp/bscrash-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let count = 6_000
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        var lines = try SampleIssues.generate(count: count).map { String(decoding: try encoder.encode($0), as: UTF8.self) }
+        lines[99] = "{broken"          // one reject, so that imported + rejected = read is tested too
+        try (lines.joined(separator: "\n") + "\n").write(toFile: directory + "/input.ndjson", atomically: true, encoding: .utf8)
+        let arguments = ["--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "50"]
+        let environment = ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"]
+        func startDaemon() async throws -> ChildProcess {
+            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: arguments)
+            let deadline = ContinuousClock.now + .seconds(60)
+            while !daemon.errorOutput.contains(" ready"), ContinuousClock.now < deadline {
+                if daemon.exitStatus != nil { throw HarnessError("squasherd exited: \(daemon.errorOutput)") }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            return daemon
+        }
+        var daemon = try await startDaemon()
+        let submit = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/input.ndjson"], environment: environment)
+        #expect(try await submit.waitForExit() == 0, "\(submit.errorOutput)")
+        let job = try #require(submit.output.last)
+
+        var generator = SystemRandomNumberGenerator()
+        for kill in 1...3 {
+            // Wait for progress past a random point, then SIGKILL mid-import.
+            let target = Int.random(in: (kill * 1_000)...(kill * 1_000 + 800), using: &generator)
+            let deadline = ContinuousClock.now + .seconds(120)
+            var state = ""
+            while ContinuousClock.now < deadline {
+                let status = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", job, "--json"], environment: environment)
+                _ = try await status.waitForExit()
+                let info = (try? JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any]).flatMap { $0["job"] as? [String: Any] }
+                state = info?["state"] as? String ?? ""
+                if (info?["recordsRead"] as? Int ?? 0) >= target { break }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...20, using: &generator)))
+            }
+            daemon.signal(SIGKILL)
+            #expect(state == "running", "kill \(kill) came after the import ended (\(state)); the test did not interrupt it")
+            _ = try await daemon.waitForExit()
+            daemon = try await startDaemon()
+        }
+        // The job resumes by itself after the last restart and finishes.
+        let watch = try ChildProcess(name: "watch job", executable: Products.squasherctl, arguments: ["jobs", job, "--json"], environment: environment)
+        _ = try await watch.waitForExit()
+        let deadline = ContinuousClock.now + .seconds(120)
+        var final: [String: Any] = [:]
+        while ContinuousClock.now < deadline {
+            let status = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", job, "--json"], environment: environment)
+            _ = try await status.waitForExit()
+            final = (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["job"] as? [String: Any] ?? [:]
+            if final["state"] as? String == "finished" { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(final["state"] as? String == "finished", "\(final)")
+        #expect(final["recordsRead"] as? Int == count)
+        #expect(final["imported"] as? Int == count - 1)
+        #expect(final["rejected"] as? Int == 1)
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0)
+
+        let store = directory + "/state/bugs.sqlite"
+        #expect(try await sqlite(store, "PRAGMA integrity_check") == ["ok"])
+        #expect(try await sqlite(store, "SELECT count(*), count(DISTINCT key) FROM Bug") == ["\(count - 1)|\(count - 1)"])
+        #expect(try await sqlite(store, "SELECT count(*) FROM ImportReject") == ["1"])
+        #expect(try await sqlite(store, "SELECT line FROM ImportReject") == ["100"])
+        let history = try await sqlite(store, "SELECT count(*) = max(token) - min(token) + 1 FROM bs_history")
+        #expect(history == ["1"], "the history has a gap")
+        // Every comment once too.
+        let comments = SampleIssues.generate(count: count).enumerated().filter { $0.offset != 99 }.reduce(0) { $0 + $1.element.comments.count }
+        #expect(try await sqlite(store, "SELECT count(*) FROM Comment") == ["\(comments)"])
+    }
+}
