@@ -71,6 +71,15 @@ public struct SquasherDaemon: Sendable {
         } catch let error as GraphError {
             throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
         }
+        if let store = stack.store as? SQLiteStore {
+            let findings: [String]
+            do { findings = try store.quickCheck() } catch let error as GraphError {
+                throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be read. \(error.message)")
+            }
+            guard findings == ["ok"] else {
+                throw DaemonError("Refusing to start: the store \(configuration.storePath) is damaged (\(findings.prefix(3).joined(separator: "; "))). Restore it from a backup, or move it away to start with an empty store and re-import.")
+            }
+        }
         try await failInterruptedUploads(stack)
 
         let hub = NotificationHub()

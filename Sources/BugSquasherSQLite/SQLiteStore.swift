@@ -435,6 +435,14 @@ public final class SQLiteStore: IncrementalStore {
         }
     }
 
+    /// Runs SQLite's `PRAGMA quick_check` (structure, not index contents) and returns its
+    /// findings (`["ok"]` when sound): fast enough for every start.
+    public func quickCheck() throws -> [String] {
+        try wrap("check the store") {
+            try pool.read { db in try String.fetchAll(db, sql: "PRAGMA quick_check(20)") }
+        }
+    }
+
     /// Runs SQLite's `PRAGMA integrity_check` and returns its findings (`["ok"]` when sound).
     public func integrityCheck() throws -> [String] {
         try wrap("check integrity") {

@@ -37,10 +37,34 @@ final class ImportRunner: Service {
 
     func run() async throws {
         wakeup.yield()
-        try await withGracefulShutdownHandler {
+        // Jobs whose failure could not even be recorded (a full disk): skipped until restart.
+        var unrecordable: Set<String> = []
+        await withGracefulShutdownHandler {
             for await _ in wakeups {
-                while !Task.isShuttingDownGracefully, let job = try await book.nextRunnable() {
-                    try await process(job)
+                while !Task.isShuttingDownGracefully {
+                    let job: String
+                    do {
+                        guard let next = try await book.nextRunnable(excluding: unrecordable) else { break }
+                        job = next
+                    } catch {
+                        logger.error("cannot read the job queue; waiting for the next submission", metadata: ["error": "\(error)"])
+                        break
+                    }
+                    do {
+                        try await process(job)
+                    } catch {
+                        // Input never stops the daemon, and neither does a failing disk: the job
+                        // fails with the reason, committed chunks stay committed.
+                        var jobLogger = logger
+                        jobLogger[metadataKey: "job.id"] = "\(job)"
+                        progressHandler(nil)
+                        do {
+                            try await fail(job, "\((error as? GraphError)?.message ?? "\(error)")", logger: jobLogger)
+                        } catch {
+                            unrecordable.insert(job)
+                            jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
+                        }
+                    }
                 }
             }
         } onGracefulShutdown: {

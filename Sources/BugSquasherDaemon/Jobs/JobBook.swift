@@ -68,11 +68,11 @@ struct JobBook: Sendable {
     }
 
     /// The job to run next: an interrupted one first, then the oldest queued one.
-    func nextRunnable() async throws -> String? {
+    func nextRunnable(excluding skipped: Set<String> = []) async throws -> String? {
         try await stack.temporaryContext(name: "jobs").perform { context in
             for state in ["running", "queued"] {
-                let request = FetchRequest<ImportJob>(predicate: Key("state") == .string(state), sort: [Key("created").ascending], limit: 1)
-                if let job = try context.fetch(request).first { return job.jobID }
+                let request = FetchRequest<ImportJob>(predicate: Key("state") == .string(state), sort: [Key("created").ascending])
+                if let job = try context.fetch(request).first(where: { !skipped.contains($0.jobID) }) { return job.jobID }
             }
             return nil
         }

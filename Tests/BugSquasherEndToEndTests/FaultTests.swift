@@ -1,0 +1,101 @@
+import BugSquasherImport
+import Foundation
+import Testing
+
+@Suite("End to end: disk and file faults", .serialized)
+struct FaultTests {
+    func directory() throws -> String {
+        let path = "/tmp/bsfault-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// Starts squasherd on a state directory and expects it to refuse, with `message` logged.
+    func expectRefusal(state: String, run: String, _ message: String) async throws {
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", run])
+        #expect(try await daemon.waitForExit() == 1)
+        #expect(daemon.errorOutput.contains(message), "\(daemon.errorOutput)")
+    }
+
+    @Test("a store that is not a database, a truncated store, an incompatible model and an unusable directory are refused with a reason")
+    func untrustedStores() async throws {
+        let base = try directory()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+
+        try FileManager.default.createDirectory(atPath: base + "/garbage", withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 8192).write(to: URL(filePath: base + "/garbage/bugs.sqlite"))
+        try await expectRefusal(state: base + "/garbage", run: base + "/run1", "is not an SQLite database")
+
+        // A real store, then cut in half.
+        let harness = try await DaemonHarness()
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let text = try SampleIssues.generate(count: 3_000).map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n") + "\n"
+        try text.write(toFile: harness.directory + "/data.ndjson", atomically: true, encoding: .utf8)
+        try await harness.ctl(["import", harness.directory + "/data.ndjson", "--wait"])
+        #expect(try await harness.stop() == 0)
+        let store = harness.directory + "/state/bugs.sqlite"
+        let size = try FileManager.default.attributesOfItem(atPath: store)[.size] as! Int
+        let handle = try #require(FileHandle(forUpdatingAtPath: store))
+        try handle.truncate(atOffset: UInt64(size / 2))
+        try handle.close()
+        try await expectRefusal(state: harness.directory + "/state", run: harness.directory + "/run2", "Refusing to start")
+
+        // A store written with another model.
+        try FileManager.default.createDirectory(atPath: base + "/model", withIntermediateDirectories: true)
+        let other = base + "/model/bugs.sqlite"
+        let sqlite = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [other, """
+            CREATE TABLE bs_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+            INSERT INTO bs_metadata VALUES ('storeIdentifier', '6F1C0D2E-0000-4000-8000-000000000001'), ('storeType', 'SQLite'),
+              ('modelVersionHash', '0000000000000000'), ('modelSchema', '[{"name":"Bug","attributes":[{"name":"key","type":"int64","isOptional":false,"defaultValue":{"int64":{"_0":0}}}],"relationships":[]}]');
+            """])
+        #expect(try await sqlite.waitForExit() == 0, "\(sqlite.errorOutput)")
+        try await expectRefusal(state: base + "/model", run: base + "/run3", "incompatible model")
+
+        // A state directory that cannot be created.
+        try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
+    }
+
+    @Test("a full disk fails the job with the reason; the daemon keeps serving and committed chunks stay")
+    func diskFull() async throws {
+        let base = try directory()
+        let mountPoint = base + "/small"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint])
+        guard try await mount.waitForExit() == 0 else {
+            print("skipped: cannot mount a size-limited tmpfs here (\(mount.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
+            return
+        }
+        defer {
+            let umount = Process()
+            umount.executableURL = URL(filePath: "/bin/umount")
+            umount.arguments = [mountPoint]
+            try? umount.run()
+            umount.waitUntilExit()
+            try? FileManager.default.removeItem(atPath: base)
+        }
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run", "--chunk-size", "200"])
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !daemon.errorOutput.contains(" ready"), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
+        // Small records: the spool (about 1.3 MB) fits, the store and its WAL do not.
+        let rows = (1...6_000).map { #"{"key":"DF-\#($0)","title":"Disk full \#($0) \#(String(repeating: "x", count: 150))","status":"Open","labels":[],"project":{"key":"DF"},"components":[],"comments":[]}"# }
+        try (rows.joined(separator: "\n") + "\n").write(toFile: base + "/rows.ndjson", atomically: true, encoding: .utf8)
+        let ctl = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/rows.ndjson", "--wait"], environment: environment)
+        let status = try await ctl.waitForExit(timeout: .seconds(120))
+        #expect(status == 2, "\(ctl.output) \(ctl.errorOutput)")
+        #expect(ctl.errorOutput.contains("full") || ctl.errorOutput.contains("disk"), "\(ctl.errorOutput)")
+        // Still serving; what was committed is there, consistently counted.
+        let jobs = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", "--json"], environment: environment)
+        #expect(try await jobs.waitForExit() == 0)
+        let job = ((try JSONSerialization.jsonObject(with: Data(jobs.output.joined().utf8)) as? [String: Any])?["jobs"] as? [[String: Any]])?.first ?? [:]
+        #expect(job["state"] as? String == "failed")
+        #expect((job["imported"] as? Int ?? 0) > 0, "chunks before the disk filled up stay committed: \(job)")
+        #expect((job["error"] as? String)?.contains("is full") == true, "\(job)")
+        let count = try ChildProcess(name: "count", executable: Products.squasherctl, arguments: ["list", "--count"], environment: environment)
+        #expect(try await count.waitForExit() == 0)
+        #expect(Int(count.output.joined()) == job["imported"] as? Int, "bugs \(count.output) vs job \(job)")
+        daemon.signal(SIGTERM)
+        _ = try await daemon.waitForExit()
+    }
+}
