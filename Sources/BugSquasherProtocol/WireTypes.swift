@@ -322,3 +322,125 @@ public struct Empty: Codable, Sendable {
     /// Creates it.
     public init() {}
 }
+
+/// The parameters of `io.bugsquasher.Import.Begin`.
+public struct BeginImportParameters: Codable, Sendable {
+    /// The job's name (the file name).
+    public var name: String
+    /// The format, or `nil` to detect it.
+    public var format: String?
+    /// Records per chunk, or `nil` for the daemon's default.
+    public var chunkSize: Int?
+    /// Creates parameters.
+    public init(name: String, format: String? = nil, chunkSize: Int? = nil) {
+        self.name = name
+        self.format = format
+        self.chunkSize = chunkSize
+    }
+}
+
+/// The parameters of `io.bugsquasher.Import.Append`.
+public struct AppendParameters: Codable, Sendable {
+    /// The job.
+    public var job: String
+    /// Base64-encoded bytes.
+    public var data: String
+    /// Creates parameters.
+    public init(job: String, data: String) {
+        self.job = job
+        self.data = data
+    }
+}
+
+/// The reply of `io.bugsquasher.Import.Append`.
+public struct BytesReply: Codable, Sendable {
+    /// Bytes received.
+    public var bytes: Int
+    /// Creates a reply.
+    public init(bytes: Int) { self.bytes = bytes }
+}
+
+/// The parameters of `io.bugsquasher.Import.Update`.
+public struct UpdateParameters: Codable, Sendable {
+    /// The object ID URI.
+    public var id: String
+    /// New values by attribute (or to-one relationship) name.
+    public var values: [String: JSONValue]
+    /// Creates parameters.
+    public init(id: String, values: [String: JSONValue]) {
+        self.id = id
+        self.values = values
+    }
+}
+
+/// The reply of `io.bugsquasher.Import.Update`.
+public struct UpdateReply: Codable, Sendable {
+    /// The object's version after the save.
+    public var version: Int64
+    /// The save's history token.
+    public var token: Int64
+    /// Creates a reply.
+    public init(version: Int64, token: Int64) {
+        self.version = version
+        self.token = token
+    }
+}
+
+/// A reply with one job (`Get`, `Watch`).
+public struct JobReply: Codable, Sendable {
+    /// The job.
+    public var job: WireJob
+    /// Creates a reply.
+    public init(job: WireJob) { self.job = job }
+}
+
+/// The reply of `io.bugsquasher.Jobs.List`.
+public struct JobsReply: Codable, Sendable {
+    /// The jobs, newest first.
+    public var jobs: [WireJob]
+    /// Creates a reply.
+    public init(jobs: [WireJob]) { self.jobs = jobs }
+}
+
+/// The parameters of `io.bugsquasher.Jobs.Rejects`.
+public struct RejectsParameters: Codable, Sendable {
+    /// The job.
+    public var job: String
+    /// At most this many.
+    public var limit: Int?
+    /// Creates parameters.
+    public init(job: String, limit: Int? = nil) {
+        self.job = job
+        self.limit = limit
+    }
+}
+
+/// The reply of `io.bugsquasher.Jobs.Rejects`.
+public struct RejectsReply: Codable, Sendable {
+    /// The rejects, in input order.
+    public var rejects: [WireReject]
+    /// Creates a reply.
+    public init(rejects: [WireReject]) { self.rejects = rejects }
+}
+
+/// The reply of `io.bugsquasher.Jobs.Status`.
+public struct StatusReply: Codable, Sendable {
+    /// The store's UUID.
+    public var storeIdentifier: String
+    /// The newest history token.
+    public var token: Int64
+    /// How many bugs the store holds.
+    public var bugs: Int
+    /// How many subscribers are connected.
+    public var subscribers: Int
+    /// The running job, if any.
+    public var activeJob: WireJob?
+    /// Creates a reply.
+    public init(storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, activeJob: WireJob?) {
+        self.storeIdentifier = storeIdentifier
+        self.token = token
+        self.bugs = bugs
+        self.subscribers = subscribers
+        self.activeJob = activeJob
+    }
+}

@@ -30,17 +30,6 @@ struct ImportCommand: ParsableCommand {
     @Flag(help: "Show progress and wait for the job's summary.")
     var wait = false
 
-    private struct BeginParameters: Encodable {
-        var name: String
-        var format: String?
-        var chunkSize: Int?
-    }
-    private struct AppendParameters: Encodable {
-        var job: String
-        var data: String
-    }
-    private struct BytesReply: Decodable { var bytes: Int }
-
     func run() throws {
         let input: FileHandle
         var size: Int64 = 0
@@ -56,7 +45,7 @@ struct ImportCommand: ParsableCommand {
         }
         let progress = ProgressBar(enabled: wait && isatty(2) != 0)
         let job: String = try withClient(sockets.write) { client in
-            let job = try client.call("io.bugsquasher.Import.Begin", BeginParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize), as: JobParameter.self).job
+            let job = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize), as: JobParameter.self).job
             var sent: Int64 = 0
             while true {
                 let chunk = try input.read(upToCount: 192 * 1024) ?? Data()
@@ -76,7 +65,6 @@ struct ImportCommand: ParsableCommand {
         var final: WireJob?
         let started = Date()
         try withClient(sockets.read) { client in
-            struct JobReply: Decodable { var job: WireJob }
             try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
                 let current = try reply.parameters(JobReply.self).job
                 final = current

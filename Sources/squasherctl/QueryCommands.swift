@@ -19,10 +19,6 @@ struct JobsCommand: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
-    private struct JobReply: Codable { var job: WireJob }
-    private struct JobsReply: Codable { var jobs: [WireJob] }
-    private struct RejectsReply: Codable { var rejects: [WireReject] }
-
     func run() throws {
         try withClient(sockets.read) { client in
             if let job {
@@ -48,14 +44,6 @@ struct StatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the daemon's store, token, subscribers and running job.")
 
     @OptionGroup var sockets: SocketOptions
-
-    private struct StatusReply: Codable {
-        var storeIdentifier: String
-        var token: Int64
-        var bugs: Int
-        var subscribers: Int
-        var activeJob: WireJob?
-    }
 
     func run() throws {
         let status = try withClient(sockets.read) { try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self) }
@@ -179,15 +167,6 @@ struct UpdateCommand: ParsableCommand {
 
     @Argument(help: "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute).")
     var assignments: [String]
-
-    private struct UpdateParameters: Encodable {
-        var id: String
-        var values: [String: JSONValue]
-    }
-    private struct UpdateReply: Decodable {
-        var version: Int64
-        var token: Int64
-    }
 
     func run() throws {
         var values: [String: JSONValue] = [:]

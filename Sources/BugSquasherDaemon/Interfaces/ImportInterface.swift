@@ -16,24 +16,6 @@ struct ImportInterface: VarlinkInterface {
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
 
-    private struct BeginParameters: Decodable {
-        var name: String
-        var format: String?
-        var chunkSize: Int?
-    }
-    private struct AppendParameters: Decodable {
-        var job: String
-        var data: String
-    }
-    private struct BytesReply: Encodable { var bytes: Int }
-    private struct UpdateParameters: Decodable {
-        var id: String
-        var values: [String: JSONValue]
-    }
-    private struct UpdateReply: Encodable {
-        var version: Int64
-        var token: Int64
-    }
     private struct IDParameter: Decodable { var id: String }
     private struct TokenReply: Encodable { var token: Int64 }
 
@@ -41,7 +23,7 @@ struct ImportInterface: VarlinkInterface {
         let book = JobBook(stack: stack)
         switch call.methodName {
         case "Begin":
-            let parameters = try call.parameters(BeginParameters.self)
+            let parameters = try call.parameters(BeginImportParameters.self)
             var format: InputFormat?
             if let name = parameters.format, name != "auto" {
                 guard let known = InputFormat(rawValue: name) else { throw invalidInput("unknown format '\(name)'; use one of \(InputFormat.names), or leave it out to detect it") }

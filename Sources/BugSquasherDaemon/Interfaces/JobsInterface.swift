@@ -13,21 +13,6 @@ struct JobsInterface: VarlinkInterface {
     let hub: NotificationHub
     let activeJob: @Sendable () -> String?
 
-    private struct JobReply: Encodable { var job: WireJob }
-    private struct JobsReply: Encodable { var jobs: [WireJob] }
-    private struct RejectsParameters: Decodable {
-        var job: String
-        var limit: Int?
-    }
-    private struct RejectsReply: Encodable { var rejects: [WireReject] }
-    private struct StatusReply: Encodable {
-        var storeIdentifier: String
-        var token: Int64
-        var bugs: Int
-        var subscribers: Int
-        var activeJob: WireJob?
-    }
-
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         let book = JobBook(stack: stack)
         switch call.methodName {
