@@ -146,7 +146,11 @@ public final class Subscriber: Sendable {
                     }
                 case "resync":
                     logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
-                    if let from = event.resyncFrom { state.withLock { $0.token = HistoryToken(rawValue: from) } }
+                    // Resume after what was merged; the daemon's token may be older when it
+                    // dropped the mailbox during a history replay.
+                    if let from = event.resyncFrom {
+                        state.withLock { $0.token = max($0.token ?? .zero, HistoryToken(rawValue: from)) }
+                    }
                     return
                 default:
                     continue

@@ -87,15 +87,18 @@ struct ChangesInterface: VarlinkInterface {
     }
 
     private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let start = try stack.store.currentHistoryToken()
         let since = parameters.since.map(HistoryToken.init(rawValue:))
         let subscription = Subscription(
             registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
-            pendingLimit: pendingLimit, startToken: since ?? start
+            pendingLimit: pendingLimit, startToken: since ?? .zero
         )
         if let initial = parameters.register { _ = subscription.register(try parse(initial)) }
+        // Join the fan-out first, read the current token second: a save committed in between is
+        // then in the mailbox (and skipped below if the history replay covers it), never lost.
         hub.add(subscription)
         defer { hub.remove(subscription) }
+        let start = try stack.store.currentHistoryToken()
+        if since == nil { subscription.markDelivered(start) }
         context.logger.debug("subscribed", metadata: ["subscription": "\(subscription.id)", "since": "\(since.map(\.description) ?? "now")"])
         try await replier.reply(SubscribeReply(event: "subscribed", subscription: subscription.id, token: (since ?? start).rawValue), continues: true)
 
@@ -110,6 +113,7 @@ struct ChangesInterface: VarlinkInterface {
                     if !filtered.isEmpty {
                         try await send(.save(filtered), subscription: subscription, replier: replier)
                     }
+                    subscription.markDelivered(save.token)
                 }
                 position = last.token
             }

@@ -90,8 +90,8 @@ final class Subscription: Sendable {
             let save = registeredOnly ? Self.filter(didSave, to: state.registered) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
-                if state.pending.isEmpty, state.waiter == nil { state.delivered = didSave.token }
-                else if !state.pending.isEmpty { state.pending[state.pending.count - 1].token = didSave.token }
+                if state.pending.isEmpty { state.delivered = didSave.token }
+                else { state.pending[state.pending.count - 1].token = didSave.token }
                 return (nil, nil)
             }
             if let waiter = state.waiter, state.pending.isEmpty {
