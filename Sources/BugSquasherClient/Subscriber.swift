@@ -75,7 +75,8 @@ public final class Subscriber: Sendable {
         store = try RemoteStore(socketPath: socketPath)
         let coordinator = try StoreCoordinator(model: model, store: store)
         context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
-        (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self)
+        // A consumer that stops reading keeps the newest events only, not an unbounded backlog.
+        (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self, bufferingPolicy: .bufferingNewest(10_000))
         state = Mutex(State(token: since))
         let registrar = Registrar()
         store.registrationSink.withLock { sink in
@@ -101,10 +102,12 @@ public final class Subscriber: Sendable {
         while !Task.isCancelled {
             do {
                 try await followFeed()
+                state.withLock { $0.subscription = nil }
                 delay = .milliseconds(100)
             } catch is CancellationError {
                 break
             } catch {
+                state.withLock { $0.subscription = nil }
                 if Task.isCancelled { break }
                 logger.warning("change feed interrupted; reconnecting", metadata: ["error": "\(error)", "token": "\(lastToken.map(\.description) ?? "-")"])
                 try? await Task.sleep(for: delay)
@@ -179,7 +182,16 @@ public final class Subscriber: Sendable {
             return (state.subscription, state.pendingAdded, state.pendingRemoved)
         }
         guard subscription != nil else { return }
-        try sendRegistrations(added: added, removed: removed)
+        do {
+            try sendRegistrations(added: added, removed: removed)
+        } catch {
+            // Not lost: sent with the next batch, or with the next Subscribe after a reconnect.
+            state.withLock { state in
+                state.pendingAdded = added + state.pendingAdded
+                state.pendingRemoved = removed + state.pendingRemoved
+            }
+            throw error
+        }
     }
 
     private func sendRegistrations(added: [(ObjectID, Int64)], removed: [ObjectID]) throws {

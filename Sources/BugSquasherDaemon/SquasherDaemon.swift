@@ -85,7 +85,12 @@ public struct SquasherDaemon: Sendable {
         let hub = NotificationHub()
         let status = StatusReporter(hub: hub, onStatus: onStatus)
         let runner = ImportRunner(stack: stack, configuration: configuration, logger: logger) { progress in status.update(progress) }
-        stack.observeDidSaves { didSave in hub.publish(didSave) }
+        // Every commit reaches the hub from the store's writer, in token order.
+        if let store = stack.store as? any CommitObservable {
+            store.observeCommits { didSave in hub.publish(didSave) }
+        } else {
+            stack.observeDidSaves { didSave in hub.publish(didSave) }
+        }
         let coding = WireCoding(model: stack.model)
         let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit)
         let store = StoreInterface(stack: stack, coding: coding)

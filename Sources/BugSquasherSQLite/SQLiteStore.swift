@@ -15,7 +15,7 @@ import Synchronization
 /// let store = try SQLiteStore(url: URL(filePath: "/var/lib/squasherd/bugs.sqlite"))
 /// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
 /// ```
-public final class SQLiteStore: IncrementalStore {
+public final class SQLiteStore: IncrementalStore, CommitObservable {
     public var storeType: String { "SQLite" }
 
     /// The store file.
@@ -62,6 +62,11 @@ public final class SQLiteStore: IncrementalStore {
 
     private let loaded = Mutex<Loaded?>(nil)
     private let registrations = Mutex<[ObjectID: Int]>([:])
+    private let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
+
+    public func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void) {
+        commitHandlers.withLock { $0.append(handler) }
+    }
 
     /// Opens (or creates) the store file. The model is checked by ``loadMetadata(for:)``, which a
     /// ``StoreCoordinator`` calls.
@@ -292,6 +297,13 @@ public final class SQLiteStore: IncrementalStore {
                 try db.execute(sql: "INSERT INTO bs_history (committed_at, payload) VALUES (?, ?)",
                                arguments: [Date().timeIntervalSince1970, HistoryCoding.encode(didSave)])
                 didSave.token = HistoryToken(rawValue: db.lastInsertedRowID)
+                let handlers = commitHandlers.withLock { $0 }
+                if !handlers.isEmpty {
+                    // Runs on the writer after the commit, serialized with every other write: the
+                    // observers see saves in token order; a rollback hands off nothing.
+                    let committed = didSave
+                    db.afterNextTransaction(onCommit: { _ in for handler in handlers { handler(committed) } })
+                }
                 return didSave
             }
         }

@@ -24,7 +24,7 @@ public final class BlockingVarlinkClient: Sendable {
         fd = Mutex(try Self.connect(path))
     }
 
-    deinit { fd.withLock { _ = close($0) } }
+    deinit { fd.withLock { if $0 >= 0 { _ = close($0) } } }
 
     static func connect(_ path: String) throws -> CInt {
         let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
@@ -59,8 +59,18 @@ public final class BlockingVarlinkClient: Sendable {
     public func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
         let message = try VarlinkCall.encode(method: method, parameters: parameters)
         let reply = try fd.withLock { fd -> Data in
-            try send(fd, message)
-            return try receive(fd)
+            if fd < 0 { fd = try Self.connect(path) }
+            do {
+                try send(fd, message)
+                return try receive(fd)
+            } catch let error as TransportError {
+                // The connection is broken: the next call opens a new one (this call is not
+                // retried, since it may have been executed).
+                close(fd)
+                fd = -1
+                buffer.withLock { $0.removeAll() }
+                throw error
+            }
         }
         return try VarlinkReply(message: reply).parameters(R.self)
     }

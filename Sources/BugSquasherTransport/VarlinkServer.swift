@@ -119,7 +119,7 @@ public final class VarlinkServer: Sendable {
             try await connection.executeThenClose { inbound, outbound in
                 let replier = ChannelReplier(outbound: outbound)
                 let streaming = StreamingFlag()
-                try await withThrowingTaskGroup(of: Void.self) { group in
+                try await withThrowingDiscardingTaskGroup { group in
                     for try await frame in inbound {
                         if streaming.isSet {
                             // Varlink allows no new call while a streaming call is running.

@@ -1,12 +1,19 @@
 /// Any JSON value: for Varlink's `object` type and error parameters, where the shape is not
 /// known statically.
 public enum JSONValue: Sendable, Hashable, Codable {
+    /// `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// An integral number.
     case int(Int64)
+    /// A number with a fraction or exponent.
     case double(Double)
+    /// A string.
     case string(String)
+    /// An array.
     case array([JSONValue])
+    /// An object.
     case object([String: JSONValue])
 
     public init(from decoder: any Decoder) throws {

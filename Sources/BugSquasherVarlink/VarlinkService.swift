@@ -94,6 +94,12 @@ public struct VarlinkService: Sendable {
             try await interface.handle(call, context: context, replier: replier)
         } catch let error as VarlinkError {
             try await replier.send(try VarlinkReply.encode(error))
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            // A handler's unexpected failure answers this call; the connection stays usable.
+            context.logger.error("call failed", metadata: ["varlink.method": "\(call.method)", "error": "\(error)"])
+            try await replier.send(try VarlinkReply.encode(VarlinkError("io.bugsquasher.InternalError", ["message": .string("\(error)")])))
         }
     }
 

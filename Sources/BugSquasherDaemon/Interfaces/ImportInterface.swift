@@ -32,7 +32,16 @@ struct ImportInterface: VarlinkInterface {
             let chunkSize = parameters.chunkSize ?? configuration.chunkSize
             guard (1...100_000).contains(chunkSize) else { throw invalidInput("chunkSize must be between 1 and 100000") }
             let job = try await book.create(name: String(parameters.name.prefix(500)), format: format, chunkSize: chunkSize)
-            uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes))
+            do {
+                uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes))
+            } catch let error as DaemonError {
+                try await book.update(job) { record in
+                    record.state = "failed"
+                    record.error = error.message
+                    record.finished = Date()
+                }
+                throw invalidInput(error.message)
+            }
             context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(parameters.name)"])
             try await replier.reply(JobParameter(job: job))
         case "Append":
@@ -81,9 +90,9 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(try await update(parameters.id, values: parameters.values))
         case "Delete":
             let id = try objectID(try call.parameters(IDParameter.self).id)
-            let editor = try await stack.editorContext(name: "varlink-delete")
-            try await editor.perform { context in
-                context.delete(try context.existingObject(with: id))
+            let editor = await newEditor("varlink-delete")
+            try await mapGraphErrors {
+                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
             }
             let didSave = try await mapGraphErrors { try await editor.saveToPersistentStore() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
@@ -98,13 +107,17 @@ struct ImportInterface: VarlinkInterface {
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
         }
-        let editor = try await stack.editorContext(name: "varlink-update")
-        try await editor.perform { context in
+        let editor = await newEditor("varlink-update")
+        try await mapGraphErrors { try await editor.perform { context in
             let object = try context.existingObject(with: id)
             for (key, json) in values {
                 if let attribute = entity.attribute(named: key) {
                     object.setValue(try WireCoding.decode(json, as: attribute), for: key)
                 } else if case .string(let target) = json, let targetID = ObjectID(uri: target) {
+                    let destination = entity.relationship(named: key)?.destination
+                    guard targetID.entityName == destination else {
+                        throw GraphError(.invalidArgument, "'\(key)' points to \(destination ?? "?") objects; \(target) is a \(targetID.entityName).")
+                    }
                     object.setRelated(try context.existingObject(with: targetID), for: key)
                 } else if json == .null {
                     object.setRelated(nil, for: key)
@@ -112,12 +125,18 @@ struct ImportInterface: VarlinkInterface {
                     throw GraphError(.invalidArgument, "'\(key)' is a relationship: pass an object ID URI or null.")
                 }
             }
-        }
+        } }
         let didSave = try await mapGraphErrors { try await editor.saveToPersistentStore() }
         let stored = try stack.store.newValues(for: id)?.version ?? 0
         let version = didSave?.updated.first { $0.objectID == id }?.version ?? stored
         let token = try didSave?.token.rawValue ?? stack.store.currentHistoryToken().rawValue
         return UpdateReply(version: version, token: token)
+    }
+
+    /// An editor context (object-trump) over a fresh writer-side context of its own: an edit
+    /// that fails leaves nothing pending behind it, and no context grows with the edits made.
+    private func newEditor(_ name: String) async -> ObjectContext {
+        await stack.importerContext(name: name).newChildContext(mergePolicy: .mergeByPropertyObjectTrump, name: name)
     }
 
     private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {

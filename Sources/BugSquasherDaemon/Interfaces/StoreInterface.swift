@@ -46,6 +46,11 @@ struct StoreInterface: VarlinkInterface {
         }
     }
 
+    /// The most rows one `Fetch` returns; page with `offset` for more.
+    static let maximumRows = 10_000
+    /// The most IDs one `Fetch` returns.
+    static let maximumIDs = 100_000
+
     private func invalid(_ message: String) -> VarlinkError {
         VarlinkError("io.bugsquasher.Store.InvalidRequest", ["message": .string(message)])
     }
@@ -79,7 +84,10 @@ struct StoreInterface: VarlinkInterface {
         default: throw invalid("result is ids, rows or count")
         }
         if let limit = parameters.limit, limit < 0 { throw invalid("limit must not be negative") }
-        let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: parameters.limit, offset: max(0, parameters.offset ?? 0), resultType: resultType)
+        // Rows and IDs are paged: one call never makes the daemon read an unbounded result.
+        let cap = resultType == .rows ? Self.maximumRows : Self.maximumIDs
+        let limit = resultType == .count ? parameters.limit : min(parameters.limit ?? cap, cap)
+        let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: limit, offset: max(0, parameters.offset ?? 0), resultType: resultType)
         switch try stack.mainCoordinator.fetch(request) {
         case .objectIDs(let ids): return FetchReply(ids: ids.map(\.uriString))
         case .rows(let rows): return FetchReply(rows: rows.map { WireRow(id: $0.objectID.uriString, version: $0.snapshot.version, values: coding.encode($0.snapshot, entity: entity)) })

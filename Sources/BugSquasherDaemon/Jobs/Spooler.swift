@@ -57,9 +57,12 @@ actor Spooler {
             }
             if let gzip {
                 var buffer = ByteBuffer(bytes: bytes)
-                var inflated: [UInt8] = []
-                try buffer.decompressStream(with: gzip) { window in inflated += window.readableBytesView }
-                try consume(inflated)
+                // One 64 KiB window at a time: a small, highly compressed upload cannot inflate
+                // into memory all at once.
+                try buffer.decompressStream(with: gzip) { window in
+                    try consume(Array(window.readableBytesView))
+                    try flush(force: false)
+                }
             } else {
                 try consume(bytes)
             }
@@ -104,7 +107,7 @@ actor Spooler {
     private func consume(_ bytes: [UInt8]) throws {
         if !decided {
             sniffed += bytes
-            guard sniffed.count >= 64 * 1024 || sniffed.contains(0x0A) else { return }
+            guard sniffed.count >= maximumRecordBytes || sniffed.contains(0x0A) else { return }
             try decide(final: false)
             let pending = sniffed
             sniffed = []

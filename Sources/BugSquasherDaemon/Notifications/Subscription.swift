@@ -55,21 +55,20 @@ final class Subscription: Sendable {
 
     // MARK: Registrations
 
-    /// Adds references; returns how many IDs are registered.
+    /// Registers IDs (a set: registering an ID twice is harmless; the client library counts
+    /// references and sends only first registrations and last unregistrations); returns how
+    /// many IDs are registered.
     func register(_ ids: [ObjectID]) -> Int {
         state.withLock { state in
-            for id in ids { state.registered[id, default: 0] += 1 }
+            for id in ids { state.registered[id] = 1 }
             return state.registered.count
         }
     }
 
-    /// Removes references; returns how many IDs are registered.
+    /// Unregisters IDs; returns how many IDs are registered.
     func unregister(_ ids: [ObjectID]) -> Int {
         state.withLock { state in
-            for id in ids {
-                let count = state.registered[id, default: 0] - 1
-                state.registered[id] = count > 0 ? count : nil
-            }
+            for id in ids { state.registered[id] = nil }
             return state.registered.count
         }
     }
@@ -123,6 +122,10 @@ final class Subscription: Sendable {
                 return waiter
             }
             state.refreshes += changes
+            if state.refreshes.count > pendingLimit {
+                state.refreshes.removeAll()
+                state.resync = state.delivered
+            }
             return nil
         }
         waiter?.resume(returning: .refresh(changes))

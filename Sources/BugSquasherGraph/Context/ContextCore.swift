@@ -30,11 +30,7 @@ final class ContextCore {
         self.logger = logger
     }
 
-    deinit {
-        let ids = registered.keys.filter { !$0.isTemporary }
-        for object in registered.values { object.clearStorage() }
-        coordinator.unregister(Array(ids))
-    }
+    deinit { reset() }
 
     // MARK: Registration
 
@@ -186,6 +182,8 @@ final class ContextCore {
         let old = object.toOne[slot]
         if old === target { return }
         let relationship = object.entity.toOneRelationships[slot]
+        precondition(target == nil || target!.entity.name == relationship.destination,
+                     "'\(object.entity.name).\(relationship.name)' takes \(relationship.destination) objects, not \(target!.entity.name).")
         object.toOne[slot] = target
         didChange(object)
         guard let inverseEntity = model.entity(named: relationship.destination),
@@ -198,9 +196,11 @@ final class ContextCore {
         } else {
             let inverseSlot = inverseEntity.toOneIndex[inverse.name]!
             if let old { rawSetToOne(old, slot: inverseSlot, nil) }
-            if let target {
+            if let target, target.entity === inverseEntity {
                 if target.isFault { fulfillFault(target) }
-                if let previous = target.toOne[inverseSlot], previous !== object { rawSetToOne(previous, slot: slot, nil) }
+                if inverseSlot < target.toOne.count, let previous = target.toOne[inverseSlot], previous !== object {
+                    rawSetToOne(previous, slot: slot, nil)
+                }
                 rawSetToOne(target, slot: inverseSlot, object)
             }
         }

@@ -38,7 +38,18 @@ public indirect enum ObjectPredicate: Sendable, Hashable, Codable {
 
 /// How ``ObjectPredicate/compare(keyPath:_:_:)`` compares.
 public enum ComparisonOperator: String, Sendable, Hashable, Codable {
-    case equal, notEqual, less, lessOrEqual, greater, greaterOrEqual
+    /// Equal (`== nil` means "is null").
+    case equal
+    /// Not equal (`!= nil` means "is not null").
+    case notEqual
+    /// Less than.
+    case less
+    /// Less than or equal.
+    case lessOrEqual
+    /// Greater than.
+    case greater
+    /// Greater than or equal.
+    case greaterOrEqual
     /// The string contains the constant (case-sensitive).
     case contains
     /// The string contains the constant, ignoring the case of ASCII letters.

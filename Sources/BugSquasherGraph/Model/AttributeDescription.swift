@@ -2,7 +2,18 @@ import Foundation
 
 /// The type of an attribute.
 public enum AttributeType: String, Sendable, Hashable, Codable, CaseIterable {
-    case string, int64, double, bool, date, data
+    /// Text.
+    case string
+    /// A 64-bit integer.
+    case int64
+    /// A double.
+    case double
+    /// A boolean.
+    case bool
+    /// A point in time.
+    case date
+    /// Raw bytes.
+    case data
 }
 
 /// One attribute of an entity: a name, a type, whether it may be null, and a default.

@@ -9,7 +9,7 @@ import Synchronization
 /// ```swift
 /// let coordinator = try StoreCoordinator(model: model, store: InMemoryStore())
 /// ```
-public final class InMemoryStore: IncrementalStore {
+public final class InMemoryStore: IncrementalStore, CommitObservable {
     public var storeType: String { "InMemory" }
 
     private struct State {
@@ -31,6 +31,11 @@ public final class InMemoryStore: IncrementalStore {
 
     private let state = Mutex(State())
     private let identifier: String
+    private let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
+
+    public func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void) {
+        commitHandlers.withLock { $0.append(handler) }
+    }
 
     /// Creates an empty store with a new identifier.
     public init(identifier: String = UUID().uuidString) {
@@ -103,7 +108,8 @@ public final class InMemoryStore: IncrementalStore {
     }
 
     private func save(_ changes: SaveChanges) throws -> DidSave {
-        try state.withLock { state in
+        let handlers = commitHandlers.withLock { $0 }
+        return try state.withLock { state in
             guard let model = state.model, let metadata = state.metadata else { throw notLoaded() }
             var conflicts: [MergeConflict] = []
             for row in changes.updated {
@@ -152,6 +158,8 @@ public final class InMemoryStore: IncrementalStore {
             try Self.checkUniqueKeys(in: next, changes: changes, model: model)
             next.history.append(didSave.withoutValues)
             state = next
+            // Still under the store's lock: observers see saves in token order.
+            for handler in handlers { handler(didSave) }
             return didSave
         }
     }

@@ -51,6 +51,14 @@ public protocol IncrementalStore: AnyObject, Sendable {
     func currentHistoryToken() throws -> HistoryToken
 }
 
+/// A store that hands every committed did-save to observers, in commit order, right after the
+/// commit: the fan-out point of a daemon (no I/O may happen in the observer; it runs on the
+/// store's writer).
+public protocol CommitObservable: Sendable {
+    /// Calls `handler` after each commit, serially, in commit (token) order.
+    func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void)
+}
+
 extension IncrementalStore {
     /// The current values of one object, or `nil` when it has no row.
     public func newValues(for objectID: ObjectID) throws -> RowSnapshot? {
