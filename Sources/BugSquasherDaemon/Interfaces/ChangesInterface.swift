@@ -109,7 +109,7 @@ struct ChangesInterface: VarlinkInterface {
                 let page = try stack.store.changes(after: position, limit: 500)
                 guard let last = page.last else { break }
                 for save in page where save.token <= start {
-                    let filtered = subscription.registeredOnly ? Subscription.filter(save, to: registeredSnapshot(subscription)) : save
+                    let filtered = subscription.filtered(save)
                     if !filtered.isEmpty {
                         try await send(.save(filtered), subscription: subscription, replier: replier)
                     }
@@ -123,11 +123,6 @@ struct ChangesInterface: VarlinkInterface {
             try await send(event, subscription: subscription, replier: replier)
             if case .resync = event { return }
         }
-    }
-
-    private func registeredSnapshot(_ subscription: Subscription) -> [ObjectID: Int] {
-        // Filtering by the live registrations is what `offer` does; history uses the same rule.
-        Dictionary(uniqueKeysWithValues: subscription.registeredIDs.map { ($0, 1) })
     }
 
     private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {

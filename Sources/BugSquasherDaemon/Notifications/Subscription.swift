@@ -75,8 +75,6 @@ final class Subscription: Sendable {
 
     var registeredCount: Int { state.withLock { $0.registered.count } }
 
-    /// The registered IDs.
-    var registeredIDs: [ObjectID] { state.withLock { Array($0.registered.keys) } }
 
     // MARK: Mailbox
 
@@ -175,6 +173,12 @@ final class Subscription: Sendable {
     }
 
     // MARK: Filtering and coalescing
+
+    /// A save as this subscriber receives it: filtered to its registrations when it asked.
+    func filtered(_ didSave: DidSave) -> DidSave {
+        guard registeredOnly else { return didSave }
+        return state.withLock { Self.filter(didSave, to: $0.registered) }
+    }
 
     static func filter(_ didSave: DidSave, to registered: [ObjectID: Int]) -> DidSave {
         var filtered = DidSave(token: didSave.token, storeIdentifier: didSave.storeIdentifier)

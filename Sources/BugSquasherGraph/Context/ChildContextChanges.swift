@@ -53,10 +53,7 @@ extension ContextCore {
         for object in inserted + updated {
             object.isInserted = false
             object.snapshot = object.currentRow(version: object.snapshot?.version ?? 0)
-            for slot in object.toMany.indices {
-                object.toMany[slot].added.removeAll()
-                object.toMany[slot].removed.removeAll()
-            }
+            object.clearPendingLinks()
         }
         for object in deleted { forget(object) }
         self.inserted.removeAll()
@@ -70,15 +67,7 @@ extension ContextCore {
         // Objects first, so that relationships among new objects resolve.
         for pending in changes.rows where pending.isInserted && registered[pending.objectID] == nil {
             guard let entity = model.entity(named: pending.objectID.entityName) else { continue }
-            let object = entity.objectType.init(entity: entity, objectID: pending.objectID)
-            object.core = self
-            object.isFault = false
-            object.isInserted = true
-            object.values = pending.row.attributes
-            object.toOne = Array(repeating: nil, count: entity.toOneRelationships.count)
-            object.toMany = Array(repeating: ToManyState(members: []), count: entity.toManyRelationships.count)
-            registered[pending.objectID] = object
-            inserted.append(object)
+            insert(entity: entity, objectID: pending.objectID).values = pending.row.attributes
         }
         for pending in changes.rows {
             let object = self.object(for: pending.objectID)

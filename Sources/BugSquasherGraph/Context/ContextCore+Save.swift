@@ -134,19 +134,13 @@ extension ContextCore {
         for object in inserted {
             object.isInserted = false
             object.snapshot = object.currentRow(version: versions[object.objectID] ?? 1)
-            for slot in object.toMany.indices where object.toMany[slot].hasChanges {
-                object.toMany[slot].added.removeAll()
-                object.toMany[slot].removed.removeAll()
-            }
+            object.clearPendingLinks()
         }
         for object in updated {
             let row = object.currentRow(version: versions[object.objectID] ?? (object.snapshot?.version ?? 0) + 1)
             object.snapshot = row
             updatedRows[object.objectID] = row
-            for slot in object.toMany.indices where object.toMany[slot].hasChanges {
-                object.toMany[slot].added.removeAll()
-                object.toMany[slot].removed.removeAll()
-            }
+            object.clearPendingLinks()
         }
         // Inserted objects hold their values; the row cache fills when another context asks.
         coordinator.register(inserted.map { $0.objectID })

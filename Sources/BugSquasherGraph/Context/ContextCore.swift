@@ -68,8 +68,9 @@ final class ContextCore {
         object.core = nil
     }
 
-    func insert(entity: EntityDescription) -> ManagedObject {
-        let object = entity.objectType.init(entity: entity, objectID: .temporary(entity: entity.name))
+    /// Inserts a new object (with a temporary ID, or the ID a child context already obtained).
+    func insert(entity: EntityDescription, objectID: ObjectID? = nil) -> ManagedObject {
+        let object = entity.objectType.init(entity: entity, objectID: objectID ?? .temporary(entity: entity.name))
         object.core = self
         object.isFault = false
         object.isInserted = true

@@ -205,6 +205,15 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         RowSnapshot(version: version, attributes: values, toOne: toOne.map { $0?.objectID })
     }
 
+    /// Forgets the to-many links added and removed since the last save (they were saved or
+    /// pushed to a parent).
+    func clearPendingLinks() {
+        for slot in toMany.indices where toMany[slot].hasChanges {
+            toMany[slot].added.removeAll()
+            toMany[slot].removed.removeAll()
+        }
+    }
+
     /// Drops values and relationships, turning the object back into a fault.
     func clearStorage() {
         values = []
