@@ -435,12 +435,16 @@ public struct StatusReply: Codable, Sendable {
     public var subscribers: Int
     /// The running job, if any.
     public var activeJob: WireJob?
+    /// Save conflicts the daemon's contexts resolved with their merge policy since it started
+    /// (an edit and an import chunk that changed the same bug at the same time).
+    public var conflictsResolved: Int?
     /// Creates a reply.
-    public init(storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, activeJob: WireJob?) {
+    public init(storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, activeJob: WireJob?, conflictsResolved: Int? = nil) {
         self.storeIdentifier = storeIdentifier
         self.token = token
         self.bugs = bugs
         self.subscribers = subscribers
         self.activeJob = activeJob
+        self.conflictsResolved = conflictsResolved
     }
 }

@@ -150,6 +150,7 @@ public final class VarlinkServer: Sendable {
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
+        await context.connection.close()
     }
 }
 

@@ -1,5 +1,6 @@
 public import Foundation
 public import Logging
+import Synchronization
 
 /// Sends replies to the call being handled. Writes wait while the peer is slow to read
 /// (backpressure); they throw once the connection is gone.
@@ -24,12 +25,43 @@ public struct VarlinkCallContext: Sendable {
     public var mayWrite: Bool
     /// A logger with the connection's metadata.
     public var logger: Logger
+    /// The connection: register work to do when it closes.
+    public var connection: VarlinkConnection
 
     /// Creates a context.
-    public init(socket: String, mayWrite: Bool, logger: Logger) {
+    public init(socket: String, mayWrite: Bool, logger: Logger, connection: VarlinkConnection = VarlinkConnection()) {
         self.socket = socket
         self.mayWrite = mayWrite
         self.logger = logger
+        self.connection = connection
+    }
+}
+
+/// One client connection, as handlers see it: state that must not outlive the connection (an
+/// upload that was never committed) registers its clean-up here.
+public final class VarlinkConnection: Sendable {
+    private let state = Mutex<(closed: Bool, actions: [@Sendable () async -> Void])>((false, []))
+
+    /// Creates a connection handle; the transport calls ``close()`` when the peer is gone.
+    public init() {}
+
+    /// Runs `action` when the connection closes (at once if it already has).
+    public func onClose(_ action: @escaping @Sendable () async -> Void) async {
+        let closed = state.withLock { state in
+            if !state.closed { state.actions.append(action) }
+            return state.closed
+        }
+        if closed { await action() }
+    }
+
+    /// Marks the connection closed and runs the registered clean-ups, in order.
+    public func close() async {
+        let actions = state.withLock { state in
+            state.closed = true
+            defer { state.actions = [] }
+            return state.actions
+        }
+        for action in actions { await action() }
     }
 }
 

@@ -48,7 +48,7 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         let status = try withClient(sockets.read) { try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self) }
         print("store \(status.storeIdentifier)")
-        print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers)")
+        print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), conflicts resolved \(status.conflictsResolved ?? 0)")
         if let job = status.activeJob {
             print("importing job \(job.id) (\(job.name)): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%")
         } else {

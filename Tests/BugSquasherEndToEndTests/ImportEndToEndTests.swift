@@ -85,30 +85,8 @@ struct ImportEndToEndTests {
     @Test("malformed, oversized and forbidden calls close or answer that client alone")
     func hostileClients() async throws {
         let harness = try await DaemonHarness()
-        func exchange(_ path: String, _ bytes: [UInt8]) throws -> String {
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(fd) }
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &address.sun_path) { raw in
-                raw.copyBytes(from: Array(path.utf8))
-                raw[path.utf8.count] = 0
-            }
-            _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-            var timeout = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            var reply: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-                if n <= 0 { break }
-                reply += buffer[..<n]
-                if reply.contains(0) { break }
-            }
-            return String(decoding: reply.filter { $0 != 0 }, as: UTF8.self)
-        }
-        let call = { (json: String) in Array(json.utf8) + [0] }
+        let exchange = RawSocket.exchange
+        let call = varlinkCall
         #expect(try exchange(harness.readSocket, call("{nope")).contains("InvalidParameter"))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Nope"}"#)).contains("MethodNotFound"))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{}}"#)).contains(#""parameter":"entity""#))

@@ -8,8 +8,9 @@ import Testing
 struct MergeTests {
     /// Context A and B load TIMOB-1 (title "Bug number 1", status Closed, priority Medium).
     /// A changes title and priority and saves; then B changes title and status and saves with
-    /// `policy`. Returns B's save error (if any) and the stored values afterwards.
-    func conflict(_ kind: StoreKind, _ policy: MergePolicy) async throws -> (error: GraphError?, title: String, status: String, priority: String?) {
+    /// `policy`. Returns B's save error (if any), the stored values afterwards, and how many
+    /// conflicts the coordinator counted as resolved.
+    func conflict(_ kind: StoreKind, _ policy: MergePolicy) async throws -> (error: GraphError?, title: String, status: String, priority: String?, resolved: Int) {
         let fixture = try StoreFixture(kind)
         let id = try await fixture.context().perform { try $0.seedBugs(1) }[0]
         let a = fixture.context(.error, name: "a")
@@ -33,9 +34,10 @@ struct MergeTests {
         } catch let error as GraphError {
             saveError = error
         }
+        let resolved = fixture.coordinator.resolvedConflictCount
         return try await fixture.context(name: "check").perform { context in
             let bug = try context.existingObject(with: id) as! Bug
-            return (saveError, bug.title, bug.status, bug.priority)
+            return (saveError, bug.title, bug.status, bug.priority, resolved)
         }
     }
 
@@ -49,6 +51,7 @@ struct MergeTests {
         #expect(error.conflicts.first?.persistedVersion == 2)
         #expect(result.title == "title from A")
         #expect(result.status == "Closed")
+        #expect(result.resolved == 0)
     }
 
     @Test("store trump: the store's changes win property by property", arguments: StoreKind.allCases)
@@ -64,6 +67,7 @@ struct MergeTests {
     func objectTrump(kind: StoreKind) async throws {
         let result = try await conflict(kind, .mergeByPropertyObjectTrump)
         #expect(result.error == nil)
+        #expect(result.resolved == 1)
         #expect(result.title == "title from B")
         #expect(result.status == "Reopened")
         #expect(result.priority == "High")

@@ -31,9 +31,25 @@ struct ImportInterface: VarlinkInterface {
             }
             let chunkSize = parameters.chunkSize ?? configuration.chunkSize
             guard (1...100_000).contains(chunkSize) else { throw invalidInput("chunkSize must be between 1 and 100000") }
+            guard uploads.count < UploadRegistry.maximumUploads else {
+                throw invalidInput("\(UploadRegistry.maximumUploads) uploads are in progress; commit or abort one first")
+            }
             let job = try await book.create(name: String(parameters.name.prefix(500)), format: format, chunkSize: chunkSize)
             do {
                 uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes))
+                // An upload lives as long as the connection that began it: a client that goes
+                // away without Commit leaves no open spool file and no job stuck "uploading".
+                let logger = context.logger
+                await context.connection.onClose { [uploads, book] in
+                    guard let spooler = uploads.remove(job) else { return }
+                    await spooler.discard()
+                    logger.notice("upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
+                    try? await book.update(job) { record in
+                        record.state = "aborted"
+                        record.error = "The client disconnected before committing the upload; submit the file again."
+                        record.finished = Date()
+                    }
+                }
             } catch let error as DaemonError {
                 try await book.update(job) { record in
                     record.state = "failed"
@@ -180,7 +196,13 @@ struct ImportInterface: VarlinkInterface {
 
 /// Uploads in progress, by job ID.
 final class UploadRegistry: Sendable {
+    /// How many uploads may be in progress at once.
+    static let maximumUploads = 64
+
     private let spoolers = Mutex<[String: Spooler]>([:])
+
+    /// How many uploads are in progress.
+    var count: Int { spoolers.withLock { $0.count } }
 
     func add(_ spooler: Spooler) { spoolers.withLock { $0[spooler.jobID] = spooler } }
     func get(_ job: String) -> Spooler? { spoolers.withLock { $0[job] } }

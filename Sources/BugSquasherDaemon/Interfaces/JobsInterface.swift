@@ -37,7 +37,8 @@ struct JobsInterface: VarlinkInterface {
             let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
             try await replier.reply(StatusReply(
                 storeIdentifier: stack.mainCoordinator.storeIdentifier, token: try stack.store.currentHistoryToken().rawValue,
-                bugs: bugs, subscribers: hub.count, activeJob: active
+                bugs: bugs, subscribers: hub.count, activeJob: active,
+                conflictsResolved: stack.writerCoordinator.resolvedConflictCount + stack.mainCoordinator.resolvedConflictCount
             ))
         default:
             throw VarlinkError.methodNotFound(call.method)

@@ -260,7 +260,6 @@ final class ChunkSource: Sendable {
     private static func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) throws -> [ImportRunner.Entry] {
         var entries: [ImportRunner.Entry] = []
         let decoder = JiraIssueDecoder()
-        let recordDecoder = RecordCoding.decoder()
         while entries.count < size, let line = try reader.next() {
             if line.isOversized {
                 entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(maximumRecordBytes) bytes"))
@@ -280,9 +279,9 @@ final class ChunkSource: Sendable {
                 case .jira:
                     entry.record = try decoder.decode(Data(line.bytes), line: line.number)
                 case .record:
-                    entry.record = try recordDecoder.decode(BugRecord.self, from: Data(line.bytes))
+                    entry.record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
                 case .envelope:
-                    let envelope = try recordDecoder.decode(SpoolEnvelope.self, from: Data(line.bytes))
+                    let envelope = try line.bytes.withUnsafeBufferPointer { try SpoolEnvelope(json: $0) }
                     entry.line = envelope._line
                     entry.record = envelope.record
                     entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)

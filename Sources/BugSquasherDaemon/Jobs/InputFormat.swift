@@ -29,10 +29,37 @@ enum InputFormat: String, Sendable, CaseIterable {
 }
 
 /// A CSV row converted at upload time, as it is spooled.
-struct SpoolEnvelope: Codable, Sendable {
+struct SpoolEnvelope: Encodable, Sendable {
     var _line: Int
     var record: BugRecord?
     var _reject: String?
+
+    init(_line: Int, record: BugRecord?, _reject: String?) {
+        self._line = _line
+        self.record = record
+        self._reject = _reject
+    }
+
+    /// Reads a spooled envelope (written by ``RecordCoding/encoder()``).
+    init(json bytes: UnsafeBufferPointer<UInt8>) throws {
+        var reader = JSONReader(bytes)
+        var line: Int?, record: BugRecord?, reject: String?
+        do {
+            try reader.object { reader, field in
+                switch field {
+                case "_line": line = try reader.integer()
+                case "record": record = reader.null() ? nil : try BugRecord.read(from: &reader)
+                case "_reject": reject = try reader.optionalString()
+                default: try reader.skip()
+                }
+            }
+            try reader.end()
+        } catch let failure as JSONReader.Failure {
+            throw ImportError(.invalidJSON, "damaged spool line: \(failure.description)")
+        }
+        guard let line else { throw ImportError(.invalidJSON, "damaged spool line: no '_line'") }
+        self.init(_line: line, record: record, _reject: reject)
+    }
 }
 
 /// The JSON coding of BugSquasher's own records (dates as ISO 8601).
@@ -41,11 +68,5 @@ enum RecordCoding {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         return encoder
-    }
-
-    static func decoder() -> JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        return decoder
     }
 }

@@ -96,6 +96,7 @@ extension ContextCore {
                     "conflicts": "\(error.conflicts.count)", "merge.policy": "\(mergePolicy)",
                 ])
                 resolveSaveConflicts(error.conflicts)
+                coordinator.noteResolvedConflicts(error.conflicts.count)
             }
         }
     }

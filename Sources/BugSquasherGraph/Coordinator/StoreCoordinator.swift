@@ -29,6 +29,9 @@ public final class StoreCoordinator: Sendable {
     /// The row cache, serialized by its mutex.
     private let cache = Mutex<[ObjectID: CacheEntry]>([:])
 
+    /// Merge conflicts that contexts of this coordinator resolved with their merge policy.
+    private let resolvedConflicts = Atomic<Int>(0)
+
     /// Opens `store` for `model`.
     ///
     /// - Throws: what ``IncrementalStore/loadMetadata(for:)`` throws (incompatible model, damaged
@@ -164,4 +167,13 @@ public final class StoreCoordinator: Sendable {
 
     /// How many objects the cache holds references for (for tests and memory reports).
     public var cachedObjectCount: Int { cache.withLock { $0.count } }
+
+    /// How many save conflicts (an object changed in the store since a context loaded it)
+    /// contexts of this coordinator have resolved with their merge policy so far.
+    public var resolvedConflictCount: Int { resolvedConflicts.load(ordering: .relaxed) }
+
+    /// Counts conflicts a context resolved with its merge policy.
+    func noteResolvedConflicts(_ count: Int) {
+        resolvedConflicts.add(count, ordering: .relaxed)
+    }
 }

@@ -1,0 +1,130 @@
+import Foundation
+
+extension BugRecord {
+    /// Decodes a record from its JSON form — what `JSONEncoder` writes for a `BugRecord` with
+    /// ISO 8601 dates, and the `bugsquasher-ndjson` import format — straight from the bytes.
+    ///
+    /// `key`, `title`, `status` and `project` are required; `labels`, `components` and
+    /// `comments` default to empty; unknown fields are skipped.
+    ///
+    /// - Throws: ``ImportError`` with code `invalidJSON` or `invalidRecord` naming the field.
+    public init(json bytes: UnsafeBufferPointer<UInt8>) throws {
+        var reader = JSONReader(bytes)
+        do {
+            self = try Self.read(from: &reader)
+            try reader.end()
+        } catch let failure as JSONReader.Failure {
+            throw ImportError(.invalidJSON, failure.description)
+        }
+    }
+
+    /// Reads one record object at the reader's position.
+    package static func read(from reader: inout JSONReader) throws -> BugRecord {
+        var key: String?, title: String?, status: String?, project: ProjectRecord?
+        var record = BugRecord(key: "", title: "", status: "", project: ProjectRecord(key: ""))
+        try reader.object { reader, field in
+            try Self.field(field) {
+                switch field {
+                case "key": key = try reader.string()
+                case "jiraID": record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
+                case "title": title = try reader.string()
+                case "details": record.details = try reader.optionalString()
+                case "status": status = try reader.string()
+                case "resolution": record.resolution = try reader.optionalString()
+                case "priority": record.priority = try reader.optionalString()
+                case "type": record.type = try reader.optionalString()
+                case "labels": record.labels = reader.null() ? [] : try reader.strings()
+                case "created": record.created = try date(&reader)
+                case "updated": record.updated = try date(&reader)
+                case "resolved": record.resolved = try date(&reader)
+                case "project": project = try ProjectRecord.read(from: &reader)
+                case "components": record.components = reader.null() ? [] : try reader.strings()
+                case "reporter": record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case "assignee": record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case "comments":
+                    record.comments = []
+                    if !reader.null() {
+                        try reader.array { record.comments.append(try CommentRecord.read(from: &$0)) }
+                    }
+                default: try reader.skip()
+                }
+            }
+        }
+        guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
+        guard let title else { throw ImportError(.invalidRecord, "missing field 'title'") }
+        guard let status else { throw ImportError(.invalidRecord, "missing field 'status'") }
+        guard let project else { throw ImportError(.invalidRecord, "missing field 'project'") }
+        record.key = key
+        record.title = title
+        record.status = status
+        record.project = project
+        return record
+    }
+
+    /// Runs `body`, naming `field` in a syntax or type error it throws.
+    static func field(_ field: String, _ body: () throws -> Void) throws {
+        do { try body() } catch let failure as JSONReader.Failure {
+            throw ImportError(.invalidRecord, "field '\(field)': \(failure.description)")
+        }
+    }
+
+    /// Reads an ISO 8601 date string (or `null`).
+    static func date(_ reader: inout JSONReader) throws -> Date? {
+        guard let text = try reader.optionalString() else { return nil }
+        guard let date = JiraDate.parse(text) else {
+            throw ImportError(.invalidRecord, "'\(text)' is not an ISO 8601 date such as 2011-04-15T02:23:39Z")
+        }
+        return date
+    }
+}
+
+extension ProjectRecord {
+    /// Reads `{"key": …, "name": …}`.
+    package static func read(from reader: inout JSONReader) throws -> ProjectRecord {
+        var key: String?, name: String?
+        try reader.object { reader, field in
+            switch field {
+            case "key": key = try reader.string()
+            case "name": name = try reader.optionalString()
+            default: try reader.skip()
+            }
+        }
+        guard let key else { throw ImportError(.invalidRecord, "missing field 'project.key'") }
+        return ProjectRecord(key: key, name: name)
+    }
+}
+
+extension PersonRecord {
+    /// Reads `{"name": …, "displayName": …}`.
+    package static func read(from reader: inout JSONReader) throws -> PersonRecord {
+        var name: String?, displayName: String?
+        try reader.object { reader, field in
+            switch field {
+            case "name": name = try reader.string()
+            case "displayName": displayName = try reader.optionalString()
+            default: try reader.skip()
+            }
+        }
+        guard let name else { throw ImportError(.invalidRecord, "missing field 'name' of a person") }
+        return PersonRecord(name: name, displayName: displayName)
+    }
+}
+
+extension CommentRecord {
+    /// Reads `{"jiraID": …, "body": …, "author": …, "created": …, "updated": …}`.
+    package static func read(from reader: inout JSONReader) throws -> CommentRecord {
+        var jiraID: String?, body: String?, author: PersonRecord?, created: Date?, updated: Date?
+        try reader.object { reader, field in
+            switch field {
+            case "jiraID": jiraID = try reader.stringOrNumber()
+            case "body": body = try reader.string()
+            case "author": author = reader.null() ? nil : try PersonRecord.read(from: &reader)
+            case "created": created = try BugRecord.date(&reader)
+            case "updated": updated = try BugRecord.date(&reader)
+            default: try reader.skip()
+            }
+        }
+        guard let jiraID, let body else { throw ImportError(.invalidRecord, "a comment needs 'jiraID' and 'body'") }
+        return CommentRecord(jiraID: jiraID, body: body, author: author, created: created, updated: updated)
+    }
+}

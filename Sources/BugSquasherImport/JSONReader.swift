@@ -1,0 +1,279 @@
+/// A forward-only reader of one JSON document in UTF-8 that decodes straight into the caller's
+/// values, without building a tree and without `Codable`'s per-field machinery.
+///
+/// The importer decodes hundreds of thousands of records; with `JSONDecoder` that was the
+/// largest share of the daemon's CPU. Record types drive this reader field by field:
+///
+/// ```swift
+/// var reader = JSONReader(bytes)
+/// var title: String?
+/// try reader.object { reader, key in
+///     switch key {
+///     case "title": title = try reader.string()
+///     default: try reader.skip()
+///     }
+/// }
+/// try reader.end()
+/// ```
+///
+/// It is strict where JSON is (no trailing commas, no comments, control characters in strings
+/// rejected), limits nesting to ``maximumDepth``, and reports errors with the byte offset.
+package struct JSONReader {
+    /// An error: what was wrong and the byte offset where it was found.
+    package struct Failure: Error, Sendable, CustomStringConvertible {
+        /// What was wrong.
+        package var message: String
+        /// The byte offset in the document.
+        package var offset: Int
+        package var description: String { "\(message) at byte \(offset)" }
+    }
+
+    /// The deepest nesting of arrays and objects accepted.
+    package static let maximumDepth = 64
+
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var index = 0
+    private var depth = 0
+
+    /// Reads `bytes`, which must stay valid while the reader is used.
+    package init(_ bytes: UnsafeBufferPointer<UInt8>) {
+        self.bytes = bytes
+    }
+
+    // MARK: Values
+
+    /// Reads an object, calling `field` with each key; `field` must read or skip the value.
+    package mutating func object(_ field: (inout JSONReader, String) throws -> Void) throws {
+        try expect(UInt8(ascii: "{"), "expected an object")
+        try enter()
+        defer { depth -= 1 }
+        if consume(UInt8(ascii: "}")) { return }
+        repeat {
+            skipWhitespace()
+            let key = try string()
+            try expect(UInt8(ascii: ":"), "expected ':' after a key")
+            try field(&self, key)
+        } while consume(UInt8(ascii: ","))
+        try expect(UInt8(ascii: "}"), "expected ',' or '}' in an object")
+    }
+
+    /// Reads an array, calling `element` for each element; `element` must read or skip it.
+    package mutating func array(_ element: (inout JSONReader) throws -> Void) throws {
+        try expect(UInt8(ascii: "["), "expected an array")
+        try enter()
+        defer { depth -= 1 }
+        if consume(UInt8(ascii: "]")) { return }
+        repeat {
+            try element(&self)
+        } while consume(UInt8(ascii: ","))
+        try expect(UInt8(ascii: "]"), "expected ',' or ']' in an array")
+    }
+
+    /// Reads an array of strings.
+    package mutating func strings() throws -> [String] {
+        var result: [String] = []
+        try array { result.append(try $0.string()) }
+        return result
+    }
+
+    /// Consumes `null` if it is next, and says whether it was.
+    package mutating func null() -> Bool {
+        skipWhitespace()
+        guard bytes.count - index >= 4, bytes[index] == UInt8(ascii: "n"), bytes[index + 1] == UInt8(ascii: "u"),
+              bytes[index + 2] == UInt8(ascii: "l"), bytes[index + 3] == UInt8(ascii: "l")
+        else { return false }
+        index += 4
+        return true
+    }
+
+    /// Reads a string, or `nil` for `null`.
+    package mutating func optionalString() throws -> String? {
+        null() ? nil : try string()
+    }
+
+    /// Reads a string, or a number as its text (IDs are written either way).
+    package mutating func stringOrNumber() throws -> String {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) else {
+            return try string()
+        }
+        let start = index
+        try skipNumber()
+        return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+    }
+
+    /// Reads an integer.
+    package mutating func integer() throws -> Int {
+        skipWhitespace()
+        let start = index
+        try skipNumber()
+        guard let value = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)) else {
+            throw Failure(message: "expected an integer", offset: start)
+        }
+        return value
+    }
+
+    /// Reads a string.
+    package mutating func string() throws -> String {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+            throw Failure(message: "expected a string", offset: index)
+        }
+        index += 1
+        let start = index
+        // The common case: no escapes, one copy.
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                index += 1
+                return text
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            if byte < 0x20 { throw Failure(message: "control character in a string", offset: index) }
+            index += 1
+        }
+        var utf8 = Array(bytes[start..<index])
+        while index < bytes.count {
+            let byte = bytes[index]
+            index += 1
+            switch byte {
+            case UInt8(ascii: "\""):
+                return String(decoding: utf8, as: UTF8.self)
+            case UInt8(ascii: "\\"):
+                try unescape(into: &utf8)
+            case ..<0x20:
+                throw Failure(message: "control character in a string", offset: index - 1)
+            default:
+                utf8.append(byte)
+            }
+        }
+        throw Failure(message: "unterminated string", offset: start - 1)
+    }
+
+    /// Skips one value of any type, checking its syntax.
+    package mutating func skip() throws {
+        skipWhitespace()
+        guard index < bytes.count else { throw Failure(message: "expected a value", offset: index) }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): try object { reader, _ in try reader.skip() }
+        case UInt8(ascii: "["): try array { try $0.skip() }
+        case UInt8(ascii: "\""): _ = try string()
+        case UInt8(ascii: "t"): try literal("true")
+        case UInt8(ascii: "f"): try literal("false")
+        case UInt8(ascii: "n"): try literal("null")
+        default: try skipNumber()
+        }
+    }
+
+    /// Checks that only whitespace follows the document.
+    package mutating func end() throws {
+        skipWhitespace()
+        guard index == bytes.count else { throw Failure(message: "unexpected text after the JSON value", offset: index) }
+    }
+
+    // MARK: Lexing
+
+    private mutating func enter() throws {
+        depth += 1
+        guard depth <= Self.maximumDepth else {
+            throw Failure(message: "nested deeper than \(Self.maximumDepth) levels", offset: index)
+        }
+    }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x0A, 0x0D, 0x09: index += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func consume(_ byte: UInt8) -> Bool {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == byte else { return false }
+        index += 1
+        return true
+    }
+
+    private mutating func expect(_ byte: UInt8, _ message: @autoclosure () -> String) throws {
+        guard consume(byte) else {
+            throw Failure(message: index < bytes.count ? message() : "unexpected end of input", offset: index)
+        }
+    }
+
+    private mutating func literal(_ word: StaticString) throws {
+        let count = word.utf8CodeUnitCount
+        guard bytes.count - index >= count,
+              UnsafeBufferPointer(rebasing: bytes[index..<index + count]).elementsEqual(UnsafeBufferPointer(start: word.utf8Start, count: count))
+        else { throw Failure(message: "invalid literal", offset: index) }
+        index += count
+    }
+
+    private mutating func skipNumber() throws {
+        let start = index
+        func digits() -> Int {
+            let first = index
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+            return index - first
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard digits() > 0 else { throw Failure(message: "expected a value", offset: start) }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits() > 0 else { throw Failure(message: "invalid number", offset: start) }
+        }
+        if index < bytes.count, bytes[index] | 0x20 == UInt8(ascii: "e") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits() > 0 else { throw Failure(message: "invalid number", offset: start) }
+        }
+    }
+
+    /// Decodes the escape after a backslash (already consumed) into UTF-8.
+    private mutating func unescape(into utf8: inout [UInt8]) throws {
+        guard index < bytes.count else { throw Failure(message: "unterminated string", offset: index) }
+        let byte = bytes[index]
+        index += 1
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(byte)
+        case UInt8(ascii: "b"): utf8.append(0x08)
+        case UInt8(ascii: "f"): utf8.append(0x0C)
+        case UInt8(ascii: "n"): utf8.append(0x0A)
+        case UInt8(ascii: "r"): utf8.append(0x0D)
+        case UInt8(ascii: "t"): utf8.append(0x09)
+        case UInt8(ascii: "u"):
+            var scalar = try hex4()
+            if (0xD800..<0xDC00).contains(scalar), bytes.count - index >= 6,
+               bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") {
+                index += 2
+                let low = try hex4()
+                guard (0xDC00..<0xE000).contains(low) else { throw Failure(message: "invalid surrogate pair", offset: index - 6) }
+                scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+            }
+            // A lone surrogate becomes U+FFFD, as Foundation's decoder does.
+            utf8.append(contentsOf: String(Character(Unicode.Scalar(scalar) ?? "\u{FFFD}")).utf8)
+        default:
+            throw Failure(message: "invalid escape", offset: index - 2)
+        }
+    }
+
+    private mutating func hex4() throws -> UInt32 {
+        guard bytes.count - index >= 4 else { throw Failure(message: "invalid \\u escape", offset: index) }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: throw Failure(message: "invalid \\u escape", offset: index)
+            }
+            value = value << 4 | UInt32(digit)
+            index += 1
+        }
+        return value
+    }
+}

@@ -1,0 +1,234 @@
+import BugSquasherImport
+import Foundation
+import Testing
+
+/// A small seeded generator (SplitMix64), so that a failing fuzz run can be repeated.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// The resident memory of a process (`VmRSS`), in bytes.
+func residentMemory(of pid: Int32) throws -> Int {
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+          let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])
+    else { throw HarnessError("no VmRSS for pid \(pid)") }
+    return kib * 1024
+}
+
+@Suite("End to end: hostile clients on both sockets", .serialized)
+struct FuzzTests {
+    /// Well-formed calls of every interface, the material the fuzzer mutates.
+    static let templates = [
+        #"{"method":"org.varlink.service.GetInfo"}"#,
+        #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"io.bugsquasher.Store"}}"#,
+        #"{"method":"io.bugsquasher.Store.Info"}"#,
+        #"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","predicate":"status == \"Open\"","limit":5,"result":"rows","sort":["-key"]}}"#,
+        #"{"method":"io.bugsquasher.Changes.History","parameters":{"after":0,"limit":5}}"#,
+        #"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"registeredOnly":true,"register":[]},"more":true}"#,
+        #"{"method":"io.bugsquasher.Jobs.Status"}"#,
+        #"{"method":"io.bugsquasher.Jobs.List","parameters":{"limit":3}}"#,
+        #"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"fuzz","format":"jira-json","chunkSize":10}}"#,
+        #"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"x-bugsquasher://nope/Bug/p1","values":{"status":"x"}}}"#,
+    ]
+
+    /// Values of every JSON type, and some that are valid JSON but hostile.
+    static let hostileValues = [
+        "null", "0", "-1", "1e400", "123456789012345678901234567890", "\"\"", "\"\\u0000\"", "[]", "{}", "true",
+        "\"x-bugsquasher://../../etc/passwd\"", "[" + String(repeating: "[", count: 5_000) + String(repeating: "]", count: 5_000) + "]",
+        "\"" + String(repeating: "x", count: 70_000) + "\"", "{\"status\":[1,{\"a\":null}]}",
+    ]
+
+    /// One mutated call: truncated, bytes flipped, a parameter's value replaced, or an
+    /// unknown interface or method.
+    static func mutant(_ random: inout SplitMix64) -> [UInt8] {
+        var bytes = Array(templates.randomElement(using: &random)!.utf8)
+        switch Int.random(in: 0..<4, using: &random) {
+        case 0:
+            bytes = Array(bytes.prefix(Int.random(in: 0..<bytes.count, using: &random)))
+        case 1:
+            for _ in 0..<Int.random(in: 1...4, using: &random) {
+                bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+            }
+        case 2:
+            let text = String(decoding: bytes, as: UTF8.self)
+            let value = hostileValues.randomElement(using: &random)!
+            // Replace the value after a random `":` with a hostile one.
+            let marks = text.indices.filter { text[$0...].hasPrefix("\":") }
+            guard let mark = marks.randomElement(using: &random) else { break }
+            let start = text.index(mark, offsetBy: 2)
+            var end = start
+            var depth = 0
+            var inString = false
+            while end < text.endIndex {
+                let c = text[end]
+                if inString {
+                    if c == "\\" { end = text.index(after: end) } else if c == "\"" { inString = false }
+                } else if c == "\"" { inString = true } else if c == "{" || c == "[" { depth += 1 } else if c == "}" || c == "]" {
+                    if depth == 0 { break }
+                    depth -= 1
+                } else if c == "," && depth == 0 { break }
+                end = text.index(after: end)
+            }
+            bytes = Array((String(text[..<start]) + value + String(text[end...])).utf8)
+        default:
+            let names = ["io.bugsquasher.Nope.Info", "io.bugsquasher.Store.", "", ".", "org.varlink.service.Nope", "io.bugsquasher.Store.Info.Extra", String(repeating: "a.", count: 3_000)]
+            bytes = Array(#"{"method":"\#(names.randomElement(using: &random)!)","parameters":{}}"#.utf8)
+        }
+        return bytes + [0]
+    }
+
+    @Test("random, truncated, nested, oversized, mistyped and abandoned input: squasherd keeps serving others, with normal latency and memory")
+    func fuzz() async throws {
+        let seed = ProcessInfo.processInfo.environment["BUGSQUASHER_FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
+        print("fuzz seed \(seed) (BUGSQUASHER_FUZZ_SEED=\(seed) repeats this run)")
+        var random = SplitMix64(seed: seed)
+        let config = "/tmp/bsfuzz-\(seed).conf"
+        try "subscriber_pending_limit = 2000\n".write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let harness = try await DaemonHarness(chunkSize: 100, extraArguments: ["--config", config])
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let records = SampleIssues.generate(count: 400)
+        try records.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
+            .write(toFile: harness.directory + "/bugs.ndjson", atomically: true, encoding: .utf8)
+        try await harness.ctl(["import", harness.directory + "/bugs.ndjson", "--wait"])
+
+        // A well-behaved subscriber, connected through the whole run.
+        let key = records[0].key
+        let subscriber = try harness.startCtl("subscribe", ["subscribe", "--json", key])
+        _ = try await subscriber.waitForLine { $0.contains(#""event":"ready""#) }
+        var round = 0
+        func editLatency() async throws -> Duration {
+            round += 1
+            let status = "Fuzz-\(round)"
+            let start = subscriber.output.count
+            let began = ContinuousClock.now
+            try await harness.ctl(["update", key, "status=\(status)"])
+            _ = try await subscriber.waitForLine(from: start, timeout: .seconds(30)) { $0.contains(#""status":"\#(status)""#) }
+            return .now - began
+        }
+        func median(_ values: [Duration]) -> Duration { values.sorted()[values.count / 2] }
+        var before: [Duration] = []
+        for _ in 0..<5 { before.append(try await editLatency()) }
+        let memoryBefore = try residentMemory(of: harness.daemon.pid)
+        let sockets = [harness.readSocket, harness.writeSocket]
+
+        // 1. Random bytes, some with terminators; 2. mutated calls of every interface.
+        for index in 0..<600 {
+            let socket = try RawSocket(path: sockets[index % 2], receiveTimeout: 5)
+            var bytes: [UInt8]
+            if index < 200 {
+                bytes = (0..<Int.random(in: 0...2_048, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                if Bool.random(using: &random) { bytes.append(0) }
+            } else {
+                bytes = Self.mutant(&random)
+            }
+            socket.send(bytes)
+            shutdown(socket.fd, Int32(SHUT_WR))
+            _ = socket.receiveAll(limit: 1 << 20)
+        }
+
+        // 3. Deep nesting and wrong types get an error reply, not a crash.
+        for path in sockets {
+            let deep = #"{"method":"io.bugsquasher.Store.Info","parameters":{"x":"# + String(repeating: "[", count: 200_000) + "}"
+            let reply = try RawSocket.exchange(path, varlinkCall(deep))
+            #expect(reply.isEmpty || reply.contains("InvalidParameter"), "\(reply.prefix(300))")
+        }
+        #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","limit":"ten"}}"#)).contains("InvalidParameter"))
+        #expect(try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":7,"values":[]}}"#)).contains("InvalidParameter"))
+        #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Nope.Info"}"#)).contains("InterfaceNotFound"))
+
+        // 4. 100 MB without a terminator, on each socket: cut off at the 16 MiB message limit.
+        for path in sockets {
+            let socket = try RawSocket(path: path, receiveTimeout: 10)
+            let block = [UInt8](repeating: 0x7B, count: 1 << 20)
+            var sent = 0
+            while sent < 100 << 20 {
+                let n = socket.send(block)
+                sent += n
+                if n < block.count { break }
+            }
+            #expect(sent < 100 << 20, "squasherd took \(sent) bytes of one unterminated message")
+        }
+
+        // 5. Thousands of connections opened and dropped, some mid-message.
+        for index in 0..<3_000 {
+            let socket = try RawSocket(path: sockets[index % 2], receiveTimeout: 5)
+            if index % 3 == 0 { socket.send(Array(#"{"method":"io.bugsquasher.Jobs.Sta"#.utf8)) }
+        }
+
+        // 6. Uploads begun and abandoned by their connection are aborted, not left open.
+        for _ in 0..<80 {
+            let socket = try RawSocket(path: harness.writeSocket)
+            socket.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"abandoned"}}"#))
+            #expect(socket.receiveMessage().contains("job"))
+        }
+
+        // 7. A subscriber that subscribes to everything and never reads, through an import.
+        let stalled = try RawSocket(path: harness.readSocket, receiveTimeout: 10)
+        var small: Int32 = 4_096
+        setsockopt(stalled.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        stalled.send(varlinkCall(#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"includeValues":true},"more":true}"#))
+        let more = SampleIssues.generate(count: 3_000).map { record -> BugRecord in
+            var record = record
+            record.title = "changed while a subscriber stalls: " + record.title
+            return record
+        }
+        try more.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
+            .write(toFile: harness.directory + "/more.ndjson", atomically: true, encoding: .utf8)
+        try await harness.ctl(["import", harness.directory + "/more.ndjson", "--wait", "--chunk-size", "10"])
+
+        // The daemon serves as before: the subscriber that was connected all along still gets
+        // its refreshes with normal latency, and memory is back within bounds.
+        var after: [Duration] = []
+        for _ in 0..<5 { after.append(try await editLatency()) }
+        print("edit -> refresh median: \(median(before)) before, \(median(after)) after the fuzzing")
+        #expect(median(after) < median(before) * 3 + .milliseconds(250), "before \(before), after \(after)")
+        let memoryAfter = try residentMemory(of: harness.daemon.pid)
+        print("squasherd VmRSS: \(memoryBefore >> 20) MiB before, \(memoryAfter >> 20) MiB after")
+        #expect(memoryAfter < memoryBefore + 64 << 20, "VmRSS grew from \(memoryBefore >> 20) MiB to \(memoryAfter >> 20) MiB")
+        let jobs = try await harness.ctl(["jobs"]).joined(separator: "\n")
+        #expect(!jobs.contains("uploading"), "\(jobs)")
+
+        // The stalled subscriber was told to resync instead of being buffered without bound.
+        let backlog = String(decoding: stalled.receiveAll(limit: 256 << 20), as: UTF8.self)
+        #expect(backlog.contains(#""event":"resync""#), "\(backlog.suffix(500))")
+        #expect(try await harness.ctl(["status"]).joined().contains("history token"))
+        subscriber.signal(SIGTERM)
+        _ = try await subscriber.waitForExit()
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("a client without permission for the write socket cannot import or edit; it can still read")
+    func writeSocketPermission() async throws {
+        let harness = try await DaemonHarness()
+        try "{\"key\":\"P-1\",\"title\":\"t\",\"status\":\"Open\",\"project\":{\"key\":\"P\"}}\n".write(toFile: harness.directory + "/p.ndjson", atomically: true, encoding: .utf8)
+        chmod(harness.directory + "/p.ndjson", 0o644)
+        func asNobody(_ arguments: [String]) async throws -> (status: Int32, errors: String) {
+            let process = try ChildProcess(
+                name: "squasherctl as nobody", executable: "/usr/bin/setpriv",
+                arguments: ["--reuid=65534", "--regid=65534", "--clear-groups", Products.squasherctl] + arguments,
+                environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"]
+            )
+            return (try await process.waitForExit(), process.errorOutput)
+        }
+        let status = try await asNobody(["status"])
+        #expect(status.status == 0, "the read socket is open to everyone: \(status.errors)")
+        let imported = try await asNobody(["import", harness.directory + "/p.ndjson", "--wait"])
+        #expect(imported.status != 0)
+        #expect(imported.errors.lowercased().contains("permission"), "\(imported.errors)")
+        let edited = try await asNobody(["update", "P-1", "status=Closed"])
+        #expect(edited.status != 0)
+        #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
+        #expect(try await harness.stop() == 0)
+    }
+}

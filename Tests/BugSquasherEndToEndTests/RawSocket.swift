@@ -1,0 +1,77 @@
+import Foundation
+
+/// A plain Unix stream socket, for sending squasherd arbitrary bytes (hostile-client tests).
+final class RawSocket {
+    let fd: Int32
+
+    /// Connects to `path`; throws with the errno text when the connection is refused.
+    init(path: String, receiveTimeout seconds: Int = 10) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: Array(path.utf8))
+            raw[path.utf8.count] = 0
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw HarnessError("connect(\(path)): \(reason)")
+        }
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(fd) }
+
+    /// Sends all of `bytes`; returns how many the peer took before it closed (or a timeout).
+    @discardableResult
+    func send(_ bytes: [UInt8]) -> Int {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { Foundation.send(fd, $0.baseAddress! + sent, min(bytes.count - sent, 1 << 20), Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { break }
+            sent += n
+        }
+        return sent
+    }
+
+    /// Receives until a NUL-terminated message arrived, the peer closed, or the timeout passed;
+    /// returns the message without its terminator (empty when none came).
+    func receiveMessage() -> String {
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while !reply.contains(0) {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            reply += buffer[..<n]
+        }
+        return String(decoding: reply.prefix { $0 != 0 }, as: UTF8.self)
+    }
+
+    /// Reads whatever arrives until the peer closes or nothing comes for the receive timeout.
+    func receiveAll(limit: Int = 64 << 20) -> [UInt8] {
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while data.count < limit {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            data += buffer[..<n]
+        }
+        return data
+    }
+
+    /// Connects, sends `bytes`, and returns the first reply (empty when the daemon closed).
+    static func exchange(_ path: String, _ bytes: [UInt8]) throws -> String {
+        let socket = try RawSocket(path: path)
+        socket.send(bytes)
+        return socket.receiveMessage()
+    }
+}
+
+/// A Varlink call as bytes: the JSON text and its NUL terminator.
+func varlinkCall(_ json: String) -> [UInt8] { Array(json.utf8) + [0] }
