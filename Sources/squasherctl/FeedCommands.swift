@@ -9,9 +9,13 @@ import Foundation
 import Logging
 import UnixSignals
 
-/// `squasherctl watch`: prints the change feed.
+/// `squasherctl watch`: prints the change feed. It follows the daemon across restarts and
+/// resyncs, resuming after the last token it printed, so that it prints every save once.
 struct WatchCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "watch", abstract: "Print every committed save as it happens (Ctrl-C to stop).")
+    static let configuration = CommandConfiguration(
+        commandName: "watch", abstract: "Print every committed save as it happens (Ctrl-C to stop).",
+        discussion: "When squasherd stops or restarts, or tells a slow watcher to resync, watch reconnects and resumes after the last token it printed: every save is printed once, in token order."
+    )
 
     @OptionGroup var sockets: SocketOptions
 
@@ -28,27 +32,81 @@ struct WatchCommand: AsyncParsableCommand {
     var verbose = false
 
     func run() async throws {
+        let (path, since, json, values, verbose) = (sockets.read, since, json, values, verbose)
         try await untilSignal {
-            try await VarlinkStream.call(path: sockets.read, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: since, includeValues: values)) { replies in
-                for try await reply in replies {
-                    let event = try reply.parameters(SubscribeReply.self)
-                    if json { try printJSON(event); continue }
-                    switch event.event {
-                    case "subscribed": print("subscribed at token \(event.token)")
-                    case "resync": print("fell behind; resume with --since \(event.resyncFrom ?? event.token)")
-                    default:
-                        guard let save = event.save else { continue }
-                        print("token \(save.token): \(save.inserted.count) inserted, \(save.updated.count) updated, \(save.deleted.count) deleted")
-                        if verbose {
-                            for change in save.inserted { print("  + \(change.id) v\(change.version)") }
-                            for change in save.updated { print("  ~ \(change.id) v\(change.version) \((change.keys ?? []).joined(separator: ","))") }
-                            for change in save.deleted { print("  - \(change.id)") }
+            var position = since
+            var connected = false
+            while true {
+                do {
+                    try await VarlinkStream.call(path: path, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: position, includeValues: values)) { replies in
+                        for try await reply in replies {
+                            let event = try reply.parameters(SubscribeReply.self)
+                            switch event.event {
+                            case "subscribed":
+                                if connected { FileHandle.standardError.write(Data("reconnected; resuming after token \(position ?? event.token)\n".utf8)) }
+                                connected = true
+                                if position == nil { position = event.token }
+                            case "resync":
+                                position = event.resyncFrom ?? position
+                            default:
+                                if let save = event.save {
+                                    // A resumed feed never repeats a save already printed.
+                                    guard save.token > (position ?? 0) || position == nil else { continue }
+                                    position = save.token
+                                }
+                            }
+                            try Self.print(event, json: json, verbose: verbose)
                         }
                     }
-                    fflush(nil)
+                } catch let error as VarlinkError {
+                    throw error
+                } catch where connected {
+                    // The daemon went away: fall through and reconnect.
+                }
+                guard connected else { return }
+                FileHandle.standardError.write(Data("the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n".utf8))
+                try await Self.waitForDaemon(path)
+            }
+        }
+    }
+
+    /// Waits until the read socket accepts connections again.
+    private static func waitForDaemon(_ path: String) async throws {
+        while true {
+            try await Task.sleep(for: .milliseconds(200))
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                raw.copyBytes(from: Array(path.utf8.prefix(raw.count - 1)))
+                raw[min(path.utf8.count, raw.count - 1)] = 0
+            }
+            let result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            close(fd)
+            if result == 0 { return }
+        }
+    }
+
+    private static func print(_ event: SubscribeReply, json: Bool, verbose: Bool) throws {
+        if json {
+            try printJSON(event)
+        } else {
+            switch event.event {
+            case "subscribed": Swift.print("subscribed at token \(event.token)")
+            case "resync": Swift.print("fell behind; resuming after token \(event.resyncFrom ?? event.token)")
+            default:
+                guard let save = event.save else { return }
+                Swift.print("token \(save.token): \(save.inserted.count) inserted, \(save.updated.count) updated, \(save.deleted.count) deleted")
+                if verbose {
+                    for change in save.inserted { Swift.print("  + \(change.id) v\(change.version)") }
+                    for change in save.updated { Swift.print("  ~ \(change.id) v\(change.version) \((change.keys ?? []).joined(separator: ","))") }
+                    for change in save.deleted { Swift.print("  - \(change.id)") }
                 }
             }
         }
+        fflush(nil)
     }
 }
 

@@ -45,8 +45,12 @@ struct StatusCommand: ParsableCommand {
 
     @OptionGroup var sockets: SocketOptions
 
+    @Flag(help: "Print JSON.")
+    var json = false
+
     func run() throws {
         let status = try withClient(sockets.read) { try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self) }
+        if json { return try printJSON(status) }
         print("store \(status.storeIdentifier)")
         print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), conflicts resolved \(status.conflictsResolved ?? 0)")
         if let job = status.activeJob {

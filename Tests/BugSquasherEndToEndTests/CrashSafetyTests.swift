@@ -11,7 +11,7 @@ struct CrashSafetyTests {
         return process.output
     }
 
-    @Test("kill -9 at random points during an import, three times: every record imported exactly once, the job resumes by itself, the store is sound, the history has no gap")
+    @Test("kill -9 twice and SIGTERM once at random points of an import: every record imported exactly once, the job resumes by itself, the store is sound, the history has no gap, a follower saw every save once")
     func killDuringImport() async throws {
         let directory = "/tmp/bscrash-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -34,6 +34,10 @@ struct CrashSafetyTests {
             return daemon
         }
         var daemon = try await startDaemon()
+        // A follower on the change feed through the whole run, resuming with `since` after each
+        // restart (squasherctl watch does that by itself).
+        let follower = try ChildProcess(name: "watch", executable: Products.squasherctl, arguments: ["watch", "--json"], environment: environment)
+        _ = try await follower.waitForLine { $0.contains(#""event":"subscribed""#) }
         let submit = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/input.ndjson"], environment: environment)
         #expect(try await submit.waitForExit() == 0, "\(submit.errorOutput)")
         let job = try #require(submit.output.last)
@@ -52,9 +56,17 @@ struct CrashSafetyTests {
                 if (info?["recordsRead"] as? Int ?? 0) >= target { break }
                 try await Task.sleep(for: .milliseconds(Int.random(in: 1...20, using: &generator)))
             }
-            daemon.signal(SIGKILL)
             #expect(state == "running", "kill \(kill) came after the import ended (\(state)); the test did not interrupt it")
-            _ = try await daemon.waitForExit()
+            if kill == 2 {
+                // SIGTERM mid-chunk: the chunk commits whole, the daemon exits 0, quickly.
+                let asked = ContinuousClock.now
+                daemon.signal(SIGTERM)
+                #expect(try await daemon.waitForExit(timeout: .seconds(10)) == 0, "\(daemon.errorOutput.suffix(2000))")
+                print("SIGTERM during the import: squasherd exited after \(ContinuousClock.now - asked)")
+            } else {
+                daemon.signal(SIGKILL)
+                _ = try await daemon.waitForExit()
+            }
             daemon = try await startDaemon()
         }
         // The job resumes by itself after the last restart and finishes.
@@ -73,6 +85,18 @@ struct CrashSafetyTests {
         #expect(final["recordsRead"] as? Int == count)
         #expect(final["imported"] as? Int == count - 1)
         #expect(final["rejected"] as? Int == 1)
+        // The follower printed every committed save exactly once, in order.
+        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status", "--json"], environment: environment)
+        _ = try await status.waitForExit()
+        let finalToken = try #require((try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["token"] as? Int)
+        _ = try await follower.waitForLine { $0.contains(#""token":\#(finalToken)"#) && $0.contains(#""event":"save""#) }
+        follower.signal(SIGTERM)
+        _ = try await follower.waitForExit()
+        let seen = follower.output.compactMap { line -> Int? in
+            guard let event = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], event["event"] as? String == "save" else { return nil }
+            return (event["save"] as? [String: Any])?["token"] as? Int
+        }
+        #expect(seen == Array(1...finalToken), "the follower saw \(seen.count) saves for tokens 1...\(finalToken); duplicates or gaps: \(Set(1...finalToken).symmetricDifference(seen).sorted().prefix(20))")
         daemon.signal(SIGTERM)
         #expect(try await daemon.waitForExit() == 0)
 
