@@ -146,6 +146,8 @@ struct FuzzTests {
         #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","limit":"ten"}}"#)).contains("InvalidParameter"))
         #expect(try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":7,"values":[]}}"#)).contains("InvalidParameter"))
         #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Nope.Info"}"#)).contains("InterfaceNotFound"))
+        let nestedPredicate = String(repeating: "(", count: 100_000) + #"key == \"x\""# + String(repeating: ")", count: 100_000)
+        #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","predicate":"\#(nestedPredicate)"}}"#)).contains("nested deeper than"))
 
         // 4. 100 MB without a terminator, on each socket: cut off at the 16 MiB message limit.
         for path in sockets {

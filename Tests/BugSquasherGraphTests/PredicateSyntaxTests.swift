@@ -21,4 +21,13 @@ struct PredicateSyntaxTests {
         let relation = try ObjectPredicate(parsing: #"project == "x-bugsquasher://S/Project/p3""#).coerced(for: bug, in: BugModel.model)
         #expect(relation == .relationship(keyPath: "project", ObjectID(store: "S", entity: "Project", primaryKey: 3)))
     }
+
+    @Test("hostile predicate text is refused with a reason, not a crash")
+    func hostileText() throws {
+        let nested = String(repeating: "(", count: 100_000) + #"key == "x""# + String(repeating: ")", count: 100_000)
+        #expect { try ObjectPredicate(parsing: nested) } throws: { "\($0)".contains("nested deeper than") }
+        #expect { try ObjectPredicate(parsing: String(repeating: "NOT ", count: 100_000) + #"key == "x""#) } throws: { "\($0)".contains("nested deeper than") }
+        // Within the limit it still parses.
+        _ = try ObjectPredicate(parsing: String(repeating: "(", count: 60) + #"key == "x""# + String(repeating: ")", count: 60))
+    }
 }

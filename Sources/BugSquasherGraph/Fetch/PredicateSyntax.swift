@@ -155,6 +155,10 @@ extension ObjectPredicate {
 private struct PredicateParser {
     private let scalars: [Character]
     private var position = 0
+    /// Parentheses and NOTs currently open: bounded, so that hostile text cannot exhaust the
+    /// stack of the recursive descent.
+    private var depth = 0
+    static let maximumDepth = 64
 
     init(_ text: String) { scalars = Array(text) }
 
@@ -178,12 +182,18 @@ private struct PredicateParser {
     }
 
     private mutating func parseNot() throws -> ObjectPredicate {
-        if accept(word: "NOT") || accept("!") { return .not(try parseNot()) }
+        if accept(word: "NOT") || accept("!") {
+            try enter()
+            defer { depth -= 1 }
+            return .not(try parseNot())
+        }
         return try parsePrimary()
     }
 
     private mutating func parsePrimary() throws -> ObjectPredicate {
         if accept("(") {
+            try enter()
+            defer { depth -= 1 }
             let inner = try parseOr()
             guard accept(")") else { throw error("missing ')'") }
             return inner
@@ -212,6 +222,11 @@ private struct PredicateParser {
         else if accept(">") { op = .greater }
         else { throw error("expected an operator (==, !=, <, <=, >, >=, IN, CONTAINS, BEGINSWITH) after '\(keyPath)'") }
         return .compare(keyPath: keyPath, op, try parseValue())
+    }
+
+    private mutating func enter() throws {
+        depth += 1
+        guard depth <= Self.maximumDepth else { throw error("nested deeper than \(Self.maximumDepth) levels of parentheses and NOT") }
     }
 
     private mutating func parseKeyPath() throws -> String {
