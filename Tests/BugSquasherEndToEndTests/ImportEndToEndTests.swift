@@ -66,6 +66,12 @@ struct ImportEndToEndTests {
         #expect(summary(stdinProcess.output).contains("2 read, 2 imported"), "\(stdinProcess.output)")
         #expect(try await harness.ctl(["get", "BZ-102"]).joined(separator: "\n").contains("status: RESOLVED"))
 
+        // NDJSON whose first record is broken is still NDJSON: that record is rejected, the rest import.
+        try (#"{"key":"NB-0","title":"t",}"# + "\n" + #"{"key":"NB-1","title":"t","status":"Open","project":{"key":"NB"}}"# + "\n")
+            .write(toFile: dir + "/g.ndjson", atomically: true, encoding: .utf8)
+        let brokenFirst = try await harness.ctl(["import", dir + "/g.ndjson", "--wait"])
+        #expect(summary(brokenFirst).contains("2 read, 1 imported, 1 rejected"), "\(brokenFirst)")
+
         // A file that is not what it claims to be fails the job with a clear message.
         try Data((0..<2048).map { UInt8(truncatingIfNeeded: $0 &* 7919) }).write(to: URL(filePath: dir + "/f.bin"))
         let failed = try ChildProcess(name: "import garbage", executable: Products.squasherctl, arguments: ["import", dir + "/f.bin", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
@@ -78,7 +84,7 @@ struct ImportEndToEndTests {
 
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
-        #expect(status.contains("bugs 12,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2
+        #expect(status.contains("bugs 13,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 1
         #expect(try await harness.stop() == 0)
     }
 

@@ -188,6 +188,11 @@ actor Spooler {
                 layout = .searchResponse
             } else if let object, object["key"] != nil {
                 detected = .bugsquasherNDJSON
+            } else if object == nil, firstLine.last(where: { ![0x20, 0x09, 0x0D].contains($0) }) == UInt8(ascii: "}") {
+                // A whole object on the first line that does not parse: NDJSON whose first
+                // record is broken (it becomes a reject, the others import).
+                let text = String(decoding: firstLine, as: UTF8.self)
+                detected = text.contains("\"fields\"") ? .jiraJSON : (declared == .jiraJSON ? .jiraJSON : .bugsquasherNDJSON)
             } else if object == nil {
                 // A pretty-printed document: a Jira search response.
                 detected = .jiraJSON
