@@ -27,11 +27,20 @@ public struct JiraIssueDecoder: Sendable {
     /// - Throws: ``ImportError`` with ``ImportError/Code/invalidJSON`` when `json` is not a JSON
     ///   object of the expected shape, ``ImportError/Code/missingKey`` when it has no `key`.
     public func decode(_ json: Data, line: Int? = nil) throws -> BugRecord {
+        try json.withUnsafeBytes { try decode(bytes: $0.bindMemory(to: UInt8.self), line: line) }
+    }
+
+    /// Decodes one issue from its UTF-8 bytes; see ``decode(_:line:)``.
+    public func decode(bytes: UnsafeBufferPointer<UInt8>, line: Int? = nil) throws -> BugRecord {
+        var reader = JSONReader(bytes)
         let issue: JiraPayload.Issue
         do {
-            issue = try JSONDecoder().decode(JiraPayload.Issue.self, from: json)
-        } catch let error as DecodingError {
-            throw ImportError(.invalidJSON, Self.explain(error), cause: error, inputLine: line)
+            issue = try JiraPayload.Issue.read(from: &reader)
+            try reader.end()
+        } catch let error as JiraPayload.FieldFailure {
+            throw ImportError(.invalidJSON, "The issue's field \(error.path) is not what Jira's REST API v2 sends (\(error.failure)). Check that the input is Jira's REST API v2 format, or fix this line.", inputLine: line)
+        } catch let failure as JSONReader.Failure {
+            throw ImportError(.invalidJSON, "The input is not a Jira issue object (\(failure)). Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line.", inputLine: line)
         }
         guard let key = issue.key, !key.isEmpty else {
             throw ImportError(
@@ -97,22 +106,5 @@ public struct JiraIssueDecoder: Sendable {
     private static func unique(_ strings: [String]) -> [String] {
         var seen = Set<String>()
         return strings.filter { seen.insert($0).inserted }
-    }
-
-    /// A message for a decoding failure that says what was wrong and what to do.
-    private static func explain(_ error: DecodingError) -> String {
-        let context: DecodingError.Context
-        switch error {
-        case .typeMismatch(_, let c), .valueNotFound(_, let c), .keyNotFound(_, let c), .dataCorrupted(let c): context = c
-        @unknown default: return "The input is not a Jira issue object. Each line must hold one JSON object from Jira's REST API v2; fix or remove this line."
-        }
-        if context.codingPath.isEmpty {
-            if case .dataCorrupted = error {
-                return "The input is not valid JSON. Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line."
-            }
-            return "The input is valid JSON but not an object. Each line must hold one Jira issue object (not an array or a bare value); fix or remove this line."
-        }
-        let path = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-        return "The issue's field \(path.dropFirst()) has an unexpected type (\(context.debugDescription)). Check that the input is Jira's REST API v2 format, or fix this line."
     }
 }

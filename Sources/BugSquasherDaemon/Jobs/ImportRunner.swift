@@ -277,7 +277,7 @@ final class ChunkSource: Sendable {
             do {
                 switch format.spoolLines {
                 case .jira:
-                    entry.record = try decoder.decode(Data(line.bytes), line: line.number)
+                    entry.record = try line.bytes.withUnsafeBufferPointer { try decoder.decode(bytes: $0, line: line.number) }
                 case .record:
                     entry.record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
                 case .envelope:
