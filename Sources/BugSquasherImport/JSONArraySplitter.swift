@@ -40,6 +40,8 @@ public struct JSONArraySplitter: Sendable {
     private var lastKey: [UInt8] = []
     private var keyBuffer: [UInt8] = []
     private var finishedArray = false
+    private var ended = false
+    private var offset = 0
 
     /// Creates a splitter.
     public init(layout: Layout, maximumElementBytes: Int = 1 << 20) {
@@ -54,6 +56,13 @@ public struct JSONArraySplitter: Sendable {
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws(Failure) -> [Element] {
         var out: [Element] = []
         for byte in bytes {
+            offset += 1
+            if ended {
+                // Nothing may follow the document: a second array or NDJSON lines after it
+                // would otherwise be dropped without a word.
+                if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
+                throw Failure(description: "text follows the end of the \(layout == .array ? "JSON array" : "Jira search response") at byte \(offset); a file holds one JSON document (or one issue object per line, without an enclosing array)")
+            }
             if !started {
                 if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
                 started = true
@@ -97,10 +106,12 @@ public struct JSONArraySplitter: Sendable {
                     collecting = false
                     finishedArray = true
                     depth -= 1
+                    ended = depth == 0
                     continue
                 }
                 depth -= 1
                 guard depth >= 0 else { throw Failure(description: "unbalanced brackets") }
+                ended = depth == 0
                 if collecting { add(byte) }
             case UInt8(ascii: ","):
                 if collecting && depth == arrayDepth {

@@ -163,7 +163,13 @@ struct ChannelReplier: VarlinkReplier {
         buffer.reserveCapacity(message.count + 1)
         buffer.writeBytes(message)
         buffer.writeInteger(UInt8(0))
-        try await outbound.write(buffer)
+        do {
+            try await outbound.write(buffer)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw VarlinkPeerGone(reason: "\(error)")
+        }
     }
 }
 

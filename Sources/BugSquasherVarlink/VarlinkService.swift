@@ -2,6 +2,16 @@ public import Foundation
 public import Logging
 import Synchronization
 
+/// Thrown by a ``VarlinkReplier`` when the connection is gone: the peer closed it or it broke.
+/// Handlers let it pass; the service ends the call without an error reply or an error log.
+public struct VarlinkPeerGone: Error, Sendable, CustomStringConvertible {
+    /// What the transport reported.
+    public var reason: String
+    /// Creates the error.
+    public init(reason: String) { self.reason = reason }
+    public var description: String { "the client closed the connection (\(reason))" }
+}
+
 /// Sends replies to the call being handled. Writes wait while the peer is slow to read
 /// (backpressure); they throw once the connection is gone.
 public protocol VarlinkReplier: Sendable {
@@ -128,6 +138,10 @@ public struct VarlinkService: Sendable {
             try await replier.send(try VarlinkReply.encode(error))
         } catch is CancellationError {
             throw CancellationError()
+        } catch let error as VarlinkPeerGone {
+            // The client hung up (a subscriber or watcher that went away): nothing to answer.
+            context.logger.debug("client went away during a call", metadata: ["varlink.method": "\(call.method)"])
+            throw error
         } catch {
             // A handler's unexpected failure answers this call; the connection stays usable.
             context.logger.error("call failed", metadata: ["varlink.method": "\(call.method)", "error": "\(error)"])

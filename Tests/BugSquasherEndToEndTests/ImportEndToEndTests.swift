@@ -71,6 +71,14 @@ struct ImportEndToEndTests {
             .write(toFile: dir + "/g.ndjson", atomically: true, encoding: .utf8)
         let brokenFirst = try await harness.ctl(["import", dir + "/g.ndjson", "--wait"])
         #expect(summary(brokenFirst).contains("2 read, 1 imported, 1 rejected"), "\(brokenFirst)")
+        try ("{\"key\":\"NB-2\",\"fields\":{\"summ\n" + good("NB-3") + "\n" + good("NB-4") + "\n").write(toFile: dir + "/h.ndjson", atomically: true, encoding: .utf8)
+        let truncatedFirst = try await harness.ctl(["import", dir + "/h.ndjson", "--wait"])
+        #expect(summary(truncatedFirst).contains("3 read, 2 imported, 1 rejected"), "\(truncatedFirst)")
+        // Text after a JSON array fails the job instead of being dropped.
+        try ("[" + good("AR-9") + "]\n" + good("AR-10") + "\n").write(toFile: dir + "/i.json", atomically: true, encoding: .utf8)
+        let trailing = try ChildProcess(name: "import trailing", executable: Products.squasherctl, arguments: ["import", dir + "/i.json", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await trailing.waitForExit() == 2)
+        #expect(trailing.errorOutput.contains("text follows the end of the JSON array"), "\(trailing.errorOutput)")
 
         // A file that is not what it claims to be fails the job with a clear message.
         try Data((0..<2048).map { UInt8(truncatingIfNeeded: $0 &* 7919) }).write(to: URL(filePath: dir + "/f.bin"))
@@ -84,7 +92,7 @@ struct ImportEndToEndTests {
 
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
-        #expect(status.contains("bugs 13,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 1
+        #expect(status.contains("bugs 15,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 3
         #expect(try await harness.stop() == 0)
     }
 

@@ -53,6 +53,12 @@ struct InputFormatTests {
         var truncated = JSONArraySplitter(layout: .array)
         _ = try truncated.feed(Array(#"[{"a":1},{"b""#.utf8))
         #expect(throws: JSONArraySplitter.Failure.self) { try truncated.finish() }
+        // Nothing is dropped silently after the document: trailing whitespace is fine, more text is not.
+        var trailing = JSONArraySplitter(layout: .array)
+        #expect(try trailing.feed(Array("[1,2]\n \n".utf8)).count == 2)
+        #expect(throws: JSONArraySplitter.Failure.self) { _ = try trailing.feed(Array(#"{"key":"A-1"}"#.utf8)) }
+        var afterResponse = JSONArraySplitter(layout: .searchResponse)
+        #expect(throws: JSONArraySplitter.Failure.self) { _ = try afterResponse.feed(Array(#"{"issues":[{"key":"A-1"}]} {"issues":[]}"#.utf8)) }
     }
 
     @Test("the offset reader resumes exactly at a recorded offset and caps long lines")

@@ -107,7 +107,9 @@ actor Spooler {
     private func consume(_ bytes: [UInt8]) throws {
         if !decided {
             sniffed += bytes
-            guard sniffed.count >= maximumRecordBytes || sniffed.contains(0x0A) else { return }
+            // Two lines: a broken first record must not make NDJSON look like a pretty-printed
+            // document (the second line tells them apart).
+            guard sniffed.count >= maximumRecordBytes || sniffed.lazy.filter({ $0 == 0x0A }).count >= 2 else { return }
             try decide(final: false)
             let pending = sniffed
             sniffed = []
@@ -166,6 +168,19 @@ actor Spooler {
         output.append(0x0A)
     }
 
+    /// When the first line does not parse: the record on the second line if that is a JSON
+    /// object (or an empty one when the first line is a whole object by its braces), which
+    /// makes the input NDJSON; `nil` for a pretty-printed document, whose second line is a key.
+    private static func ndjsonWithBrokenFirstLine(_ firstLine: [UInt8], in sniffed: [UInt8]) -> [String: Any]? {
+        let lines = sniffed.split(separator: 0x0A, maxSplits: 2, omittingEmptySubsequences: true)
+        if lines.count > 1, let second = try? JSONSerialization.jsonObject(with: Data(lines[1])) as? [String: Any] {
+            return second
+        }
+        let text = String(decoding: firstLine, as: UTF8.self)
+        guard firstLine.last(where: { ![0x20, 0x09, 0x0D].contains($0) }) == UInt8(ascii: "}") else { return nil }
+        return text.contains("\"fields\"") ? ["fields": true] : [:]
+    }
+
     /// Decides the format from the first bytes (or checks the declared one against them).
     private func decide(final: Bool) throws {
         decided = true
@@ -188,11 +203,9 @@ actor Spooler {
                 layout = .searchResponse
             } else if let object, object["key"] != nil {
                 detected = .bugsquasherNDJSON
-            } else if object == nil, firstLine.last(where: { ![0x20, 0x09, 0x0D].contains($0) }) == UInt8(ascii: "}") {
-                // A whole object on the first line that does not parse: NDJSON whose first
-                // record is broken (it becomes a reject, the others import).
-                let text = String(decoding: firstLine, as: UTF8.self)
-                detected = text.contains("\"fields\"") ? .jiraJSON : (declared == .jiraJSON ? .jiraJSON : .bugsquasherNDJSON)
+            } else if object == nil, let record = Self.ndjsonWithBrokenFirstLine(firstLine, in: sniffed) {
+                // NDJSON whose first record is broken: it becomes a reject, the others import.
+                detected = record["fields"] != nil || (record["key"] == nil && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
             } else if object == nil {
                 // A pretty-printed document: a Jira search response.
                 detected = .jiraJSON
