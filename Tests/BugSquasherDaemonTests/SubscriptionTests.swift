@@ -23,9 +23,10 @@ struct SubscriptionTests {
         subscription.offer(save(1, updated: [1, 3, 4], inserted: [9]))
         subscription.offer(save(2, updated: [5]))
         subscription.offer(save(3, deleted: [2, 6]))
-        guard case .save(let first)? = await subscription.next() else { Issue.record("no save"); return }
+        guard case .save(let first, let live)? = await subscription.next() else { Issue.record("no save"); return }
         // Saves 1 and 3 were pending together: coalesced into one, at the newest token.
         #expect(first.token.rawValue == 3)
+        #expect(!live)
         #expect(first.updated.map(\.objectID) == [id(1)])
         #expect(first.deleted.map(\.objectID) == [id(2)])
         #expect(first.inserted.isEmpty)
@@ -48,12 +49,33 @@ struct SubscriptionTests {
     func resync() async {
         let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 5, startToken: HistoryToken(rawValue: 10))
         subscription.offer(save(11, updated: [1]))
-        guard case .save(let delivered)? = await subscription.next() else { Issue.record("no save"); return }
+        guard case .save(let delivered, _)? = await subscription.next() else { Issue.record("no save"); return }
         #expect(delivered.token.rawValue == 11)
         for token in Int64(12)...20 { subscription.offer(save(token, updated: [token, token + 100])) }
         guard case .resync(let from)? = await subscription.next() else { Issue.record("no resync"); return }
         #expect(from.rawValue == 11)
         #expect(await subscription.next() == nil)
+    }
+
+    @Test("a slow subscriber's pending saves are counted by distinct objects: the same few objects changing often never force a resync")
+    func coalescedCount() async {
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 10, startToken: .zero)
+        for token in Int64(1)...1_000 { subscription.offer(save(token, updated: [1, 2, 3])) }
+        guard case .save(let merged, let live)? = await subscription.next() else { Issue.record("no save"); return }
+        #expect(!live)
+        #expect(merged.token.rawValue == 1_000)
+        #expect(merged.updated.map(\.objectID) == [id(1), id(2), id(3)])
+        #expect(merged.updated.map(\.version) == [1_000, 1_000, 1_000])
+    }
+
+    @Test("a queued save keeps no row values for a subscriber that did not ask for them")
+    func queuedWithoutValues() async {
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100, startToken: .zero)
+        var withValues = save(1, updated: [1])
+        withValues.updated[0].values = RowSnapshot(version: 1, attributes: [.string("Open")], toOne: [])
+        subscription.offer(withValues)
+        guard case .save(let queued, _)? = await subscription.next() else { Issue.record("no save"); return }
+        #expect(queued.updated.first?.values == nil)
     }
 
     @Test("a waiting subscriber is woken by the next save; closing ends it")
@@ -62,8 +84,9 @@ struct SubscriptionTests {
         async let next = subscription.next()
         try? await Task.sleep(for: .milliseconds(20))
         subscription.offer(save(1, updated: [1]))
-        guard case .save(let save)? = await next else { Issue.record("no save"); return }
+        guard case .save(let save, let live)? = await next else { Issue.record("no save"); return }
         #expect(save.token.rawValue == 1)
+        #expect(live)
         subscription.close()
         #expect(await subscription.next() == nil)
     }

@@ -111,7 +111,7 @@ struct ChangesInterface: VarlinkInterface {
                 for save in page where save.token <= start {
                     let filtered = subscription.filtered(save)
                     if !filtered.isEmpty {
-                        try await send(.save(filtered), subscription: subscription, replier: replier)
+                        try await send(.save(filtered, live: false), subscription: subscription, replier: replier)
                     }
                     subscription.markDelivered(save.token)
                 }
@@ -127,10 +127,15 @@ struct ChangesInterface: VarlinkInterface {
 
     private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
         switch event {
-        case .save(let save):
-            try await replier.send(try encodedSaves.message(for: save, includeValues: subscription.includeValues) {
+        case .save(let save, let live):
+            let encode = {
                 try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
-            })
+            }
+            guard live else { return try await replier.send(try encode()) }
+            let key: EncodedSaveCache.Key = subscription.registeredOnly
+                ? .filtered(save, includeValues: subscription.includeValues)
+                : .published(save.token, includeValues: subscription.includeValues)
+            try await replier.send(try encodedSaves.message(for: key, encode: encode))
         case .refresh(let changes):
             let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
             try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
@@ -143,24 +148,28 @@ struct ChangesInterface: VarlinkInterface {
 /// The encoded replies of recent saves: subscribers that receive the same (filtered) save with
 /// the same options share one encoding, so fan-out to many subscribers encodes once.
 final class EncodedSaveCache: Sendable {
-    private struct Key: Hashable {
-        var save: DidSave
-        var includeValues: Bool
+    /// What identifies an encoding.
+    enum Key: Hashable {
+        /// A whole committed save, by its token: every unfiltered subscriber gets the same one,
+        /// so the token is the key (no hashing of the save).
+        case published(HistoryToken, includeValues: Bool)
+        /// A save filtered to some registrations: small, keyed by its contents.
+        case filtered(DidSave, includeValues: Bool)
     }
 
-    private let entries = Mutex<[Key: Data]>([:])
-    private let order = Mutex<[Key]>([])
+    /// Fan-out happens right after each commit, so a few recent saves are enough; large saves
+    /// with values are megabytes each.
+    private static let capacity = 8
+    private let entries = Mutex<(data: [Key: Data], order: [Key])>(([:], []))
 
-    func message(for save: DidSave, includeValues: Bool, encode: () throws -> Data) throws -> Data {
-        let key = Key(save: save, includeValues: includeValues)
-        if let hit = entries.withLock({ $0[key] }) { return hit }
+    func message(for key: Key, encode: () throws -> Data) throws -> Data {
+        if let hit = entries.withLock({ $0.data[key] }) { return hit }
         let data = try encode()
-        entries.withLock { $0[key] = data }
-        let evicted = order.withLock { order -> Key? in
-            order.append(key)
-            return order.count > 32 ? order.removeFirst() : nil
+        entries.withLock { entries in
+            guard entries.data.updateValue(data, forKey: key) == nil else { return }
+            entries.order.append(key)
+            if entries.order.count > Self.capacity { entries.data[entries.order.removeFirst()] = nil }
         }
-        if let evicted { entries.withLock { $0[evicted] = nil } }
         return data
     }
 }

@@ -12,8 +12,10 @@ import Synchronization
 final class Subscription: Sendable {
     /// What the subscriber's connection sends next.
     enum Event: Sendable {
-        /// A (possibly coalesced) save.
-        case save(DidSave)
+        /// A save. `live`: exactly as the hub published it (filtered to the registrations when
+        /// asked), so its encoding can be shared with other subscribers; `false` for several
+        /// merged into one (a subscriber that fell behind) and for saves replayed from history.
+        case save(DidSave, live: Bool)
         /// Objects a registration found stale: their current versions and values.
         case refresh([ObjectChange])
         /// The subscriber fell behind; it must reconnect with `since` = this token.
@@ -27,7 +29,11 @@ final class Subscription: Sendable {
 
     private struct State {
         var registered: [ObjectID: Int] = [:]
+        /// The latest pending saves, as offered (a few at most).
         var pending: [DidSave] = []
+        /// Older pending saves, merged as they arrived (constant work per save).
+        var coalesced: CoalescedSaves?
+        /// Changed objects pending: the distinct ones in `coalesced` plus those in `pending`.
         var pendingObjects = 0
         var refreshes: [ObjectChange] = []
         var resync: HistoryToken?
@@ -87,23 +93,33 @@ final class Subscription: Sendable {
             let save = registeredOnly ? Self.filter(didSave, to: state.registered) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
-                if state.pending.isEmpty { state.delivered = didSave.token }
-                else { state.pending[state.pending.count - 1].token = didSave.token }
+                if !state.pending.isEmpty { state.pending[state.pending.count - 1].token = didSave.token }
+                else if state.coalesced != nil { state.coalesced?.token = didSave.token }
+                else { state.delivered = didSave.token }
                 return (nil, nil)
             }
-            if let waiter = state.waiter, state.pending.isEmpty {
+            if let waiter = state.waiter, state.pending.isEmpty, state.coalesced == nil {
                 state.waiter = nil
                 state.delivered = save.token
-                return (waiter, .save(save))
+                return (waiter, .save(save, live: true))
             }
-            state.pending.append(save)
+            // Queued: without the values this subscriber did not ask for, so that a stalled
+            // one holds IDs and versions, not rows.
+            state.pending.append(includeValues ? save : save.withoutValues)
             state.pendingObjects += save.inserted.count + save.updated.count + save.deleted.count
+            if state.pending.count > 8 || state.pendingObjects > pendingLimit {
+                // Merge (and count distinct objects) before deciding on a resync.
+                var merged = state.coalesced ?? CoalescedSaves(storeIdentifier: save.storeIdentifier)
+                for pending in state.pending { merged.add(pending) }
+                state.coalesced = merged
+                state.pending.removeAll(keepingCapacity: true)
+                state.pendingObjects = merged.objectCount
+            }
             if state.pendingObjects > pendingLimit {
                 state.pending.removeAll()
+                state.coalesced = nil
                 state.pendingObjects = 0
                 state.resync = state.delivered
-            } else if state.pending.count > 8 {
-                state.pending = [Self.coalesce(state.pending)]
             }
             return (nil, nil)
         }
@@ -144,13 +160,19 @@ final class Subscription: Sendable {
                         return .some(.resync(token))
                     }
                     let delivered = state.delivered
-                    let fresh = state.pending.filter { $0.token > delivered }
+                    var fresh = state.pending.filter { $0.token > delivered }
+                    var merged = false
+                    if let coalesced = state.coalesced, coalesced.token > delivered {
+                        fresh.insert(coalesced.result(), at: 0)
+                        merged = true
+                    }
                     state.pending.removeAll()
+                    state.coalesced = nil
                     state.pendingObjects = 0
                     if !fresh.isEmpty {
                         let save = Self.coalesce(fresh)
                         state.delivered = save.token
-                        return .some(.save(save))
+                        return .some(.save(save, live: !merged && fresh.count == 1))
                     }
                     state.waiter = continuation
                     return nil
@@ -191,37 +213,69 @@ final class Subscription: Sendable {
     /// One save equivalent to several consecutive ones: the newest version of each object, its
     /// changed keys merged; an object deleted last is only deleted.
     static func coalesce(_ saves: [DidSave]) -> DidSave {
-        guard saves.count > 1, let last = saves.last else { return saves.first ?? DidSave(token: .zero, storeIdentifier: "") }
-        var inserted: [ObjectID: ObjectChange] = [:]
-        var updated: [ObjectID: ObjectChange] = [:]
-        var deleted: [ObjectID: ObjectChange] = [:]
-        var order: [ObjectID] = []
-        for save in saves {
-            for change in save.inserted {
-                if inserted[change.objectID] == nil && updated[change.objectID] == nil { order.append(change.objectID) }
-                inserted[change.objectID] = change
-                deleted[change.objectID] = nil
-            }
-            for change in save.updated {
-                if inserted[change.objectID] != nil {
-                    var merged = change
-                    merged.changedKeys = []
-                    inserted[change.objectID] = merged
-                    continue
-                }
-                if updated[change.objectID] == nil { order.append(change.objectID) }
+        guard saves.count > 1, let first = saves.first else { return saves.first ?? DidSave(token: .zero, storeIdentifier: "") }
+        var merged = CoalescedSaves(storeIdentifier: first.storeIdentifier)
+        for save in saves { merged.add(save) }
+        return merged.result()
+    }
+}
+
+/// Consecutive saves merged one at a time, in time proportional to each save: the newest
+/// version of each object, its changed keys merged; an object deleted last is only deleted, and
+/// one inserted and deleted in between is gone.
+struct CoalescedSaves: Sendable {
+    /// The token of the newest save merged (or skipped).
+    var token: HistoryToken = .zero
+    let storeIdentifier: String
+    private var inserted: [ObjectID: ObjectChange] = [:]
+    private var updated: [ObjectID: ObjectChange] = [:]
+    private var deleted: [ObjectID: ObjectChange] = [:]
+    private var order: [ObjectID] = []
+
+    init(storeIdentifier: String) {
+        self.storeIdentifier = storeIdentifier
+    }
+
+    /// How many distinct objects the merged save changes.
+    var objectCount: Int { inserted.count + updated.count + deleted.count }
+
+    /// Merges the next save.
+    mutating func add(_ save: DidSave) {
+        token = max(token, save.token)
+        for change in save.inserted {
+            if inserted[change.objectID] == nil && updated[change.objectID] == nil { order.append(change.objectID) }
+            inserted[change.objectID] = change
+            deleted[change.objectID] = nil
+        }
+        for change in save.updated {
+            if inserted[change.objectID] != nil {
                 var merged = change
-                merged.changedKeys = Array(Set((updated[change.objectID]?.changedKeys ?? []) + change.changedKeys)).sorted()
-                updated[change.objectID] = merged
+                merged.changedKeys = []
+                inserted[change.objectID] = merged
+                continue
             }
-            for change in save.deleted {
-                if inserted.removeValue(forKey: change.objectID) == nil { deleted[change.objectID] = change }
-                updated[change.objectID] = nil
+            var merged = change
+            if let previous = updated[change.objectID] {
+                if previous.changedKeys != change.changedKeys {
+                    merged.changedKeys = Array(Set(previous.changedKeys + change.changedKeys)).sorted()
+                }
+            } else {
                 order.append(change.objectID)
             }
+            updated[change.objectID] = merged
         }
+        for change in save.deleted {
+            if inserted.removeValue(forKey: change.objectID) == nil { deleted[change.objectID] = change }
+            updated[change.objectID] = nil
+            order.append(change.objectID)
+        }
+    }
+
+    /// The merged save, objects in the order they first changed.
+    func result() -> DidSave {
         var seen = Set<ObjectID>()
-        var result = DidSave(token: last.token, storeIdentifier: last.storeIdentifier)
+        seen.reserveCapacity(objectCount)
+        var result = DidSave(token: token, storeIdentifier: storeIdentifier)
         for id in order where seen.insert(id).inserted {
             if let change = inserted[id] { result.inserted.append(change) }
             if let change = updated[id] { result.updated.append(change) }
