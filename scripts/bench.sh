@@ -1,28 +1,104 @@
 #!/usr/bin/env bash
-# The object-graph benchmark (release build), all figures from one run on this machine:
-#   1. rows/s of importer contexts through PersistentStack vs raw GRDB prepared-statement
-#      inserts of the same rows in chunks of 1,000, sequential and random key order, and ratio;
-#   2. peak RSS of the object-graph import alone at N and 10×N rows (flat = no growth with N).
-# Usage: scripts/bench.sh [--smoke] [--rows N]   (default N = 100,000; --smoke uses 5,000)
+# BugSquasher's benchmark report: one run on this machine, every figure a ratio against a baseline
+# measured in the same run, a table per section and a summary of the targets (PASS / MISS).
+#   1. object graph: importer contexts vs raw GRDB inserts (bugsquasher-bench), peak RSS at two sizes;
+#   a. import rows/s through squasherd vs raw SQLite prepared-statement inserts, chunks of 1,000;
+#   b. commit -> subscriber refreshed p50/p99 for 1, 10, 100 subscribers vs PostgreSQL
+#      LISTEN/NOTIFY (and a raw Unix-socket fan-out);
+#   c. bytes and work per subscriber, filtered by squasherd vs unfiltered;
+#   d. peak squasherd RSS after importing --rows vs --big-rows records;
+#   e. --big-rows import with 100 subscribers (89 fast, 10 slow, 1 stalled) vs none; the stalled
+#      one must be told to resync and end consistent after resuming with `since`.
+# PostgreSQL (Debian's package, installed when missing) runs as the postgres user in a temporary
+# directory, on a Unix socket there only, and is stopped and removed on exit, also on failure.
+# Exit status 1 when something is broken (wrong counts, an inconsistent subscriber); a missed
+# performance target is reported in the summary, not an error.
+#
+# Usage: scripts/bench.sh [--smoke] [--debug] [--rows N] [--big-rows N] [--rounds N] [--skip-postgres]
+#   --rows N        import size of sections 1, a, c, d (default 100,000)
+#   --big-rows N    the large import of sections 1 (RSS), d and e (default 1,000,000)
+#   --rounds N      edits per subscriber count in section b (default 200)
+#   --smoke         tiny sizes, to check that the benchmark works (figures mean nothing)
+#   --debug         use the debug build in .build/debug (and build nothing)
+# Environment: BENCH_NO_BUILD=1 uses the binaries already in .build/release without building;
+# BENCH_BIN=DIR takes them from DIR instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rows=100000
+command_line="scripts/bench.sh${*:+ $*}"
+usage() { sed -n '/^# Usage:/,/^# BENCH_BIN/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+config=release
+args=()
+skip_postgres=0
 while (($#)); do
     case $1 in
-        --smoke) rows=5000 ;;
-        --rows) rows=$2; shift ;;
-        *) echo "usage: scripts/bench.sh [--smoke] [--rows N]" >&2; exit 2 ;;
+        --smoke) args+=(--rows 2000 --big-rows 8000 --rounds 5 --warmup 1 --counts 1,3 --e-subscribers 12 --e-slow 2
+                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120) ;;
+        --debug) config=debug ;;
+        --rows|--big-rows|--rounds) (($# >= 2)) || usage; args+=("$1" "$2"); shift ;;
+        --skip-postgres) skip_postgres=1 ;;
+        -h|--help) usage ;;
+        *) echo "scripts/bench.sh: unknown argument $1" >&2; usage ;;
     esac
     shift
 done
+
 scripts/setup.sh
-swift build -c release --product bugsquasher-bench
-bench=.build/release/bugsquasher-bench
-echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr)"
-echo "== 1. throughput, N=$rows, chunks of 1,000"
-$bench --rows "$rows" --chunk 1000 --order both
-echo "== 2. peak RSS of the object-graph import alone"
-for n in "$rows" $((rows * 10)); do
-    printf "N=%-9s " "$n"
-    $bench --rows "$n" --chunk 1000 --order sequential --mode graph 2>/dev/null | grep "peak RSS"
+bin=${BENCH_BIN:-.build/$config}
+if [[ $config == release && -z ${BENCH_NO_BUILD:-} && -z ${BENCH_BIN:-} ]]; then
+    for product in squasherd squasherctl bugsquasher-bench; do
+        swift build -c release --product "$product"
+    done
+fi
+for tool in squasherd squasherctl bugsquasher-bench; do
+    [[ -x $bin/$tool ]] || { echo "scripts/bench.sh: $bin/$tool is missing (build it, or leave out BENCH_NO_BUILD)" >&2; exit 1; }
 done
+
+pg_dir=""
+pg_bin=""
+bench_pid=""
+# PostgreSQL refuses to run as root: as root, initdb and start it as the postgres system user.
+as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+cleanup() {
+    if [[ -n $bench_pid ]] && kill -0 "$bench_pid" 2>/dev/null; then
+        kill -TERM "$bench_pid" 2>/dev/null || true   # it stops its daemons and subscribers
+        wait "$bench_pid" 2>/dev/null || true
+    fi
+    if [[ -n $pg_dir ]]; then
+        as_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
+        rm -rf "$pg_dir"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+pg_args=()
+if ((!skip_postgres)); then
+    pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+    if [[ -z $pg_bin || ! -x $pg_bin/initdb || ! -x $pg_bin/pg_ctl ]]; then
+        echo "bench: installing PostgreSQL (Debian's postgresql package)"
+        sudo=""
+        [[ $(id -u) -eq 0 ]] || sudo=sudo
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+        pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+    fi
+    pg_dir=$(mktemp -d /tmp/bsbench-pg.XXXXXX)
+    [[ $(id -u) -ne 0 ]] || chown postgres:postgres "$pg_dir"
+    as_pg "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U postgres --no-sync >"$pg_dir/initdb.log" 2>&1 \
+        || { cat "$pg_dir/initdb.log" >&2; exit 1; }
+    # Only a Unix socket in the temporary directory. synchronous_commit=off is the setting
+    # comparable to SQLite in WAL with synchronous=NORMAL (no fsync per commit); fsync stays on.
+    as_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/postgres.log" -w -t 60 \
+        -o "-c listen_addresses='' -c unix_socket_directories='$pg_dir' -c max_connections=300 -c synchronous_commit=off" start >/dev/null \
+        || { cat "$pg_dir/postgres.log" >&2; exit 1; }
+    pg_args=(--pg-socket "$pg_dir")
+fi
+
+echo "== command: ${BENCH_NO_BUILD:+BENCH_NO_BUILD=1 }${BENCH_BIN:+BENCH_BIN=$BENCH_BIN }$command_line"
+# In the background, so that the traps run at once on SIGINT/SIGTERM.
+BIN=$bin .build/venv/bin/python3 scripts/bench.py "${args[@]}" "${pg_args[@]}" &
+bench_pid=$!
+status=0
+wait "$bench_pid" || status=$?
+bench_pid=""
+exit $status

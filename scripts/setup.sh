@@ -25,10 +25,11 @@ fi
 command -v swift >/dev/null || { echo "setup: the Swift toolchain is not on PATH (expected swift 6.x)" >&2; exit 1; }
 
 # The `varlink` package from PyPI, for the interoperability test (a client nobody here wrote),
-# in a virtual environment inside the build folder.
+# and `psycopg` (with its bundled libpq), for the PostgreSQL LISTEN/NOTIFY baseline of
+# scripts/bench.sh, in a virtual environment inside the build folder.
 venv=.build/venv
-if ! "$venv/bin/python3" -c "import varlink" 2>/dev/null; then
-    echo "setup: installing the varlink Python package into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check varlink
+if ! "$venv/bin/python3" -c "import varlink, psycopg" 2>/dev/null; then
+    echo "setup: installing the varlink and psycopg Python packages into $venv"
+    [[ -x $venv/bin/python3 ]] || python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check varlink "psycopg[binary]"
 fi

@@ -6,10 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 swift build --build-tests
 swift test --skip-build
-echo "== smoke: benchmark (debug build, 3,000 rows; figures here mean nothing)"
-.build/debug/bugsquasher-bench --rows 3000 --chunk 500
-echo "== smoke: daemon benchmark (debug build, tiny sizes; figures here mean nothing)"
-scripts/bench-daemon.sh --smoke --debug
+echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"
+scripts/bench.sh --smoke --debug
+scripts/stress.sh --smoke --debug   # kill -9, SIGTERM, churn; every stress invariant (docs/STRESS.md), ~20 s
 echo "== smoke: demo"
 .build/debug/bugsquasher-demo --store .build/smoke/demo.sqlite --generate 300 --chunk 100 >/dev/null
 echo "smoke: demo ok"

@@ -1,0 +1,1058 @@
+#!/usr/bin/env python3
+"""BugSquasher's benchmark report, run by scripts/bench.sh (which builds, and starts PostgreSQL).
+
+Every figure is a ratio against a baseline measured in the same run on the same machine:
+
+ 1. object graph: bugsquasher-bench (importer contexts vs raw GRDB inserts; peak RSS at two sizes);
+ a. import rows/s through squasherd (`squasherctl import --wait`: upload, spool, decode, upsert,
+    one transaction per chunk of 1,000, broadcast) vs raw SQLite prepared-statement inserts of the
+    same rows into the same Bug table (Python's sqlite3 `executemany`, chunks of 1,000, WAL,
+    synchronous=NORMAL);
+ b. commit -> last subscriber refreshed, p50/p99, for 1, 10, 100 `squasherctl subscribe`
+    processes vs PostgreSQL LISTEN/NOTIFY (UPDATE + pg_notify in one transaction -> last listener
+    process) and a raw fan-out of one 200-byte message over Unix sockets;
+ c. bytes and work (CPU time, loads) of a subscriber holding 100 bugs during an import,
+    filtered by squasherd vs unfiltered;
+ d. peak RSS (VmHWM) of squasherd after an import of --rows vs --big-rows records;
+ e. slow subscribers: the --big-rows import with 100 subscribers (89 fast, 10 slow, 1 stalled)
+    vs the same import with none (the --big-rows run of d); the stalled one must be told to
+    resync and end consistent after resuming with `since`.
+
+Exits 1 when something is broken (wrong counts, a subscriber that does not end consistent, a
+daemon that does not exit cleanly); a missed performance target is only reported.
+
+Also the child processes of the benchmark: `bench.py child ROLE ...` (slow and stalled Varlink
+subscribers, PostgreSQL listeners, raw fan-out readers).
+"""
+import argparse, json, os, platform, queue, random, re, select, shutil, signal, socket, sqlite3, subprocess, sys, tempfile, threading, time
+
+HERE = os.path.abspath(__file__)
+PYTHON = sys.executable
+BIN = os.environ.get("BIN", ".build/release")
+LATENCY_KEY = "LATENCY-1"
+
+
+class Broken(Exception):
+    """Something is wrong (not merely slow): the script exits 1."""
+
+
+# MARK: - Small helpers
+
+def now_us():
+    return time.time_ns() // 1000
+
+
+def pct(values, q):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def proc_status(pid, field):
+    """A field of /proc/PID/status in KiB (VmHWM, VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise Broken(f"no {field} for pid {pid}")
+
+
+def cpu_ms(pid):
+    """User + system CPU time of a running process, in ms."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def mib(kib):
+    return kib / 1024
+
+
+class Lines:
+    """The stdout of a child process, line by line, read by a thread so that pipes never fill;
+    `get` waits for the next line, bounded."""
+
+    def __init__(self, proc, name):
+        self.proc, self.name, self.queue = proc, name, queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.queue.put(line)
+        self.queue.put(None)
+
+    def get(self, timeout):
+        try:
+            line = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            raise Broken(f"{self.name}: no output within {timeout:.0f} s")
+        if line is None:
+            raise Broken(f"{self.name}: exited (status {self.proc.wait()}) early")
+        return line
+
+
+def stop_process(proc, timeout=30):
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise Broken(f"pid {proc.pid} did not stop within {timeout} s of SIGTERM")
+
+
+# MARK: - Generated data
+
+def bench_record(n):
+    return (f'{{"key": "BENCH-{n}", "title": "Crash #{n} when rotating the device while the keyboard is open", '
+            f'"details": {json.dumps((f"{n}: " + "Steps to reproduce: open the app, rotate the device, watch the log. " * 6)[:400])}, '
+            f'"status": "{["Open", "In Progress", "Resolved", "Closed"][n % 4]}", "priority": "{["Low", "Medium", "High"][n % 3]}", '
+            f'"labels": [], "project": {{"key": "BENCH"}}, "components": [], "comments": []}}\n')
+
+
+def generate(path, count):
+    """`count` bugsquasher-ndjson bug records BENCH-1 ... BENCH-count (about 640 bytes each)."""
+    with open(path, "w") as out:
+        for start in range(1, count + 1, 10_000):
+            out.write("".join(bench_record(n) for n in range(start, min(count, start + 9_999) + 1)))
+
+
+def seed_keys(count):
+    """1,000 keys spread over BENCH-1 ... BENCH-count: seeded before an import, which updates them."""
+    step = max(1, count // 1000)
+    return [f"BENCH-{1 + i * step}" for i in range(min(1000, count))]
+
+
+def write_seed(path, count):
+    with open(path, "w") as out:
+        for key in seed_keys(count) + [LATENCY_KEY]:
+            out.write(json.dumps({"key": key, "title": f"seeded {key}", "status": "Seeded", "labels": [], "project": {"key": "BENCH"},
+                                  "components": [], "comments": []}) + "\n")
+
+
+# MARK: - squasherd
+
+class Daemon:
+    """A squasherd with its own store, sockets and configuration in a fresh directory; ready when it
+    says READY=1 on $NOTIFY_SOCKET (a socket we read until it stops, like a service manager)."""
+
+    def __init__(self, root, name, pending_limit):
+        import varlink  # noqa: F401  (fail early when the venv lacks it)
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir)
+        self.config = f"{self.dir}/squasherd.conf"
+        with open(self.config, "w") as f:
+            f.write(f"log_level = warning\nchunk_size = 1000\nsubscriber_pending_limit = {pending_limit}\n")
+        self.read_socket = f"{self.dir}/run/squasherd.sock"
+        self.write_socket = f"{self.dir}/run/squasherd-write.sock"
+        self.env = dict(os.environ, SQUASHERD_RUNTIME_DIRECTORY=f"{self.dir}/run")
+        notify_path = f"{self.dir}/notify"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(notify_path)
+        self.notify.settimeout(60)
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        env.pop("JOURNAL_STREAM", None)
+        self.log = open(f"{self.dir}/squasherd.log", "w")
+        self.proc = subprocess.Popen([f"{BIN}/squasherd", "--config", self.config, "--state-directory", f"{self.dir}/state",
+                                      "--runtime-directory", f"{self.dir}/run"], stderr=self.log, env=env)
+        self.pid = self.proc.pid
+        try:
+            while b"READY=1" not in self.notify.recv(4096).split(b"\n"):
+                pass
+        except socket.timeout:
+            stop_process(self.proc)
+            raise Broken(f"squasherd did not report READY=1 within 60 s (log: {self.log.name})")
+        self.notify.settimeout(None)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        try:
+            while self.notify.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def call(self, interface, method, *args, write=False):
+        import varlink
+        with varlink.Client(address="unix:" + (self.write_socket if write else self.read_socket)) as client, client.open(interface) as service:
+            return getattr(service, method)(*args)
+
+    def status(self):
+        return self.call("io.bugsquasher.Jobs", "Status")
+
+    def bug_id(self, key):
+        ids = self.call("io.bugsquasher.Store", "Fetch", "Bug", f'key == "{key}"', None, 1, None, "ids")["ids"]
+        if not ids:
+            raise Broken(f"no bug {key} in the store")
+        return ids[0]
+
+    def versions(self, ids):
+        """The store's current version of each ID."""
+        result = {}
+        for i in range(0, len(ids), 1000):
+            for row in self.call("io.bugsquasher.Store", "Values", ids[i:i + 1000])["rows"]:
+                result[row["id"]] = row["version"]
+        return result
+
+    def wait_subscribers(self, count, timeout=120):
+        """Polls Jobs.Status until `count` subscriptions are open (their registrations came with
+        Subscribe, so they are registered too)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            have = self.status()["subscribers"]
+            if have == count:
+                return
+            if time.monotonic() > deadline:
+                raise Broken(f"{have} subscribers connected after {timeout} s, expected {count}")
+            time.sleep(0.02)
+
+    def import_file(self, path, expect):
+        out = subprocess.run([f"{BIN}/squasherctl", "import", path, "--wait"], env=self.env, capture_output=True, text=True, timeout=3600)
+        if out.returncode != 0 or f"{expect} imported, 0 rejected" not in out.stdout:
+            raise Broken(f"import of {path} (expected {expect} imported): status {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}")
+        return out.stdout
+
+    def hwm_kib(self):
+        return proc_status(self.pid, "VmHWM")
+
+    def stop(self):
+        status = stop_process(self.proc, timeout=120)
+        self.notify.close()
+        self.log.close()
+        if status != 0:
+            raise Broken(f"squasherd exited with status {status} on SIGTERM (log: {self.log.name})")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Editor:
+    """Edits LATENCY-1 through io.bugsquasher.Import.Update on one write connection."""
+
+    def __init__(self, daemon, key=LATENCY_KEY):
+        import varlink
+        self.client = varlink.Client(address="unix:" + daemon.write_socket)
+        self.service = self.client.open("io.bugsquasher.Import")
+        self.id = daemon.bug_id(key)
+
+    def update(self, status):
+        return self.service.Update(self.id, {"status": status})
+
+    def close(self):
+        self.service.close()
+        self.client.cleanup()
+
+
+class Subscribers:
+    """`squasherctl subscribe --json` processes, each holding some bugs; records when each printed
+    a refresh of LATENCY-1 with a given status, and the last version of every held bug."""
+
+    def __init__(self, daemon, key_sets, unfiltered=False, name="subscriber", mark_key=LATENCY_KEY):
+        self.daemon, self.cond, self.mark_key = daemon, threading.Condition(), mark_key
+        self.marks, self.refreshes, self.stats, self.ready = {}, [0] * len(key_sets), {}, 0
+        self.held = [dict() for _ in key_sets]   # key -> (id, version)
+        self.procs = [subprocess.Popen([f"{BIN}/squasherctl", "subscribe", "--json"] + (["--all"] if unfiltered else []) + keys,
+                                       env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for keys in key_sets]
+        self.name = name
+        for i, proc in enumerate(self.procs):
+            threading.Thread(target=self._read, args=(i, proc), daemon=True).start()
+
+    def _read(self, i, proc):
+        for line in proc.stdout:
+            event = json.loads(line)
+            with self.cond:
+                kind = event["event"]
+                if kind == "ready":
+                    self.ready += 1
+                if kind in ("ready", "refresh", "catch-up"):
+                    for bug in event.get("bugs") or []:
+                        self.held[i][bug["key"]] = (bug["id"], bug["version"])
+                        if bug["key"] == self.mark_key:
+                            self.marks.setdefault(bug["status"], {})[i] = event["at"]
+                    if kind != "ready":
+                        self.refreshes[i] += 1
+                elif kind == "stats":
+                    self.stats[i] = event
+                self.cond.notify_all()
+
+    def wait_ready(self, timeout=120):
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.ready == len(self.procs), timeout):
+                raise Broken(f"{self.name}s: {self.ready} of {len(self.procs)} ready after {timeout} s")
+
+    def wait_mark(self, status, timeout=60):
+        """When the last subscriber printed LATENCY-1 with this status (µs since 1970)."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: len(self.marks.get(status, {})) == len(self.procs), timeout):
+                raise Broken(f"{self.name}s: {len(self.marks.get(status, {}))} of {len(self.procs)} refreshed '{status}' within {timeout} s")
+            return max(self.marks.pop(status).values())
+
+    def cpu_ms(self):
+        return [cpu_ms(p.pid) for p in self.procs]
+
+    def check_consistent(self):
+        """Every held bug's last version equals the store's."""
+        ids = sorted({bug_id for held in self.held for bug_id, _ in held.values()})
+        store = self.daemon.versions(ids)
+        for i, held in enumerate(self.held):
+            for key, (bug_id, version) in held.items():
+                if store.get(bug_id) != version:
+                    raise Broken(f"{self.name} {i} holds {key} at version {version}, the store has {store.get(bug_id)}")
+
+    def close(self, timeout=60):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise Broken(f"{self.name} pid {p.pid} did not stop on SIGTERM")
+        with self.cond:
+            self.cond.wait_for(lambda: len(self.stats) == len(self.procs), 10)
+        return self.stats
+
+
+def edit_round(editor, subscribers, marker, timeout=60):
+    t0 = now_us()
+    editor.update(marker)
+    if subscribers is None:
+        return (now_us() - t0) / 1000
+    return (subscribers.wait_mark(marker, timeout) - t0) / 1000
+
+
+# MARK: - Baselines
+
+def raw_inserts(rows_path, db_path, schema, chunk=1000):
+    """Raw prepared-statement inserts of the same rows into the daemon's Bug table schema."""
+    db = sqlite3.connect(db_path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    for statement in schema:
+        db.execute(statement)
+    rows = []
+    with open(rows_path) as f:
+        for i, line in enumerate(f, 1):
+            r = json.loads(line)
+            rows.append((i, 1, r["key"], r["title"], r["details"], r["status"], r["priority"], "", 1))
+    start = time.perf_counter()
+    for i in range(0, len(rows), chunk):
+        db.execute("BEGIN")
+        db.executemany('INSERT INTO "Bug" (pk, _version, "key", "title", "details", "status", "priority", "labels", "project") VALUES (?,?,?,?,?,?,?,?,?)', rows[i:i + chunk])
+        db.execute("COMMIT")
+    seconds = time.perf_counter() - start
+    if db.execute('SELECT count(*) FROM "Bug"').fetchone()[0] != len(rows):
+        raise Broken("raw inserts: wrong row count")
+    db.close()
+    return len(rows) / seconds
+
+
+def raw_fanout(n, rounds, warmup, pause):
+    """One 200-byte message over Unix stream sockets to n reader processes; the last receipt."""
+    directory = tempfile.mkdtemp(prefix="bsfan-")
+    path = f"{directory}/fan.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(n)
+    server.settimeout(60)
+    procs = [subprocess.Popen([PYTHON, HERE, "child", "fanout", path], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    readers = [Lines(p, "fan-out reader") for p in procs]
+    conns = [server.accept()[0] for _ in range(n)]
+    latencies = []
+    message = b"x" * 200
+    try:
+        for i in range(warmup + rounds):
+            t0 = now_us()
+            for c in conns:
+                c.sendall(message)
+            last = max(int(r.get(30)) for r in readers)
+            if i >= warmup:
+                latencies.append((last - t0) / 1000)
+            time.sleep(pause)
+    finally:
+        for c in conns:
+            c.close()
+        for p in procs:
+            stop_process(p)
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return latencies
+
+
+def pg_connect(socket_dir, autocommit=False):
+    import psycopg
+    return psycopg.connect(host=socket_dir, user="postgres", dbname="postgres", autocommit=autocommit)
+
+
+def pg_prepare(socket_dir):
+    with pg_connect(socket_dir) as db:
+        db.execute("DROP TABLE IF EXISTS bug")
+        db.execute("CREATE TABLE bug (id integer PRIMARY KEY, key text UNIQUE, title text, details text, status text, priority text)")
+        with db.cursor() as cur:
+            cur.executemany("INSERT INTO bug VALUES (%s, %s, %s, %s, %s, %s)",
+                            [(n, f"BENCH-{n}", f"Crash #{n}", "Steps to reproduce " * 20, "Open", "Low") for n in range(1, 1001)])
+        version = db.execute("SHOW server_version").fetchone()[0]
+        settings = {name: db.execute(f"SHOW {name}").fetchone()[0] for name in ("fsync", "synchronous_commit", "wal_level", "listen_addresses")}
+    return version, settings
+
+
+def pg_latency(socket_dir, n, rounds, warmup, pause):
+    """UPDATE of a bug row + pg_notify in one transaction, commit; the last listener's receipt."""
+    procs = [subprocess.Popen([PYTHON, HERE, "child", "pg-listener", socket_dir], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    readers = [Lines(p, "PostgreSQL listener") for p in procs]
+    latencies = []
+    try:
+        for r in readers:
+            if r.get(120).strip() != "ready":
+                raise Broken("PostgreSQL listener: unexpected output")
+        with pg_connect(socket_dir) as db:
+            for i in range(warmup + rounds):
+                t0 = now_us()
+                db.execute("UPDATE bug SET status = %s WHERE id = 1", (f"S{i}-{n}",))
+                db.execute("SELECT pg_notify('bench', %s)", (f"S{i}-{n}",))
+                db.commit()
+                last = 0
+                for r in readers:
+                    payload, at = r.get(30).split()
+                    if payload != f"S{i}-{n}":
+                        raise Broken(f"PostgreSQL listener got {payload}, expected S{i}-{n}")
+                    last = max(last, int(at))
+                if i >= warmup:
+                    latencies.append((last - t0) / 1000)
+                time.sleep(pause)
+    finally:
+        for p in procs:
+            stop_process(p)
+    return latencies
+
+
+def squasherd_latency(daemon, n, rounds, warmup, pause, key):
+    """Update of `key` through squasherd -> the last `squasherctl subscribe` holding it printed the
+    refreshed bug."""
+    subs = Subscribers(daemon, [[key]] * n, mark_key=key)
+    latencies = []
+    try:
+        subs.wait_ready()
+        daemon.wait_subscribers(n)
+        editor = Editor(daemon, key)
+        try:
+            for i in range(warmup + rounds):
+                ms = edit_round(editor, subs, f"S{i}-{n}")
+                if i >= warmup:
+                    latencies.append(ms)
+                time.sleep(pause)
+        finally:
+            editor.close()
+    finally:
+        subs.close()
+    return latencies
+
+
+# MARK: - Children
+
+def child_fanout(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    while True:
+        d = s.recv(4096)
+        if not d:
+            break
+        print(now_us(), flush=True)
+
+
+def child_pg_listener(socket_dir):
+    db = pg_connect(socket_dir, autocommit=True)
+    db.execute("LISTEN bench")
+    print("ready", flush=True)
+    for notify in db.notifies():
+        print(notify.payload, now_us(), flush=True)
+
+
+class Feed:
+    """A raw Varlink client of io.bugsquasher.Changes.Subscribe (JSON + NUL framing)."""
+
+    def __init__(self, path, **parameters):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(path)
+        self.buffer, self.bytes, self.done = b"", 0, False
+        call = {"method": "io.bugsquasher.Changes.Subscribe", "parameters": parameters, "more": True}
+        self.sock.sendall(json.dumps(call).encode() + b"\0")
+
+    def next(self, timeout=120):
+        """The next reply's parameters; None after the last one (no `continues`)."""
+        while b"\0" not in self.buffer:
+            if self.done:
+                return None
+            self.sock.settimeout(timeout)
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise Broken("squasherd closed a change feed before its last reply")
+            self.buffer += data
+            self.bytes += len(data)
+        message, self.buffer = self.buffer.split(b"\0", 1)
+        reply = json.loads(message)
+        if "error" in reply:
+            raise Broken(f"Subscribe failed: {reply}")
+        if not reply.get("continues"):
+            self.done = True
+        return reply["parameters"]
+
+    def pending(self):
+        return b"\0" in self.buffer
+
+    def close(self):
+        self.sock.close()
+
+
+def child_slow(path, delay_ms):
+    """An unfiltered subscriber that sleeps `delay_ms` after each message; resubscribes with
+    `since` when told to resync. Prints its token after each save; on "stop" on stdin, a summary."""
+    feed = Feed(path, registeredOnly=False)
+    first = feed.next()
+    token, subscribed = first["token"], first["token"]
+    print(json.dumps({"event": "subscribed", "token": token}), flush=True)
+    saves = objects = coalesced = resyncs = 0
+    while True:
+        if not feed.pending():
+            readable = select.select([feed.sock, sys.stdin], [], [], 60)[0]
+            if sys.stdin in readable and sys.stdin.readline().strip() in ("stop", ""):
+                break
+            if feed.sock not in readable:
+                continue
+        event = feed.next()
+        if event is None:
+            continue
+        if event["event"] == "save":
+            save = event["save"]
+            if save["token"] <= token:
+                raise Broken(f"slow subscriber: token {save['token']} after {token}")
+            coalesced += save["token"] > token + 1
+            token = save["token"]
+            saves += 1
+            objects += len(save["inserted"]) + len(save["updated"]) + len(save["deleted"])
+            print(json.dumps({"event": "token", "token": token}), flush=True)
+            time.sleep(delay_ms / 1000)
+        elif event["event"] == "resync":
+            resyncs += 1
+            feed.close()
+            feed = Feed(path, registeredOnly=False, since=event["resyncFrom"])
+            feed.next()
+            token = event["resyncFrom"]
+    print(json.dumps({"event": "summary", "subscribed": subscribed, "token": token, "saves": saves, "objects": objects,
+                      "coalesced": coalesced, "resyncs": resyncs, "bytes": feed.bytes, "cpuMs": cpu_ms(os.getpid())}), flush=True)
+
+
+def child_stalled(path, sample_size):
+    """Subscribes (unfiltered, with values) and reads nothing until "go TOKEN" arrives on stdin;
+    then reads what squasherd kept for it, expects "resync", resubscribes with since = resyncFrom
+    and reads up to TOKEN; checks what it saw against the store; prints the result as JSON."""
+    import varlink
+    feed = Feed(path, registeredOnly=False, includeValues=True)
+    first = feed.next()
+    print(json.dumps({"event": "subscribed", "token": first["token"]}), flush=True)
+    command = sys.stdin.readline().split()
+    if command[:1] != ["go"]:
+        return
+    target = int(command[1])
+    seen = {}          # object ID -> highest version seen
+    values = {}        # object ID -> values seen with that version (live saves carry them)
+    problems = []
+
+    def take(save):
+        for change in save["inserted"] + save["updated"]:
+            if change["version"] >= seen.get(change["id"], 0):
+                seen[change["id"]] = change["version"]
+                if change.get("values") is not None:
+                    values[change["id"]] = change["values"]
+                else:
+                    values.pop(change["id"], None)
+        for change in save["deleted"]:
+            seen[change["id"]] = -1
+
+    state = {"token": first["token"], "before": 0, "resync": None, "replayed": 0, "contiguous": True}
+
+    def read():
+        nonlocal feed
+        while True:
+            event = feed.next()
+            if event is None:
+                break
+            if event["event"] == "save":
+                if event["token"] <= state["token"]:
+                    problems.append(f"token {event['token']} after {state['token']}")
+                state["token"] = event["token"]
+                state["before"] += 1
+                take(event["save"])
+                if state["token"] >= target:
+                    break
+            elif event["event"] == "resync":
+                state["resync"] = event["resyncFrom"]
+                break
+        resync = state["resync"]
+        if resync is None:
+            return
+        if resync > state["token"]:
+            problems.append(f"resyncFrom {resync} is past the last token received ({state['token']}): saves in between would be lost")
+        feed.close()
+        feed = Feed(path, registeredOnly=False, includeValues=True, since=resync)
+        again = feed.next()
+        if again["event"] != "subscribed":
+            problems.append(f"resubscribe answered {again['event']}")
+        state["token"] = resync
+        while state["token"] < target:
+            event = feed.next()
+            if event is None:
+                problems.append(f"the resumed feed ended at token {state['token']}, before {target}")
+                break
+            if event["event"] != "save":
+                problems.append(f"the resumed feed sent {event['event']}")
+                continue
+            if event["token"] != state["token"] + 1:
+                state["contiguous"] = False
+            if event["token"] <= state["token"]:
+                problems.append(f"token {event['token']} after {state['token']}")
+            state["token"] = event["token"]
+            state["replayed"] += 1
+            take(event["save"])
+
+    try:
+        read()
+    except (socket.timeout, Broken) as error:
+        problems.append(f"reading the feed: {error or 'no reply for 120 s'}")
+    token, resync = state["token"], state["resync"]
+    feed.close()
+    # Compare with the store: every bug, and the versions (and values, where the feed carried
+    # them) of a sample.
+    with varlink.Client(address="unix:" + path) as client, client.open("io.bugsquasher.Store") as store, client.open("io.bugsquasher.Jobs") as jobs:
+        status = jobs.Status()
+        bugs = [i for i, v in seen.items() if "/Bug/" in i and v > 0]
+        if len(bugs) != status["bugs"]:
+            problems.append(f"saw {len(bugs)} bugs, the store has {status['bugs']}")
+        with_values = [b for b in bugs if b in values]
+        sample = set(random.Random(7).sample(bugs, min(sample_size, len(bugs))))
+        sample = sorted(sample | set(random.Random(8).sample(with_values, min(200, len(with_values)))))
+        rows = {row["id"]: row for row in store.Values(sample)["rows"]}
+        compared = 0
+        for bug in sample:
+            row = rows.get(bug)
+            if row is None or row["version"] != seen[bug]:
+                problems.append(f"{bug}: saw version {seen[bug]}, the store has {row and row['version']}")
+            elif bug in values:
+                compared += 1
+                if values[bug] != row["values"]:
+                    problems.append(f"{bug}: values differ from the store's")
+    print(json.dumps({"event": "result", "resyncFrom": resync, "savesBeforeResync": state["before"], "replayed": state["replayed"], "contiguous": state["contiguous"],
+                      "token": token, "target": target, "daemonToken": status["token"], "bugsSeen": len(bugs), "storeBugs": status["bugs"],
+                      "sampled": len(sample), "valuesCompared": compared, "problems": problems[:10]}), flush=True)
+
+
+# MARK: - Sections
+
+class Report:
+    def __init__(self):
+        self.targets, self.broken = [], []
+
+    def target(self, name, target, measured, ok):
+        self.targets.append((name, target, measured, "PASS" if ok else "MISS"))
+
+    def info(self, name, measured):
+        self.targets.append((name, "(no target)", measured, "-"))
+
+    def check(self, name, ok, detail):
+        self.targets.append((name, "correct", detail, "PASS" if ok else "BROKEN"))
+        if not ok:
+            self.broken.append(f"{name}: {detail}")
+
+
+def table(header, rows, indent="    ", left=False):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: indent + "  ".join(str(c).ljust(w) if i == 0 or left else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    print(line(header))
+    print(indent + "  ".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+
+
+def run_bench(*arguments):
+    out = subprocess.run([f"{BIN}/bugsquasher-bench", *arguments], capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise Broken(f"bugsquasher-bench {' '.join(arguments)} exited with status {out.returncode}: {out.stderr.strip()[-500:]}")
+    return out.stdout
+
+
+def section_graph(args, report):
+    print(f"\n== 1. object graph: importer contexts vs raw GRDB inserts (bugsquasher-bench), N={args.rows:,}, chunks of 1,000")
+    out = run_bench("--rows", str(args.rows), "--chunk", "1000", "--order", "both")
+    print("    " + out.rstrip().replace("\n", "\n    "))
+    for order in ("sequential", "random"):
+        m = re.search(rf"^{order}\s+graph\s+\d+\s+[\d.]+\s+([\d.]+)x", out, re.M)
+        if not m:
+            raise Broken(f"bugsquasher-bench printed no {order} ratio")
+        report.target(f"1. object graph / raw GRDB, {order}", ">= 0.50x", f"{float(m.group(1)):.2f}x", float(m.group(1)) >= 0.5)
+    rss = []
+    for n in (args.rows, args.big_rows):
+        out = run_bench("--rows", str(n), "--chunk", "1000", "--order", "sequential", "--mode", "graph")
+        rss.append((n, float(re.search(r"peak RSS: ([\d.]+) MiB", out).group(1))))
+    print("\n    peak RSS of the object-graph import alone (one process per size)")
+    table(["rows", "VmHWM"], [[f"{n:,}", f"{m:.1f} MiB"] for n, m in rss] + [["ratio", f"{rss[1][1] / rss[0][1]:.2f}x"]])
+    report.target(f"1. object-graph peak RSS {args.big_rows:,} / {args.rows:,} rows", "<= 1.20x (flat)", f"{rss[1][1] / rss[0][1]:.2f}x", rss[1][1] / rss[0][1] <= 1.2)
+
+
+def section_a(args, daemon, files, root, report):
+    rows = files[args.rows]
+    start = time.perf_counter()
+    daemon.import_file(rows, args.rows)
+    through = args.rows / (time.perf_counter() - start)
+    bugs = daemon.status()["bugs"]
+    if bugs != args.rows:
+        report.check("a. record count after the import", False, f"{bugs} bugs, expected {args.rows}")
+    with sqlite3.connect(f"file:{daemon.dir}/state/bugs.sqlite?mode=ro", uri=True) as db:
+        schema = [sql for (sql,) in db.execute("SELECT sql FROM sqlite_master WHERE tbl_name = 'Bug' AND sql IS NOT NULL ORDER BY type DESC")]
+    raw = raw_inserts(rows, f"{root}/raw.sqlite", schema)
+    os.unlink(f"{root}/raw.sqlite")
+    print(f"\n== a. import of {args.rows:,} bug rows, chunks of 1,000")
+    table(["path", "rows/s", "ratio"], [["raw SQLite prepared inserts (same Bug table)", f"{raw:,.0f}", "1.00x"],
+                                        ["through squasherd (squasherctl import --wait)", f"{through:,.0f}", f"{through / raw:.2f}x"]])
+    report.target("a. squasherd import / raw SQLite inserts", ">= 0.50x", f"{through / raw:.2f}x", through / raw >= 0.5)
+
+
+def section_b(args, daemon, report):
+    print(f"\n== b. commit -> last subscriber refreshed (ms), {args.rounds} edits per count after {args.warmup} warm-up")
+    rows = []
+    for n in args.counts:
+        ours = squasherd_latency(daemon, n, args.rounds, args.warmup, args.pause, "BENCH-1")
+        pg = pg_latency(args.pg_socket, n, args.rounds, args.warmup, args.pause) if args.pg_socket else None
+        fan = raw_fanout(n, args.rounds, args.warmup, args.pause)
+        rows.append([n, f"{pct(ours, .5):.2f}", f"{pct(ours, .99):.2f}",
+                     f"{pct(pg, .5):.2f}" if pg else "-", f"{pct(pg, .99):.2f}" if pg else "-",
+                     f"{pct(fan, .5):.2f}", f"{pct(fan, .99):.2f}",
+                     f"{pct(ours, .5) / pct(pg, .5):.2f}x" if pg else "-", f"{pct(ours, .99) / pct(pg, .99):.2f}x" if pg else "-"])
+        if pg:
+            ok = pct(ours, .5) <= pct(pg, .5) and pct(ours, .99) <= pct(pg, .99)
+            report.target(f"b. latency, {n} subscriber(s): squasherd / PostgreSQL", "<= 1.00x p50 and p99",
+                          f"{pct(ours, .5) / pct(pg, .5):.2f}x / {pct(ours, .99) / pct(pg, .99):.2f}x", ok)
+    table(["subscribers", "squasherd p50", "p99", "PostgreSQL p50", "p99", "raw fan-out p50", "p99", "vs PG p50", "vs PG p99"], rows)
+
+
+def section_c(args, daemon, root, report):
+    count = min(args.rows, 100_000)
+    held = [f"BENCH-{n}" for n in range(1, 101)]
+    filtered = Subscribers(daemon, [held], name="filtered subscriber", mark_key="BENCH-1")
+    unfiltered = Subscribers(daemon, [held], unfiltered=True, name="unfiltered subscriber", mark_key="BENCH-1")
+    filtered.wait_ready()
+    unfiltered.wait_ready()
+    daemon.wait_subscribers(2)
+    cpu0 = [filtered.cpu_ms()[0], unfiltered.cpu_ms()[0]]
+    path = f"{root}/updates.ndjson"
+    with open(path, "w") as out:
+        for n in range(1, count + 1):
+            out.write(json.dumps({"key": f"BENCH-{n}", "title": f"changed {n}", "status": "Reopened", "labels": [], "project": {"key": "BENCH"},
+                                  "components": [], "comments": []}) + "\n")
+    daemon.import_file(path, count)
+    os.unlink(path)
+    # A barrier: the feed is ordered, so once both printed this edit they processed the import.
+    editor = Editor(daemon, "BENCH-1")
+    editor.update("barrier")
+    editor.close()
+    filtered.wait_mark("barrier", 300)
+    unfiltered.wait_mark("barrier", 300)
+    cpu = [filtered.cpu_ms()[0] - cpu0[0], unfiltered.cpu_ms()[0] - cpu0[1]]
+    for subs in (filtered, unfiltered):
+        subs.check_consistent()
+    refreshes = [filtered.refreshes[0], unfiltered.refreshes[0]]
+    stats = [filtered.close().get(0), unfiltered.close().get(0)]
+    if None in stats:
+        raise Broken("a squasherctl subscribe printed no stats on SIGTERM")
+    print(f"\n== c. one subscriber holding 100 bugs during a {count:,}-record import that updates every bug")
+    ratio = lambda a, b: f"{b / a:.0f}x" if a else "-"
+    table(["", "filtered by squasherd", "unfiltered (--all)", "unfiltered / filtered"], [
+        ["bytes received", f"{stats[0]['bytesReceived']:,}", f"{stats[1]['bytesReceived']:,}", ratio(stats[0]["bytesReceived"], stats[1]["bytesReceived"])],
+        ["CPU time (ms; 10 ms ticks)", f"{cpu[0]:,.0f}" if cpu[0] else "< 10", f"{cpu[1]:,.0f}", f"{cpu[1] / max(cpu[0], 10):.0f}x" + ("+" if not cpu[0] else "")],
+        ["refresh events", refreshes[0], refreshes[1], ""],
+        ["objects loaded / value requests / fetches", f"{len(stats[0]['loaded'])} / {stats[0]['valueRequests']} / {stats[0]['fetches']}",
+         f"{len(stats[1]['loaded'])} / {stats[1]['valueRequests']} / {stats[1]['fetches']}", ""],
+    ])
+    report.check("c. filtered and unfiltered subscribers end with the store's versions", True, "100 held bugs each")
+    report.info("c. bytes per subscriber, unfiltered / filtered", ratio(stats[0]["bytesReceived"], stats[1]["bytesReceived"]))
+
+
+def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=0):
+    """A fresh squasherd and store; seeds 1,000 bugs the import updates (and LATENCY-1); attaches
+    the subscribers; measures idle edit latency; imports `count` records while editing LATENCY-1
+    every --edit-interval ms; returns throughput, memory and latency figures."""
+    daemon = Daemon(root, label, args.pending_limit)
+    result = {"count": count}
+    procs = []
+    subs = None
+    try:
+        seed = f"{root}/seed-{count}.ndjson"
+        write_seed(seed, count)
+        daemon.import_file(seed, len(seed_keys(count)) + 1)
+        editor = Editor(daemon)
+        if fast:
+            keys = seed_keys(count)
+            subs = Subscribers(daemon, [[LATENCY_KEY] + keys[j::fast][:10] for j in range(fast)], name="fast subscriber")
+        slow_readers = []
+        for _ in range(slow):
+            p = subprocess.Popen([PYTHON, HERE, "child", "slow", daemon.read_socket, str(args.slow_ms)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            slow_readers.append((p, Lines(p, "slow subscriber")))
+        stalled_reader = None
+        if stalled:
+            p = subprocess.Popen([PYTHON, HERE, "child", "stalled", daemon.read_socket, "1000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            stalled_reader = (p, Lines(p, "stalled subscriber"))
+        for _, lines in slow_readers + ([stalled_reader] if stalled_reader else []):
+            if json.loads(lines.get(120))["event"] != "subscribed":
+                raise Broken("a Varlink subscriber did not subscribe")
+        if subs:
+            subs.wait_ready()
+        daemon.wait_subscribers(fast + slow + stalled)
+        if fast:
+            idle = []
+            for i in range(args.idle_edits):
+                tick = time.monotonic()
+                idle.append(edit_round(editor, subs, f"idle-{i}"))
+                time.sleep(max(0, args.edit_interval / 1000 - (time.monotonic() - tick)))
+            result["idle"] = idle
+        # The import, with an edit of LATENCY-1 every --edit-interval ms and VmRSS sampled.
+        rss, during, ended = [], [], threading.Event()
+
+        def subscriber_cpu_ms():
+            return sum(subs.cpu_ms() if subs else []) + sum(cpu_ms(p.pid) for p in procs)
+        cpu0 = (cpu_ms(daemon.pid), subscriber_cpu_ms())
+        start = time.perf_counter()
+
+        def run_import():
+            try:
+                daemon.import_file(files[count], count)
+                result["seconds"] = time.perf_counter() - start
+            except Exception as error:  # reported below
+                result["error"] = error
+            ended.set()
+
+        def sample():
+            while not ended.is_set():
+                rss.append((time.perf_counter() - start, proc_status(daemon.pid, "VmRSS")))
+                ended.wait(0.25)
+
+        importer = threading.Thread(target=run_import, daemon=True)
+        importer.start()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        i = 0
+        while not ended.is_set():
+            tick = time.monotonic()
+            during.append(edit_round(editor, subs, f"import-{i}") if fast else edit_round(editor, None, f"import-{i}"))
+            i += 1
+            ended.wait(max(0, args.edit_interval / 1000 - (time.monotonic() - tick)))
+        importer.join()
+        sampler.join()
+        result["daemon_cpu"] = (cpu_ms(daemon.pid) - cpu0[0]) / 1000
+        result["subscriber_cpu"] = (subscriber_cpu_ms() - cpu0[1]) / 1000
+        if "error" in result:
+            raise result["error"]
+        result["during"], result["rss"] = during, rss
+        result["hwm"] = daemon.hwm_kib()
+        result["rows_per_s"] = count / result["seconds"]
+        if fast:
+            edit_round(editor, subs, "final", timeout=args.catch_up_timeout)  # a barrier: the fast ones processed everything
+        editor.close()
+        status = daemon.status()
+        expected_bugs = count + 1
+        if status["bugs"] != expected_bugs:
+            report.check(f"{label}: bugs after the import", False, f"{status['bugs']}, expected {expected_bugs}")
+        target = status["token"]
+        result["token"] = target
+        # Slow subscribers catch up, then report.
+        slow_results = []
+        for p, lines in slow_readers:
+            deadline = time.monotonic() + args.catch_up_timeout
+            while True:
+                event = json.loads(lines.get(max(1, deadline - time.monotonic())))
+                if event["event"] == "token" and event["token"] >= target:
+                    break
+            p.stdin.write("stop\n")
+            p.stdin.flush()
+            while (event := json.loads(lines.get(60)))["event"] != "summary":
+                pass
+            slow_results.append(event)
+        result["slow"] = slow_results
+        if stalled_reader:
+            p, lines = stalled_reader
+            p.stdin.write(f"go {target}\n")
+            p.stdin.flush()
+            result["stalled"] = json.loads(lines.get(args.catch_up_timeout))
+        if subs:
+            subs.check_consistent()
+            result["fast_refreshes"] = sum(subs.refreshes)
+        return result
+    finally:
+        if subs:
+            subs.close()
+        for p in procs:
+            stop_process(p)
+        daemon.stop()
+
+
+def rss_growth(samples):
+    """Peak VmRSS in the second half of the import / in the first half."""
+    if len(samples) < 4:
+        return float("nan")
+    end = samples[-1][0]
+    first = max(r for t, r in samples if t <= end / 2)
+    second = max(r for t, r in samples if t > end / 2)
+    return second / first
+
+
+def section_de(args, root, files, report):
+    small = import_run(args, root, files, args.rows, report, "d-small")
+    base = import_run(args, root, files, args.big_rows, report, "d-big")
+    print(f"\n== d. peak squasherd RSS (VmHWM) after an import (fresh daemon and store per size; 1,000 seeded bugs; an edit every {args.edit_interval} ms)")
+    table(["records imported", "rows/s", "VmHWM", "ratio"], [
+        [f"{args.rows:,}", f"{small['rows_per_s']:,.0f}", f"{mib(small['hwm']):.1f} MiB", "1.00x"],
+        [f"{args.big_rows:,}", f"{base['rows_per_s']:,.0f}", f"{mib(base['hwm']):.1f} MiB", f"{base['hwm'] / small['hwm']:.2f}x"]])
+    report.target(f"d. squasherd VmHWM {args.big_rows:,} / {args.rows:,} records", "<= 1.20x (flat)", f"{base['hwm'] / small['hwm']:.2f}x", base["hwm"] / small["hwm"] <= 1.2)
+
+    fast = args.e_subscribers - args.e_slow - 1
+    chunk_ms = base["seconds"] * 1000 / (args.big_rows / 1000)
+    if args.slow_ms is None:
+        args.slow_ms = max(1, round(2 * chunk_ms))
+    loaded = import_run(args, root, files, args.big_rows, report, "e-subscribers", fast=fast, slow=args.e_slow, stalled=1)
+    print(f"\n== e. {args.big_rows:,}-record import with {args.e_subscribers} subscribers ({fast} fast `squasherctl subscribe` holding 11 bugs each, "
+          f"{args.e_slow} slow unfiltered readers sleeping {args.slow_ms} ms per message, 1 stalled) vs none"
+          f"\n   (without subscribers a chunk of 1,000 commits every {chunk_ms:.0f} ms)")
+    ratio = loaded["rows_per_s"] / base["rows_per_s"]
+    growth = rss_growth(loaded["rss"])
+    table(["", "no subscribers", f"{args.e_subscribers} subscribers", "ratio"], [
+        ["import rows/s", f"{base['rows_per_s']:,.0f}", f"{loaded['rows_per_s']:,.0f}", f"{ratio:.2f}x"],
+        ["import seconds", f"{base['seconds']:.1f}", f"{loaded['seconds']:.1f}", ""],
+        ["CPU seconds of squasherd during the import", f"{base['daemon_cpu']:.1f}", f"{loaded['daemon_cpu']:.1f}", f"{loaded['daemon_cpu'] / base['daemon_cpu']:.2f}x"],
+        ["CPU seconds of the subscriber processes", "-", f"{loaded['subscriber_cpu']:.1f}", ""],
+        ["squasherd VmHWM", f"{mib(base['hwm']):.1f} MiB", f"{mib(loaded['hwm']):.1f} MiB", f"{loaded['hwm'] / base['hwm']:.2f}x"],
+        ["VmRSS peak, 2nd half / 1st half of the import", f"{rss_growth(base['rss']):.2f}x", f"{growth:.2f}x", ""],
+    ])
+    idle, during = loaded["idle"], loaded["during"]
+    print(f"\n    fast subscribers: edit of {LATENCY_KEY} -> last of {fast} refreshed (ms); "
+          f"{len(idle)} edits idle (all subscribers attached), {len(during)} during the import")
+    table(["", "p50", "p99", "max"], [
+        ["idle (their normal)", f"{pct(idle, .5):.2f}", f"{pct(idle, .99):.2f}", f"{max(idle):.2f}"],
+        ["during the import", f"{pct(during, .5):.2f}", f"{pct(during, .99):.2f}", f"{max(during):.2f}"]])
+    print(f"    ({loaded['fast_refreshes']:,} refresh events in all; edit round trips without subscribers during the import: p50 "
+          f"{pct(base['during'], .5):.2f} ms, p99 {pct(base['during'], .99):.2f} ms)")
+    print(f"\n    slow subscribers (after the import each caught up to token {loaded['token']:,})")
+    table(["reader", "saves", "coalesced", "objects", "bytes", "resyncs", "CPU ms"],
+          [[i + 1, f"{s['saves']:,}", f"{s['coalesced']:,}", f"{s['objects']:,}", f"{s['bytes']:,}", s["resyncs"], f"{s['cpuMs']:,.0f}"]
+           for i, s in enumerate(loaded["slow"])])
+    st = loaded["stalled"]
+    print("\n    stalled subscriber (read nothing until the import finished)")
+    table(["", "result"], [
+        ["saves received before the resync event", st["savesBeforeResync"]],
+        ["told to resync, resyncFrom", st["resyncFrom"] if st["resyncFrom"] is not None else "NO"],
+        ["saves replayed after Subscribe(since: resyncFrom)", f"{st['replayed']:,} (tokens contiguous: {'yes' if st['contiguous'] else 'NO'})"],
+        ["final token / daemon token", f"{st['token']:,} / {st['daemonToken']:,}"],
+        ["bugs seen / bugs in the store", f"{st['bugsSeen']:,} / {st['storeBugs']:,}"],
+        ["sample checked against Store.Values (versions; values where the feed had them)", f"{st['sampled']} ({st['valuesCompared']} with values)"],
+        ["problems", "; ".join(st["problems"]) or "none"]])
+    report.target(f"e. import with {args.e_subscribers} subscribers / with none", ">= 0.80x", f"{ratio:.2f}x", ratio >= 0.8)
+    report.target("e. fast subscribers' p99 during the import / idle", "<= 1.00x",
+                  f"{pct(during, .99) / pct(idle, .99):.2f}x ({pct(during, .99):.1f} / {pct(idle, .99):.1f} ms)", pct(during, .99) <= pct(idle, .99))
+    report.target("e. squasherd VmRSS peak, 2nd half / 1st half of the import", "<= 1.10x (bounded)", f"{growth:.2f}x", growth <= 1.1)
+    report.info("e. squasherd VmHWM with subscribers / without", f"{loaded['hwm'] / base['hwm']:.2f}x ({mib(loaded['hwm']):.0f} / {mib(base['hwm']):.0f} MiB)")
+    report.check("e. stalled subscriber told to resync", st["resyncFrom"] is not None, f"resyncFrom {st['resyncFrom']}")
+    ok = not st["problems"] and st["contiguous"] and st["token"] == st["daemonToken"] and st["bugsSeen"] == st["storeBugs"]
+    report.check("e. stalled subscriber consistent after Subscribe(since)", ok,
+                 f"token {st['token']} = daemon's, {st['bugsSeen']:,} bugs, {st['sampled']} sampled" if ok else "; ".join(st["problems"]) or "see above")
+    slow_ok = all(s["token"] == loaded["token"] for s in loaded["slow"])
+    report.check("e. slow subscribers caught up", slow_ok, f"{len(loaded['slow'])} at token {loaded['token']:,}")
+    report.check("e. fast subscribers hold the store's versions", True, f"{fast} subscribers")
+
+
+def machine():
+    def first(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        except Exception:
+            return "?"
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    mem = int(open("/proc/meminfo").readline().split()[1]) / 1024 / 1024
+    os_name = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME=")), "?")
+    print(f"== machine: {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}, {os_name}")
+    print(f"== {first(['swift', '--version'])}; SQLite {first(['sqlite3', '--version']).split()[0]} (Python's sqlite3: {sqlite3.sqlite_version})")
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(f"{BIN}/squasherd")))
+    print(f"== binaries: {BIN} (squasherd built {stamp}); load average at start: {open('/proc/loadavg').read().split()[0:3]}")
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        role, rest = sys.argv[2], sys.argv[3:]
+        try:
+            {"fanout": lambda: child_fanout(rest[0]), "pg-listener": lambda: child_pg_listener(rest[0]),
+             "slow": lambda: child_slow(rest[0], int(rest[1])), "stalled": lambda: child_stalled(rest[0], int(rest[1]))}[role]()
+        except (KeyboardInterrupt, BrokenPipeError):
+            pass
+        return 0
+    def terminated(*_):
+        raise SystemExit(143)  # runs the finally blocks: daemons, subscribers and files go
+    signal.signal(signal.SIGTERM, terminated)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--big-rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=0.02, help="seconds between latency rounds")
+    parser.add_argument("--counts", default="1,10,100")
+    parser.add_argument("--pg-socket", help="directory of a running PostgreSQL's Unix socket (user postgres, trust)")
+    parser.add_argument("--e-subscribers", type=int, default=100)
+    parser.add_argument("--e-slow", type=int, default=10)
+    parser.add_argument("--slow-ms", type=int, help="sleep of a slow subscriber after each message (default: two chunk commits "
+                        "of the import without subscribers, i.e. it reads at half that rate)")
+    parser.add_argument("--idle-edits", type=int, default=100)
+    parser.add_argument("--edit-interval", type=int, default=200, help="ms between edits during section d/e imports")
+    parser.add_argument("--pending-limit", type=int, default=100_000, help="squasherd's subscriber_pending_limit")
+    parser.add_argument("--catch-up-timeout", type=int, default=600)
+    parser.add_argument("--skip-graph", action="store_true")
+    args = parser.parse_args()
+    args.counts = [int(x) for x in args.counts.split(",")]
+    report = Report()
+    machine()
+    if args.pg_socket:
+        version, settings = pg_prepare(args.pg_socket)
+        print(f"== PostgreSQL {version}: " + ", ".join(f"{k}={v or chr(39) * 2}" for k, v in settings.items()) + f", Unix socket in {args.pg_socket}")
+    else:
+        print("== PostgreSQL: skipped (--skip-postgres)")
+    started = time.monotonic()
+    root = tempfile.mkdtemp(prefix="bsbench-")
+    try:
+        if not args.skip_graph:
+            section_graph(args, report)
+        files = {}
+        for n in sorted({args.rows, args.big_rows}):
+            files[n] = f"{root}/rows-{n}.ndjson"
+            generate(files[n], n)
+        daemon = Daemon(root, "shared", args.pending_limit)
+        try:
+            section_a(args, daemon, files, root, report)
+            section_b(args, daemon, report)
+            section_c(args, daemon, root, report)
+        finally:
+            daemon.stop()
+        section_de(args, root, files, report)
+    except Broken as error:
+        report.broken.append(str(error))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\n== summary ({(time.monotonic() - started) / 60:.1f} min; load average at the end: {open('/proc/loadavg').read().split()[0:3]})")
+    table(["target", "wanted", "measured", ""], [list(t) for t in report.targets], left=True)
+    if report.broken:
+        print("\nBROKEN:")
+        for b in report.broken:
+            print(f"  - {b}")
+        return 1
+    missed = sum(t[3] == "MISS" for t in report.targets)
+    print(f"\n{len(report.targets) - missed} of {len(report.targets)} met; {missed} missed (a miss is reported, not a failure)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
