@@ -1141,7 +1141,7 @@ def main():
     parser.add_argument("--churn-every", type=float, default=3)
     parser.add_argument("--kill-every", type=float, default=30)
     parser.add_argument("--term-limit", type=float, default=10, help="seconds SIGTERM may take")
-    parser.add_argument("--max-rss-mb", type=int, default=1024)
+    parser.add_argument("--max-rss-mb", type=int, default=512)
     parser.add_argument("--sample-every", type=float, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true")
