@@ -74,6 +74,10 @@ struct ImportEndToEndTests {
         try ("{\"key\":\"NB-2\",\"fields\":{\"summ\n" + good("NB-3") + "\n" + good("NB-4") + "\n").write(toFile: dir + "/h.ndjson", atomically: true, encoding: .utf8)
         let truncatedFirst = try await harness.ctl(["import", dir + "/h.ndjson", "--wait"])
         #expect(summary(truncatedFirst).contains("3 read, 2 imported, 1 rejected"), "\(truncatedFirst)")
+        // A one-record file, without a final newline, imports its record.
+        try #"{"key":"ONE-1","title":"t","status":"Open","project":{"key":"ONE"}}"#.write(toFile: dir + "/k.ndjson", atomically: true, encoding: .utf8)
+        let single = try await harness.ctl(["import", dir + "/k.ndjson", "--wait"])
+        #expect(summary(single).contains("1 read, 1 imported, 0 rejected"), "\(single)")
         // Text after a JSON array fails the job instead of being dropped.
         try ("[" + good("AR-9") + "]\n" + good("AR-10") + "\n").write(toFile: dir + "/i.json", atomically: true, encoding: .utf8)
         let trailing = try ChildProcess(name: "import trailing", executable: Products.squasherctl, arguments: ["import", dir + "/i.json", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
@@ -92,7 +96,7 @@ struct ImportEndToEndTests {
 
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
-        #expect(status.contains("bugs 15,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 3
+        #expect(status.contains("bugs 16,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 4
         #expect(try await harness.stop() == 0)
     }
 

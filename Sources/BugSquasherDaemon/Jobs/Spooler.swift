@@ -80,7 +80,14 @@ actor Spooler {
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (InputFormat, Int64) {
         if let failure { throw DaemonError(failure) }
-        if !decided { try decide(final: true) }
+        if !decided {
+            // A short input (one line, or no newline at all) is decided only now; what was
+            // sniffed still has to reach the spool.
+            try decide(final: true)
+            let pending = sniffed
+            sniffed = []
+            if format != nil { try route(pending) }
+        }
         guard let format else { throw DaemonError("The upload was empty: there is nothing to import.") }
         if let splitter {
             do { try splitter.finish() } catch {
