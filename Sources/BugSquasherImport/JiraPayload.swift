@@ -103,18 +103,7 @@ extension JiraPayload.Fields {
                 case "created": fields.created = try reader.optionalString()
                 case "updated": fields.updated = try reader.optionalString()
                 case "resolutiondate": fields.resolutiondate = try reader.optionalString()
-                case "project":
-                    if !reader.null() {
-                        var project = JiraPayload.Project()
-                        try reader.object { reader, key in
-                            switch key {
-                            case "key": project.key = try reader.optionalString()
-                            case "name": project.name = try reader.optionalString()
-                            default: try reader.skip()
-                            }
-                        }
-                        fields.project = project
-                    }
+                case "project": fields.project = try JiraPayload.Project.readOptional(from: &reader)
                 case "components":
                     if !reader.null() {
                         var components: [JiraPayload.Named?] = []
@@ -123,17 +112,7 @@ extension JiraPayload.Fields {
                     }
                 case "reporter": fields.reporter = try JiraPayload.User.readOptional(from: &reader)
                 case "assignee": fields.assignee = try JiraPayload.User.readOptional(from: &reader)
-                case "comment":
-                    if !reader.null() {
-                        var page = JiraPayload.CommentPage()
-                        try reader.object { reader, key in
-                            guard key == "comments", !reader.null() else { return try reader.skip() }
-                            var comments: [JiraPayload.Comment?] = []
-                            try reader.array { comments.append(try JiraPayload.Comment.readOptional(from: &$0)) }
-                            page.comments = comments
-                        }
-                        fields.comment = page
-                    }
+                case "comment": fields.comment = try JiraPayload.CommentPage.readOptional(from: &reader)
                 default: try reader.skip()
                 }
             }
@@ -150,6 +129,35 @@ extension JiraPayload.Named {
             if key == "name" { named.name = try reader.optionalString() } else { try reader.skip() }
         }
         return named
+    }
+}
+
+extension JiraPayload.Project {
+    static func readOptional(from reader: inout JSONReader) throws -> Self? {
+        if reader.null() { return nil }
+        var project = Self()
+        try reader.object { reader, key in
+            switch key {
+            case "key": project.key = try reader.optionalString()
+            case "name": project.name = try reader.optionalString()
+            default: try reader.skip()
+            }
+        }
+        return project
+    }
+}
+
+extension JiraPayload.CommentPage {
+    static func readOptional(from reader: inout JSONReader) throws -> Self? {
+        if reader.null() { return nil }
+        var page = Self()
+        try reader.object { reader, key in
+            guard key == "comments", !reader.null() else { return try reader.skip() }
+            var comments: [JiraPayload.Comment?] = []
+            try reader.array { comments.append(try JiraPayload.Comment.readOptional(from: &$0)) }
+            page.comments = comments
+        }
+        return page
     }
 }
 

@@ -36,6 +36,7 @@ struct WatchCommand: AsyncParsableCommand {
         try await untilSignal {
             var position = since
             var connected = false
+            var interrupted = false
             while true {
                 do {
                     try await VarlinkStream.call(path: path, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: position, includeValues: values)) { replies in
@@ -43,15 +44,16 @@ struct WatchCommand: AsyncParsableCommand {
                             let event = try reply.parameters(SubscribeReply.self)
                             switch event.event {
                             case "subscribed":
-                                if connected { FileHandle.standardError.write(Data("reconnected; resuming after token \(position ?? event.token)\n".utf8)) }
+                                if interrupted { FileHandle.standardError.write(Data("reconnected; resuming after token \(position ?? event.token)\n".utf8)) }
                                 connected = true
+                                interrupted = false
                                 if position == nil { position = event.token }
                             case "resync":
                                 position = event.resyncFrom ?? position
                             default:
                                 if let save = event.save {
                                     // A resumed feed never repeats a save already printed.
-                                    guard save.token > (position ?? 0) || position == nil else { continue }
+                                    if let position, save.token <= position { continue }
                                     position = save.token
                                 }
                             }
@@ -61,31 +63,15 @@ struct WatchCommand: AsyncParsableCommand {
                 } catch let error as VarlinkError {
                     throw error
                 } catch where connected {
-                    // The daemon went away: fall through and reconnect.
+                    // squasherd went away, or is not back yet: retry below.
                 }
                 guard connected else { return }
-                FileHandle.standardError.write(Data("the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n".utf8))
-                try await Self.waitForDaemon(path)
+                if !interrupted {
+                    FileHandle.standardError.write(Data("the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n".utf8))
+                    interrupted = true
+                }
+                try await Task.sleep(for: .milliseconds(200))
             }
-        }
-    }
-
-    /// Waits until the read socket accepts connections again.
-    private static func waitForDaemon(_ path: String) async throws {
-        while true {
-            try await Task.sleep(for: .milliseconds(200))
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &address.sun_path) { raw in
-                raw.copyBytes(from: Array(path.utf8.prefix(raw.count - 1)))
-                raw[min(path.utf8.count, raw.count - 1)] = 0
-            }
-            let result = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            close(fd)
-            if result == 0 { return }
         }
     }
 

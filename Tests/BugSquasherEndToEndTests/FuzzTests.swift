@@ -26,18 +26,30 @@ func residentMemory(of pid: Int32) throws -> Int {
 
 @Suite("End to end: hostile clients on both sockets", .serialized)
 struct FuzzTests {
-    /// Well-formed calls of every interface, the material the fuzzer mutates.
+    /// A well-formed call, kept in parts so that the fuzzer can swap one parameter's JSON text.
+    struct Call {
+        var method: String
+        var parameters: [(name: String, json: String)] = []
+        var more = false
+
+        var text: String {
+            let parameters = self.parameters.map { #""\#($0.name)":\#($0.json)"# }.joined(separator: ",")
+            return #"{"method":"\#(method)","parameters":{\#(parameters)}\#(more ? #","more":true"# : "")}"#
+        }
+    }
+
+    /// Calls of every interface, the material the fuzzer mutates.
     static let templates = [
-        #"{"method":"org.varlink.service.GetInfo"}"#,
-        #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"io.bugsquasher.Store"}}"#,
-        #"{"method":"io.bugsquasher.Store.Info"}"#,
-        #"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","predicate":"status == \"Open\"","limit":5,"result":"rows","sort":["-key"]}}"#,
-        #"{"method":"io.bugsquasher.Changes.History","parameters":{"after":0,"limit":5}}"#,
-        #"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"registeredOnly":true,"register":[]},"more":true}"#,
-        #"{"method":"io.bugsquasher.Jobs.Status"}"#,
-        #"{"method":"io.bugsquasher.Jobs.List","parameters":{"limit":3}}"#,
-        #"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"fuzz","format":"jira-json","chunkSize":10}}"#,
-        #"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"x-bugsquasher://nope/Bug/p1","values":{"status":"x"}}}"#,
+        Call(method: "org.varlink.service.GetInfo"),
+        Call(method: "org.varlink.service.GetInterfaceDescription", parameters: [("interface", #""io.bugsquasher.Store""#)]),
+        Call(method: "io.bugsquasher.Store.Info"),
+        Call(method: "io.bugsquasher.Store.Fetch", parameters: [("entity", #""Bug""#), ("predicate", #""status == \"Open\"""#), ("limit", "5"), ("result", #""rows""#), ("sort", #"["-key"]"#)]),
+        Call(method: "io.bugsquasher.Changes.History", parameters: [("after", "0"), ("limit", "5")]),
+        Call(method: "io.bugsquasher.Changes.Subscribe", parameters: [("registeredOnly", "true"), ("register", "[]")], more: true),
+        Call(method: "io.bugsquasher.Jobs.Status"),
+        Call(method: "io.bugsquasher.Jobs.List", parameters: [("limit", "3")]),
+        Call(method: "io.bugsquasher.Import.Begin", parameters: [("name", #""fuzz""#), ("format", #""jira-json""#), ("chunkSize", "10")]),
+        Call(method: "io.bugsquasher.Import.Update", parameters: [("id", #""x-bugsquasher://nope/Bug/p1""#), ("values", #"{"status":"x"}"#)]),
     ]
 
     /// Values of every JSON type, and some that are valid JSON but hostile.
@@ -50,7 +62,8 @@ struct FuzzTests {
     /// One mutated call: truncated, bytes flipped, a parameter's value replaced, or an
     /// unknown interface or method.
     static func mutant(_ random: inout SplitMix64) -> [UInt8] {
-        var bytes = Array(templates.randomElement(using: &random)!.utf8)
+        var call = templates.randomElement(using: &random)!
+        var bytes = Array(call.text.utf8)
         switch Int.random(in: 0..<4, using: &random) {
         case 0:
             bytes = Array(bytes.prefix(Int.random(in: 0..<bytes.count, using: &random)))
@@ -59,29 +72,12 @@ struct FuzzTests {
                 bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
             }
         case 2:
-            let text = String(decoding: bytes, as: UTF8.self)
-            let value = hostileValues.randomElement(using: &random)!
-            // Replace the value after a random `":` with a hostile one.
-            let marks = text.indices.filter { text[$0...].hasPrefix("\":") }
-            guard let mark = marks.randomElement(using: &random) else { break }
-            let start = text.index(mark, offsetBy: 2)
-            var end = start
-            var depth = 0
-            var inString = false
-            while end < text.endIndex {
-                let c = text[end]
-                if inString {
-                    if c == "\\" { end = text.index(after: end) } else if c == "\"" { inString = false }
-                } else if c == "\"" { inString = true } else if c == "{" || c == "[" { depth += 1 } else if c == "}" || c == "]" {
-                    if depth == 0 { break }
-                    depth -= 1
-                } else if c == "," && depth == 0 { break }
-                end = text.index(after: end)
-            }
-            bytes = Array((String(text[..<start]) + value + String(text[end...])).utf8)
+            guard !call.parameters.isEmpty else { break }
+            call.parameters[Int.random(in: 0..<call.parameters.count, using: &random)].json = hostileValues.randomElement(using: &random)!
+            bytes = Array(call.text.utf8)
         default:
             let names = ["io.bugsquasher.Nope.Info", "io.bugsquasher.Store.", "", ".", "org.varlink.service.Nope", "io.bugsquasher.Store.Info.Extra", String(repeating: "a.", count: 3_000)]
-            bytes = Array(#"{"method":"\#(names.randomElement(using: &random)!)","parameters":{}}"#.utf8)
+            bytes = Array(Call(method: names.randomElement(using: &random)!).text.utf8)
         }
         return bytes + [0]
     }

@@ -7,16 +7,7 @@ final class RawSocket {
     /// Connects to `path`; throws with the errno text when the connection is refused.
     init(path: String, receiveTimeout seconds: Int = 10) throws {
         fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: Array(path.utf8))
-            raw[path.utf8.count] = 0
-        }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard result == 0 else {
+        guard withUnixAddress(path, { connect(fd, $0, $1) }) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw HarnessError("connect(\(path)): \(reason)")
@@ -71,6 +62,26 @@ final class RawSocket {
         socket.send(bytes)
         return socket.receiveMessage()
     }
+}
+
+/// Calls `body` with the `sockaddr_un` of a Unix socket path (for bind and connect).
+func withUnixAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        raw.copyBytes(from: Array(path.utf8))
+        raw[path.utf8.count] = 0
+    }
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+}
+
+/// Whether a path is a listening Unix socket of this type.
+func connectable(_ path: String, type: Int32) -> Bool {
+    let fd = socket(AF_UNIX, type, 0)
+    defer { close(fd) }
+    return withUnixAddress(path) { connect(fd, $0, $1) } == 0
 }
 
 /// A Varlink call as bytes: the JSON text and its NUL terminator.

@@ -13,14 +13,7 @@ final class NotifyRecorder: Sendable {
         path = directory + "/notify.sock"
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         self.fd = fd
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: Array(path.utf8))
-            raw[path.utf8.count] = 0
-        }
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-        guard bound == 0 else { throw HarnessError("cannot bind \(path)") }
+        guard withUnixAddress(path, { bind(fd, $0, $1) }) == 0 else { throw HarnessError("cannot bind \(path)") }
         Thread.detachNewThread { [weak self] in
             var buffer = [UInt8](repeating: 0, count: 4096)
             while true {
@@ -49,19 +42,6 @@ final class NotifyRecorder: Sendable {
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
     }
-}
-
-/// Whether a path is a listening Unix socket of this type.
-func connectable(_ path: String, type: Int32) -> Bool {
-    let fd = socket(AF_UNIX, type, 0)
-    defer { close(fd) }
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-        raw.copyBytes(from: Array(path.utf8))
-        raw[path.utf8.count] = 0
-    }
-    return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } } == 0
 }
 
 @Suite("End to end: systemd integration", .serialized)

@@ -16,6 +16,7 @@ actor Spooler {
     private var output: [UInt8] = []
     private(set) var bytesWritten: Int64 = 0
     private var sniffed: [UInt8] = []
+    private var sniffedLines = 0
     private var decided = false
     private var gzip: (any NIODecompressor)?
     private var format: InputFormat?
@@ -114,9 +115,10 @@ actor Spooler {
     private func consume(_ bytes: [UInt8]) throws {
         if !decided {
             sniffed += bytes
+            sniffedLines += bytes.lazy.filter { $0 == 0x0A }.count
             // Two lines: a broken first record must not make NDJSON look like a pretty-printed
             // document (the second line tells them apart).
-            guard sniffed.count >= maximumRecordBytes || sniffed.lazy.filter({ $0 == 0x0A }).count >= 2 else { return }
+            guard sniffed.count >= maximumRecordBytes || sniffedLines >= 2 else { return }
             try decide(final: false)
             let pending = sniffed
             sniffed = []
@@ -183,9 +185,8 @@ actor Spooler {
         if lines.count > 1, let second = try? JSONSerialization.jsonObject(with: Data(lines[1])) as? [String: Any] {
             return second
         }
-        let text = String(decoding: firstLine, as: UTF8.self)
         guard firstLine.last(where: { ![0x20, 0x09, 0x0D].contains($0) }) == UInt8(ascii: "}") else { return nil }
-        return text.contains("\"fields\"") ? ["fields": true] : [:]
+        return String(decoding: firstLine, as: UTF8.self).contains("\"fields\"") ? ["fields": true] : [:]
     }
 
     /// Decides the format from the first bytes (or checks the declared one against them).
