@@ -74,10 +74,16 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // A streaming JSON reader and writer (no tree, no Codable) for the hot paths: import
+        // records, change-feed saves, Varlink envelopes.
+        .target(
+            name: "BugSquasherJSON",
+            swiftSettings: strictSettings
+        ),
         // Bug-data readers (Jira REST JSON) and the chunked upsert into importer contexts.
         .target(
             name: "BugSquasherImport",
-            dependencies: ["BugSquasherGraph", "BugSquasherModel"],
+            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherJSON"],
             swiftSettings: strictSettings
         ),
         // Varlink: message framing, call/reply envelopes, org.varlink.service and the interface
@@ -85,6 +91,7 @@ let package = Package(
         .target(
             name: "BugSquasherVarlink",
             dependencies: [
+                "BugSquasherJSON",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -107,7 +114,7 @@ let package = Package(
         // The wire types of BugSquasher's Varlink interfaces, shared by daemon and clients.
         .target(
             name: "BugSquasherProtocol",
-            dependencies: ["BugSquasherGraph", "BugSquasherVarlink"],
+            dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherVarlink"],
             swiftSettings: strictSettings
         ),
         // Unix-socket servers and clients that speak Varlink: the only module on NIOPosix.
@@ -126,7 +133,7 @@ let package = Package(
             name: "BugSquasherDaemon",
             dependencies: [
                 "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherSQLite",
-                "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                "BugSquasherImport", "BugSquasherJSON", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -206,7 +213,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherVarlinkTests",
-            dependencies: ["BugSquasherVarlink", "BugSquasherTransport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BugSquasherVarlink", "BugSquasherTransport", "BugSquasherJSON", "BugSquasherProtocol", .product(name: "NIOCore", package: "swift-nio"), .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -227,7 +234,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherImportTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherImport", "BugSquasherStack"],
+            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherImport", "BugSquasherJSON", "BugSquasherStack"],
             swiftSettings: strictSettings
         ),
     ],

@@ -1,3 +1,4 @@
+package import BugSquasherJSON
 import Foundation
 
 extension BugRecord {

@@ -1,3 +1,4 @@
+import BugSquasherJSON
 public import Foundation
 
 /// Decodes one Jira REST v2 issue object (one line of an NDJSON export, or one element of the

@@ -1,3 +1,4 @@
+import BugSquasherJSON
 /// The part of Jira's REST v2 issue JSON the importer reads.
 ///
 /// Every property is optional, so that missing and `null` fields decode as `nil` (the real data

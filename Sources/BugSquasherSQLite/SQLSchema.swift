@@ -9,7 +9,14 @@ enum SQLSchema {
     static let reservedColumns: Set<String> = ["pk", "_version"]
 
     static func quote(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        // Without Foundation: this runs for every query built.
+        var quoted = "\""
+        for character in name {
+            if character == "\"" { quoted.append("\"") }
+            quoted.append(character)
+        }
+        quoted.append("\"")
+        return quoted
     }
 
     static func sqlType(_ type: AttributeType) -> String {

@@ -36,9 +36,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         }
     }
 
-    /// The SQL of an entity's writes, built once when the store opens.
+    /// The SQL of an entity's writes and row reads, built once when the store opens.
     private struct EntityStatements: Sendable {
         let entity: EntityDescription
+        /// `SELECT <row columns> FROM <table> t WHERE pk`: completed with ` = ?` or ` IN (...)`.
+        let selectByKey: String
         let insert: String
         let update: String
         let delete: String
@@ -50,6 +52,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
             insert = "INSERT INTO \(table) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))"
             update = "UPDATE \(table) SET _version = _version + 1, \(names.map { "\(SQLSchema.quote($0)) = ?" }.joined(separator: ", ")) WHERE pk = ? AND _version = ?"
             delete = "DELETE FROM \(table) WHERE pk = ? AND _version = ?"
+            selectByKey = "SELECT \(SQLSchema.columns(of: entity)) FROM \(table) t WHERE pk"
         }
     }
 
@@ -239,7 +242,6 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                 var conflicts: [MergeConflict] = []
                 for row in changes.updated {
                     let sql = try statements(for: row.objectID, in: state)
-                    let entity = sql.entity
                     let statement = try db.cachedStatement(sql: sql.update)
                     var arguments: [(any DatabaseValueConvertible)?] = []
                     arguments.reserveCapacity(row.attributes.count + row.toOne.count + 2)
@@ -249,7 +251,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                     arguments.append(row.expectedVersion)
                     try statement.execute(arguments: StatementArguments(arguments))
                     if db.changesCount == 0 {
-                        conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, entity: entity, store: store, model: model, db: db)))
+                        conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, sql: sql, store: store, model: model, db: db)))
                     } else {
                         let snapshot = RowSnapshot(version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
                         didSave.updated.append(ObjectChange(objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys, values: snapshot))
@@ -260,7 +262,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                     let entity = sql.entity
                     let statement = try db.cachedStatement(sql: sql.delete)
                     try statement.execute(arguments: [deletion.objectID.key, deletion.expectedVersion])
-                    if db.changesCount == 0, let current = try currentRow(deletion.objectID, entity: entity, store: store, model: model, db: db) {
+                    if db.changesCount == 0, let current = try currentRow(deletion.objectID, sql: sql, store: store, model: model, db: db) {
                         conflicts.append(MergeConflict(objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
                         continue
                     }
@@ -309,9 +311,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         }
     }
 
-    private func currentRow(_ id: ObjectID, entity: EntityDescription, store: String, model: ManagedObjectModel, db: Database) throws -> RowSnapshot? {
-        try Row.fetchOne(db, sql: "SELECT \(SQLSchema.columns(of: entity)) FROM \(SQLSchema.quote(entity.name)) t WHERE pk = ?", arguments: [id.key])
-            .map { Self.decode($0, entity: entity, store: store, model: model).snapshot }
+    private func currentRow(_ id: ObjectID, sql: EntityStatements, store: String, model: ManagedObjectModel, db: Database) throws -> RowSnapshot? {
+        try Row.fetchOne(db.cachedStatement(sql: sql.selectByKey + " = ?"), arguments: [id.key])
+            .map { Self.decode($0, entity: sql.entity, store: store, model: model).snapshot }
     }
 
     private func deleteLinks(of id: ObjectID, entity: EntityDescription, model: ManagedObjectModel, db: Database) throws {
@@ -335,13 +337,18 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
             try pool.read { db in
                 var result: [ObjectID: RowSnapshot] = [:]
                 for (name, ids) in byEntity {
-                    let entity = try state.model.requireEntity(name)
+                    guard let sql = state.statements[name] else {
+                        throw GraphError(.invalidArgument, "\(ids[0]) names entity '\(name)', which the model does not have.")
+                    }
                     var start = 0
                     while start < ids.count {
                         let slice = ids[start..<min(ids.count, start + 500)]
-                        let cursor = try Row.fetchCursor(db, sql: "SELECT \(SQLSchema.columns(of: entity)) FROM \(SQLSchema.quote(name)) t WHERE pk IN (\(slice.map { _ in "?" }.joined(separator: ",")))", arguments: StatementArguments(slice.map(\.key)))
+                        // A fault (one row) and a full batch reuse prepared statements.
+                        let text = slice.count == 1 ? sql.selectByKey + " = ?" : sql.selectByKey + " IN (" + String(repeating: "?,", count: slice.count - 1) + "?)"
+                        let statement = slice.count == 1 || slice.count == 500 ? try db.cachedStatement(sql: text) : try db.makeStatement(sql: text)
+                        let cursor = try Row.fetchCursor(statement, arguments: StatementArguments(slice.map(\.key)))
                         while let row = try cursor.next() {
-                            let decoded = Self.decode(row, entity: entity, store: store, model: state.model)
+                            let decoded = Self.decode(row, entity: sql.entity, store: store, model: state.model)
                             result[decoded.objectID] = decoded.snapshot
                         }
                         start += 500

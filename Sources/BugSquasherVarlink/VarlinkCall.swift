@@ -1,3 +1,4 @@
+import BugSquasherJSON
 public import Foundation
 
 /// One Varlink method call as received: the method name, the flags, and the raw message from
@@ -12,12 +13,6 @@ public struct VarlinkCall: Sendable {
     /// The whole message, JSON.
     public var message: Data
 
-    private struct Head: Decodable {
-        var method: String
-        var more: Bool?
-        var oneway: Bool?
-    }
-
     private struct Parameters<P: Decodable>: Decodable {
         var parameters: P?
     }
@@ -29,15 +24,27 @@ public struct VarlinkCall: Sendable {
     /// - Throws: ``VarlinkError`` `org.varlink.service.InvalidParameter` naming `method` when
     ///   the message is not a JSON object with a string `method`.
     public init(message: Data) throws {
-        let head: Head
+        var method: String?
+        var more = false
+        var oneway = false
         do {
-            head = try JSONDecoder().decode(Head.self, from: message)
+            try JSONReader.read(message) { reader in
+                try reader.object { reader, key in
+                    switch key {
+                    case "method": method = try reader.string()
+                    case "more": more = reader.null() ? false : try reader.bool()
+                    case "oneway": oneway = reader.null() ? false : try reader.bool()
+                    default: try reader.skip()
+                    }
+                }
+            }
         } catch {
             throw VarlinkError.invalidParameter("method")
         }
-        method = head.method
-        more = head.more ?? false
-        oneway = head.oneway ?? false
+        guard let method else { throw VarlinkError.invalidParameter("method") }
+        self.method = method
+        self.more = more
+        self.oneway = oneway
         self.message = message
     }
 
@@ -58,6 +65,13 @@ public struct VarlinkCall: Sendable {
     /// - Throws: ``VarlinkError`` `org.varlink.service.InvalidParameter` naming the parameter
     ///   that is missing or has the wrong type.
     public func parameters<P: Decodable>(_ type: P.Type = P.self) throws -> P {
+        if let readable = P.self as? any JSONReadable.Type {
+            do {
+                return try Self.readParameters(readable, from: message) as! P
+            } catch let failure as JSONReader.Failure {
+                throw VarlinkError.invalidParameter(failure.field ?? "parameters")
+            }
+        }
         do {
             if let parameters = try JSONDecoder().decode(Parameters<P>.self, from: message).parameters { return parameters }
             return try JSONDecoder().decode(P.self, from: Data("{}".utf8))
@@ -92,11 +106,6 @@ public struct VarlinkReply: Sendable {
     /// The error, for an error reply.
     public var error: VarlinkError?
 
-    private struct Head: Decodable {
-        var continues: Bool?
-        var error: String?
-    }
-
     private struct Parameters<P: Decodable>: Decodable {
         var parameters: P?
     }
@@ -104,27 +113,55 @@ public struct VarlinkReply: Sendable {
     /// Reads a reply from one message. Only the envelope is decoded here (the parameters of a
     /// successful reply are decoded once, by ``parameters(_:)``).
     public init(message: Data) throws {
-        let head = try JSONDecoder().decode(Head.self, from: message)
-        self.message = message
-        continues = head.continues ?? false
-        if let name = head.error {
-            let parameters = (try? JSONDecoder().decode(Parameters<[String: JSONValue]>.self, from: message).parameters) ?? nil
-            error = VarlinkError(name, parameters ?? [:])
-        } else {
-            error = nil
+        var continues = false
+        var name: String?
+        var parameters: [String: JSONValue]?
+        try JSONReader.read(message) { reader in
+            try reader.object { reader, key in
+                switch key {
+                case "continues": continues = reader.null() ? false : try reader.bool()
+                case "error": name = try reader.optionalString()
+                // Parameters are read here only for errors: a successful reply's are read
+                // once, by ``parameters(_:)``, into their type.
+                case "parameters" where name != nil: parameters = reader.null() ? nil : try [String: JSONValue](reading: &reader)
+                default: try reader.skip()
+                }
+            }
         }
+        if name != nil, parameters == nil {
+            // "parameters" came before "error".
+            parameters = try? VarlinkCall.readParameters([String: JSONValue].self, from: message) as? [String: JSONValue]
+        }
+        self.message = message
+        self.continues = continues
+        error = name.map { VarlinkError($0, parameters ?? [:]) }
     }
 
     /// Decodes the parameters of a successful reply.
     public func parameters<P: Decodable>(_ type: P.Type = P.self) throws -> P {
         if let error { throw error }
+        if let readable = P.self as? any JSONReadable.Type {
+            return try VarlinkCall.readParameters(readable, from: message) as! P
+        }
         if let parameters = try JSONDecoder().decode(Parameters<P>.self, from: message).parameters { return parameters }
         return try JSONDecoder().decode(P.self, from: Data("{}".utf8))
     }
 
     /// Encodes a successful reply (for servers).
     public static func encode<P: Encodable>(_ parameters: P, continues: Bool) throws -> Data {
-        try JSONEncoder().encode(ReplyEnvelope(parameters: parameters, continues: continues ? true : nil))
+        if let writable = parameters as? any JSONWritable {
+            var writer = JSONWriter()
+            writer.object { writer in
+                writer.key("parameters")
+                writable.write(to: &writer)
+                if continues {
+                    writer.key("continues")
+                    writer.bool(true)
+                }
+            }
+            return Data(writer.bytes)
+        }
+        return try JSONEncoder().encode(ReplyEnvelope(parameters: parameters, continues: continues ? true : nil))
     }
 
     /// Encodes an error reply (for servers).
@@ -147,4 +184,29 @@ private struct CallEnvelope<P: Encodable>: Encodable {
 private struct ReplyEnvelope<P: Encodable>: Encodable {
     var parameters: P
     var continues: Bool?
+}
+
+extension VarlinkCall {
+    /// Reads the `parameters` of a call or reply message with a ``JSONReadable`` type; a
+    /// missing or `null` `parameters` reads as `{}`.
+    static func readParameters(_ type: any JSONReadable.Type, from message: Data) throws -> any JSONReadable {
+        let found = try JSONReader.read(message) { reader -> (any JSONReadable)? in
+            var parameters: (any JSONReadable)?
+            try reader.object { reader, key in
+                if key == "parameters", !reader.null() {
+                    do {
+                        parameters = try type.init(reading: &reader)
+                    } catch var failure as JSONReader.Failure {
+                        failure.field = failure.field ?? "parameters"
+                        throw failure
+                    }
+                } else {
+                    try reader.skip()
+                }
+            }
+            return parameters
+        }
+        if let found { return found }
+        return try JSONReader.read(Data("{}".utf8)) { try type.init(reading: &$0) }
+    }
 }

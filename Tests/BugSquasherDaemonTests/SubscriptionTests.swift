@@ -24,12 +24,17 @@ struct SubscriptionTests {
         subscription.offer(save(2, updated: [5]))
         subscription.offer(save(3, deleted: [2, 6]))
         guard case .save(let first, let live)? = await subscription.next() else { Issue.record("no save"); return }
-        // Saves 1 and 3 were pending together: coalesced into one, at the newest token.
-        #expect(first.token.rawValue == 3)
-        #expect(!live)
+        // Save 2 had nothing for this subscriber: save 1 carries its token, so the subscriber's
+        // position moves past it. Each pending save is delivered on its own.
+        #expect(first.token.rawValue == 2)
+        #expect(live)
         #expect(first.updated.map(\.objectID) == [id(1)])
-        #expect(first.deleted.map(\.objectID) == [id(2)])
+        #expect(first.deleted.isEmpty)
         #expect(first.inserted.isEmpty)
+        guard case .save(let second, _)? = await subscription.next() else { Issue.record("no second save"); return }
+        #expect(second.token.rawValue == 3)
+        #expect(second.updated.isEmpty)
+        #expect(second.deleted.map(\.objectID) == [id(2)])
         #expect(subscription.unregister([id(2)]) == 1)
         #expect(subscription.unregister([id(2)]) == 1)
         #expect(subscription.register([id(1)]) == 1)
@@ -37,7 +42,9 @@ struct SubscriptionTests {
 
     @Test("coalescing keeps the newest version of each object; insert then delete cancels out")
     func coalescing() {
-        let merged = Subscription.coalesce([save(1, inserted: [7]), save(2, updated: [1]), save(3, updated: [1], deleted: [7]), save(4, updated: [2])])
+        var coalesced = CoalescedSaves(storeIdentifier: "S")
+        for save in [save(1, inserted: [7]), save(2, updated: [1]), save(3, updated: [1], deleted: [7]), save(4, updated: [2])] { coalesced.add(save) }
+        let merged = coalesced.result()
         #expect(merged.token.rawValue == 4)
         #expect(merged.inserted.isEmpty)
         #expect(merged.deleted.isEmpty)

@@ -106,11 +106,11 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(try await update(parameters.id, values: parameters.values))
         case "Delete":
             let id = try objectID(try call.parameters(IDParameter.self).id)
-            let editor = await newEditor("varlink-delete")
+            let editor = newEditor("varlink-delete")
             try await mapGraphErrors {
                 try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
             }
-            let didSave = try await mapGraphErrors { try await editor.saveToPersistentStore() }
+            let didSave = try await mapGraphErrors { try await editor.save() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
         default:
             throw VarlinkError.methodNotFound(call.method)
@@ -123,7 +123,7 @@ struct ImportInterface: VarlinkInterface {
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
         }
-        let editor = await newEditor("varlink-update")
+        let editor = newEditor("varlink-update")
         try await mapGraphErrors { try await editor.perform { context in
             let object = try context.existingObject(with: id)
             for (key, json) in values {
@@ -142,17 +142,19 @@ struct ImportInterface: VarlinkInterface {
                 }
             }
         } }
-        let didSave = try await mapGraphErrors { try await editor.saveToPersistentStore() }
-        let stored = try stack.store.newValues(for: id)?.version ?? 0
-        let version = didSave?.updated.first { $0.objectID == id }?.version ?? stored
-        let token = try didSave?.token.rawValue ?? stack.store.currentHistoryToken().rawValue
-        return UpdateReply(version: version, token: token)
+        guard let didSave = try await mapGraphErrors({ try await editor.save() }) else {
+            // The values were already the stored ones: nothing was saved.
+            return UpdateReply(version: try stack.store.newValues(for: id)?.version ?? 0, token: try stack.store.currentHistoryToken().rawValue)
+        }
+        return UpdateReply(version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
     }
 
-    /// An editor context (object-trump) over a fresh writer-side context of its own: an edit
-    /// that fails leaves nothing pending behind it, and no context grows with the edits made.
-    private func newEditor(_ name: String) async -> ObjectContext {
-        await stack.importerContext(name: name).newChildContext(mergePolicy: .mergeByPropertyObjectTrump, name: name)
+    /// A fresh writer-side context (object-trump, like an editor) for one edit: an edit that
+    /// fails leaves nothing pending behind it, and no context grows with the edits made. Its
+    /// save goes straight to the writer coordinator (a child context in between only added a
+    /// hop and a second fetch of the object).
+    private func newEditor(_ name: String) -> ObjectContext {
+        stack.importerContext(name: name)
     }
 
     private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {

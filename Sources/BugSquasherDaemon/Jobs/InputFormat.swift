@@ -1,3 +1,4 @@
+import BugSquasherJSON
 import BugSquasherImport
 import Foundation
 

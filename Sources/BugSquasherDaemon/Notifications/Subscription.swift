@@ -6,7 +6,8 @@ import Synchronization
 /// counted) and a mailbox of pending notifications.
 ///
 /// The importer never waits for a subscriber: ``offer(_:)`` only appends to the mailbox under a
-/// mutex. A subscriber that reads slowly sees its pending saves coalesced into one; past
+/// mutex. A subscriber that keeps up receives every save on its own; one that falls more than
+/// eight saves behind sees the older ones coalesced into one (per object, the newest); past
 /// ``pendingLimit`` changed objects the mailbox is dropped and the subscriber is told to resync
 /// from the last token it received, so memory per subscriber stays bounded.
 final class Subscription: Sendable {
@@ -159,21 +160,29 @@ final class Subscription: Sendable {
                         state.closed = true
                         return .some(.resync(token))
                     }
+                    // Saves a history replay already delivered are dropped. A subscriber that
+                    // fell behind gets everything pending merged into one save; one that keeps
+                    // up gets each save on its own, so it sees every token.
                     let delivered = state.delivered
-                    var fresh = state.pending.filter { $0.token > delivered }
-                    var merged = false
-                    if let coalesced = state.coalesced, coalesced.token > delivered {
-                        fresh.insert(coalesced.result(), at: 0)
-                        merged = true
+                    state.pending.removeAll { $0.token <= delivered }
+                    if var coalesced = state.coalesced {
+                        for save in state.pending { coalesced.add(save) }
+                        state.coalesced = nil
+                        state.pending.removeAll()
+                        state.pendingObjects = 0
+                        if coalesced.token > delivered {
+                            let save = coalesced.result()
+                            state.delivered = save.token
+                            return .some(.save(save, live: false))
+                        }
                     }
-                    state.pending.removeAll()
-                    state.coalesced = nil
-                    state.pendingObjects = 0
-                    if !fresh.isEmpty {
-                        let save = Self.coalesce(fresh)
+                    if !state.pending.isEmpty {
+                        let save = state.pending.removeFirst()
                         state.delivered = save.token
-                        return .some(.save(save, live: !merged && fresh.count == 1))
+                        state.pendingObjects = max(0, state.pendingObjects - save.inserted.count - save.updated.count - save.deleted.count)
+                        return .some(.save(save, live: true))
                     }
+                    state.pendingObjects = 0
                     state.waiter = continuation
                     return nil
                 }
@@ -208,15 +217,6 @@ final class Subscription: Sendable {
         filtered.updated = didSave.updated.filter { registered[$0.objectID] != nil }
         filtered.deleted = didSave.deleted.filter { registered[$0.objectID] != nil }
         return filtered
-    }
-
-    /// One save equivalent to several consecutive ones: the newest version of each object, its
-    /// changed keys merged; an object deleted last is only deleted.
-    static func coalesce(_ saves: [DidSave]) -> DidSave {
-        guard saves.count > 1, let first = saves.first else { return saves.first ?? DidSave(token: .zero, storeIdentifier: "") }
-        var merged = CoalescedSaves(storeIdentifier: first.storeIdentifier)
-        for save in saves { merged.add(save) }
-        return merged.result()
     }
 }
 

@@ -25,7 +25,22 @@ package struct JSONReader {
         package var message: String
         /// The byte offset in the document.
         package var offset: Int
+        /// The field at fault, when the reading type named it (for messages such as Varlink's
+        /// `InvalidParameter`).
+        package var field: String?
         package var description: String { "\(message) at byte \(offset)" }
+
+        /// Creates an error.
+        package init(message: String, offset: Int, field: String? = nil) {
+            self.message = message
+            self.offset = offset
+            self.field = field
+        }
+
+        /// A required field that was missing.
+        package static func missing(_ field: String) -> Failure {
+            Failure(message: "missing field '\(field)'", offset: 0, field: field)
+        }
     }
 
     /// The deepest nesting of arrays and objects accepted.
@@ -84,6 +99,59 @@ package struct JSONReader {
         else { return false }
         index += 4
         return true
+    }
+
+    /// The kind of value that comes next.
+    package enum Kind: Sendable {
+        case object, array, string, number, bool, null
+    }
+
+    /// What comes next, without consuming it.
+    package mutating func peek() throws -> Kind {
+        skipWhitespace()
+        guard index < bytes.count else { throw Failure(message: "unexpected end of input", offset: index) }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return .object
+        case UInt8(ascii: "["): return .array
+        case UInt8(ascii: "\""): return .string
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): return .bool
+        case UInt8(ascii: "n"): return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number
+        default: throw Failure(message: "expected a value", offset: index)
+        }
+    }
+
+    /// Reads `true` or `false`.
+    package mutating func bool() throws -> Bool {
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "t") {
+            try literal("true")
+            return true
+        }
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "f") else {
+            throw Failure(message: "expected true or false", offset: index)
+        }
+        try literal("false")
+        return false
+    }
+
+    /// A number as read: integral when written without fraction or exponent and in range.
+    package enum Number: Sendable, Equatable {
+        case integer(Int64)
+        case double(Double)
+    }
+
+    /// Reads a number.
+    package mutating func number() throws -> Number {
+        skipWhitespace()
+        let start = index
+        try skipNumber()
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        if let integer = Int64(text) { return .integer(integer) }
+        guard let double = Double(text), double.isFinite else {
+            throw Failure(message: "number out of range", offset: start)
+        }
+        return .double(double)
     }
 
     /// Reads a string, or `nil` for `null`.

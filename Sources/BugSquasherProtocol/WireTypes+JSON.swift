@@ -1,0 +1,184 @@
+package import BugSquasherJSON
+import BugSquasherVarlink
+
+// The change feed's messages and edits, read and written without Codable: every save goes to
+// every subscriber, and JSONDecoder/JSONEncoder were the largest share of a subscriber's CPU
+// and of the daemon's per-save work. The Codable conformances stay for everything else; both
+// read and write the same JSON.
+
+extension JSONReader {
+    /// Reads an integer field (a number without fraction).
+    mutating func int64(field: String) throws -> Int64 {
+        do {
+            switch try number() {
+            case .integer(let value): return value
+            case .double(let value) where value == value.rounded() && abs(value) < 9.0e18: return Int64(value)
+            case .double: throw Failure(message: "'\(field)' must be an integer", offset: 0, field: field)
+            }
+        } catch var failure as Failure {
+            failure.field = field
+            throw failure
+        }
+    }
+
+    /// Reads a string field.
+    mutating func string(field: String) throws -> String {
+        do { return try string() } catch var failure as Failure {
+            failure.field = field
+            throw failure
+        }
+    }
+}
+
+extension WireObjectChange: JSONReadable, JSONWritable {
+    package init(reading reader: inout JSONReader) throws {
+        var id: String?
+        var version: Int64?
+        var keys: [String]?
+        var values: [String: JSONValue]?
+        try reader.object { reader, key in
+            switch key {
+            case "id": id = try reader.string(field: "id")
+            case "version": version = try reader.int64(field: "version")
+            case "keys": keys = reader.null() ? nil : try reader.strings()
+            case "values": values = reader.null() ? nil : try [String: JSONValue](reading: &reader)
+            default: try reader.skip()
+            }
+        }
+        guard let id else { throw JSONReader.Failure.missing("id") }
+        guard let version else { throw JSONReader.Failure.missing("version") }
+        self.init(id: id, version: version, keys: keys, values: values)
+    }
+
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("id")
+            writer.string(id)
+            writer.key("version")
+            writer.integer(version)
+            if let keys {
+                writer.key("keys")
+                writer.array { writer in for key in keys { writer.string(key) } }
+            }
+            if let values {
+                writer.key("values")
+                values.write(to: &writer)
+            }
+        }
+    }
+}
+
+extension WireSave: JSONReadable, JSONWritable {
+    package init(reading reader: inout JSONReader) throws {
+        var token: Int64?
+        var inserted: [WireObjectChange]?
+        var updated: [WireObjectChange]?
+        var deleted: [WireObjectChange]?
+        func changes(_ reader: inout JSONReader) throws -> [WireObjectChange] {
+            var result: [WireObjectChange] = []
+            try reader.array { result.append(try WireObjectChange(reading: &$0)) }
+            return result
+        }
+        try reader.object { reader, key in
+            switch key {
+            case "token": token = try reader.int64(field: "token")
+            case "inserted": inserted = try changes(&reader)
+            case "updated": updated = try changes(&reader)
+            case "deleted": deleted = try changes(&reader)
+            default: try reader.skip()
+            }
+        }
+        guard let token else { throw JSONReader.Failure.missing("token") }
+        guard let inserted else { throw JSONReader.Failure.missing("inserted") }
+        guard let updated else { throw JSONReader.Failure.missing("updated") }
+        guard let deleted else { throw JSONReader.Failure.missing("deleted") }
+        self.init(token: token, inserted: inserted, updated: updated, deleted: deleted)
+    }
+
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("token")
+            writer.integer(token)
+            for (name, changes) in [("inserted", inserted), ("updated", updated), ("deleted", deleted)] {
+                writer.key(name)
+                writer.array { writer in for change in changes { change.write(to: &writer) } }
+            }
+        }
+    }
+}
+
+extension SubscribeReply: JSONReadable, JSONWritable {
+    package init(reading reader: inout JSONReader) throws {
+        var event: String?
+        var subscription: String?
+        var token: Int64?
+        var save: WireSave?
+        var resyncFrom: Int64?
+        try reader.object { reader, key in
+            switch key {
+            case "event": event = try reader.string(field: "event")
+            case "subscription": subscription = try reader.optionalString()
+            case "token": token = try reader.int64(field: "token")
+            case "save": save = reader.null() ? nil : try WireSave(reading: &reader)
+            case "resyncFrom": resyncFrom = reader.null() ? nil : try reader.int64(field: "resyncFrom")
+            default: try reader.skip()
+            }
+        }
+        guard let event else { throw JSONReader.Failure.missing("event") }
+        guard let token else { throw JSONReader.Failure.missing("token") }
+        self.init(event: event, subscription: subscription, token: token, save: save, resyncFrom: resyncFrom)
+    }
+
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("event")
+            writer.string(event)
+            if let subscription {
+                writer.key("subscription")
+                writer.string(subscription)
+            }
+            writer.key("token")
+            writer.integer(token)
+            if let save {
+                writer.key("save")
+                save.write(to: &writer)
+            }
+            if let resyncFrom {
+                writer.key("resyncFrom")
+                writer.integer(resyncFrom)
+            }
+        }
+    }
+}
+
+extension UpdateParameters: JSONReadable {
+    package init(reading reader: inout JSONReader) throws {
+        var id: String?
+        var values: [String: JSONValue]?
+        try reader.object { reader, key in
+            switch key {
+            case "id": id = try reader.string(field: "id")
+            case "values":
+                do { values = try [String: JSONValue](reading: &reader) } catch var failure as JSONReader.Failure {
+                    failure.field = "values"
+                    throw failure
+                }
+            default: try reader.skip()
+            }
+        }
+        guard let id else { throw JSONReader.Failure.missing("id") }
+        guard let values else { throw JSONReader.Failure.missing("values") }
+        self.init(id: id, values: values)
+    }
+}
+
+extension UpdateReply: JSONWritable {
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("version")
+            writer.integer(version)
+            writer.key("token")
+            writer.integer(token)
+        }
+    }
+}
