@@ -165,7 +165,7 @@ let package = Package(
         .executableTarget(
             name: "squasherctl",
             dependencies: [
-                "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                "BugSquasherClient", "BugSquasherGraph", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

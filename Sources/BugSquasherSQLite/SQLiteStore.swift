@@ -42,17 +42,37 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         /// `SELECT <row columns> FROM <table> t WHERE pk`: completed with ` = ?` or ` IN (...)`.
         let selectByKey: String
         let insert: String
-        let update: String
         let delete: String
+        private let table: String
+        /// `"name" = ?` for each attribute, then each to-one relationship.
+        private let assignments: [String]
+        /// A column's position in ``assignments`` (and in a row's attributes + to-ones) by name.
+        private let columnIndex: [String: Int]
 
         init(_ entity: EntityDescription) {
             self.entity = entity
-            let table = SQLSchema.quote(entity.name)
+            table = SQLSchema.quote(entity.name)
             let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
             insert = "INSERT INTO \(table) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))"
-            update = "UPDATE \(table) SET _version = _version + 1, \(names.map { "\(SQLSchema.quote($0)) = ?" }.joined(separator: ", ")) WHERE pk = ? AND _version = ?"
+            assignments = names.map { "\(SQLSchema.quote($0)) = ?" }
+            columnIndex = Dictionary(names.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
             delete = "DELETE FROM \(table) WHERE pk = ? AND _version = ?"
             selectByKey = "SELECT \(SQLSchema.columns(of: entity)) FROM \(table) t WHERE pk"
+        }
+
+        /// The columns an update writes: those of the changed keys, in entity order (to-many
+        /// relationships have none). Writing only these leaves the indexes of unchanged columns
+        /// alone; the version check makes sure the other columns hold what the context saw.
+        func changedColumns(_ changedKeys: [String]) -> [Int] {
+            changedKeys.compactMap { columnIndex[$0] }.sorted()
+        }
+
+        /// `UPDATE` of some columns, with the version check: arguments are the columns' values,
+        /// then pk, then the expected version.
+        func update(columns: [Int]) -> String {
+            var sql = "UPDATE \(table) SET _version = _version + 1"
+            for column in columns { sql += ", " + assignments[column] }
+            return sql + " WHERE pk = ? AND _version = ?"
         }
     }
 
@@ -242,11 +262,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                 var conflicts: [MergeConflict] = []
                 for row in changes.updated {
                     let sql = try statements(for: row.objectID, in: state)
-                    let statement = try db.cachedStatement(sql: sql.update)
+                    let columns = sql.changedColumns(row.changedKeys)
+                    let statement = try db.cachedStatement(sql: sql.update(columns: columns))
                     var arguments: [(any DatabaseValueConvertible)?] = []
-                    arguments.reserveCapacity(row.attributes.count + row.toOne.count + 2)
-                    for value in row.attributes { arguments.append(value.databaseValue) }
-                    for target in row.toOne { arguments.append(target?.key) }
+                    arguments.reserveCapacity(columns.count + 2)
+                    for column in columns {
+                        if column < row.attributes.count {
+                            arguments.append(row.attributes[column].databaseValue)
+                        } else {
+                            arguments.append(row.toOne[column - row.attributes.count]?.key)
+                        }
+                    }
                     arguments.append(row.objectID.key)
                     arguments.append(row.expectedVersion)
                     try statement.execute(arguments: StatementArguments(arguments))

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BugSquasherClient
 import BugSquasherGraph
+import BugSquasherJSON
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
@@ -209,5 +210,36 @@ func untilSignal(_ body: @escaping @Sendable () async throws -> Void) async thro
             try await group.next()
         } catch is CancellationError {}
         group.cancelAll()
+    }
+}
+
+extension SubscribeCommand.Event: JSONWritable {
+    /// Keys sorted, as ``printJSON(_:)`` sorts them for other values.
+    func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("at")
+            writer.integer(at)
+            if let bugs {
+                writer.key("bugs")
+                writer.array { writer in
+                    for bug in bugs {
+                        writer.object { writer in
+                            writer.key("id"); writer.string(bug.id)
+                            writer.key("key"); writer.string(bug.key)
+                            writer.key("status"); writer.string(bug.status)
+                            writer.key("title"); writer.string(bug.title)
+                            writer.key("version"); writer.integer(bug.version)
+                        }
+                    }
+                }
+            }
+            if let bytesReceived { writer.key("bytesReceived"); writer.integer(Int64(bytesReceived)) }
+            if let deleted { writer.key("deleted"); writer.array { writer in for id in deleted { writer.string(id) } } }
+            writer.key("event"); writer.string(event)
+            if let fetches { writer.key("fetches"); writer.integer(Int64(fetches)) }
+            if let loaded { writer.key("loaded"); writer.array { writer in for id in loaded { writer.string(id) } } }
+            if let token { writer.key("token"); writer.integer(token) }
+            if let valueRequests { writer.key("valueRequests"); writer.integer(Int64(valueRequests)) }
+        }
     }
 }

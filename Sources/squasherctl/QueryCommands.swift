@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherJSON
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -139,6 +140,13 @@ struct ListCommand: ParsableCommand {
 
 /// Prints a value as JSON on one line.
 func printJSON<T: Encodable>(_ value: T) throws {
+    if let writable = value as? any JSONWritable {
+        // Events printed for every save: written by hand, keys sorted as below.
+        var writer = JSONWriter()
+        writable.write(to: &writer)
+        print(String(decoding: writer.bytes, as: UTF8.self))
+        return
+    }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     print(String(decoding: try encoder.encode(value), as: UTF8.self))
