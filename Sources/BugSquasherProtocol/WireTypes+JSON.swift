@@ -182,3 +182,21 @@ extension UpdateReply: JSONWritable {
         }
     }
 }
+
+extension AppendParameters: JSONReadable {
+    /// An upload sends its file as 192 KiB base64 strings: read in one pass.
+    package init(reading reader: inout JSONReader) throws {
+        var job: String?
+        var data: String?
+        try reader.object { reader, key in
+            switch key {
+            case "job": job = try reader.string(field: "job")
+            case "data": data = try reader.string(field: "data")
+            default: try reader.skip()
+            }
+        }
+        guard let job else { throw JSONReader.Failure.missing("job") }
+        guard let data else { throw JSONReader.Failure.missing("data") }
+        self.init(job: job, data: data)
+    }
+}
