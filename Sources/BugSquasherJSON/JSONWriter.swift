@@ -26,21 +26,20 @@ package struct JSONWriter: Sendable {
 
     /// Writes an object; `body` writes its fields with ``key(_:)`` and a value each.
     package mutating func object(_ body: (inout JSONWriter) throws -> Void) rethrows {
-        separate()
-        bytes.append(UInt8(ascii: "{"))
-        needsComma = false
-        try body(&self)
-        bytes.append(UInt8(ascii: "}"))
-        needsComma = true
+        try container(UInt8(ascii: "{"), UInt8(ascii: "}"), body)
     }
 
     /// Writes an array; `body` writes its elements.
     package mutating func array(_ body: (inout JSONWriter) throws -> Void) rethrows {
+        try container(UInt8(ascii: "["), UInt8(ascii: "]"), body)
+    }
+
+    private mutating func container(_ open: UInt8, _ close: UInt8, _ body: (inout JSONWriter) throws -> Void) rethrows {
         separate()
-        bytes.append(UInt8(ascii: "["))
+        bytes.append(open)
         needsComma = false
         try body(&self)
-        bytes.append(UInt8(ascii: "]"))
+        bytes.append(close)
         needsComma = true
     }
 
@@ -87,14 +86,14 @@ package struct JSONWriter: Sendable {
     /// Writes `true` or `false`.
     package mutating func bool(_ value: Bool) {
         separate()
-        bytes.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8))
+        bytes.append(contentsOf: value ? "true".utf8 : "false".utf8)
         needsComma = true
     }
 
     /// Writes `null`.
     package mutating func null() {
         separate()
-        bytes.append(contentsOf: [UInt8(ascii: "n"), UInt8(ascii: "u"), UInt8(ascii: "l"), UInt8(ascii: "l")])
+        bytes.append(contentsOf: "null".utf8)
         needsComma = true
     }
 
