@@ -154,6 +154,17 @@ package struct JSONReader {
         return .double(double)
     }
 
+    /// Reads a value with `read`; an error it throws names `name` as the field at fault (unless
+    /// a field inside it was named already).
+    package mutating func field<T>(_ name: String, _ read: (inout JSONReader) throws -> T) throws -> T {
+        do {
+            return try read(&self)
+        } catch var failure as Failure {
+            failure.field = failure.field ?? name
+            throw failure
+        }
+    }
+
     /// Reads a string, or `nil` for `null`.
     package mutating func optionalString() throws -> String? {
         null() ? nil : try string()

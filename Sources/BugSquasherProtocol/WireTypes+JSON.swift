@@ -6,30 +6,6 @@ import BugSquasherVarlink
 // and of the daemon's per-save work. The Codable conformances stay for everything else; both
 // read and write the same JSON.
 
-extension JSONReader {
-    /// Reads an integer field (a number without fraction).
-    mutating func int64(field: String) throws -> Int64 {
-        do {
-            switch try number() {
-            case .integer(let value): return value
-            case .double(let value) where value == value.rounded() && abs(value) < 9.0e18: return Int64(value)
-            case .double: throw Failure(message: "'\(field)' must be an integer", offset: 0, field: field)
-            }
-        } catch var failure as Failure {
-            failure.field = field
-            throw failure
-        }
-    }
-
-    /// Reads a string field.
-    mutating func string(field: String) throws -> String {
-        do { return try string() } catch var failure as Failure {
-            failure.field = field
-            throw failure
-        }
-    }
-}
-
 extension WireObjectChange: JSONReadable, JSONWritable {
     package init(reading reader: inout JSONReader) throws {
         var id: String?
@@ -38,8 +14,8 @@ extension WireObjectChange: JSONReadable, JSONWritable {
         var values: [String: JSONValue]?
         try reader.object { reader, key in
             switch key {
-            case "id": id = try reader.string(field: "id")
-            case "version": version = try reader.int64(field: "version")
+            case "id": id = try reader.field("id") { try $0.string() }
+            case "version": version = Int64(try reader.field("version") { try $0.integer() })
             case "keys": keys = reader.null() ? nil : try reader.strings()
             case "values": values = reader.null() ? nil : try [String: JSONValue](reading: &reader)
             default: try reader.skip()
@@ -81,7 +57,7 @@ extension WireSave: JSONReadable, JSONWritable {
         }
         try reader.object { reader, key in
             switch key {
-            case "token": token = try reader.int64(field: "token")
+            case "token": token = Int64(try reader.field("token") { try $0.integer() })
             case "inserted": inserted = try changes(&reader)
             case "updated": updated = try changes(&reader)
             case "deleted": deleted = try changes(&reader)
@@ -116,11 +92,11 @@ extension SubscribeReply: JSONReadable, JSONWritable {
         var resyncFrom: Int64?
         try reader.object { reader, key in
             switch key {
-            case "event": event = try reader.string(field: "event")
+            case "event": event = try reader.field("event") { try $0.string() }
             case "subscription": subscription = try reader.optionalString()
-            case "token": token = try reader.int64(field: "token")
+            case "token": token = Int64(try reader.field("token") { try $0.integer() })
             case "save": save = reader.null() ? nil : try WireSave(reading: &reader)
-            case "resyncFrom": resyncFrom = reader.null() ? nil : try reader.int64(field: "resyncFrom")
+            case "resyncFrom": resyncFrom = reader.null() ? nil : Int64(try reader.field("resyncFrom") { try $0.integer() })
             default: try reader.skip()
             }
         }
@@ -157,12 +133,8 @@ extension UpdateParameters: JSONReadable {
         var values: [String: JSONValue]?
         try reader.object { reader, key in
             switch key {
-            case "id": id = try reader.string(field: "id")
-            case "values":
-                do { values = try [String: JSONValue](reading: &reader) } catch var failure as JSONReader.Failure {
-                    failure.field = "values"
-                    throw failure
-                }
+            case "id": id = try reader.field("id") { try $0.string() }
+            case "values": values = try reader.field("values") { try [String: JSONValue](reading: &$0) }
             default: try reader.skip()
             }
         }
@@ -190,8 +162,8 @@ extension AppendParameters: JSONReadable {
         var data: String?
         try reader.object { reader, key in
             switch key {
-            case "job": job = try reader.string(field: "job")
-            case "data": data = try reader.string(field: "data")
+            case "job": job = try reader.field("job") { try $0.string() }
+            case "data": data = try reader.field("data") { try $0.string() }
             default: try reader.skip()
             }
         }

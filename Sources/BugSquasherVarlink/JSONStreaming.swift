@@ -20,7 +20,7 @@ extension JSONValue: JSONReadable, JSONWritable {
     package init(reading reader: inout JSONReader) throws {
         switch try reader.peek() {
         case .null:
-            _ = reader.null()
+            try reader.skip()
             self = .null
         case .bool: self = .bool(try reader.bool())
         case .string: self = .string(try reader.string())
@@ -62,10 +62,9 @@ extension Dictionary: JSONReadable where Key == String, Value == JSONValue {
 extension Dictionary: JSONWritable where Key == String, Value == JSONValue {
     package func write(to writer: inout JSONWriter) {
         writer.object { writer in
-            // Sorted, as JSONEncoder's output is not: the same values give the same bytes.
-            for key in keys.sorted() {
+            for (key, value) in self {
                 writer.key(key)
-                self[key]!.write(to: &writer)
+                value.write(to: &writer)
             }
         }
     }

@@ -67,7 +67,7 @@ public struct VarlinkCall: Sendable {
     public func parameters<P: Decodable>(_ type: P.Type = P.self) throws -> P {
         if let readable = P.self as? any JSONReadable.Type {
             do {
-                return try Self.readParameters(readable, from: message) as! P
+                return try readParameters(readable, from: message) as! P
             } catch let failure as JSONReader.Failure {
                 throw VarlinkError.invalidParameter(failure.field ?? "parameters")
             }
@@ -115,33 +115,27 @@ public struct VarlinkReply: Sendable {
     public init(message: Data) throws {
         var continues = false
         var name: String?
-        var parameters: [String: JSONValue]?
         try JSONReader.read(message) { reader in
             try reader.object { reader, key in
                 switch key {
                 case "continues": continues = reader.null() ? false : try reader.bool()
                 case "error": name = try reader.optionalString()
-                // Parameters are read here only for errors: a successful reply's are read
-                // once, by ``parameters(_:)``, into their type.
-                case "parameters" where name != nil: parameters = reader.null() ? nil : try [String: JSONValue](reading: &reader)
                 default: try reader.skip()
                 }
             }
         }
-        if name != nil, parameters == nil {
-            // "parameters" came before "error".
-            parameters = try? VarlinkCall.readParameters([String: JSONValue].self, from: message) as? [String: JSONValue]
-        }
         self.message = message
         self.continues = continues
-        error = name.map { VarlinkError($0, parameters ?? [:]) }
+        // An error's parameters are read here (errors are rare); a successful reply's once, by
+        // ``parameters(_:)``, into their type.
+        error = try name.map { VarlinkError($0, try readParameters([String: JSONValue].self, from: message)) }
     }
 
     /// Decodes the parameters of a successful reply.
     public func parameters<P: Decodable>(_ type: P.Type = P.self) throws -> P {
         if let error { throw error }
         if let readable = P.self as? any JSONReadable.Type {
-            return try VarlinkCall.readParameters(readable, from: message) as! P
+            return try readParameters(readable, from: message) as! P
         }
         if let parameters = try JSONDecoder().decode(Parameters<P>.self, from: message).parameters { return parameters }
         return try JSONDecoder().decode(P.self, from: Data("{}".utf8))
@@ -186,27 +180,20 @@ private struct ReplyEnvelope<P: Encodable>: Encodable {
     var continues: Bool?
 }
 
-extension VarlinkCall {
-    /// Reads the `parameters` of a call or reply message with a ``JSONReadable`` type; a
-    /// missing or `null` `parameters` reads as `{}`.
-    static func readParameters(_ type: any JSONReadable.Type, from message: Data) throws -> any JSONReadable {
-        let found = try JSONReader.read(message) { reader -> (any JSONReadable)? in
-            var parameters: (any JSONReadable)?
-            try reader.object { reader, key in
-                if key == "parameters", !reader.null() {
-                    do {
-                        parameters = try type.init(reading: &reader)
-                    } catch var failure as JSONReader.Failure {
-                        failure.field = failure.field ?? "parameters"
-                        throw failure
-                    }
-                } else {
-                    try reader.skip()
-                }
+/// Reads the `parameters` of a call or reply message with a ``JSONReadable`` type; a missing or
+/// `null` `parameters` reads as `{}`. A failure inside names the field at fault, or `parameters`.
+private func readParameters<R: JSONReadable>(_ type: R.Type, from message: Data) throws -> R {
+    let found = try JSONReader.read(message) { reader -> R? in
+        var parameters: R?
+        try reader.object { reader, key in
+            if key == "parameters", !reader.null() {
+                parameters = try reader.field("parameters") { try R(reading: &$0) }
+            } else {
+                try reader.skip()
             }
-            return parameters
         }
-        if let found { return found }
-        return try JSONReader.read(Data("{}".utf8)) { try type.init(reading: &$0) }
+        return parameters
     }
+    if let found { return found }
+    return try JSONReader.read(Data("{}".utf8)) { try R(reading: &$0) }
 }
