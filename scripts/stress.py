@@ -941,20 +941,23 @@ class Killer:
             if conn:
                 conn.close()
                 conn = None
-            if kind == "kill":
-                self.daemon.kill9()
-            else:
-                code, seconds = self.daemon.term(run.args.term_limit)
-                record.update(exit=code, term_s=seconds)
-            try:
-                record["restart_s"] = self.daemon.start()
-            except Exception as e:
-                record["restart_error"] = str(e)
-                self.records.append(record)
-                run.error(f"squasherd did not restart after {kind}: {e}")
-                run.abort.set()
-                run.stop.set()
-                return
+            # The lock is held from the kill to the restart: a thread that takes it in between
+            # to wait for the daemon (an upload, a subscriber start) would block the restart.
+            with self.daemon.lock:
+                if kind == "kill":
+                    self.daemon.kill9()
+                else:
+                    code, seconds = self.daemon.term(run.args.term_limit)
+                    record.update(exit=code, term_s=seconds)
+                try:
+                    record["restart_s"] = self.daemon.start()
+                except Exception as e:
+                    record["restart_error"] = str(e)
+                    self.records.append(record)
+                    run.error(f"squasherd did not restart after {kind}: {e}")
+                    run.abort.set()
+                    run.stop.set()
+                    return
             run.log(f"{'kill -9' if kind == 'kill' else 'SIGTERM'} during job {record['job']} at {record['read_before']} records read"
                     + (f"; exit {record['exit']} in {record['term_s']:.2f} s" if kind == "term" else "") + f"; restarted in {record['restart_s']:.2f} s")
             if job:
