@@ -53,6 +53,7 @@ let package = Package(
             dependencies: [
                 "BugSquasherGraph",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

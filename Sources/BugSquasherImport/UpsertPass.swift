@@ -22,26 +22,14 @@ struct UpsertPass {
 
     /// Fetches the existing objects the records name, one `IN` fetch per entity and part.
     mutating func fetchExisting(for records: [BugRecord], in context: isolated ObjectContext) throws {
-        var bugKeys = Set<String>(), projectKeys = Set<String>(), personNames = Set<String>()
-        var componentNames = Set<String>(), commentIDs = Set<String>()
-        for record in records {
-            bugKeys.insert(record.key)
-            projectKeys.insert(record.project.key)
-            componentNames.formUnion(record.components)
-            for person in [record.reporter, record.assignee] { if let person { personNames.insert(person.name) } }
-            for comment in record.comments {
-                commentIDs.insert(comment.jiraID)
-                if let author = comment.author { personNames.insert(author.name) }
-            }
-        }
-        bugs = try fetch(Bug.self, by: "key", in: bugKeys, context: context)
-        projects = try fetch(Project.self, by: "key", in: projectKeys, context: context)
-        persons = try fetch(Person.self, by: "name", in: personNames, context: context)
-        components = try fetch(Component.self, by: "name", in: componentNames, context: context)
-        comments = try fetch(Comment.self, by: "jiraID", in: commentIDs, context: context)
+        let keys = UpsertKeys(records)
+        bugs = try fetch(Bug.self, by: "key", in: keys.byEntity["Bug", default: []], context: context)
+        projects = try fetch(Project.self, by: "key", in: keys.byEntity["Project", default: []], context: context)
+        persons = try fetch(Person.self, by: "name", in: keys.byEntity["Person", default: []], context: context)
+        components = try fetch(Component.self, by: "name", in: keys.byEntity["Component", default: []], context: context)
+        comments = try fetch(Comment.self, by: "jiraID", in: keys.byEntity["Comment", default: []], context: context)
     }
 
-    /// Inserts or updates the bug of one record, with its relationships and comments.
     mutating func apply(_ record: BugRecord, in context: isolated ObjectContext) -> Outcome {
         let bug: Bug
         let isNew: Bool

@@ -155,8 +155,8 @@ extension UpdateReply: JSONWritable {
     }
 }
 
-extension AppendParameters: JSONReadable {
-    /// An upload sends its file as 192 KiB base64 strings: read in one pass.
+extension AppendParameters: JSONReadable, JSONWritable {
+    /// An upload sends its file as base64 strings of 512 KiB of input: read in one pass.
     package init(reading reader: inout JSONReader) throws {
         var job: String?
         var data: String?
@@ -170,5 +170,14 @@ extension AppendParameters: JSONReadable {
         guard let job else { throw JSONReader.Failure.missing("job") }
         guard let data else { throw JSONReader.Failure.missing("data") }
         self.init(job: job, data: data)
+    }
+
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("job")
+            writer.string(job)
+            writer.key("data")
+            writer.string(data)
+        }
     }
 }

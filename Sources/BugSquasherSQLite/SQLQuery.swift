@@ -12,6 +12,10 @@ struct SQLQuery {
     private(set) var joins: [String] = []
     private var aliases: [String: (alias: String, entity: EntityDescription)] = [:]
     private(set) var arguments: [DatabaseValue] = []
+    /// Whether the SQL has few enough shapes to be kept as a prepared statement: the whole
+    /// request is one `IN` list of an attribute (an upsert's or a relationship's lookup by key),
+    /// whose length is rounded up to a power of two (see ``paddedCount(_:)``).
+    private(set) var isCacheable = false
 
     init(model: ManagedObjectModel, entity: EntityDescription, storeIdentifier: String) {
         self.model = model
@@ -21,6 +25,10 @@ struct SQLQuery {
 
     /// The full `SELECT` for a fetch.
     mutating func select(_ request: FetchDescription) throws -> String {
+        if case .isIn(let keyPath, let values)? = request.predicate, !keyPath.contains("."), !values.contains(where: \.isNull),
+           request.sort.isEmpty, request.limit == nil, request.offset == 0 {
+            isCacheable = true
+        }
         let whereClause = try request.predicate.map { try condition($0) } ?? "1"
         let order = try request.sort.map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + ["t.pk ASC"]
         let head: String
@@ -54,9 +62,13 @@ struct SQLQuery {
             let column = try column(keyPath)
             let nonNull = values.filter { !$0.isNull }
             var parts: [String] = []
-            if !nonNull.isEmpty {
-                parts.append("\(column) IN (\(nonNull.map { _ in "?" }.joined(separator: ",")))")
+            if let last = nonNull.last {
+                // Repeating the last value changes nothing in an IN list, and bounds the number
+                // of distinct statements (they are prepared once and kept when cacheable).
+                let count = Self.paddedCount(nonNull.count)
+                parts.append("\(column) IN (?\(String(repeating: ",?", count: count - 1)))")
                 arguments += nonNull.map(\.databaseValue)
+                arguments += repeatElement(last.databaseValue, count: count - nonNull.count)
             }
             if nonNull.count != values.count { parts.append("\(column) IS NULL") }
             return parts.isEmpty ? "0" : "(" + parts.joined(separator: " OR ") + ")"
@@ -89,6 +101,11 @@ struct SQLQuery {
                 return "(typeof(\(column)) = 'text' AND substr(\(column), 1, length(?)) = ?)"
             }
         }
+    }
+
+    /// The number of parameters of an `IN` list of `count` values: the next power of two.
+    static func paddedCount(_ count: Int) -> Int {
+        count <= 1 ? 1 : 1 << (Int.bitWidth - (count - 1).leadingZeroBitCount)
     }
 
     /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.

@@ -217,15 +217,16 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         let store = state.metadata.storeIdentifier
         return try wrap("fetch \(entity.name)") {
             try pool.read { db in
+                let statement = query.isCacheable ? try db.cachedStatement(sql: sql) : try db.makeStatement(sql: sql)
                 switch request.resultType {
                 case .count:
-                    return .count(try Int.fetchOne(db, sql: sql, arguments: arguments) ?? 0)
+                    return .count(try Int.fetchOne(statement, arguments: arguments) ?? 0)
                 case .objectIDs:
-                    let keys = try Int64.fetchAll(db, sql: sql, arguments: arguments)
+                    let keys = try Int64.fetchAll(statement, arguments: arguments)
                     return .objectIDs(keys.map { ObjectID(store: store, entity: entity.name, primaryKey: $0) })
                 case .rows:
                     var rows: [StoreRow] = []
-                    let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+                    let cursor = try Row.fetchCursor(statement, arguments: arguments)
                     while let row = try cursor.next() {
                         rows.append(Self.decode(row, entity: entity, store: store, model: state.model))
                     }
@@ -263,19 +264,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                 for row in changes.updated {
                     let sql = try statements(for: row.objectID, in: state)
                     let columns = sql.changedColumns(row.changedKeys)
-                    let statement = try db.cachedStatement(sql: sql.update(columns: columns))
-                    var arguments: [(any DatabaseValueConvertible)?] = []
-                    arguments.reserveCapacity(columns.count + 2)
+                    var statement = BoundStatement(try db.cachedStatement(sql: sql.update(columns: columns)))
                     for column in columns {
                         if column < row.attributes.count {
-                            arguments.append(row.attributes[column].databaseValue)
+                            statement.bind(row.attributes[column])
                         } else {
-                            arguments.append(row.toOne[column - row.attributes.count]?.key)
+                            statement.bind(row.toOne[column - row.attributes.count]?.key)
                         }
                     }
-                    arguments.append(row.objectID.key)
-                    arguments.append(row.expectedVersion)
-                    try statement.execute(arguments: StatementArguments(arguments))
+                    statement.bind(row.objectID.key)
+                    statement.bind(row.expectedVersion)
+                    try statement.execute()
                     if db.changesCount == 0 {
                         conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, sql: sql, store: store, model: model, db: db)))
                     } else {
@@ -301,13 +300,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                 for row in changes.inserted {
                     let sql = try statements(for: row.objectID, in: state)
                     let entity = sql.entity
-                    let statement = try db.cachedStatement(sql: sql.insert)
-                    var arguments: [(any DatabaseValueConvertible)?] = [row.objectID.key]
-                    arguments.reserveCapacity(row.attributes.count + row.toOne.count + 1)
-                    for value in row.attributes { arguments.append(value.databaseValue) }
-                    for target in row.toOne { arguments.append(target?.key) }
+                    var statement = BoundStatement(try db.cachedStatement(sql: sql.insert))
+                    statement.bind(row.objectID.key)
+                    for value in row.attributes { statement.bind(value) }
+                    for target in row.toOne { statement.bind(target?.key) }
                     do {
-                        try statement.execute(arguments: StatementArguments(arguments))
+                        try statement.execute()
                     } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                         let key = entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map { "\(entity.uniqueKey!) = \(row.attributes[$0])" } ?? "its key"
                         throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key); fetch and update the existing object instead of inserting a second one.", cause: error)

@@ -75,6 +75,47 @@ public final class BlockingVarlinkClient: Sendable {
         return try VarlinkReply(message: reply).parameters(R.self)
     }
 
+    /// Calls `method` once for each parameters `next` returns (until `nil`) without waiting for
+    /// each reply before sending the next call: up to `window` calls are unanswered at a time,
+    /// and a connection answers its calls in order. An upload keeps the socket and the daemon
+    /// busy this way instead of waiting a round trip per piece.
+    ///
+    /// Each reply goes to `body`, in order. The first error reply is thrown; the calls sent after
+    /// it may have been executed, and the connection is closed (the next call opens a new one).
+    public func pipeline<P: Encodable, R: Decodable>(
+        _ method: String, as type: R.Type = R.self, window: Int, next: () throws -> P?, body: (R) throws -> Void
+    ) throws {
+        precondition(window >= 1, "a pipeline needs a window of at least one call")
+        try fd.withLock { fd in
+            if fd < 0 { fd = try Self.connect(path) }
+            do {
+                var unanswered = 0
+                var exhausted = false
+                while true {
+                    while !exhausted, unanswered < window {
+                        guard let parameters = try next() else {
+                            exhausted = true
+                            break
+                        }
+                        try send(fd, try VarlinkCall.encode(method: method, parameters: parameters))
+                        unanswered += 1
+                    }
+                    guard unanswered > 0 else { return }
+                    let reply = try VarlinkReply(message: try receive(fd))
+                    unanswered -= 1
+                    if let error = reply.error { throw error }
+                    try body(try reply.parameters(R.self))
+                }
+            } catch {
+                // Calls may still be unanswered: their replies must not reach the next call.
+                close(fd)
+                fd = -1
+                buffer.withLock { $0.removeAll() }
+                throw error
+            }
+        }
+    }
+
     /// Calls a streaming method and hands each reply to `body` until the last one, or until
     /// `body` returns `false` (the connection is then unusable: close it).
     public func stream<P: Encodable>(_ method: String, _ parameters: P, _ body: (VarlinkReply) throws -> Bool) throws {

@@ -10,7 +10,8 @@ package protocol JSONReadable {
 }
 
 /// A type that writes itself with ``JSONWriter`` instead of `Encodable`;
-/// ``VarlinkReply/encode(_:continues:)`` uses it when the type conforms.
+/// ``VarlinkCall/encode(method:parameters:more:oneway:)`` and
+/// ``VarlinkReply/encode(_:continues:)`` use it when the type conforms.
 package protocol JSONWritable {
     /// Writes one value.
     func write(to writer: inout JSONWriter)

@@ -93,7 +93,25 @@ public struct VarlinkCall: Sendable {
 
     /// Encodes a call (for clients).
     public static func encode<P: Encodable>(method: String, parameters: P, more: Bool = false, oneway: Bool = false) throws -> Data {
-        try JSONEncoder().encode(CallEnvelope(method: method, parameters: parameters, more: more ? true : nil, oneway: oneway ? true : nil))
+        if let writable = parameters as? any JSONWritable {
+            var writer = JSONWriter()
+            writer.object { writer in
+                writer.key("method")
+                writer.string(method)
+                writer.key("parameters")
+                writable.write(to: &writer)
+                if more {
+                    writer.key("more")
+                    writer.bool(true)
+                }
+                if oneway {
+                    writer.key("oneway")
+                    writer.bool(true)
+                }
+            }
+            return Data(writer.bytes)
+        }
+        return try JSONEncoder().encode(CallEnvelope(method: method, parameters: parameters, more: more ? true : nil, oneway: oneway ? true : nil))
     }
 }
 

@@ -46,12 +46,14 @@ struct ImportCommand: ParsableCommand {
         let progress = ProgressBar(enabled: wait && isatty(2) != 0)
         let job: String = try withClient(sockets.write) { client in
             let job = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize), as: JobParameter.self).job
+            // Up to four pieces in flight: reading and encoding the next piece overlaps with the
+            // daemon spooling the previous ones.
             var sent: Int64 = 0
-            while true {
-                let chunk = try input.read(upToCount: 192 * 1024) ?? Data()
-                if chunk.isEmpty { break }
-                _ = try client.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: chunk.base64EncodedString()), as: BytesReply.self)
-                sent += Int64(chunk.count)
+            try client.pipeline("io.bugsquasher.Import.Append", as: BytesReply.self, window: 4) { () -> AppendParameters? in
+                let piece = try input.read(upToCount: 512 * 1024) ?? Data()
+                return piece.isEmpty ? nil : AppendParameters(job: job, data: piece.base64EncodedString())
+            } body: { reply in
+                sent += Int64(reply.bytes)
                 progress.show(label: "uploading", done: sent, total: size, unit: "bytes")
             }
             _ = try client.call("io.bugsquasher.Import.Commit", JobParameter(job: job), as: JobParameter.self)

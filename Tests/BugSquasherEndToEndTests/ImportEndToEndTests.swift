@@ -1,3 +1,6 @@
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
 import Foundation
 import Testing
 
@@ -97,6 +100,90 @@ struct ImportEndToEndTests {
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
         #expect(status.contains("bugs 16,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 4
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("chunks prepared while the previous one saves: the last record of a key wins, and people, components and bugs are stored once")
+    func chunksPreparedAhead() async throws {
+        // Chunks of two: chunk n + 1 is upserted while chunk n is being saved, unless it reads
+        // something chunk n writes. Each case below reads what the chunk before it wrote.
+        let harness = try await DaemonHarness(chunkSize: 2)
+        let dir = harness.directory
+        func record(_ key: String, status: String, reporter: String? = nil, component: String? = nil) -> String {
+            var fields = [#""key":"\#(key)""#, #""title":"t \#(key)""#, #""status":"\#(status)""#, #""project":{"key":"PIPE"}"#]
+            if let reporter { fields.append(#""reporter":{"name":"\#(reporter)"}"#) }
+            if let component { fields.append(#""components":["\#(component)"]"#) }
+            return "{" + fields.joined(separator: ",") + "}"
+        }
+        try ([record("PIPE-1", status: "Open"), record("PIPE-2", status: "Open")].joined(separator: "\n") + "\n")
+            .write(toFile: dir + "/seed.ndjson", atomically: true, encoding: .utf8)
+        #expect(summary(try await harness.ctl(["import", dir + "/seed.ndjson", "--wait"])).contains("2 read, 2 imported"))
+        let lines = [
+            record("PIPE-1", status: "Closed", reporter: "zoe", component: "Core"),  // chunk 1
+            record("PIPE-10", status: "Open", reporter: "yan"),
+            record("PIPE-1", status: "Reopened", reporter: "zoe"),  // chunk 2: PIPE-1 and zoe were written by chunk 1
+            record("PIPE-11", status: "Open", reporter: "zoe", component: "Core"),
+            record("PIPE-12", status: "Open", reporter: "yan"),  // chunk 3: nothing of chunk 2's writes
+            record("PIPE-2", status: "Closed"),
+            record("PIPE-2", status: "Resolved"),  // chunk 4: PIPE-2 again
+            record("PIPE-13", status: "Open", reporter: "xia", component: "UI"),
+        ]
+        try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/pipe.ndjson", atomically: true, encoding: .utf8)
+        let result = try await harness.ctl(["import", dir + "/pipe.ndjson", "--wait"])
+        #expect(summary(result).contains("finished: 8 read, 8 imported, 0 rejected"), "\(result)")
+        #expect(try await harness.ctl(["get", "PIPE-1"]).joined(separator: "\n").contains("status: Reopened"))
+        #expect(try await harness.ctl(["get", "PIPE-2"]).joined(separator: "\n").contains("status: Resolved"))
+        #expect(try await harness.ctl(["list", "--entity", "Person", "--count"]) == ["3"])
+        #expect(try await harness.ctl(["list", "--entity", "Component", "--count"]) == ["2"])
+        #expect(try await harness.ctl(["list", "--entity", "Bug", "--where", #"project.key == "PIPE""#, "--count"]) == ["6"])
+        #expect(try await harness.ctl(["list", "--entity", "Bug", "--where", #"reporter.name == "zoe""#, "--count"]) == ["2"])
+        // No chunk met a duplicate key and fell back to record-by-record imports.
+        #expect(!harness.daemon.errorOutput.contains("one by one"), "\(harness.daemon.errorOutput.suffix(2000))")
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("a pipelined upload arrives in order; an error reply stops it and the next call gets a fresh connection")
+    func pipelinedUpload() async throws {
+        let harness = try await DaemonHarness(chunkSize: 50)
+        let client = try BlockingVarlinkClient(path: harness.writeSocket)
+        let records = (1...200).map { #"{"key":"UP-\#($0)","title":"piece \#($0)","status":"Open","project":{"key":"UP"}}"# }
+        let bytes = Array((records.joined(separator: "\n") + "\n").utf8)
+        // 37-byte pieces cut records anywhere: out of order, the spool would hold broken lines.
+        var pieces = stride(from: 0, to: bytes.count, by: 37).map { Data(bytes[$0..<min($0 + 37, bytes.count)]) }[...]
+        let job = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "pipelined", format: nil, chunkSize: nil), as: JobParameter.self).job
+        var acknowledged: [Int] = []
+        try client.pipeline("io.bugsquasher.Import.Append", as: BytesReply.self, window: 4) { () -> AppendParameters? in
+            pieces.popFirst().map { AppendParameters(job: job, data: $0.base64EncodedString()) }
+        } body: { acknowledged.append($0.bytes) }
+        #expect(acknowledged.reduce(0, +) == bytes.count)
+        #expect(acknowledged.dropLast().allSatisfy { $0 == 37 })
+        _ = try client.call("io.bugsquasher.Import.Commit", JobParameter(job: job), as: JobParameter.self)
+        var final: WireJob?
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+            final = try reply.parameters(JobReply.self).job
+            return true
+        }
+        #expect(final?.state == "finished" && final?.imported == 200 && final?.rejected == 0, "\(String(describing: final))")
+
+        // The fourth of six calls fails: three replies arrive, then the error; the calls after
+        // it may have run, so the client does not reuse the connection.
+        let second = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "broken", format: nil, chunkSize: nil), as: JobParameter.self).job
+        var sent = 0
+        var replies = 0
+        var failure: (any Error)?
+        do {
+            try client.pipeline("io.bugsquasher.Import.Append", as: BytesReply.self, window: 4) { () -> AppendParameters? in
+                sent += 1
+                guard sent <= 6 else { return nil }
+                return AppendParameters(job: second, data: sent == 4 ? "not base64!" : Data("{}".utf8).base64EncodedString())
+            } body: { _ in replies += 1 }
+        } catch {
+            failure = error
+        }
+        #expect(replies == 3)
+        #expect("\(String(describing: failure))".contains("not base64"), "\(String(describing: failure))")
+        let info = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "after", format: nil, chunkSize: nil), as: JobParameter.self)
+        #expect(!info.job.isEmpty)
         #expect(try await harness.stop() == 0)
     }
 

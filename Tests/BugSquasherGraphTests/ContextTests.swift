@@ -49,6 +49,34 @@ struct ContextTests {
         #expect(check.2 == false)  // the child's temporary ID was replaced by a permanent one
     }
 
+    @Test("writesStoredValues tells row writes from version bumps of the one-to-many side")
+    func storedValueWrites() async throws {
+        let coordinator = try makeCoordinator()
+        let context = ObjectContext(coordinator: coordinator, mergePolicy: .error, name: "writes")
+        try await context.perform { context in
+            let ids = try context.insertBugs(["Open", "Open", "Open"])
+            let project = context.insert(Project.self)
+            project.key = "P"
+            let component = context.insert(Component.self)
+            component.name = "Core"
+            let insertedProject = context.writesStoredValues(of: project)
+            #expect(insertedProject)
+            try context.saveToStore()
+            let bugs = try ids.map { try context.existingObject(with: $0) as! Bug }
+            let unchanged = [context.writesStoredValues(of: bugs[0]), context.writesStoredValues(of: project)]
+            #expect(unchanged == [false, false])
+
+            bugs[0].status = "Closed"  // an attribute
+            bugs[1].project = project  // a to-one: the bug's row; the project's to-many only bumps it
+            bugs[2].add(component, to: "components")  // many-to-many: the owner's join rows
+            let changed = [bugs[0], bugs[1], project].map { context.writesStoredValues(of: $0) }
+            #expect(changed == [true, true, false])
+            #expect(project.hasChanges)
+            let linked = [context.writesStoredValues(of: bugs[2]), context.writesStoredValues(of: component)]
+            #expect(linked.filter { $0 }.count == 1, "exactly one side owns the join rows")
+        }
+    }
+
     @Test("a context that refuses saves throws, and says why")
     func readOnly() async throws {
         let context = ObjectContext(coordinator: try makeCoordinator())

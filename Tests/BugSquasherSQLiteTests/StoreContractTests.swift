@@ -93,6 +93,51 @@ struct StoreContractTests {
         }
     }
 
+    @Test("IN lists of every length find the same objects (the SQLite store pads them to a few prepared shapes)", arguments: StoreKind.allCases)
+    func inLists(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        try await fixture.context().perform { context in _ = try context.seedBugs(20) }
+        try await fixture.context().perform { context in
+            for length in [1, 2, 3, 5, 8, 9, 17] {
+                let keys = (1...length).map { Value.string("TIMOB-\($0)") } + [.string("NOPE-\(length)")]
+                let found = try context.fetch(FetchRequest<Bug>(predicate: Key("key").in(keys)))
+                #expect(Set(found.map(\.key)) == Set((1...length).map { "TIMOB-\($0)" }), "\(length) keys")
+                #expect(try context.count(FetchRequest<Bug>(predicate: Key("key").in(keys))) == length, "\(length) keys")
+                #expect(try context.fetchObjectIDs(FetchRequest<Bug>(predicate: Key("key").in(keys))).count == length, "\(length) keys")
+            }
+            let all = try context.fetch(FetchRequest<Bug>())
+            let nullOrHigh = try context.fetch(FetchRequest<Bug>(predicate: Key("resolution").in([.null]) && Key("priority").in(["High", "Low", "High"])))
+            #expect(Set(nullOrHigh.map(\.key)) == Set(all.filter { $0.resolution == nil && ["High", "Low"].contains($0.priority) }.map(\.key)))
+        }
+    }
+
+    @Test("empty strings and empty data stay empty, not null, through inserts and updates", arguments: StoreKind.allCases)
+    func emptyValues(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let id = try await fixture.context().perform { context in
+            let ids = try context.seedBugs(1)
+            let bug = try context.existingObject(with: ids[0]) as! Bug
+            bug.details = ""
+            bug.setValue(.string(""), for: "jiraID")
+            try context.saveToStore()
+            return ids[0]
+        }
+        try await fixture.context().perform { context in
+            let bug = try context.existingObject(with: id) as! Bug
+            #expect(bug.details == "")
+            #expect(bug.jiraID == "")
+            #expect(bug.resolution == nil)
+            bug.resolution = ""
+            bug.details = nil
+            try context.saveToStore()
+        }
+        try await fixture.context().perform { context in
+            let bug = try context.existingObject(with: id) as! Bug
+            #expect(bug.resolution == "")
+            #expect(bug.details == nil)
+        }
+    }
+
     @Test("prefetching returns loaded objects; batch faulting loads a batch per request", arguments: StoreKind.allCases)
     func prefetchAndBatches(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)

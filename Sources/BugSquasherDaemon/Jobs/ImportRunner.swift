@@ -111,26 +111,32 @@ final class ImportRunner: Service {
         try await book.update(id) { $0.state = "running" }
         var progress = ImportProgress(job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total, started: .now, readAtStart: read)
         progressHandler(progress)
-        // Reading and decoding the next chunk overlaps with committing this one.
+        // Three stages overlap: decoding chunk n + 2, upserting chunk n + 1 into its importer
+        // context, and saving chunk n on the writer. Saves stay one after another, in order.
         let source = ChunkSource(reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes)
-        var chunk = 0
-        var entries = try source.next()
-        while !entries.isEmpty {
-            if Task.isShuttingDownGracefully {
-                logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
-                progressHandler(nil)
-                return
+        var saving: SavingChunk?
+        do {
+            var entries = try source.next()
+            while !entries.isEmpty {
+                if Task.isShuttingDownGracefully {
+                    if let saving { try await settle(saving, progress: &progress, logger: logger) }
+                    logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
+                    progressHandler(nil)
+                    return
+                }
+                async let upcoming = source.next()
+                let prepared = try await prepareAfter(&saving, entries, progress: &progress, logger: logger)
+                saving = SavingChunk(chunk: prepared, save: Task { try await self.save(prepared, job: id) })
+                entries = try await upcoming
             }
-            async let upcoming = source.next()
-            chunk += 1
-            let (done, rejects, token) = try await commit(entries, job: id, logger: logger)
-            progress.read += Int64(entries.count)
-            progress.imported += done
-            progress.rejected += rejects
-            progress.bytesDone = entries.last!.endOffset
-            progressHandler(progress)
-            logger.debug("chunk committed", metadata: ["chunk": "\(chunk)", "rows": "\(entries.count)", "rejected": "\(rejects)", "job.offset": "\(progress.bytesDone)", "token": "\(token)"])
-            entries = try await upcoming
+            if let last = saving {
+                saving = nil
+                try await settle(last, progress: &progress, logger: logger)
+            }
+        } catch {
+            // Nothing may write after the job is failed: the chunk in flight ends first.
+            _ = try? await saving?.save.value
+            throw error
         }
         try await book.update(id) { job in
             job.state = "finished"
@@ -159,58 +165,121 @@ final class ImportRunner: Service {
         }
     }
 
-    /// Commits a chunk with the job's progress in one transaction; when the chunk as a whole
-    /// cannot be saved, imports its records one by one so that only the bad ones are rejected.
-    private func commit(_ entries: [Entry], job id: String, logger: Logger) async throws -> (imported: Int64, rejected: Int64, token: Int64) {
-        do {
-            return try await save(entries, job: id, extraRejects: [:])
-        } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
-            logger.notice("chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
-        }
-        var imported: Int64 = 0
-        var rejected: Int64 = 0
-        var token: Int64 = 0
-        for entry in entries {
-            let result: (imported: Int64, rejected: Int64, token: Int64)
-            do {
-                result = try await save([entry], job: id, extraRejects: [:])
-            } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
-                result = try await save([entry], job: id, extraRejects: [entry.line: error.message])
-            }
-            imported += result.imported
-            rejected += result.rejected
-            token = result.token
-        }
-        return (imported, rejected, token)
+    /// A chunk upserted into its own importer context and not saved yet.
+    private struct PreparedChunk: Sendable {
+        var entries: [Entry]
+        var context: ObjectContext
+        var imported: Int64
+        var rejects: [(line: Int, reason: String)]
+        /// The keys of the objects whose stored values its save writes.
+        var written: UpsertKeys
     }
 
-    private func save(_ entries: [Entry], job id: String, extraRejects: [Int: String]) async throws -> (imported: Int64, rejected: Int64, token: Int64) {
+    /// A prepared chunk whose save runs on the writer.
+    private struct SavingChunk {
+        var chunk: PreparedChunk
+        var save: Task<DidSave?, any Error>
+    }
+
+    /// Upserts `entries` into a new importer context while `saving` (the previous chunk) is
+    /// still being saved, and settles that save. When the chunk reads an object the previous one
+    /// writes, it waits for that save first; objects the previous save only bumped the version of
+    /// (the project of every bug, say) are brought up to date by merging its did-save, so that
+    /// this chunk's save does not meet them as conflicts.
+    private func prepareAfter(_ saving: inout SavingChunk?, _ entries: [Entry], progress: inout ImportProgress, logger: Logger) async throws -> PreparedChunk {
+        guard let previous = saving else { return try await prepare(entries) }
+        saving = nil
+        if previous.chunk.written.overlaps(UpsertKeys(entries.compactMap(\.record))) {
+            try await settle(previous, progress: &progress, logger: logger)
+            return try await prepare(entries)
+        }
+        let prepared = try await prepare(entries)
+        guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
+            // The previous chunk was imported record by record: what this one read is stale.
+            return try await prepare(entries)
+        }
+        await prepared.context.perform { _ = $0.merge(didSave) }
+        return prepared
+    }
+
+    /// Waits for a chunk's save and reports its progress. When the store refused the chunk as a
+    /// whole, imports its records one by one so that only the bad ones are rejected; the result
+    /// is then `nil`.
+    @discardableResult
+    private func settle(_ saving: SavingChunk, progress: inout ImportProgress, logger: Logger) async throws -> DidSave? {
+        let entries = saving.chunk.entries
+        var imported = saving.chunk.imported
+        var rejected = Int64(saving.chunk.rejects.count)
+        var didSave: DidSave?
+        do {
+            didSave = try await saving.save.value
+        } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
+            logger.notice("chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
+            (imported, rejected) = try await saveOneByOne(entries, job: progress.job)
+        }
+        progress.read += Int64(entries.count)
+        progress.imported += imported
+        progress.rejected += rejected
+        progress.bytesDone = entries.last!.endOffset
+        progressHandler(progress)
+        logger.debug("chunk committed", metadata: ["rows": "\(entries.count)", "rejected": "\(rejected)", "job.offset": "\(progress.bytesDone)", "token": "\(didSave?.token.rawValue ?? 0)"])
+        return didSave
+    }
+
+    private func saveOneByOne(_ entries: [Entry], job id: String) async throws -> (imported: Int64, rejected: Int64) {
+        var imported: Int64 = 0
+        var rejected: Int64 = 0
+        for entry in entries {
+            let chunk: PreparedChunk
+            do {
+                chunk = try await prepare([entry])
+                _ = try await save(chunk, job: id)
+            } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
+                _ = try await save(try await prepare([entry], extraRejects: [entry.line: error.message]), job: id)
+                rejected += 1
+                continue
+            }
+            imported += chunk.imported
+            rejected += Int64(chunk.rejects.count)
+        }
+        return (imported, rejected)
+    }
+
+    /// Upserts a chunk's records into a new importer context.
+    private func prepare(_ entries: [Entry], extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import")
         let upserter = BugUpserter()
         let records = entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
-        let rejects = entries.compactMap { entry -> (Int, String)? in
+        let rejects = entries.compactMap { entry -> (line: Int, reason: String)? in
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
         }
-        let endOffset = entries.last?.endOffset ?? 0
-        let lastLine = entries.last?.spoolLine ?? 0
-        try await context.perform { context in
+        let written = try await context.perform { context in
             _ = try upserter.upsert(records, in: context)
+            return UpsertKeys(writtenIn: context)
+        }
+        return PreparedChunk(entries: entries, context: context, imported: Int64(records.count), rejects: rejects, written: written)
+    }
+
+    /// Records the chunk's progress and rejects on the job and saves the chunk with them, in one
+    /// transaction.
+    private func save(_ chunk: PreparedChunk, job id: String) async throws -> DidSave? {
+        let entries = chunk.entries
+        try await chunk.context.perform { context in
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
-            for (line, reason) in rejects {
+            for (line, reason) in chunk.rejects {
                 let reject = context.insert(ImportReject.self)
                 reject.line = Int64(line)
                 reject.reason = reason
                 reject.job = job
             }
             job.recordsRead += Int64(entries.count)
-            job.imported += Int64(records.count)
-            job.rejected += Int64(rejects.count)
-            job.byteOffset = endOffset
-            job.linesRead = Int64(lastLine)
+            job.imported += chunk.imported
+            job.rejected += Int64(chunk.rejects.count)
+            job.byteOffset = entries.last?.endOffset ?? 0
+            job.linesRead = Int64(entries.last?.spoolLine ?? 0)
         }
-        let didSave = try await context.save()
-        return (Int64(records.count), Int64(rejects.count), didSave?.token.rawValue ?? 0)
+        return try await chunk.context.save()
     }
 }
 
