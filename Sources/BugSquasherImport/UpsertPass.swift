@@ -30,6 +30,7 @@ struct UpsertPass {
         comments = try fetch(Comment.self, by: "jiraID", in: keys.byEntity["Comment", default: []], context: context)
     }
 
+    /// Inserts or updates the bug of one record, with its relationships and comments.
     mutating func apply(_ record: BugRecord, in context: isolated ObjectContext) -> Outcome {
         let bug: Bug
         let isNew: Bool

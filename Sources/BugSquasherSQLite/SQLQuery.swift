@@ -26,6 +26,7 @@ struct SQLQuery {
     /// The full `SELECT` for a fetch.
     mutating func select(_ request: FetchDescription) throws -> String {
         if case .isIn(let keyPath, let values)? = request.predicate, !keyPath.contains("."), !values.contains(where: \.isNull),
+           values.count <= Self.paddedLimit,
            request.sort.isEmpty, request.limit == nil, request.offset == 0 {
             isCacheable = true
         }
@@ -103,9 +104,15 @@ struct SQLQuery {
         }
     }
 
-    /// The number of parameters of an `IN` list of `count` values: the next power of two.
+    /// The longest `IN` list that is padded; longer ones keep their length (SQLite limits a
+    /// statement to 32,766 parameters, and padding must not push a list past it).
+    static let paddedLimit = 1024
+
+    /// The number of parameters of an `IN` list of `count` values: the next power of two, up to
+    /// ``paddedLimit``.
     static func paddedCount(_ count: Int) -> Int {
-        count <= 1 ? 1 : 1 << (Int.bitWidth - (count - 1).leadingZeroBitCount)
+        guard count > 1, count <= paddedLimit else { return count }
+        return 1 << (Int.bitWidth - (count - 1).leadingZeroBitCount)
     }
 
     /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.

@@ -188,12 +188,15 @@ final class ImportRunner: Service {
     /// this chunk's save does not meet them as conflicts.
     private func prepareAfter(_ saving: inout SavingChunk?, _ entries: [Entry], progress: inout ImportProgress, logger: Logger) async throws -> PreparedChunk {
         guard let previous = saving else { return try await prepare(entries) }
-        saving = nil
         if previous.chunk.written.overlaps(UpsertKeys(entries.compactMap(\.record))) {
+            saving = nil
             try await settle(previous, progress: &progress, logger: logger)
             return try await prepare(entries)
         }
+        // Until it is settled, the previous save stays in `saving`: if preparing this chunk
+        // fails, the caller still waits for it before failing the job.
         let prepared = try await prepare(entries)
+        saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
             return try await prepare(entries)
