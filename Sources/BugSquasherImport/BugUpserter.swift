@@ -32,18 +32,21 @@ public struct BugUpserter: Sendable {
 
     /// Upserts one chunk of records into `context`, without saving it.
     ///
+    /// - Parameter keys: `UpsertKeys(records)`, when the caller already built them (an importer
+    ///   that checks them against the chunk being saved); built here otherwise.
     /// - Returns: how many bugs were inserted, updated or left unchanged.
     /// - Throws: ``ImportError`` with ``ImportError/Code/invalidRecord`` before changing anything
     ///   when a record has an empty key, project key, person name, component name or comment ID;
     ///   `GraphError` when a fetch fails.
-    public func upsert(_ records: [BugRecord], in context: isolated ObjectContext) throws -> UpsertSummary {
+    public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, in context: isolated ObjectContext) throws -> UpsertSummary {
         for (index, record) in records.enumerated() { try Self.validate(record, at: index) }
         var lastIndex: [String: Int] = [:]
         for (index, record) in records.enumerated() { lastIndex[record.key] = index }
         let chunk = records.indices.filter { lastIndex[records[$0].key] == $0 }.map { records[$0] }
 
         var pass = UpsertPass(inListLimit: Self.inListLimit)
-        try pass.fetchExisting(for: chunk, in: context)
+        // The superseded records name the same keys as the ones that replace them.
+        try pass.fetchExisting(keys ?? UpsertKeys(chunk), in: context)
         var summary = UpsertSummary(superseded: records.count - chunk.count)
         for record in chunk {
             switch pass.apply(record, in: context) {

@@ -21,8 +21,7 @@ struct UpsertPass {
     }
 
     /// Fetches the existing objects the records name, one `IN` fetch per entity and part.
-    mutating func fetchExisting(for records: [BugRecord], in context: isolated ObjectContext) throws {
-        let keys = UpsertKeys(records)
+    mutating func fetchExisting(_ keys: UpsertKeys, in context: isolated ObjectContext) throws {
         bugs = try fetch(Bug.self, by: "key", in: keys.byEntity["Bug", default: []], context: context)
         projects = try fetch(Project.self, by: "key", in: keys.byEntity["Project", default: []], context: context)
         persons = try fetch(Person.self, by: "name", in: keys.byEntity["Person", default: []], context: context)

@@ -13,6 +13,9 @@ struct BoundStatement: ~Copyable {
     private let statement: Statement
     private let handle: OpaquePointer
     private var index: Int32 = 1
+    /// The first failed bind (out of memory, a value over SQLite's size limit): `execute()`
+    /// throws it instead of running with that parameter left NULL.
+    private var bindFailure: Int32 = SQLITE_OK
 
     init(_ statement: Statement) {
         self.statement = statement
@@ -23,28 +26,28 @@ struct BoundStatement: ~Copyable {
     /// Binds the next parameter.
     mutating func bind(_ value: Value) {
         switch value {
-        case .null: sqlite3_bind_null(handle, index)
+        case .null: note(sqlite3_bind_null(handle, index))
         case .string(var text):
             text.withUTF8 { bytes in
                 bytes.withMemoryRebound(to: CChar.self) { chars in
                     if let start = chars.baseAddress, !chars.isEmpty {
-                        _ = sqlite3_bind_text(handle, index, start, Int32(chars.count), sqliteTransient)
+                        note(sqlite3_bind_text(handle, index, start, Int32(chars.count), sqliteTransient))
                     } else {
                         // A NULL pointer would bind NULL, not the empty string.
-                        _ = sqlite3_bind_text(handle, index, "", 0, sqliteTransient)
+                        note(sqlite3_bind_text(handle, index, "", 0, sqliteTransient))
                     }
                 }
             }
-        case .int64(let integer): sqlite3_bind_int64(handle, index, integer)
-        case .double(let double): sqlite3_bind_double(handle, index, double)
-        case .bool(let bool): sqlite3_bind_int64(handle, index, bool ? 1 : 0)
-        case .date(let date): sqlite3_bind_double(handle, index, date.timeIntervalSince1970)
+        case .int64(let integer): note(sqlite3_bind_int64(handle, index, integer))
+        case .double(let double): note(sqlite3_bind_double(handle, index, double))
+        case .bool(let bool): note(sqlite3_bind_int64(handle, index, bool ? 1 : 0))
+        case .date(let date): note(sqlite3_bind_double(handle, index, date.timeIntervalSince1970))
         case .data(let data):
             data.withUnsafeBytes { bytes in
                 if let start = bytes.baseAddress, !bytes.isEmpty {
-                    _ = sqlite3_bind_blob(handle, index, start, Int32(bytes.count), sqliteTransient)
+                    note(sqlite3_bind_blob(handle, index, start, Int32(bytes.count), sqliteTransient))
                 } else {
-                    sqlite3_bind_zeroblob(handle, index, 0)
+                    note(sqlite3_bind_zeroblob(handle, index, 0))
                 }
             }
         }
@@ -53,20 +56,24 @@ struct BoundStatement: ~Copyable {
 
     /// Binds the next parameter (`NULL` for `nil`).
     mutating func bind(_ integer: Int64?) {
-        if let integer { sqlite3_bind_int64(handle, index, integer) } else { sqlite3_bind_null(handle, index) }
+        note(integer.map { sqlite3_bind_int64(handle, index, $0) } ?? sqlite3_bind_null(handle, index))
         index += 1
     }
 
     /// Runs the statement to completion; throws GRDB's `DatabaseError` (so constraint
     /// violations read as they do through GRDB).
     consuming func execute() throws {
-        let code = sqlite3_step(handle)
+        let code = bindFailure == SQLITE_OK ? sqlite3_step(handle) : bindFailure
         if code != SQLITE_DONE && code != SQLITE_ROW {
             let message = sqlite3_db_handle(handle).flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) }
             sqlite3_reset(handle)
             throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: statement.sql)
         }
         sqlite3_reset(handle)
+    }
+
+    private mutating func note(_ code: Int32) {
+        if code != SQLITE_OK && bindFailure == SQLITE_OK { bindFailure = code }
     }
 }
 

@@ -66,9 +66,7 @@ public final class BlockingVarlinkClient: Sendable {
             } catch let error as TransportError {
                 // The connection is broken: the next call opens a new one (this call is not
                 // retried, since it may have been executed).
-                close(fd)
-                fd = -1
-                buffer.withLock { $0.removeAll() }
+                disconnect(&fd)
                 throw error
             }
         }
@@ -108,9 +106,7 @@ public final class BlockingVarlinkClient: Sendable {
                 }
             } catch {
                 // Calls may still be unanswered: their replies must not reach the next call.
-                close(fd)
-                fd = -1
-                buffer.withLock { $0.removeAll() }
+                disconnect(&fd)
                 throw error
             }
         }
@@ -127,6 +123,13 @@ public final class BlockingVarlinkClient: Sendable {
                 guard try body(reply), reply.continues else { return }
             }
         }
+    }
+
+    /// Closes the connection and drops what was read from it; the next call connects again.
+    private func disconnect(_ fd: inout CInt) {
+        close(fd)
+        fd = -1
+        buffer.withLock { $0.removeAll() }
     }
 
     private func send(_ fd: CInt, _ message: Data) throws {

@@ -188,18 +188,19 @@ final class ImportRunner: Service {
     /// this chunk's save does not meet them as conflicts.
     private func prepareAfter(_ saving: inout SavingChunk?, _ entries: [Entry], progress: inout ImportProgress, logger: Logger) async throws -> PreparedChunk {
         guard let previous = saving else { return try await prepare(entries) }
-        if previous.chunk.written.overlaps(UpsertKeys(entries.compactMap(\.record))) {
+        let reads = UpsertKeys(entries.compactMap(\.record))
+        if previous.chunk.written.overlaps(reads) {
             saving = nil
             try await settle(previous, progress: &progress, logger: logger)
-            return try await prepare(entries)
+            return try await prepare(entries, reads: reads)
         }
         // Until it is settled, the previous save stays in `saving`: if preparing this chunk
         // fails, the caller still waits for it before failing the job.
-        let prepared = try await prepare(entries)
+        let prepared = try await prepare(entries, reads: reads)
         saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
-            return try await prepare(entries)
+            return try await prepare(entries, reads: reads)
         }
         await prepared.context.perform { _ = $0.merge(didSave) }
         return prepared
@@ -248,8 +249,9 @@ final class ImportRunner: Service {
         return (imported, rejected)
     }
 
-    /// Upserts a chunk's records into a new importer context.
-    private func prepare(_ entries: [Entry], extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
+    /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
+    /// already built.
+    private func prepare(_ entries: [Entry], reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import")
         let upserter = BugUpserter()
         let records = entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
@@ -258,7 +260,7 @@ final class ImportRunner: Service {
             return entry.reject.map { (entry.line, $0) }
         }
         let written = try await context.perform { context in
-            _ = try upserter.upsert(records, in: context)
+            _ = try upserter.upsert(records, keys: reads, in: context)
             return UpsertKeys(writtenIn: context)
         }
         return PreparedChunk(entries: entries, context: context, imported: Int64(records.count), rejects: rejects, written: written)

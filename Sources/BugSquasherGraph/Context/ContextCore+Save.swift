@@ -43,6 +43,17 @@ extension ContextCore {
         }
     }
 
+    /// Whether saving `object` writes its row or its owned join rows, not only a new version
+    /// (see ``ObjectContext/writesStoredValues(of:)``); the same test as ``saveChanges``' links.
+    func writesStoredValues(of object: ManagedObject) -> Bool {
+        if object.isInserted || object.isDeleted { return true }
+        if object.isFault { return false }
+        guard let snapshot = object.snapshot else { return true }
+        if object.values != snapshot.attributes { return true }
+        if object.toOne.indices.contains(where: { object.toOne[$0]?.objectID != snapshot.toOne[$0] }) { return true }
+        return model.ownedLinkSlots[object.entity.name, default: []].contains { $0 < object.toMany.count && object.toMany[$0].hasChanges }
+    }
+
     /// Builds the store-level description of the pending changes.
     func saveChanges(inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]) -> SaveChanges {
         var changes = SaveChanges()

@@ -138,15 +138,7 @@ public actor ObjectContext {
     /// to the to-many side of a one-to-many relationship is stored on the other objects' rows, so
     /// alone it only makes the save bump this object's version. Importers that prepare chunks
     /// ahead use it to tell which objects a later chunk must not read before this save commits.
-    public func writesStoredValues(of object: ManagedObject) -> Bool {
-        if object.isInserted || object.isDeleted { return true }
-        if object.isFault { return false }
-        guard let snapshot = object.snapshot else { return true }
-        if object.values != snapshot.attributes { return true }
-        if object.toOne.indices.contains(where: { object.toOne[$0]?.objectID != snapshot.toOne[$0] }) { return true }
-        let owned = core.model.ownedLinkSlots[object.entity.name, default: []]
-        return owned.contains { $0 < object.toMany.count && object.toMany[$0].hasChanges }
-    }
+    public func writesStoredValues(of object: ManagedObject) -> Bool { core.writesStoredValues(of: object) }
     /// Whether there is anything to save.
     public var hasChanges: Bool { core.hasChanges }
 
