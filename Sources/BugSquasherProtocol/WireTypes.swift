@@ -448,3 +448,16 @@ public struct StatusReply: Codable, Sendable {
         self.conflictsResolved = conflictsResolved
     }
 }
+
+/// The last message of an upgraded `Upload`: the job, queued, and the file's bytes received.
+public struct UploadReply: Codable, Sendable {
+    /// The job.
+    public var job: String
+    /// The bytes of the file received (without the chunk headers).
+    public var bytes: Int64
+    /// Creates a reply.
+    public init(job: String, bytes: Int64) {
+        self.job = job
+        self.bytes = bytes
+    }
+}

@@ -125,6 +125,45 @@ public final class BlockingVarlinkClient: Sendable {
         }
     }
 
+    /// Calls `method` with `upgrade: true` and, once it answered, hands the connection to `body`
+    /// to speak the method's own protocol (an upload's chunks, say). The connection no longer
+    /// speaks Varlink afterwards: it is closed, and the next call opens a new one.
+    ///
+    /// - Throws: the method's error reply (the connection is not upgraded then), a
+    ///   ``TransportError``, or what `body` throws.
+    public func upgrade<P: Encodable, R>(_ method: String, _ parameters: P, body: (UpgradedConnection) throws -> R) throws -> R {
+        try fd.withLock { fd in
+            if fd < 0 { fd = try Self.connect(path) }
+            defer { disconnect(&fd) }
+            try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, upgrade: true))
+            let reply = try VarlinkReply(message: try receive(fd))
+            if let error = reply.error { throw error }
+            return try body(UpgradedConnection(client: self, fd: fd))
+        }
+    }
+
+    /// A connection after an upgrade: raw bytes out, and NUL-terminated messages in.
+    public struct UpgradedConnection {
+        fileprivate let client: BlockingVarlinkClient
+        fileprivate let fd: CInt
+
+        /// Sends bytes as they are. When the connection broke because the daemon answered and
+        /// closed it (an error, typically), that answer is thrown rather than the broken pipe.
+        public func send(_ bytes: UnsafeRawBufferPointer) throws {
+            do {
+                try client.sendAll(fd, bytes)
+            } catch let failure as TransportError {
+                if let reply = try? VarlinkReply(message: client.receive(fd)), let error = reply.error { throw error }
+                throw failure
+            }
+        }
+
+        /// Receives the next NUL-terminated message as a reply.
+        public func receiveReply() throws -> VarlinkReply {
+            try VarlinkReply(message: try client.receive(fd))
+        }
+    }
+
     /// Closes the connection and drops what was read from it; the next call connects again.
     private func disconnect(_ fd: inout CInt) {
         close(fd)
@@ -135,9 +174,13 @@ public final class BlockingVarlinkClient: Sendable {
     private func send(_ fd: CInt, _ message: Data) throws {
         var bytes = [UInt8](message)
         bytes.append(0)
+        try bytes.withUnsafeBytes { try sendAll(fd, $0) }
+    }
+
+    fileprivate func sendAll(_ fd: CInt, _ bytes: UnsafeRawBufferPointer) throws {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, CInt(MSG_NOSIGNAL)) }
+            let n = Glibc.send(fd, bytes.baseAddress! + sent, bytes.count - sent, CInt(MSG_NOSIGNAL))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw TransportError("The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
@@ -146,7 +189,7 @@ public final class BlockingVarlinkClient: Sendable {
         }
     }
 
-    private func receive(_ fd: CInt) throws -> Data {
+    fileprivate func receive(_ fd: CInt) throws -> Data {
         try buffer.withLock { buffer in
             var chunk = [UInt8](repeating: 0, count: 64 * 1024)
             while true {

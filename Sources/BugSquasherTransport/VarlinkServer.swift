@@ -76,14 +76,14 @@ public final class VarlinkServer: Sendable {
     /// Binds (or adopts) the socket, calls `onBound`, and serves until the task is cancelled.
     public func run(onBound: @Sendable () async -> Void = {}) async throws {
         let maximumMessageSize = self.maximumMessageSize
-        let initializer: @Sendable (any Channel) -> EventLoopFuture<NIOAsyncChannel<ByteBuffer, ByteBuffer>> = { channel in
+        let initializer: @Sendable (any Channel) -> EventLoopFuture<NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>> = { channel in
             channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)))
-                return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkServerDecoder(maximumMessageSize: maximumMessageSize)))
+                return try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel)
             }
         }
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
-        let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>
+        let server: NIOAsyncChannel<NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>, Never>
         switch address.kind {
         case .path(let path, let permissions):
             try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -111,7 +111,7 @@ public final class VarlinkServer: Sendable {
         }
     }
 
-    private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>) async {
+    private func serve(_ connection: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) async {
         connections.add(1, ordering: .relaxed)
         defer { connections.subtract(1, ordering: .relaxed) }
         let context = VarlinkCallContext(socket: name, mayWrite: mayWrite, logger: logger)
@@ -119,29 +119,49 @@ public final class VarlinkServer: Sendable {
             try await connection.executeThenClose { inbound, outbound in
                 let replier = ChannelReplier(outbound: outbound)
                 let streaming = StreamingFlag()
+                var upgraded: (any VarlinkUpgradeHandler)?
                 try await withThrowingDiscardingTaskGroup { group in
-                    for try await frame in inbound {
-                        if streaming.isSet {
-                            // Varlink allows no new call while a streaming call is running.
-                            logger.debug("call during a streaming call; closing the connection")
-                            break
-                        }
-                        let call: VarlinkCall
-                        do {
-                            call = try VarlinkCall(message: Data(frame.readableBytesView))
-                        } catch {
+                    reading: for try await item in inbound {
+                        switch item {
+                        case .malformed:
                             try? await replier.send(try VarlinkReply.encode(VarlinkError.invalidParameter("method")))
                             logger.debug("malformed message; closing the connection")
-                            break
-                        }
-                        if call.more {
-                            streaming.set(true)
-                            group.addTask {
-                                defer { streaming.set(false) }
-                                try await self.service.handle(call, context: context, replier: replier)
+                            break reading
+                        case .raw(let bytes):
+                            // Bytes after an upgrade nobody took over end the connection.
+                            guard let handler = upgraded else { break reading }
+                            do {
+                                guard let last = try await handler.receive(bytes) else { continue }
+                                try await replier.send(last)
+                            } catch is CancellationError {
+                                throw CancellationError()
+                            } catch let error as VarlinkPeerGone {
+                                throw error
+                            } catch {
+                                try await replier.send(try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger))
                             }
-                        } else {
+                            break reading
+                        case .call(let call):
+                            if streaming.isSet {
+                                // Varlink allows no new call while a streaming call is running.
+                                logger.debug("call during a streaming call; closing the connection")
+                                break reading
+                            }
+                            if call.more && !call.upgrade {
+                                streaming.set(true)
+                                group.addTask {
+                                    defer { streaming.set(false) }
+                                    try await self.service.handle(call, context: context, replier: replier)
+                                }
+                                continue
+                            }
                             try await service.handle(call, context: context, replier: replier)
+                            if call.upgrade {
+                                // The Varlink protocol has ended on this connection: what follows
+                                // goes to the handler the call installed, if any.
+                                upgraded = context.connection.takeUpgradeHandler()
+                                if upgraded == nil { break reading }
+                            }
                         }
                     }
                     group.cancelAll()

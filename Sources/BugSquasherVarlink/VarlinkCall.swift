@@ -10,6 +10,9 @@ public struct VarlinkCall: Sendable {
     public var more: Bool
     /// The caller wants no reply.
     public var oneway: Bool
+    /// The caller asks to leave the Varlink protocol after the reply: the bytes it sends next
+    /// belong to the method's own protocol (see ``VarlinkUpgradeHandler``).
+    public var upgrade: Bool
     /// The whole message, JSON.
     public var message: Data
 
@@ -27,6 +30,7 @@ public struct VarlinkCall: Sendable {
         var method: String?
         var more = false
         var oneway = false
+        var upgrade = false
         do {
             try JSONReader.read(message) { reader in
                 try reader.object { reader, key in
@@ -34,6 +38,7 @@ public struct VarlinkCall: Sendable {
                     case "method": method = try reader.string()
                     case "more": more = reader.null() ? false : try reader.bool()
                     case "oneway": oneway = reader.null() ? false : try reader.bool()
+                    case "upgrade": upgrade = reader.null() ? false : try reader.bool()
                     default: try reader.skip()
                     }
                 }
@@ -45,6 +50,7 @@ public struct VarlinkCall: Sendable {
         self.method = method
         self.more = more
         self.oneway = oneway
+        self.upgrade = upgrade
         self.message = message
     }
 
@@ -92,7 +98,7 @@ public struct VarlinkCall: Sendable {
     }
 
     /// Encodes a call (for clients).
-    public static func encode<P: Encodable>(method: String, parameters: P, more: Bool = false, oneway: Bool = false) throws -> Data {
+    public static func encode<P: Encodable>(method: String, parameters: P, more: Bool = false, oneway: Bool = false, upgrade: Bool = false) throws -> Data {
         if let writable = parameters as? any JSONWritable {
             var writer = JSONWriter()
             writer.object { writer in
@@ -108,10 +114,15 @@ public struct VarlinkCall: Sendable {
                     writer.key("oneway")
                     writer.bool(true)
                 }
+                if upgrade {
+                    writer.key("upgrade")
+                    writer.bool(true)
+                }
             }
             return Data(writer.bytes)
         }
-        return try JSONEncoder().encode(CallEnvelope(method: method, parameters: parameters, more: more ? true : nil, oneway: oneway ? true : nil))
+        return try JSONEncoder().encode(CallEnvelope(method: method, parameters: parameters, more: more ? true : nil, oneway: oneway ? true : nil,
+                                                     upgrade: upgrade ? true : nil))
     }
 }
 
@@ -191,6 +202,7 @@ private struct CallEnvelope<P: Encodable>: Encodable {
     var parameters: P
     var more: Bool?
     var oneway: Bool?
+    var upgrade: Bool?
 }
 
 private struct ReplyEnvelope<P: Encodable>: Encodable {

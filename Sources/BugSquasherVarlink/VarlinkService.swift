@@ -1,5 +1,6 @@
 public import Foundation
 public import Logging
+public import NIOCore
 import Synchronization
 
 /// Thrown by a ``VarlinkReplier`` when the connection is gone: the peer closed it or it broke.
@@ -47,13 +48,40 @@ public struct VarlinkCallContext: Sendable {
     }
 }
 
+/// Takes over a connection after a call with `upgrade: true` was answered: the transport hands
+/// it every byte the client sends next, until it returns the last message.
+public protocol VarlinkUpgradeHandler: Sendable {
+    /// The next bytes the client sent, as they arrived. Returns the message to send last (the
+    /// transport adds the NUL terminator and closes the connection) once the handler's protocol
+    /// has ended, `nil` to read on. A thrown ``VarlinkError`` is sent as an error reply, and the
+    /// connection closed. Should the client close the connection first, the handler is not
+    /// called again, and what it registered with ``VarlinkConnection/onClose(_:)`` runs.
+    func receive(_ bytes: ByteBuffer) async throws -> Data?
+}
+
 /// One client connection, as handlers see it: state that must not outlive the connection (an
 /// upload that was never committed) registers its clean-up here.
 public final class VarlinkConnection: Sendable {
     private let state = Mutex<(closed: Bool, actions: [@Sendable () async -> Void])>((false, []))
+    private let upgradeHandler = Mutex<(any VarlinkUpgradeHandler)?>(nil)
 
     /// Creates a connection handle; the transport calls ``close()`` when the peer is gone.
     public init() {}
+
+    /// Hands the connection to `handler` once the reply to the current call (which asked for an
+    /// upgrade) has been sent. A call with `upgrade: true` whose handler does not call this ends
+    /// the connection after its reply.
+    public func upgrade(to handler: any VarlinkUpgradeHandler) {
+        upgradeHandler.withLock { $0 = handler }
+    }
+
+    /// The handler an upgraded call installed, once (for the transport).
+    public func takeUpgradeHandler() -> (any VarlinkUpgradeHandler)? {
+        upgradeHandler.withLock { handler in
+            defer { handler = nil }
+            return handler
+        }
+    }
 
     /// Runs `action` when the connection closes (at once if it already has).
     public func onClose(_ action: @escaping @Sendable () async -> Void) async {
@@ -134,8 +162,6 @@ public struct VarlinkService: Sendable {
                 throw VarlinkError.interfaceNotFound(call.interface)
             }
             try await interface.handle(call, context: context, replier: replier)
-        } catch let error as VarlinkError {
-            try await replier.send(try VarlinkReply.encode(error))
         } catch is CancellationError {
             throw CancellationError()
         } catch let error as VarlinkPeerGone {
@@ -143,10 +169,18 @@ public struct VarlinkService: Sendable {
             context.logger.debug("client went away during a call", metadata: ["varlink.method": "\(call.method)"])
             throw error
         } catch {
-            // A handler's unexpected failure answers this call; the connection stays usable.
-            context.logger.error("call failed", metadata: ["varlink.method": "\(call.method)", "error": "\(error)"])
-            try await replier.send(try VarlinkReply.encode(VarlinkError("io.bugsquasher.InternalError", ["message": .string("\(error)")])))
+            // A handler's failure answers this call; the connection stays usable.
+            try await replier.send(try Self.errorReply(error, method: call.method, logger: context.logger))
         }
+    }
+
+    /// The error reply for what a handler threw: a ``VarlinkError`` as it is, anything else as
+    /// `io.bugsquasher.InternalError` with its description (and logged, since it is a bug or a
+    /// failure of the machine rather than of the call).
+    public static func errorReply(_ error: any Error, method: String, logger: Logger) throws -> Data {
+        if let error = error as? VarlinkError { return try VarlinkReply.encode(error) }
+        logger.error("call failed", metadata: ["varlink.method": "\(method)", "error": "\(error)"])
+        return try VarlinkReply.encode(VarlinkError("io.bugsquasher.InternalError", ["message": .string("\(error)")]))
     }
 
     private struct InterfaceParameter: Decodable { var interface: String }

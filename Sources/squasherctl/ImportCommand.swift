@@ -46,17 +46,22 @@ struct ImportCommand: ParsableCommand {
         let progress = ProgressBar(enabled: wait && isatty(2) != 0)
         let job: String = try withClient(sockets.write) { client in
             let job = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize), as: JobParameter.self).job
-            // Up to four pieces in flight: reading and encoding the next piece overlaps with the
-            // daemon spooling the previous ones.
-            var sent: Int64 = 0
-            try client.pipeline("io.bugsquasher.Import.Append", as: BytesReply.self, window: 4) { () -> AppendParameters? in
-                let piece = try input.read(upToCount: 512 * 1024) ?? Data()
-                return piece.isEmpty ? nil : AppendParameters(job: job, data: piece.base64EncodedString())
-            } body: { reply in
-                sent += Int64(reply.bytes)
-                progress.show(label: "uploading", done: sent, total: size, unit: "bytes")
+            // The file goes over the connection itself (Upload with upgrade), in chunks of a
+            // length and the bytes, without base64 or a reply per piece; the zero length commits.
+            let reply = try client.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: job)) { connection in
+                var sent: Int64 = 0
+                var chunk = [UInt8](repeating: 0, count: 4 + 1 << 20)
+                while true {
+                    let count = try chunk.withUnsafeMutableBytes { try fill(UnsafeMutableRawBufferPointer(rebasing: $0[4...]), from: input.fileDescriptor) }
+                    chunk.replaceSubrange(0..<4, with: UploadFraming.header(count))
+                    try chunk.withUnsafeBytes { try connection.send(UnsafeRawBufferPointer(rebasing: $0[..<(4 + count)])) }
+                    if count == 0 { break }
+                    sent += Int64(count)
+                    progress.show(label: "uploading", done: sent, total: size, unit: "bytes")
+                }
+                return try connection.receiveReply().parameters(UploadReply.self)
             }
-            _ = try client.call("io.bugsquasher.Import.Commit", JobParameter(job: job), as: JobParameter.self)
+            guard reply.job == job else { throw TransportError("squasherd committed job \(reply.job) instead of \(job).") }
             return job
         }
         progress.clear()
@@ -88,6 +93,22 @@ struct ImportCommand: ParsableCommand {
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
         if job.state != "finished" { throw Exit.failed }
     }
+}
+
+/// Reads from `fd` until `buffer` is full or the input ends; returns the bytes read (0 at the end).
+private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt) throws -> Int {
+    var filled = 0
+    while filled < buffer.count {
+        let n = read(fd, buffer.baseAddress! + filled, buffer.count - filled)
+        if n < 0 && errno == EINTR { continue }
+        guard n >= 0 else {
+            printError("squasherctl: reading the input failed: \(String(cString: strerror(errno))); the upload is abandoned.")
+            throw Exit.failed
+        }
+        if n == 0 { break }
+        filled += n
+    }
+    return filled
 }
 
 /// A one-line progress bar on standard error (only on a terminal).

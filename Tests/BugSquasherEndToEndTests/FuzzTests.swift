@@ -1,4 +1,5 @@
 import BugSquasherImport
+import BugSquasherProtocol
 import Foundation
 import Testing
 
@@ -170,6 +171,24 @@ struct FuzzTests {
             socket.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"abandoned"}}"#))
             #expect(socket.receiveMessage().contains("job"))
         }
+
+        // 6b. Random bytes after an upgraded Upload: an error reply or an abandoned upload, never
+        // a job fed with them (a random length is almost never a valid end).
+        var upgradedReplies: [String] = []
+        for _ in 0..<40 {
+            let socket = try RawSocket(path: harness.writeSocket, receiveTimeout: 10)
+            socket.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"fuzzed upgrade"}}"#))
+            guard let job = try? JSONDecoder().decode([String: JobParameter].self, from: Data(socket.receiveMessage().utf8))["parameters"]?.job else {
+                Issue.record("Begin did not answer a job")
+                continue
+            }
+            socket.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Upload","parameters":{"job":"\#(job)"},"upgrade":true}"#))
+            _ = socket.receiveMessage()
+            socket.send((0..<Int.random(in: 1...4_096, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) })
+            shutdown(socket.fd, Int32(SHUT_WR))
+            upgradedReplies.append(String(decoding: socket.receiveAll(limit: 1 << 20), as: UTF8.self))
+        }
+        #expect(upgradedReplies.allSatisfy { $0.isEmpty || $0.contains("InvalidInput") }, "\(upgradedReplies.filter { !$0.isEmpty && !$0.contains("InvalidInput") }.prefix(3))")
 
         // 7. A subscriber that subscribes to everything and never reads, through an import.
         let stalled = try RawSocket(path: harness.readSocket, receiveTimeout: 10)

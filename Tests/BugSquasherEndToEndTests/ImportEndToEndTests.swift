@@ -187,6 +187,89 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("an upgraded upload: chunks split anywhere, binary bytes intact, committed by the zero length; broken framing, a dropped connection and a missing upgrade flag each answered")
+    func upgradedUpload() async throws {
+        let harness = try await DaemonHarness(chunkSize: 50)
+        let write = try BlockingVarlinkClient(path: harness.writeSocket)
+        let read = try BlockingVarlinkClient(path: harness.readSocket)
+        func final(_ job: String) throws -> WireJob? {
+            var last: WireJob?
+            try read.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+                last = try reply.parameters(JobReply.self).job
+                return true
+            }
+            return last
+        }
+        func begin(_ name: String) throws -> String {
+            try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: name, format: nil, chunkSize: nil), as: JobParameter.self).job
+        }
+
+        // gzip: bytes with NULs in them, cut into chunks of 1 to 700 bytes, each sent in two writes.
+        let records = (1...300).map { #"{"key":"UG-\#($0)","title":"upgraded \#($0)","status":"Open","project":{"key":"UG"}}"# }
+        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/up.ndjson", atomically: true, encoding: .utf8)
+        let gzip = Process()
+        gzip.executableURL = URL(filePath: "/bin/gzip")
+        gzip.arguments = ["-k", harness.directory + "/up.ndjson"]
+        try gzip.run()
+        gzip.waitUntilExit()
+        let file = [UInt8](try Data(contentsOf: URL(filePath: harness.directory + "/up.ndjson.gz")))
+        #expect(file.contains(0))
+        let job = try begin("upgraded")
+        let reply = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: job)) { connection in
+            var offset = 0
+            var size = 1
+            while offset < file.count {
+                let piece = UploadFraming.header(min(size, file.count - offset)) + file[offset..<min(offset + size, file.count)]
+                try piece[..<3].withUnsafeBytes { try connection.send($0) }
+                try piece[3...].withUnsafeBytes { try connection.send($0) }
+                offset += size
+                size = size % 700 + 97
+            }
+            try UploadFraming.header(0).withUnsafeBytes { try connection.send($0) }
+            return try connection.receiveReply().parameters(UploadReply.self)
+        }
+        #expect(reply.job == job && reply.bytes == Int64(file.count))
+        let imported = try final(job)
+        #expect(imported?.state == "finished" && imported?.imported == 300 && imported?.rejected == 0, "\(String(describing: imported))")
+
+        // A length no chunk may have (JSON sent after the upgrade): an error reply at once, and
+        // the job fails with the reason.
+        let broken = try begin("broken framing")
+        var failure: (any Error)?
+        do {
+            _ = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: broken)) { connection in
+                try Array(#"{"method":"io.bugsquasher.Import.Commit"}"#.utf8).withUnsafeBytes { try connection.send($0) }
+                return try connection.receiveReply().parameters(UploadReply.self)
+            }
+        } catch {
+            failure = error
+        }
+        #expect("\(String(describing: failure))".contains("InvalidInput") && "\(String(describing: failure))".contains("longer than"), "\(String(describing: failure))")
+        let failed = try final(broken)
+        #expect(failed?.state == "failed" && failed?.error?.contains("broke off") == true, "\(String(describing: failed))")
+
+        // A client that goes away in the middle of a chunk did not send the whole file: the
+        // upload is abandoned, never committed.
+        let socket = try RawSocket(path: harness.writeSocket)
+        socket.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"dropped"}}"#))
+        let dropped = try JSONDecoder().decode([String: JobParameter].self, from: Data(socket.receiveMessage().utf8))["parameters"]!.job
+        socket.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Upload","parameters":{"job":"\#(dropped)"},"upgrade":true}"#))
+        #expect(socket.receiveMessage() == #"{"parameters":{}}"#)
+        socket.send(UploadFraming.header(100) + Array(records[0].utf8))
+        shutdown(socket.fd, Int32(SHUT_RDWR))
+        let abandoned = try final(dropped)
+        #expect(abandoned?.state == "aborted" && abandoned?.imported == 0, "\(String(describing: abandoned))")
+
+        // Upload needs the upgrade flag; another method called with it answers, then the
+        // connection ends (it no longer speaks Varlink).
+        #expect(try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Upload","parameters":{"job":"\#(try begin("plain"))"}}"#)).contains("upgrade"))
+        let status = try RawSocket(path: harness.writeSocket)
+        status.send(varlinkCall(#"{"method":"io.bugsquasher.Jobs.Status","upgrade":true}"#))
+        #expect(status.receiveMessage().contains("storeIdentifier"))
+        #expect(status.receiveAll().isEmpty)
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("malformed, oversized and forbidden calls close or answer that client alone")
     func hostileClients() async throws {
         let harness = try await DaemonHarness()

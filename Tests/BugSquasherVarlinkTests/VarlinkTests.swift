@@ -1,3 +1,4 @@
+import BugSquasherProtocol
 import BugSquasherVarlink
 import Foundation
 import Logging
@@ -18,6 +19,48 @@ struct VarlinkTests {
         #expect(try decoder.decode(buffer: &buffer).map { String(buffer: $0) } == "{\"b\":2}")
         var big = ByteBuffer(repeating: 0x41, count: 17)
         #expect(throws: VarlinkFramingError.messageTooLarge(limit: 16)) { try decoder.decode(buffer: &big) }
+    }
+
+    @Test("a server connection switches to raw bytes right after a call asking for an upgrade, even within one read")
+    func upgradeDecoding() throws {
+        var decoder = VarlinkServerDecoder(maximumMessageSize: 1024)
+        // A plain call, then one with upgrade and, in the same read, bytes with NULs in them.
+        var buffer = ByteBuffer(string: #"{"method":"a.b.C"}"# + "\0" + #"{"method":"a.b.Upload","upgrade":true}"# + "\0")
+        buffer.writeBytes([0, 0, 0, 3, 0x41, 0, 0x42])
+        guard case .call(let plain)? = try decoder.decode(buffer: &buffer) else { Issue.record("no call"); return }
+        #expect(plain.method == "a.b.C" && !plain.upgrade)
+        guard case .call(let upgrade)? = try decoder.decode(buffer: &buffer) else { Issue.record("no upgrade call"); return }
+        #expect(upgrade.upgrade)
+        guard case .raw(let raw)? = try decoder.decode(buffer: &buffer) else { Issue.record("no raw bytes"); return }
+        #expect(Array(raw.readableBytesView) == [0, 0, 0, 3, 0x41, 0, 0x42])
+        #expect(try decoder.decode(buffer: &buffer) == nil)
+        buffer.writeString(#"{"method":"a.b.C"}"# + "\0")
+        guard case .raw(let later)? = try decoder.decode(buffer: &buffer) else { Issue.record("a message after the upgrade was decoded as a call"); return }
+        #expect(later.readableBytes == 19)
+
+        // Something that is not a call ends the reading: nothing after it is decoded.
+        var broken = VarlinkServerDecoder(maximumMessageSize: 1024)
+        var garbage = ByteBuffer(string: "[1,2]\0" + #"{"method":"a.b.C"}"# + "\0")
+        guard case .malformed? = try broken.decode(buffer: &garbage) else { Issue.record("not malformed"); return }
+        #expect(try broken.decode(buffer: &garbage) == nil)
+    }
+
+    @Test("upload chunks are read however the bytes are split; a bad length or bytes after the end are refused")
+    func uploadFraming() throws {
+        let file = Array("line one\nline two\n".utf8) + [0, 1, 2]
+        let framed = UploadFraming.header(5) + file[..<5] + UploadFraming.header(file.count - 5) + file[5...] + UploadFraming.header(0)
+        for split in 0...framed.count {
+            var framing = UploadFraming()
+            let first = try framed[..<split].withUnsafeBytes { try framing.payload(of: $0) }
+            #expect(!framing.ended || split == framed.count)
+            let second = try framed[split...].withUnsafeBytes { try framing.payload(of: $0) }
+            #expect(first + second == file, "split at \(split)")
+            #expect(framing.ended && framing.payloadBytes == Int64(file.count))
+        }
+        var tooLong = UploadFraming()
+        #expect(throws: UploadFramingError.chunkTooLong(0x7B226D65)) { try Array(#"{"method":"#.utf8).withUnsafeBytes { try tooLong.payload(of: $0) } }
+        var afterEnd = UploadFraming()
+        #expect(throws: UploadFramingError.bytesAfterEnd) { try (UploadFraming.header(0) + [1]).withUnsafeBytes { try afterEnd.payload(of: $0) } }
     }
 
     @Test("calls decode their parameters and name the missing or mistyped one")

@@ -5,6 +5,7 @@ import BugSquasherStack
 import BugSquasherVarlink
 import Foundation
 import Logging
+import NIOCore
 import Synchronization
 
 /// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only.
@@ -64,30 +65,19 @@ struct ImportInterface: VarlinkInterface {
             let parameters = try call.parameters(AppendParameters.self)
             let spooler = try upload(parameters.job)
             guard let data = Data(base64Encoded: parameters.data) else { throw invalidInput("data is not base64") }
-            do {
-                try await spooler.append([UInt8](data))
-            } catch let error as DaemonError {
-                try await fail(parameters.job, spooler, error.message, book: book, logger: context.logger)
-                throw invalidInput(error.message)
-            }
+            try await append([UInt8](data), to: spooler, book: book, logger: context.logger)
             try await replier.reply(BytesReply(bytes: data.count))
-        case "Commit":
+        case "Upload":
+            guard call.upgrade else {
+                throw invalidInput("Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append")
+            }
             let job = try call.parameters(JobParameter.self).job
             let spooler = try upload(job)
-            do {
-                let (format, bytes) = try await spooler.finish()
-                uploads.remove(job)
-                try await book.update(job) { record in
-                    record.format = format.rawValue
-                    record.bytesTotal = bytes
-                    record.state = "queued"
-                }
-                runner.enqueue()
-                context.logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
-            } catch let error as DaemonError {
-                try await fail(job, spooler, error.message, book: book, logger: context.logger)
-                throw invalidInput(error.message)
-            }
+            context.connection.upgrade(to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
+            try await replier.reply(Empty())
+        case "Commit":
+            let job = try call.parameters(JobParameter.self).job
+            try await commit(try upload(job), book: book, logger: context.logger)
             try await replier.reply(JobParameter(job: job))
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
@@ -180,7 +170,36 @@ struct ImportInterface: VarlinkInterface {
         return spooler
     }
 
-    private func fail(_ job: String, _ spooler: Spooler, _ message: String, book: JobBook, logger: Logger) async throws {
+    /// Spools the next bytes of an upload; input the spooler refuses fails the job.
+    fileprivate func append(_ bytes: [UInt8], to spooler: Spooler, book: JobBook, logger: Logger) async throws {
+        do {
+            try await spooler.append(bytes)
+        } catch let error as DaemonError {
+            try await fail(spooler.jobID, spooler, error.message, book: book, logger: logger)
+            throw invalidInput(error.message)
+        }
+    }
+
+    /// Ends an upload and queues its job.
+    fileprivate func commit(_ spooler: Spooler, book: JobBook, logger: Logger) async throws {
+        let job = spooler.jobID
+        do {
+            let (format, bytes) = try await spooler.finish()
+            uploads.remove(job)
+            try await book.update(job) { record in
+                record.format = format.rawValue
+                record.bytesTotal = bytes
+                record.state = "queued"
+            }
+            runner.enqueue()
+            logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
+        } catch let error as DaemonError {
+            try await fail(job, spooler, error.message, book: book, logger: logger)
+            throw invalidInput(error.message)
+        }
+    }
+
+    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, book: JobBook, logger: Logger) async throws {
         uploads.remove(job)
         await spooler.discard()
         logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"])
@@ -191,8 +210,44 @@ struct ImportInterface: VarlinkInterface {
         }
     }
 
-    private func invalidInput(_ message: String) -> VarlinkError {
+    fileprivate func invalidInput(_ message: String) -> VarlinkError {
         VarlinkError("io.bugsquasher.Import.InvalidInput", ["message": .string(message)])
+    }
+}
+
+/// Receives an upload over a connection upgraded by `Upload`: the file's bytes in
+/// ``UploadFraming`` chunks go to the spooler as they arrive; the zero length commits the upload
+/// and answers with what `Commit` would, plus the bytes received. A connection that ends before
+/// it is an abandoned upload (the clean-up `Begin` registered runs).
+private final class UploadReceiver: VarlinkUpgradeHandler {
+    private let spooler: Spooler
+    private let interface: ImportInterface
+    private let book: JobBook
+    private let logger: Logger
+    private let framing = Mutex(UploadFraming())
+
+    init(spooler: Spooler, interface: ImportInterface, book: JobBook, logger: Logger) {
+        self.spooler = spooler
+        self.interface = interface
+        self.book = book
+        self.logger = logger
+    }
+
+    func receive(_ bytes: ByteBuffer) async throws -> Data? {
+        let (payload, ended, total): ([UInt8], Bool, Int64)
+        do {
+            (payload, ended, total) = try framing.withLock { framing in
+                let payload = try bytes.withUnsafeReadableBytes { try framing.payload(of: $0) }
+                return (payload, framing.ended, framing.payloadBytes)
+            }
+        } catch {
+            try await interface.fail(spooler.jobID, spooler, "The upload broke off: \(error).", book: book, logger: logger)
+            throw interface.invalidInput("\(error)")
+        }
+        if !payload.isEmpty { try await interface.append(payload, to: spooler, book: book, logger: logger) }
+        guard ended else { return nil }
+        try await interface.commit(spooler, book: book, logger: logger)
+        return try VarlinkReply.encode(UploadReply(job: spooler.jobID, bytes: total), continues: false)
     }
 }
 
