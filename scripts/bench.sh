@@ -2,7 +2,8 @@
 # BugSquasher's benchmark report: one run on this machine, every figure a ratio against a baseline
 # measured in the same run, a table per section and a summary of the targets (PASS / MISS).
 #   1. object graph: importer contexts vs raw GRDB inserts (bugsquasher-bench), peak RSS at two sizes;
-#   a. import rows/s through squasherd vs raw SQLite prepared-statement inserts, chunks of 1,000;
+#   a. import rows/s through squasherd vs raw SQLite prepared-statement inserts, chunks of 1,000
+#      (median of 3 runs of each, alternating);
 #   b. commit -> subscriber refreshed p50/p99 for 1, 10, 100 subscribers vs PostgreSQL
 #      LISTEN/NOTIFY (and a raw Unix-socket fan-out);
 #   c. bytes and work per subscriber, filtered by squasherd vs unfiltered;

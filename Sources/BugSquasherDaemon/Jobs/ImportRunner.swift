@@ -125,8 +125,12 @@ final class ImportRunner: Service {
                     return
                 }
                 async let upcoming = source.next()
-                let prepared = try await prepareAfter(&saving, entries, progress: &progress, logger: logger)
+                var retired: PreparedChunk?
+                let prepared = try await prepareAfter(&saving, entries, job: id, retired: &retired, progress: &progress, logger: logger)
                 saving = SavingChunk(chunk: prepared, save: Task { try await self.save(prepared, job: id) })
+                // The saved chunk's context and objects are freed while the next one saves, not
+                // between the two saves.
+                retired = nil
                 entries = try await upcoming
             }
             if let last = saving {
@@ -169,6 +173,8 @@ final class ImportRunner: Service {
     private struct PreparedChunk: Sendable {
         var entries: [Entry]
         var context: ObjectContext
+        /// The job, registered in `context`.
+        var job: ObjectID
         var imported: Int64
         var rejects: [(line: Int, reason: String)]
         /// The keys of the objects whose stored values its save writes.
@@ -186,21 +192,24 @@ final class ImportRunner: Service {
     /// writes, it waits for that save first; objects the previous save only bumped the version of
     /// (the project of every bug, say) are brought up to date by merging its did-save, so that
     /// this chunk's save does not meet them as conflicts.
-    private func prepareAfter(_ saving: inout SavingChunk?, _ entries: [Entry], progress: inout ImportProgress, logger: Logger) async throws -> PreparedChunk {
-        guard let previous = saving else { return try await prepare(entries) }
+    private func prepareAfter(
+        _ saving: inout SavingChunk?, _ entries: [Entry], job: String, retired: inout PreparedChunk?, progress: inout ImportProgress, logger: Logger
+    ) async throws -> PreparedChunk {
+        guard let previous = saving else { return try await prepare(entries, job: job) }
+        retired = previous.chunk
         let reads = UpsertKeys(entries.compactMap(\.record))
         if previous.chunk.written.overlaps(reads) {
             saving = nil
             try await settle(previous, progress: &progress, logger: logger)
-            return try await prepare(entries, reads: reads)
+            return try await prepare(entries, job: job, reads: reads)
         }
         // Until it is settled, the previous save stays in `saving`: if preparing this chunk
         // fails, the caller still waits for it before failing the job.
-        let prepared = try await prepare(entries, reads: reads)
+        let prepared = try await prepare(entries, job: job, reads: reads)
         saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
-            return try await prepare(entries, reads: reads)
+            return try await prepare(entries, job: job, reads: reads)
         }
         await prepared.context.perform { _ = $0.merge(didSave) }
         return prepared
@@ -236,10 +245,10 @@ final class ImportRunner: Service {
         for entry in entries {
             let chunk: PreparedChunk
             do {
-                chunk = try await prepare([entry])
+                chunk = try await prepare([entry], job: id)
                 _ = try await save(chunk, job: id)
             } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
-                _ = try await save(try await prepare([entry], extraRejects: [entry.line: error.message]), job: id)
+                _ = try await save(try await prepare([entry], job: id, extraRejects: [entry.line: error.message]), job: id)
                 rejected += 1
                 continue
             }
@@ -251,7 +260,7 @@ final class ImportRunner: Service {
 
     /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
     /// already built.
-    private func prepare(_ entries: [Entry], reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
+    private func prepare(_ entries: [Entry], job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import")
         let upserter = BugUpserter()
         let records = entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
@@ -259,11 +268,14 @@ final class ImportRunner: Service {
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
         }
-        let written = try await context.perform { context in
+        let (written, job) = try await context.perform { context in
             _ = try upserter.upsert(records, keys: reads, in: context)
-            return UpsertKeys(writtenIn: context)
+            // The job is read here, off the path between two saves; the previous chunk's
+            // did-save, merged before this chunk saves, brings its progress up to date.
+            guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
+            return (UpsertKeys(writtenIn: context), job.objectID)
         }
-        return PreparedChunk(entries: entries, context: context, imported: Int64(records.count), rejects: rejects, written: written)
+        return PreparedChunk(entries: entries, context: context, job: job, imported: Int64(records.count), rejects: rejects, written: written)
     }
 
     /// Records the chunk's progress and rejects on the job and saves the chunk with them, in one
@@ -271,7 +283,7 @@ final class ImportRunner: Service {
     private func save(_ chunk: PreparedChunk, job id: String) async throws -> DidSave? {
         let entries = chunk.entries
         try await chunk.context.perform { context in
-            guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
+            guard let job = try context.existingObject(with: chunk.job) as? ImportJob else { throw jobNotFound(id) }
             for (line, reason) in chunk.rejects {
                 let reject = context.insert(ImportReject.self)
                 reject.line = Int64(line)

@@ -12,16 +12,11 @@ extension ContextCore {
             notifyLiveQueries(didSave)
             return result
         }
-        // Walk whichever is smaller: the changes, or the registered objects.
+        // One look-up per change (cheaper than indexing the changes to walk the registered
+        // objects, however many there are).
         var touched: [(ManagedObject, ObjectChange)] = []
-        let changes = didSave.inserted.count + didSave.updated.count
-        if registered.count < changes {
-            var byID: [ObjectID: ObjectChange] = [:]
-            for change in didSave.updated { byID[change.objectID] = change }
-            for change in didSave.inserted { byID[change.objectID] = change }
-            for (id, object) in registered { if let change = byID[id] { touched.append((object, change)) } }
-        } else {
-            for change in didSave.inserted + didSave.updated {
+        for changes in [didSave.inserted, didSave.updated] {
+            for change in changes {
                 if let object = registered[change.objectID] { touched.append((object, change)) }
             }
         }

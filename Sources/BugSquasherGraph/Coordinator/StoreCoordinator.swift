@@ -29,6 +29,9 @@ public final class StoreCoordinator: Sendable {
     /// The row cache, serialized by its mutex.
     private let cache = Mutex<[ObjectID: CacheEntry]>([:])
 
+    /// The token of the last save through this coordinator: its did-save is already absorbed.
+    private let lastSavedToken = Atomic<Int64>(0)
+
     /// Merge conflicts that contexts of this coordinator resolved with their merge policy.
     private let resolvedConflicts = Atomic<Int>(0)
 
@@ -61,6 +64,7 @@ public final class StoreCoordinator: Sendable {
             throw GraphError(.storeIO, "\(store.storeType) store answered a save with a fetch result.")
         }
         absorb(didSave)
+        lastSavedToken.store(didSave.token.rawValue, ordering: .relaxed)
         return didSave
     }
 
@@ -151,12 +155,17 @@ public final class StoreCoordinator: Sendable {
     /// Brings cached rows up to date with a did-save from any coordinator: newer versions replace
     /// the cached values when the did-save carries them and evict them otherwise; deletions evict.
     public func absorb(_ didSave: DidSave) {
+        // A context merging a save of its own coordinator (an importer merging the previous
+        // chunk's did-save) finds it absorbed already.
+        if didSave.token != .zero, didSave.token.rawValue == lastSavedToken.load(ordering: .relaxed) { return }
         cache.withLock { cache in
             guard !cache.isEmpty else { return }
-            for change in didSave.inserted + didSave.updated {
-                guard let entry = cache[change.objectID] else { continue }
-                if (entry.snapshot?.version ?? 0) < change.version {
-                    cache[change.objectID]?.snapshot = change.values
+            for changes in [didSave.inserted, didSave.updated] {
+                for change in changes {
+                    guard let entry = cache[change.objectID] else { continue }
+                    if (entry.snapshot?.version ?? 0) < change.version {
+                        cache[change.objectID]?.snapshot = change.values
+                    }
                 }
             }
             for change in didSave.deleted where cache[change.objectID] != nil {
