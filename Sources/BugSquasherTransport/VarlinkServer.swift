@@ -32,7 +32,9 @@ public struct VarlinkListenAddress: Sendable, CustomStringConvertible {
 /// Serves a ``VarlinkService`` on one Unix stream socket: one task per connection, calls on a
 /// connection handled in order, a streaming call cancelled when its peer goes away. One
 /// connection's error — malformed JSON, an oversized message, a protocol violation — closes
-/// that connection only.
+/// that connection only. After a call with `upgrade: true` has been answered, the rest of the
+/// connection goes to the ``VarlinkUpgradeHandler`` the call installed (or the connection is
+/// closed when it installed none).
 ///
 /// ```swift
 /// let server = VarlinkServer(name: "read", address: .path("/run/squasherd/squasherd.sock", permissions: 0o666),
