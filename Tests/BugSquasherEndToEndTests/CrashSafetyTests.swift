@@ -1,4 +1,7 @@
 import BugSquasherImport
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
 import Foundation
 import Testing
 
@@ -40,23 +43,26 @@ struct CrashSafetyTests {
         _ = try await follower.waitForLine { $0.contains(#""event":"subscribed""#) }
         let submit = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/input.ndjson"], environment: environment)
         #expect(try await submit.waitForExit() == 0, "\(submit.errorOutput)")
-        let job = try #require(submit.output.last)
+        let jobID = try #require(submit.output.last)
 
         var generator = SystemRandomNumberGenerator()
         for kill in 1...3 {
-            // Wait for progress past a random point, then SIGKILL mid-import.
-            let target = Int.random(in: (kill * 1_000)...(kill * 1_000 + 800), using: &generator)
-            let deadline = ContinuousClock.now + .seconds(120)
-            var state = ""
-            while ContinuousClock.now < deadline {
-                let status = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", job, "--json"], environment: environment)
-                _ = try await status.waitForExit()
-                let info = (try? JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any]).flatMap { $0["job"] as? [String: Any] }
-                state = info?["state"] as? String ?? ""
-                if (info?["recordsRead"] as? Int ?? 0) >= target { break }
-                try await Task.sleep(for: .milliseconds(Int.random(in: 1...20, using: &generator)))
+            // Follow the job's progress (one reply per commit) and strike a random 100–600
+            // records after where it stood when the daemon came up, so that every kill lands
+            // mid-import however fast the import runs.
+            var start: Int64?
+            var target: Int64 = 0
+            var job: WireJob?
+            try BlockingVarlinkClient(path: directory + "/run/squasherd.sock").stream("io.bugsquasher.Jobs.Watch", JobParameter(job: jobID)) { reply in
+                let current = try reply.parameters(JobReply.self).job
+                job = current
+                if start == nil {
+                    start = current.recordsRead
+                    target = current.recordsRead + Int64.random(in: 100...600, using: &generator)
+                }
+                return current.recordsRead < target
             }
-            #expect(state == "running", "kill \(kill) came after the import ended (\(state)); the test did not interrupt it")
+            #expect(job?.state == "running", "kill \(kill) came after the import ended (\(String(describing: job))); the test did not interrupt it")
             if kill == 2 {
                 // SIGTERM mid-chunk: the chunk commits whole, the daemon exits 0, quickly.
                 let asked = ContinuousClock.now
@@ -70,12 +76,10 @@ struct CrashSafetyTests {
             daemon = try await startDaemon()
         }
         // The job resumes by itself after the last restart and finishes.
-        let watch = try ChildProcess(name: "watch job", executable: Products.squasherctl, arguments: ["jobs", job, "--json"], environment: environment)
-        _ = try await watch.waitForExit()
         let deadline = ContinuousClock.now + .seconds(120)
         var final: [String: Any] = [:]
         while ContinuousClock.now < deadline {
-            let status = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", job, "--json"], environment: environment)
+            let status = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", jobID, "--json"], environment: environment)
             _ = try await status.waitForExit()
             final = (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["job"] as? [String: Any] ?? [:]
             if final["state"] as? String == "finished" { break }
