@@ -230,7 +230,7 @@ let package = Package(
         // End-to-end: real squasherd and squasherctl processes on real sockets.
         .testTarget(
             name: "BugSquasherEndToEndTests",
-            dependencies: ["BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport"],
+            dependencies: ["BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel"],
             swiftSettings: strictSettings
         ),
         .testTarget(

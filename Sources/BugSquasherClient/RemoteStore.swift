@@ -25,8 +25,18 @@ public final class RemoteStore: IncrementalStore {
         var coding: WireCoding?
         var storeIdentifier = ""
         var registrations: [ObjectID: Int] = [:]
+        /// Registered IDs: the version last loaded (none: a fault).
         var versions: [ObjectID: Int64] = [:]
+        /// Rows loaded for IDs no context registered yet (a fetch's rows, just before the
+        /// context registers their objects), in two generations so that the map stays bounded
+        /// without dropping a fetch's rows before the context got to register them.
+        var unclaimed: [ObjectID: Int64] = [:]
+        var unclaimedOlder: [ObjectID: Int64] = [:]
         var statistics = Statistics()
+
+        mutating func claimVersion(_ id: ObjectID) -> Int64? {
+            unclaimed.removeValue(forKey: id) ?? unclaimedOlder.removeValue(forKey: id)
+        }
     }
 
     /// What the store has asked the daemon: for tests and for subscribers that report their cost.
@@ -40,7 +50,8 @@ public final class RemoteStore: IncrementalStore {
     }
 
     /// Called (synchronously, from the context) when registrations change: `added` IDs with the
-    /// version held (0 for a fault), `removed` IDs.
+    /// version held (0 for a fault; a fault that loads is added again with its version),
+    /// `removed` IDs.
     let registrationSink = Mutex<(@Sendable (_ added: [(ObjectID, Int64)], _ removed: [ObjectID]) -> Void)?>(nil)
 
     /// Connects to the read socket.
@@ -129,13 +140,27 @@ public final class RemoteStore: IncrementalStore {
         return id
     }
 
+    /// Notes the versions of loaded rows. A registered fault that loads is reported to the
+    /// subscriber again, with its version: squasherd sends its updates from then on.
     private func record(_ rows: [StoreRow]) {
-        state.withLock { state in
-            for row in rows {
-                state.statistics.loadedObjects.insert(row.objectID)
-                if state.registrations[row.objectID] != nil { state.versions[row.objectID] = row.snapshot.version }
+        let loadedFaults = state.withLock { state -> [(ObjectID, Int64)] in
+            if state.unclaimed.count > 10_000 {
+                state.unclaimedOlder = state.unclaimed
+                state.unclaimed = [:]
             }
+            var loadedFaults: [(ObjectID, Int64)] = []
+            for row in rows {
+                let id = row.objectID, version = row.snapshot.version
+                state.statistics.loadedObjects.insert(id)
+                guard state.registrations[id] != nil else {
+                    state.unclaimed[id] = version
+                    continue
+                }
+                if (state.versions.updateValue(version, forKey: id) ?? 0) == 0 { loadedFaults.append((id, version)) }
+            }
+            return loadedFaults
         }
+        if !loadedFaults.isEmpty { registrationSink.withLock { $0 }?(loadedFaults, []) }
     }
 
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
@@ -174,7 +199,9 @@ public final class RemoteStore: IncrementalStore {
             var added: [(ObjectID, Int64)] = []
             for id in objectIDs {
                 state.registrations[id, default: 0] += 1
-                if state.registrations[id] == 1 { added.append((id, state.versions[id] ?? 0)) }
+                guard state.registrations[id] == 1 else { continue }
+                if let version = state.claimVersion(id) { state.versions[id] = version }
+                added.append((id, state.versions[id] ?? 0))
             }
             return added
         }

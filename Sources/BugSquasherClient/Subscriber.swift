@@ -119,10 +119,10 @@ public final class Subscriber: Sendable {
 
     private func followFeed() async throws {
         let held = store.heldVersions()
-        let heldIDs = Set(held.map(\.0))
+        let heldVersions = Dictionary(held, uniquingKeysWith: max)
         let parameters = SubscribeParameters(
             since: lastToken?.rawValue, registeredOnly: registeredOnly, includeValues: includeValues,
-            register: held.map { $0.0.uriString }
+            register: held.map { $0.0.uriString }, versions: held.map(\.1)
         )
         try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
             for try await reply in replies {
@@ -133,8 +133,9 @@ public final class Subscriber: Sendable {
                     state.withLock { state in
                         state.subscription = event.subscription
                         if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
-                        // Everything held was in the Subscribe call; only later changes are pending.
-                        state.pendingAdded.removeAll { heldIDs.contains($0.0) }
+                        // Everything held was in the Subscribe call; only later changes (a
+                        // registration, a fault that loaded since) are pending.
+                        state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
                     }
                     // Versions held now may be older than the store's: ask for a catch-up.
                     try sendRegistrations(added: held.filter { $0.1 > 0 }, removed: [])

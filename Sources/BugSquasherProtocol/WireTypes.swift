@@ -63,13 +63,17 @@ public struct SubscribeParameters: Codable, Sendable {
     public var includeValues: Bool?
     /// IDs to register before any history is replayed.
     public var register: [String]?
+    /// The versions held, parallel to `register`; 0 marks a fault (only its deletion is sent).
+    /// Without them, every change to a registered object is sent.
+    public var versions: [Int64]?
 
     /// Creates parameters.
-    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil) {
+    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil, versions: [Int64]? = nil) {
         self.since = since
         self.registeredOnly = registeredOnly
         self.includeValues = includeValues
         self.register = register
+        self.versions = versions
     }
 }
 
@@ -102,7 +106,9 @@ public struct RegisterParameters: Codable, Sendable {
     public var subscription: String
     /// The IDs.
     public var ids: [String]
-    /// The versions held, parallel to `ids` (Register only).
+    /// The versions held, parallel to `ids` (Register only): newer stored versions are sent at
+    /// once as a refresh; 0 marks a fault, whose updates are not sent (its deletion is). Without
+    /// them, every change to the IDs is sent.
     public var versions: [Int64]?
 
     /// Creates parameters.

@@ -40,6 +40,25 @@ struct SubscriptionTests {
         #expect(subscription.register([id(1)]) == 1)
     }
 
+    @Test("an object registered as a fault (version 0) gets its deletion but no updates until registered with a version; without versions, every change")
+    func faultRegistrations() async {
+        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
+        _ = subscription.register([id(1), id(2), id(3)], versions: [0, 4, 0])
+        _ = subscription.register([id(4)])
+        subscription.offer(save(1, updated: [1, 2, 3, 4]))
+        subscription.offer(save(2, deleted: [3]))
+        guard case .save(let first, _)? = await subscription.next() else { Issue.record("no save"); return }
+        #expect(first.updated.map(\.objectID) == [id(2), id(4)])
+        guard case .save(let second, _)? = await subscription.next() else { Issue.record("no second save"); return }
+        #expect(second.deleted.map(\.objectID) == [id(3)])
+        // The fault loaded: registered again with its version, its updates are sent. Registering
+        // a held object as a fault again does not take them away.
+        _ = subscription.register([id(1), id(2)], versions: [7, 0])
+        subscription.offer(save(3, updated: [1, 2]))
+        guard case .save(let third, _)? = await subscription.next() else { Issue.record("no third save"); return }
+        #expect(third.updated.map(\.objectID) == [id(1), id(2)])
+    }
+
     @Test("coalescing keeps the newest version of each object; insert then delete cancels out")
     func coalescing() {
         var coalesced = CoalescedSaves(storeIdentifier: "S")

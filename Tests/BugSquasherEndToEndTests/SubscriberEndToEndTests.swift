@@ -1,4 +1,7 @@
+import BugSquasherClient
+import BugSquasherGraph
 import BugSquasherImport
+import BugSquasherModel
 import Foundation
 import Testing
 
@@ -179,5 +182,65 @@ struct SubscriberEndToEndTests {
         }
         #expect(try await harness.stop() == 0)
         #expect(harness.daemon.errorOutput.contains("store checkpointed"))
+    }
+
+    @Test("a subscriber is sent no updates of an object it holds as a fault (a bug's project, which every import chunk updates) until it loads it")
+    func faultsAreNotRefreshed() async throws {
+        let harness = try await DaemonHarness(chunkSize: 50)
+        var imported = 0
+        /// Imports `count` new bugs of project FT: one project update per chunk of 50.
+        func importBugs(_ count: Int) async throws {
+            let path = harness.directory + "/ft-\(imported).ndjson"
+            let lines = (imported + 1...imported + count).map { #"{"key":"FT-\#($0)","title":"bug \#($0)","status":"Open","project":{"key":"FT","name":"Faults"}}"# }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+            imported += count
+            let output = try await harness.ctl(["import", path, "--wait"])
+            #expect(output.last?.contains("\(count) imported, 0 rejected") == true, "\(output)")
+        }
+        try await importBugs(1)
+        let subscriber = try Subscriber(socketPath: harness.readSocket)
+        let (bugID, projectID) = try await subscriber.context.perform { context in
+            var request = FetchRequest<BugSquasherModel.Bug>(predicate: Key("key").in([.string("FT-1")]))
+            request.returnsObjectsAsFaults = false
+            let bug = try #require(try context.fetch(request).first)
+            let project = try #require(bug.project)
+            #expect(project.isFault)
+            return (bug.objectID, project.objectID)
+        }
+        let feed = Task { try await subscriber.run() }
+        defer { feed.cancel() }
+        var refreshes = subscriber.refreshes.makeAsyncIterator()
+        var edits = 0
+        /// Edits FT-1 and returns the refresh events up to and including the edit's.
+        func editAndCollect() async throws -> [Subscriber.RefreshEvent] {
+            edits += 1
+            try await harness.ctl(["update", "FT-1", "title=edit \(edits)"])
+            var events: [Subscriber.RefreshEvent] = []
+            while let event = await refreshes.next() {
+                events.append(event)
+                if event.refreshed.contains(bugID) { return events }
+            }
+            throw HarnessError("the subscriber's feed ended")
+        }
+        // The first edit's refresh shows the feed is live.
+        _ = try await editAndCollect()
+        // Four chunks update the project four times; the subscriber holds it as a fault, so the
+        // next event it gets is the next edit of its bug.
+        try await importBugs(200)
+        let whileFault = try await editAndCollect()
+        #expect(whileFault.map(\.refreshed) == [[bugID]], "refreshes while the project was a fault: \(whileFault.map(\.refreshed))")
+        #expect(!subscriber.store.statistics.loadedObjects.contains(projectID))
+
+        // Loading the project registers it with its version: its updates come from then on.
+        let name = try await subscriber.context.perform { context in
+            try #require(context.registeredObject(for: projectID) as? Project).name
+        }
+        #expect(name == "Faults")
+        #expect(subscriber.store.statistics.loadedObjects.contains(projectID))
+        try await importBugs(50)
+        let afterLoading = try await editAndCollect()
+        #expect(afterLoading.contains { $0.refreshed.contains(projectID) }, "refreshes after the project loaded: \(afterLoading.map(\.refreshed))")
+        feed.cancel()
+        #expect(try await harness.stop() == 0)
     }
 }

@@ -36,7 +36,10 @@ struct ChangesInterface: VarlinkInterface {
             let parameters = try call.parameters(RegisterParameters.self)
             let subscription = try subscriptionFor(parameters.subscription)
             let ids = try parse(parameters.ids)
-            let count = subscription.register(ids)
+            if let versions = parameters.versions, versions.count != ids.count {
+                throw VarlinkError.invalidParameter("versions")
+            }
+            let count = subscription.register(ids, versions: parameters.versions)
             if let versions = parameters.versions {
                 try refreshStale(ids: ids, versions: versions, for: subscription)
             }
@@ -92,7 +95,12 @@ struct ChangesInterface: VarlinkInterface {
             registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
             pendingLimit: pendingLimit, startToken: since ?? .zero
         )
-        if let initial = parameters.register { _ = subscription.register(try parse(initial)) }
+        if let initial = parameters.register {
+            if let versions = parameters.versions, versions.count != initial.count {
+                throw VarlinkError.invalidParameter("versions")
+            }
+            _ = subscription.register(try parse(initial), versions: parameters.versions)
+        }
         // Join the fan-out first, read the current token second: a save committed in between is
         // then in the mailbox (and skipped below if the history replay covers it), never lost.
         hub.add(subscription)

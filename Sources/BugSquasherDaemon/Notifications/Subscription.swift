@@ -2,8 +2,14 @@ import BugSquasherGraph
 import Foundation
 import Synchronization
 
-/// One subscriber of the change feed, as the hub sees it: its registered IDs (reference
-/// counted) and a mailbox of pending notifications.
+/// One subscriber of the change feed, as the hub sees it: its registered IDs and a mailbox of
+/// pending notifications.
+///
+/// A registered object is held either with its values or as a fault (never loaded). Updates are
+/// sent for the first kind only: a fault reads the current values when it fires, so an update
+/// would only wake the subscriber to refresh nothing — for a to-one target such as a bug's
+/// project, which every import chunk updates (its `bugs` grew), that is one wake-up per chunk
+/// per subscriber. Deletions are sent for both.
 ///
 /// The importer never waits for a subscriber: ``offer(_:)`` only appends to the mailbox under a
 /// mutex. A subscriber that keeps up receives every save on its own; one that falls more than
@@ -28,8 +34,24 @@ final class Subscription: Sendable {
     let includeValues: Bool
     let pendingLimit: Int
 
+    /// How a subscriber holds a registered object.
+    enum Hold: Int8, Comparable, Sendable {
+        /// Registered but never loaded: only its deletion is sent.
+        case fault
+        /// Loaded: its updates and its deletion are sent.
+        case values
+
+        /// A version the subscriber sent: 0 marks a fault; none (a client that sends no
+        /// versions) is taken as values, so that such a client misses nothing.
+        init(version: Int64?) {
+            self = version == 0 ? .fault : .values
+        }
+
+        static func < (lhs: Hold, rhs: Hold) -> Bool { lhs.rawValue < rhs.rawValue }
+    }
+
     private struct State {
-        var registered: [ObjectID: Int] = [:]
+        var registered: [ObjectID: Hold] = [:]
         /// The latest pending saves, as offered (a few at most).
         var pending: [DidSave] = []
         /// Older pending saves, merged as they arrived (constant work per save).
@@ -65,9 +87,16 @@ final class Subscription: Sendable {
     /// Registers IDs (a set: registering an ID twice is harmless; the client library counts
     /// references and sends only first registrations and last unregistrations); returns how
     /// many IDs are registered.
-    func register(_ ids: [ObjectID]) -> Int {
+    ///
+    /// - Parameter versions: the versions held, parallel to `ids` (0: a fault); registering a
+    ///   fault again with a version upgrades it, and nothing downgrades a held object but
+    ///   `unregister(_:)`.
+    func register(_ ids: [ObjectID], versions: [Int64]? = nil) -> Int {
         state.withLock { state in
-            for id in ids { state.registered[id] = 1 }
+            for (index, id) in ids.enumerated() {
+                let hold = Hold(version: versions.flatMap { index < $0.count ? $0[index] : nil })
+                state.registered[id] = max(state.registered[id] ?? hold, hold)
+            }
             return state.registered.count
         }
     }
@@ -211,10 +240,10 @@ final class Subscription: Sendable {
         return state.withLock { Self.filter(didSave, to: $0.registered) }
     }
 
-    static func filter(_ didSave: DidSave, to registered: [ObjectID: Int]) -> DidSave {
+    static func filter(_ didSave: DidSave, to registered: [ObjectID: Hold]) -> DidSave {
         var filtered = DidSave(token: didSave.token, storeIdentifier: didSave.storeIdentifier)
         guard !registered.isEmpty else { return filtered }
-        filtered.updated = didSave.updated.filter { registered[$0.objectID] != nil }
+        filtered.updated = didSave.updated.filter { registered[$0.objectID] == .values }
         filtered.deleted = didSave.deleted.filter { registered[$0.objectID] != nil }
         return filtered
     }
