@@ -94,6 +94,22 @@ struct SubscriptionTests {
         #expect(merged.updated.map(\.version) == [1_000, 1_000, 1_000])
     }
 
+    @Test("a subscriber more than eight saves behind gets them merged into one when it reads; up to eight, one by one")
+    func behindByMoreThanEight() async {
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 1_000, startToken: .zero)
+        for token in Int64(1)...3 { subscription.offer(save(token, updated: [token])) }
+        for token in Int64(1)...3 {
+            guard case .save(let one, let live)? = await subscription.next() else { Issue.record("no save \(token)"); return }
+            #expect(live && one.token.rawValue == token && one.updated.map(\.objectID) == [id(token)])
+        }
+        for token in Int64(4)...20 { subscription.offer(save(token, updated: [token, 1])) }
+        guard case .save(let merged, let live)? = await subscription.next() else { Issue.record("no merged save"); return }
+        #expect(!live)
+        #expect(merged.token.rawValue == 20)
+        #expect(Set(merged.updated.map(\.objectID)) == Set([id(1)] + (Int64(4)...20).map { id($0) }))
+        #expect(merged.updated.first { $0.objectID == id(1) }?.version == 20)
+    }
+
     @Test("a queued save keeps no row values for a subscriber that did not ask for them")
     func queuedWithoutValues() async {
         let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100, startToken: .zero)

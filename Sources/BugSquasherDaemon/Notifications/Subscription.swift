@@ -11,11 +11,14 @@ import Synchronization
 /// project, which every import chunk updates (its `bugs` grew), that is one wake-up per chunk
 /// per subscriber. Deletions are sent for both.
 ///
-/// The importer never waits for a subscriber: ``offer(_:)`` only appends to the mailbox under a
-/// mutex. A subscriber that keeps up receives every save on its own; one that falls more than
-/// eight saves behind sees the older ones coalesced into one (per object, the newest); past
-/// ``pendingLimit`` changed objects the mailbox is dropped and the subscriber is told to resync
-/// from the last token it received, so memory per subscriber stays bounded.
+/// The importer never waits for a subscriber: ``offer(_:withoutValues:)`` runs on the store's
+/// writer, right after each commit, and only appends the save to the mailbox under a mutex (the
+/// save's arrays are shared with the hub and the other subscribers, not copied). A subscriber
+/// that keeps up receives every save on its own; one that falls more than eight saves behind
+/// has them coalesced into one (per object, the newest) when it reads next, on its own task.
+/// Past ``pendingLimit`` changed objects the pending saves are merged to count distinct
+/// objects; if there are still too many, the mailbox is dropped and the subscriber is told to
+/// resync from the last token it received, so memory per subscriber stays bounded.
 final class Subscription: Sendable {
     /// What the subscriber's connection sends next.
     enum Event: Sendable {
@@ -52,17 +55,27 @@ final class Subscription: Sendable {
 
     private struct State {
         var registered: [ObjectID: Hold] = [:]
-        /// The latest pending saves, as offered (a few at most).
+        /// Pending saves, as offered.
         var pending: [DidSave] = []
-        /// Older pending saves, merged as they arrived (constant work per save).
+        /// Older pending saves, merged when the pending ones had to be counted.
         var coalesced: CoalescedSaves?
-        /// Changed objects pending: the distinct ones in `coalesced` plus those in `pending`.
+        /// Changed objects pending: the distinct ones in `coalesced` plus those in `pending`
+        /// (which may count an object twice).
         var pendingObjects = 0
         var refreshes: [ObjectChange] = []
         var resync: HistoryToken?
         var delivered: HistoryToken
         var waiter: CheckedContinuation<Event?, Never>?
         var closed = false
+
+        /// Merges the pending saves into `coalesced`, counting distinct objects.
+        mutating func mergePending() {
+            var merged = coalesced ?? CoalescedSaves(storeIdentifier: pending.first?.storeIdentifier ?? "")
+            for save in pending { merged.add(save) }
+            coalesced = merged
+            pending.removeAll(keepingCapacity: true)
+            pendingObjects = merged.objectCount
+        }
     }
 
     private let state: Mutex<State>
@@ -114,8 +127,16 @@ final class Subscription: Sendable {
 
     // MARK: Mailbox
 
-    /// Queues a save (filtered to the registered IDs when asked); never blocks.
-    func offer(_ didSave: DidSave) {
+    /// How many pending saves are merged before more are queued, so that a mailbox of many
+    /// tiny saves stays small too.
+    private static let mergeAfterSaves = 1_024
+
+    /// Queues a save (filtered to the registered IDs when asked); never blocks, and costs a
+    /// filter and an append: merging a slow subscriber's saves waits until it reads.
+    ///
+    /// - Parameter withoutValues: the save without row values, which a queued save keeps for a
+    ///   subscriber that did not ask for them; the hub computes it once for all subscribers.
+    func offer(_ didSave: DidSave, withoutValues: () -> DidSave) {
         let waiter: CheckedContinuation<Event?, Never>?
         let event: Event?
         (waiter, event) = state.withLock { state -> (CheckedContinuation<Event?, Never>?, Event?) in
@@ -135,15 +156,10 @@ final class Subscription: Sendable {
             }
             // Queued: without the values this subscriber did not ask for, so that a stalled
             // one holds IDs and versions, not rows.
-            state.pending.append(includeValues ? save : save.withoutValues)
+            state.pending.append(includeValues ? save : registeredOnly ? save.withoutValues : withoutValues())
             state.pendingObjects += save.inserted.count + save.updated.count + save.deleted.count
-            if state.pending.count > 8 || state.pendingObjects > pendingLimit {
-                // Merge (and count distinct objects) before deciding on a resync.
-                var merged = state.coalesced ?? CoalescedSaves(storeIdentifier: save.storeIdentifier)
-                for pending in state.pending { merged.add(pending) }
-                state.coalesced = merged
-                state.pending.removeAll(keepingCapacity: true)
-                state.pendingObjects = merged.objectCount
+            if state.pendingObjects > pendingLimit || state.pending.count > Self.mergeAfterSaves {
+                state.mergePending()
             }
             if state.pendingObjects > pendingLimit {
                 state.pending.removeAll()
@@ -154,6 +170,12 @@ final class Subscription: Sendable {
             return (nil, nil)
         }
         waiter?.resume(returning: event)
+    }
+
+    /// Queues a save; ``NotificationHub/publish(_:)`` calls ``offer(_:withoutValues:)`` instead,
+    /// to strip the values once for all subscribers.
+    func offer(_ didSave: DidSave) {
+        offer(didSave) { didSave.withoutValues }
     }
 
     /// Queues objects a registration found stale.
@@ -194,6 +216,7 @@ final class Subscription: Sendable {
                     // up gets each save on its own, so it sees every token.
                     let delivered = state.delivered
                     state.pending.removeAll { $0.token <= delivered }
+                    if state.pending.count > 8 { state.mergePending() }
                     if var coalesced = state.coalesced {
                         for save in state.pending { coalesced.add(save) }
                         state.coalesced = nil
@@ -340,6 +363,14 @@ final class NotificationHub: Sendable {
     /// Hands a committed save to every subscriber's mailbox; never waits for one.
     func publish(_ didSave: DidSave) {
         let all = subscriptions.withLock { Array($0.values) }
-        for subscription in all { subscription.offer(didSave) }
+        var withoutValues: DidSave?
+        for subscription in all {
+            subscription.offer(didSave) {
+                if let withoutValues { return withoutValues }
+                let stripped = didSave.withoutValues
+                withoutValues = stripped
+                return stripped
+            }
+        }
     }
 }
