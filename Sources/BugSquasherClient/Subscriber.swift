@@ -9,10 +9,11 @@ import Synchronization
 
 /// A subscriber process's view of the bug store: an ``ObjectContext`` backed by a
 /// ``RemoteStore`` (fetches and faults over squasherd's read socket), kept current by the
-/// change feed. The objects the context registers are registered with the daemon, so it sends
-/// only changes to them; each did-save is merged into the context, refreshing exactly those
-/// objects, and reported on ``refreshes``. When the connection drops or the daemon asks for a
-/// resync, it reconnects and resumes from its last token: nothing is missed.
+/// change feed. The objects the context registers are registered with the daemon with the
+/// versions loaded, so it sends only changes to them — for a fault (registered, never loaded),
+/// only its deletion, until it loads; each did-save is merged into the context, refreshing
+/// exactly those objects, and reported on ``refreshes``. When the connection drops or the
+/// daemon asks for a resync, it reconnects and resumes from its last token: nothing is missed.
 ///
 /// ```swift
 /// let subscriber = try Subscriber(socketPath: "/run/squasherd/squasherd.sock")
