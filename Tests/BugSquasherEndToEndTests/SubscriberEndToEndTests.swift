@@ -2,6 +2,9 @@ import BugSquasherClient
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
+import BugSquasherProtocol
+import BugSquasherTransport
+import BugSquasherVarlink
 import Foundation
 import Testing
 
@@ -207,6 +210,12 @@ struct SubscriberEndToEndTests {
             #expect(project.isFault)
             return (bug.objectID, project.objectID)
         }
+        // Versions come one per registered ID; anything else is refused.
+        let mismatched = SubscribeParameters(registeredOnly: true, register: [bugID.uriString, projectID.uriString], versions: [1])
+        let refusal = #expect(throws: VarlinkError.self) {
+            try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", mismatched) { _ in false }
+        }
+        #expect(refusal?.name == "org.varlink.service.InvalidParameter" && refusal?.parameters["parameter"] == .string("versions"), "\(String(describing: refusal))")
         let feed = Task { try await subscriber.run() }
         defer { feed.cancel() }
         var refreshes = subscriber.refreshes.makeAsyncIterator()

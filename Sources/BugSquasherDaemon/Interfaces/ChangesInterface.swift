@@ -35,10 +35,7 @@ struct ChangesInterface: VarlinkInterface {
         case "Register":
             let parameters = try call.parameters(RegisterParameters.self)
             let subscription = try subscriptionFor(parameters.subscription)
-            let ids = try parse(parameters.ids)
-            if let versions = parameters.versions, versions.count != ids.count {
-                throw VarlinkError.invalidParameter("versions")
-            }
+            let ids = try registrations(parameters.ids, versions: parameters.versions)
             let count = subscription.register(ids, versions: parameters.versions)
             if let versions = parameters.versions {
                 try refreshStale(ids: ids, versions: versions, for: subscription)
@@ -73,6 +70,12 @@ struct ChangesInterface: VarlinkInterface {
         }
     }
 
+    /// The IDs of a registration, checked against the versions sent with them (one per ID).
+    private func registrations(_ uris: [String], versions: [Int64]?) throws -> [ObjectID] {
+        if let versions, versions.count != uris.count { throw VarlinkError.invalidParameter("versions") }
+        return try parse(uris)
+    }
+
     /// Registered objects whose stored version is newer than the one the subscriber holds are
     /// sent at once: a change committed between the subscriber's read and its registration is
     /// not lost.
@@ -96,10 +99,7 @@ struct ChangesInterface: VarlinkInterface {
             pendingLimit: pendingLimit, startToken: since ?? .zero
         )
         if let initial = parameters.register {
-            if let versions = parameters.versions, versions.count != initial.count {
-                throw VarlinkError.invalidParameter("versions")
-            }
-            _ = subscription.register(try parse(initial), versions: parameters.versions)
+            _ = subscription.register(try registrations(initial, versions: parameters.versions), versions: parameters.versions)
         }
         // Join the fan-out first, read the current token second: a save committed in between is
         // then in the mailbox (and skipped below if the history replay covers it), never lost.

@@ -44,9 +44,8 @@ final class Subscription: Sendable {
         /// Loaded: its updates and its deletion are sent.
         case values
 
-        /// A version the subscriber sent: 0 marks a fault; none (a client that sends no
-        /// versions) is taken as values, so that such a client misses nothing.
-        init(version: Int64?) {
+        /// A version the subscriber sent: 0 marks a fault.
+        init(version: Int64) {
             self = version == 0 ? .fault : .values
         }
 
@@ -101,13 +100,15 @@ final class Subscription: Sendable {
     /// references and sends only first registrations and last unregistrations); returns how
     /// many IDs are registered.
     ///
-    /// - Parameter versions: the versions held, parallel to `ids` (0: a fault); registering a
-    ///   fault again with a version upgrades it, and nothing downgrades a held object but
+    /// - Parameter versions: the versions held, one per ID (0: a fault). Without them every
+    ///   ID is held with values, so that a client that sends none misses nothing. Registering
+    ///   a fault again with a version upgrades it; nothing downgrades a held object but
     ///   `unregister(_:)`.
     func register(_ ids: [ObjectID], versions: [Int64]? = nil) -> Int {
-        state.withLock { state in
+        precondition(versions == nil || versions?.count == ids.count, "one version per ID")
+        return state.withLock { state in
             for (index, id) in ids.enumerated() {
-                let hold = Hold(version: versions.flatMap { index < $0.count ? $0[index] : nil })
+                let hold = versions.map { Hold(version: $0[index]) } ?? .values
                 state.registered[id] = max(state.registered[id] ?? hold, hold)
             }
             return state.registered.count
