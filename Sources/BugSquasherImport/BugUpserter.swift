@@ -39,23 +39,28 @@ public struct BugUpserter: Sendable {
     ///   when a record has an empty key, project key, person name, component name or comment ID;
     ///   `GraphError` when a fetch fails.
     public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, in context: isolated ObjectContext) throws -> UpsertSummary {
-        for (index, record) in records.enumerated() { try Self.validate(record, at: index) }
-        var lastIndex: [String: Int] = [:]
-        for (index, record) in records.enumerated() { lastIndex[record.key] = index }
-        let chunk = records.indices.filter { lastIndex[records[$0].key] == $0 }.map { records[$0] }
+        // Records are read in place (through the buffer), not copied: a copy of a record retains
+        // every string of it, and this runs for every record of every chunk.
+        try records.withUnsafeBufferPointer { records in
+            for index in records.indices { try Self.validate(records[index], at: index) }
+            var lastIndex: [String: Int] = [:]
+            lastIndex.reserveCapacity(records.count)
+            for index in records.indices { lastIndex[records[index].key] = index }
+            let superseded = records.count - lastIndex.count
 
-        var pass = UpsertPass(inListLimit: Self.inListLimit)
-        // The superseded records name the same keys as the ones that replace them.
-        try pass.fetchExisting(keys ?? UpsertKeys(chunk), in: context)
-        var summary = UpsertSummary(superseded: records.count - chunk.count)
-        for record in chunk {
-            switch pass.apply(record, in: context) {
-            case .inserted: summary.inserted += 1
-            case .updated: summary.updated += 1
-            case .unchanged: summary.unchanged += 1
+            var pass = UpsertPass(inListLimit: Self.inListLimit)
+            // The superseded records name the same keys as the ones that replace them.
+            try pass.fetchExisting(keys ?? UpsertKeys(records), in: context)
+            var summary = UpsertSummary(superseded: superseded)
+            for index in records.indices where superseded == 0 || lastIndex[records[index].key] == index {
+                switch pass.apply(records[index], in: context) {
+                case .inserted: summary.inserted += 1
+                case .updated: summary.updated += 1
+                case .unchanged: summary.unchanged += 1
+                }
             }
+            return summary
         }
-        return summary
     }
 
     /// Throws ``ImportError`` for a record whose unique keys cannot be stored (an empty key,
@@ -71,7 +76,8 @@ public struct BugUpserter: Sendable {
         try require(record.key, "key")
         try require(record.project.key, "project key")
         for name in record.components { try require(name, "component name") }
-        for person in [record.reporter, record.assignee].compactMap({ $0 }) { try require(person.name, "person name") }
+        if let reporter = record.reporter { try require(reporter.name, "person name") }
+        if let assignee = record.assignee { try require(assignee.name, "person name") }
         for comment in record.comments {
             try require(comment.jiraID, "comment jiraID")
             if let author = comment.author { try require(author.name, "comment author name") }

@@ -13,14 +13,21 @@ public struct UpsertKeys: Sendable, Equatable {
 
     /// The keys of every object upserting `records` looks up.
     public init(_ records: [BugRecord]) {
+        self = records.withUnsafeBufferPointer { UpsertKeys($0) }
+    }
+
+    /// The keys of every object upserting `records` looks up; reads the records in place (a copy
+    /// of a record retains every string of it).
+    init(_ records: UnsafeBufferPointer<BugRecord>) {
         var bugs = Set<String>(), projects = Set<String>(), persons = Set<String>()
         var components = Set<String>(), comments = Set<String>()
-        for record in records {
-            bugs.insert(record.key)
-            projects.insert(record.project.key)
-            components.formUnion(record.components)
-            for person in [record.reporter, record.assignee] { if let person { persons.insert(person.name) } }
-            for comment in record.comments {
+        for index in records.indices {
+            bugs.insert(records[index].key)
+            projects.insert(records[index].project.key)
+            components.formUnion(records[index].components)
+            if let reporter = records[index].reporter { persons.insert(reporter.name) }
+            if let assignee = records[index].assignee { persons.insert(assignee.name) }
+            for comment in records[index].comments {
                 comments.insert(comment.jiraID)
                 if let author = comment.author { persons.insert(author.name) }
             }

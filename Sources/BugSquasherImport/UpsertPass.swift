@@ -56,7 +56,7 @@ struct UpsertPass {
         bug.project = project(record.project, in: context)
         bug.reporter = person(record.reporter, in: context)
         bug.assignee = person(record.assignee, in: context)
-        setComponents(record.components, of: bug, in: context)
+        setComponents(record.components, of: bug, isNew: isNew, in: context)
 
         var commentsChanged = false
         for comment in record.comments where upsert(comment, on: bug, in: context) {
@@ -99,10 +99,12 @@ struct UpsertPass {
         return component
     }
 
-    /// Makes the bug's components exactly the named ones.
-    private mutating func setComponents(_ names: [String], of bug: Bug, in context: isolated ObjectContext) {
+    /// Makes the bug's components exactly the named ones. A bug inserted by this pass has none
+    /// yet, and its empty relationship is not read.
+    private mutating func setComponents(_ names: [String], of bug: Bug, isNew: Bool, in context: isolated ObjectContext) {
+        if isNew && names.isEmpty { return }
         let wanted = names.map { component(named: $0, in: context) }
-        let current = bug.components
+        let current = isNew ? [] : bug.components
         let wantedSet = Set(wanted)
         let currentSet = Set(current)
         for component in current where !wantedSet.contains(component) {

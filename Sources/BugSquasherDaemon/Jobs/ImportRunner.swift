@@ -197,19 +197,20 @@ final class ImportRunner: Service {
     ) async throws -> PreparedChunk {
         guard let previous = saving else { return try await prepare(entries, job: job) }
         retired = previous.chunk
-        let reads = UpsertKeys(entries.compactMap(\.record))
+        let records = entries.compactMap { $0.record }
+        let reads = UpsertKeys(records)
         if previous.chunk.written.overlaps(reads) {
             saving = nil
             try await settle(previous, progress: &progress, logger: logger)
-            return try await prepare(entries, job: job, reads: reads)
+            return try await prepare(entries, job: job, records: records, reads: reads)
         }
         // Until it is settled, the previous save stays in `saving`: if preparing this chunk
         // fails, the caller still waits for it before failing the job.
-        let prepared = try await prepare(entries, job: job, reads: reads)
+        let prepared = try await prepare(entries, job: job, records: records, reads: reads)
         saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
-            return try await prepare(entries, job: job, reads: reads)
+            return try await prepare(entries, job: job, records: records, reads: reads)
         }
         await prepared.context.perform { _ = $0.merge(didSave) }
         return prepared
@@ -258,12 +259,15 @@ final class ImportRunner: Service {
         return (imported, rejected)
     }
 
-    /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
-    /// already built.
-    private func prepare(_ entries: [Entry], job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
+    /// Upserts a chunk's records into a new importer context; `records` (the entries' records)
+    /// and `reads` (their keys) are passed when already built, so that the records are not
+    /// copied once more.
+    private func prepare(
+        _ entries: [Entry], job id: String, records: [BugRecord]? = nil, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]
+    ) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import")
         let upserter = BugUpserter()
-        let records = entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
+        let records = records ?? entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
         let rejects = entries.compactMap { entry -> (line: Int, reason: String)? in
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }

@@ -88,11 +88,17 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     }
 
     /// An attribute, typed; `nil` when it is null (or holds another type).
+    ///
+    /// Inlinable, like ``set(_:_:)`` and ``related(_:as:)``, so that an entity's typed
+    /// properties are specialized where they are declared instead of looking up generic
+    /// metadata on every access.
+    @inlinable
     public func get<T: AttributeConvertible>(_ key: String, as type: T.Type = T.self) -> T? {
         T(attributeValue: value(for: key))
     }
 
     /// Writes an attribute from a Swift value; `nil` writes null.
+    @inlinable
     public func set<T: AttributeConvertible>(_ key: String, _ value: T?) {
         setValue(value?.attributeValue ?? .null, for: key)
     }
@@ -112,6 +118,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     // MARK: Relationships
 
     /// The destination of a to-one relationship.
+    @inlinable
     public func related<T: ManagedObject>(_ name: String, as type: T.Type = T.self) -> T? {
         relatedObject(name) as? T
     }
@@ -130,9 +137,16 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     }
 
     /// The destinations of a to-many relationship (loaded from the store on first use).
+    @inlinable
     public func relatedObjects<T: ManagedObject>(_ name: String, as type: T.Type = T.self) -> [T] {
+        members(ofRelationship: name).compactMap { $0 as? T }
+    }
+
+    /// The destinations of a to-many relationship, untyped; what ``relatedObjects(_:as:)`` casts.
+    @usableFromInline
+    func members(ofRelationship name: String) -> [ManagedObject] {
         guard let core else { return [] }
-        return core.members(of: self, slot: toManySlot(name)).compactMap { $0 as? T }
+        return Array(core.members(of: self, slot: toManySlot(name)))
     }
 
     /// Adds `object` to a to-many relationship, keeping the inverse in step.

@@ -79,12 +79,14 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
 
     public var description: String { uriString }
 
-    /// Hashes entity and key only: IDs of one store differ there, and leaving out the 36-byte
-    /// store identifier keeps dictionary look-ups cheap. Equality still compares everything.
+    /// Hashes the key, whether it is temporary, and the entity name's length: IDs of one store
+    /// differ there, and leaving out the strings (the 36-byte store identifier, the entity name's
+    /// bytes) keeps dictionary look-ups cheap — every object of every chunk is looked up by ID
+    /// several times. Two entities with names of one length share hashes only for equal keys;
+    /// equality still compares everything.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(key)
-        hasher.combine(entityName)
-        hasher.combine(isTemporary)
+        hasher.combine(entityName.utf8.count << 1 | (isTemporary ? 1 : 0))
     }
 
     public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
