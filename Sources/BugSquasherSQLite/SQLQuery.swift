@@ -13,7 +13,8 @@ struct SQLQuery {
     private var aliases: [String: (alias: String, entity: EntityDescription)] = [:]
     private(set) var arguments: [DatabaseValue] = []
     /// Whether the SQL has few enough shapes to be kept as a prepared statement: the whole
-    /// request is one `IN` list of an attribute (an upsert's or a relationship's lookup by key),
+    /// request is one comparison of an attribute (a look-up by key, such as an import job's by
+    /// its ID), or one `IN` list of an attribute (an upsert's or a relationship's lookup by key)
     /// whose length is rounded up to a power of two (see ``paddedCount(_:)``).
     private(set) var isCacheable = false
 
@@ -25,10 +26,15 @@ struct SQLQuery {
 
     /// The full `SELECT` for a fetch.
     mutating func select(_ request: FetchDescription) throws -> String {
-        if case .isIn(let keyPath, let values)? = request.predicate, !keyPath.contains("."), !values.contains(where: \.isNull),
-           values.count <= Self.paddedLimit,
-           request.sort.isEmpty, request.limit == nil, request.offset == 0 {
-            isCacheable = true
+        if request.sort.isEmpty, request.limit == nil, request.offset == 0 {
+            switch request.predicate {
+            case .isIn(let keyPath, let values)?:
+                isCacheable = !keyPath.contains(".") && !values.contains(where: \.isNull) && values.count <= Self.paddedLimit
+            case .compare(let keyPath, _, _)?:
+                isCacheable = !keyPath.contains(".")
+            default:
+                break
+            }
         }
         let whereClause = try request.predicate.map { try condition($0) } ?? "1"
         let order = try request.sort.map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + ["t.pk ASC"]

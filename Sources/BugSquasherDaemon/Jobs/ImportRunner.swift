@@ -74,13 +74,30 @@ final class ImportRunner: Service {
 
     // MARK: One job
 
+    /// One record line of the input: where it is, and its record or why it was rejected.
     struct Entry: Sendable {
         var line: Int
         /// The spool line the entry ends on (blank lines after it included).
         var spoolLine: Int
         var endOffset: Int64
-        var record: BugRecord?
+        /// The position of the entry's record in its chunk's ``Chunk/records``; `nil` when the
+        /// line was rejected.
+        var record: Int?
         var reject: String?
+    }
+
+    /// One chunk of the input. The records are kept apart from the entries, in one array that
+    /// the upsert reads as it is: copying a record retains every string of it.
+    struct Chunk: Sendable {
+        var entries: [Entry] = []
+        var records: [BugRecord] = []
+
+        /// A chunk of one entry of this one, for importing record by record.
+        func single(_ entry: Entry) -> Chunk {
+            var single = entry
+            single.record = entry.record.map { _ in 0 }
+            return Chunk(entries: [single], records: entry.record.map { [records[$0]] } ?? [])
+        }
     }
 
     private func process(_ id: String) async throws {
@@ -116,8 +133,8 @@ final class ImportRunner: Service {
         let source = ChunkSource(reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes)
         var saving: SavingChunk?
         do {
-            var entries = try source.next()
-            while !entries.isEmpty {
+            var chunk = try source.next()
+            while !chunk.entries.isEmpty {
                 if Task.isShuttingDownGracefully {
                     if let saving { try await settle(saving, progress: &progress, logger: logger) }
                     logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
@@ -126,12 +143,12 @@ final class ImportRunner: Service {
                 }
                 async let upcoming = source.next()
                 var retired: PreparedChunk?
-                let prepared = try await prepareAfter(&saving, entries, job: id, retired: &retired, progress: &progress, logger: logger)
+                let prepared = try await prepareAfter(&saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
                 saving = SavingChunk(chunk: prepared, save: Task { try await self.save(prepared, job: id) })
                 // The saved chunk's context and objects are freed while the next one saves, not
                 // between the two saves.
                 retired = nil
-                entries = try await upcoming
+                chunk = try await upcoming
             }
             if let last = saving {
                 saving = nil
@@ -171,7 +188,7 @@ final class ImportRunner: Service {
 
     /// A chunk upserted into its own importer context and not saved yet.
     private struct PreparedChunk: Sendable {
-        var entries: [Entry]
+        var input: Chunk
         var context: ObjectContext
         /// The job, registered in `context`.
         var job: ObjectID
@@ -187,30 +204,29 @@ final class ImportRunner: Service {
         var save: Task<DidSave?, any Error>
     }
 
-    /// Upserts `entries` into a new importer context while `saving` (the previous chunk) is
+    /// Upserts `chunk` into a new importer context while `saving` (the previous chunk) is
     /// still being saved, and settles that save. When the chunk reads an object the previous one
     /// writes, it waits for that save first; objects the previous save only bumped the version of
     /// (the project of every bug, say) are brought up to date by merging its did-save, so that
     /// this chunk's save does not meet them as conflicts.
     private func prepareAfter(
-        _ saving: inout SavingChunk?, _ entries: [Entry], job: String, retired: inout PreparedChunk?, progress: inout ImportProgress, logger: Logger
+        _ saving: inout SavingChunk?, _ chunk: Chunk, job: String, retired: inout PreparedChunk?, progress: inout ImportProgress, logger: Logger
     ) async throws -> PreparedChunk {
-        guard let previous = saving else { return try await prepare(entries, job: job) }
+        guard let previous = saving else { return try await prepare(chunk, job: job) }
         retired = previous.chunk
-        let records = entries.compactMap { $0.record }
-        let reads = UpsertKeys(records)
+        let reads = UpsertKeys(chunk.records)
         if previous.chunk.written.overlaps(reads) {
             saving = nil
             try await settle(previous, progress: &progress, logger: logger)
-            return try await prepare(entries, job: job, records: records, reads: reads)
+            return try await prepare(chunk, job: job, reads: reads)
         }
         // Until it is settled, the previous save stays in `saving`: if preparing this chunk
         // fails, the caller still waits for it before failing the job.
-        let prepared = try await prepare(entries, job: job, records: records, reads: reads)
+        let prepared = try await prepare(chunk, job: job, reads: reads)
         saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
-            return try await prepare(entries, job: job, records: records, reads: reads)
+            return try await prepare(chunk, job: job, reads: reads)
         }
         await prepared.context.perform { _ = $0.merge(didSave) }
         return prepared
@@ -221,7 +237,7 @@ final class ImportRunner: Service {
     /// is then `nil`.
     @discardableResult
     private func settle(_ saving: SavingChunk, progress: inout ImportProgress, logger: Logger) async throws -> DidSave? {
-        let entries = saving.chunk.entries
+        let entries = saving.chunk.input.entries
         var imported = saving.chunk.imported
         var rejected = Int64(saving.chunk.rejects.count)
         var didSave: DidSave?
@@ -229,7 +245,7 @@ final class ImportRunner: Service {
             didSave = try await saving.save.value
         } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
             logger.notice("chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
-            (imported, rejected) = try await saveOneByOne(entries, job: progress.job)
+            (imported, rejected) = try await saveOneByOne(saving.chunk.input, job: progress.job)
         }
         progress.read += Int64(entries.count)
         progress.imported += imported
@@ -240,16 +256,17 @@ final class ImportRunner: Service {
         return didSave
     }
 
-    private func saveOneByOne(_ entries: [Entry], job id: String) async throws -> (imported: Int64, rejected: Int64) {
+    private func saveOneByOne(_ input: Chunk, job id: String) async throws -> (imported: Int64, rejected: Int64) {
         var imported: Int64 = 0
         var rejected: Int64 = 0
-        for entry in entries {
+        for entry in input.entries {
+            let single = input.single(entry)
             let chunk: PreparedChunk
             do {
-                chunk = try await prepare([entry], job: id)
+                chunk = try await prepare(single, job: id)
                 _ = try await save(chunk, job: id)
             } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
-                _ = try await save(try await prepare([entry], job: id, extraRejects: [entry.line: error.message]), job: id)
+                _ = try await save(try await prepare(single, job: id, extraRejects: [entry.line: error.message]), job: id)
                 rejected += 1
                 continue
             }
@@ -259,15 +276,15 @@ final class ImportRunner: Service {
         return (imported, rejected)
     }
 
-    /// Upserts a chunk's records into a new importer context; `records` (the entries' records)
-    /// and `reads` (their keys) are passed when already built, so that the records are not
-    /// copied once more.
-    private func prepare(
-        _ entries: [Entry], job id: String, records: [BugRecord]? = nil, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]
-    ) async throws -> PreparedChunk {
+    /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
+    /// already built. The lines in `extraRejects` are rejected instead, with the reasons given.
+    private func prepare(_ input: Chunk, job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import")
         let upserter = BugUpserter()
-        let records = records ?? entries.compactMap { extraRejects[$0.line] == nil ? $0.record : nil }
+        let entries = input.entries
+        let records = extraRejects.isEmpty
+            ? input.records
+            : entries.compactMap { entry in extraRejects[entry.line] == nil ? entry.record.map { input.records[$0] } : nil }
         let rejects = entries.compactMap { entry -> (line: Int, reason: String)? in
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
@@ -279,13 +296,13 @@ final class ImportRunner: Service {
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
             return (UpsertKeys(writtenIn: context), job.objectID)
         }
-        return PreparedChunk(entries: entries, context: context, job: job, imported: Int64(records.count), rejects: rejects, written: written)
+        return PreparedChunk(input: input, context: context, job: job, imported: Int64(records.count), rejects: rejects, written: written)
     }
 
     /// Records the chunk's progress and rejects on the job and saves the chunk with them, in one
     /// transaction.
     private func save(_ chunk: PreparedChunk, job id: String) async throws -> DidSave? {
-        let entries = chunk.entries
+        let entries = chunk.input.entries
         try await chunk.context.perform { context in
             guard let job = try context.existingObject(with: chunk.job) as? ImportJob else { throw jobNotFound(id) }
             for (line, reason) in chunk.rejects {
@@ -338,8 +355,8 @@ final class ChunkSource: Sendable {
         self.maximumRecordBytes = maximumRecordBytes
     }
 
-    /// The next chunk's entries; empty at the end of the input.
-    func next() throws -> [ImportRunner.Entry] {
+    /// The next chunk; without entries at the end of the input.
+    func next() throws -> ImportRunner.Chunk {
         try reader.withLock { reader in
             try Self.readChunk(reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes)
         }
@@ -347,49 +364,55 @@ final class ChunkSource: Sendable {
 
     /// Reads up to `size` records (non-empty lines), decoding each; undecodable ones become
     /// rejects with their line and reason.
-    private static func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) throws -> [ImportRunner.Entry] {
-        var entries: [ImportRunner.Entry] = []
+    private static func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) throws -> ImportRunner.Chunk {
+        var chunk = ImportRunner.Chunk()
+        chunk.records.reserveCapacity(size)
         let decoder = JiraIssueDecoder()
-        while entries.count < size, let line = try reader.next() {
+        while chunk.entries.count < size, let line = try reader.next() {
             if line.isOversized {
-                entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(maximumRecordBytes) bytes"))
+                chunk.entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(maximumRecordBytes) bytes"))
                 continue
             }
             if line.bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
                 // Blank lines are not records, but the offset moves past them.
-                if !entries.isEmpty {
-                    entries[entries.count - 1].endOffset = line.endOffset
-                    entries[entries.count - 1].spoolLine = line.number
+                if !chunk.entries.isEmpty {
+                    chunk.entries[chunk.entries.count - 1].endOffset = line.endOffset
+                    chunk.entries[chunk.entries.count - 1].spoolLine = line.number
                 }
                 continue
             }
             var entry = ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
+            var record: BugRecord?
             do {
                 switch format.spoolLines {
                 case .jira:
-                    entry.record = try line.bytes.withUnsafeBufferPointer { try decoder.decode(bytes: $0, line: line.number) }
+                    record = try line.bytes.withUnsafeBufferPointer { try decoder.decode(bytes: $0, line: line.number) }
                 case .record:
-                    entry.record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
+                    record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
                 case .envelope:
                     let envelope = try line.bytes.withUnsafeBufferPointer { try SpoolEnvelope(json: $0) }
                     entry.line = envelope._line
-                    entry.record = envelope.record
+                    record = envelope.record
                     entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)
                 }
-                if let record = entry.record { try BugUpserter.validate(record, at: entry.line) }
+                if let record { try BugUpserter.validate(record, at: entry.line) }
             } catch let error as ImportError {
-                entry.record = nil
+                record = nil
                 entry.reject = error.message
             } catch let error as DecodingError {
-                entry.record = nil
+                record = nil
                 entry.reject = "not a valid record: \(ImportRunner.describe(error))"
             } catch {
-                entry.record = nil
+                record = nil
                 entry.reject = "\(error)"
             }
-            entries.append(entry)
+            if let record = record.take() {
+                entry.record = chunk.records.count
+                chunk.records.append(record)
+            }
+            chunk.entries.append(entry)
         }
-        return entries
+        return chunk
     }
 
 }

@@ -187,17 +187,14 @@ final class ContextCore {
                      "'\(object.entity.name).\(relationship.name)' takes \(relationship.destination) objects, not \(target!.entity.name).")
         object.toOne[slot] = target
         didChange(object)
-        guard let inverseEntity = model.entity(named: relationship.destination),
-              let inverse = inverseEntity.relationship(named: relationship.inverse)
-        else { return }
-        if inverse.isToMany {
-            let inverseSlot = inverseEntity.toManyIndex[inverse.name]!
+        guard let inverse = model.inverse(ofToOne: slot, in: object.entity) else { return }
+        let inverseSlot = inverse.slot
+        if inverse.relationship.isToMany {
             if let old { changeMembers(of: old, slot: inverseSlot) { $0.remove(object) } }
             if let target { changeMembers(of: target, slot: inverseSlot) { $0.insert(object) } }
         } else {
-            let inverseSlot = inverseEntity.toOneIndex[inverse.name]!
             if let old { rawSetToOne(old, slot: inverseSlot, nil) }
-            if let target, target.entity === inverseEntity {
+            if let target, target.entity === inverse.entity {
                 if target.isFault { fulfillFault(target) }
                 if inverseSlot < target.toOne.count, let previous = target.toOne[inverseSlot], previous !== object {
                     rawSetToOne(previous, slot: slot, nil)
@@ -224,29 +221,23 @@ final class ContextCore {
 
     func link(_ object: ManagedObject, slot: Int, _ target: ManagedObject) {
         if object.isFault { fulfillFault(object) }
-        let relationship = object.entity.toManyRelationships[slot]
-        guard let inverseEntity = model.entity(named: relationship.destination),
-              let inverse = inverseEntity.relationship(named: relationship.inverse)
-        else { return }
-        if inverse.isToMany {
+        guard let inverse = model.inverse(ofToMany: slot, in: object.entity) else { return }
+        if inverse.relationship.isToMany {
             changeMembers(of: object, slot: slot) { $0.insert(target) }
-            changeMembers(of: target, slot: inverseEntity.toManyIndex[inverse.name]!) { $0.insert(object) }
+            changeMembers(of: target, slot: inverse.slot) { $0.insert(object) }
         } else {
-            setToOne(target, slot: inverseEntity.toOneIndex[inverse.name]!, to: object)
+            setToOne(target, slot: inverse.slot, to: object)
         }
     }
 
     func unlink(_ object: ManagedObject, slot: Int, _ target: ManagedObject) {
         if object.isFault { fulfillFault(object) }
-        let relationship = object.entity.toManyRelationships[slot]
-        guard let inverseEntity = model.entity(named: relationship.destination),
-              let inverse = inverseEntity.relationship(named: relationship.inverse)
-        else { return }
-        if inverse.isToMany {
+        guard let inverse = model.inverse(ofToMany: slot, in: object.entity) else { return }
+        if inverse.relationship.isToMany {
             changeMembers(of: object, slot: slot) { $0.remove(target) }
-            changeMembers(of: target, slot: inverseEntity.toManyIndex[inverse.name]!) { $0.remove(object) }
-        } else if target.relatedObject(inverse.name) === object {
-            setToOne(target, slot: inverseEntity.toOneIndex[inverse.name]!, to: nil)
+            changeMembers(of: target, slot: inverse.slot) { $0.remove(object) }
+        } else if target.relatedObject(inverse.relationship.name) === object {
+            setToOne(target, slot: inverse.slot, to: nil)
         }
     }
 

@@ -14,6 +14,10 @@ public final class ManagedObjectModel: Sendable {
     public let versionHash: String
     /// Per entity, the to-many slots of many-to-many relationships whose links that side writes.
     let ownedLinkSlots: [String: [Int]]
+    /// Per entity (by identity), the inverse of each relationship, resolved once: contexts keep
+    /// both sides in step on every relationship change, and looking the inverse up by names
+    /// each time would hash three strings.
+    private let inverses: [ObjectIdentifier: EntityInverses]
 
     /// Creates a model and checks that it is consistent.
     ///
@@ -37,7 +41,31 @@ public final class ManagedObjectModel: Sendable {
             }
         }
         ownedLinkSlots = owned
+        var inverses: [ObjectIdentifier: EntityInverses] = [:]
+        for entity in entities {
+            func inverse(of relationship: RelationshipDescription) -> InverseLink? {
+                guard let destination = byName[relationship.destination],
+                      let inverse = destination.relationship(named: relationship.inverse),
+                      let slot = inverse.isToMany ? destination.toManyIndex[inverse.name] : destination.toOneIndex[inverse.name]
+                else { return nil }
+                return InverseLink(entity: destination, relationship: inverse, slot: slot)
+            }
+            inverses[ObjectIdentifier(entity)] = EntityInverses(
+                toOne: entity.toOneRelationships.map(inverse(of:)), toMany: entity.toManyRelationships.map(inverse(of:))
+            )
+        }
+        self.inverses = inverses
         try validate()
+    }
+
+    /// The inverse of `entity`'s to-one relationship at `slot` (of ``EntityDescription/toOneRelationships``).
+    func inverse(ofToOne slot: Int, in entity: EntityDescription) -> InverseLink? {
+        inverses[ObjectIdentifier(entity)]?.toOne[slot]
+    }
+
+    /// The inverse of `entity`'s to-many relationship at `slot` (of ``EntityDescription/toManyRelationships``).
+    func inverse(ofToMany slot: Int, in entity: EntityDescription) -> InverseLink? {
+        inverses[ObjectIdentifier(entity)]?.toMany[slot]
     }
 
     /// The entity with this name, if the model has one.
@@ -150,4 +178,19 @@ public struct ModelMigration: Sendable, Hashable {
         }
         return ModelMigration(addedAttributes: added)
     }
+}
+
+/// The other side of a relationship: its entity, the inverse relationship, and that
+/// relationship's slot (among the destination's to-one or to-many relationships, as it is one
+/// or the other).
+struct InverseLink: Sendable {
+    let entity: EntityDescription
+    let relationship: RelationshipDescription
+    let slot: Int
+}
+
+/// The inverses of one entity's relationships, by slot.
+private struct EntityInverses: Sendable {
+    let toOne: [InverseLink?]
+    let toMany: [InverseLink?]
 }
