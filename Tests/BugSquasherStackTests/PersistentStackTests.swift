@@ -120,4 +120,32 @@ final class PersistentStackTests {
         let stored = try await stack.temporaryContext().perform { try $0.fetch(FetchRequest<Bug>())[0].status }
         #expect(stored == "Edited")
     }
+
+    @Test("a retired importer's save is merged as usual, registers none of its inserted objects, and refuses further saves")
+    func saveAndRetire() async throws {
+        _ = try await importBugs(["TIMOB-1"])
+        let cached = stack.writerCoordinator.cachedObjectCount
+        var importer: ObjectContext? = stack.importerContext()
+        try await importer!.perform { context in
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1"))[0].status = "Closed"
+            for key in ["TIMOB-2", "TIMOB-3"] {
+                let bug = context.insert(Bug.self)
+                bug.key = key
+                bug.title = "Bug \(key)"
+                bug.status = "Open"
+            }
+        }
+        let didSave = try await importer!.saveAndRetire()
+        #expect(didSave?.inserted.count == 2)
+        #expect(didSave?.updated.count == 1)
+        // Only the fetched bug is registered with the writer's row cache, not the inserted ones.
+        #expect(stack.writerCoordinator.cachedObjectCount == cached + 1)
+        await #expect(throws: GraphError.self) { try await importer!.save() }
+        importer = nil
+        #expect(stack.writerCoordinator.cachedObjectCount == cached)
+        let stored = try await stack.temporaryContext().perform { context in
+            try context.fetch(FetchRequest<Bug>(sort: [Key("key").ascending])).map { "\($0.key) \($0.status)" }
+        }
+        #expect(stored == ["TIMOB-1 Closed", "TIMOB-2 Open", "TIMOB-3 Open"])
+    }
 }

@@ -317,7 +317,8 @@ final class ImportRunner: Service {
             job.byteOffset = entries.last?.endOffset ?? 0
             job.linesRead = Int64(entries.last?.spoolLine ?? 0)
         }
-        return try await chunk.context.save()
+        // The chunk's context is dropped once saved.
+        return try await chunk.context.saveAndRetire()
     }
 }
 

@@ -86,7 +86,11 @@ extension ContextCore {
     /// Saves the pending changes to the store, resolving conflicts with the merge policy.
     ///
     /// - Returns: the did-save, or `nil` when there was nothing to save.
-    func saveToStore() throws -> DidSave? {
+    ///
+    /// With `retiring`, the context is dropped after the save (an importer's chunk): the inserted
+    /// objects are neither given snapshots nor registered with the coordinator — work that
+    /// dropping them would undo at once — and the context is marked retired.
+    func saveToStore(retiring: Bool = false) throws -> DidSave? {
         var attempt = 0
         while true {
             attempt += 1
@@ -100,7 +104,8 @@ extension ContextCore {
             let changes = saveChanges(inserted: inserted, updated: updated, deleted: deleted)
             do {
                 let didSave = try coordinator.save(changes)
-                didSaveToStore(didSave, inserted: inserted, updated: updated, deleted: deleted)
+                if retiring { isRetired = true }
+                didSaveToStore(didSave, inserted: retiring ? [] : inserted, updated: updated, deleted: deleted)
                 return didSave
             } catch let error as GraphError where error.code == .mergeConflict && mergePolicy != .error && attempt < 5 {
                 logger.debug("save met newer versions; resolving with the merge policy", metadata: [

@@ -21,6 +21,9 @@ final class ContextCore {
     var liveQueries: [WeakLiveQuery] = []
     /// Newly registered permanent IDs not yet reported to the coordinator.
     private var pendingRegistrations: [ObjectID] = []
+    /// Set by a save that retired the context (``saveToStore(retiring:)``): the objects it
+    /// inserted were never registered with the coordinator, so a reset must not unregister them.
+    var isRetired = false
 
     init(coordinator: StoreCoordinator, mergePolicy: MergePolicy, parentOverlay: ParentOverlay?, logger: Logger) {
         self.coordinator = coordinator
@@ -293,7 +296,9 @@ final class ContextCore {
 
     /// Forgets every object: registrations end, objects become detached faults.
     func reset() {
-        let ids = registered.keys.filter { !$0.isTemporary }
+        let ids = registered.values.lazy
+            .filter { !$0.objectID.isTemporary && !(self.isRetired && $0.isInserted) }
+            .map(\.objectID)
         for object in registered.values {
             object.clearStorage()
             object.core = nil

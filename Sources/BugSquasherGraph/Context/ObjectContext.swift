@@ -170,6 +170,23 @@ public actor ObjectContext {
     /// - Returns: the did-save of a save that reached the store.
     @discardableResult
     public func save() async throws -> DidSave? {
+        try await save(retiring: false)
+    }
+
+    /// Saves like ``save()`` a root context that is dropped right after, as an importer drops
+    /// each chunk's context (Core Data's save-then-`reset()`): the inserted objects are not
+    /// given snapshots or registered with the coordinator's row cache, work that dropping them
+    /// would undo at once. The context refuses further saves, and its inserted objects must not
+    /// be used again; the did-save is reported and merged as usual.
+    @discardableResult
+    public func saveAndRetire() async throws -> DidSave? {
+        guard parent == nil else {
+            throw GraphError(.invalidArgument, "Context '\(name)' is a child context; only a root context can be retired by its save.")
+        }
+        return try await save(retiring: true)
+    }
+
+    private func save(retiring: Bool) async throws -> DidSave? {
         if let reason = readOnlyReason.withLock({ $0 }) {
             throw GraphError(.readOnly, "Context '\(name)' refuses saves: \(reason)")
         }
@@ -178,7 +195,9 @@ public actor ObjectContext {
             await parent.absorb(changes)
             return nil
         }
-        guard let didSave = try core.saveToStore() else { return nil }
+        let saved = try core.saveToStore(retiring: retiring)
+        if retiring, saved != nil { refuseSaves(because: "it was retired by saveAndRetire()") }
+        guard let didSave = saved else { return nil }
         core.logger.debug("saved", metadata: [
             "token": "\(didSave.token)", "inserted": "\(didSave.inserted.count)",
             "updated": "\(didSave.updated.count)", "deleted": "\(didSave.deleted.count)",
