@@ -296,8 +296,9 @@ final class ContextCore {
 
     /// Forgets every object: registrations end, objects become detached faults.
     func reset() {
-        let ids = registered.values.lazy
-            .filter { !$0.objectID.isTemporary && !(self.isRetired && $0.isInserted) }
+        // Read before the objects are cleared below.
+        let ids = registered.values
+            .filter { !$0.objectID.isTemporary && !(isRetired && $0.isInserted) }
             .map(\.objectID)
         for object in registered.values {
             object.clearStorage()
