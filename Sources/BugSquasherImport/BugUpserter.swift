@@ -43,14 +43,18 @@ public struct BugUpserter: Sendable {
         // every string of it, and this runs for every record of every chunk.
         try records.withUnsafeBufferPointer { records in
             for index in records.indices { try Self.validate(records[index], at: index) }
+            // The superseded records name the same keys as the ones that replace them.
+            let keys = keys ?? UpsertKeys(records)
+            // The key set tells whether a key repeats; only then is the last record per key
+            // looked for.
+            let superseded = records.count - (keys.byEntity["Bug"]?.count ?? 0)
             var lastIndex: [String: Int] = [:]
-            lastIndex.reserveCapacity(records.count)
-            for index in records.indices { lastIndex[records[index].key] = index }
-            let superseded = records.count - lastIndex.count
+            if superseded > 0 {
+                for index in records.indices { lastIndex[records[index].key] = index }
+            }
 
             var pass = UpsertPass(inListLimit: Self.inListLimit)
-            // The superseded records name the same keys as the ones that replace them.
-            try pass.fetchExisting(keys ?? UpsertKeys(records), in: context)
+            try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(superseded: superseded)
             for index in records.indices where superseded == 0 || lastIndex[records[index].key] == index {
                 switch pass.apply(records[index], in: context) {
