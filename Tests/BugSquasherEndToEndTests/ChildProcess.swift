@@ -78,11 +78,7 @@ final class ChildProcess: @unchecked Sendable {
     /// because that handler is sometimes late on Linux (seen when another child execs).
     var exitStatus: Int32? {
         guard drained.withLock({ $0 }) >= 2 else { return nil }
-        if let status = exited.withLock({ $0 }) { return status }
-        var info = siginfo_t()
-        guard waitid(P_PID, id_t(process.processIdentifier), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid != 0 else { return nil }
-        let code = info._sifields._sigchld.si_status
-        return info.si_code == CLD_EXITED ? code : 128 + code
+        return exited.withLock({ $0 }) ?? childExitStatus(process.processIdentifier)
     }
 
     /// Waits (polling the collected output every few milliseconds, bounded by `timeout`) for an
@@ -120,6 +116,34 @@ final class ChildProcess: @unchecked Sendable {
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
+}
+
+/// A child's exit status (128 + the signal when a signal ended it), `nil` while it runs; the
+/// child stays a zombie for Foundation to reap.
+///
+/// Tests wait for children through this, never with `Process.waitUntilExit()`: that blocks a
+/// thread of the concurrency pool (two on this machine) until Foundation's process-monitor thread
+/// notices the exit, and that thread itself blocks in `waitpid` on a child that closed the
+/// descriptor Foundation watches (`systemd-socket-activate` closes every other descriptor before
+/// it execs squasherd) until that child exits. Two such waits in parallel tests deadlocked the
+/// suite: the test that would end the socket-activated daemon had no thread left to run on.
+func childExitStatus(_ pid: pid_t) -> Int32? {
+    var info = siginfo_t()
+    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid != 0 else { return nil }
+    let code = info._sifields._sigchld.si_status
+    return info.si_code == CLD_EXITED ? code : 128 + code
+}
+
+/// Waits (polling, bounded) for a child started with `Process` to exit; see ``childExitStatus(_:)``.
+/// Once Foundation has reaped the child, its status comes from `Process`.
+func waitForChild(_ process: Process, timeout: Duration = .seconds(30)) async throws -> Int32 {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if !process.isRunning { return process.terminationStatus }
+        if let status = childExitStatus(process.processIdentifier) { return status }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    throw HarnessError("pid \(process.processIdentifier) did not exit within \(timeout).")
 }
 
 /// A harness failure with what was seen.

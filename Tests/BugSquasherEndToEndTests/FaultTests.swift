@@ -66,14 +66,21 @@ struct FaultTests {
             print("skipped: cannot mount a size-limited tmpfs here (\(mount.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
             return
         }
-        defer {
-            let umount = Process()
-            umount.executableURL = URL(filePath: "/bin/umount")
-            umount.arguments = [mountPoint]
-            try? umount.run()
-            umount.waitUntilExit()
-            try? FileManager.default.removeItem(atPath: base)
+        do {
+            try await importOntoFullDisk(mountPoint: mountPoint, base: base)
+        } catch {
+            await unmount(mountPoint, base: base)
+            throw error
         }
+        await unmount(mountPoint, base: base)
+    }
+
+    private func unmount(_ mountPoint: String, base: String) async {
+        _ = try? await ChildProcess(name: "umount", executable: "/bin/umount", arguments: [mountPoint]).waitForExit()
+        try? FileManager.default.removeItem(atPath: base)
+    }
+
+    private func importOntoFullDisk(mountPoint: String, base: String) async throws {
         let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run", "--chunk-size", "200"])
         let deadline = ContinuousClock.now + .seconds(30)
         while !daemon.errorOutput.contains(" ready"), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }

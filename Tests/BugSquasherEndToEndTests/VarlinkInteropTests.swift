@@ -4,23 +4,19 @@ import Testing
 /// Drives squasherd with the `varlink` package from PyPI: a client nobody here wrote.
 @Suite("Varlink interoperability", .serialized)
 struct VarlinkInteropTests {
-    static let python: String? = {
+    /// A python3 that can `import varlink`, if there is one.
+    static func python() async throws -> String? {
         let venv = Products.packageRoot.appendingPathComponent(".build/venv/bin/python3").path
         for candidate in [venv, "/usr/bin/python3", "/usr/local/bin/python3"] where FileManager.default.isExecutableFile(atPath: candidate) {
-            let check = Process()
-            check.executableURL = URL(filePath: candidate)
-            check.arguments = ["-c", "import varlink"]
-            check.standardError = FileHandle.nullDevice
-            try? check.run()
-            check.waitUntilExit()
-            if check.terminationStatus == 0 { return candidate }
+            let check = try ChildProcess(name: "python3 -c 'import varlink'", executable: candidate, arguments: ["-c", "import varlink"])
+            if try await check.waitForExit() == 0 { return candidate }
         }
         return nil
-    }()
+    }
 
     @Test("introspection, Subscribe and Fetch through python varlink")
     func pythonClient() async throws {
-        let python = try #require(Self.python, "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
+        let python = try #require(try await Self.python(), "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
         let harness = try await DaemonHarness()
         let records = (1...3).map { #"{"key":"INTEROP-\#($0)","title":"Interop \#($0)","status":"Open","labels":[],"project":{"key":"INTEROP"},"components":[],"comments":[]}"# }
         let file = harness.directory + "/interop.ndjson"
