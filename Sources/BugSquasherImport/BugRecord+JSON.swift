@@ -23,8 +23,11 @@ extension BugRecord {
     package static func read(from reader: inout JSONReader) throws -> BugRecord {
         var key: String?, title: String?, status: String?, project: ProjectRecord?
         var record = BugRecord(key: "", title: "", status: "", project: ProjectRecord(key: ""))
-        try reader.object { reader, field in
-            try Self.field(field) {
+        // Fields are walked without a closure: a struct a closure captures is copied out at the
+        // end, retaining and releasing every string of the record.
+        var fields = try reader.beginObject()
+        while let field = try reader.nextKey(&fields) {
+            do {
                 switch field {
                 case "key": key = try reader.string()
                 case "jiraID": record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
@@ -43,12 +46,15 @@ extension BugRecord {
                 case "reporter": record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
                 case "assignee": record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
                 case "comments":
-                    record.comments = []
+                    var comments: [CommentRecord] = []
                     if !reader.null() {
-                        try reader.array { record.comments.append(try CommentRecord.read(from: &$0)) }
+                        try reader.array { comments.append(try CommentRecord.read(from: &$0)) }
                     }
+                    record.comments = comments
                 default: try reader.skip()
                 }
+            } catch let failure as JSONReader.Failure {
+                throw fieldError(field, failure)
             }
         }
         guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
@@ -62,11 +68,9 @@ extension BugRecord {
         return record
     }
 
-    /// Runs `body`, naming `field` in a syntax or type error it throws.
-    static func field(_ field: String, _ body: () throws -> Void) throws {
-        do { try body() } catch let failure as JSONReader.Failure {
-            throw ImportError(.invalidRecord, "field '\(field)': \(failure.description)")
-        }
+    /// A syntax or type error in `field`, naming it.
+    static func fieldError(_ field: String, _ failure: JSONReader.Failure) -> ImportError {
+        ImportError(.invalidRecord, "field '\(field)': \(failure.description)")
     }
 
     /// Reads an ISO 8601 date string (or `null`).

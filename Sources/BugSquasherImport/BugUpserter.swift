@@ -40,7 +40,8 @@ public struct BugUpserter: Sendable {
     ///   `GraphError` when a fetch fails.
     public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, in context: isolated ObjectContext) throws -> UpsertSummary {
         // Records are read in place (through the buffer), not copied: a copy of a record retains
-        // every string of it, and this runs for every record of every chunk.
+        // every string of it, and this runs for every record of every chunk. `apply` takes a
+        // pointer because a subscript's element, passed as an argument, is copied out.
         try records.withUnsafeBufferPointer { records in
             for index in records.indices { try Self.validate(records[index], at: index) }
             // The superseded records name the same keys as the ones that replace them.
@@ -57,7 +58,7 @@ public struct BugUpserter: Sendable {
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(superseded: superseded)
             for index in records.indices where superseded == 0 || lastIndex[records[index].key] == index {
-                switch pass.apply(records[index], in: context) {
+                switch pass.apply(records.baseAddress! + index, in: context) {
                 case .inserted: summary.inserted += 1
                 case .updated: summary.updated += 1
                 case .unchanged: summary.unchanged += 1
@@ -70,21 +71,24 @@ public struct BugUpserter: Sendable {
     /// Throws ``ImportError`` for a record whose unique keys cannot be stored (an empty key,
     /// project key, person name, component name or comment ID); `index` is named in the message.
     public static func validate(_ record: BugRecord, at index: Int) throws {
-        func require(_ value: String, _ what: String) throws {
-            guard value.isEmpty else { return }
-            throw ImportError(
-                .invalidRecord,
-                "Record \(index) (key \"\(record.key)\") has an empty \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
-            )
-        }
-        try require(record.key, "key")
-        try require(record.project.key, "project key")
-        for name in record.components { try require(name, "component name") }
-        if let reporter = record.reporter { try require(reporter.name, "person name") }
-        if let assignee = record.assignee { try require(assignee.name, "person name") }
+        guard let what = emptyUniqueKey(of: record) else { return }
+        throw ImportError(
+            .invalidRecord,
+            "Record \(index) (key \"\(record.key)\") has an empty \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
+        )
+    }
+
+    /// What in `record` is an empty unique key, if anything. (No closure captures the record:
+    /// that would copy it, retaining each of its strings, for every record imported.)
+    private static func emptyUniqueKey(of record: BugRecord) -> String? {
+        if record.key.isEmpty { return "key" }
+        if record.project.key.isEmpty { return "project key" }
+        if record.components.contains(where: \.isEmpty) { return "component name" }
+        if record.reporter?.name.isEmpty == true || record.assignee?.name.isEmpty == true { return "person name" }
         for comment in record.comments {
-            try require(comment.jiraID, "comment jiraID")
-            if let author = comment.author { try require(author.name, "comment author name") }
+            if comment.jiraID.isEmpty { return "comment jiraID" }
+            if comment.author?.name.isEmpty == true { return "comment author name" }
         }
+        return nil
     }
 }

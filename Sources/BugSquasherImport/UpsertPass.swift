@@ -30,36 +30,39 @@ struct UpsertPass {
     }
 
     /// Inserts or updates the bug of one record, with its relationships and comments.
-    mutating func apply(_ record: BugRecord, in context: isolated ObjectContext) -> Outcome {
+    ///
+    /// The record is read through a pointer into the chunk's records: passed by value, it would be
+    /// copied out of the array (retaining each of its strings) for every record imported.
+    mutating func apply(_ record: UnsafePointer<BugRecord>, in context: isolated ObjectContext) -> Outcome {
         let bug: Bug
         let isNew: Bool
-        if let existing = bugs[record.key] {
+        if let existing = bugs[record.pointee.key] {
             bug = existing
             isNew = false
         } else {
             bug = context.insert(Bug.self)
-            bug.key = record.key
-            bugs[record.key] = bug
+            bug.key = record.pointee.key
+            bugs[record.pointee.key] = bug
             isNew = true
         }
-        bug.jiraID = record.jiraID
-        bug.title = record.title
-        bug.details = record.details
-        bug.status = record.status
-        bug.resolution = record.resolution
-        bug.priority = record.priority
-        bug.type = record.type
-        bug.labels = BugRecord.normalizedLabels(record.labels)
-        bug.created = record.created
-        bug.updated = record.updated
-        bug.resolved = record.resolved
-        bug.project = project(record.project, in: context)
-        bug.reporter = person(record.reporter, in: context)
-        bug.assignee = person(record.assignee, in: context)
-        setComponents(record.components, of: bug, isNew: isNew, in: context)
+        bug.jiraID = record.pointee.jiraID
+        bug.title = record.pointee.title
+        bug.details = record.pointee.details
+        bug.status = record.pointee.status
+        bug.resolution = record.pointee.resolution
+        bug.priority = record.pointee.priority
+        bug.type = record.pointee.type
+        bug.labels = BugRecord.normalizedLabels(record.pointee.labels)
+        bug.created = record.pointee.created
+        bug.updated = record.pointee.updated
+        bug.resolved = record.pointee.resolved
+        bug.project = project(record.pointee.project, in: context)
+        bug.reporter = person(record.pointee.reporter, in: context)
+        bug.assignee = person(record.pointee.assignee, in: context)
+        setComponents(record.pointee.components, of: bug, isNew: isNew, in: context)
 
         var commentsChanged = false
-        for comment in record.comments where upsert(comment, on: bug, in: context) {
+        for comment in record.pointee.comments where upsert(comment, on: bug, in: context) {
             commentsChanged = true
         }
         if isNew { return .inserted }
