@@ -107,6 +107,16 @@ public final class Subscriber: Sendable {
                 delay = .milliseconds(100)
             } catch is CancellationError {
                 break
+            } catch let error as VarlinkError where error.name == "io.bugsquasher.Changes.TokenAhead" {
+                // The daemon's store never issued this token (it was restored from an older
+                // backup): resuming would skip every save up to it. Follow the feed from now;
+                // registering the held objects again with their versions refreshes the ones
+                // the store has newer.
+                logger.error("squasherd's store is behind this subscriber's token (restored from a backup?); following its feed from now", metadata: ["error": "\(error)"])
+                state.withLock {
+                    $0.subscription = nil
+                    $0.token = nil
+                }
             } catch {
                 state.withLock { $0.subscription = nil }
                 if Task.isCancelled { break }

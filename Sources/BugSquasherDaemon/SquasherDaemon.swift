@@ -65,6 +65,9 @@ public struct SquasherDaemon: Sendable {
         guard FileManager.default.isWritableFile(atPath: configuration.stateDirectory) else {
             throw DaemonError("The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one.")
         }
+        // One daemon per store, held until this function returns.
+        let lock = try await StateDirectoryLock(directory: configuration.stateDirectory)
+        defer { withExtendedLifetime(lock) {} }
         let stack: PersistentStack
         do {
             stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: configuration.storePath), logger: logger)

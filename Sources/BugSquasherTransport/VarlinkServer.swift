@@ -89,6 +89,11 @@ public final class VarlinkServer: Sendable {
         switch address.kind {
         case .path(let path, let permissions):
             try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            // A socket file left by a process that ended is replaced; one a live process
+            // listens on is not taken over (that would cut its clients off).
+            if Self.someoneListens(on: path) {
+                throw TransportError("Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory.")
+            }
             server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true, childChannelInitializer: initializer)
             guard chmod(path, mode_t(permissions)) == 0 else {
                 throw TransportError("Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno))).")
@@ -173,6 +178,22 @@ public final class VarlinkServer: Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         await context.connection.close()
+    }
+
+    /// Whether a process accepts connections on the Unix socket at `path` (a connect succeeds);
+    /// `false` for no file, or a socket file its listener left behind.
+    static func someoneListens(on path: String) -> Bool {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 }
+        }
     }
 }
 

@@ -91,9 +91,12 @@ struct Squasherd: AsyncParsableCommand {
         }
         do {
             try await daemon.run()
-        } catch let error as DaemonError {
-            logger.critical("\(error.message)")
-            notifier.status("Failed: \(error.message)")
+        } catch {
+            // Every reason not to run (the store, the lock, a socket in use) is logged, to the
+            // journal under systemd, and reported as the unit's status.
+            let message = (error as? DaemonError)?.message ?? String(describing: error)
+            logger.critical("\(message)")
+            notifier.status("Failed: \(message)")
             throw ExitCode(1)
         }
     }

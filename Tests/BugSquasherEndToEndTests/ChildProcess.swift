@@ -99,6 +99,18 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// Sends a signal to this process (by PID).
+    /// Waits until the process's stderr contains `text` (a log line of a daemon); throws when
+    /// it exits first or the time runs out.
+    func waitForErrorOutput(containing text: String, timeout: Duration = .seconds(60)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if errorOutput.contains(text) { return }
+            if let status = exitStatus { throw HarnessError("\(name) exited with \(status):\n\(errorOutput.suffix(3000))") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw HarnessError("\(name) did not log '\(text)' within \(timeout):\n\(errorOutput.suffix(3000))")
+    }
+
     func signal(_ signal: Int32) {
         if process.isRunning { kill(process.processIdentifier, signal) }
     }
@@ -198,13 +210,7 @@ final class DaemonHarness: Sendable {
 
     /// Waits for a daemon log line (stderr) containing `text`.
     func waitForDaemonLog(_ text: String, timeout: Duration = .seconds(60)) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if daemon.errorOutput.contains(text) { return }
-            if let status = daemon.exitStatus { throw HarnessError("squasherd exited with \(status):\n\(daemon.errorOutput.suffix(3000))") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        throw HarnessError("squasherd did not log '\(text)' within \(timeout):\n\(daemon.errorOutput.suffix(3000))")
+        try await daemon.waitForErrorOutput(containing: text, timeout: timeout)
     }
 
     /// Runs squasherctl to completion; returns its stdout lines, throwing on a non-zero exit.

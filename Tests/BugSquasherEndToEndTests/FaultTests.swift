@@ -56,6 +56,28 @@ struct FaultTests {
         try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
     }
 
+    @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")
+    func oneDaemonPerStore() async throws {
+        let harness = try await DaemonHarness()
+        let pid = harness.daemon.pid
+        // Two daemons on one store would both resume its running import job.
+        try await expectRefusal(state: harness.directory + "/state", run: harness.directory + "/run2", "Another squasherd (PID \(pid)) is using the state directory")
+        // Rebinding the sockets of a live daemon would cut its clients off.
+        try await expectRefusal(state: harness.directory + "/state2", run: harness.directory + "/run", "Another process is listening on \(harness.readSocket)")
+        let status = try await harness.ctl(["status"])
+        #expect(!status.isEmpty, "the first daemon stopped answering")
+
+        // The kernel drops the lock with the process: a restart after kill -9 takes it over,
+        // and the socket files the killed daemon left are replaced.
+        harness.daemon.signal(SIGKILL)
+        _ = try await harness.daemon.waitForExit()
+        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
+        try await restarted.waitForErrorOutput(containing: "ready")
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
+        try? FileManager.default.removeItem(atPath: harness.directory)
+    }
+
     @Test("a full disk fails the job with the reason; the daemon keeps serving and committed chunks stay")
     func diskFull() async throws {
         let base = try directory()

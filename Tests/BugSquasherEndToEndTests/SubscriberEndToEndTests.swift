@@ -252,4 +252,50 @@ struct SubscriberEndToEndTests {
         feed.cancel()
         #expect(try await harness.stop() == 0)
     }
+
+    @Test("Subscribe refuses a token ahead of the store, a negative one and another store's IDs; a subscriber holding a token from ahead follows the feed from now")
+    func subscribeRefusesWhatItCannotHonour() async throws {
+        let harness = try await DaemonHarness(chunkSize: 50)
+        let path = harness.directory + "/ta.ndjson"
+        try (#"{"key":"TA-1","title":"first","status":"Open","project":{"key":"TA"}}"# + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        _ = try await harness.ctl(["import", path, "--wait"])
+        /// The error a Subscribe call is answered with.
+        func refusal(_ parameters: SubscribeParameters) -> VarlinkError? {
+            #expect(throws: VarlinkError.self) {
+                try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", parameters) { _ in false }
+            }
+        }
+        var current: Int64 = -1
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", SubscribeParameters()) { reply in
+            current = try reply.parameters(SubscribeReply.self).token
+            return false
+        }
+        #expect(current > 0)
+
+        // A token this store never issued (another state of it): resuming would skip every save
+        // up to it.
+        let ahead = refusal(SubscribeParameters(since: current + 1_000))
+        #expect(ahead?.name == "io.bugsquasher.Changes.TokenAhead", "\(String(describing: ahead))")
+        #expect(ahead?.parameters["since"] == .int(current + 1_000) && ahead?.parameters["token"] == .int(current), "\(String(describing: ahead))")
+        let negative = refusal(SubscribeParameters(since: -1))
+        #expect(negative?.name == "org.varlink.service.InvalidParameter" && negative?.parameters["parameter"] == .string("since"), "\(String(describing: negative))")
+        // Another store's ID (a recreated store has a new identifier) would never match.
+        let foreign = "x-bugsquasher://00000000-0000-0000-0000-000000000000/Bug/p1"
+        let invalid = refusal(SubscribeParameters(registeredOnly: true, register: [foreign]))
+        #expect(invalid?.name == "io.bugsquasher.Changes.InvalidObjectID" && invalid?.parameters["id"] == .string(foreign), "\(String(describing: invalid))")
+        // A token equal to the current one is fine.
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", SubscribeParameters(since: current)) { _ in false }
+
+        // A subscriber process that passes a token from ahead follows the feed from now.
+        let subscriber = try harness.startCtl("subscriber from ahead", ["subscribe", "--json", "--since", "\(current + 1_000)", "TA-1"])
+        _ = try await subscriber.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
+        _ = try await harness.ctl(["update", "TA-1", "title=second"])
+        let expected = try await storeState(harness, ["TA-1"])
+        #expect(expected["TA-1"]?.title == "second")
+        try await waitUntilCurrent(subscriber, expected)
+        #expect(subscriberState(subscriber).latest["TA-1"]?.title == "second")
+        subscriber.signal(SIGTERM)
+        _ = try await subscriber.waitForExit()
+        #expect(try await harness.stop() == 0)
+    }
 }

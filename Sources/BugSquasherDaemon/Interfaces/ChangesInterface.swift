@@ -47,6 +47,7 @@ struct ChangesInterface: VarlinkInterface {
             try await replier.reply(RegisterReply(registered: subscription.unregister(try parse(parameters.ids))))
         case "History":
             let parameters = try call.parameters(HistoryParameters.self)
+            guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
             let saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(max(parameters.limit ?? 100, 1), 1_000))
             try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: try stack.store.currentHistoryToken().rawValue))
         default:
@@ -63,7 +64,7 @@ struct ChangesInterface: VarlinkInterface {
 
     private func parse(_ uris: [String]) throws -> [ObjectID] {
         try uris.map { uri in
-            guard let id = ObjectID(uri: uri), !id.isTemporary else {
+            guard let id = stack.mainCoordinator.managedObjectID(forURIRepresentation: uri) else {
                 throw VarlinkError("io.bugsquasher.Changes.InvalidObjectID", ["id": .string(uri)])
             }
             return id
@@ -93,6 +94,7 @@ struct ChangesInterface: VarlinkInterface {
     }
 
     private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        if let since = parameters.since, since < 0 { throw VarlinkError.invalidParameter("since") }
         let since = parameters.since.map(HistoryToken.init(rawValue:))
         let subscription = Subscription(
             registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
@@ -106,6 +108,12 @@ struct ChangesInterface: VarlinkInterface {
         hub.add(subscription)
         defer { hub.remove(subscription) }
         let start = try stack.store.currentHistoryToken()
+        if let since, since > start {
+            // A token this store never issued: the client followed another store (one that was
+            // recreated, or restored from an older backup). Resuming would silently skip every
+            // save up to that token.
+            throw VarlinkError("io.bugsquasher.Changes.TokenAhead", ["since": .int(since.rawValue), "token": .int(start.rawValue)])
+        }
         if since == nil { subscription.markDelivered(start) }
         context.logger.debug("subscribed", metadata: ["subscription": "\(subscription.id)", "since": "\(since.map(\.description) ?? "now")"])
         try await replier.reply(SubscribeReply(event: "subscribed", subscription: subscription.id, token: (since ?? start).rawValue), continues: true)

@@ -157,7 +157,7 @@ struct ImportInterface: VarlinkInterface {
     }
 
     private func objectID(_ uri: String) throws -> ObjectID {
-        guard let id = ObjectID(uri: uri), !id.isTemporary, id.storeIdentifier == stack.mainCoordinator.storeIdentifier else {
+        guard let id = stack.mainCoordinator.managedObjectID(forURIRepresentation: uri) else {
             throw invalidInput("'\(uri)' is not an object ID of this store")
         }
         return id

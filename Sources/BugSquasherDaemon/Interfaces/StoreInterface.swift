@@ -57,7 +57,7 @@ struct StoreInterface: VarlinkInterface {
 
     private func parse(_ uris: [String]) throws -> [ObjectID] {
         try uris.map { uri in
-            guard let id = ObjectID(uri: uri), !id.isTemporary, stack.model.entity(named: id.entityName) != nil else {
+            guard let id = stack.mainCoordinator.managedObjectID(forURIRepresentation: uri) else {
                 throw invalid("'\(uri)' is not an object ID of this store (x-bugsquasher://STORE/Entity/p42)")
             }
             return id

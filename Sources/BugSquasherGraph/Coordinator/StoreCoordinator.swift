@@ -48,6 +48,17 @@ public final class StoreCoordinator: Sendable {
     /// The store's identifier, part of every permanent object ID.
     public var storeIdentifier: String { metadata.storeIdentifier }
 
+    /// The permanent object ID a URI names in this coordinator's store, like Core Data's
+    /// `managedObjectID(forURIRepresentation:)`: `nil` when the URI is not an object ID, names a
+    /// temporary one, another store (a store that was recreated has a new identifier), or an
+    /// entity the model does not have.
+    public func managedObjectID(forURIRepresentation uri: String) -> ObjectID? {
+        guard let id = ObjectID(uri: uri), !id.isTemporary, id.storeIdentifier == storeIdentifier,
+              model.entity(named: id.entityName) != nil
+        else { return nil }
+        return id
+    }
+
     // MARK: Requests
 
     /// Executes a fetch.

@@ -1,0 +1,52 @@
+import Foundation
+
+/// An exclusive `flock` on `squasherd.lock` in the state directory, held for the daemon's
+/// lifetime: one daemon per store.
+///
+/// Two daemons on one store would both resume its running import job (importing its records
+/// twice) and each broadcast only its own commits to its own subscribers. The kernel releases
+/// the lock when the process ends, however it ends (`kill -9` included), so a stale lock file
+/// never blocks a restart; the file holds the owner's PID, for the error message.
+final class StateDirectoryLock: Sendable {
+    private let descriptor: Int32
+
+    /// Takes the lock, waiting up to `patience` for a daemon that is still exiting (a restart
+    /// right after a kill).
+    ///
+    /// - Throws: ``DaemonError`` naming the PID of the daemon that holds it, or why the lock file
+    ///   cannot be opened.
+    init(directory: String, patience: Duration = .seconds(3)) async throws {
+        let path = directory + "/squasherd.lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            throw DaemonError("Cannot open the lock file \(path): \(String(cString: strerror(errno))). Check the state directory's permissions.")
+        }
+        let deadline = ContinuousClock.now + patience
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK, ContinuousClock.now < deadline else {
+                let reason = errno == EWOULDBLOCK ? nil : String(cString: strerror(errno))
+                let owner = Self.owner(fd)
+                close(fd)
+                if let reason { throw DaemonError("Cannot lock \(path): \(reason).") }
+                throw DaemonError("Another squasherd\(owner.map { " (PID \($0))" } ?? "") is using the state directory \(directory). Stop it first, or give this daemon another --state-directory.")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        descriptor = fd
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    /// The PID written in the lock file by the daemon that holds it.
+    private static func owner(_ fd: Int32) -> Int? {
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        guard count > 0 else { return nil }
+        return Int(String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}
