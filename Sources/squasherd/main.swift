@@ -2,6 +2,7 @@ import ArgumentParser
 import BugSquasherDaemon
 import BugSquasherSystemd
 import BugSquasherTransport
+import Foundation
 import Logging
 
 /// squasherd: the BugSquasher daemon.
@@ -80,6 +81,14 @@ struct Squasherd: AsyncParsableCommand {
             logger.critical("\(error.message)")
             throw ExitCode(1)
         }
+        // A terminal's hangup must not end the daemon (the default action of SIGHUP).
+        signal(SIGHUP, SIG_IGN)
+        let hangups = DispatchSource.makeSignalSource(signal: SIGHUP)
+        hangups.setEventHandler {
+            logger.notice("SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd).")
+        }
+        hangups.resume()
+        defer { hangups.cancel() }
         daemon.onReady = { notifier.ready(status: "Ready") }
         daemon.onStatus = { notifier.status($0) }
         daemon.onStopping = { notifier.stopping(status: "Stopping") }

@@ -99,6 +99,46 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("a byte order mark, CRLF line ends and a first record longer than the limit still import as NDJSON; a single-line search response longer than it too; SIGHUP does not end the daemon")
+    func awkwardInputs() async throws {
+        let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try "max_record_bytes = 4096\n".write(toFile: directory + "/limits.conf", atomically: true, encoding: .utf8)
+        let harness = try await DaemonHarness(chunkSize: 10, extraArguments: ["--config", directory + "/limits.conf"])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dir = harness.directory
+        let record = { (key: String, title: String) in #"{"key":"\#(key)","title":"\#(title)","status":"Open","project":{"key":"AW"}}"# }
+
+        // As Windows editors save it: a byte order mark and CRLF.
+        let bom = Data([0xEF, 0xBB, 0xBF]) + Data((record("AW-1", "one") + "\r\n" + record("AW-2", "two") + "\r\n").utf8)
+        try bom.write(to: URL(filePath: dir + "/bom.ndjson"))
+        let first = try await harness.ctl(["import", dir + "/bom.ndjson", "--wait"])
+        #expect(summary(first).contains("finished: 2 read, 2 imported, 0 rejected"), "\(first)")
+
+        // The first record is longer than max_record_bytes: a reject, not a misread format.
+        let long = record("AW-3", String(repeating: "x", count: 10_000))
+        try [long, record("AW-4", "four")].joined(separator: "\n").appending("\n").write(toFile: dir + "/long.ndjson", atomically: true, encoding: .utf8)
+        let second = try await harness.ctl(["import", dir + "/long.ndjson", "--wait"])
+        #expect(summary(second).contains("finished: 2 read, 1 imported, 1 rejected"), "\(second)")
+        let job = String(summary(second).split(separator: " ")[1])
+        let rejects = try await harness.ctl(["jobs", job, "--rejects"])
+        #expect(rejects.first?.hasPrefix("line 1: record is longer than 4096 bytes") == true, "\(rejects)")
+
+        // A search response on one line, longer than the limit, is still a search response.
+        let issue = { (key: String) in #"{"key":"\#(key)","fields":{"summary":"S \#(key)","status":{"name":"Open"},"project":{"key":"AW"}}}"# }
+        let response = #"{"startAt":0,"total":100,"issues":["# + (1...100).map { issue("AWJ-\($0)") }.joined(separator: ",") + "]}"
+        #expect(response.utf8.count > 4096)
+        try response.write(toFile: dir + "/search.json", atomically: true, encoding: .utf8)
+        let third = try await harness.ctl(["import", dir + "/search.json", "--wait"])
+        #expect(summary(third).contains("finished: 100 read, 100 imported, 0 rejected"), "\(third)")
+
+        // A terminal's hangup is logged and ignored.
+        harness.daemon.signal(SIGHUP)
+        try await harness.waitForDaemonLog("SIGHUP ignored")
+        #expect(try await harness.ctl(["get", "AW-1"]).joined(separator: "\n").contains("title: one"))
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("chunks prepared while the previous one saves: the last record of a key wins, and people, components and bugs are stored once")
     func chunksPreparedAhead() async throws {
         // Chunks of two: chunk n + 1 is upserted while chunk n is being saved, unless it reads

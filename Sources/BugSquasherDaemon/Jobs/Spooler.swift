@@ -115,6 +115,8 @@ actor Spooler {
     private func consume(_ bytes: [UInt8]) throws {
         if !decided {
             sniffed += bytes
+            // A UTF-8 byte order mark (editors on Windows write one) is not part of the data.
+            if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
             sniffedLines += bytes.lazy.filter { $0 == 0x0A }.count
             // Two lines: a broken first record must not make NDJSON look like a pretty-printed
             // document (the second line tells them apart).
@@ -211,6 +213,16 @@ actor Spooler {
                 layout = .searchResponse
             } else if let object, object["key"] != nil {
                 detected = .bugsquasherNDJSON
+            } else if object == nil, !sniffed.contains(0x0A), sniffed.count >= maximumRecordBytes {
+                // The first line is longer than a record may be: its first keys tell a search
+                // response on one line from NDJSON whose first record is too long (a reject).
+                let head = String(decoding: firstLine.prefix(4096), as: UTF8.self)
+                if head.contains("\"issues\"") {
+                    detected = .jiraJSON
+                    layout = .searchResponse
+                } else {
+                    detected = head.contains("\"fields\"") || (!head.contains("\"key\"") && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
+                }
             } else if object == nil, let record = Self.ndjsonWithBrokenFirstLine(firstLine, in: sniffed) {
                 // NDJSON whose first record is broken: it becomes a reject, the others import.
                 detected = record["fields"] != nil || (record["key"] == nil && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
