@@ -183,17 +183,10 @@ public final class VarlinkServer: Sendable {
     /// Whether a process accepts connections on the Unix socket at `path` (a connect succeeds);
     /// `false` for no file, or a socket file its listener left behind.
     static func someoneListens(on path: String) -> Bool {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 }
-        }
+        guard let fd = try? BlockingVarlinkClient.connect(path) else { return false }
+        close(fd)
+        return true
+    }
     }
 }
 

@@ -115,8 +115,6 @@ actor Spooler {
     private func consume(_ bytes: [UInt8]) throws {
         if !decided {
             sniffed += bytes
-            // A UTF-8 byte order mark (editors on Windows write one) is not part of the data.
-            if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
             sniffedLines += bytes.lazy.filter { $0 == 0x0A }.count
             // Two lines: a broken first record must not make NDJSON look like a pretty-printed
             // document (the second line tells them apart).
@@ -194,7 +192,10 @@ actor Spooler {
     /// Decides the format from the first bytes (or checks the declared one against them).
     private func decide(final: Bool) throws {
         decided = true
-        guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09, 0xEF, 0xBB, 0xBF].contains($0) }) else {
+        // A UTF-8 byte order mark (editors on Windows write one) is not part of the data. Taken
+        // off here, once, with every sniffed byte: an upload may split it across two chunks.
+        if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
+        guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09].contains($0) }) else {
             if final { return }
             throw DaemonError("The input starts with blank lines only; there is nothing to import.")
         }
