@@ -187,7 +187,6 @@ public final class VarlinkServer: Sendable {
         close(fd)
         return true
     }
-    }
 }
 
 /// Writes replies to a connection, each terminated by NUL; waits while the peer does not read.
