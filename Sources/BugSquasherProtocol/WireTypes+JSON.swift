@@ -181,3 +181,61 @@ extension AppendParameters: JSONReadable, JSONWritable {
         }
     }
 }
+
+/// A save's inserted and deleted objects as JSON, each list its elements joined by commas,
+/// without the brackets.
+///
+/// The daemon encodes these lists of a committed save once and splices those of consecutive
+/// saves into one reply for every subscriber that fell behind by them (see
+/// ``SubscribeReply/splicedSave(token:lists:updated:)``), instead of merging and encoding the
+/// saves again for each such subscriber: an import's chunks are nearly all inserted objects.
+package struct EncodedChangeLists: Sendable {
+    /// The inserted objects' JSON.
+    package let inserted: [UInt8]
+    /// The deleted objects' JSON.
+    package let deleted: [UInt8]
+
+    /// The inserted and deleted lists of a save, encoded.
+    package init(_ save: WireSave) {
+        func list(_ changes: [WireObjectChange]) -> [UInt8] {
+            var writer = JSONWriter(capacity: changes.count * 80)
+            for change in changes { change.write(to: &writer) }
+            return writer.bytes
+        }
+        inserted = list(save.inserted)
+        deleted = list(save.deleted)
+    }
+}
+
+extension SubscribeReply {
+    /// The Varlink reply (`continues`) of one "save" event: the inserted and deleted lists of
+    /// several saves, concatenated in order, and `updated`. Encoded as
+    /// `VarlinkReply.encode(SubscribeReply(event: "save", …), continues: true)` would encode that
+    /// save.
+    package static func splicedSave(token: Int64, lists: [EncodedChangeLists], updated: [WireObjectChange]) -> [UInt8] {
+        var writer = JSONWriter(capacity: lists.reduce(160 + updated.count * 100) { $0 + $1.inserted.count + $1.deleted.count + 2 })
+        writer.object { writer in
+            writer.key("parameters")
+            writer.object { writer in
+                writer.key("event")
+                writer.string("save")
+                writer.key("token")
+                writer.integer(token)
+                writer.key("save")
+                writer.object { writer in
+                    writer.key("token")
+                    writer.integer(token)
+                    writer.key("inserted")
+                    writer.array { writer in for list in lists where !list.inserted.isEmpty { writer.raw(list.inserted) } }
+                    writer.key("updated")
+                    writer.array { writer in for change in updated { change.write(to: &writer) } }
+                    writer.key("deleted")
+                    writer.array { writer in for list in lists where !list.deleted.isEmpty { writer.raw(list.deleted) } }
+                }
+            }
+            writer.key("continues")
+            writer.bool(true)
+        }
+        return writer.bytes
+    }
+}

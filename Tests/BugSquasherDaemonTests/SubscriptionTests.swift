@@ -1,5 +1,7 @@
 @testable import BugSquasherDaemon
 import BugSquasherGraph
+import BugSquasherProtocol
+import BugSquasherVarlink
 import Foundation
 import Testing
 
@@ -69,6 +71,129 @@ struct SubscriptionTests {
         #expect(merged.deleted.isEmpty)
         #expect(merged.updated.map(\.objectID) == [id(1), id(2)])
         #expect(merged.updated.first?.version == 3)
+    }
+
+    @Test("an import's saves are merged without touching their inserted lists: concatenated, each encoded once for every subscriber, updates merged by object")
+    func disjointImportSaves() async {
+        let subscribers = (0..<2).map { _ in Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100_000, startToken: .zero) }
+        for token in Int64(1)...20 {
+            // A chunk: 50 new bugs, the project whose `bugs` grew, and a bug edited meanwhile.
+            var chunk = save(token, updated: [1], inserted: Array((token * 100)..<(token * 100 + 50)))
+            chunk.updated.append(ObjectChange(objectID: id(1, "Project"), version: token, changedKeys: ["bugs"]))
+            let encodings = SharedEncodings()
+            for subscription in subscribers { subscription.offer(chunk, withoutValues: { chunk.withoutValues }, encodings: encodings) }
+        }
+        var encodedOnce: [EncodedChangeLists] = []
+        for subscription in subscribers {
+            guard case .disjoint(let merged)? = await subscription.next() else { Issue.record("no disjoint save"); return }
+            #expect(merged.token.rawValue == 20)
+            #expect(merged.saves.map(\.save.token.rawValue) == Array(1...20))
+            #expect(merged.updated.map(\.objectID) == [id(1), id(1, "Project")])
+            #expect(merged.updated.map(\.version) == [20, 20])
+            // The first subscriber encodes each save's lists; the second gets the same ones.
+            var encodings = 0
+            let lists = merged.saves.map { queued in
+                queued.encoding!.lists {
+                    encodings += 1
+                    return EncodedChangeLists(WireSave(token: queued.save.token.rawValue, inserted: queued.save.inserted.map { WireObjectChange(id: $0.objectID.uriString, version: $0.version) }, updated: [], deleted: []))
+                }
+            }
+            #expect(encodings == (encodedOnce.isEmpty ? 20 : 0))
+            if encodedOnce.isEmpty { encodedOnce = lists } else { #expect(lists.map(\.inserted) == encodedOnce.map(\.inserted)) }
+        }
+    }
+
+    @Test("coalescing by concatenation gives what merging object by object gives, for random saves that insert, update, delete and insert again")
+    func disjointMatchesMerging() {
+        struct Merged: Equatable {
+            var inserted: [ObjectID: Int64] = [:]
+            var updated: [ObjectID: [String]] = [:]
+            var versions: [ObjectID: Int64] = [:]
+            var deleted: [ObjectID: Int64] = [:]
+        }
+        func reference(_ saves: [DidSave]) -> Merged {
+            var merged = Merged()
+            for save in saves {
+                for change in save.inserted {
+                    merged.deleted[change.objectID] = nil
+                    merged.inserted[change.objectID] = change.version
+                }
+                for change in save.updated {
+                    if merged.inserted[change.objectID] != nil {
+                        merged.inserted[change.objectID] = change.version
+                    } else {
+                        merged.updated[change.objectID] = Array(Set((merged.updated[change.objectID] ?? []) + change.changedKeys)).sorted()
+                        merged.versions[change.objectID] = change.version
+                    }
+                }
+                for change in save.deleted {
+                    if merged.inserted.removeValue(forKey: change.objectID) == nil { merged.deleted[change.objectID] = change.version }
+                    merged.updated[change.objectID] = nil
+                    merged.versions[change.objectID] = nil
+                }
+            }
+            return merged
+        }
+        var generator = SystemRandomNumberGenerator()
+        var concatenated = 0
+        for round in 0..<300 {
+            var next: Int64 = 1_000
+            var alive: [Int64] = Array(1...20)
+            var saves: [DidSave] = []
+            for token in Int64(1)...Int64.random(in: 2...12, using: &generator) {
+                var save = DidSave(token: HistoryToken(rawValue: token), storeIdentifier: "S")
+                let inserts = Int64.random(in: 0...5, using: &generator)
+                for key in next..<(next + inserts) { save.inserted.append(ObjectChange(objectID: id(key), version: 1, changedKeys: [])) }
+                alive += Array(next..<(next + inserts))
+                next += inserts
+                // Rounds of only updates and fresh inserts stay disjoint; the others mix in
+                // deletions, updates of new objects and reused keys.
+                let mixed = round % 3 != 0
+                for _ in 0..<Int.random(in: 0...3, using: &generator) {
+                    let key = mixed ? alive.randomElement(using: &generator)! : Int64.random(in: 1...20, using: &generator)
+                    guard !save.inserted.contains(where: { $0.objectID == id(key) }), !save.updated.contains(where: { $0.objectID == id(key) }) else { continue }
+                    save.updated.append(ObjectChange(objectID: id(key), version: token, changedKeys: [["status", "title", "priority"].randomElement(using: &generator)!]))
+                }
+                if mixed, Bool.random(using: &generator), let key = alive.randomElement(using: &generator),
+                   !save.inserted.contains(where: { $0.objectID == id(key) }), !save.updated.contains(where: { $0.objectID == id(key) }) {
+                    save.deleted.append(ObjectChange(objectID: id(key), version: token, changedKeys: []))
+                    alive.removeAll { $0 == key }
+                    if Bool.random(using: &generator) { next = key }  // the key is inserted again next
+                }
+                saves.append(save)
+            }
+            var coalesced = CoalescedSaves(storeIdentifier: "S")
+            for save in saves { coalesced.add(save) }
+            if coalesced.disjoint != nil { concatenated += 1 }
+            let result = coalesced.result()
+            var got = Merged()
+            for change in result.inserted { got.inserted[change.objectID] = change.version }
+            for change in result.updated {
+                got.updated[change.objectID] = change.changedKeys.sorted()
+                got.versions[change.objectID] = change.version
+            }
+            for change in result.deleted { got.deleted[change.objectID] = change.version }
+            #expect(got == reference(saves), "round \(round)")
+            #expect(result.inserted.count + result.updated.count + result.deleted.count == coalesced.objectCount, "round \(round)")
+            #expect(result.token == saves.last!.token)
+        }
+        // Both ways were taken.
+        #expect(concatenated > 50 && concatenated < 300)
+    }
+
+    @Test("a spliced reply is byte for byte the reply of the merged save")
+    func splicedReply() throws {
+        func change(_ n: Int, keys: [String]? = nil) -> WireObjectChange {
+            WireObjectChange(id: "x-bugsquasher://S/Bug/p\(n)", version: Int64(n), keys: keys, values: n % 2 == 0 ? ["title": .string("a \"quoted\" title")] : nil)
+        }
+        let first = WireSave(token: 3, inserted: [change(1), change(2)], updated: [], deleted: [change(3)])
+        let empty = WireSave(token: 4, inserted: [], updated: [], deleted: [])
+        let second = WireSave(token: 5, inserted: [change(4)], updated: [], deleted: [])
+        let updated = [change(9, keys: ["status"])]
+        let spliced = SubscribeReply.splicedSave(token: 5, lists: [first, empty, second].map(EncodedChangeLists.init), updated: updated)
+        let merged = WireSave(token: 5, inserted: first.inserted + second.inserted, updated: updated, deleted: first.deleted)
+        let expected = try VarlinkReply.encode(SubscribeReply(event: "save", token: 5, save: merged), continues: true)
+        #expect(Data(spliced) == expected)
     }
 
     @Test("past the pending limit a subscriber is told to resync from its last delivered token")

@@ -152,6 +152,14 @@ struct ChangesInterface: VarlinkInterface {
                 ? .filtered(save, includeValues: subscription.includeValues)
                 : .published(save.token, includeValues: subscription.includeValues)
             try await replier.send(try encodedSaves.message(for: key, encode: encode))
+        case .disjoint(let merged):
+            let includeValues = subscription.includeValues
+            let lists = merged.saves.map { queued in
+                let encode = { EncodedChangeLists(coding.encode(queued.save, includeValues: includeValues)) }
+                return queued.encoding?.lists(encode) ?? encode()
+            }
+            let updated = coding.encode(DidSave(token: merged.token, storeIdentifier: "", updated: merged.updated), includeValues: includeValues).updated
+            try await replier.send(Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)))
         case .refresh(let changes):
             let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
             try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)

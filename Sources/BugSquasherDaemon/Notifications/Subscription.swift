@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherProtocol
 import Foundation
 import Synchronization
 
@@ -15,7 +16,9 @@ import Synchronization
 /// writer, right after each commit, and only appends the save to the mailbox under a mutex (the
 /// save's arrays are shared with the hub and the other subscribers, not copied). A subscriber
 /// that keeps up receives every save on its own; one that falls more than eight saves behind
-/// has them coalesced into one (per object, the newest) when it reads next, on its own task.
+/// has them coalesced into one (per object, the newest) when it reads next, on its own task. The
+/// objects an import's chunks insert are coalesced by concatenation, and their shared encodings
+/// spliced into the reply (see ``CoalescedSaves``).
 /// Past ``pendingLimit`` changed objects the pending saves are merged to count distinct
 /// objects; if there are still too many, the mailbox is dropped and the subscriber is told to
 /// resync from the last token it received, so memory per subscriber stays bounded.
@@ -26,6 +29,9 @@ final class Subscription: Sendable {
         /// asked), so its encoding can be shared with other subscribers; `false` for several
         /// merged into one (a subscriber that fell behind) and for saves replayed from history.
         case save(DidSave, live: Bool)
+        /// Consecutive saves merged without touching their inserted and deleted lists, each
+        /// save with its shared encoding: sent as one save.
+        case disjoint(DisjointSaves)
         /// Objects a registration found stale: their current versions and values.
         case refresh([ObjectChange])
         /// The subscriber fell behind; it must reconnect with `since` = this token.
@@ -55,7 +61,7 @@ final class Subscription: Sendable {
     private struct State {
         var registered: [ObjectID: Hold] = [:]
         /// Pending saves, as offered.
-        var pending: [DidSave] = []
+        var pending: [QueuedSave] = []
         /// Older pending saves, merged when the pending ones had to be counted.
         var coalesced: CoalescedSaves?
         /// Changed objects pending: the distinct ones in `coalesced` plus those in `pending`
@@ -69,7 +75,7 @@ final class Subscription: Sendable {
 
         /// Merges the pending saves into `coalesced`, counting distinct objects.
         mutating func mergePending() {
-            var merged = coalesced ?? CoalescedSaves(storeIdentifier: pending.first?.storeIdentifier ?? "")
+            var merged = coalesced ?? CoalescedSaves(storeIdentifier: pending.first?.save.storeIdentifier ?? "")
             for save in pending { merged.add(save) }
             coalesced = merged
             pending.removeAll(keepingCapacity: true)
@@ -135,9 +141,12 @@ final class Subscription: Sendable {
     /// Queues a save (filtered to the registered IDs when asked); never blocks, and costs a
     /// filter and an append: merging a slow subscriber's saves waits until it reads.
     ///
-    /// - Parameter withoutValues: the save without row values, which a queued save keeps for a
-    ///   subscriber that did not ask for them; the hub computes it once for all subscribers.
-    func offer(_ didSave: DidSave, withoutValues: () -> DidSave) {
+    /// - Parameters:
+    ///   - withoutValues: the save without row values, which a queued save keeps for a
+    ///     subscriber that did not ask for them; the hub computes it once for all subscribers.
+    ///   - encodings: the shared encodings of the save with and without values, for a
+    ///     subscriber that receives the whole save; `nil` when nothing is shared.
+    func offer(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings? = nil) {
         let waiter: CheckedContinuation<Event?, Never>?
         let event: Event?
         (waiter, event) = state.withLock { state -> (CheckedContinuation<Event?, Never>?, Event?) in
@@ -145,7 +154,7 @@ final class Subscription: Sendable {
             let save = registeredOnly ? Self.filter(didSave, to: state.registered) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
-                if !state.pending.isEmpty { state.pending[state.pending.count - 1].token = didSave.token }
+                if !state.pending.isEmpty { state.pending[state.pending.count - 1].save.token = didSave.token }
                 else if state.coalesced != nil { state.coalesced?.token = didSave.token }
                 else { state.delivered = didSave.token }
                 return (nil, nil)
@@ -157,7 +166,8 @@ final class Subscription: Sendable {
             }
             // Queued: without the values this subscriber did not ask for, so that a stalled
             // one holds IDs and versions, not rows.
-            state.pending.append(includeValues ? save : registeredOnly ? save.withoutValues : withoutValues())
+            let queued = includeValues ? save : registeredOnly ? save.withoutValues : withoutValues()
+            state.pending.append(QueuedSave(save: queued, encoding: registeredOnly ? nil : encodings?.of(includeValues: includeValues)))
             state.pendingObjects += save.inserted.count + save.updated.count + save.deleted.count
             if state.pendingObjects > pendingLimit || state.pending.count > Self.mergeAfterSaves {
                 state.mergePending()
@@ -216,7 +226,7 @@ final class Subscription: Sendable {
                     // fell behind gets everything pending merged into one save; one that keeps
                     // up gets each save on its own, so it sees every token.
                     let delivered = state.delivered
-                    state.pending.removeAll { $0.token <= delivered }
+                    state.pending.removeAll { $0.save.token <= delivered }
                     if state.pending.count > 8 { state.mergePending() }
                     if var coalesced = state.coalesced {
                         for save in state.pending { coalesced.add(save) }
@@ -224,13 +234,15 @@ final class Subscription: Sendable {
                         state.pending.removeAll()
                         state.pendingObjects = 0
                         if coalesced.token > delivered {
-                            let save = coalesced.result()
-                            state.delivered = save.token
-                            return .some(.save(save, live: false))
+                            state.delivered = coalesced.token
+                            if let disjoint = coalesced.disjoint, disjoint.saves.allSatisfy({ $0.encoding != nil }) {
+                                return .some(.disjoint(disjoint))
+                            }
+                            return .some(.save(coalesced.result(), live: false))
                         }
                     }
                     if !state.pending.isEmpty {
-                        let save = state.pending.removeFirst()
+                        let save = state.pending.removeFirst().save
                         state.delivered = save.token
                         state.pendingObjects = max(0, state.pendingObjects - save.inserted.count - save.updated.count - save.deleted.count)
                         return .some(.save(save, live: true))
@@ -273,13 +285,64 @@ final class Subscription: Sendable {
     }
 }
 
+/// A save in a subscriber's mailbox.
+struct QueuedSave: Sendable {
+    /// The save, as this subscriber receives it.
+    var save: DidSave
+    /// The encoding this save shares with every other subscriber that receives the same save
+    /// with the same options; `nil` for a save filtered to one subscriber's registrations.
+    let encoding: SharedEncoding?
+}
+
+/// A save's object lists, encoded once when a first subscriber needs them and then shared.
+final class SharedEncoding: Sendable {
+    private let lists = Mutex<EncodedChangeLists?>(nil)
+
+    /// The lists; `encode` runs for the first caller only.
+    func lists(_ encode: () -> EncodedChangeLists) -> EncodedChangeLists {
+        if let done = lists.withLock({ $0 }) { return done }
+        let encoded = encode()
+        return lists.withLock { lists in
+            if let done = lists { return done }
+            lists = encoded
+            return encoded
+        }
+    }
+}
+
+/// The two shared encodings of one published save: with row values and without.
+struct SharedEncodings: Sendable {
+    let withValues = SharedEncoding()
+    let withoutValues = SharedEncoding()
+
+    func of(includeValues: Bool) -> SharedEncoding { includeValues ? withValues : withoutValues }
+}
+
 /// Consecutive saves merged one at a time, in time proportional to each save: the newest
 /// version of each object, its changed keys merged; an object deleted last is only deleted, and
 /// one inserted and deleted in between is gone.
+///
+/// An import's chunks each insert new objects and update a few older ones (the project whose
+/// `bugs` grew, a bug edited meanwhile). While the saves' inserted and deleted objects are
+/// disjoint, only the updated ones are merged by object; the inserted and deleted lists stay in
+/// their saves (``disjoint``), so that they are neither hashed nor encoded again: merging them
+/// is concatenation. That is checked cheaply, with the range of primary keys inserted per
+/// entity and the set of deleted objects; the first save that may insert, update or delete an
+/// object inserted or deleted before switches to merging every object.
 struct CoalescedSaves: Sendable {
     /// The token of the newest save merged (or skipped).
     var token: HistoryToken = .zero
     let storeIdentifier: String
+
+    /// The saves, while their inserted and deleted objects are disjoint; `nil` once every
+    /// object is merged.
+    private var saves: [QueuedSave]? = []
+    /// Per entity, the smallest and largest primary key that `saves` inserted.
+    private var insertedKeys: [String: ClosedRange<Int64>] = [:]
+    /// The objects `saves` deleted.
+    private var deletedObjects: Set<ObjectID> = []
+    private var savedCount = 0
+
     private var inserted: [ObjectID: ObjectChange] = [:]
     private var updated: [ObjectID: ObjectChange] = [:]
     private var deleted: [ObjectID: ObjectChange] = [:]
@@ -290,23 +353,110 @@ struct CoalescedSaves: Sendable {
     }
 
     /// How many distinct objects the merged save changes.
-    var objectCount: Int { inserted.count + updated.count + deleted.count }
+    var objectCount: Int {
+        saves == nil ? inserted.count + updated.count + deleted.count : savedCount + updated.count
+    }
+
+    /// The merged save as saves whose inserted and deleted lists are concatenated, and the
+    /// merged updates; `nil` when the saves had to be merged object by object.
+    var disjoint: DisjointSaves? {
+        saves.map { DisjointSaves(token: token, saves: $0, updated: order.compactMap { updated[$0] }) }
+    }
 
     /// Merges the next save.
     mutating func add(_ save: DidSave) {
-        token = max(token, save.token)
-        for change in save.inserted {
-            if inserted[change.objectID] == nil && updated[change.objectID] == nil { order.append(change.objectID) }
-            inserted[change.objectID] = change
-            deleted[change.objectID] = nil
-        }
-        for change in save.updated {
-            if inserted[change.objectID] != nil {
-                var merged = change
-                merged.changedKeys = []
-                inserted[change.objectID] = merged
-                continue
+        add(QueuedSave(save: save, encoding: nil))
+    }
+
+    /// Merges the next save.
+    mutating func add(_ queued: QueuedSave) {
+        token = max(token, queued.save.token)
+        let save = queued.save
+        if let earlier = saves {
+            if isDisjoint(save) {
+                record(queued)
+                return
             }
+            // Back to merging every object, the saves so far first; the updates merged so far
+            // were the newest of each object, and stay so.
+            saves = nil
+            insertedKeys = [:]
+            deletedObjects = []
+            savedCount = 0
+            let merged = updated
+            updated = [:]
+            let updateOrder = order
+            order = []
+            for queued in earlier {
+                merge(DidSave(token: queued.save.token, storeIdentifier: storeIdentifier, inserted: queued.save.inserted, deleted: queued.save.deleted))
+            }
+            for id in updateOrder where updated[id] == nil && deleted[id] == nil {
+                if let change = merged[id] {
+                    updated[id] = change
+                    order.append(id)
+                }
+            }
+        }
+        merge(save)
+    }
+
+    /// Whether `save` inserts, updates and deletes none of the objects the saves so far inserted
+    /// or deleted, and inserts none they updated. Conservative: an object whose key lies in an
+    /// entity's inserted range counts as inserted.
+    private func isDisjoint(_ save: DidSave) -> Bool {
+        var entity = ""
+        var range: ClosedRange<Int64>?
+        func insertedBefore(_ id: ObjectID) -> Bool {
+            if id.entityName != entity {
+                entity = id.entityName
+                range = insertedKeys[entity]
+            }
+            return range?.contains(id.key) ?? false
+        }
+        func deletedBefore(_ id: ObjectID) -> Bool { !deletedObjects.isEmpty && deletedObjects.contains(id) }
+        for change in save.inserted where insertedBefore(change.objectID) || deletedBefore(change.objectID) || (!updated.isEmpty && updated[change.objectID] != nil) {
+            return false
+        }
+        for change in save.updated + save.deleted where insertedBefore(change.objectID) || deletedBefore(change.objectID) {
+            return false
+        }
+        return true
+    }
+
+    /// Keeps a disjoint save: its updates merged by object, its inserted and deleted lists as they are.
+    private mutating func record(_ queued: QueuedSave) {
+        let save = queued.save
+        var entity = ""
+        var low = Int64.max
+        var high = Int64.min
+        func flush() {
+            guard low <= high else { return }
+            let known = insertedKeys[entity]
+            insertedKeys[entity] = min(low, known?.lowerBound ?? low)...max(high, known?.upperBound ?? high)
+        }
+        for change in save.inserted {
+            if change.objectID.entityName != entity {
+                flush()
+                entity = change.objectID.entityName
+                low = .max
+                high = .min
+            }
+            low = min(low, change.objectID.key)
+            high = max(high, change.objectID.key)
+        }
+        flush()
+        mergeUpdates(save.updated)
+        for change in save.deleted {
+            updated[change.objectID] = nil
+            deletedObjects.insert(change.objectID)
+        }
+        savedCount += save.inserted.count + save.deleted.count
+        saves?.append(queued)
+    }
+
+    /// Merges updates of objects that were not inserted in the merged saves.
+    private mutating func mergeUpdates(_ changes: [ObjectChange]) {
+        for change in changes {
             var merged = change
             if let previous = updated[change.objectID] {
                 if previous.changedKeys != change.changedKeys {
@@ -317,6 +467,20 @@ struct CoalescedSaves: Sendable {
             }
             updated[change.objectID] = merged
         }
+    }
+
+    private mutating func merge(_ save: DidSave) {
+        for change in save.inserted {
+            if inserted[change.objectID] == nil && updated[change.objectID] == nil { order.append(change.objectID) }
+            inserted[change.objectID] = change
+            deleted[change.objectID] = nil
+        }
+        for change in save.updated where inserted[change.objectID] != nil {
+            var merged = change
+            merged.changedKeys = []
+            inserted[change.objectID] = merged
+        }
+        mergeUpdates(save.updated.filter { inserted[$0.objectID] == nil })
         for change in save.deleted {
             if inserted.removeValue(forKey: change.objectID) == nil { deleted[change.objectID] = change }
             updated[change.objectID] = nil
@@ -324,11 +488,20 @@ struct CoalescedSaves: Sendable {
         }
     }
 
-    /// The merged save, objects in the order they first changed.
+    /// The merged save: objects in the order they first changed, or, for disjoint saves, their
+    /// inserted and deleted lists concatenated.
     func result() -> DidSave {
+        var result = DidSave(token: token, storeIdentifier: storeIdentifier)
+        if let disjoint {
+            for queued in disjoint.saves {
+                result.inserted += queued.save.inserted
+                result.deleted += queued.save.deleted
+            }
+            result.updated = disjoint.updated
+            return result
+        }
         var seen = Set<ObjectID>()
         seen.reserveCapacity(objectCount)
-        var result = DidSave(token: token, storeIdentifier: storeIdentifier)
         for id in order where seen.insert(id).inserted {
             if let change = inserted[id] { result.inserted.append(change) }
             if let change = updated[id] { result.updated.append(change) }
@@ -336,6 +509,17 @@ struct CoalescedSaves: Sendable {
         }
         return result
     }
+}
+
+/// Consecutive saves whose inserted and deleted objects are disjoint, merged: their inserted and
+/// deleted lists concatenated, and their updates merged by object.
+struct DisjointSaves: Sendable {
+    /// The token of the newest save.
+    let token: HistoryToken
+    /// The saves, whose inserted and deleted lists are taken as they are.
+    let saves: [QueuedSave]
+    /// The updates, merged: the newest version of each object, changed keys merged.
+    let updated: [ObjectChange]
 }
 
 /// The subscribers of the change feed, and the fan-out of every committed save to them.
@@ -365,13 +549,14 @@ final class NotificationHub: Sendable {
     func publish(_ didSave: DidSave) {
         let all = subscriptions.withLock { Array($0.values) }
         var withoutValues: DidSave?
+        let encodings = SharedEncodings()
         for subscription in all {
-            subscription.offer(didSave) {
+            subscription.offer(didSave, withoutValues: {
                 if let withoutValues { return withoutValues }
                 let stripped = didSave.withoutValues
                 withoutValues = stripped
                 return stripped
-            }
+            }, encodings: encodings)
         }
     }
 }
