@@ -75,8 +75,10 @@ public struct WireCoding: Sendable {
         return RowSnapshot(version: version, attributes: attributes, toOne: toOne)
     }
 
-    /// A did-save on the wire; values only when `includeValues`.
-    public func encode(_ didSave: DidSave, includeValues: Bool) -> WireSave {
+    /// A did-save on the wire; values only when `includeValues`. With `idRuns`, inserted and
+    /// deleted objects without values whose primary keys follow one another (one entity, one
+    /// version) become one change with a `count` (see ``WireObjectChange/count``).
+    public func encode(_ didSave: DidSave, includeValues: Bool, idRuns: Bool = false) -> WireSave {
         func change(_ change: ObjectChange, keys: Bool) -> WireObjectChange {
             var values: [String: JSONValue]?
             if includeValues, let row = change.values, let entity = model.entity(named: change.objectID.entityName) {
@@ -84,11 +86,27 @@ public struct WireCoding: Sendable {
             }
             return WireObjectChange(id: change.objectID.uriString, version: change.version, keys: keys ? change.changedKeys : nil, values: values)
         }
+        func list(_ changes: [ObjectChange]) -> [WireObjectChange] {
+            guard idRuns, !includeValues else { return changes.map { change($0, keys: false) } }
+            var result: [WireObjectChange] = []
+            var index = changes.startIndex
+            while index < changes.endIndex {
+                let first = changes[index]
+                var end = index + 1
+                while end < changes.endIndex, changes[end].version == first.version, changes[end].objectID.key == changes[end - 1].objectID.key + 1,
+                      changes[end].objectID.entityName == first.objectID.entityName, changes[end].objectID.isTemporary == first.objectID.isTemporary {
+                    end += 1
+                }
+                result.append(WireObjectChange(id: first.objectID.uriString, version: first.version, count: end - index > 1 ? Int64(end - index) : nil))
+                index = end
+            }
+            return result
+        }
         return WireSave(
             token: didSave.token.rawValue,
-            inserted: didSave.inserted.map { change($0, keys: false) },
+            inserted: list(didSave.inserted),
             updated: didSave.updated.map { change($0, keys: true) },
-            deleted: didSave.deleted.map { change($0, keys: false) }
+            deleted: list(didSave.deleted)
         )
     }
 

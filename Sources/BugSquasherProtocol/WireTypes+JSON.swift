@@ -12,18 +12,32 @@ extension WireObjectChange: JSONReadable, JSONWritable {
         var version: Int64?
         var keys: [String]?
         var values: [String: JSONValue]?
+        var count: Int64?
         try reader.object { reader, key in
             switch key {
             case "id": id = try reader.field("id") { try $0.string() }
             case "version": version = Int64(try reader.field("version") { try $0.integer() })
             case "keys": keys = reader.null() ? nil : try reader.strings()
             case "values": values = reader.null() ? nil : try [String: JSONValue](reading: &reader)
+            case "count": count = reader.null() ? nil : Int64(try reader.field("count") { try $0.integer() })
             default: try reader.skip()
             }
         }
         guard let id else { throw JSONReader.Failure.missing("id") }
         guard let version else { throw JSONReader.Failure.missing("version") }
-        self.init(id: id, version: version, keys: keys, values: values)
+        self.init(id: id, version: version, keys: keys, values: values, count: count)
+    }
+
+    /// The changes a run stands for (see ``count``); the change itself when it is no run.
+    package func expandingRun() throws -> [WireObjectChange] {
+        guard let count else { return [self] }
+        // The ID's primary key is the number after the last "/p".
+        guard count >= 1, count <= 1_000_000, let slash = id.utf8.lastIndex(of: UInt8(ascii: "/")),
+              id[slash...].hasPrefix("/p"), let first = Int64(id[id.index(slash, offsetBy: 2)...]) else {
+            throw JSONReader.Failure(message: "'count' \(count) with ID \(id): a run needs an ID ending in /p<key> and a count from 1 to 1000000", offset: 0, field: "count")
+        }
+        let prefix = id[...id.index(after: slash)]
+        return (0..<count).map { WireObjectChange(id: prefix + String(first + $0), version: version) }
     }
 
     package func write(to writer: inout JSONWriter) {
@@ -40,6 +54,10 @@ extension WireObjectChange: JSONReadable, JSONWritable {
                 writer.key("values")
                 values.write(to: &writer)
             }
+            if let count {
+                writer.key("count")
+                writer.integer(count)
+            }
         }
     }
 }
@@ -52,7 +70,7 @@ extension WireSave: JSONReadable, JSONWritable {
         var deleted: [WireObjectChange]?
         func changes(_ reader: inout JSONReader) throws -> [WireObjectChange] {
             var result: [WireObjectChange] = []
-            try reader.array { result.append(try WireObjectChange(reading: &$0)) }
+            try reader.array { result += try WireObjectChange(reading: &$0).expandingRun() }
             return result
         }
         try reader.object { reader, key in

@@ -23,13 +23,18 @@ public struct WireObjectChange: Codable, Sendable, Hashable {
     public var keys: [String]?
     /// New values, when asked for.
     public var values: [String: JSONValue]?
+    /// A run of IDs (only for a subscriber that asked for `idRuns`): this change stands for
+    /// `count` objects of one entity, all at `version`, whose primary keys follow `id`'s one by
+    /// one (`…/Bug/p1001`, `…/Bug/p1002`, …). ``WireSave``'s JSON reader expands runs.
+    public var count: Int64?
 
     /// Creates a change.
-    public init(id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil) {
+    public init(id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil, count: Int64? = nil) {
         self.id = id
         self.version = version
         self.keys = keys
         self.values = values
+        self.count = count
     }
 }
 
@@ -66,14 +71,19 @@ public struct SubscribeParameters: Codable, Sendable {
     /// The versions held, parallel to `register`; 0 marks a fault (only its deletion is sent).
     /// Without them, every change to a registered object is sent.
     public var versions: [Int64]?
+    /// Inserted and deleted objects without values whose primary keys follow one another (one
+    /// entity, one version) are sent as one change with a `count`: an import's chunk of 1,000
+    /// new bugs is one element instead of 1,000.
+    public var idRuns: Bool?
 
     /// Creates parameters.
-    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil, versions: [Int64]? = nil) {
+    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil, versions: [Int64]? = nil, idRuns: Bool? = nil) {
         self.since = since
         self.registeredOnly = registeredOnly
         self.includeValues = includeValues
         self.register = register
         self.versions = versions
+        self.idRuns = idRuns
     }
 }
 

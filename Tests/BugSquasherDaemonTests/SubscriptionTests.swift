@@ -196,6 +196,18 @@ struct SubscriptionTests {
         #expect(Data(spliced) == expected)
     }
 
+    @Test("a run of IDs expands to one change per key; a run without a key or with a count out of range is refused")
+    func idRunExpansion() throws {
+        let run = WireObjectChange(id: "x-bugsquasher://S/Bug/p41", version: 2, count: 3)
+        #expect(try run.expandingRun().map(\.id) == ["x-bugsquasher://S/Bug/p41", "x-bugsquasher://S/Bug/p42", "x-bugsquasher://S/Bug/p43"])
+        #expect(try run.expandingRun().allSatisfy { $0.version == 2 && $0.count == nil })
+        #expect(try WireObjectChange(id: "anything", version: 1).expandingRun().count == 1)
+        for bad in [WireObjectChange(id: "x-bugsquasher://S/Bug/t41", version: 1, count: 2), WireObjectChange(id: "x-bugsquasher://S/Bug/p41", version: 1, count: 0),
+                    WireObjectChange(id: "x-bugsquasher://S/Bug/p41", version: 1, count: 2_000_000), WireObjectChange(id: "p", version: 1, count: 2)] {
+            #expect(throws: (any Error).self) { try bad.expandingRun() }
+        }
+    }
+
     @Test("past the pending limit a subscriber is told to resync from its last delivered token")
     func resync() async {
         let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 5, startToken: HistoryToken(rawValue: 10))

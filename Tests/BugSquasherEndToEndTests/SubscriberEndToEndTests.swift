@@ -253,6 +253,39 @@ struct SubscriberEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("with idRuns, an import's new IDs come as runs with a count, which the client library reads as the same changes as without")
+    func idRuns() async throws {
+        let harness = try await DaemonHarness(chunkSize: 100)
+        let path = harness.directory + "/runs.ndjson"
+        let lines = (1...250).map { #"{"key":"RUN-\#($0)","title":"bug \#($0)","status":"Open","project":{"key":"RUN"}}"# }
+        try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        _ = try await harness.ctl(["import", path, "--wait"])
+        /// The saves replayed from the start, as the client library reads them, and the bytes received.
+        func replay(idRuns: Bool) throws -> (saves: [WireSave], bytes: Int, messages: [String]) {
+            var saves: [WireSave] = []
+            var bytes = 0
+            var messages: [String] = []
+            let current = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self).token
+            try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", SubscribeParameters(since: 0, idRuns: idRuns)) { reply in
+                let event = try reply.parameters(SubscribeReply.self)
+                if let save = event.save {
+                    saves.append(save)
+                    bytes += reply.message.count
+                    messages.append(String(decoding: reply.message, as: UTF8.self))
+                }
+                return (event.save?.token ?? 0) < current
+            }
+            return (saves, bytes, messages)
+        }
+        let plain = try replay(idRuns: false)
+        let runs = try replay(idRuns: true)
+        #expect(plain.saves.flatMap(\.inserted).filter { $0.id.contains("/Bug/") }.count == 250)
+        #expect(runs.saves == plain.saves)
+        #expect(runs.messages.contains { $0.contains(#""count":100"#) }, "\(runs.messages.first ?? "")")
+        #expect(!plain.messages.contains { $0.contains(#""count""#) })
+        #expect(runs.bytes * 10 < plain.bytes, "\(runs.bytes) bytes with runs, \(plain.bytes) without")
+    }
+
     @Test("Subscribe refuses a token ahead of the store, a negative one and another store's IDs; a subscriber holding a token from ahead follows the feed from now")
     func subscribeRefusesWhatItCannotHonour() async throws {
         let harness = try await DaemonHarness(chunkSize: 50)

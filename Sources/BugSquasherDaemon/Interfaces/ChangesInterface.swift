@@ -98,7 +98,7 @@ struct ChangesInterface: VarlinkInterface {
         let since = parameters.since.map(HistoryToken.init(rawValue:))
         let subscription = Subscription(
             registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
-            pendingLimit: pendingLimit, startToken: since ?? .zero
+            idRuns: parameters.idRuns ?? false, pendingLimit: pendingLimit, startToken: since ?? .zero
         )
         if let initial = parameters.register {
             _ = subscription.register(try registrations(initial, versions: parameters.versions), versions: parameters.versions)
@@ -144,28 +144,34 @@ struct ChangesInterface: VarlinkInterface {
     private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
         switch event {
         case .save(let save, let live):
-            let encode = {
-                try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
+            let reply = {
+                try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
             }
-            guard live else { return try await replier.send(try encode()) }
+            guard live else { return try await replier.send(try reply()) }
             let key: EncodedSaveCache.Key = subscription.registeredOnly
-                ? .filtered(save, includeValues: subscription.includeValues)
-                : .published(save.token, includeValues: subscription.includeValues)
-            try await replier.send(try encodedSaves.message(for: key, encode: encode))
+                ? .filtered(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+                : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+            try await replier.send(try encodedSaves.message(for: key, encode: reply))
         case .disjoint(let merged):
-            let includeValues = subscription.includeValues
             let lists = merged.saves.map { queued in
-                let encode = { EncodedChangeLists(coding.encode(queued.save, includeValues: includeValues)) }
-                return queued.encoding?.lists(encode) ?? encode()
+                let encodeLists = { EncodedChangeLists(encode(queued.save, for: subscription)) }
+                return queued.encoding?.lists(encodeLists) ?? encodeLists()
             }
-            let updated = coding.encode(DidSave(token: merged.token, storeIdentifier: "", updated: merged.updated), includeValues: includeValues).updated
+            let updated = encode(DidSave(token: merged.token, storeIdentifier: "", updated: merged.updated), for: subscription).updated
             try await replier.send(Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)))
         case .refresh(let changes):
             let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
-            try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: coding.encode(save, includeValues: subscription.includeValues)), continues: true)
+            try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
         case .resync(let token):
             try await replier.reply(SubscribeReply(event: "resync", token: token.rawValue, resyncFrom: token.rawValue), continues: false)
         }
+    }
+}
+
+extension ChangesInterface {
+    /// A save as this subscriber asked for it: with values or not, with runs of IDs or not.
+    private func encode(_ save: DidSave, for subscription: Subscription) -> WireSave {
+        coding.encode(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
     }
 }
 
@@ -176,9 +182,9 @@ final class EncodedSaveCache: Sendable {
     enum Key: Hashable {
         /// A whole committed save, by its token: every unfiltered subscriber gets the same one,
         /// so the token is the key (no hashing of the save).
-        case published(HistoryToken, includeValues: Bool)
+        case published(HistoryToken, includeValues: Bool, idRuns: Bool)
         /// A save filtered to some registrations: small, keyed by its contents.
-        case filtered(DidSave, includeValues: Bool)
+        case filtered(DidSave, includeValues: Bool, idRuns: Bool)
     }
 
     /// Fan-out happens right after each commit, so a few recent saves are enough; large saves

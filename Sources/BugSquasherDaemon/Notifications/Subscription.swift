@@ -41,6 +41,8 @@ final class Subscription: Sendable {
     let id: String
     let registeredOnly: Bool
     let includeValues: Bool
+    /// Whether runs of inserted and deleted IDs are sent as one change with a count.
+    let idRuns: Bool
     let pendingLimit: Int
 
     /// How a subscriber holds a registered object.
@@ -85,10 +87,11 @@ final class Subscription: Sendable {
 
     private let state: Mutex<State>
 
-    init(registeredOnly: Bool, includeValues: Bool, pendingLimit: Int, startToken: HistoryToken) {
+    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, startToken: HistoryToken) {
         id = UUID().uuidString
         self.registeredOnly = registeredOnly
         self.includeValues = includeValues
+        self.idRuns = idRuns
         self.pendingLimit = pendingLimit
         state = Mutex(State(delivered: startToken))
     }
@@ -167,7 +170,7 @@ final class Subscription: Sendable {
             // Queued: without the values this subscriber did not ask for, so that a stalled
             // one holds IDs and versions, not rows.
             let queued = includeValues ? save : registeredOnly ? save.withoutValues : withoutValues()
-            state.pending.append(QueuedSave(save: queued, encoding: registeredOnly ? nil : encodings?.of(includeValues: includeValues)))
+            state.pending.append(QueuedSave(save: queued, encoding: registeredOnly ? nil : encodings?.of(includeValues: includeValues, idRuns: idRuns)))
             state.pendingObjects += save.inserted.count + save.updated.count + save.deleted.count
             if state.pendingObjects > pendingLimit || state.pending.count > Self.mergeAfterSaves {
                 state.mergePending()
@@ -310,12 +313,11 @@ final class SharedEncoding: Sendable {
     }
 }
 
-/// The two shared encodings of one published save: with row values and without.
+/// The shared encodings of one published save, one per set of options a subscriber can ask for.
 struct SharedEncodings: Sendable {
-    let withValues = SharedEncoding()
-    let withoutValues = SharedEncoding()
+    private let encodings = (0..<4).map { _ in SharedEncoding() }
 
-    func of(includeValues: Bool) -> SharedEncoding { includeValues ? withValues : withoutValues }
+    func of(includeValues: Bool, idRuns: Bool) -> SharedEncoding { encodings[(includeValues ? 2 : 0) + (idRuns ? 1 : 0)] }
 }
 
 /// Consecutive saves merged one at a time, in time proportional to each save: the newest
