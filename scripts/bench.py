@@ -506,10 +506,9 @@ class Feed:
 
 
 def child_slow(path, delay_ms):
-    """An unfiltered subscriber (with `idRuns`: an import chunk's new IDs come as one run) that
-    sleeps `delay_ms` after each message; resubscribes with `since` when told to resync. Prints
-    its token after each save; on "stop" on stdin, a summary."""
-    feed = Feed(path, registeredOnly=False, idRuns=True)
+    """An unfiltered subscriber that sleeps `delay_ms` after each message; resubscribes with
+    `since` when told to resync. Prints its token after each save; on "stop" on stdin, a summary."""
+    feed = Feed(path, registeredOnly=False)
     first = feed.next()
     token, subscribed = first["token"], first["token"]
     print(json.dumps({"event": "subscribed", "token": token}), flush=True)
@@ -537,7 +536,7 @@ def child_slow(path, delay_ms):
         elif event["event"] == "resync":
             resyncs += 1
             feed.close()
-            feed = Feed(path, registeredOnly=False, idRuns=True, since=event["resyncFrom"])
+            feed = Feed(path, registeredOnly=False, since=event["resyncFrom"])
             feed.next()
             token = event["resyncFrom"]
     print(json.dumps({"event": "summary", "subscribed": subscribed, "token": token, "saves": saves, "objects": objects,
@@ -952,7 +951,7 @@ def section_de(args, root, files, report):
     after = import_run(args, root, files, args.big_rows, report, "e-after")
     base_rate = (base["rows_per_s"] + after["rows_per_s"]) / 2
     print(f"\n== e. {args.big_rows:,}-record import with {args.e_subscribers} subscribers ({fast} fast `squasherctl subscribe` holding 11 bugs each, "
-          f"{args.e_slow} slow unfiltered readers with idRuns sleeping {args.slow_ms} ms per message, 1 stalled) vs none"
+          f"{args.e_slow} slow unfiltered readers sleeping {args.slow_ms} ms per message, 1 stalled) vs none"
           f"\n   (without subscribers a chunk of 1,000 commits every {chunk_ms:.0f} ms; the import without subscribers ran before and after"
           f" the one with them, at {base['rows_per_s']:,.0f} and {after['rows_per_s']:,.0f} rows/s, and the ratio is against their mean)")
     ratio = loaded["rows_per_s"] / base_rate
