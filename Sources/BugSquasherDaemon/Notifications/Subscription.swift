@@ -147,8 +147,8 @@ final class Subscription: Sendable {
     /// - Parameters:
     ///   - withoutValues: the save without row values, which a queued save keeps for a
     ///     subscriber that did not ask for them; the hub computes it once for all subscribers.
-    ///   - encodings: the shared encodings of the save with and without values, for a
-    ///     subscriber that receives the whole save; `nil` when nothing is shared.
+    ///   - encodings: the save's shared encodings, one per set of options, for a subscriber
+    ///     that receives the whole save; `nil` when nothing is shared.
     func offer(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings? = nil) {
         let waiter: CheckedContinuation<Event?, Never>?
         let event: Event?
