@@ -93,8 +93,7 @@ public struct WireCoding: Sendable {
             while index < changes.endIndex {
                 let first = changes[index]
                 var end = index + 1
-                // A run holds at most a million IDs, as readers accept.
-                while end < changes.endIndex, end - index < 1_000_000, changes[end].version == first.version, changes[end].objectID.key == changes[end - 1].objectID.key + 1,
+                while end < changes.endIndex, end - index < WireObjectChange.maximumRunLength, changes[end].version == first.version, changes[end].objectID.key == changes[end - 1].objectID.key + 1,
                       changes[end].objectID.entityName == first.objectID.entityName, changes[end].objectID.isTemporary == first.objectID.isTemporary {
                     end += 1
                 }

@@ -32,9 +32,9 @@ extension WireObjectChange: JSONReadable, JSONWritable {
     package func expandingRun() throws -> [WireObjectChange] {
         guard let count else { return [self] }
         // The ID's primary key is the number after the last "/p".
-        guard count >= 1, count <= 1_000_000, let slash = id.utf8.lastIndex(of: UInt8(ascii: "/")),
+        guard (1...Self.maximumRunLength).contains(count), let slash = id.utf8.lastIndex(of: UInt8(ascii: "/")),
               id[slash...].hasPrefix("/p"), let first = Int64(id[id.index(slash, offsetBy: 2)...]) else {
-            throw JSONReader.Failure(message: "'count' \(count) with ID \(id): a run needs an ID ending in /p<key> and a count from 1 to 1000000", offset: 0, field: "count")
+            throw JSONReader.Failure(message: "'count' \(count) with ID \(id): a run needs an ID ending in /p<key> and a count from 1 to \(Self.maximumRunLength)", offset: 0, field: "count")
         }
         let prefix = id[...id.index(after: slash)]
         return (0..<count).map { WireObjectChange(id: prefix + String(first + $0), version: version) }

@@ -28,6 +28,9 @@ public struct WireObjectChange: Codable, Sendable, Hashable {
     /// one (`…/Bug/p1001`, `…/Bug/p1002`, …). ``WireSave``'s JSON reader expands runs.
     public var count: Int64?
 
+    /// The most IDs one run stands for: longer runs are split by the writer, refused by the reader.
+    public static let maximumRunLength: Int64 = 1_000_000
+
     /// Creates a change.
     public init(id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil, count: Int64? = nil) {
         self.id = id

@@ -157,7 +157,7 @@ struct ChangesInterface: VarlinkInterface {
                 let encodeLists = { EncodedChangeLists(encode(queued.save, for: subscription)) }
                 return queued.encoding?.lists(encodeLists) ?? encodeLists()
             }
-            let updated = encode(DidSave(token: merged.token, storeIdentifier: "", updated: merged.updated), for: subscription).updated
+            let updated = encode(DidSave(token: merged.token, storeIdentifier: merged.storeIdentifier, updated: merged.updated), for: subscription).updated
             try await replier.send(Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)))
         case .refresh(let changes):
             let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)

@@ -189,6 +189,12 @@ actor Spooler {
         return String(decoding: firstLine, as: UTF8.self).contains("\"fields\"") ? ["fields": true] : [:]
     }
 
+    /// The format of NDJSON whose first record cannot be parsed, from what it seems to hold: a
+    /// Jira issue has `fields`; a record with neither `fields` nor `key` follows the declared format.
+    private func recordFormat(hasFields: Bool, hasKey: Bool) -> InputFormat {
+        hasFields || (!hasKey && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
+    }
+
     /// Decides the format from the first bytes (or checks the declared one against them).
     private func decide(final: Bool) throws {
         decided = true
@@ -222,11 +228,11 @@ actor Spooler {
                     detected = .jiraJSON
                     layout = .searchResponse
                 } else {
-                    detected = head.contains("\"fields\"") || (!head.contains("\"key\"") && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
+                    detected = recordFormat(hasFields: head.contains("\"fields\""), hasKey: head.contains("\"key\""))
                 }
             } else if object == nil, let record = Self.ndjsonWithBrokenFirstLine(firstLine, in: sniffed) {
                 // NDJSON whose first record is broken: it becomes a reject, the others import.
-                detected = record["fields"] != nil || (record["key"] == nil && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
+                detected = recordFormat(hasFields: record["fields"] != nil, hasKey: record["key"] != nil)
             } else if object == nil {
                 // A pretty-printed document: a Jira search response.
                 detected = .jiraJSON

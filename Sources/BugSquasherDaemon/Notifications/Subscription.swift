@@ -362,7 +362,7 @@ struct CoalescedSaves: Sendable {
     /// The merged save as saves whose inserted and deleted lists are concatenated, and the
     /// merged updates; `nil` when the saves had to be merged object by object.
     var disjoint: DisjointSaves? {
-        saves.map { DisjointSaves(token: token, saves: $0, updated: order.compactMap { updated[$0] }) }
+        saves.map { DisjointSaves(token: token, storeIdentifier: storeIdentifier, saves: $0, updated: order.compactMap { updated[$0] }) }
     }
 
     /// Merges the next save.
@@ -379,25 +379,14 @@ struct CoalescedSaves: Sendable {
                 record(queued)
                 return
             }
-            // Back to merging every object, the saves so far first; the updates merged so far
-            // were the newest of each object, and stay so.
+            // Back to merging every object: the saves so far again, in order, from scratch.
             saves = nil
             insertedKeys = [:]
             deletedObjects = []
             savedCount = 0
-            let merged = updated
             updated = [:]
-            let updateOrder = order
             order = []
-            for queued in earlier {
-                merge(DidSave(token: queued.save.token, storeIdentifier: storeIdentifier, inserted: queued.save.inserted, deleted: queued.save.deleted))
-            }
-            for id in updateOrder where updated[id] == nil && deleted[id] == nil {
-                if let change = merged[id] {
-                    updated[id] = change
-                    order.append(id)
-                }
-            }
+            for queued in earlier { merge(queued.save) }
         }
         merge(save)
     }
@@ -419,7 +408,7 @@ struct CoalescedSaves: Sendable {
         for change in save.inserted where insertedBefore(change.objectID) || deletedBefore(change.objectID) || (!updated.isEmpty && updated[change.objectID] != nil) {
             return false
         }
-        for change in save.updated + save.deleted where insertedBefore(change.objectID) || deletedBefore(change.objectID) {
+        for change in [save.updated, save.deleted].joined() where insertedBefore(change.objectID) || deletedBefore(change.objectID) {
             return false
         }
         return true
@@ -447,7 +436,7 @@ struct CoalescedSaves: Sendable {
             high = max(high, change.objectID.key)
         }
         flush()
-        mergeUpdates(save.updated)
+        for change in save.updated { mergeUpdate(change) }
         for change in save.deleted {
             updated[change.objectID] = nil
             deletedObjects.insert(change.objectID)
@@ -456,19 +445,18 @@ struct CoalescedSaves: Sendable {
         saves?.append(queued)
     }
 
-    /// Merges updates of objects that were not inserted in the merged saves.
-    private mutating func mergeUpdates(_ changes: [ObjectChange]) {
-        for change in changes {
-            var merged = change
-            if let previous = updated[change.objectID] {
-                if previous.changedKeys != change.changedKeys {
-                    merged.changedKeys = Array(Set(previous.changedKeys + change.changedKeys)).sorted()
-                }
-            } else {
-                order.append(change.objectID)
+    /// Merges the update of an object that was not inserted in the merged saves: the newest
+    /// version, the changed keys of all its updates.
+    private mutating func mergeUpdate(_ change: ObjectChange) {
+        var merged = change
+        if let previous = updated[change.objectID] {
+            if previous.changedKeys != change.changedKeys {
+                merged.changedKeys = Array(Set(previous.changedKeys + change.changedKeys)).sorted()
             }
-            updated[change.objectID] = merged
+        } else {
+            order.append(change.objectID)
         }
+        updated[change.objectID] = merged
     }
 
     private mutating func merge(_ save: DidSave) {
@@ -477,12 +465,15 @@ struct CoalescedSaves: Sendable {
             inserted[change.objectID] = change
             deleted[change.objectID] = nil
         }
-        for change in save.updated where inserted[change.objectID] != nil {
+        for change in save.updated {
+            guard inserted[change.objectID] != nil else {
+                mergeUpdate(change)
+                continue
+            }
             var merged = change
             merged.changedKeys = []
             inserted[change.objectID] = merged
         }
-        mergeUpdates(save.updated.filter { inserted[$0.objectID] == nil })
         for change in save.deleted {
             if inserted.removeValue(forKey: change.objectID) == nil { deleted[change.objectID] = change }
             updated[change.objectID] = nil
@@ -518,6 +509,8 @@ struct CoalescedSaves: Sendable {
 struct DisjointSaves: Sendable {
     /// The token of the newest save.
     let token: HistoryToken
+    /// The store that committed the saves.
+    let storeIdentifier: String
     /// The saves, whose inserted and deleted lists are taken as they are.
     let saves: [QueuedSave]
     /// The updates, merged: the newest version of each object, changed keys merged.
