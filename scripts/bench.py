@@ -507,8 +507,10 @@ class Feed:
 
 def child_slow(path, delay_ms):
     """An unfiltered subscriber that sleeps `delay_ms` after each message; resubscribes with
-    `since` when told to resync. Prints its token after each save; on "stop" on stdin, a summary."""
-    feed = Feed(path, registeredOnly=False)
+    `since` when told to resync. Asks for runs of IDs (`idRuns`): an import chunk's 1,000 new
+    bugs are one change with a count. Prints its token after each save; on "stop" on stdin, a
+    summary."""
+    feed = Feed(path, registeredOnly=False, idRuns=True)
     first = feed.next()
     token, subscribed = first["token"], first["token"]
     print(json.dumps({"event": "subscribed", "token": token}), flush=True)
@@ -536,7 +538,7 @@ def child_slow(path, delay_ms):
         elif event["event"] == "resync":
             resyncs += 1
             feed.close()
-            feed = Feed(path, registeredOnly=False, since=event["resyncFrom"])
+            feed = Feed(path, registeredOnly=False, idRuns=True, since=event["resyncFrom"])
             feed.next()
             token = event["resyncFrom"]
     print(json.dumps({"event": "summary", "subscribed": subscribed, "token": token, "saves": saves, "objects": objects,

@@ -156,6 +156,7 @@ public final class VarlinkServer: Sendable {
                             }
                             if call.more && !call.upgrade {
                                 streaming.set(true)
+                                await Self.keepLittleInFlight(connection.channel)
                                 group.addTask {
                                     defer { streaming.set(false) }
                                     try await self.service.handle(call, context: context, replier: replier)
@@ -178,6 +179,23 @@ public final class VarlinkServer: Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         await context.connection.close()
+    }
+
+    /// The kernel's send buffer of a connection that streams replies, before doubling for its
+    /// bookkeeping (the kernel's default is about 208 KiB).
+    static let streamingSendBuffer = 8 * 1024
+    /// The bytes a streaming connection's channel buffers before its writer waits.
+    static let streamingWriteWaterMark = ChannelOptions.Types.WriteBufferWaterMark(low: 1024, high: 2048)
+
+    /// Makes a connection that streams replies buffer little: a reply written but not yet read
+    /// should wait in the service (where a change feed coalesces what a slow reader has not
+    /// taken yet), not in socket buffers. With the defaults, NIO's 64 KiB and the kernel's
+    /// 208 KiB hold hundreds of small replies, each of which a slow reader then takes on its
+    /// own, while the service's mailbox overflows behind them.
+    static func keepLittleInFlight(_ channel: any Channel) async {
+        // Best effort: a connection that refuses keeps the defaults and still works.
+        try? await channel.setOption(.socketOption(.so_sndbuf), value: streamingSendBuffer).get()
+        try? await channel.setOption(.writeBufferWaterMark, value: streamingWriteWaterMark).get()
     }
 
     /// Whether a process accepts connections on the Unix socket at `path` (a connect succeeds);

@@ -44,6 +44,25 @@ final class RawSocket {
         return String(decoding: reply.prefix { $0 != 0 }, as: UTF8.self)
     }
 
+    /// Bytes received after the last message ``nextMessage(readSize:)`` returned.
+    private var unread: [UInt8] = []
+
+    /// The next NUL-terminated message of a stream of them, without its terminator; `nil` when
+    /// the peer closed or the timeout passed first. Reads at most `readSize` bytes at a time,
+    /// so that little waits on this side: a slow reader's backlog stays with the sender.
+    func nextMessage(readSize: Int = 1024) -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: readSize)
+        while true {
+            if let end = unread.firstIndex(of: 0) {
+                defer { unread.removeSubrange(...end) }
+                return Array(unread[..<end])
+            }
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { return nil }
+            unread += buffer[..<n]
+        }
+    }
+
     /// Reads whatever arrives until the peer closes or nothing comes for the receive timeout.
     func receiveAll(limit: Int = 64 << 20) -> [UInt8] {
         var data: [UInt8] = []

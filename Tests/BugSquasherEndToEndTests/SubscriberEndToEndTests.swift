@@ -286,6 +286,53 @@ struct SubscriberEndToEndTests {
         #expect(runs.bytes * 10 < plain.bytes, "\(runs.bytes) bytes with runs, \(plain.bytes) without")
     }
 
+    @Test("a slow reader of small saves (idRuns) has them coalesced by squasherd instead of queued in socket buffers until its mailbox overflows")
+    func slowReaderOfSmallSaves() async throws {
+        // 1,000 saves of 10 bugs, each about 300 bytes with runs: socket buffers of the default
+        // size hold hundreds of them, more than the pending limit allows behind them.
+        let config = "/tmp/bsslow-\(UUID().uuidString.prefix(8)).conf"
+        try "subscriber_pending_limit = 2000\n".write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let harness = try await DaemonHarness(chunkSize: 10, extraArguments: ["--config", config])
+        let count = 10_000
+        let path = harness.directory + "/slow.ndjson"
+        let lines = (1...count).map { #"{"key":"SLOW-\#($0)","title":"bug \#($0)","status":"Open","project":{"key":"SLOW"}}"# }
+        try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+
+        let feed = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+        feed.send(Array(#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"idRuns":true},"more":true}"#.utf8) + [0])
+        let first = try VarlinkReply(message: Data(try #require(feed.nextMessage()))).parameters(SubscribeReply.self)
+        #expect(first.event == "subscribed")
+        let importer = try harness.startCtl("import", ["import", path, "--wait"])
+
+        // Read like a slow consumer: 10 ms per message, until every new bug was seen.
+        var bugs = Set<String>()
+        var messages = 0
+        var coalesced = 0
+        var token = first.token
+        var resynced = false
+        while bugs.count < count, let message = feed.nextMessage() {
+            let reply = try VarlinkReply(message: Data(message)).parameters(SubscribeReply.self)
+            guard let save = reply.save, reply.event == "save" else {
+                resynced = reply.event == "resync"
+                break
+            }
+            messages += 1
+            if save.token > token + 1 { coalesced += 1 }
+            token = save.token
+            bugs.formUnion(save.inserted.map(\.id).filter { $0.contains("/Bug/") })
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(try await importer.waitForExit(timeout: .seconds(120)) == 0)
+        let saves = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self).token - first.token
+        print("slow reader: \(messages) messages for \(saves) saves, \(coalesced) coalesced")
+        #expect(!resynced, "told to resync after \(messages) messages")
+        #expect(bugs.count == count)
+        #expect(coalesced > 0, "the reader never fell behind: \(messages) messages")
+        #expect(messages * 2 < saves, "\(messages) messages for \(saves) saves: the saves were not coalesced")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("Subscribe refuses a token ahead of the store, a negative one and another store's IDs; a subscriber holding a token from ahead follows the feed from now")
     func subscribeRefusesWhatItCannotHonour() async throws {
         let harness = try await DaemonHarness(chunkSize: 50)
