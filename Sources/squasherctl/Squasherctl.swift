@@ -3,8 +3,7 @@ import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 
-/// squasherctl: the command line of BugSquasher.
-@main
+/// squasherctl: the command line of BugSquasher (started by `main.swift`).
 struct Squasherctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "squasherctl",
@@ -15,6 +14,23 @@ struct Squasherctl: AsyncParsableCommand {
             """,
         subcommands: [ImportCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
     )
+}
+
+extension Squasherctl {
+    /// Parses the command line and runs the command: what `AsyncParsableCommand.main()` does,
+    /// callable from `main.swift` (whose top-level code would pick the synchronous `main()`).
+    static func start() async {
+        do {
+            var command = try await asyncParseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
 }
 
 /// Runs a client call, mapping transport and Varlink failures to messages and exit codes.

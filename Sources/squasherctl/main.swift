@@ -1,0 +1,9 @@
+import BugSquasherTransport
+
+// A subscriber or a watcher mostly waits for its feed: one thread serves both its socket and its
+// Swift tasks, so that a notification is handled without hand-offs between threads. Installed
+// here, on the main thread, before any task runs.
+if let command = CommandLine.arguments.dropFirst().first, ["subscribe", "watch"].contains(command) {
+    SingleThreadedRuntime.install()
+}
+await Squasherctl.start()
