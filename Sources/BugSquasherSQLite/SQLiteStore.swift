@@ -22,6 +22,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
     public let url: URL
     private let logger: Logger
     private let pool: DatabasePool
+    /// Checkpoints the WAL beside the writer's commits (see ``BackgroundCheckpointer``).
+    private let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
 
     private struct Loaded: Sendable {
@@ -104,16 +106,26 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
         configuration.label = "bugsquasher.sqlite"
+        let checkpointer = BackgroundCheckpointer(logger: logger)
+        self.checkpointer = checkpointer
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            checkpointer.install(on: db)
         }
         do {
             pool = try DatabasePool(path: url.path, configuration: configuration)
+            try checkpointer.open(path: url.path)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw GraphError(.invalidStore, "\(url.path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
         } catch {
             throw GraphError(.storeIO, "Could not open the store at \(url.path): check that the directory exists and is writable by this user.", cause: error)
         }
+    }
+
+    deinit {
+        // The pool's connections go first: the checkpointer must outlive every commit.
+        try? pool.close()
+        checkpointer.close()
     }
 
     // MARK: Metadata
@@ -476,6 +488,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         try wrap("checkpoint") {
             _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
         }
+    }
+
+    /// Waits for the background checkpoints requested so far; returns how many have run since
+    /// the store opened (for tests).
+    func backgroundCheckpoints() -> Int {
+        checkpointer.drain()
     }
 
     /// Runs SQLite's `PRAGMA quick_check` (structure, not index contents) and returns its
