@@ -19,6 +19,9 @@ actor Spooler {
     private var sniffedLines = 0
     private var decided = false
     private var gzip: (any NIODecompressor)?
+    /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
+    /// an upload may arrive one byte at a time. `nil` once told.
+    private var head: [UInt8]? = []
     private var format: InputFormat?
     private var splitter: JSONArraySplitter?
     private var csv: CSVParser?
@@ -49,12 +52,21 @@ actor Spooler {
     /// - Throws: ``DaemonError`` when the input is not what it claims to be; the job fails.
     func append(_ bytes: [UInt8]) throws {
         if let failure { throw DaemonError(failure) }
+        var bytes = bytes
         do {
-            if gzip == nil && !decided && sniffed.isEmpty && bytes.starts(with: [0x1F, 0x8B]) {
-                let decompressor = CompressionAlgorithm.gzip().decompressor
-                decompressor.window = ByteBufferAllocator().buffer(capacity: 64 * 1024)
-                try decompressor.startStream()
-                gzip = decompressor
+            if let held = head {
+                bytes = held + bytes
+                guard bytes.count >= 2 else {
+                    head = bytes
+                    return
+                }
+                head = nil
+                if bytes.starts(with: [0x1F, 0x8B]) {
+                    let decompressor = CompressionAlgorithm.gzip().decompressor
+                    decompressor.window = ByteBufferAllocator().buffer(capacity: 64 * 1024)
+                    try decompressor.startStream()
+                    gzip = decompressor
+                }
             }
             if let gzip {
                 var buffer = ByteBuffer(bytes: bytes)
@@ -81,6 +93,11 @@ actor Spooler {
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (InputFormat, Int64) {
         if let failure { throw DaemonError(failure) }
+        if let held = head, !held.isEmpty {
+            // A one-byte upload: not gzip.
+            head = nil
+            try consume(held)
+        }
         if !decided {
             // A short input (one line, or no newline at all) is decided only now; what was
             // sniffed still has to reach the spool.

@@ -1,0 +1,34 @@
+@testable import BugSquasherDaemon
+import Foundation
+import Testing
+
+@Suite("Upload spooler")
+struct SpoolerTests {
+    @Test("a gzip upload that arrives one byte at a time is recognized and inflated; a one-byte upload is read as it is")
+    func gzipOneByteAtATime() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let records = (1...20).map { #"{"key":"SP-\#($0)","title":"spooled \#($0)","status":"Open"}"# }
+        let plain = directory + "/in.ndjson"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try (records.joined(separator: "\n") + "\n").write(toFile: plain, atomically: true, encoding: .utf8)
+        let gzip = Process()
+        gzip.executableURL = URL(filePath: "/bin/gzip")
+        gzip.arguments = ["-k", plain]
+        try gzip.run()
+        gzip.waitUntilExit()
+        let compressed = [UInt8](try Data(contentsOf: URL(filePath: plain + ".gz")))
+        #expect(compressed.starts(with: [0x1F, 0x8B]))
+
+        let spooler = try Spooler(jobID: "gz", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+        for byte in compressed { try await spooler.append([byte]) }
+        let (format, _) = try await spooler.finish()
+        #expect(format == .bugsquasherNDJSON)
+        let spooled = try String(contentsOfFile: await spooler.path, encoding: .utf8)
+        #expect(spooled.split(separator: "\n").count == records.count, "\(spooled.prefix(200))")
+
+        let single = try Spooler(jobID: "one", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+        try await single.append(Array("[".utf8))
+        await #expect(throws: DaemonError.self) { _ = try await single.finish() }
+    }
+}
