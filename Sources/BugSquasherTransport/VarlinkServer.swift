@@ -78,14 +78,14 @@ public final class VarlinkServer: Sendable {
     /// Binds (or adopts) the socket, calls `onBound`, and serves until the task is cancelled.
     public func run(onBound: @Sendable () async -> Void = {}) async throws {
         let maximumMessageSize = self.maximumMessageSize
-        let initializer: @Sendable (any Channel) -> EventLoopFuture<NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>> = { channel in
+        let initializer: @Sendable (any Channel) -> EventLoopFuture<AcceptedConnection> = { channel in
             channel.eventLoop.makeCompletedFuture {
                 try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkServerDecoder(maximumMessageSize: maximumMessageSize)))
-                return try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel)
+                return AcceptedConnection(try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
             }
         }
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
-        let server: NIOAsyncChannel<NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>, Never>
+        let server: NIOAsyncChannel<AcceptedConnection, Never>
         switch address.kind {
         case .path(let path, let permissions):
             try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -111,7 +111,8 @@ public final class VarlinkServer: Sendable {
         await onBound()
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { inbound in
-                for try await connection in inbound {
+                for try await accepted in inbound {
+                    let connection = accepted.take()
                     group.addTask { await self.serve(connection) }
                 }
             }
@@ -204,6 +205,36 @@ public final class VarlinkServer: Sendable {
         guard let fd = try? BlockingVarlinkClient.connect(path) else { return false }
         close(fd)
         return true
+    }
+}
+
+/// A connection the server accepted, on its way to the task that serves it.
+///
+/// NIO traps when a `NIOAsyncChannel` goes away without `executeThenClose` having finished its
+/// writer, and a connection accepted while the server stops can be dropped on the way from the
+/// listening channel to the serving loop (apple/swift-nio#2813): squasherd then crashed on
+/// SIGTERM under a stream of connections instead of exiting 0. One that was never taken is
+/// finished and closed by a task of its own.
+final class AcceptedConnection: Sendable {
+    private let channel: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>
+    private let taken = Atomic<Bool>(false)
+
+    init(_ channel: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) {
+        self.channel = channel
+    }
+
+    /// The connection, for a task that will run `executeThenClose` on it.
+    func take() -> NIOAsyncChannel<VarlinkServerInbound, ByteBuffer> {
+        taken.store(true, ordering: .releasing)
+        return channel
+    }
+
+    deinit {
+        guard !taken.load(ordering: .acquiring) else { return }
+        // `executeThenClose` finishes the writer and closes the connection; the task keeps
+        // the writer alive until it has.
+        let channel = self.channel
+        Task { try? await channel.executeThenClose { _, _ in } }
     }
 }
 

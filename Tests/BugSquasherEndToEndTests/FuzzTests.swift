@@ -1,6 +1,7 @@
 import BugSquasherImport
 import BugSquasherProtocol
 import Foundation
+import Synchronization
 import Testing
 
 /// A small seeded generator (SplitMix64), so that a failing fuzz run can be repeated.
@@ -233,6 +234,38 @@ struct FuzzTests {
         subscriber.signal(SIGTERM)
         _ = try await subscriber.waitForExit()
         #expect(try await harness.stop() == 0)
+    }
+
+    @Test("SIGTERM while clients connect and hang up as fast as they can: squasherd exits 0 every time, also with connections accepted during the shutdown")
+    func stopDuringConnectionChurn() async throws {
+        for round in 1...6 {
+            let harness = try await DaemonHarness()
+            final class Churn: Sendable {
+                let stopping = Atomic<Bool>(false)
+                let connections = Atomic<Int>(0)
+            }
+            let state = Churn()
+            let sockets = [harness.readSocket, harness.writeSocket]
+            // Two clients that connect and hang up in a loop, until the daemon is gone: on
+            // Dispatch's threads, since they block (the cooperative pool has one per core).
+            let clients = DispatchGroup()
+            for path in sockets {
+                DispatchQueue.global().async(group: clients) {
+                    while !state.stopping.load(ordering: .relaxed) {
+                        if (try? RawSocket(path: path, receiveTimeout: 1)) != nil {
+                            state.connections.add(1, ordering: .relaxed)
+                        }
+                    }
+                }
+            }
+            while state.connections.load(ordering: .relaxed) < 200 { try await Task.sleep(for: .milliseconds(1)) }
+            harness.daemon.signal(SIGTERM)
+            let status = try await harness.daemon.waitForExit()
+            state.stopping.store(true, ordering: .relaxed)
+            await withCheckedContinuation { done in clients.notify(queue: .global()) { done.resume() } }
+            #expect(status == 0, "round \(round): squasherd exited with \(status) after \(state.connections.load(ordering: .relaxed)) connections\n\(harness.daemon.errorOutput.prefix(1_500))")
+            if status != 0 { break }
+        }
     }
 
     @Test("a client without permission for the write socket cannot import or edit; it can still read")
