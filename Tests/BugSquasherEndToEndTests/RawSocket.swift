@@ -6,12 +6,17 @@ final class RawSocket {
 
     /// Connects to `path`; throws with the errno text when the connection is refused.
     init(path: String, receiveTimeout seconds: Int = 10) throws {
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        // `self.fd` is set only once connected: a class whose stored properties are all set
+        // runs its deinit when its init throws, which would close the descriptor a second
+        // time — by then perhaps another thread's.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
         guard withUnixAddress(path, { connect(fd, $0, $1) }) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw HarnessError("connect(\(path)): \(reason)")
         }
+        self.fd = fd
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

@@ -288,13 +288,13 @@ struct SubscriberEndToEndTests {
 
     @Test("a slow reader of small saves (idRuns) has them coalesced by squasherd instead of queued in socket buffers until its mailbox overflows")
     func slowReaderOfSmallSaves() async throws {
-        // 1,000 saves of 10 bugs, each about 300 bytes with runs: socket buffers of the default
-        // size hold hundreds of them, more than the pending limit allows behind them.
+        // 2,000 saves of 10 bugs, each about 300 bytes with runs: socket buffers of the default
+        // size hold over 500 of them, and the pending limit lets about 360 wait behind them.
         let config = "/tmp/bsslow-\(UUID().uuidString.prefix(8)).conf"
-        try "subscriber_pending_limit = 2000\n".write(toFile: config, atomically: true, encoding: .utf8)
+        try "subscriber_pending_limit = 4000\n".write(toFile: config, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: config) }
         let harness = try await DaemonHarness(chunkSize: 10, extraArguments: ["--config", config])
-        let count = 10_000
+        let count = 20_000
         let path = harness.directory + "/slow.ndjson"
         let lines = (1...count).map { #"{"key":"SLOW-\#($0)","title":"bug \#($0)","status":"Open","project":{"key":"SLOW"}}"# }
         try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
@@ -305,7 +305,7 @@ struct SubscriberEndToEndTests {
         #expect(first.event == "subscribed")
         let importer = try harness.startCtl("import", ["import", path, "--wait"])
 
-        // Read like a slow consumer: 10 ms per message, until every new bug was seen.
+        // Read like a slow consumer: 5 ms per message, until every new bug was seen.
         var bugs = Set<String>()
         var messages = 0
         var coalesced = 0
@@ -321,14 +321,15 @@ struct SubscriberEndToEndTests {
             if save.token > token + 1 { coalesced += 1 }
             token = save.token
             bugs.formUnion(save.inserted.map(\.id).filter { $0.contains("/Bug/") })
-            try await Task.sleep(for: .milliseconds(10))
+            try await Task.sleep(for: .milliseconds(5))
         }
         #expect(try await importer.waitForExit(timeout: .seconds(120)) == 0)
         let saves = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self).token - first.token
         print("slow reader: \(messages) messages for \(saves) saves, \(coalesced) coalesced")
         #expect(!resynced, "told to resync after \(messages) messages")
         #expect(bugs.count == count)
-        #expect(coalesced > 0, "the reader never fell behind: \(messages) messages")
+        // Coalescing all along, not only once the socket buffers are full (3 times with them).
+        #expect(coalesced >= 10, "\(coalesced) coalesced saves in \(messages) messages")
         #expect(messages * 2 < saves, "\(messages) messages for \(saves) saves: the saves were not coalesced")
         #expect(try await harness.stop() == 0)
     }
