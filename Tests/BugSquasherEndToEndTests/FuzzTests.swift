@@ -26,6 +26,12 @@ func residentMemory(of pid: Int32) throws -> Int {
     return kib * 1024
 }
 
+/// What a client that connects and hangs up in a loop shares with its test.
+private final class ConnectionChurn: Sendable {
+    let stopping = Atomic<Bool>(false)
+    let connections = Atomic<Int>(0)
+}
+
 @Suite("End to end: hostile clients on both sockets", .serialized)
 struct FuzzTests {
     /// A well-formed call, kept in parts so that the fuzzer can swap one parameter's JSON text.
@@ -240,20 +246,15 @@ struct FuzzTests {
     func stopDuringConnectionChurn() async throws {
         for round in 1...6 {
             let harness = try await DaemonHarness()
-            final class Churn: Sendable {
-                let stopping = Atomic<Bool>(false)
-                let connections = Atomic<Int>(0)
-            }
-            let state = Churn()
+            let state = ConnectionChurn()
             // A client that connects and hangs up in a loop until the daemon is gone: on a
             // Dispatch thread, since it blocks (the cooperative pool has one thread per core).
             let clients = DispatchGroup()
-            for path in [harness.readSocket] {
-                DispatchQueue.global().async(group: clients) {
-                    while !state.stopping.load(ordering: .relaxed) {
-                        if (try? RawSocket(path: path, receiveTimeout: 1)) != nil {
-                            state.connections.add(1, ordering: .relaxed)
-                        }
+            let path = harness.readSocket
+            DispatchQueue.global().async(group: clients) {
+                while !state.stopping.load(ordering: .relaxed) {
+                    if (try? RawSocket(path: path, receiveTimeout: 1)) != nil {
+                        state.connections.add(1, ordering: .relaxed)
                     }
                 }
             }
