@@ -224,7 +224,11 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherDaemonTests",
-            dependencies: ["BugSquasherDaemon", "BugSquasherGraph", "BugSquasherProtocol"],
+            dependencies: [
+                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherProtocol",
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strictSettings
         ),
         // End-to-end: real squasherd and squasherctl processes on real sockets.

@@ -1,5 +1,7 @@
 @testable import BugSquasherDaemon
+import CompressNIO
 import Foundation
+import NIOCore
 import Testing
 
 @Suite("Upload spooler")
@@ -9,15 +11,9 @@ struct SpoolerTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let records = (1...20).map { #"{"key":"SP-\#($0)","title":"spooled \#($0)","status":"Open"}"# }
-        let plain = directory + "/in.ndjson"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try (records.joined(separator: "\n") + "\n").write(toFile: plain, atomically: true, encoding: .utf8)
-        let gzip = Process()
-        gzip.executableURL = URL(filePath: "/bin/gzip")
-        gzip.arguments = ["-k", plain]
-        try gzip.run()
-        gzip.waitUntilExit()
-        let compressed = [UInt8](try Data(contentsOf: URL(filePath: plain + ".gz")))
+        var plain = ByteBuffer(string: records.joined(separator: "\n") + "\n")
+        let compressed = Array(try plain.compress(with: .gzip()).readableBytesView)
         #expect(compressed.starts(with: [0x1F, 0x8B]))
 
         let spooler = try Spooler(jobID: "gz", directory: directory, format: nil, maximumRecordBytes: 1 << 20)

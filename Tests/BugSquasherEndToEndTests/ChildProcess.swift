@@ -98,7 +98,6 @@ final class ChildProcess: @unchecked Sendable {
         throw HarnessError("\(name) did not print the expected line within \(timeout).\nstdout:\n\(output.suffix(20).joined(separator: "\n"))\nstderr:\n\(errorOutput.suffix(3000))")
     }
 
-    /// Sends a signal to this process (by PID).
     /// Waits until the process's stderr contains `text` (a log line of a daemon); throws when
     /// it exits first or the time runs out.
     func waitForErrorOutput(containing text: String, timeout: Duration = .seconds(60)) async throws {
@@ -111,6 +110,7 @@ final class ChildProcess: @unchecked Sendable {
         throw HarnessError("\(name) did not log '\(text)' within \(timeout):\n\(errorOutput.suffix(3000))")
     }
 
+    /// Sends a signal to this process (by PID).
     func signal(_ signal: Int32) {
         if process.isRunning { kill(process.processIdentifier, signal) }
     }

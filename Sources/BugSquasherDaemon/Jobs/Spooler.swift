@@ -21,7 +21,7 @@ actor Spooler {
     private var gzip: (any NIODecompressor)?
     /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
     /// an upload may arrive one byte at a time. `nil` once told.
-    private var head: [UInt8]? = []
+    private var leadingBytes: [UInt8]? = []
     private var format: InputFormat?
     private var splitter: JSONArraySplitter?
     private var csv: CSVParser?
@@ -54,13 +54,13 @@ actor Spooler {
         if let failure { throw DaemonError(failure) }
         var bytes = bytes
         do {
-            if let held = head {
+            if let held = leadingBytes {
                 bytes = held + bytes
                 guard bytes.count >= 2 else {
-                    head = bytes
+                    leadingBytes = bytes
                     return
                 }
-                head = nil
+                leadingBytes = nil
                 if bytes.starts(with: [0x1F, 0x8B]) {
                     let decompressor = CompressionAlgorithm.gzip().decompressor
                     decompressor.window = ByteBufferAllocator().buffer(capacity: 64 * 1024)
@@ -93,9 +93,9 @@ actor Spooler {
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (InputFormat, Int64) {
         if let failure { throw DaemonError(failure) }
-        if let held = head, !held.isEmpty {
+        if let held = leadingBytes, !held.isEmpty {
             // A one-byte upload: not gzip.
-            head = nil
+            leadingBytes = nil
             try consume(held)
         }
         if !decided {
