@@ -108,9 +108,10 @@ public struct SquasherDaemon: Sendable {
             onReady()
             status.publish()
         }
+        let connectionLimit = Self.connectionLimit(configuration, logger: logger)
         let servers = [
-            VarlinkServer(name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize, logger: logger),
-            VarlinkServer(name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize, logger: logger),
+            VarlinkServer(name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize, connectionLimit: connectionLimit, logger: logger),
+            VarlinkServer(name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize, connectionLimit: connectionLimit, logger: logger),
         ]
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: StoreService(stack: stack, logger: logger, onShutdownStep: onShutdownStep)),
@@ -134,6 +135,28 @@ public struct SquasherDaemon: Sendable {
         ))
         try await group.run()
         logger.info("stopped")
+    }
+
+    /// Raises the file descriptor limit as far as allowed and sizes the connection limit to it
+    /// (or to `max_connections`, when it fits).
+    private static func connectionLimit(_ configuration: DaemonConfiguration, logger: Logger) -> ConnectionLimit {
+        let descriptors = FileDescriptorLimit.raiseToHardLimit()
+        let fitting = ConnectionLimit.fitting(descriptorLimit: descriptors.after)
+        var limit = fitting
+        if let wanted = configuration.maximumConnections {
+            if wanted <= fitting.maximum {
+                limit = ConnectionLimit(maximum: wanted)
+            } else {
+                logger.warning("max_connections = \(wanted) does not fit the file descriptor limit of \(descriptors.after); serving at most \(fitting.maximum) connections. Raise LimitNOFILE= (or ulimit -n) to allow more.")
+            }
+        }
+        if limit.maximum < 64 {
+            logger.warning("The file descriptor limit is \(descriptors.after), so squasherd serves at most \(limit.maximum) connections at once. Raise it (LimitNOFILE= in the unit, ulimit -n in a shell) to at least 1024.")
+        }
+        logger.info("connection limit", metadata: [
+            "connections.max": "\(limit.maximum)", "descriptors.limit": "\(descriptors.after)", "descriptors.limit.before": "\(descriptors.before)",
+        ])
+        return limit
     }
 
     /// Uploads cut off by a previous exit cannot resume (their bytes came from a client).

@@ -50,6 +50,8 @@ public final class VarlinkServer: Sendable {
     public let mayWrite: Bool
     /// The longest message accepted; a longer one closes the connection.
     public let maximumMessageSize: Int
+    /// The connections this server shares with others; `nil` for no limit.
+    public let connectionLimit: ConnectionLimit?
     private let service: VarlinkService
     private let group: any EventLoopGroup
     private let logger: Logger
@@ -58,9 +60,10 @@ public final class VarlinkServer: Sendable {
     /// Creates a server; nothing is bound until ``run(onBound:)``.
     public init(
         name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
-        maximumMessageSize: Int = 8 * 1024 * 1024, group: (any EventLoopGroup)? = nil,
-        logger: Logger
+        maximumMessageSize: Int = 8 * 1024 * 1024, connectionLimit: ConnectionLimit? = nil,
+        group: (any EventLoopGroup)? = nil, logger: Logger
     ) {
+        self.connectionLimit = connectionLimit
         self.name = name
         self.address = address
         self.mayWrite = mayWrite
@@ -84,7 +87,13 @@ public final class VarlinkServer: Sendable {
                 return AcceptedConnection(try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
             }
         }
+        let (name, logger) = (self.name, self.logger)
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(AcceptFailureLogger(socket: name, logger: logger))
+                }
+            }
         let server: NIOAsyncChannel<AcceptedConnection, Never>
         switch address.kind {
         case .path(let path, let permissions):
@@ -120,6 +129,13 @@ public final class VarlinkServer: Sendable {
     }
 
     private func serve(_ connection: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) async {
+        if let connectionLimit {
+            guard connectionLimit.acquire(socket: name, logger: logger) else {
+                try? await connection.executeThenClose { _, _ in }
+                return
+            }
+        }
+        defer { connectionLimit?.release() }
         connections.add(1, ordering: .relaxed)
         defer { connections.subtract(1, ordering: .relaxed) }
         let context = VarlinkCallContext(socket: name, mayWrite: mayWrite, logger: logger)

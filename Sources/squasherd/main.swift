@@ -6,7 +6,6 @@ import Foundation
 import Logging
 
 /// squasherd: the BugSquasher daemon.
-@main
 struct Squasherd: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "squasherd",
@@ -110,3 +109,23 @@ struct Squasherd: AsyncParsableCommand {
         }
     }
 }
+
+extension Squasherd {
+    static func start() async {
+        do {
+            var command = try await asyncParseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+}
+
+if ProcessInfo.processInfo.environment["X_NIOEXEC"] != nil {
+    SingleThreadedRuntime.installEventLoops()
+}
+await Squasherd.start()

@@ -195,13 +195,14 @@ final class DaemonHarness: Sendable {
     let directory: String
     let daemon: ChildProcess
 
-    init(chunkSize: Int = 100, extraArguments: [String] = []) async throws {
+    /// Starts squasherd; `launcher` is a command that execs it in its own place (such as
+    /// `prlimit --nofile=64:4096 --`), so that the PID is still squasherd's.
+    init(chunkSize: Int = 100, extraArguments: [String] = [], launcher: [String] = []) async throws {
         // Short paths: Unix socket paths are limited to 107 bytes.
         directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
-            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)",
-        ] + extraArguments)
+        let command = launcher + [Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)"] + extraArguments
+        daemon = try ChildProcess(name: "squasherd", executable: command[0], arguments: Array(command.dropFirst()))
         try await waitForDaemonLog("ready")
     }
 

@@ -268,6 +268,41 @@ struct FuzzTests {
         }
     }
 
+    @Test("connections opened and kept open: squasherd raises its descriptor limit, serves max_connections of them, refuses the rest with a warning, and serves new clients once they close")
+    func heldConnections() async throws {
+        let config = "/tmp/bsconn-\(UUID().uuidString.prefix(8)).conf"
+        try "max_connections = 100\n".write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        // Started with a soft limit of 64 descriptors, which squasherd raises to the hard 4,096.
+        let harness = try await DaemonHarness(extraArguments: ["--config", config], launcher: ["/usr/bin/prlimit", "--nofile=64:4096", "--"])
+        try await harness.waitForDaemonLog("connection limit")
+        let startLog = harness.daemon.errorOutput
+        #expect(startLog.contains("descriptors.limit=4096") && startLog.contains("descriptors.limit.before=64") && startLog.contains("connections.max=100"), "\(startLog)")
+
+        // One client after another connects, calls, and keeps its connection.
+        let getInfo = varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#)
+        var held: [RawSocket] = []
+        var refused = 0
+        while held.count + refused < 120, refused < 20 {
+            let socket = try RawSocket(path: harness.readSocket, receiveTimeout: 3)
+            socket.send(getInfo)
+            if socket.receiveMessage().contains(#""interfaces""#) { held.append(socket) } else { refused += 1 }
+        }
+        // More than the 64 descriptors it started with: the limit was raised.
+        #expect(held.count == 100)
+        #expect(refused == 20)
+        try await harness.waitForDaemonLog("Refused a connection on the read socket")
+
+        // Once the clients hang up, their places are free again.
+        held.removeAll()
+        var served = false
+        for _ in 0..<500 where !served {
+            served = (try? RawSocket.exchange(harness.readSocket, getInfo))?.contains(#""interfaces""#) ?? false
+        }
+        #expect(served)
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("a client without permission for the write socket cannot import or edit; it can still read")
     func writeSocketPermission() async throws {
         let harness = try await DaemonHarness()

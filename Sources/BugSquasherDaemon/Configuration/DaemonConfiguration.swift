@@ -23,6 +23,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var maximumRecordBytes: Int = 8 << 20
     /// Changed objects a subscriber may have pending before it is told to resync.
     public var subscriberPendingLimit: Int = 100_000
+    /// The most client connections open at once over both sockets; `nil` fits it to the file
+    /// descriptor limit (that limit less what ``ConnectionLimit/reservedDescriptors(descriptorLimit:)`` keeps for the store).
+    public var maximumConnections: Int?
     /// The log level (`trace` … `critical`).
     public var logLevel: String = "info"
 
@@ -75,13 +78,14 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = try integer("max_message_bytes") { configuration.maximumMessageSize = value }
         if let value = try integer("max_record_bytes") { configuration.maximumRecordBytes = value }
         if let value = try integer("subscriber_pending_limit") { configuration.subscriberPendingLimit = value }
+        if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
         if let value = file["log_level"] { configuration.logLevel = value }
         return configuration
     }
 
     static let keys: Set<String> = [
         "state_directory", "runtime_directory", "chunk_size", "read_socket_mode", "write_socket_mode",
-        "max_message_bytes", "max_record_bytes", "subscriber_pending_limit", "log_level",
+        "max_message_bytes", "max_record_bytes", "subscriber_pending_limit", "max_connections", "log_level",
     ]
 
     static func parse(_ text: String, path: String) throws -> [String: String] {

@@ -1,0 +1,144 @@
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+/// How many connections a process's servers hold open together.
+///
+/// Every connection is a file descriptor, and so are the store's database connections, an
+/// import's spool file and the journal socket. A client that opens connections and keeps them
+/// open would otherwise take descriptors until the process hits its limit (`EMFILE`): then no
+/// client can connect and the store cannot open what it needs. Past ``maximum``, a server closes
+/// each new connection at once and logs a warning (at most every ten seconds), keeping a reserve
+/// of descriptors for the store; connections already open are not affected.
+public final class ConnectionLimit: Sendable {
+    /// The most connections served at once, over every server sharing this limit.
+    public let maximum: Int
+    private let open = Atomic<Int>(0)
+    private let refusals = WarningThrottle()
+
+    /// A limit of `maximum` connections (at least 1).
+    public init(maximum: Int) {
+        self.maximum = max(1, maximum)
+    }
+
+    /// Descriptors kept for everything that is not a client connection: half the descriptor
+    /// limit, at least 64 and at most 256. An idle squasherd uses about 30 (its store
+    /// connections, event loops, sockets and log); a busy one more readers and a spool file,
+    /// and connections accepted but not yet refused take some for a moment.
+    public static func reservedDescriptors(descriptorLimit: Int) -> Int {
+        min(256, max(64, descriptorLimit / 2))
+    }
+
+    /// The limit that fits the process's descriptor limit: that limit less the reserve (see
+    /// ``reservedDescriptors(descriptorLimit:)``).
+    ///
+    /// Running out of descriptors is worse than refusing a connection: NIO then retries
+    /// `accept` in a busy loop while connections wait in the backlog (its accept backoff does
+    /// not apply to a listening socket that stays readable), one core at 100 %.
+    public static func fitting(descriptorLimit: Int) -> ConnectionLimit {
+        ConnectionLimit(maximum: descriptorLimit - reservedDescriptors(descriptorLimit: descriptorLimit))
+    }
+
+    /// The connections open now.
+    public var current: Int { open.load(ordering: .relaxed) }
+
+    /// Takes a place for a new connection; `false` (and a throttled warning) when none is left.
+    func acquire(socket: String, logger: Logger) -> Bool {
+        if open.wrappingAdd(1, ordering: .relaxed).newValue <= maximum { return true }
+        open.subtract(1, ordering: .relaxed)
+        refusals.warn(logger) { suppressed in
+            "Refused a connection on the \(socket) socket: \(self.maximum) connections are open, the most this daemon serves at once\(suppressed). A client may be opening connections without closing them; raise max_connections (and the descriptor limit, LimitNOFILE=) if this load is expected."
+        }
+        return false
+    }
+
+    /// Gives back the place of a connection that ended.
+    func release() {
+        open.subtract(1, ordering: .relaxed)
+    }
+}
+
+/// The process's limit on open file descriptors (`RLIMIT_NOFILE`).
+public enum FileDescriptorLimit {
+    /// The soft limit in force.
+    public static var current: Int {
+        var limit = rlimit()
+        guard getrlimit(resource, &limit) == 0 else { return 1024 }
+        return Int(clamping: limit.rlim_cur)
+    }
+
+    /// Raises the soft limit to the hard limit, as a server that holds many connections should
+    /// (the soft limit is often 1,024, the hard one far higher); returns the limits before and
+    /// after. Under a seccomp filter that forbids `setrlimit`, the limit stays as it was: set
+    /// `LimitNOFILE=` in the unit instead.
+    @discardableResult
+    public static func raiseToHardLimit() -> (before: Int, after: Int) {
+        var limit = rlimit()
+        guard getrlimit(resource, &limit) == 0 else { return (1024, 1024) }
+        let before = Int(clamping: limit.rlim_cur)
+        guard limit.rlim_cur < limit.rlim_max else { return (before, before) }
+        var raised = limit
+        raised.rlim_cur = limit.rlim_max
+        guard setrlimit(resource, &raised) == 0 else { return (before, before) }
+        return (before, Int(clamping: raised.rlim_cur))
+    }
+
+    #if canImport(Glibc)
+    private static let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    #else
+    private static let resource = RLIMIT_NOFILE
+    #endif
+}
+
+/// Logs a warning that may repeat many times a second at most every ten seconds, saying how
+/// many were left out in between.
+final class WarningThrottle: Sendable {
+    private let state = Mutex<(last: ContinuousClock.Instant?, suppressed: Int)>((nil, 0))
+    private let interval: Duration
+
+    init(interval: Duration = .seconds(10)) {
+        self.interval = interval
+    }
+
+    /// Logs `message` unless one was logged less than the interval ago; `message` gets the
+    /// text to append about left-out repeats (empty when there were none).
+    func warn(_ logger: Logger, _ message: (String) -> String) {
+        let now = ContinuousClock.now
+        let suppressed: Int? = state.withLock { state in
+            if let last = state.last, now - last < interval {
+                state.suppressed += 1
+                return nil
+            }
+            defer { state = (now, 0) }
+            return state.suppressed
+        }
+        guard let suppressed else { return }
+        logger.warning("\(message(suppressed > 0 ? " (\(suppressed) more like this since the last warning)" : ""))")
+    }
+}
+
+/// Logs why a listening socket cannot accept, such as running out of file descriptors; NIO
+/// retries a second later by itself.
+final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
+    typealias InboundIn = any Channel
+
+    private let socket: String
+    private let logger: Logger
+    private let throttle = WarningThrottle()
+
+    init(socket: String, logger: Logger) {
+        self.socket = socket
+        self.logger = logger
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let error = error as? IOError {
+            let advice = [EMFILE, ENFILE].contains(error.errnoCode)
+                ? "The process is out of file descriptors (limit \(FileDescriptorLimit.current)): raise LimitNOFILE=, or lower max_connections to keep more in reserve."
+                : "It retries in a second."
+            throttle.warn(logger) { suppressed in "Cannot accept connections on the \(self.socket) socket: \(error)\(suppressed). \(advice)" }
+        }
+        context.fireErrorCaught(error)
+    }
+}
