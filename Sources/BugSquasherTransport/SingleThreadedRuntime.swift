@@ -18,9 +18,4 @@ public enum SingleThreadedRuntime {
         NIOSingletons.groupLoopCountSuggestion = 1
         return NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
     }
-
-    @discardableResult
-    public static func installEventLoops() -> Bool {
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-    }
 }

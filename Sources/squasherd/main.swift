@@ -6,6 +6,7 @@ import Foundation
 import Logging
 
 /// squasherd: the BugSquasher daemon.
+@main
 struct Squasherd: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "squasherd",
@@ -109,23 +110,3 @@ struct Squasherd: AsyncParsableCommand {
         }
     }
 }
-
-extension Squasherd {
-    static func start() async {
-        do {
-            var command = try await asyncParseAsRoot()
-            if var asyncCommand = command as? any AsyncParsableCommand {
-                try await asyncCommand.run()
-            } else {
-                try command.run()
-            }
-        } catch {
-            exit(withError: error)
-        }
-    }
-}
-
-if ProcessInfo.processInfo.environment["X_NIOEXEC"] != nil {
-    SingleThreadedRuntime.installEventLoops()
-}
-await Squasherd.start()
