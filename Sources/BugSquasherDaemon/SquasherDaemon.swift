@@ -108,11 +108,15 @@ public struct SquasherDaemon: Sendable {
             onReady()
             status.publish()
         }
+        // Limits both sockets share: connections, and bytes of messages still arriving.
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
-        let servers = [
-            VarlinkServer(name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize, connectionLimit: connectionLimit, logger: logger),
-            VarlinkServer(name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize, connectionLimit: connectionLimit, logger: logger),
-        ]
+        let incomingBudget = IncomingMessageBudget(limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
+        let servers = [("read", readAddress, false), ("write", writeAddress, true)].map { name, address, mayWrite in
+            VarlinkServer(
+                name: name, address: address, mayWrite: mayWrite, service: service, maximumMessageSize: configuration.maximumMessageSize,
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, logger: logger
+            )
+        }
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: StoreService(stack: stack, logger: logger, onShutdownStep: onShutdownStep)),
             .init(service: runner),

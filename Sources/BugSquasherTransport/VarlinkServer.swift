@@ -52,6 +52,10 @@ public final class VarlinkServer: Sendable {
     public let maximumMessageSize: Int
     /// The connections this server shares with others; `nil` for no limit.
     public let connectionLimit: ConnectionLimit?
+    /// The bytes of incomplete messages this server shares with others; `nil` for no limit
+    /// but the message size.
+    public let incomingBudget: IncomingMessageBudget?
+    private let budgetWarnings = WarningThrottle()
     private let service: VarlinkService
     private let group: any EventLoopGroup
     private let logger: Logger
@@ -61,9 +65,10 @@ public final class VarlinkServer: Sendable {
     public init(
         name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
         maximumMessageSize: Int = 8 * 1024 * 1024, connectionLimit: ConnectionLimit? = nil,
-        group: (any EventLoopGroup)? = nil, logger: Logger
+        incomingBudget: IncomingMessageBudget? = nil, group: (any EventLoopGroup)? = nil, logger: Logger
     ) {
         self.connectionLimit = connectionLimit
+        self.incomingBudget = incomingBudget
         self.name = name
         self.address = address
         self.mayWrite = mayWrite
@@ -80,10 +85,10 @@ public final class VarlinkServer: Sendable {
 
     /// Binds (or adopts) the socket, calls `onBound`, and serves until the task is cancelled.
     public func run(onBound: @Sendable () async -> Void = {}) async throws {
-        let maximumMessageSize = self.maximumMessageSize
+        let (maximumMessageSize, incomingBudget) = (self.maximumMessageSize, self.incomingBudget)
         let initializer: @Sendable (any Channel) -> EventLoopFuture<AcceptedConnection> = { channel in
             channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkServerDecoder(maximumMessageSize: maximumMessageSize)))
+                try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkServerDecoder(maximumMessageSize: maximumMessageSize, budget: incomingBudget)))
                 return AcceptedConnection(try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
             }
         }
@@ -191,6 +196,10 @@ public final class VarlinkServer: Sendable {
                     }
                     group.cancelAll()
                 }
+            }
+        } catch VarlinkFramingError.incomingBudgetExceeded(let limit) {
+            budgetWarnings.warn(logger) { suppressed in
+                "Closed a connection whose incomplete message would have taken the bytes held for incomplete messages past \(limit)\(suppressed). Clients may be sending large messages without finishing them; raise max_incoming_bytes if such messages are expected."
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])

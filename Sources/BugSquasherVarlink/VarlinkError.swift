@@ -39,4 +39,7 @@ public struct VarlinkError: Error, Sendable, Hashable, CustomStringConvertible {
 public enum VarlinkFramingError: Error, Sendable, Hashable {
     /// A message grew past the limit without a NUL terminator.
     case messageTooLarge(limit: Int)
+    /// Incomplete messages over all connections would hold more than the server's budget of
+    /// bytes (see ``IncomingMessageBudget``): the connection whose message grew is closed.
+    case incomingBudgetExceeded(limit: Int)
 }

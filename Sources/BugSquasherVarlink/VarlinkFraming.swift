@@ -1,5 +1,6 @@
 public import NIOCore
 import Foundation
+import Synchronization
 
 /// Splits a byte stream into NUL-terminated Varlink messages, refusing any message longer than
 /// `maximumMessageSize` (the connection is then closed, before the bytes are buffered).
@@ -56,16 +57,23 @@ public struct VarlinkServerDecoder: NIOSingleStepByteToMessageDecoder {
 
     private var frames: VarlinkFrameDecoder
     private var mode = Mode.calls
+    private let charge: IncomingMessageBudget.Charge?
 
-    /// Creates a decoder refusing messages longer than `maximumMessageSize` bytes.
-    public init(maximumMessageSize: Int) {
+    /// Creates a decoder refusing messages longer than `maximumMessageSize` bytes, and an
+    /// incomplete message that would take `budget` past its limit.
+    public init(maximumMessageSize: Int, budget: IncomingMessageBudget? = nil) {
         frames = VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)
+        charge = budget.map(IncomingMessageBudget.Charge.init)
     }
 
     public mutating func decode(buffer: inout ByteBuffer) throws -> VarlinkServerInbound? {
         switch mode {
         case .calls:
-            guard let frame = try frames.decode(buffer: &buffer) else { return nil }
+            guard let frame = try frames.decode(buffer: &buffer) else {
+                try charge?.hold(buffer.readableBytes)
+                return nil
+            }
+            charge?.release()
             guard let call = try? VarlinkCall(message: Data(frame.readableBytesView)) else {
                 mode = .ignoring
                 return .malformed
@@ -83,5 +91,56 @@ public struct VarlinkServerDecoder: NIOSingleStepByteToMessageDecoder {
 
     public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> VarlinkServerInbound? {
         try decode(buffer: &buffer)
+    }
+}
+
+/// The bytes of incomplete messages a server holds over all its connections.
+///
+/// Each connection may send a message of up to the maximum size, and the server buffers it
+/// until its terminator arrives: without a shared budget, a client sending a large message
+/// without its terminator on each of many connections could make the process hold gigabytes.
+/// A connection whose incomplete message would take the total past ``limit`` is closed with
+/// ``VarlinkFramingError/incomingBudgetExceeded(limit:)``; the others are not affected.
+public final class IncomingMessageBudget: Sendable {
+    /// The most bytes of incomplete messages held at once.
+    public let limit: Int
+    private let held = Atomic<Int>(0)
+
+    /// A budget of `limit` bytes.
+    public init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// The bytes of incomplete messages held now.
+    public var current: Int { held.load(ordering: .relaxed) }
+
+    /// One connection's share, given back when the connection's decoder goes away.
+    final class Charge: Sendable {
+        private let budget: IncomingMessageBudget
+        private let amount = Atomic<Int>(0)
+
+        init(_ budget: IncomingMessageBudget) {
+            self.budget = budget
+        }
+
+        /// Holds `bytes` for the connection's incomplete message, instead of what it held.
+        /// Throws, holding nothing, when that would take the budget past its limit.
+        func hold(_ bytes: Int) throws(VarlinkFramingError) {
+            let previous = amount.exchange(bytes, ordering: .relaxed)
+            let total = budget.held.wrappingAdd(bytes - previous, ordering: .relaxed).newValue
+            guard bytes <= previous || total <= budget.limit else {
+                release()
+                throw .incomingBudgetExceeded(limit: budget.limit)
+            }
+        }
+
+        /// Gives back what the connection held (its message is complete).
+        func release() {
+            budget.held.subtract(amount.exchange(0, ordering: .relaxed), ordering: .relaxed)
+        }
+
+        deinit {
+            budget.held.subtract(amount.load(ordering: .relaxed), ordering: .relaxed)
+        }
     }
 }

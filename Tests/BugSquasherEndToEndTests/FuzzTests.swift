@@ -303,6 +303,35 @@ struct FuzzTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("large messages left unfinished on many connections: squasherd holds at most max_incoming_bytes of them, closes each connection that would go past, and serves the others")
+    func unfinishedMessages() async throws {
+        let config = "/tmp/bsincoming-\(UUID().uuidString.prefix(8)).conf"
+        try "max_message_bytes = 1048576\nmax_incoming_bytes = 4194304\n".write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let harness = try await DaemonHarness(extraArguments: ["--config", config])
+        // Eight connections, one after another, each sending 900 kB of a call and no terminator:
+        // within the message size, but four of them already hold 3.6 of the 4 MB.
+        let start = Array(#"{"method":"org.varlink.service.GetInfo","parameters":{"padding":""#.utf8)
+        let unfinished = start + [UInt8](repeating: 0x61, count: 900_000 - start.count)
+        var sockets: [RawSocket] = []
+        for _ in 0..<8 {
+            let socket = try RawSocket(path: harness.readSocket, receiveTimeout: 10)
+            socket.send(unfinished)
+            sockets.append(socket)
+        }
+        try await harness.waitForDaemonLog("Closed a connection whose incomplete message")
+        // Another client is served meanwhile.
+        #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#)).contains(#""interfaces""#))
+        // The held calls complete and are answered; the others were closed.
+        var answered: [Int] = []
+        for (index, socket) in sockets.enumerated() {
+            socket.send(Array(#""}}"#.utf8) + [0])
+            if socket.receiveMessage().contains(#""interfaces""#) { answered.append(index) }
+        }
+        #expect(answered == [0, 1, 2, 3])
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("a client without permission for the write socket cannot import or edit; it can still read")
     func writeSocketPermission() async throws {
         let harness = try await DaemonHarness()

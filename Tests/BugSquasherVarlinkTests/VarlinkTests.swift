@@ -21,6 +21,28 @@ struct VarlinkTests {
         #expect(throws: VarlinkFramingError.messageTooLarge(limit: 16)) { try decoder.decode(buffer: &big) }
     }
 
+    @Test("decoders sharing a budget hold at most its bytes of incomplete messages, and give them back when a message completes or a decoder goes away")
+    func incomingBudget() throws {
+        let budget = IncomingMessageBudget(limit: 100)
+        var first = VarlinkServerDecoder(maximumMessageSize: 1000, budget: budget)
+        var second: VarlinkServerDecoder? = VarlinkServerDecoder(maximumMessageSize: 1000, budget: budget)
+        var a = ByteBuffer(string: #"{"method":"a.b.C","parameters":{"x":""# + String(repeating: "x", count: 30))
+        #expect(try first.decode(buffer: &a) == nil)
+        #expect(budget.current == a.readableBytes)
+        var b = ByteBuffer(string: String(repeating: "y", count: 50))
+        #expect(throws: VarlinkFramingError.incomingBudgetExceeded(limit: 100)) { try second!.decode(buffer: &b) }
+        #expect(budget.current == a.readableBytes, "the refused decoder holds nothing")
+        a.writeString(#""}}"# + "\0")
+        guard case .call? = try first.decode(buffer: &a) else { Issue.record("no call"); return }
+        #expect(budget.current == 0)
+        var c = ByteBuffer(string: String(repeating: "z", count: 90))
+        second = VarlinkServerDecoder(maximumMessageSize: 1000, budget: budget)
+        #expect(try second!.decode(buffer: &c) == nil)
+        #expect(budget.current == 90)
+        second = nil
+        #expect(budget.current == 0)
+    }
+
     @Test("a server connection switches to raw bytes right after a call asking for an upgrade, even within one read")
     func upgradeDecoding() throws {
         var decoder = VarlinkServerDecoder(maximumMessageSize: 1024)

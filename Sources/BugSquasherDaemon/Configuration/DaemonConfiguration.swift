@@ -19,6 +19,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var writeSocketMode: Int = 0o660
     /// The longest Varlink message accepted.
     public var maximumMessageSize: Int = 16 * 1024 * 1024
+    /// The bytes of incomplete Varlink messages held at once over all connections (at least
+    /// ``maximumMessageSize``): a connection whose message would take the total further is closed.
+    public var maximumIncomingBytes: Int = 256 * 1024 * 1024
     /// The longest input record (line) accepted; longer ones are rejected.
     public var maximumRecordBytes: Int = 8 << 20
     /// Changed objects a subscriber may have pending before it is told to resync.
@@ -76,6 +79,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = try integer("read_socket_mode", radix: 8) { configuration.readSocketMode = value }
         if let value = try integer("write_socket_mode", radix: 8) { configuration.writeSocketMode = value }
         if let value = try integer("max_message_bytes") { configuration.maximumMessageSize = value }
+        if let value = try integer("max_incoming_bytes") { configuration.maximumIncomingBytes = value }
         if let value = try integer("max_record_bytes") { configuration.maximumRecordBytes = value }
         if let value = try integer("subscriber_pending_limit") { configuration.subscriberPendingLimit = value }
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
@@ -85,7 +89,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     static let keys: Set<String> = [
         "state_directory", "runtime_directory", "chunk_size", "read_socket_mode", "write_socket_mode",
-        "max_message_bytes", "max_record_bytes", "subscriber_pending_limit", "max_connections", "log_level",
+        "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "max_connections", "log_level",
     ]
 
     static func parse(_ text: String, path: String) throws -> [String: String] {
