@@ -181,7 +181,13 @@ public final class Subscriber: Sendable {
             state.pendingAdded += added
             state.pendingRemoved += removed
         }
-        try? flushRegistrations()
+        do {
+            try flushRegistrations()
+        } catch let error as VarlinkError where error.name == "io.bugsquasher.Changes.TooManyRegistrations" {
+            // Kept pending and sent again with the next batch; until squasherd takes them,
+            // changes to these objects do not arrive.
+            logger.warning("squasherd refuses more registrations for this subscriber; unregister (release) objects no longer held", metadata: ["error": "\(error)"])
+        } catch {}
     }
 
     private func flushRegistrations() throws {

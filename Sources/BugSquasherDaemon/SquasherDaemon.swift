@@ -95,7 +95,9 @@ public struct SquasherDaemon: Sendable {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
         }
         let coding = WireCoding(model: stack.model)
-        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit)
+        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit,
+            registrationLimits: RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
+        )
         let store = StoreInterface(stack: stack, coding: coding)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob })
         let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())

@@ -19,9 +19,9 @@ struct SubscriptionTests {
     }
 
     @Test("a registered-only subscriber gets only its registered updates and deletes")
-    func filtering() async {
+    func filtering() async throws {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
-        _ = subscription.register([id(1), id(2), id(2)])
+        _ = try subscription.register([id(1), id(2), id(2)])
         subscription.offer(save(1, updated: [1, 3, 4], inserted: [9]))
         subscription.offer(save(2, updated: [5]))
         subscription.offer(save(3, deleted: [2, 6]))
@@ -39,14 +39,14 @@ struct SubscriptionTests {
         #expect(second.deleted.map(\.objectID) == [id(2)])
         #expect(subscription.unregister([id(2)]) == 1)
         #expect(subscription.unregister([id(2)]) == 1)
-        #expect(subscription.register([id(1)]) == 1)
+        #expect(try subscription.register([id(1)]) == 1)
     }
 
     @Test("an object registered as a fault (version 0) gets its deletion but no updates until registered with a version; without versions, every change")
-    func faultRegistrations() async {
+    func faultRegistrations() async throws {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
-        _ = subscription.register([id(1), id(2), id(3)], versions: [0, 4, 0])
-        _ = subscription.register([id(4)])
+        _ = try subscription.register([id(1), id(2), id(3)], versions: [0, 4, 0])
+        _ = try subscription.register([id(4)])
         subscription.offer(save(1, updated: [1, 2, 3, 4]))
         subscription.offer(save(2, deleted: [3]))
         guard case .save(let first, _)? = await subscription.next() else { Issue.record("no save"); return }
@@ -55,7 +55,7 @@ struct SubscriptionTests {
         #expect(second.deleted.map(\.objectID) == [id(3)])
         // The fault loaded: registered again with its version, its updates are sent. Registering
         // a held object as a fault again does not take them away.
-        _ = subscription.register([id(1), id(2)], versions: [7, 0])
+        _ = try subscription.register([id(1), id(2)], versions: [7, 0])
         subscription.offer(save(3, updated: [1, 2]))
         guard case .save(let third, _)? = await subscription.next() else { Issue.record("no third save"); return }
         #expect(third.updated.map(\.objectID) == [id(1), id(2)])
@@ -255,6 +255,30 @@ struct SubscriptionTests {
         subscription.offer(withValues)
         guard case .save(let queued, _)? = await subscription.next() else { Issue.record("no save"); return }
         #expect(queued.updated.first?.values == nil)
+    }
+
+    @Test("registrations are capped per subscription and over all of them; a refused Register registers nothing; unregistering and closing give places back")
+    func registrationLimits() throws {
+        let limits = RegistrationLimits(perSubscription: 3, total: 5)
+        let first = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, registrationLimits: limits, startToken: .zero)
+        let second = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, registrationLimits: limits, startToken: .zero)
+        #expect(try first.register([id(1), id(2), id(2)]) == 2)
+        #expect(try first.register([id(1), id(2)]) == 2, "registering again takes no place")
+        let perSubscription = #expect(throws: RegistrationLimitExceeded.self) { try first.register([id(3), id(4)]) }
+        #expect(perSubscription?.scope == "subscription" && perSubscription?.limit == 3)
+        #expect(first.registeredCount == 2 && limits.current == 2)
+        #expect(try second.register([id(5), id(6), id(7)]) == 3)
+        let total = #expect(throws: RegistrationLimitExceeded.self) { try first.register([id(3)]) }
+        #expect(total?.scope == "daemon" && total?.limit == 5 && total?.registered == 5)
+        #expect(second.unregister([id(5), id(8)]) == 2)
+        #expect(try first.register([id(3)]) == 3)
+        #expect(limits.current == 5)
+        second.close()
+        #expect(limits.current == 3)
+        first.close()
+        #expect(limits.current == 0)
+        #expect(try first.register([id(9)]) == 3, "a closed subscription counts nothing more")
+        #expect(limits.current == 0)
     }
 
     @Test("a waiting subscriber is woken by the next save; closing ends it")

@@ -332,6 +332,30 @@ struct FuzzTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("registrations past max_registrations_per_subscriber are refused with TooManyRegistrations, over the wire")
+    func registrationCap() async throws {
+        let config = "/tmp/bsregs-\(UUID().uuidString.prefix(8)).conf"
+        try "max_registrations_per_subscriber = 1000\n".write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let harness = try await DaemonHarness(extraArguments: ["--config", config])
+        let info = try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#))
+        let store = try #require(try JSONSerialization.jsonObject(with: Data(info.utf8)) as? [String: Any])
+        let storeID = try #require((store["parameters"] as? [String: Any])?["storeIdentifier"] as? String)
+        let feed = try RawSocket(path: harness.readSocket)
+        feed.send(varlinkCall(#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"registeredOnly":true},"more":true}"#))
+        let subscribed = try #require(try JSONSerialization.jsonObject(with: Data(feed.receiveMessage().utf8)) as? [String: Any])
+        let subscription = try #require((subscribed["parameters"] as? [String: Any])?["subscription"] as? String)
+        func register(_ keys: ClosedRange<Int>) throws -> String {
+            let ids = keys.map { #""x-bugsquasher://\#(storeID)/Bug/p\#($0)""# }.joined(separator: ",")
+            return try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Changes.Register","parameters":{"subscription":"\#(subscription)","ids":[\#(ids)]}}"#))
+        }
+        #expect(try register(1...1000).contains(#""registered":1000"#))
+        let refused = try register(1001...1001)
+        #expect(refused.contains("io.bugsquasher.Changes.TooManyRegistrations") && refused.contains(#""limit":1000"#), "\(refused)")
+        #expect(try register(1...10).contains(#""registered":1000"#), "IDs already registered take no new place")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("a client without permission for the write socket cannot import or edit; it can still read")
     func writeSocketPermission() async throws {
         let harness = try await DaemonHarness()

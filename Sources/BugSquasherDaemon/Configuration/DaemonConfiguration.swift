@@ -26,6 +26,10 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var maximumRecordBytes: Int = 8 << 20
     /// Changed objects a subscriber may have pending before it is told to resync.
     public var subscriberPendingLimit: Int = 100_000
+    /// The most object IDs one subscription registers.
+    public var maximumRegistrationsPerSubscriber: Int = 1_000_000
+    /// The most object IDs all subscriptions register together (about 200 bytes each).
+    public var maximumRegistrations: Int = 5_000_000
     /// The most client connections open at once over both sockets; `nil` fits it to the file
     /// descriptor limit (that limit less what ``ConnectionLimit/reservedDescriptors(descriptorLimit:)`` keeps for the store).
     public var maximumConnections: Int?
@@ -82,6 +86,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = try integer("max_incoming_bytes") { configuration.maximumIncomingBytes = value }
         if let value = try integer("max_record_bytes") { configuration.maximumRecordBytes = value }
         if let value = try integer("subscriber_pending_limit") { configuration.subscriberPendingLimit = value }
+        if let value = try integer("max_registrations_per_subscriber") { configuration.maximumRegistrationsPerSubscriber = value }
+        if let value = try integer("max_registrations") { configuration.maximumRegistrations = value }
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
         if let value = file["log_level"] { configuration.logLevel = value }
         return configuration
@@ -89,7 +95,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     static let keys: Set<String> = [
         "state_directory", "runtime_directory", "chunk_size", "read_socket_mode", "write_socket_mode",
-        "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "max_connections", "log_level",
+        "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 
     static func parse(_ text: String, path: String) throws -> [String: String] {

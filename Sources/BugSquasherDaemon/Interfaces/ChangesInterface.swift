@@ -14,6 +14,8 @@ struct ChangesInterface: VarlinkInterface {
     let hub: NotificationHub
     let coding: WireCoding
     let pendingLimit: Int
+    /// Caps on registrations, shared by every subscription.
+    let registrationLimits: RegistrationLimits
     /// Saves already encoded for one subscriber, reused for the others that get the same one.
     let encodedSaves = EncodedSaveCache()
 
@@ -36,7 +38,7 @@ struct ChangesInterface: VarlinkInterface {
             let parameters = try call.parameters(RegisterParameters.self)
             let subscription = try subscriptionFor(parameters.subscription)
             let ids = try registrations(parameters.ids, versions: parameters.versions)
-            let count = subscription.register(ids, versions: parameters.versions)
+            let count = try Self.mapLimit { () throws(RegistrationLimitExceeded) in try subscription.register(ids, versions: parameters.versions) }
             if let versions = parameters.versions {
                 try refreshStale(ids: ids, versions: versions, for: subscription)
             }
@@ -52,6 +54,17 @@ struct ChangesInterface: VarlinkInterface {
             try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: try stack.store.currentHistoryToken().rawValue))
         default:
             throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+
+    /// A refused registration as the Varlink error `TooManyRegistrations`.
+    private static func mapLimit<T>(_ body: () throws(RegistrationLimitExceeded) -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            throw VarlinkError("io.bugsquasher.Changes.TooManyRegistrations", [
+                "limit": .int(Int64(error.limit)), "registered": .int(Int64(error.registered)), "scope": .string(error.scope),
+            ])
         }
     }
 
@@ -98,10 +111,11 @@ struct ChangesInterface: VarlinkInterface {
         let since = parameters.since.map(HistoryToken.init(rawValue:))
         let subscription = Subscription(
             registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
-            idRuns: parameters.idRuns ?? false, pendingLimit: pendingLimit, startToken: since ?? .zero
+            idRuns: parameters.idRuns ?? false, pendingLimit: pendingLimit, registrationLimits: registrationLimits, startToken: since ?? .zero
         )
         if let initial = parameters.register {
-            _ = subscription.register(try registrations(initial, versions: parameters.versions), versions: parameters.versions)
+            let ids = try registrations(initial, versions: parameters.versions)
+            _ = try Self.mapLimit { () throws(RegistrationLimitExceeded) in try subscription.register(ids, versions: parameters.versions) }
         }
         // Join the fan-out first, read the current token second: a save committed in between is
         // then in the mailbox (and skipped below if the history replay covers it), never lost.

@@ -54,7 +54,7 @@ struct JobsInterface: VarlinkInterface {
         guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID }) else {
             throw jobNotFound(id)
         }
-        _ = subscription.register([jobObjectID])
+        _ = try subscription.register([jobObjectID])
         guard let first = try await book.job(id) else { throw jobNotFound(id) }
         try await replier.reply(JobReply(job: first), continues: !first.isFinal)
         if first.isFinal { return }

@@ -87,8 +87,12 @@ final class Subscription: Sendable {
 
     private let state: Mutex<State>
 
-    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, startToken: HistoryToken) {
+    /// The caps on registrations this subscription shares with the others; `nil` for none.
+    let registrationLimits: RegistrationLimits?
+
+    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, registrationLimits: RegistrationLimits? = nil, startToken: HistoryToken) {
         id = UUID().uuidString
+        self.registrationLimits = registrationLimits
         self.registeredOnly = registeredOnly
         self.includeValues = includeValues
         self.idRuns = idRuns
@@ -113,9 +117,17 @@ final class Subscription: Sendable {
     ///   ID is held with values, so that a client that sends none misses nothing. Registering
     ///   a fault again with a version upgrades it; nothing downgrades a held object but
     ///   `unregister(_:)`.
-    func register(_ ids: [ObjectID], versions: [Int64]? = nil) -> Int {
+    /// - Throws: ``RegistrationLimitExceeded``, registering none of the IDs, when the new ones
+    ///   would take this subscription or all of them together past ``registrationLimits``.
+    func register(_ ids: [ObjectID], versions: [Int64]? = nil) throws(RegistrationLimitExceeded) -> Int {
         precondition(versions == nil || versions?.count == ids.count, "one version per ID")
-        return state.withLock { state in
+        return try state.withLock { state throws(RegistrationLimitExceeded) in
+            // A closed subscription is gone from the hub; what it registers no longer counts.
+            guard !state.closed else { return state.registered.count }
+            if let limits = registrationLimits {
+                let added = Set(ids.filter { state.registered[$0] == nil }).count
+                try limits.take(added, subscriptionHas: state.registered.count)
+            }
             for (index, id) in ids.enumerated() {
                 let hold = versions.map { Hold(version: $0[index]) } ?? .values
                 state.registered[id] = max(state.registered[id] ?? hold, hold)
@@ -127,7 +139,9 @@ final class Subscription: Sendable {
     /// Unregisters IDs; returns how many IDs are registered.
     func unregister(_ ids: [ObjectID]) -> Int {
         state.withLock { state in
+            let before = state.registered.count
             for id in ids { state.registered[id] = nil }
+            if !state.closed { registrationLimits?.giveBack(before - state.registered.count) }
             return state.registered.count
         }
     }
@@ -264,6 +278,7 @@ final class Subscription: Sendable {
     /// Ends the subscription: a pending `next()` returns `nil`.
     func close() {
         let waiter = state.withLock { state -> CheckedContinuation<Event?, Never>? in
+            if !state.closed { registrationLimits?.giveBack(state.registered.count) }
             state.closed = true
             defer { state.waiter = nil }
             return state.waiter
@@ -518,6 +533,55 @@ struct DisjointSaves: Sendable {
 }
 
 /// The subscribers of the change feed, and the fan-out of every committed save to them.
+/// Caps on the IDs subscribers register, which the daemon keeps in memory (about 200 bytes
+/// each): per subscription, and over all subscriptions together. Without them, any local user
+/// (the read socket is open to everyone) could make the daemon hold millions of registrations
+/// of objects that do not even exist.
+final class RegistrationLimits: Sendable {
+    /// The most IDs one subscription registers.
+    let perSubscription: Int
+    /// The most IDs all subscriptions register together.
+    let total: Int
+    private let registered = Atomic<Int>(0)
+
+    init(perSubscription: Int, total: Int) {
+        self.perSubscription = perSubscription
+        self.total = total
+    }
+
+    /// The IDs registered now, over all subscriptions.
+    var current: Int { registered.load(ordering: .relaxed) }
+
+    /// Counts `added` new registrations of a subscription that has `subscriptionHas`; counts
+    /// nothing and throws when that passes a cap.
+    func take(_ added: Int, subscriptionHas: Int) throws(RegistrationLimitExceeded) {
+        guard added > 0 else { return }
+        guard subscriptionHas + added <= perSubscription else {
+            throw RegistrationLimitExceeded(limit: perSubscription, registered: subscriptionHas, scope: "subscription")
+        }
+        let now = registered.wrappingAdd(added, ordering: .relaxed).newValue
+        guard now <= total else {
+            registered.subtract(added, ordering: .relaxed)
+            throw RegistrationLimitExceeded(limit: total, registered: now - added, scope: "daemon")
+        }
+    }
+
+    /// Uncounts registrations that ended.
+    func giveBack(_ count: Int) {
+        registered.subtract(count, ordering: .relaxed)
+    }
+}
+
+/// A registration refused by ``RegistrationLimits``.
+struct RegistrationLimitExceeded: Error {
+    /// The cap.
+    var limit: Int
+    /// The IDs already registered, by the subscription or by all of them (see `scope`).
+    var registered: Int
+    /// `subscription` or `daemon`.
+    var scope: String
+}
+
 final class NotificationHub: Sendable {
     private let subscriptions = Mutex<[String: Subscription]>([:])
 
