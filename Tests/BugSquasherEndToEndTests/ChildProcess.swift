@@ -195,13 +195,19 @@ final class DaemonHarness: Sendable {
     let directory: String
     let daemon: ChildProcess
 
-    /// Starts squasherd; `launcher` is a command that execs it in its own place (such as
+    /// Starts squasherd; `configuration` is the text of a configuration file to pass it;
+    /// `launcher` is a command that execs it in its own place (such as
     /// `prlimit --nofile=64:4096 --`), so that the PID is still squasherd's.
-    init(chunkSize: Int = 100, extraArguments: [String] = [], launcher: [String] = []) async throws {
+    init(chunkSize: Int = 100, configuration: String? = nil, extraArguments: [String] = [], launcher: [String] = []) async throws {
         // Short paths: Unix socket paths are limited to 107 bytes.
         directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let command = launcher + [Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)"] + extraArguments
+        var arguments = extraArguments
+        if let configuration {
+            try configuration.write(toFile: directory + "/squasherd.conf", atomically: true, encoding: .utf8)
+            arguments += ["--config", directory + "/squasherd.conf"]
+        }
+        let command = launcher + [Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)"] + arguments
         daemon = try ChildProcess(name: "squasherd", executable: command[0], arguments: Array(command.dropFirst()))
         try await waitForDaemonLog("ready")
     }

@@ -270,11 +270,8 @@ struct FuzzTests {
 
     @Test("connections opened and kept open: squasherd raises its descriptor limit, serves max_connections of them, refuses the rest with a warning, and serves new clients once they close")
     func heldConnections() async throws {
-        let config = "/tmp/bsconn-\(UUID().uuidString.prefix(8)).conf"
-        try "max_connections = 100\n".write(toFile: config, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: config) }
         // Started with a soft limit of 64 descriptors, which squasherd raises to the hard 4,096.
-        let harness = try await DaemonHarness(extraArguments: ["--config", config], launcher: ["/usr/bin/prlimit", "--nofile=64:4096", "--"])
+        let harness = try await DaemonHarness(configuration: "max_connections = 100\n", launcher: ["/usr/bin/prlimit", "--nofile=64:4096", "--"])
         try await harness.waitForDaemonLog("connection limit")
         let startLog = harness.daemon.errorOutput
         #expect(startLog.contains("descriptors.limit=4096") && startLog.contains("descriptors.limit.before=64") && startLog.contains("connections.max=100"), "\(startLog)")
@@ -305,10 +302,7 @@ struct FuzzTests {
 
     @Test("large messages left unfinished on many connections: squasherd holds at most max_incoming_bytes of them, closes each connection that would go past, and serves the others")
     func unfinishedMessages() async throws {
-        let config = "/tmp/bsincoming-\(UUID().uuidString.prefix(8)).conf"
-        try "max_message_bytes = 1048576\nmax_incoming_bytes = 4194304\n".write(toFile: config, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: config) }
-        let harness = try await DaemonHarness(extraArguments: ["--config", config])
+        let harness = try await DaemonHarness(configuration: "max_message_bytes = 1048576\nmax_incoming_bytes = 4194304\n")
         // Eight connections, one after another, each sending 900 kB of a call and no terminator:
         // within the message size, but four of them already hold 3.6 of the 4 MB.
         let start = Array(#"{"method":"org.varlink.service.GetInfo","parameters":{"padding":""#.utf8)
@@ -334,10 +328,7 @@ struct FuzzTests {
 
     @Test("registrations past max_registrations_per_subscriber are refused with TooManyRegistrations, over the wire")
     func registrationCap() async throws {
-        let config = "/tmp/bsregs-\(UUID().uuidString.prefix(8)).conf"
-        try "max_registrations_per_subscriber = 1000\n".write(toFile: config, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: config) }
-        let harness = try await DaemonHarness(extraArguments: ["--config", config])
+        let harness = try await DaemonHarness(configuration: "max_registrations_per_subscriber = 1000\n")
         let info = try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#))
         let store = try #require(try JSONSerialization.jsonObject(with: Data(info.utf8)) as? [String: Any])
         let storeID = try #require((store["parameters"] as? [String: Any])?["storeIdentifier"] as? String)
