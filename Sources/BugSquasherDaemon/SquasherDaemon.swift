@@ -95,9 +95,8 @@ public struct SquasherDaemon: Sendable {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
         }
         let coding = WireCoding(model: stack.model)
-        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit,
-            registrationLimits: RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
-        )
+        let registrationLimits = RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
+        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits)
         let store = StoreInterface(stack: stack, coding: coding)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob })
         let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
@@ -147,22 +146,22 @@ public struct SquasherDaemon: Sendable {
     /// (or to `max_connections`, when it fits).
     private static func connectionLimit(_ configuration: DaemonConfiguration, logger: Logger) -> ConnectionLimit {
         let descriptors = FileDescriptorLimit.raiseToHardLimit()
-        let fitting = ConnectionLimit.fitting(descriptorLimit: descriptors.after)
-        var limit = fitting
+        let fitting = ConnectionLimit.fitting(descriptorLimit: descriptors.after).maximum
+        if fitting < 64 {
+            logger.warning("The file descriptor limit is \(descriptors.after), so squasherd serves at most \(fitting) connections at once. Raise it (LimitNOFILE= in the unit, ulimit -n in a shell) to at least 1024.")
+        }
+        var maximum = fitting
         if let wanted = configuration.maximumConnections {
-            if wanted <= fitting.maximum {
-                limit = ConnectionLimit(maximum: wanted)
+            if wanted <= fitting {
+                maximum = wanted
             } else {
-                logger.warning("max_connections = \(wanted) does not fit the file descriptor limit of \(descriptors.after); serving at most \(fitting.maximum) connections. Raise LimitNOFILE= (or ulimit -n) to allow more.")
+                logger.warning("max_connections = \(wanted) does not fit the file descriptor limit of \(descriptors.after); serving at most \(fitting) connections. Raise LimitNOFILE= (or ulimit -n) to allow more.")
             }
         }
-        if limit.maximum < 64 {
-            logger.warning("The file descriptor limit is \(descriptors.after), so squasherd serves at most \(limit.maximum) connections at once. Raise it (LimitNOFILE= in the unit, ulimit -n in a shell) to at least 1024.")
-        }
         logger.info("connection limit", metadata: [
-            "connections.max": "\(limit.maximum)", "descriptors.limit": "\(descriptors.after)", "descriptors.limit.before": "\(descriptors.before)",
+            "connections.max": "\(maximum)", "descriptors.limit": "\(descriptors.after)", "descriptors.limit.before": "\(descriptors.before)",
         ])
-        return limit
+        return ConnectionLimit(maximum: maximum)
     }
 
     /// Uploads cut off by a previous exit cannot resume (their bytes came from a client).

@@ -40,9 +40,6 @@ public final class ConnectionLimit: Sendable {
         ConnectionLimit(maximum: descriptorLimit - reservedDescriptors(descriptorLimit: descriptorLimit))
     }
 
-    /// The connections open now.
-    public var current: Int { open.load(ordering: .relaxed) }
-
     /// Takes a place for a new connection; `false` (and a throttled warning) when none is left.
     func acquire(socket: String, logger: Logger) -> Bool {
         if open.wrappingAdd(1, ordering: .relaxed).newValue <= maximum { return true }

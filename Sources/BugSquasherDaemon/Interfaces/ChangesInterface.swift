@@ -38,7 +38,7 @@ struct ChangesInterface: VarlinkInterface {
             let parameters = try call.parameters(RegisterParameters.self)
             let subscription = try subscriptionFor(parameters.subscription)
             let ids = try registrations(parameters.ids, versions: parameters.versions)
-            let count = try Self.mapLimit { () throws(RegistrationLimitExceeded) in try subscription.register(ids, versions: parameters.versions) }
+            let count = try register(ids, versions: parameters.versions, on: subscription)
             if let versions = parameters.versions {
                 try refreshStale(ids: ids, versions: versions, for: subscription)
             }
@@ -57,10 +57,11 @@ struct ChangesInterface: VarlinkInterface {
         }
     }
 
-    /// A refused registration as the Varlink error `TooManyRegistrations`.
-    private static func mapLimit<T>(_ body: () throws(RegistrationLimitExceeded) -> T) throws -> T {
+    /// Registers IDs; a registration past a cap fails with the Varlink error
+    /// `TooManyRegistrations`.
+    private func register(_ ids: [ObjectID], versions: [Int64]?, on subscription: Subscription) throws -> Int {
         do {
-            return try body()
+            return try subscription.register(ids, versions: versions)
         } catch {
             throw VarlinkError("io.bugsquasher.Changes.TooManyRegistrations", [
                 "limit": .int(Int64(error.limit)), "registered": .int(Int64(error.registered)), "scope": .string(error.scope),
@@ -115,7 +116,7 @@ struct ChangesInterface: VarlinkInterface {
         )
         if let initial = parameters.register {
             let ids = try registrations(initial, versions: parameters.versions)
-            _ = try Self.mapLimit { () throws(RegistrationLimitExceeded) in try subscription.register(ids, versions: parameters.versions) }
+            _ = try register(ids, versions: parameters.versions, on: subscription)
         }
         // Join the fan-out first, read the current token second: a save committed in between is
         // then in the mailbox (and skipped below if the history replay covers it), never lost.
