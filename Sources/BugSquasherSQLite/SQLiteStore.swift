@@ -490,9 +490,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         }
     }
 
-    /// Waits for the background checkpoints requested so far; returns how many have run since
-    /// the store opened (for tests).
-    func backgroundCheckpoints() -> Int {
+    /// Waits for the background checkpoints requested so far; returns how many of each kind
+    /// have run since the store opened (for tests).
+    func checkpointCounts() -> BackgroundCheckpointer.Counts {
         checkpointer.drain()
     }
 

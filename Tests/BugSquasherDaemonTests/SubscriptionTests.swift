@@ -297,11 +297,12 @@ struct SubscriptionTests {
     @Test("the configuration file is parsed strictly and loses to flags and systemd's variables")
     func configuration() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf").path
-        try "state_directory = /srv/state\n# comment\nchunk_size = 250\nwrite_socket_mode = 0640\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "state_directory = /srv/state\n# comment\nchunk_size = 250\nimport_nice = 5\nwrite_socket_mode = 0640\n".write(toFile: path, atomically: true, encoding: .utf8)
         let fromFile = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:])
         #expect(fromFile.stateDirectory == "/srv/state")
         #expect(fromFile.runtimeDirectory == "run/sockets")
         #expect(fromFile.chunkSize == 250)
+        #expect(fromFile.importPriority == 5)
         #expect(fromFile.writeSocketMode == 0o640)
         let systemd = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: ["STATE_DIRECTORY": "/var/lib/squasherd", "RUNTIME_DIRECTORY": "/run/squasherd"])
         #expect(systemd.stateDirectory == "/var/lib/squasherd")
@@ -309,6 +310,8 @@ struct SubscriptionTests {
         let flag = try DaemonConfiguration.resolve(stateDirectory: "/tmp/x", runtimeDirectory: nil, configFile: path, environment: ["STATE_DIRECTORY": "/var/lib/squasherd"])
         #expect(flag.stateDirectory == "/tmp/x")
         try "chunk_size = lots\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        try "import_nice = 20\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }

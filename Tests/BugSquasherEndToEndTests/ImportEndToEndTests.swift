@@ -178,6 +178,39 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("chunks are decoded and upserted on the import threads, at import_nice; the rest of the daemon keeps its priority")
+    func importThreads() async throws {
+        let harness = try await DaemonHarness(chunkSize: 500, configuration: "import_nice = 7\n")
+        let dir = harness.directory
+        let lines = (1...20_000).map { #"{"key":"NICE-\#($0)","title":"Crash \#($0)","status":"Open","project":{"key":"NICE"}}"# }
+        try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/nice.ndjson", atomically: true, encoding: .utf8)
+        #expect(summary(try await harness.ctl(["import", dir + "/nice.ndjson", "--wait"])).contains("20000 imported, 0 rejected"))
+        // /proc/PID/task/TID/stat: field 14 + 15 are the CPU ticks, field 19 the nice value.
+        var importTicks = 0
+        var importThreads = 0
+        var otherNice: Set<Int> = []
+        let tasks = "/proc/\(harness.daemon.pid)/task"
+        for tid in try FileManager.default.contentsOfDirectory(atPath: tasks) {
+            guard let comm = try? String(contentsOfFile: "\(tasks)/\(tid)/comm", encoding: .utf8),
+                  let stat = try? String(contentsOfFile: "\(tasks)/\(tid)/stat", encoding: .utf8),
+                  let fields = stat.split(separator: ")").last?.split(separator: " ").map(String.init) else { continue }
+            let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+            let nice = Int(fields[16]) ?? 0
+            if comm.hasPrefix("import-") {
+                importThreads += 1
+                importTicks += ticks
+                #expect(nice == 7, "\(comm.trimmingCharacters(in: .whitespacesAndNewlines)) runs at nice \(nice)")
+            } else {
+                otherNice.insert(nice)
+            }
+        }
+        #expect(importThreads == 2)
+        #expect(importTicks > 0, "the import threads did no work")
+        #expect(!otherNice.contains(7), "another thread runs at the import's priority")
+        #expect(!harness.daemon.errorOutput.contains("cannot lower the import threads' priority"))
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("a pipelined upload arrives in order; an error reply stops it and the next call gets a fresh connection")
     func pipelinedUpload() async throws {
         let harness = try await DaemonHarness(chunkSize: 50)

@@ -13,6 +13,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var runtimeDirectory: String
     /// Records per import chunk (one importer context and one transaction each).
     public var chunkSize: Int = 1_000
+    /// The `nice` value (0–19) of the threads that decode and upsert import chunks: above 0 the
+    /// scheduler runs requests and subscribers first during an import.
+    public var importPriority: Int = 10
     /// Permissions of the read socket (subscribe and read): everyone on the machine by default.
     public var readSocketMode: Int = 0o666
     /// Permissions of the write socket (import and write): owner and group only.
@@ -80,6 +83,10 @@ public struct DaemonConfiguration: Sendable, Hashable {
             return value
         }
         if let value = try integer("chunk_size") { configuration.chunkSize = max(1, value) }
+        if let value = try integer("import_nice") {
+            guard value <= 19 else { throw DaemonError("\(path): 'import_nice = \(value)' is out of range; use 0 (the daemon's own priority) to 19 (the lowest).") }
+            configuration.importPriority = value
+        }
         if let value = try integer("read_socket_mode", radix: 8) { configuration.readSocketMode = value }
         if let value = try integer("write_socket_mode", radix: 8) { configuration.writeSocketMode = value }
         if let value = try integer("max_message_bytes") { configuration.maximumMessageSize = value }
@@ -94,7 +101,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
     }
 
     static let keys: Set<String> = [
-        "state_directory", "runtime_directory", "chunk_size", "read_socket_mode", "write_socket_mode",
+        "state_directory", "runtime_directory", "chunk_size", "import_nice", "read_socket_mode", "write_socket_mode",
         "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 

@@ -22,6 +22,8 @@ final class ImportRunner: Service {
     private let wakeups: AsyncStream<Void>
     private let wakeup: AsyncStream<Void>.Continuation
     private let progressHandler: @Sendable (ImportProgress?) -> Void
+    /// Where jobs decode and upsert (see ``ImportExecutor``).
+    private let executor: ImportExecutor
 
     init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
@@ -29,6 +31,10 @@ final class ImportRunner: Service {
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
+        executor = ImportExecutor(threads: 2, priority: Int32(configuration.importPriority))
+        if !executor.isPriorityLowered {
+            logger.warning("cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them", metadata: ["import.nice": "\(configuration.importPriority)"])
+        }
         (wakeups, wakeup) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -51,7 +57,7 @@ final class ImportRunner: Service {
                         break
                     }
                     do {
-                        try await process(job)
+                        try await withTaskExecutorPreference(executor) { try await process(job) }
                     } catch {
                         // Input never stops the daemon, and neither does a failing disk: the job
                         // fails with the reason, committed chunks stay committed.
@@ -144,7 +150,8 @@ final class ImportRunner: Service {
                 async let upcoming = source.next()
                 var retired: PreparedChunk?
                 let prepared = try await prepareAfter(&saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
-                saving = SavingChunk(chunk: prepared, save: Task { try await self.save(prepared, job: id) })
+                // Not on the import threads: the save holds the writer, which edits wait for.
+                saving = SavingChunk(chunk: prepared, save: Task(executorPreference: globalConcurrentExecutor) { try await self.save(prepared, job: id) })
                 // The saved chunk's context and objects are freed while the next one saves, not
                 // between the two saves.
                 retired = nil
