@@ -231,6 +231,21 @@ struct SubscriptionTests {
         #expect(merged.updated.map(\.version) == [1_000, 1_000, 1_000])
     }
 
+    @Test("past the pending limit, large saves queued since the last merge are not merged on the writer to count distinct objects: the subscriber is told to resync on their upper bound")
+    func largeSavesPastTheLimit() async {
+        // Two saves of the same 20,000 objects: 20,000 distinct, 40,000 counted. Merging them
+        // would keep the subscriber under its limit of 30,000, at the cost of holding the writer
+        // (an import's chunks would hardly merge at all).
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 30_000, startToken: .zero)
+        subscription.offer(save(1, updated: [1]))
+        guard case .save? = await subscription.next() else { Issue.record("no save"); return }
+        let objects = Array(Int64(1)...20_000)
+        subscription.offer(save(2, updated: objects))
+        subscription.offer(save(3, updated: objects))
+        guard case .resync(let from)? = await subscription.next() else { Issue.record("no resync"); return }
+        #expect(from.rawValue == 1)
+    }
+
     @Test("a subscriber more than eight saves behind gets them merged into one when it reads; up to eight, one by one")
     func behindByMoreThanEight() async {
         let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 1_000, startToken: .zero)
