@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import NIOCore
 import Synchronization
 
 /// How many connections a process's servers hold open together.
@@ -86,56 +85,4 @@ public enum FileDescriptorLimit {
     #else
     private static let resource = RLIMIT_NOFILE
     #endif
-}
-
-/// Logs a warning that may repeat many times a second at most every ten seconds, saying how
-/// many were left out in between.
-final class WarningThrottle: Sendable {
-    private let state = Mutex<(last: ContinuousClock.Instant?, suppressed: Int)>((nil, 0))
-    private let interval: Duration
-
-    init(interval: Duration = .seconds(10)) {
-        self.interval = interval
-    }
-
-    /// Logs `message` unless one was logged less than the interval ago; `message` gets the
-    /// text to append about left-out repeats (empty when there were none).
-    func warn(_ logger: Logger, _ message: (String) -> String) {
-        let now = ContinuousClock.now
-        let suppressed: Int? = state.withLock { state in
-            if let last = state.last, now - last < interval {
-                state.suppressed += 1
-                return nil
-            }
-            defer { state = (now, 0) }
-            return state.suppressed
-        }
-        guard let suppressed else { return }
-        logger.warning("\(message(suppressed > 0 ? " (\(suppressed) more like this since the last warning)" : ""))")
-    }
-}
-
-/// Logs why a listening socket cannot accept, such as running out of file descriptors; NIO
-/// retries a second later by itself.
-final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
-    typealias InboundIn = any Channel
-
-    private let socket: String
-    private let logger: Logger
-    private let throttle = WarningThrottle()
-
-    init(socket: String, logger: Logger) {
-        self.socket = socket
-        self.logger = logger
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if let error = error as? IOError {
-            let advice = [EMFILE, ENFILE].contains(error.errnoCode)
-                ? "The process is out of file descriptors (limit \(FileDescriptorLimit.current)): raise LimitNOFILE=, or lower max_connections to keep more in reserve."
-                : "It retries in a second."
-            throttle.warn(logger) { suppressed in "Cannot accept connections on the \(self.socket) socket: \(error)\(suppressed). \(advice)" }
-        }
-        context.fireErrorCaught(error)
-    }
 }

@@ -263,6 +263,31 @@ final class AcceptedConnection: Sendable {
     }
 }
 
+/// Logs why a listening socket cannot accept, such as running out of file descriptors; NIO
+/// retries a second later by itself.
+final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
+    typealias InboundIn = any Channel
+
+    private let socket: String
+    private let logger: Logger
+    private let throttle = WarningThrottle()
+
+    init(socket: String, logger: Logger) {
+        self.socket = socket
+        self.logger = logger
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let error = error as? IOError {
+            let advice = [EMFILE, ENFILE].contains(error.errnoCode)
+                ? "The process is out of file descriptors (limit \(FileDescriptorLimit.current)): raise LimitNOFILE=, or lower max_connections to keep more in reserve."
+                : "It retries in a second."
+            throttle.warn(logger) { suppressed in "Cannot accept connections on the \(self.socket) socket: \(error)\(suppressed). \(advice)" }
+        }
+        context.fireErrorCaught(error)
+    }
+}
+
 /// Writes replies to a connection, each terminated by NUL; waits while the peer does not read.
 struct ChannelReplier: VarlinkReplier {
     let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>

@@ -95,10 +95,7 @@ struct FuzzTests {
         let seed = ProcessInfo.processInfo.environment["BUGSQUASHER_FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
         print("fuzz seed \(seed) (BUGSQUASHER_FUZZ_SEED=\(seed) repeats this run)")
         var random = SplitMix64(seed: seed)
-        let config = "/tmp/bsfuzz-\(seed).conf"
-        try "subscriber_pending_limit = 2000\n".write(toFile: config, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: config) }
-        let harness = try await DaemonHarness(chunkSize: 100, extraArguments: ["--config", config])
+        let harness = try await DaemonHarness(chunkSize: 100, configuration: "subscriber_pending_limit = 2000\n")
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         let records = SampleIssues.generate(count: 400)

@@ -101,11 +101,7 @@ struct ImportEndToEndTests {
 
     @Test("a byte order mark, CRLF line ends and a first record longer than the limit still import as NDJSON; a single-line search response longer than it too; SIGHUP does not end the daemon")
     func awkwardInputs() async throws {
-        let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try "max_record_bytes = 4096\n".write(toFile: directory + "/limits.conf", atomically: true, encoding: .utf8)
-        let harness = try await DaemonHarness(chunkSize: 10, extraArguments: ["--config", directory + "/limits.conf"])
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let harness = try await DaemonHarness(chunkSize: 10, configuration: "max_record_bytes = 4096\n")
         let dir = harness.directory
         let record = { (key: String, title: String) in #"{"key":"\#(key)","title":"\#(title)","status":"Open","project":{"key":"AW"}}"# }
 

@@ -290,10 +290,7 @@ struct SubscriberEndToEndTests {
     func slowReaderOfSmallSaves() async throws {
         // 2,000 saves of 10 bugs, each about 300 bytes with runs: socket buffers of the default
         // size hold over 500 of them, and the pending limit lets about 360 wait behind them.
-        let config = "/tmp/bsslow-\(UUID().uuidString.prefix(8)).conf"
-        try "subscriber_pending_limit = 4000\n".write(toFile: config, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: config) }
-        let harness = try await DaemonHarness(chunkSize: 10, extraArguments: ["--config", config])
+        let harness = try await DaemonHarness(chunkSize: 10, configuration: "subscriber_pending_limit = 4000\n")
         let count = 20_000
         let path = harness.directory + "/slow.ndjson"
         let lines = (1...count).map { #"{"key":"SLOW-\#($0)","title":"bug \#($0)","status":"Open","project":{"key":"SLOW"}}"# }

@@ -6,7 +6,7 @@ import Glibc
 /// Swift's cooperative pool has one thread per core. Decoding and upserting a chunk runs for
 /// milliseconds without a suspension point, so on the pool two of those stages would leave no
 /// thread for a request, and an edit or a subscriber's notification would wait for them. Here
-/// they run on threads of their own, at `nice` ``priority``, so the scheduler runs requests,
+/// they run on threads of their own, at a higher `nice` value, so the scheduler runs requests,
 /// the change feed and subscriber processes first, and the import gets the rest of the CPU.
 ///
 /// A ``TaskExecutor``: the runner processes a job under `withTaskExecutorPreference(_:)`, so the
@@ -14,8 +14,6 @@ import Glibc
 /// save is not: it holds the store's writer, which edits wait for, so it runs at the daemon's
 /// own priority.
 final class ImportExecutor: TaskExecutor, @unchecked Sendable {
-    /// The `nice` value the threads run at.
-    let priority: Int32
     private let condition = NSCondition()
     /// Jobs waiting for a thread (guarded by `condition`).
     private var jobs: [UnownedJob] = []
@@ -24,7 +22,6 @@ final class ImportExecutor: TaskExecutor, @unchecked Sendable {
 
     /// Starts `threads` threads at `nice` `priority` (0: the daemon's own).
     init(threads: Int, priority: Int32) {
-        self.priority = priority
         let started = DispatchSemaphore(value: 0)
         for index in 0..<threads {
             let thread = Thread { [self] in
@@ -43,7 +40,7 @@ final class ImportExecutor: TaskExecutor, @unchecked Sendable {
         for _ in 0..<threads { started.wait() }
     }
 
-    /// Whether every thread runs at ``priority`` (a seccomp filter or a missing permission can
+    /// Whether every thread runs at the `nice` value asked for (a seccomp filter or a missing permission can
     /// refuse it; the import then runs at the daemon's priority, as before).
     var isPriorityLowered: Bool { condition.withLock { unlowered == 0 } }
 
