@@ -192,7 +192,9 @@ private struct StoreService: Service {
                 try store.checkpoint()
                 logger.info("store checkpointed")
             } catch {
-                logger.error("checkpoint failed", metadata: ["error": "\(error)"])
+                // Nothing is lost: the committed saves are in the WAL, which SQLite replays when
+                // the store opens next.
+                logger.error("checkpoint failed; the WAL stays beside the store and is replayed when it opens next", metadata: ["error": "\(error)"])
             }
         }
     }

@@ -485,6 +485,10 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
 
     /// Moves the WAL's content into the main file and truncates the WAL (for a clean shutdown).
     public func checkpoint() throws {
+        // A background checkpoint still running holds SQLite's checkpoint lock, and a TRUNCATE
+        // checkpoint meeting it fails at once with SQLITE_BUSY instead of waiting (a daemon
+        // stopped right after a large save logged "checkpoint failed"): let it finish first.
+        _ = checkpointer.drain()
         try wrap("checkpoint") {
             _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
         }

@@ -20,36 +20,71 @@ struct CheckpointTests {
         #expect(largestWAL < limit, "the WAL reached \(largestWAL) bytes")
     }
 
+    @Test("the final checkpoint right after a large save waits for the background checkpoint it meets, and truncates the WAL")
+    func finalCheckpointAfterLargeSave() async throws {
+        // A save past 1,000 WAL pages starts a background checkpoint; a TRUNCATE checkpoint that
+        // meets it holding SQLite's checkpoint lock would fail at once with SQLITE_BUSY (a
+        // daemon stopped right after a large save logged "checkpoint failed").
+        let notes = try NotesStore()
+        defer { notes.remove() }
+        for save in 0..<5 {
+            try await notes.save(batch: save, count: 1_200)
+            try notes.store.checkpoint()
+            #expect(notes.walSize == 0, "the WAL holds \(notes.walSize) bytes after the checkpoint of save \(save)")
+        }
+        #expect(notes.store.checkpointCounts().background >= 5)
+    }
+
     /// 40 saves of 250 notes of 4 KB: about 40 MB, some 10,000 pages, over twice what the WAL may
     /// hold before the writer starts it over. Returns the checkpoint counts and the largest WAL
     /// seen after a save.
     private func writeNotes() async throws -> (BackgroundCheckpointer.Counts, Int) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-wal-\(UUID().uuidString)")
+        let notes = try NotesStore()
+        defer { notes.remove() }
+        var largestWAL = 0
+        for save in 0..<40 {
+            try await notes.save(batch: save, count: 250)
+            largestWAL = max(largestWAL, notes.walSize)
+        }
+        let counts = notes.store.checkpointCounts()
+        #expect(try notes.store.integrityCheck() == ["ok"])
+        return (counts, largestWAL)
+    }
+}
+
+/// A store of 4 KB notes in a temporary directory.
+private struct NotesStore {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-wal-\(UUID().uuidString)")
+    let url: URL
+    let store: SQLiteStore
+    let coordinator: StoreCoordinator
+
+    init() throws {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let url = directory.appendingPathComponent("wal.sqlite")
-        let store = try SQLiteStore(url: url)
+        url = directory.appendingPathComponent("wal.sqlite")
+        store = try SQLiteStore(url: url)
         let model = try ManagedObjectModel(entities: [
             EntityDescription(name: "Note", uniqueKey: "key", attributes: [.attribute("key", .string), .attribute("body", .string)]),
         ])
-        let coordinator = try StoreCoordinator(model: model, store: store)
-        let body = String(repeating: "x", count: 4_000)
-        var largestWAL = 0
-        for save in 0..<40 {
-            let context = ObjectContext(coordinator: coordinator)
-            try await context.perform { context in
-                for index in 0..<250 {
-                    let note = try context.insert(entityNamed: "Note")
-                    note.setValue(.string("N-\(save)-\(index)"), for: "key")
-                    note.setValue(.string(body), for: "body")
-                }
-            }
-            try await context.saveAndRetire()
-            let wal = (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0
-            largestWAL = max(largestWAL, wal)
-        }
-        let counts = store.checkpointCounts()
-        #expect(try store.integrityCheck() == ["ok"])
-        return (counts, largestWAL)
+        coordinator = try StoreCoordinator(model: model, store: store)
     }
+
+    /// Inserts `count` notes in one save.
+    func save(batch: Int, count: Int) async throws {
+        let body = String(repeating: "x", count: 4_000)
+        let context = ObjectContext(coordinator: coordinator)
+        try await context.perform { context in
+            for index in 0..<count {
+                let note = try context.insert(entityNamed: "Note")
+                note.setValue(.string("N-\(batch)-\(index)"), for: "key")
+                note.setValue(.string(body), for: "body")
+            }
+        }
+        try await context.saveAndRetire()
+    }
+
+    /// The WAL file's size in bytes.
+    var walSize: Int { (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0 }
+
+    func remove() { try? FileManager.default.removeItem(at: directory) }
 }

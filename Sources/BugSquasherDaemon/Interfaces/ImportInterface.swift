@@ -35,7 +35,9 @@ struct ImportInterface: VarlinkInterface {
             guard uploads.count < UploadRegistry.maximumUploads else {
                 throw invalidInput("\(UploadRegistry.maximumUploads) uploads are in progress; commit or abort one first")
             }
-            let job = try await book.create(name: String(parameters.name.prefix(500)), format: format, chunkSize: chunkSize)
+            // A job's name is for people: kept (and logged) to its first 500 characters.
+            let name = String(parameters.name.prefix(500))
+            let job = try await book.create(name: name, format: format, chunkSize: chunkSize)
             do {
                 uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes))
                 // An upload lives as long as the connection that began it: a client that goes
@@ -59,7 +61,7 @@ struct ImportInterface: VarlinkInterface {
                 }
                 throw invalidInput(error.message)
             }
-            context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(parameters.name)"])
+            context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(name)"])
             try await replier.reply(JobParameter(job: job))
         case "Append":
             let parameters = try call.parameters(AppendParameters.self)
