@@ -199,7 +199,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherSQLiteTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherModel"],
+            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherModel", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strictSettings
         ),
         .testTarget(

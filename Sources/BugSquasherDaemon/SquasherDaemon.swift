@@ -84,6 +84,7 @@ public struct SquasherDaemon: Sendable {
             }
         }
         try await failInterruptedUploads(stack)
+        try await removeSpoolsOfEndedJobs(stack)
 
         let hub = NotificationHub()
         let status = StatusReporter(hub: hub, onStatus: onStatus)
@@ -162,6 +163,27 @@ public struct SquasherDaemon: Sendable {
             "connections.max": "\(maximum)", "descriptors.limit": "\(descriptors.after)", "descriptors.limit.before": "\(descriptors.before)",
         ])
         return ConnectionLimit(maximum: maximum)
+    }
+
+    /// A job that ended (finished, failed, aborted) or that the store does not know never reads
+    /// its spool file again; one may be left by a failure the daemon could not clean up after
+    /// (a disk that went read-only), or by an older version.
+    private func removeSpoolsOfEndedJobs(_ stack: PersistentStack) async throws {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: configuration.spoolDirectory)) ?? []
+        let spooled = names.filter { $0.hasSuffix(".spool") }.map { String($0.dropLast(".spool".count)) }
+        guard !spooled.isEmpty else { return }
+        let pending = try await stack.temporaryContext(name: "startup").perform { context in
+            Set(try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == "queued" || Key("state") == "running")).map(\.jobID))
+        }
+        for job in spooled where !pending.contains(job) {
+            let path = configuration.spoolDirectory + "/\(job).spool"
+            do {
+                try FileManager.default.removeItem(atPath: path)
+                logger.notice("removed the spool file of a job that ended", metadata: ["job.id": "\(job)", "path": "\(path)"])
+            } catch {
+                logger.warning("cannot remove the spool file of a job that ended", metadata: ["job.id": "\(job)", "path": "\(path)", "error": "\(error)"])
+            }
+        }
     }
 
     /// Uploads cut off by a previous exit cannot resume (their bytes came from a client).

@@ -24,6 +24,8 @@ public struct CSVBugMapper: Sendable {
     /// The flavor in use.
     public let flavor: Flavor
     private let columns: [String: [Int]]
+    /// How many fields the header has, and so every row.
+    private let width: Int
 
     /// Reads a header row.
     ///
@@ -31,6 +33,7 @@ public struct CSVBugMapper: Sendable {
     ///   flavor, with the columns it did find.
     public init(header: [String], flavor: Flavor) throws {
         self.flavor = flavor
+        width = header.count
         var columns: [String: [Int]] = [:]
         for (index, name) in header.enumerated() {
             columns[name.trimmingCharacters(in: .whitespaces).lowercased(), default: []].append(index)
@@ -77,8 +80,13 @@ public struct CSVBugMapper: Sendable {
 
     /// Maps one data row.
     ///
-    /// - Throws: ``ImportError`` naming the column, for a missing key or an unreadable date.
+    /// - Throws: ``ImportError`` naming the column, for a missing key or an unreadable date; for
+    ///   a row whose field count is not the header's (its values would land in the wrong
+    ///   columns).
     public func record(_ fields: [String], line: Int) throws -> BugRecord {
+        guard fields.count == width else {
+            throw ImportError(.invalidRecord, "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.", inputLine: line)
+        }
         switch flavor {
         case .jira: return try jiraRecord(fields, line: line)
         case .bugzilla: return try bugzillaRecord(fields, line: line)

@@ -9,6 +9,9 @@ public struct CSVParser: Sendable {
         case fields([String], line: Int)
         /// A record that started on `line` and grew past the limit (its bytes were dropped).
         case oversized(line: Int)
+        /// The input ended inside a quoted field that the record starting on `line` opened:
+        /// every line after it was read into that field.
+        case unterminated(line: Int)
     }
 
     /// The longest record kept, in bytes.
@@ -71,9 +74,11 @@ public struct CSVParser: Sendable {
         return records
     }
 
-    /// Ends the input: returns the last record when the input did not end with a newline.
+    /// Ends the input: returns the last record when the input did not end with a newline, or
+    /// ``Record/unterminated(line:)`` when it ended inside a quoted field.
     public mutating func finish() -> [Record] {
         if quoteInQuotes { inQuotes = false; quoteInQuotes = false }
+        if inQuotes { return [.unterminated(line: recordLine)] }
         guard !atRecordStart || !field.isEmpty || !fields.isEmpty else { return [] }
         return endRecord().map { [$0] } ?? []
     }

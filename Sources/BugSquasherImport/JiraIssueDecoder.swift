@@ -7,7 +7,8 @@ public import Foundation
 /// It tolerates what real exports contain: missing or `null` description, components, reporter,
 /// assignee, resolution and dates; the literal priority `None` (read as no priority); comments
 /// without body or author; a missing summary (the key becomes the title). It refuses input it
-/// cannot match to a bug: text that is not a JSON object, and an issue without `key`.
+/// cannot match to a bug or store as it is: text that is not a JSON object, an issue without
+/// `key`, and a date (of the issue or a comment) that is not one.
 ///
 /// ```swift
 /// let decoder = JiraIssueDecoder()
@@ -26,7 +27,8 @@ public struct JiraIssueDecoder: Sendable {
     ///   - json: the UTF-8 JSON text of one issue object.
     ///   - line: the input line it came from, reported in errors.
     /// - Throws: ``ImportError`` with ``ImportError/Code/invalidJSON`` when `json` is not a JSON
-    ///   object of the expected shape, ``ImportError/Code/missingKey`` when it has no `key`.
+    ///   object of the expected shape, ``ImportError/Code/missingKey`` when it has no `key`,
+    ///   ``ImportError/Code/invalidRecord`` when a date is not one.
     public func decode(_ json: Data, line: Int? = nil) throws -> BugRecord {
         try json.withUnsafeBytes { try decode(bytes: $0.bindMemory(to: UInt8.self), line: line) }
     }
@@ -50,11 +52,20 @@ public struct JiraIssueDecoder: Sendable {
                 inputLine: line
             )
         }
-        return Self.record(key: key, issue: issue)
+        return try Self.record(key: key, issue: issue, line: line)
     }
 
     /// Maps a decoded issue onto a record.
-    private static func record(key: String, issue: JiraPayload.Issue) -> BugRecord {
+    private static func record(key: String, issue: JiraPayload.Issue, line: Int?) throws -> BugRecord {
+        /// A date field: `nil` when absent or empty; an unreadable one rejects the issue rather
+        /// than being stored as no date.
+        func date(_ text: String?, _ path: String) throws -> Date? {
+            guard let text, !text.isEmpty else { return nil }
+            guard let date = JiraDate.parse(text) else {
+                throw ImportError(.invalidRecord, "The issue's \(path) holds '\(text.prefix(60))', which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000). Fix or remove this line.", inputLine: line)
+            }
+            return date
+        }
         let fields = issue.fields
         let summary = fields?.summary ?? ""
         let priority = fields?.priority?.name.flatMap { $0.isEmpty || $0 == "None" ? nil : $0 }
@@ -69,21 +80,21 @@ public struct JiraIssueDecoder: Sendable {
             priority: priority,
             type: fields?.issuetype?.name,
             labels: BugRecord.normalizedLabels((fields?.labels ?? []).compactMap { $0 }),
-            created: fields?.created.flatMap(JiraDate.parse),
-            updated: fields?.updated.flatMap(JiraDate.parse),
-            resolved: fields?.resolutiondate.flatMap(JiraDate.parse),
+            created: try date(fields?.created, "fields.created"),
+            updated: try date(fields?.updated, "fields.updated"),
+            resolved: try date(fields?.resolutiondate, "fields.resolutiondate"),
             project: ProjectRecord(key: projectKey, name: fields?.project?.name),
             components: unique((fields?.components ?? []).compactMap { $0?.name }.filter { !$0.isEmpty }),
             reporter: person(fields?.reporter),
             assignee: person(fields?.assignee),
-            comments: (fields?.comment?.comments ?? []).compactMap { comment in
+            comments: try (fields?.comment?.comments ?? []).compactMap { comment in
                 guard let comment, let id = comment.id, !id.isEmpty else { return nil }
                 return CommentRecord(
                     jiraID: id,
                     body: comment.body ?? "",
                     author: person(comment.author),
-                    created: comment.created.flatMap(JiraDate.parse),
-                    updated: comment.updated.flatMap(JiraDate.parse)
+                    created: try date(comment.created, "comment \(id).created"),
+                    updated: try date(comment.updated, "comment \(id).updated")
                 )
             }
         )

@@ -82,6 +82,42 @@ enum SQLSchema {
         }
     }
 
+    /// What the store lacks of the schema `create` makes for `model`: missing tables, columns
+    /// and indexes, described for a person (empty when nothing is missing). A store whose
+    /// metadata names the model but whose tables were changed by hand (a dropped column, a
+    /// dropped unique index) would fail on every request, or stop enforcing unique keys.
+    static func missing(_ model: ManagedObjectModel, in db: Database) throws -> [String] {
+        let expected = try DatabaseQueue()
+        let wanted = try expected.write { scratch in
+            try create(model, in: scratch)
+            return try layout(scratch)
+        }
+        let found = try layout(db)
+        var missing: [String] = []
+        for (name, item) in wanted.sorted(by: { $0.key < $1.key }) {
+            guard let present = found[name], present.type == item.type else {
+                missing.append("\(item.type) \(name)")
+                continue
+            }
+            for column in item.columns.sorted() where !present.columns.contains(column) {
+                missing.append("column \(name).\(column)")
+            }
+        }
+        return missing
+    }
+
+    /// Tables and indexes by name, with their columns.
+    private static func layout(_ db: Database) throws -> [String: (type: String, columns: Set<String>)] {
+        var items: [String: (type: String, columns: Set<String>)] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%'") {
+            let (type, name): (String, String) = (row["type"], row["name"])
+            let pragma = type == "table" ? "table_info" : "index_info"
+            let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_\(pragma)(?)", arguments: [name])
+            items[name] = (type, Set(columns))
+        }
+        return items
+    }
+
     /// Adds the columns of an automatic migration.
     static func migrate(_ migration: ModelMigration, in db: Database) throws {
         for (entity, attributes) in migration.addedAttributes.sorted(by: { $0.key < $1.key }) {

@@ -117,8 +117,21 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
             try checkpointer.open(path: url.path)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw GraphError(.invalidStore, "\(url.path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
+        } catch let error as DatabaseError {
+            throw GraphError(.storeIO, "Could not open the store at \(url.path) (SQLite: \(error.message ?? "\(error.resultCode)")). \(Self.openAdvice(error.resultCode, path: url.path))", cause: error)
         } catch {
-            throw GraphError(.storeIO, "Could not open the store at \(url.path): check that the directory exists and is writable by this user.", cause: error)
+            throw GraphError(.storeIO, "Could not open the store at \(url.path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
+        }
+    }
+
+    /// What to do when SQLite cannot open the store, by its result code.
+    private static func openAdvice(_ code: ResultCode, path: String) -> String {
+        switch code.primaryResultCode {
+        case .SQLITE_CORRUPT: "The file is damaged: restore it from a backup, or move it away to start with an empty store and re-import."
+        case .SQLITE_FULL: "The disk is full: free space on the file system of \(path)."
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_AUTH:
+            "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
+        default: "Check that the directory exists and is writable by this user, and that the disk is sound."
         }
     }
 
@@ -152,7 +165,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                     }
                     return .commit
                 }
-                return try readAndMigrate(model: model, db: db)
+                let metadata = try readAndMigrate(model: model, db: db)
+                let missing = try SQLSchema.missing(model, in: db)
+                guard missing.isEmpty else {
+                    throw GraphError(.invalidStore, "\(url.path) does not have the tables its model needs (missing: \(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? ", …" : "")); it was changed outside BugSquasher. Restore it from a backup, or move it away to start with an empty store and re-import.")
+                }
+                return metadata
             }
         }
         loaded.withLock { $0 = Loaded(model: model, metadata: metadata) }

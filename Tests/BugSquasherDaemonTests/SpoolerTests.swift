@@ -29,4 +29,35 @@ struct SpoolerTests {
         let error = await #expect(throws: DaemonError.self) { _ = try await single.finish() }
         #expect(error?.message.contains("empty") == false, "\(String(describing: error))")
     }
+
+    @Test("a gzip upload cut short, or without its trailer, fails with the reason instead of importing what it held up to the cut")
+    func truncatedGzip() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let records = (1...2_000).map { #"{"key":"TG-\#($0)","title":"record \#($0) of a file cut short","status":"Open"}"# }
+        var plain = ByteBuffer(string: records.joined(separator: "\n") + "\n")
+        let compressed = Array(try plain.compress(with: .gzip()).readableBytesView)
+        // The whole file; without its 8-byte trailer; cut in the middle.
+        for (name, bytes, whole) in [("whole", compressed, true), ("trailer", Array(compressed.dropLast(8)), false), ("half", Array(compressed.prefix(compressed.count / 2)), false)] {
+            let spooler = try Spooler(jobID: name, directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+            for start in stride(from: 0, to: bytes.count, by: 1_000) { try await spooler.append(Array(bytes[start..<min(bytes.count, start + 1_000)])) }
+            if whole {
+                _ = try await spooler.finish()
+            } else {
+                let error = await #expect(throws: DaemonError.self, "\(name)") { _ = try await spooler.finish() }
+                #expect(error?.message.contains("gzip data is incomplete") == true, "\(String(describing: error))")
+            }
+        }
+    }
+
+    @Test("a CSV upload whose quoted field is never closed fails with the line, instead of importing the rows before it and losing the rest")
+    func unterminatedCSV() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let spooler = try Spooler(jobID: "csv", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+        try await spooler.append(Array("Summary,Issue key,Status\nFine,CSV-1,Open\n\"Unterminated quote,CSV-2,Open\nLater,CSV-3,Open\n".utf8))
+        let error = await #expect(throws: DaemonError.self) { _ = try await spooler.finish() }
+        #expect(error?.message.contains("line 3") == true, "\(String(describing: error))")
+    }
 }

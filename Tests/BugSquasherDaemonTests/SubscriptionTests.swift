@@ -326,8 +326,12 @@ struct SubscriptionTests {
         #expect(flag.stateDirectory == "/tmp/x")
         try "chunk_size = lots\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
-        try "import_nice = 20\n".write(toFile: path, atomically: true, encoding: .utf8)
-        #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        // Values that would not work are refused, not clamped: a message limit of 0 closed every
+        // connection without a word.
+        for line in ["import_nice = 20", "chunk_size = 0", "chunk_size = 5000000", "max_message_bytes = 0", "max_record_bytes = 10", "subscriber_pending_limit = 0"] {
+            try (line + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+            #expect(throws: DaemonError.self, "\(line)") { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        }
         try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
     }

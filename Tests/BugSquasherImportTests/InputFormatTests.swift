@@ -18,6 +18,10 @@ struct InputFormatTests {
         ])
         var small = CSVParser(maximumRecordBytes: 8)
         #expect(small.feed(Array("short\n0123456789abcdef\nok\n".utf8)) == [.fields(["short"], line: 1), .oversized(line: 2), .fields(["ok"], line: 3)])
+        // A quote never closed swallows the rest of the input: reported, not returned as a row.
+        var unterminated = CSVParser()
+        #expect(unterminated.feed(Array("a,b\n\"open,1\nc,d\ne,f\n".utf8)) == [.fields(["a", "b"], line: 1)])
+        #expect(unterminated.finish() == [.unterminated(line: 2)])
     }
 
     @Test("CSV exports map to records by header; dates in the trackers' formats")
@@ -31,6 +35,13 @@ struct InputFormatTests {
         #expect(record.comments.first?.author?.name == "user-1")
         #expect(throws: ImportError.self) { try jira.record(["Crash", "TIMOB-10", "Open", "", "", "yesterday", ""], line: 3) }
         #expect(throws: ImportError.self) { try CSVBugMapper(header: ["Summary", "Status"], flavor: .jira) }
+        // A row with more or fewer fields than the header would put its values in the wrong
+        // columns ("Crash, then hang" unquoted made the key "then hang"): it is rejected.
+        for row in [["Crash", " then hang", "TIMOB-11", "Open", "", "", "", ""], ["Crash", "TIMOB-12", "Open"]] {
+            let error = #expect(throws: ImportError.self) { try jira.record(row, line: 4) }
+            #expect(error?.message.contains("the header has 7") == true, "\(String(describing: error))")
+            #expect(error?.inputLine == 4)
+        }
         #expect(CSVBugMapper.detect(header: ["bug_id", "short_desc"]) == .bugzilla)
         let bugzilla = try CSVBugMapper(header: ["bug_id", "product", "short_desc", "changeddate"], flavor: .bugzilla)
         let bug = try bugzilla.record(["42", "Firefox OS", "Boom", "2011-04-15 02:23:39"], line: 2)

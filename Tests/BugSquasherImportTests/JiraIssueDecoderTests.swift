@@ -74,6 +74,26 @@ import Testing
         #expect(error?.message.contains("key") == true)
     }
 
+    @Test(arguments: [
+        #"{"key":"D-1","fields":{"created":"yesterday"}}"#,
+        #"{"key":"D-1","fields":{"updated":"2011-02-30T10:00:00.000+0000"}}"#,
+        #"{"key":"D-1","fields":{"resolutiondate":"2011-13-01T10:00:00.000+0000"}}"#,
+        #"{"key":"D-1","fields":{"comment":{"comments":[{"id":"7","body":"x","created":"25:00"}]}}}"#,
+    ])
+    func rejectsAnIssueWithAnUnreadableDate(_ text: String) {
+        // Stored as no date, the value would be lost without a word.
+        let error = #expect(throws: ImportError.self) { _ = try decoder.decode(Data(text.utf8), line: 5) }
+        #expect(error?.code == .invalidRecord)
+        #expect(error?.inputLine == 5)
+        #expect(error?.message.contains("not a date") == true, "\(String(describing: error))")
+    }
+
+    @Test func readsAnEmptyDateAsNone() throws {
+        let record = try decoder.decode(Data(#"{"key":"D-2","fields":{"created":"","updated":null}}"#.utf8))
+        #expect(record.created == nil)
+        #expect(record.updated == nil)
+    }
+
     @Test(arguments: ["[1,2,3]", "\"TIMOB-1\"", "42", "null", "{\"key\":", "not json at all", "{\"key\":\"A-1\",\"fields\":{\"labels\":\"x\"}}"])
     func refusesInputThatIsNotAnIssueObject(_ text: String) {
         let error = #expect(throws: ImportError.self) {

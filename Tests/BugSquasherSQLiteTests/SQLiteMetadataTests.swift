@@ -2,6 +2,7 @@ import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherSQLite
 import Foundation
+import GRDB
 import Testing
 
 /// What only a file-backed store does: metadata, model checks, migration, damaged files.
@@ -88,6 +89,32 @@ struct SQLiteMetadataTests {
         let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: try model(), store: SQLiteStore(url: garbage)) }
         #expect(error?.code == .invalidStore)
         #expect(try Data(contentsOf: garbage) == Data(repeating: 0x41, count: 4096))
+    }
+
+    @Test("a store whose tables were changed outside BugSquasher (a dropped column, index or table) is refused, naming what is missing", arguments: [
+        ("ALTER TABLE Note DROP COLUMN title", "column Note.title"),
+        ("DROP INDEX Note_key_unique", "index Note_key_unique"),
+        ("DROP TABLE bs_history", "table bs_history"),
+    ])
+    func tablesChangedByHand(change: String, missing: String) async throws {
+        let url = directory.appendingPathComponent("changed-\(UUID().uuidString).sqlite")
+        let model = try model()
+        do {
+            let coordinator = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+            try await ObjectContext(coordinator: coordinator).perform { context in
+                let note = try context.insert(entityNamed: "Note")
+                note["key"] = "n1"
+                try context.saveToStore()
+            }
+        }
+        // Reopened unchanged, it is accepted.
+        _ = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+        let queue = try DatabaseQueue(path: url.path)
+        try await queue.write { db in try db.execute(sql: change) }
+        try queue.close()
+        let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: model, store: SQLiteStore(url: url)) }
+        #expect(error?.code == .invalidStore)
+        #expect(error?.message.contains(missing) == true, "\(String(describing: error))")
     }
 
     @Test("the store passes SQLite's integrity check after saves")

@@ -82,17 +82,23 @@ public struct DaemonConfiguration: Sendable, Hashable {
             }
             return value
         }
-        if let value = try integer("chunk_size") { configuration.chunkSize = max(1, value) }
-        if let value = try integer("import_nice") {
-            guard value <= 19 else { throw DaemonError("\(path): 'import_nice = \(value)' is out of range; use 0 (the daemon's own priority) to 19 (the lowest).") }
-            configuration.importPriority = value
+        /// A number that must lie in `range`: a value outside it would not work (a message limit
+        /// of 0 closes every connection), so it is refused rather than clamped.
+        func integer(_ key: String, in range: ClosedRange<Int>, meaning: String) throws -> Int? {
+            guard let value = try integer(key) else { return nil }
+            guard range.contains(value) else {
+                throw DaemonError("\(path): '\(key) = \(value)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning)).")
+            }
+            return value
         }
+        if let value = try integer("chunk_size", in: 1...100_000, meaning: "records per import transaction") { configuration.chunkSize = value }
+        if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest") { configuration.importPriority = value }
         if let value = try integer("read_socket_mode", radix: 8) { configuration.readSocketMode = value }
         if let value = try integer("write_socket_mode", radix: 8) { configuration.writeSocketMode = value }
-        if let value = try integer("max_message_bytes") { configuration.maximumMessageSize = value }
-        if let value = try integer("max_incoming_bytes") { configuration.maximumIncomingBytes = value }
-        if let value = try integer("max_record_bytes") { configuration.maximumRecordBytes = value }
-        if let value = try integer("subscriber_pending_limit") { configuration.subscriberPendingLimit = value }
+        if let value = try integer("max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message") { configuration.maximumMessageSize = value }
+        if let value = try integer("max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once") { configuration.maximumIncomingBytes = value }
+        if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") { configuration.maximumRecordBytes = value }
+        if let value = try integer("subscriber_pending_limit", in: 1...(1 << 40), meaning: "objects queued for one subscriber") { configuration.subscriberPendingLimit = value }
         if let value = try integer("max_registrations_per_subscriber") { configuration.maximumRegistrationsPerSubscriber = value }
         if let value = try integer("max_registrations") { configuration.maximumRegistrations = value }
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }

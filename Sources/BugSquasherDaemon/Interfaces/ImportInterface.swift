@@ -92,6 +92,8 @@ struct ImportInterface: VarlinkInterface {
                 record.state = "aborted"
                 record.finished = Date()
             }
+            // A queued job's upload is spooled already; nothing reads it any more.
+            try? FileManager.default.removeItem(atPath: configuration.spoolDirectory + "/\(job).spool")
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)

@@ -182,6 +182,7 @@ final class ImportRunner: Service {
             job.error = message
             job.finished = Date()
         }
+        try? FileManager.default.removeItem(atPath: configuration.spoolDirectory + "/\(id).spool")
     }
 
     static func describe(_ error: DecodingError) -> String {

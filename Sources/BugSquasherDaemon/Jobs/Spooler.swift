@@ -19,6 +19,10 @@ actor Spooler {
     private var sniffedLines = 0
     private var decided = false
     private var gzip: (any NIODecompressor)?
+    /// The last 8 bytes of a gzip upload (its trailer once the upload is whole: CRC-32 and the
+    /// inflated size modulo 2^32), and the bytes inflated so far.
+    private var gzipTail: [UInt8] = []
+    private var inflatedBytes: UInt64 = 0
     /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
     /// an upload may arrive one byte at a time. `nil` once told.
     private var leadingBytes: [UInt8]? = []
@@ -69,10 +73,12 @@ actor Spooler {
                 }
             }
             if let gzip {
+                gzipTail = Array((gzipTail + bytes.suffix(8)).suffix(8))
                 var buffer = ByteBuffer(bytes: bytes)
                 // One 64 KiB window at a time: a small, highly compressed upload cannot inflate
                 // into memory all at once.
                 try buffer.decompressStream(with: gzip) { window in
+                    inflatedBytes += UInt64(window.readableBytes)
                     try consume(Array(window.readableBytesView))
                     try flush(force: false)
                 }
@@ -105,6 +111,14 @@ actor Spooler {
             let pending = sniffed
             sniffed = []
             if format != nil { try route(pending) }
+        }
+        if gzip != nil {
+            // zlib inflates a cut-off stream without complaint, up to the cut: a gzip upload is
+            // whole only when it ends with the trailer that gives the inflated size.
+            let size = gzipTail.count == 8 ? gzipTail[4..<8].reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) } : nil
+            guard size == UInt32(truncatingIfNeeded: inflatedBytes) else {
+                throw DaemonError("The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported; submit the whole file.")
+            }
         }
         guard let format else { throw DaemonError("The upload was empty: there is nothing to import.") }
         if let splitter {
@@ -176,6 +190,9 @@ actor Spooler {
         switch record {
         case .oversized(let line):
             envelope = SpoolEnvelope(_line: line, record: nil, _reject: "record is longer than \(maximumRecordBytes) bytes")
+        case .unterminated(let line):
+            // Every row after it was read as part of one field: none of them can be trusted.
+            throw DaemonError("The CSV has a quoted field opened on line \(line) that is never closed, so every line after it was read as that one field. Nothing was imported; fix the quoting (a quote inside a quoted field is written \"\") and submit the file again.")
         case .fields(let fields, let line):
             guard let mapper else {
                 let flavor = format == .bugzillaCSV ? CSVBugMapper.Flavor.bugzilla : .jira
