@@ -38,7 +38,7 @@ struct ImportCommand: ParsableCommand {
         } else {
             guard let handle = FileHandle(forReadingAtPath: file) else {
                 printError("squasherctl: cannot read \(file): \(FileManager.default.fileExists(atPath: file) ? "permission denied" : "no such file").")
-                throw ExitCode(1)
+                throw ExitCode.validationFailure
             }
             input = handle
             size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int64) ?? 0

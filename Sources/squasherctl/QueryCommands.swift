@@ -186,7 +186,7 @@ struct UpdateCommand: ParsableCommand {
             let parts = assignment.split(separator: "=", maxSplits: 1).map(String.init)
             guard parts.count == 2, !parts[0].isEmpty else {
                 printError("squasherctl: '\(assignment)' is not name=value")
-                throw ExitCode(1)
+                throw ExitCode.validationFailure
             }
             values[parts[0]] = parts[1] == "nil" ? .null : .string(parts[1])
         }

@@ -93,6 +93,17 @@ struct ImportEndToEndTests {
         #expect(try await claimed.waitForExit() == 2)
         #expect(claimed.errorOutput.contains("looks like bugsquasher-ndjson"), "\(claimed.errorOutput)")
 
+        // A gzip file cut short fails the job instead of importing what it held up to the cut.
+        let whole = try Data(contentsOf: URL(filePath: dir + "/e.csv.gz"))
+        try whole.prefix(whole.count - 8).write(to: URL(filePath: dir + "/cut.csv.gz"))
+        let cut = try ChildProcess(name: "import cut gzip", executable: Products.squasherctl, arguments: ["import", dir + "/cut.csv.gz", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await cut.waitForExit() == 2)
+        #expect(cut.errorOutput.contains("gzip data is incomplete"), "\(cut.errorOutput)")
+        // A watcher asking for a token the store never issued is told so, with status 2.
+        let ahead = try ChildProcess(name: "watch ahead", executable: Products.squasherctl, arguments: ["watch", "--since", "99999999"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await ahead.waitForExit() == 2)
+        #expect(ahead.errorOutput.contains("never issued that token"), "\(ahead.errorOutput)")
+
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
         #expect(status.contains("bugs 16,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 4
