@@ -170,13 +170,13 @@ public struct SquasherDaemon: Sendable {
     /// (a disk that went read-only), or by an older version.
     private func removeSpoolsOfEndedJobs(_ stack: PersistentStack) async throws {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: configuration.spoolDirectory)) ?? []
-        let spooled = names.filter { $0.hasSuffix(".spool") }.map { String($0.dropLast(".spool".count)) }
+        let spooled = names.filter { $0.hasSuffix(Spooler.fileExtension) }.map { String($0.dropLast(Spooler.fileExtension.count)) }
         guard !spooled.isEmpty else { return }
         let pending = try await stack.temporaryContext(name: "startup").perform { context in
             Set(try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == "queued" || Key("state") == "running")).map(\.jobID))
         }
         for job in spooled where !pending.contains(job) {
-            let path = configuration.spoolDirectory + "/\(job).spool"
+            let path = Spooler.path(job: job, in: configuration.spoolDirectory)
             do {
                 try FileManager.default.removeItem(atPath: path)
                 logger.notice("removed the spool file of a job that ended", metadata: ["job.id": "\(job)", "path": "\(path)"])

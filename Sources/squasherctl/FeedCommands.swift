@@ -63,11 +63,7 @@ struct WatchCommand: AsyncParsableCommand {
                     }
                 } catch let error as VarlinkError {
                     // Refused (a token ahead of the store, say): said plainly, exit 2.
-                    if error.name == "io.bugsquasher.Changes.TokenAhead" {
-                        printError("squasherctl: the store's newest token is \(error.parameters["token"]?.intValue.map(String.init) ?? "?"), before --since \(position ?? 0): it never issued that token (restored from a backup, or another store?). Watch without --since, or with a token it issued.")
-                    } else {
-                        printError("squasherctl: \(error.parameters["message"]?.stringValue ?? error.description)")
-                    }
+                    printError("squasherctl: \(refusal(error))")
                     throw Exit.failed
                 } catch let error as TransportError where !connected {
                     printError("squasherctl: \(error.message)")

@@ -41,12 +41,22 @@ func withClient<T>(_ path: String, _ body: (BlockingVarlinkClient) throws -> T) 
         throw Exit.unreachable
     }
     do { return try body(client) } catch let error as VarlinkError {
-        printError("squasherctl: \(error.parameters["message"]?.stringValue ?? error.description)")
+        printError("squasherctl: \(refusal(error))")
         throw Exit.failed
     } catch let error as TransportError {
         printError("squasherctl: \(error)")
         throw Exit.unreachable
     }
+}
+
+/// What a refused call says to a person: the daemon's message, or an explanation of the error.
+func refusal(_ error: VarlinkError) -> String {
+    if error.name == "io.bugsquasher.Changes.TokenAhead" {
+        let token = error.parameters["token"]?.intValue.map(String.init) ?? "?"
+        let since = error.parameters["since"]?.intValue.map(String.init) ?? "?"
+        return "the store's newest token is \(token), before --since \(since): it never issued that token (restored from a backup, or another store?). Leave --since out, or pass a token it issued."
+    }
+    return error.parameters["message"]?.stringValue ?? error.description
 }
 
 /// Writes a line to standard error.

@@ -93,7 +93,7 @@ struct ImportInterface: VarlinkInterface {
                 record.finished = Date()
             }
             // A queued job's upload is spooled already; nothing reads it any more.
-            try? FileManager.default.removeItem(atPath: configuration.spoolDirectory + "/\(job).spool")
+            try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)

@@ -118,7 +118,7 @@ final class ImportRunner: Service {
             try await fail(id, "The job's format '\(formatName)' is unknown.", logger: logger)
             return
         }
-        let spool = configuration.spoolDirectory + "/\(id).spool"
+        let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
         let reader: OffsetLineReader
         do {
             reader = try OffsetLineReader(path: spool, offset: offset, firstLine: Int(linesRead) + 1, maximumLineBytes: configuration.maximumRecordBytes)
@@ -182,7 +182,7 @@ final class ImportRunner: Service {
             job.error = message
             job.finished = Date()
         }
-        try? FileManager.default.removeItem(atPath: configuration.spoolDirectory + "/\(id).spool")
+        try? FileManager.default.removeItem(atPath: Spooler.path(job: id, in: configuration.spoolDirectory))
     }
 
     static func describe(_ error: DecodingError) -> String {

@@ -35,7 +35,7 @@ actor Spooler {
     /// Creates the spool file.
     init(jobID: String, directory: String, format: InputFormat?, maximumRecordBytes: Int) throws {
         self.jobID = jobID
-        self.path = directory + "/\(jobID).spool"
+        self.path = Self.path(job: jobID, in: directory)
         self.declared = format
         self.maximumRecordBytes = maximumRecordBytes
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -46,6 +46,15 @@ actor Spooler {
             throw DaemonError("Cannot open the spool file \(path) for writing.")
         }
         self.handle = handle
+    }
+
+    /// How a spool file's name ends.
+    static let fileExtension = ".spool"
+
+    /// The spool file of `job`'s upload in `directory`: what the import runner reads, and what
+    /// an abort, a failure or the start-up sweep removes.
+    static func path(job: String, in directory: String) -> String {
+        directory + "/" + job + fileExtension
     }
 
     /// The format, once known.
@@ -115,8 +124,8 @@ actor Spooler {
         if gzip != nil {
             // zlib inflates a cut-off stream without complaint, up to the cut: a gzip upload is
             // whole only when it ends with the trailer that gives the inflated size.
-            let size = gzipTail.count == 8 ? gzipTail[4..<8].reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) } : nil
-            guard size == UInt32(truncatingIfNeeded: inflatedBytes) else {
+            let size = ByteBuffer(bytes: gzipTail).getInteger(at: 4, endianness: .little, as: UInt32.self)
+            guard gzipTail.count == 8, size == UInt32(truncatingIfNeeded: inflatedBytes) else {
                 throw DaemonError("The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported; submit the whole file.")
             }
         }
