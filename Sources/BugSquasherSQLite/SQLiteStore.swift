@@ -103,6 +103,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         self.logger = logger
         let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
         isNewFile = size == 0
+        // SQLite reads an empty file as an empty database and drops the log beside it: a store
+        // file truncated to nothing would silently become a new store.
+        let logSize = (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0
+        if isNewFile && logSize > 0 {
+            throw GraphError(.invalidStore, "\(url.path) is empty, but its write-ahead log \(url.path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
+        }
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
         configuration.label = "bugsquasher.sqlite"

@@ -102,7 +102,13 @@ public final class VarlinkServer: Sendable {
         let server: NIOAsyncChannel<AcceptedConnection, Never>
         switch address.kind {
         case .path(let path, let permissions):
-            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try Self.checkSocketPath(path)
+            let directory = (path as NSString).deletingLastPathComponent
+            do {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            } catch {
+                throw TransportError("Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)); create it, or give another --runtime-directory.")
+            }
             // A socket file left by a process that ended is replaced; one a live process
             // listens on is not taken over (that would cut its clients off).
             if Self.someoneListens(on: path) {
@@ -222,6 +228,24 @@ public final class VarlinkServer: Sendable {
         // Best effort: a connection that refuses keeps the defaults and still works.
         try? await channel.setOption(.socketOption(.so_sndbuf), value: streamingSendBuffer).get()
         try? await channel.setOption(.writeBufferWaterMark, value: streamingWriteWaterMark).get()
+    }
+
+    /// The longest path a Unix socket address holds (`sun_path` less its terminating NUL).
+    static let maximumSocketPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+
+    /// Refuses a socket path the kernel cannot bind, or one where a file that is not a socket
+    /// would be replaced, with what to do instead of NIO's bare error.
+    static func checkSocketPath(_ path: String) throws {
+        let bytes = path.utf8.count
+        guard bytes <= maximumSocketPathBytes else {
+            throw TransportError("The socket path \(path) is \(bytes) bytes long; a Unix socket path holds at most \(maximumSocketPathBytes). Give a shorter --runtime-directory (or runtime_directory in the configuration file).")
+        }
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return }
+        guard status.st_mode & S_IFMT == S_IFSOCK else {
+            let kind = status.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file that is not a socket"
+            throw TransportError("\(path) is \(kind), where squasherd would create its socket; squasherd does not replace it. Move it away, or give another --runtime-directory.")
+        }
     }
 
     /// Whether a process accepts connections on the Unix socket at `path` (a connect succeeds);

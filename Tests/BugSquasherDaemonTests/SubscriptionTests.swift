@@ -334,6 +334,13 @@ struct SubscriptionTests {
         }
         try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        // A directory or a file that is not UTF-8 is named in the error, not left to Foundation.
+        let directory = FileManager.default.temporaryDirectory.path
+        let refusal = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: directory, environment: [:]) }
+        #expect(refusal?.message.contains("is a directory") == true)
+        try Data([0x63, 0xFF, 0xFE, 0x0A]).write(to: URL(fileURLWithPath: path))
+        let unreadable = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(unreadable?.message.contains("Cannot read the configuration file \(path)") == true)
     }
 }
 

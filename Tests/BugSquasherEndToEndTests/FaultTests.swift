@@ -17,7 +17,7 @@ struct FaultTests {
         #expect(daemon.errorOutput.contains(message), "\(daemon.errorOutput)")
     }
 
-    @Test("a store that is not a database, a truncated store, an incompatible model and an unusable directory are refused with a reason")
+    @Test("a store that is not a database, a truncated or emptied store, an incompatible model, an unusable directory and unusable socket paths are refused with a reason")
     func untrustedStores() async throws {
         let base = try directory()
         defer { try? FileManager.default.removeItem(atPath: base) }
@@ -52,8 +52,21 @@ struct FaultTests {
         #expect(try await sqlite.waitForExit() == 0, "\(sqlite.errorOutput)")
         try await expectRefusal(state: base + "/model", run: base + "/run3", "incompatible model")
 
+        // A store file emptied while its write-ahead log still holds commits.
+        try FileManager.default.createDirectory(atPath: base + "/emptied", withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: base + "/emptied/bugs.sqlite", contents: Data())
+        try Data(repeating: 0x37, count: 4096).write(to: URL(filePath: base + "/emptied/bugs.sqlite-wal"))
+        try await expectRefusal(state: base + "/emptied", run: base + "/run5", "is empty, but its write-ahead log")
+        #expect((try FileManager.default.attributesOfItem(atPath: base + "/emptied/bugs.sqlite-wal")[.size] as? Int) == 4096)
+
         // A state directory that cannot be created.
         try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
+
+        // Socket paths the kernel cannot bind, or where a file that is not a socket sits.
+        let long = base + "/" + String(repeating: "r", count: 120)
+        try await expectRefusal(state: base + "/state6", run: long, "a Unix socket path holds at most 107")
+        try FileManager.default.createDirectory(atPath: base + "/run7/squasherd.sock", withIntermediateDirectories: true)
+        try await expectRefusal(state: base + "/state7", run: base + "/run7", "/run7/squasherd.sock is a directory")
     }
 
     @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")

@@ -64,8 +64,18 @@ public struct DaemonConfiguration: Sendable, Hashable {
     ) throws -> DaemonConfiguration {
         let path = configFile ?? "/etc/squasherd/squasherd.conf"
         var file: [String: String] = [:]
-        if FileManager.default.fileExists(atPath: path) {
-            file = try parse(String(contentsOfFile: path, encoding: .utf8), path: path)
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard !isDirectory.boolValue else {
+                throw DaemonError("The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf).")
+            }
+            let text: String
+            do {
+                text = try String(contentsOfFile: path, encoding: .utf8)
+            } catch {
+                throw DaemonError("Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user and is UTF-8 text.")
+            }
+            file = try parse(text, path: path)
         } else if configFile != nil {
             throw DaemonError("The configuration file \(path) does not exist; pass an existing file or leave --config out.")
         }
