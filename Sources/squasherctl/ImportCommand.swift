@@ -27,7 +27,7 @@ struct ImportCommand: ParsableCommand {
     @Option(help: "The job's name (default: the file name).")
     var name: String?
 
-    @Flag(help: "Show progress and wait for the job's summary.")
+    @Flag(help: "Show progress and wait for the job's summary; across a restart of squasherd it reconnects and goes on waiting.")
     var wait = false
 
     func run() throws {
@@ -69,21 +69,56 @@ struct ImportCommand: ParsableCommand {
             print(job)
             return
         }
+        try JobFollower(socket: sockets.read, progress: progress).follow(job)
+    }
+}
+
+/// Follows an import job to its end with `Jobs.Watch`, showing progress, and prints its
+/// summary. squasherd resumes a job by itself when it restarts, so a lost connection is not the
+/// end: the follower reconnects and goes on watching (for up to ``patience``).
+struct JobFollower {
+    /// How long squasherd may stay unreachable before the follower gives up.
+    static let patience: Duration = .seconds(300)
+
+    let socket: String
+    let progress: ProgressBar
+
+    /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished.
+    func follow(_ job: String) throws {
         var final: WireJob?
         let started = Date()
-        try withClient(sockets.read) { client in
-            try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
-                let current = try reply.parameters(JobReply.self).job
-                final = current
-                let elapsed = Date().timeIntervalSince(started)
-                let rate = elapsed > 0 ? Double(current.recordsRead) / elapsed : 0
-                var eta = ""
-                if current.bytesDone > 0, current.bytesTotal > current.bytesDone, elapsed > 0 {
-                    let remaining = Int(elapsed * Double(current.bytesTotal - current.bytesDone) / Double(current.bytesDone))
-                    eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
+        var lostAt: ContinuousClock.Instant?
+        while !(final?.isFinal ?? false) {
+            do {
+                let client = try BlockingVarlinkClient(path: socket)
+                try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+                    let current = try reply.parameters(JobReply.self).job
+                    if lostAt != nil {
+                        progress.clear()
+                        printError("squasherctl: reconnected; job \(job) is \(current.state)")
+                        lostAt = nil
+                    }
+                    final = current
+                    show(current, started: started)
+                    return true
                 }
-                progress.show(label: "importing", done: current.bytesDone, total: current.bytesTotal, unit: "bytes", extra: "\(current.recordsRead) records, \(Int(rate))/s\(eta)")
-                return true
+            } catch let error as VarlinkError {
+                progress.clear()
+                printError("squasherctl: \(refusal(error))")
+                throw Exit.failed
+            } catch let error as TransportError {
+                // squasherd stopped or restarts: the job resumes when it is back.
+                let now = ContinuousClock.now
+                if let lostAt, now - lostAt > Self.patience {
+                    printError("squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(error)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait")
+                    throw Exit.unreachable
+                }
+                if lostAt == nil {
+                    progress.clear()
+                    printError("squasherctl: lost squasherd (\(error)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)")
+                    lostAt = now
+                }
+                Thread.sleep(forTimeInterval: 0.25)
             }
         }
         progress.clear()
@@ -92,6 +127,17 @@ struct ImportCommand: ParsableCommand {
         if let error = job.error { printError("squasherctl: \(error)") }
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
         if job.state != "finished" { throw Exit.failed }
+    }
+
+    private func show(_ job: WireJob, started: Date) {
+        let elapsed = Date().timeIntervalSince(started)
+        let rate = elapsed > 0 ? Double(job.recordsRead) / elapsed : 0
+        var eta = ""
+        if job.bytesDone > 0, job.bytesTotal > job.bytesDone, elapsed > 0 {
+            let remaining = Int(elapsed * Double(job.bytesTotal - job.bytesDone) / Double(job.bytesDone))
+            eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
+        }
+        progress.show(label: "importing", done: job.bytesDone, total: job.bytesTotal, unit: "bytes", extra: "\(job.recordsRead) records, \(Int(rate))/s\(eta)")
     }
 }
 

@@ -20,7 +20,17 @@ struct JobsCommand: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
+    @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting.")
+    var wait = false
+
+    func validate() throws {
+        if wait && (job == nil || rejects || json) { throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.") }
+    }
+
     func run() throws {
+        if wait, let job {
+            return try JobFollower(socket: sockets.read, progress: ProgressBar(enabled: isatty(2) != 0)).follow(job)
+        }
         try withClient(sockets.read) { client in
             if let job {
                 let reply = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self)
