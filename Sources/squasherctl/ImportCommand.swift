@@ -73,6 +73,28 @@ struct ImportCommand: ParsableCommand {
     }
 }
 
+/// `squasherctl abort JOB`: stops an import job that is uploading, queued or running.
+struct AbortCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "abort",
+        abstract: "Stop an import job (needs the write socket).",
+        discussion: "A queued job is dropped. A running job stops after the chunk it is saving, which commits whole: the records imported before stay in the store. Returns once the job has stopped."
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "The job ID (squasherctl jobs lists them).")
+    var job: String
+
+    func run() throws {
+        try withClient(sockets.write) { client in
+            _ = try client.call("io.bugsquasher.Import.Abort", JobParameter(job: job), as: Empty.self)
+            let ended = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+            print("job \(ended.id) \(ended.state): \(ended.recordsRead) read, \(ended.imported) imported, \(ended.rejected) rejected")
+        }
+    }
+}
+
 /// Follows an import job to its end with `Jobs.Watch`, showing progress, and prints its
 /// summary. squasherd resumes a job by itself when it restarts, so a lost connection is not the
 /// end: the follower reconnects and goes on watching (for up to ``patience``).

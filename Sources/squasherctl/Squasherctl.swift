@@ -9,10 +9,10 @@ struct Squasherctl: AsyncParsableCommand {
         commandName: "squasherctl",
         abstract: "Import, query and watch a BugSquasher store through squasherd.",
         discussion: """
-            Exit status: 0 success, 1 usage error, 2 the job failed or squasherd refused the \
-            request, 3 not found, 4 squasherd unreachable.
+            Exit status: 0 success, 2 the job failed or squasherd refused the request, 3 not \
+            found, 4 squasherd unreachable, 64 usage error.
             """,
-        subcommands: [ImportCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
+        subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
     )
 }
 

@@ -360,3 +360,38 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 }
+
+@Suite("End to end: aborting an import")
+struct AbortEndToEndTests {
+    @Test("squasherctl abort stops a running import after its chunk in flight: the job ends aborted, what it committed stays, its spool file goes, the daemon goes on importing")
+    func abortRunningImport() async throws {
+        let harness = try await DaemonHarness(chunkSize: 20)
+        let count = 20_000
+        let records = (1...count).map { #"{"key":"AB-\#($0)","title":"abort \#($0)","status":"Open","project":{"key":"AB"}}"# }
+        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/big.ndjson", atomically: true, encoding: .utf8)
+        let job = try #require(try await harness.ctl(["import", harness.directory + "/big.ndjson"]).last)
+        // Strike once the job has committed a few chunks (one Watch reply per commit).
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+            try reply.parameters(JobReply.self).job.imported < 100
+        }
+        let aborted = try await harness.ctl(["abort", job])
+        let summary = try #require(aborted.first)
+        #expect(summary.hasPrefix("job \(job) aborted: "), "\(aborted)")
+        let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+        #expect(ended.state == "aborted")
+        #expect(ended.imported >= 100 && ended.imported < Int64(count), "the abort came after the import ended, or before it began: \(ended)")
+        #expect(ended.error?.contains("Aborted on request") == true, "\(String(describing: ended.error))")
+        // Chunks commit whole: exactly the records the job counts are in the store.
+        let stored = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: #"key BEGINSWITH "AB-""#), as: FetchReply.self)
+        #expect(Int64(stored.ids?.count ?? -1) == ended.imported)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
+        // An ended job cannot be aborted again; an unknown one is not found.
+        try await harness.ctl(["abort", job], expectStatus: 2)
+        try await harness.ctl(["abort", "nosuchjob"], expectStatus: 2)
+        // The runner goes on with the next job.
+        try (records.prefix(50).joined(separator: "\n") + "\n").write(toFile: harness.directory + "/small.ndjson", atomically: true, encoding: .utf8)
+        let next = try await harness.ctl(["import", harness.directory + "/small.ndjson", "--wait"])
+        #expect(next.first?.contains("finished: 50 read") == true, "\(next)")
+        #expect(try await harness.stop() == 0)
+    }
+}

@@ -85,8 +85,16 @@ struct ImportInterface: VarlinkInterface {
             let job = try call.parameters(JobParameter.self).job
             if let spooler = uploads.remove(job) { await spooler.discard() }
             guard let current = try await book.job(job) else { throw jobNotFound(job) }
-            guard !current.isFinal, current.state != "running" else {
-                throw invalidInput("job \(job) is \(current.state); only uploading or queued jobs can be aborted")
+            if current.state == "running", await runner.abort(job) {
+                // Stopped after its chunk in flight; what it committed stays.
+                guard let ended = try await book.job(job), ended.state == "aborted" else {
+                    throw invalidInput("job \(job) ended before it could be aborted")
+                }
+                try await replier.reply(Empty())
+                return
+            }
+            guard !current.isFinal else {
+                throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
             }
             try await book.update(job) { record in
                 record.state = "aborted"

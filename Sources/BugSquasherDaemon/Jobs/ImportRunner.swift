@@ -24,6 +24,14 @@ final class ImportRunner: Service {
     private let progressHandler: @Sendable (ImportProgress?) -> Void
     /// Where jobs decode and upsert (see ``ImportExecutor``).
     private let executor: ImportExecutor
+    /// The job being imported, and the callers of ``abort(_:)`` waiting for it to stop.
+    private let active = Mutex<ActiveJob?>(nil)
+
+    private struct ActiveJob {
+        var id: String
+        var abortWaiters: [CheckedContinuation<Void, Never>] = []
+        var abortRequested: Bool { !abortWaiters.isEmpty }
+    }
 
     init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
@@ -41,6 +49,43 @@ final class ImportRunner: Service {
     /// Asks the runner to look for queued jobs.
     func enqueue() { wakeup.yield() }
 
+    /// Stops the running job `id` after the chunk in flight, which commits whole, and returns
+    /// once the job has ended (`aborted`, or whatever ended it first). Returns `false` at once
+    /// when this runner is not importing `id`.
+    func abort(_ id: String) async -> Bool {
+        var running = true
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let registered = active.withLock { active -> Bool in
+                guard active?.id == id else { return false }
+                active?.abortWaiters.append(waiter)
+                return true
+            }
+            if !registered {
+                running = false
+                waiter.resume()
+            }
+        }
+        return running
+    }
+
+    /// Whether the caller of ``abort(_:)`` asked to stop job `id`.
+    private func abortRequested(_ id: String) -> Bool {
+        active.withLock { $0?.id == id && $0?.abortRequested == true }
+    }
+
+    /// Runs `process(job)` as the active job, then wakes those waiting for it to stop.
+    private func runActive(_ job: String) async throws {
+        active.withLock { $0 = ActiveJob(id: job) }
+        defer {
+            let waiters = active.withLock { active -> [CheckedContinuation<Void, Never>] in
+                defer { active = nil }
+                return active?.abortWaiters ?? []
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+        try await withTaskExecutorPreference(executor) { try await process(job) }
+    }
+
     func run() async throws {
         wakeup.yield()
         // Jobs whose failure could not even be recorded (a full disk): skipped until restart.
@@ -57,7 +102,7 @@ final class ImportRunner: Service {
                         break
                     }
                     do {
-                        try await withTaskExecutorPreference(executor) { try await process(job) }
+                        try await runActive(job)
                     } catch {
                         // Input never stops the daemon, and neither does a failing disk: the job
                         // fails with the reason, committed chunks stay committed.
@@ -147,6 +192,12 @@ final class ImportRunner: Service {
                     progressHandler(nil)
                     return
                 }
+                if abortRequested(id) {
+                    if let saving { try await settle(saving, progress: &progress, logger: logger) }
+                    try await end(id, state: "aborted", error: "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store.")
+                    logger.notice("import aborted on request", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.offset": "\(progress.bytesDone)"])
+                    return
+                }
                 async let upcoming = source.next()
                 var retired: PreparedChunk?
                 let prepared = try await prepareAfter(&saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
@@ -166,23 +217,24 @@ final class ImportRunner: Service {
             _ = try? await saving?.save.value
             throw error
         }
-        try await book.update(id) { job in
-            job.state = "finished"
-            job.finished = Date()
-        }
-        try? FileManager.default.removeItem(atPath: spool)
-        progressHandler(nil)
+        try await end(id, state: "finished")
         logger.info("import finished", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.rejected": "\(progress.rejected)", "message.id": "\(MessageID.jobFinished)"])
     }
 
     private func fail(_ id: String, _ message: String, logger: Logger) async throws {
         logger.error("import failed", metadata: ["error": "\(message)", "message.id": "\(MessageID.jobFailed)"])
+        try await end(id, state: "failed", error: message)
+    }
+
+    /// Records that job `id` ended in `state` and removes its spooled input.
+    private func end(_ id: String, state: String, error: String? = nil) async throws {
         try await book.update(id) { job in
-            job.state = "failed"
-            job.error = message
+            job.state = state
+            job.error = error
             job.finished = Date()
         }
         try? FileManager.default.removeItem(atPath: Spooler.path(job: id, in: configuration.spoolDirectory))
+        progressHandler(nil)
     }
 
     static func describe(_ error: DecodingError) -> String {
