@@ -241,16 +241,19 @@ package struct JSONReader {
         }
         index += 1
         let start = index
-        // The common case: no escapes, one copy.
+        // The common case: no escapes, one copy; non-ASCII bytes are validated, not repaired.
+        var nonASCII: UInt8 = 0
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                let text = nonASCII & 0x80 == 0 ? String(decoding: raw, as: UTF8.self) : try Self.validated(raw, at: start)
                 index += 1
                 return text
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw Failure(message: "control character in a string", offset: index) }
+            nonASCII |= byte
             index += 1
         }
         var utf8 = Array(bytes[start..<index])
@@ -259,7 +262,7 @@ package struct JSONReader {
             index += 1
             switch byte {
             case UInt8(ascii: "\""):
-                return String(decoding: utf8, as: UTF8.self)
+                return try utf8.withUnsafeBufferPointer { try Self.validated($0, at: start) }
             case UInt8(ascii: "\\"):
                 try unescape(into: &utf8)
             case ..<0x20:
@@ -349,6 +352,15 @@ package struct JSONReader {
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard digits() > 0 else { throw Failure(message: "invalid number", offset: start) }
         }
+    }
+
+    /// The string of `utf8`, or a failure naming `offset` when it is not valid UTF-8 (a byte
+    /// sequence in another encoding, or cut in the middle of a character).
+    private static func validated(_ utf8: UnsafeBufferPointer<UInt8>, at offset: Int) throws -> String {
+        guard let text = String(validating: utf8, as: UTF8.self) else {
+            throw Failure(message: "a string that is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)", offset: offset)
+        }
+        return text
     }
 
     /// Decodes the escape after a backslash (already consumed) into UTF-8.

@@ -31,7 +31,14 @@ struct BoundStatement: ~Copyable {
             text.withUTF8 { bytes in
                 bytes.withMemoryRebound(to: CChar.self) { chars in
                     if let start = chars.baseAddress, !chars.isEmpty {
-                        note(sqlite3_bind_text(handle, index, start, Int32(chars.count), sqliteTransient))
+                        // Text holding U+0000 goes in as its UTF-8 bytes: GRDB reads text as a C
+                        // string, which would end at the NUL (Jira descriptions with pasted crash
+                        // logs hold some). Reading a blob as a string attribute decodes it.
+                        if memchr(start, 0, chars.count) != nil {
+                            note(sqlite3_bind_blob(handle, index, start, Int32(chars.count), sqliteTransient))
+                        } else {
+                            note(sqlite3_bind_text(handle, index, start, Int32(chars.count), sqliteTransient))
+                        }
                     } else {
                         // A NULL pointer would bind NULL, not the empty string.
                         note(sqlite3_bind_text(handle, index, "", 0, sqliteTransient))

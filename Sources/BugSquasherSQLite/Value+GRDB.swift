@@ -7,7 +7,8 @@ extension Value {
     var databaseValue: DatabaseValue {
         switch self {
         case .null: .null
-        case .string(let s): s.databaseValue
+        // As ``BoundStatement`` binds it: text with a NUL as its bytes, which GRDB keeps whole.
+        case .string(let s): s.utf8.contains(0) ? Data(s.utf8).databaseValue : s.databaseValue
         case .int64(let i): i.databaseValue
         case .double(let d): d.databaseValue
         case .bool(let b): (b ? 1 : 0 as Int64).databaseValue

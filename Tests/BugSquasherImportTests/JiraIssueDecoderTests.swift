@@ -88,6 +88,20 @@ import Testing
         #expect(error?.message.contains("not a date") == true, "\(String(describing: error))")
     }
 
+    @Test("a string that is not UTF-8 is refused with its position, not repaired; escapes, U+0000 among them, read as written")
+    func refusesStringsThatAreNotUTF8() throws {
+        for bytes: [UInt8] in [[0xE9], [0xC3], [0xED, 0xA0, 0x80], [0xFF, 0xFE]] {   // Latin-1 "é", a cut "é", a surrogate, junk
+            let data = Data(#"{"key":"U-1","fields":{"summary":"Caf"#.utf8) + Data(bytes) + Data(#""}}"#.utf8)
+            let error = #expect(throws: ImportError.self) { _ = try decoder.decode(data, line: 9) }
+            #expect(error?.code == .invalidJSON)
+            #expect(error?.inputLine == 9)
+            #expect(error?.message.contains("not valid UTF-8") == true, "\(String(describing: error))")
+        }
+        let record = try decoder.decode(Data(#"{"key":"U-3","fields":{"summary":"Café \u00e9 \ud83d\ude00 😀","description":"log\n\u0000\u0000Oct 3"}}"#.utf8))
+        #expect(record.title == "Café é 😀 😀")
+        #expect(record.details == "log\n\u{0}\u{0}Oct 3")
+    }
+
     @Test func readsAnEmptyDateAsNone() throws {
         let record = try decoder.decode(Data(#"{"key":"D-2","fields":{"created":"","updated":null}}"#.utf8))
         #expect(record.created == nil)

@@ -140,6 +140,31 @@ struct StoreContractTests {
         }
     }
 
+    @Test("text holding U+0000 reads back whole, through inserts, updates and predicates", arguments: StoreKind.allCases)
+    func textWithNUL(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let details = "Console output:\n{code}\n\u{0}\u{0}Oct  3 09:32:23 iPhone"
+        let id = try await fixture.context().perform { context in
+            let ids = try context.seedBugs(2)
+            let bug = try context.existingObject(with: ids[0]) as! Bug
+            bug.details = details
+            try context.saveToStore()
+            return ids[0]
+        }
+        try await fixture.context().perform { context in
+            let bug = try context.existingObject(with: id) as! Bug
+            #expect(bug.details == details)
+            let found = try context.fetch(FetchRequest<Bug>(predicate: Key("details") == .string(details))).map(\.objectID)
+            #expect(found == [id])
+            bug.title = "a\u{0}b"
+            try context.saveToStore()
+        }
+        try await fixture.context().perform { context in
+            let bug = try context.existingObject(with: id) as! Bug
+            #expect(bug.title == "a\u{0}b")
+        }
+    }
+
     @Test("prefetching returns loaded objects; batch faulting loads a batch per request", arguments: StoreKind.allCases)
     func prefetchAndBatches(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
