@@ -30,12 +30,23 @@ struct ImportCommand: ParsableCommand {
     @Flag(help: "Show progress and wait for the job's summary; across a restart of squasherd it reconnects and goes on waiting.")
     var wait = false
 
+    func validate() throws {
+        if let chunkSize, !(1...100_000).contains(chunkSize) {
+            throw ValidationError("--chunk-size must be between 1 and 100000.")
+        }
+    }
+
     func run() throws {
         let input: FileHandle
         var size: Int64 = 0
         if file == "-" {
             input = .standardInput
         } else {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
+                printError("squasherctl: \(file) is a directory; give the export file itself.")
+                throw ExitCode.validationFailure
+            }
             guard let handle = FileHandle(forReadingAtPath: file) else {
                 printError("squasherctl: cannot read \(file): \(FileManager.default.fileExists(atPath: file) ? "permission denied" : "no such file").")
                 throw ExitCode.validationFailure

@@ -42,7 +42,7 @@ func withClient<T>(_ path: String, _ body: (BlockingVarlinkClient) throws -> T) 
     }
     do { return try body(client) } catch let error as VarlinkError {
         printError("squasherctl: \(refusal(error))")
-        throw Exit.failed
+        throw error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
     } catch let error as TransportError {
         printError("squasherctl: \(error)")
         throw Exit.unreachable
@@ -55,6 +55,9 @@ func refusal(_ error: VarlinkError) -> String {
         let token = error.parameters["token"]?.intValue.map(String.init) ?? "?"
         let since = error.parameters["since"]?.intValue.map(String.init) ?? "?"
         return "the store's newest token is \(token), before --since \(since): it never issued that token (restored from a backup, or another store?). Leave --since out, or pass a token it issued."
+    }
+    if error.name.hasSuffix(".JobNotFound") {
+        return "no job \(error.parameters["job"]?.stringValue ?? "?") (squasherctl jobs lists the recent ones)."
     }
     return error.parameters["message"]?.stringValue ?? error.description
 }

@@ -103,6 +103,13 @@ struct ImportEndToEndTests {
         let ahead = try ChildProcess(name: "watch ahead", executable: Products.squasherctl, arguments: ["watch", "--since", "99999999"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
         #expect(try await ahead.waitForExit() == 2)
         #expect(ahead.errorOutput.contains("never issued that token"), "\(ahead.errorOutput)")
+        // A directory is a usage error, found before any job is begun; an unknown job is not found.
+        let directory = try ChildProcess(name: "import directory", executable: Products.squasherctl, arguments: ["import", dir], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await directory.waitForExit() == 64)
+        #expect(directory.errorOutput.contains("is a directory"), "\(directory.errorOutput)")
+        let unknown = try ChildProcess(name: "jobs unknown", executable: Products.squasherctl, arguments: ["jobs", "nosuchjob"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await unknown.waitForExit() == 3)
+        #expect(unknown.errorOutput.contains("no job nosuchjob"), "\(unknown.errorOutput)")
 
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
@@ -387,7 +394,7 @@ struct AbortEndToEndTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
         // An ended job cannot be aborted again; an unknown one is not found.
         try await harness.ctl(["abort", job], expectStatus: 2)
-        try await harness.ctl(["abort", "nosuchjob"], expectStatus: 2)
+        try await harness.ctl(["abort", "nosuchjob"], expectStatus: 3)
         // The runner goes on with the next job.
         try (records.prefix(50).joined(separator: "\n") + "\n").write(toFile: harness.directory + "/small.ndjson", atomically: true, encoding: .utf8)
         let next = try await harness.ctl(["import", harness.directory + "/small.ndjson", "--wait"])
