@@ -193,7 +193,7 @@ struct UpdateCommand: ParsableCommand {
     func run() throws {
         var values: [String: JSONValue] = [:]
         for assignment in assignments {
-            let parts = assignment.split(separator: "=", maxSplits: 1).map(String.init)
+            let parts = assignment.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 2, !parts[0].isEmpty else {
                 printError("squasherctl: '\(assignment)' is not name=value")
                 throw ExitCode.validationFailure

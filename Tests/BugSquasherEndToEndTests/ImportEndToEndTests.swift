@@ -370,7 +370,7 @@ struct ImportEndToEndTests {
 
 @Suite("End to end: aborting an import")
 struct AbortEndToEndTests {
-    @Test("squasherctl abort stops a running import after its chunk in flight: the job ends aborted, what it committed stays, its spool file goes, the daemon goes on importing")
+    @Test("squasherctl abort stops a running import after its chunk in flight: the job ends aborted, what it committed stays, its spool file goes, the daemon goes on editing (an empty value included) and importing")
     func abortRunningImport() async throws {
         let harness = try await DaemonHarness(chunkSize: 20)
         let count = 20_000
@@ -395,6 +395,10 @@ struct AbortEndToEndTests {
         // An ended job cannot be aborted again; an unknown one is not found.
         try await harness.ctl(["abort", job], expectStatus: 2)
         try await harness.ctl(["abort", "nosuchjob"], expectStatus: 3)
+        // An empty value is a value: `details=` stores the empty string.
+        try await harness.ctl(["update", "AB-1", "details="])
+        let row = try await harness.ctl(["get", "AB-1", "--json"]).joined()
+        #expect(row.contains(#""details":"""#), "\(row)")
         // The runner goes on with the next job.
         try (records.prefix(50).joined(separator: "\n") + "\n").write(toFile: harness.directory + "/small.ndjson", atomically: true, encoding: .utf8)
         let next = try await harness.ctl(["import", harness.directory + "/small.ndjson", "--wait"])
