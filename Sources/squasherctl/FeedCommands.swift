@@ -63,8 +63,7 @@ struct WatchCommand: AsyncParsableCommand {
                     }
                 } catch let error as VarlinkError {
                     // Refused (a token ahead of the store, say): said plainly, exit 2.
-                    printError("squasherctl: \(refusal(error))")
-                    throw Exit.failed
+                    throw refused(error)
                 } catch let error as TransportError where !connected {
                     printError("squasherctl: \(error.message)")
                     throw Exit.unreachable

@@ -119,7 +119,7 @@ struct JobFollower {
     /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished.
     func follow(_ job: String) throws {
         var final: WireJob?
-        let started = Date()
+        var first: (at: Date, job: WireJob)?
         var lostAt: ContinuousClock.Instant?
         while !(final?.isFinal ?? false) {
             do {
@@ -132,13 +132,13 @@ struct JobFollower {
                         lostAt = nil
                     }
                     final = current
-                    show(current, started: started)
+                    if first == nil { first = (Date(), current) }
+                    if let first { show(current, since: first) }
                     return true
                 }
             } catch let error as VarlinkError {
                 progress.clear()
-                printError("squasherctl: \(refusal(error))")
-                throw Exit.failed
+                throw refused(error)
             } catch let error as TransportError {
                 // squasherd stopped or restarts: the job resumes when it is back.
                 let now = ContinuousClock.now
@@ -162,12 +162,15 @@ struct JobFollower {
         if job.state != "finished" { throw Exit.failed }
     }
 
-    private func show(_ job: WireJob, started: Date) {
-        let elapsed = Date().timeIntervalSince(started)
-        let rate = elapsed > 0 ? Double(job.recordsRead) / elapsed : 0
+    /// Shows `job`'s progress, with the rate and time left measured from `first`, the job as this
+    /// follower first saw it (a job followed midway has done work before).
+    private func show(_ job: WireJob, since first: (at: Date, job: WireJob)) {
+        let elapsed = Date().timeIntervalSince(first.at)
+        let rate = elapsed > 0 ? Double(job.recordsRead - first.job.recordsRead) / elapsed : 0
+        let bytesDone = job.bytesDone - first.job.bytesDone
         var eta = ""
-        if job.bytesDone > 0, job.bytesTotal > job.bytesDone, elapsed > 0 {
-            let remaining = Int(elapsed * Double(job.bytesTotal - job.bytesDone) / Double(job.bytesDone))
+        if bytesDone > 0, job.bytesTotal > job.bytesDone, elapsed > 0 {
+            let remaining = Int(elapsed * Double(job.bytesTotal - job.bytesDone) / Double(bytesDone))
             eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
         }
         progress.show(label: "importing", done: job.bytesDone, total: job.bytesTotal, unit: "bytes", extra: "\(job.recordsRead) records, \(Int(rate))/s\(eta)")

@@ -41,12 +41,18 @@ func withClient<T>(_ path: String, _ body: (BlockingVarlinkClient) throws -> T) 
         throw Exit.unreachable
     }
     do { return try body(client) } catch let error as VarlinkError {
-        printError("squasherctl: \(refusal(error))")
-        throw error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
+        throw refused(error)
     } catch let error as TransportError {
         printError("squasherctl: \(error)")
         throw Exit.unreachable
     }
+}
+
+/// Prints what a refused call says to a person and returns the exit status to end with:
+/// ``Exit/notFound`` for an unknown job, ``Exit/failed`` otherwise.
+func refused(_ error: VarlinkError) -> ExitCode {
+    printError("squasherctl: \(refusal(error))")
+    return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
 }
 
 /// What a refused call says to a person: the daemon's message, or an explanation of the error.
