@@ -91,7 +91,7 @@ struct CrashSafetyTests {
         #expect(final["recordsRead"] as? Int == count)
         #expect(final["imported"] as? Int == count - 1)
         #expect(final["rejected"] as? Int == 1)
-        // The waiter reconnected after each stop and printed the job's summary.
+        // The waiter rode out the stops, reconnecting, and printed the job's summary.
         #expect(try await waiter.waitForExit() == 0, "\(waiter.errorOutput)")
         #expect(waiter.output.first == "job \(jobID) finished: \(count) read, \(count - 1) imported, 1 rejected", "\(waiter.output)")
         // (The first kill may come before it first connected.)

@@ -85,7 +85,10 @@ struct ImportInterface: VarlinkInterface {
             let job = try call.parameters(JobParameter.self).job
             if let spooler = uploads.remove(job) { await spooler.discard() }
             guard let current = try await book.job(job) else { throw jobNotFound(job) }
-            if current.state == "running", await runner.abort(job) {
+            guard !current.isFinal else {
+                throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
+            }
+            if await runner.abort(job) {
                 // Stopped after its chunk in flight; what it committed stays.
                 guard let ended = try await book.job(job), ended.state == "aborted" else {
                     throw invalidInput("job \(job) ended before it could be aborted")
@@ -93,9 +96,7 @@ struct ImportInterface: VarlinkInterface {
                 try await replier.reply(Empty())
                 return
             }
-            guard !current.isFinal else {
-                throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
-            }
+            // The runner had not taken it up, and now never will.
             try await book.update(job) { record in
                 record.state = "aborted"
                 record.finished = Date()

@@ -24,8 +24,14 @@ final class ImportRunner: Service {
     private let progressHandler: @Sendable (ImportProgress?) -> Void
     /// Where jobs decode and upsert (see ``ImportExecutor``).
     private let executor: ImportExecutor
-    /// The job being imported, and the callers of ``abort(_:)`` waiting for it to stop.
-    private let active = Mutex<ActiveJob?>(nil)
+    /// The job being imported with the callers of ``abort(_:)`` waiting for it to stop, and the
+    /// jobs aborted before the runner took them up (never to be taken up).
+    private let jobs = Mutex(Jobs())
+
+    private struct Jobs {
+        var active: ActiveJob?
+        var abortedBeforeStart: Set<String> = []
+    }
 
     private struct ActiveJob {
         var id: String
@@ -51,13 +57,17 @@ final class ImportRunner: Service {
 
     /// Stops the running job `id` after the chunk in flight, which commits whole, and returns
     /// once the job has ended (`aborted`, or whatever ended it first). Returns `false` at once
-    /// when this runner is not importing `id`.
+    /// when this runner is not importing `id`; it then never takes the job up, so the caller
+    /// records it aborted.
     func abort(_ id: String) async -> Bool {
         var running = true
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            let registered = active.withLock { active -> Bool in
-                guard active?.id == id else { return false }
-                active?.abortWaiters.append(waiter)
+            let registered = jobs.withLock { jobs -> Bool in
+                guard jobs.active?.id == id else {
+                    jobs.abortedBeforeStart.insert(id)
+                    return false
+                }
+                jobs.active?.abortWaiters.append(waiter)
                 return true
             }
             if !registered {
@@ -70,16 +80,22 @@ final class ImportRunner: Service {
 
     /// Whether the caller of ``abort(_:)`` asked to stop job `id`.
     private func abortRequested(_ id: String) -> Bool {
-        active.withLock { $0?.id == id && $0?.abortRequested == true }
+        jobs.withLock { $0.active?.id == id && $0.active?.abortRequested == true }
     }
 
-    /// Runs `process(job)` as the active job, then wakes those waiting for it to stop.
+    /// Runs `process(job)` as the active job, then wakes those waiting for it to stop; skips a
+    /// job aborted before it got here.
     private func runActive(_ job: String) async throws {
-        active.withLock { $0 = ActiveJob(id: job) }
+        let aborted = jobs.withLock { jobs -> Bool in
+            guard !jobs.abortedBeforeStart.contains(job) else { return true }
+            jobs.active = ActiveJob(id: job)
+            return false
+        }
+        guard !aborted else { return }
         defer {
-            let waiters = active.withLock { active -> [CheckedContinuation<Void, Never>] in
-                defer { active = nil }
-                return active?.abortWaiters ?? []
+            let waiters = jobs.withLock { jobs -> [CheckedContinuation<Void, Never>] in
+                defer { jobs.active = nil }
+                return jobs.active?.abortWaiters ?? []
             }
             for waiter in waiters { waiter.resume() }
         }
@@ -95,7 +111,8 @@ final class ImportRunner: Service {
                 while !Task.isShuttingDownGracefully {
                     let job: String
                     do {
-                        guard let next = try await book.nextRunnable(excluding: unrecordable) else { break }
+                        let skipped = unrecordable.union(jobs.withLock { $0.abortedBeforeStart })
+                        guard let next = try await book.nextRunnable(excluding: skipped) else { break }
                         job = next
                     } catch {
                         logger.error("cannot read the job queue; waiting for the next submission", metadata: ["error": "\(error)"])
