@@ -27,7 +27,7 @@ struct ImportCommand: ParsableCommand {
     @Option(help: "The job's name (default: the file name).")
     var name: String?
 
-    @Flag(help: "Show progress and wait for the job's summary; across a restart of squasherd it reconnects and goes on waiting.")
+    @Flag(help: "Show progress and wait for the job's summary; across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd).")
     var wait = false
 
     func validate() throws {
@@ -141,14 +141,15 @@ struct JobFollower {
                 throw refused(error)
             } catch let error as TransportError {
                 // squasherd stopped or restarts: the job resumes when it is back.
+                let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
                 let now = ContinuousClock.now
                 if let lostAt, now - lostAt > Self.patience {
-                    printError("squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(error)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait")
+                    printError("squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait")
                     throw Exit.unreachable
                 }
                 if lostAt == nil {
                     progress.clear()
-                    printError("squasherctl: lost squasherd (\(error)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)")
+                    printError("squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)")
                     lostAt = now
                 }
                 Thread.sleep(forTimeInterval: 0.25)

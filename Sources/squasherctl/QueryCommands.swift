@@ -20,7 +20,7 @@ struct JobsCommand: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
-    @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting.")
+    @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd).")
     var wait = false
 
     func validate() throws {
