@@ -111,6 +111,47 @@ struct FaultTests {
         await unmount(mountPoint, base: base)
     }
 
+    @Test("an upload that would fill the disk (a small gzip file of blank lines) is stopped with the reason before it does; its spool file goes; the daemon goes on")
+    func gzipBombStopped() async throws {
+        let base = try directory()
+        let mountPoint = base + "/small"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", "size=64m", "tmpfs", mountPoint])
+        guard try await mount.waitForExit() == 0 else {
+            print("skipped: cannot mount a size-limited tmpfs here (\(mount.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
+            return
+        }
+        do {
+            try await uploadBomb(mountPoint: mountPoint, base: base)
+        } catch {
+            await unmount(mountPoint, base: base)
+            throw error
+        }
+        await unmount(mountPoint, base: base)
+    }
+
+    private func uploadBomb(mountPoint: String, base: String) async throws {
+        // One record, then 100 MiB of newlines: about 100 kB of gzip, more than the 64 MiB disk.
+        var bomb = Data(#"{"key":"GB-1","title":"t","status":"Open","project":{"key":"GB"}}"#.utf8)
+        bomb.append(Data(repeating: 0x0A, count: 100 << 20))
+        try bomb.write(to: URL(filePath: base + "/bomb.ndjson"))
+        #expect(try await ChildProcess(name: "gzip", executable: "/bin/gzip", arguments: ["-1", base + "/bomb.ndjson"]).waitForExit() == 0)
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
+        try await daemon.waitForErrorOutput(containing: " ready")
+        let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
+        let ctl = try ChildProcess(name: "import bomb", executable: Products.squasherctl, arguments: ["import", base + "/bomb.ndjson.gz", "--wait"], environment: environment)
+        #expect(try await ctl.waitForExit(timeout: .seconds(120)) == 2)
+        #expect(ctl.errorOutput.contains("The upload was stopped after spooling"), "\(ctl.errorOutput)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mountPoint + "/spool").isEmpty)
+        // The store still has room, and the daemon goes on.
+        try (#"{"key":"GB-2","title":"t","status":"Open","project":{"key":"GB"}}"# + "\n").write(toFile: base + "/small.ndjson", atomically: true, encoding: .utf8)
+        let small = try ChildProcess(name: "import small", executable: Products.squasherctl, arguments: ["import", base + "/small.ndjson", "--wait"], environment: environment)
+        #expect(try await small.waitForExit() == 0, "\(small.errorOutput)")
+        #expect(small.output.first?.contains("finished: 1 read, 1 imported") == true, "\(small.output)")
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0)
+    }
+
     private func unmount(_ mountPoint: String, base: String) async {
         _ = try? await ChildProcess(name: "umount", executable: "/bin/umount", arguments: [mountPoint]).waitForExit()
         try? FileManager.default.removeItem(atPath: base)

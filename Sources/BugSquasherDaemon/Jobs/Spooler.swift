@@ -15,6 +15,9 @@ actor Spooler {
     private let handle: FileHandle
     private var output: [UInt8] = []
     private(set) var bytesWritten: Int64 = 0
+    /// Where ``bytesWritten`` was when the free space was last checked.
+    private var checkedAt: Int64 = 0
+    private let directory: String
     private var sniffed: [UInt8] = []
     private var sniffedLines = 0
     private var decided = false
@@ -38,6 +41,7 @@ actor Spooler {
         self.path = Self.path(job: jobID, in: directory)
         self.declared = format
         self.maximumRecordBytes = maximumRecordBytes
+        self.directory = directory
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         guard FileManager.default.createFile(atPath: path, contents: nil) else {
             throw DaemonError("Cannot create the spool file \(path): check that the state directory is writable.")
@@ -302,10 +306,34 @@ actor Spooler {
 
     private func flush(force: Bool) throws {
         guard force ? !output.isEmpty : output.count >= 256 * 1024 else { return }
+        if bytesWritten + Int64(output.count) - checkedAt >= Self.freeSpaceCheckInterval {
+            try checkFreeSpace()
+            checkedAt = bytesWritten
+        }
         do { try handle.write(contentsOf: output) } catch {
             throw DaemonError("Writing the spool file \(path) failed (\(error)); is the disk full?")
         }
         bytesWritten += Int64(output.count)
         output.removeAll(keepingCapacity: true)
+    }
+
+    /// Spooled bytes between two looks at the file system's free space.
+    static let freeSpaceCheckInterval: Int64 = 4 << 20
+
+    /// The free space an upload leaves on the state directory's file system for the store and the
+    /// rest of the machine: a tenth of its size, at most 1 GiB.
+    static func reserve(fileSystemBytes: Int64) -> Int64 { min(1 << 30, fileSystemBytes / 10) }
+
+    /// Stops an upload before its spool file fills the disk: a small gzip file can inflate to
+    /// gigabytes (8.7 MB of gzip-compressed blank lines spool 1.9 GB).
+    private func checkFreeSpace() throws {
+        var status = statvfs()
+        guard statvfs(directory, &status) == 0 else { return }
+        let blockSize = Int64(status.f_frsize)
+        let free = Int64(status.f_bavail) * blockSize
+        let reserve = Self.reserve(fileSystemBytes: Int64(status.f_blocks) * blockSize)
+        guard free - Self.freeSpaceCheckInterval < reserve else { return }
+        let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(inflatedBytes / 1_048_576) MiB so far)" : ""
+        throw DaemonError("The upload was stopped after spooling \(bytesWritten / 1_048_576) MiB\(inflation): the file system of \(directory) has \(free / 1_048_576) MiB free, and squasherd keeps \(reserve / 1_048_576) MiB free for the store. Nothing was imported; free space there, or import the file in parts.")
     }
 }
