@@ -7,7 +7,7 @@ import Foundation
 
 /// `squasherctl jobs [JOB] [--rejects]`.
 struct JobsCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "jobs", abstract: "List import jobs, or show one job and its rejects.")
+    static let configuration = CommandConfiguration(commandName: "jobs", abstract: "List import jobs; show one job and its rejects, or follow it to its end (--wait).")
 
     @OptionGroup var sockets: SocketOptions
 
