@@ -124,6 +124,7 @@ public struct SquasherDaemon: Sendable {
             .init(service: runner),
         ]
         services += servers.map { .init(service: ServerService(server: $0, ready: ready)) }
+        services.append(.init(service: UploadSweeper(imports: imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)), logger: logger)))
         if let watchdogInterval {
             services.append(.init(service: WatchdogService(stack: stack, interval: watchdogInterval, ready: ready, logger: logger, onHealthy: onWatchdog)))
         }
@@ -259,6 +260,24 @@ private struct WatchdogService: Service {
                         logger.error("health check failed; not pinging the watchdog", metadata: ["error": "\(error)"])
                     }
                     try await Task.sleep(for: ready.isReady ? interval / 2 : .milliseconds(20))
+                }
+            }
+        } catch is CancellationError {}
+    }
+}
+
+/// Abandons idle uploads now and then (``ImportInterface/abandonIdleUploads(logger:)``).
+private struct UploadSweeper: Service {
+    let imports: ImportInterface
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown {
+                while !Task.isCancelled {
+                    try await Task.sleep(for: interval)
+                    await imports.abandonIdleUploads(logger: logger)
                 }
             }
         } catch is CancellationError {}

@@ -328,7 +328,7 @@ struct SubscriptionTests {
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         // Values that would not work are refused, not clamped: a message limit of 0 closed every
         // connection without a word.
-        for line in ["import_nice = 20", "chunk_size = 0", "chunk_size = 5000000", "max_message_bytes = 0", "max_record_bytes = 10", "subscriber_pending_limit = 0"] {
+        for line in ["import_nice = 20", "chunk_size = 0", "chunk_size = 5000000", "max_message_bytes = 0", "max_record_bytes = 10", "subscriber_pending_limit = 0", "upload_idle_timeout = 0"] {
             try (line + "\n").write(toFile: path, atomically: true, encoding: .utf8)
             #expect(throws: DaemonError.self, "\(line)") { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         }

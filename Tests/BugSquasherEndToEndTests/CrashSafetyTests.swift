@@ -44,8 +44,14 @@ struct CrashSafetyTests {
         let submit = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/input.ndjson"], environment: environment)
         #expect(try await submit.waitForExit() == 0, "\(submit.errorOutput)")
         let jobID = try #require(submit.output.last)
-        // A user waiting on the job from the command line: it must ride out every restart.
+        // A user waiting on the job from the command line: it must ride out every restart. It
+        // watches before the first kill (its Jobs.Watch is the hub's second subscription).
         let waiter = try ChildProcess(name: "jobs --wait", executable: Products.squasherctl, arguments: ["jobs", jobID, "--wait"], environment: environment)
+        let watching = ContinuousClock.now + .seconds(30)
+        while try BlockingVarlinkClient(path: directory + "/run/squasherd.sock").call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers < 2 {
+            guard ContinuousClock.now < watching, waiter.exitStatus == nil else { throw HarnessError("jobs --wait did not start watching: \(waiter.errorOutput)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
 
         var generator = SystemRandomNumberGenerator()
         for kill in 1...3 {
@@ -94,7 +100,8 @@ struct CrashSafetyTests {
         // The waiter rode out the stops, reconnecting, and printed the job's summary.
         #expect(try await waiter.waitForExit() == 0, "\(waiter.errorOutput)")
         #expect(waiter.output.first == "job \(jobID) finished: \(count) read, \(count - 1) imported, 1 rejected", "\(waiter.output)")
-        // (The first kill may come before it first connected.)
+        // It watched before the first kill, so it lost squasherd at least once (kills closer
+        // together than its 250 ms retry count once).
         #expect(waiter.errorOutput.contains("squasherctl: reconnected; job \(jobID) is running"), "\(waiter.errorOutput)")
         // The follower saw every committed change once, in token order. A follower that falls
         // more than eight saves behind gets them coalesced into one save with the newest token

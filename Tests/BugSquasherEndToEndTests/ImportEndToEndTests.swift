@@ -406,3 +406,45 @@ struct AbortEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 }
+
+extension AbortEndToEndTests {
+    @Test("an upload that receives nothing for upload_idle_timeout is abandoned: its job ends aborted, its spool file goes, later bytes for it are refused, and the connection serves on")
+    func idleUploadAbandoned() async throws {
+        let harness = try await DaemonHarness(configuration: "upload_idle_timeout = 1\n")
+        let write = try BlockingVarlinkClient(path: harness.writeSocket)
+        let job = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "hangs", format: nil, chunkSize: nil), as: JobParameter.self).job
+        let first = Data(#"{"key":"IDLE-1","title":"t","status":"Open","project":{"key":"IDLE"}}"#.utf8 + [0x0A]).base64EncodedString()
+        _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
+        // The client now hangs with the upload open; the job ends by itself.
+        let waiter = try harness.startCtl("jobs --wait", ["jobs", job, "--wait"])
+        #expect(try await waiter.waitForExit(timeout: .seconds(30)) == 2)
+        #expect(waiter.output.first?.hasPrefix("job \(job) aborted: ") == true, "\(waiter.output)")
+        #expect(waiter.errorOutput.contains("No bytes arrived for 1 s"), "\(waiter.errorOutput)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
+        try await harness.waitForDaemonLog("upload abandoned: idle too long")
+        // The hung client's next bytes are refused (the upload is gone), on a connection that still works.
+        let refused = #expect(throws: VarlinkError.self) {
+            _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
+        }
+        #expect(refused?.name == "io.bugsquasher.Import.JobNotFound", "\(String(describing: refused))")
+
+        // Over an upgraded connection, bytes after the abandonment are answered with its reason.
+        let upgraded = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "hangs too", format: nil, chunkSize: nil), as: JobParameter.self).job
+        let upgradedWaiter = try harness.startCtl("jobs --wait", ["jobs", upgraded, "--wait"])
+        let abandoned = DispatchSemaphore(value: 0)
+        Task {
+            _ = try? await upgradedWaiter.waitForExit(timeout: .seconds(30))
+            abandoned.signal()
+        }
+        let answer = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: upgraded)) { connection in
+            let bytes = Array(Data(base64Encoded: first)!)
+            try (UploadFraming.header(bytes.count) + bytes).withUnsafeBytes { try connection.send($0) }
+            guard abandoned.wait(timeout: .now() + 30) == .success else { throw HarnessError("the idle upload was not abandoned within 30 s") }
+            try (UploadFraming.header(bytes.count) + bytes).withUnsafeBytes { try connection.send($0) }
+            return try connection.receiveReply()
+        }
+        #expect(upgradedWaiter.exitStatus == 2, "\(upgradedWaiter.errorOutput)")
+        #expect(answer.error?.parameters["message"]?.stringValue?.contains("No bytes arrived for 1 s") == true, "\(String(describing: answer.error))")
+        #expect(try await harness.stop() == 0)
+    }
+}

@@ -36,6 +36,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     /// The most client connections open at once over both sockets; `nil` fits it to the file
     /// descriptor limit (that limit less what ``ConnectionLimit/reservedDescriptors(descriptorLimit:)`` keeps for the store).
     public var maximumConnections: Int?
+    /// How long an upload may go without a byte before it is abandoned (its job aborted, its
+    /// spool file removed), so that a client that hangs does not hold an upload slot for good.
+    public var uploadIdleTimeout: Duration = .seconds(600)
     /// The log level (`trace` … `critical`).
     public var logLevel: String = "info"
 
@@ -109,6 +112,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = try integer("max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once") { configuration.maximumIncomingBytes = value }
         if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") { configuration.maximumRecordBytes = value }
         if let value = try integer("subscriber_pending_limit", in: 1...(1 << 40), meaning: "objects queued for one subscriber") { configuration.subscriberPendingLimit = value }
+        if let value = try integer("upload_idle_timeout", in: 1...86_400, meaning: "seconds an upload may wait for its next bytes") { configuration.uploadIdleTimeout = .seconds(value) }
         if let value = try integer("max_registrations_per_subscriber") { configuration.maximumRegistrationsPerSubscriber = value }
         if let value = try integer("max_registrations") { configuration.maximumRegistrations = value }
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
@@ -118,7 +122,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     static let keys: Set<String> = [
         "state_directory", "runtime_directory", "chunk_size", "import_nice", "read_socket_mode", "write_socket_mode",
-        "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
+        "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 
     static func parse(_ text: String, path: String) throws -> [String: String] {

@@ -45,11 +45,12 @@ struct ImportInterface: VarlinkInterface {
                 let logger = context.logger
                 await context.connection.onClose { [uploads, book] in
                     guard let spooler = uploads.remove(job) else { return }
-                    await spooler.discard()
+                    let reason = "The client disconnected before committing the upload; submit the file again."
+                    await spooler.discard(reason: reason)
                     logger.notice("upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
                     try? await book.update(job) { record in
                         record.state = "aborted"
-                        record.error = "The client disconnected before committing the upload; submit the file again."
+                        record.error = reason
                         record.finished = Date()
                     }
                 }
@@ -83,7 +84,7 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(JobParameter(job: job))
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
-            if let spooler = uploads.remove(job) { await spooler.discard() }
+            if let spooler = uploads.remove(job) { await spooler.discard(reason: "The upload was aborted on request.") }
             guard let current = try await book.job(job) else { throw jobNotFound(job) }
             guard !current.isFinal else {
                 throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
@@ -185,8 +186,11 @@ struct ImportInterface: VarlinkInterface {
 
     /// Spools the next bytes of an upload; input the spooler refuses fails the job.
     fileprivate func append(_ bytes: [UInt8], to spooler: Spooler, book: JobBook, logger: Logger) async throws {
+        uploads.touch(spooler.jobID)
         do {
             try await spooler.append(bytes)
+        } catch let error as UploadAbandoned {
+            throw invalidInput(error.message)
         } catch let error as DaemonError {
             try await fail(spooler.jobID, spooler, error.message, book: book, logger: logger)
             throw invalidInput(error.message)
@@ -206,6 +210,8 @@ struct ImportInterface: VarlinkInterface {
             }
             runner.enqueue()
             logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
+        } catch let error as UploadAbandoned {
+            throw invalidInput(error.message)
         } catch let error as DaemonError {
             try await fail(job, spooler, error.message, book: book, logger: logger)
             throw invalidInput(error.message)
@@ -214,12 +220,29 @@ struct ImportInterface: VarlinkInterface {
 
     fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, book: JobBook, logger: Logger) async throws {
         uploads.remove(job)
-        await spooler.discard()
+        await spooler.discard(reason: message)
         logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"])
         try await book.update(job) { record in
             record.state = "failed"
             record.error = message
             record.finished = Date()
+        }
+    }
+
+    /// Abandons the uploads that received nothing for ``DaemonConfiguration/uploadIdleTimeout``:
+    /// their jobs end aborted and their spool files go, and the slots are free again.
+    func abandonIdleUploads(logger: Logger) async {
+        let timeout = configuration.uploadIdleTimeout
+        let seconds = timeout.components.seconds
+        for spooler in uploads.removeIdle(longerThan: timeout) {
+            let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
+            await spooler.discard(reason: reason)
+            logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
+            try? await JobBook(stack: stack).update(spooler.jobID) { record in
+                record.state = "aborted"
+                record.error = reason
+                record.finished = Date()
+            }
         }
     }
 
@@ -264,17 +287,35 @@ private final class UploadReceiver: VarlinkUpgradeHandler {
     }
 }
 
-/// Uploads in progress, by job ID.
+/// Uploads in progress, by job ID, with when each last received bytes.
 final class UploadRegistry: Sendable {
     /// How many uploads may be in progress at once.
     static let maximumUploads = 64
 
-    private let spoolers = Mutex<[String: Spooler]>([:])
+    private struct Upload {
+        var spooler: Spooler
+        var lastActivity: ContinuousClock.Instant
+    }
+
+    private let uploads = Mutex<[String: Upload]>([:])
 
     /// How many uploads are in progress.
-    var count: Int { spoolers.withLock { $0.count } }
+    var count: Int { uploads.withLock { $0.count } }
 
-    func add(_ spooler: Spooler) { spoolers.withLock { $0[spooler.jobID] = spooler } }
-    func get(_ job: String) -> Spooler? { spoolers.withLock { $0[job] } }
-    @discardableResult func remove(_ job: String) -> Spooler? { spoolers.withLock { $0.removeValue(forKey: job) } }
+    func add(_ spooler: Spooler) { uploads.withLock { $0[spooler.jobID] = Upload(spooler: spooler, lastActivity: .now) } }
+    func get(_ job: String) -> Spooler? { uploads.withLock { $0[job]?.spooler } }
+    @discardableResult func remove(_ job: String) -> Spooler? { uploads.withLock { $0.removeValue(forKey: job)?.spooler } }
+
+    /// Notes that `job`'s upload received bytes.
+    func touch(_ job: String) { uploads.withLock { $0[job]?.lastActivity = .now } }
+
+    /// Removes and returns the uploads that received nothing for longer than `timeout`.
+    func removeIdle(longerThan timeout: Duration) -> [Spooler] {
+        let deadline = ContinuousClock.now - timeout
+        return uploads.withLock { uploads in
+            let idle = uploads.filter { $0.value.lastActivity < deadline }
+            for job in idle.keys { uploads[job] = nil }
+            return idle.values.map(\.spooler)
+        }
+    }
 }

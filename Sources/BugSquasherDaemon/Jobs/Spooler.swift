@@ -34,6 +34,8 @@ actor Spooler {
     private var csv: CSVParser?
     private var mapper: CSVBugMapper?
     private var failure: String?
+    /// Why the upload was abandoned (aborted, or idle too long), once it was.
+    private var abandonment: String?
 
     /// Creates the spool file.
     init(jobID: String, directory: String, format: InputFormat?, maximumRecordBytes: Int) throws {
@@ -68,6 +70,7 @@ actor Spooler {
     ///
     /// - Throws: ``DaemonError`` when the input is not what it claims to be; the job fails.
     func append(_ bytes: [UInt8]) throws {
+        if let abandonment { throw UploadAbandoned(message: abandonment) }
         if let failure { throw DaemonError(failure) }
         var bytes = bytes
         do {
@@ -111,6 +114,7 @@ actor Spooler {
 
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (InputFormat, Int64) {
+        if let abandonment { throw UploadAbandoned(message: abandonment) }
         if let failure { throw DaemonError(failure) }
         if let held = leadingBytes, !held.isEmpty {
             // A one-byte upload: not gzip.
@@ -148,8 +152,11 @@ actor Spooler {
         return (format, bytesWritten)
     }
 
-    /// Abandons the upload and removes the spool file.
-    func discard() {
+    /// Abandons the upload and removes the spool file; bytes that still arrive for it are
+    /// refused with `reason`.
+    func discard(reason: String) {
+        guard abandonment == nil else { return }
+        abandonment = reason
         try? handle.close()
         try? FileManager.default.removeItem(atPath: path)
     }
@@ -336,4 +343,10 @@ actor Spooler {
         let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(inflatedBytes / 1_048_576) MiB so far)" : ""
         throw DaemonError("The upload was stopped after spooling \(bytesWritten / 1_048_576) MiB\(inflation): the file system of \(directory) has \(free / 1_048_576) MiB free, and squasherd keeps \(reserve / 1_048_576) MiB free for the store. Nothing was imported; free space there, or import the file in parts.")
     }
+}
+
+/// Bytes for an upload that was abandoned (aborted, or idle too long): its job has ended already.
+struct UploadAbandoned: Error {
+    /// Why it was abandoned.
+    var message: String
 }
