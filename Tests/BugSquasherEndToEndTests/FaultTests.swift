@@ -94,35 +94,27 @@ struct FaultTests {
 
     @Test("a full disk fails the job with the reason; the daemon keeps serving and committed chunks stay")
     func diskFull() async throws {
-        let base = try directory()
-        let mountPoint = base + "/small"
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint])
-        guard try await mount.waitForExit() == 0 else {
-            print("skipped: cannot mount a size-limited tmpfs here (\(mount.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
-            return
-        }
-        do {
-            try await importOntoFullDisk(mountPoint: mountPoint, base: base)
-        } catch {
-            await unmount(mountPoint, base: base)
-            throw error
-        }
-        await unmount(mountPoint, base: base)
+        try await onSmallDisk(size: "3m", importOntoFullDisk)
     }
 
     @Test("an upload that would fill the disk (a small gzip file of blank lines) is stopped with the reason before it does; its spool file goes; the daemon goes on")
     func gzipBombStopped() async throws {
+        try await onSmallDisk(size: "64m", uploadBomb)
+    }
+
+    /// Runs `body` with a size-limited tmpfs mounted in a fresh directory (`mountPoint`, inside
+    /// `base`), and unmounts it afterwards; skips, saying so, where tmpfs cannot be mounted.
+    private func onSmallDisk(size: String, _ body: (_ mountPoint: String, _ base: String) async throws -> Void) async throws {
         let base = try directory()
         let mountPoint = base + "/small"
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", "size=64m", "tmpfs", mountPoint])
+        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint])
         guard try await mount.waitForExit() == 0 else {
             print("skipped: cannot mount a size-limited tmpfs here (\(mount.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
             return
         }
         do {
-            try await uploadBomb(mountPoint: mountPoint, base: base)
+            try await body(mountPoint, base)
         } catch {
             await unmount(mountPoint, base: base)
             throw error
