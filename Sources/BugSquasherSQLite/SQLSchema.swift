@@ -82,6 +82,31 @@ enum SQLSchema {
         }
     }
 
+    /// Re-creates the indexes of the schema `create` makes for `model` that the store lacks, on
+    /// tables it has (dropped by hand, or from a build that did not make them yet): an index
+    /// holds nothing that its table does not. Returns their names.
+    ///
+    /// - Throws: ``GraphError/Code/invalidStore`` when a unique index cannot be rebuilt because
+    ///   its table holds duplicates (they went in while the index was missing).
+    static func recreateMissingIndexes(_ model: ManagedObjectModel, in db: Database) throws -> [String] {
+        let expected = try DatabaseQueue()
+        let indexes = try expected.write { scratch in
+            try create(model, in: scratch)
+            return try Row.fetchAll(scratch, sql: "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
+                .map { (name: $0["name"] as String, table: $0["tbl_name"] as String, sql: $0["sql"] as String) }
+        }
+        var rebuilt: [String] = []
+        for index in indexes where try db.tableExists(index.table) && !db.indexes(on: index.table).contains(where: { $0.name == index.name }) {
+            do {
+                try db.execute(sql: index.sql)
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                throw GraphError(.invalidStore, "The unique index \(index.name) is missing and cannot be rebuilt: \(index.table) holds duplicates, which went in while the index was missing (the store was changed outside BugSquasher). Restore it from a backup, or remove the duplicates by hand.", cause: error)
+            }
+            rebuilt.append(index.name)
+        }
+        return rebuilt
+    }
+
     /// What the store lacks of the schema `create` makes for `model`: missing tables, columns
     /// and indexes, described for a person (empty when nothing is missing). A store whose
     /// metadata names the model but whose tables were changed by hand (a dropped column, a

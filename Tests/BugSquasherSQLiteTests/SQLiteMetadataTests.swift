@@ -91,10 +91,10 @@ struct SQLiteMetadataTests {
         #expect(try Data(contentsOf: garbage) == Data(repeating: 0x41, count: 4096))
     }
 
-    @Test("a store whose tables were changed outside BugSquasher (a dropped column, index or table) is refused, naming what is missing", arguments: [
+    @Test("a store whose tables were changed outside BugSquasher (a dropped column or table, duplicates behind a dropped unique index) is refused, naming what is wrong", arguments: [
         ("ALTER TABLE Note DROP COLUMN title", "column Note.title"),
-        ("DROP INDEX Note_key_unique", "index Note_key_unique"),
         ("DROP TABLE bs_history", "table bs_history"),
+        ("DROP INDEX Note_key_unique; INSERT INTO Note (_version, key) VALUES (1, 'n1')", "Note_key_unique is missing and cannot be rebuilt: Note holds duplicates"),
     ])
     func tablesChangedByHand(change: String, missing: String) async throws {
         let url = directory.appendingPathComponent("changed-\(UUID().uuidString).sqlite")
@@ -115,6 +115,33 @@ struct SQLiteMetadataTests {
         let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: model, store: SQLiteStore(url: url)) }
         #expect(error?.code == .invalidStore)
         #expect(error?.message.contains(missing) == true, "\(String(describing: error))")
+    }
+
+    @Test("indexes dropped outside BugSquasher are re-created at open, and enforce again")
+    func droppedIndexesRecreated() async throws {
+        let url = directory.appendingPathComponent("indexes-\(UUID().uuidString).sqlite")
+        let model = try model()
+        do {
+            let coordinator = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+            try await ObjectContext(coordinator: coordinator).perform { context in
+                let note = try context.insert(entityNamed: "Note")
+                note["key"] = "n1"
+                try context.saveToStore()
+            }
+        }
+        let queue = try DatabaseQueue(path: url.path)
+        try await queue.write { db in try db.execute(sql: "DROP INDEX Note_key_unique") }
+        try queue.close()
+        let coordinator = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+        // The unique key holds again: a second n1 is refused.
+        let error = await #expect(throws: GraphError.self) {
+            try await ObjectContext(coordinator: coordinator).perform { context in
+                let note = try context.insert(entityNamed: "Note")
+                note["key"] = "n1"
+                try context.saveToStore()
+            }
+        }
+        #expect(error != nil)
     }
 
     @Test("the store passes SQLite's integrity check after saves")
