@@ -97,21 +97,11 @@ struct SQLiteMetadataTests {
         ("DROP INDEX Note_key_unique; INSERT INTO Note (_version, key) VALUES (1, 'n1')", "Note_key_unique is missing and cannot be rebuilt: Note holds duplicates"),
     ])
     func tablesChangedByHand(change: String, missing: String) async throws {
-        let url = directory.appendingPathComponent("changed-\(UUID().uuidString).sqlite")
         let model = try model()
-        do {
-            let coordinator = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
-            try await ObjectContext(coordinator: coordinator).perform { context in
-                let note = try context.insert(entityNamed: "Note")
-                note["key"] = "n1"
-                try context.saveToStore()
-            }
-        }
+        let url = try await storeWithNote(model: model)
         // Reopened unchanged, it is accepted.
         _ = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
-        let queue = try DatabaseQueue(path: url.path)
-        try await queue.write { db in try db.execute(sql: change) }
-        try queue.close()
+        try await changeByHand(url, change)
         let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: model, store: SQLiteStore(url: url)) }
         #expect(error?.code == .invalidStore)
         #expect(error?.message.contains(missing) == true, "\(String(describing: error))")
@@ -119,29 +109,34 @@ struct SQLiteMetadataTests {
 
     @Test("indexes dropped outside BugSquasher are re-created at open, and enforce again")
     func droppedIndexesRecreated() async throws {
-        let url = directory.appendingPathComponent("indexes-\(UUID().uuidString).sqlite")
         let model = try model()
-        do {
-            let coordinator = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
-            try await ObjectContext(coordinator: coordinator).perform { context in
-                let note = try context.insert(entityNamed: "Note")
-                note["key"] = "n1"
-                try context.saveToStore()
-            }
-        }
-        let queue = try DatabaseQueue(path: url.path)
-        try await queue.write { db in try db.execute(sql: "DROP INDEX Note_key_unique") }
-        try queue.close()
+        let url = try await storeWithNote(model: model)
+        try await changeByHand(url, "DROP INDEX Note_key_unique")
         let coordinator = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
         // The unique key holds again: a second n1 is refused.
-        let error = await #expect(throws: GraphError.self) {
-            try await ObjectContext(coordinator: coordinator).perform { context in
-                let note = try context.insert(entityNamed: "Note")
-                note["key"] = "n1"
-                try context.saveToStore()
-            }
+        await #expect(throws: GraphError.self) { try await insertNote("n1", coordinator: coordinator) }
+    }
+
+    /// A new store file holding one note, `n1`.
+    private func storeWithNote(model: ManagedObjectModel) async throws -> URL {
+        let url = directory.appendingPathComponent("changed-\(UUID().uuidString).sqlite")
+        try await insertNote("n1", coordinator: StoreCoordinator(model: model, store: SQLiteStore(url: url)))
+        return url
+    }
+
+    private func insertNote(_ key: String, coordinator: StoreCoordinator) async throws {
+        try await ObjectContext(coordinator: coordinator).perform { context in
+            let note = try context.insert(entityNamed: "Note")
+            note["key"] = .string(key)
+            try context.saveToStore()
         }
-        #expect(error != nil)
+    }
+
+    /// Runs `sql` on the store file, as someone would with the sqlite3 shell.
+    private func changeByHand(_ url: URL, _ sql: String) async throws {
+        let queue = try DatabaseQueue(path: url.path)
+        try await queue.write { db in try db.execute(sql: sql) }
+        try queue.close()
     }
 
     @Test("the store passes SQLite's integrity check after saves")
