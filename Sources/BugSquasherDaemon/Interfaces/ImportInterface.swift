@@ -21,7 +21,7 @@ struct ImportInterface: VarlinkInterface {
     private struct TokenReply: Encodable { var token: Int64 }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let book = JobBook(stack: stack)
+        let book = JobBook(stack: stack, outcomes: runner.unrecordedFailures)
         switch call.methodName {
         case "Begin":
             let parameters = try call.parameters(BeginImportParameters.self)
@@ -238,7 +238,7 @@ struct ImportInterface: VarlinkInterface {
             let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
             await spooler.discard(reason: reason)
             logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
-            try? await JobBook(stack: stack).update(spooler.jobID) { record in
+            try? await JobBook(stack: stack, outcomes: runner.unrecordedFailures).update(spooler.jobID) { record in
                 record.state = "aborted"
                 record.error = reason
                 record.finished = Date()

@@ -12,9 +12,11 @@ struct JobsInterface: VarlinkInterface {
     let stack: PersistentStack
     let hub: NotificationHub
     let activeJob: @Sendable () -> String?
+    /// Failures the store could not record (``UnrecordedFailures``).
+    let unrecordedFailures: UnrecordedFailures
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let book = JobBook(stack: stack)
+        let book = JobBook(stack: stack, outcomes: unrecordedFailures)
         switch call.methodName {
         case "List":
             let limit = min(max(try call.parameters(LimitParameter.self).limit ?? 50, 1), 1_000)
@@ -50,6 +52,9 @@ struct JobsInterface: VarlinkInterface {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, startToken: try stack.store.currentHistoryToken())
         hub.add(subscription)
         defer { hub.remove(subscription) }
+        // A failure the store cannot record commits nothing: it ends the watch instead.
+        _ = unrecordedFailures.watch(id, with: subscription)
+        defer { unrecordedFailures.unwatch(id, subscription) }
         // Register first, read second: a commit between the two is then never missed.
         guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID }) else {
             throw jobNotFound(id)

@@ -39,9 +39,12 @@ final class ImportRunner: Service {
         var abortRequested: Bool { !abortWaiters.isEmpty }
     }
 
+    /// Failures of jobs that the store could not record, shared with the interfaces that show jobs.
+    let unrecordedFailures = UnrecordedFailures()
+
     init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
-        self.book = JobBook(stack: stack)
+        self.book = JobBook(stack: stack, outcomes: unrecordedFailures)
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
@@ -126,11 +129,13 @@ final class ImportRunner: Service {
                         var jobLogger = logger
                         jobLogger[metadataKey: "job.id"] = "\(job)"
                         progressHandler(nil)
+                        let message = (error as? GraphError)?.message ?? "\(error)"
                         do {
-                            try await fail(job, "\((error as? GraphError)?.message ?? "\(error)")", logger: jobLogger)
+                            try await fail(job, message, logger: jobLogger)
                         } catch {
                             unrecordable.insert(job)
                             jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
+                            unrecordedFailures.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
                         }
                     }
                 }

@@ -4,10 +4,14 @@ import BugSquasherProtocol
 import BugSquasherStack
 import BugSquasherVarlink
 import Foundation
+import Synchronization
 
 /// Reads and writes import jobs in the store.
 struct JobBook: Sendable {
     let stack: PersistentStack
+    /// Failures the store could not record (a full or failing disk), shown in place of the
+    /// stored state until the daemon restarts.
+    let outcomes: UnrecordedFailures
 
     /// Creates a job in state `uploading`; returns its ID.
     func create(name: String, format: InputFormat?, chunkSize: Int) async throws -> String {
@@ -46,7 +50,7 @@ struct JobBook: Sendable {
     func job(_ id: String) async throws -> WireJob? {
         try await stack.temporaryContext(name: "jobs").perform { context in
             try Self.find(id, in: context).map(Self.wire)
-        }
+        }.map(outcomes.applied)
     }
 
     /// Jobs, newest first.
@@ -55,7 +59,7 @@ struct JobBook: Sendable {
             var request = FetchRequest<ImportJob>(sort: [Key("created").descending], limit: limit)
             request.returnsObjectsAsFaults = false
             return try context.fetch(request).map(Self.wire)
-        }
+        }.map(outcomes.applied)
     }
 
     /// A job's rejects, in input order.
@@ -92,4 +96,50 @@ struct JobBook: Sendable {
 /// The Varlink error for an unknown job.
 func jobNotFound(_ id: String) -> VarlinkError {
     VarlinkError("io.bugsquasher.Jobs.JobNotFound", ["job": .string(id)])
+}
+
+/// Job failures that could not be written to the store, because writing is what failed (a full
+/// disk, a file system gone read-only). Without them such a job would read `running` until the
+/// daemon restarts, and whoever waits on it would wait for good. Kept in memory: at the next
+/// start the job is retried.
+final class UnrecordedFailures: Sendable {
+    private struct State {
+        var failures: [String: String] = [:]
+        var watchers: [String: [Subscription]] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    /// Notes that job `id` failed with `message`, and ends the watches on it.
+    func fail(_ id: String, _ message: String) {
+        let watchers = state.withLock { state in
+            state.failures[id] = message
+            return state.watchers.removeValue(forKey: id) ?? []
+        }
+        for watcher in watchers { watcher.close() }
+    }
+
+    /// `job` with its unrecorded failure, if it has one.
+    func applied(_ job: WireJob) -> WireJob {
+        guard let message = state.withLock({ $0.failures[job.id] }), !job.isFinal else { return job }
+        var failed = job
+        failed.state = "failed"
+        failed.error = message
+        return failed
+    }
+
+    /// Ends `subscription` (a `Jobs.Watch`) when job `id` fails without a record; `false` when
+    /// it already has.
+    func watch(_ id: String, with subscription: Subscription) -> Bool {
+        state.withLock { state in
+            guard state.failures[id] == nil else { return false }
+            state.watchers[id, default: []].append(subscription)
+            return true
+        }
+    }
+
+    /// Stops ending `subscription` for job `id`.
+    func unwatch(_ id: String, _ subscription: Subscription) {
+        state.withLock { state in state.watchers[id]?.removeAll { $0 === subscription } }
+    }
 }
