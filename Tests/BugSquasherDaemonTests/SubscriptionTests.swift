@@ -309,6 +309,35 @@ struct SubscriptionTests {
         #expect(await subscription.next() == nil)
     }
 
+    @Test("a save the history replay delivers is never delivered again from the mailbox, even when the saves queued meanwhile are merged")
+    func replayedSaveNotMergedAgain() async throws {
+        // Subscribed with since = 10; save 11 was committed before the token was read (start =
+        // 11), so the replay delivers it, and the mailbox must not.
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100_000, startToken: HistoryToken(rawValue: 10))
+        subscription.offer(save(11, inserted: [11]))
+        subscription.replays(through: HistoryToken(rawValue: 11))
+        subscription.offer(save(11, inserted: [11]))   // published after the token was read
+        // While a long replay runs, more live saves queue up than the mailbox keeps unmerged (1,024).
+        for token in Int64(12)...1_100 { subscription.offer(save(token, inserted: [token])) }
+        subscription.markDelivered(HistoryToken(rawValue: 11))   // the replay sent 11
+        var inserted: [ObjectID] = []
+        var last: Int64 = 0
+        while last < 1_100, let event = await subscription.next() {
+            switch event {
+            case .save(let save, _):
+                inserted += save.inserted.map(\.objectID)
+                last = save.token.rawValue
+            case .disjoint(let merged):
+                inserted += merged.saves.flatMap { $0.save.inserted.map(\.objectID) }
+                last = merged.token.rawValue
+            default:
+                Issue.record("unexpected \(event)")
+                last = 1_100
+            }
+        }
+        #expect(Set(inserted) == Set((12...1_100).map { id($0) }) && inserted.count == 1_089, "\(inserted.count) inserted, \(inserted.filter { $0 == id(11) }.count) of them save 11's")
+    }
+
     @Test("the configuration file is parsed strictly and loses to flags and systemd's variables")
     func configuration() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf").path

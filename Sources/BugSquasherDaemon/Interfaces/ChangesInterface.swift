@@ -129,7 +129,7 @@ struct ChangesInterface: VarlinkInterface {
             // save up to that token.
             throw VarlinkError("io.bugsquasher.Changes.TokenAhead", ["since": .int(since.rawValue), "token": .int(start.rawValue)])
         }
-        if since == nil { subscription.markDelivered(start) }
+        if since == nil { subscription.markDelivered(start) } else { subscription.replays(through: start) }
         context.logger.debug("subscribed", metadata: ["subscription": "\(subscription.id)", "since": "\(since.map(\.description) ?? "now")"])
         try await replier.reply(SubscribeReply(event: "subscribed", subscription: subscription.id, token: (since ?? start).rawValue), continues: true)
 

@@ -76,6 +76,8 @@ final class Subscription: Sendable {
         var refreshes: [ObjectChange] = []
         var resync: HistoryToken?
         var delivered: HistoryToken
+        /// Saves up to here come from a history replay, never from the mailbox.
+        var replayedThrough: HistoryToken = .zero
         var waiter: CheckedContinuation<Event?, Never>?
         var closed = false
 
@@ -109,6 +111,20 @@ final class Subscription: Sendable {
     }
 
     var deliveredToken: HistoryToken { state.withLock { $0.delivered } }
+
+    /// Saves with tokens up to `token` will be replayed from the history: the mailbox drops those
+    /// queued and ignores those still to be offered. Left in it, they could be merged with later
+    /// saves while the replay runs, and then reach the subscriber twice.
+    func replays(through token: HistoryToken) {
+        state.withLock { state in
+            state.replayedThrough = max(state.replayedThrough, token)
+            let replayed = state.pending.filter { $0.save.token <= token }
+            guard !replayed.isEmpty else { return }
+            state.pending.removeAll { $0.save.token <= token }
+            let objects = replayed.reduce(0) { $0 + $1.save.inserted.count + $1.save.updated.count + $1.save.deleted.count }
+            state.pendingObjects = max(0, state.pendingObjects - objects)
+        }
+    }
 
     // MARK: Registrations
 
@@ -176,7 +192,7 @@ final class Subscription: Sendable {
         let event: Event?
         var dropped: ([QueuedSave], CoalescedSaves?)?
         (waiter, event) = state.withLock { state -> (CheckedContinuation<Event?, Never>?, Event?) in
-            guard !state.closed, state.resync == nil, didSave.token > state.delivered else { return (nil, nil) }
+            guard !state.closed, state.resync == nil, didSave.token > state.delivered, didSave.token > state.replayedThrough else { return (nil, nil) }
             let save = registeredOnly ? Self.filter(didSave, to: state.registered) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
