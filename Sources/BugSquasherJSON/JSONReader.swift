@@ -384,8 +384,11 @@ package struct JSONReader {
                 guard (0xDC00..<0xE000).contains(low) else { throw Failure(message: "invalid surrogate pair", offset: index - 6) }
                 scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
             }
-            // A lone surrogate becomes U+FFFD, as Foundation's decoder does.
-            utf8.append(contentsOf: String(Character(Unicode.Scalar(scalar) ?? "\u{FFFD}")).utf8)
+            // A lone surrogate is no character: refused like invalid UTF-8, not replaced.
+            guard let character = Unicode.Scalar(scalar) else {
+                throw Failure(message: "a lone surrogate \\u\(String(scalar, radix: 16, uppercase: true)), which is no character (a string cut in the middle of a UTF-16 pair?)", offset: index - 6)
+            }
+            utf8.append(contentsOf: String(Character(character)).utf8)
         default:
             throw Failure(message: "invalid escape", offset: index - 2)
         }

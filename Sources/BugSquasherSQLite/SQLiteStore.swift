@@ -180,6 +180,14 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                 guard missing.isEmpty else {
                     throw GraphError(.invalidStore, "\(url.path) does not have the tables its model needs (missing: \(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? ", …" : "")); it was changed outside BugSquasher. Restore it from a backup, or move it away to start with an empty store and re-import.")
                 }
+                // Tokens are never reused: a history whose newest saves were deleted by hand would
+                // hand their tokens' successors to new saves, and a subscriber resuming after one
+                // of the deleted tokens would skip saves without a word.
+                let issued = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'bs_history'") ?? 0
+                let newest = try Int64.fetchOne(db, sql: "SELECT max(token) FROM bs_history") ?? 0
+                guard issued <= newest else {
+                    throw GraphError(.invalidStore, "\(url.path) has lost the newest saves of its history: tokens \(newest + 1) to \(issued) were issued but their rows are gone (deleted outside BugSquasher), so subscribers that saw them would skip saves. Restore the store from a backup.")
+                }
                 return metadata
             }
         }

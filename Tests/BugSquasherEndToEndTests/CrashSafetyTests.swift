@@ -41,17 +41,27 @@ struct CrashSafetyTests {
         // restart (squasherctl watch does that by itself).
         let follower = try ChildProcess(name: "watch", executable: Products.squasherctl, arguments: ["watch", "--json"], environment: environment)
         _ = try await follower.waitForLine { $0.contains(#""event":"subscribed""#) }
-        let submit = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/input.ndjson"], environment: environment)
-        #expect(try await submit.waitForExit() == 0, "\(submit.errorOutput)")
-        let jobID = try #require(submit.output.last)
-        // A user waiting on the job from the command line: it must ride out every restart. It
-        // watches before the first kill (its Jobs.Watch is the hub's second subscription).
+        // The job is begun first, so that a user waiting on it from the command line (it must
+        // ride out every restart) watches before the import starts: its Jobs.Watch is the hub's
+        // second subscription. Then the file is sent, as squasherctl import does.
+        let write = try BlockingVarlinkClient(path: directory + "/run/squasherd-write.sock")
+        let jobID = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "input.ndjson", format: nil, chunkSize: nil), as: JobParameter.self).job
         let waiter = try ChildProcess(name: "jobs --wait", executable: Products.squasherctl, arguments: ["jobs", jobID, "--wait"], environment: environment)
         let watching = ContinuousClock.now + .seconds(30)
         while try BlockingVarlinkClient(path: directory + "/run/squasherd.sock").call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers < 2 {
             guard ContinuousClock.now < watching, waiter.exitStatus == nil else { throw HarnessError("jobs --wait did not start watching: \(waiter.errorOutput)") }
             try await Task.sleep(for: .milliseconds(10))
         }
+        let file = [UInt8](try Data(contentsOf: URL(filePath: directory + "/input.ndjson")))
+        let uploaded = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: jobID)) { connection in
+            for start in stride(from: 0, to: file.count, by: 1 << 20) {
+                let piece = file[start..<min(start + (1 << 20), file.count)]
+                try (UploadFraming.header(piece.count) + piece).withUnsafeBytes { try connection.send($0) }
+            }
+            try UploadFraming.header(0).withUnsafeBytes { try connection.send($0) }
+            return try connection.receiveReply().parameters(UploadReply.self)
+        }
+        #expect(uploaded.bytes == Int64(file.count))
 
         var generator = SystemRandomNumberGenerator()
         for kill in 1...3 {

@@ -99,15 +99,15 @@ struct FaultTests {
 
     @Test("an upload that would fill the disk (a small gzip file of blank lines) is stopped with the reason before it does; its spool file goes; the daemon goes on")
     func gzipBombStopped() async throws {
-        try await onSmallDisk(size: "64m", uploadBomb)
+        try await onSmallDisk(size: "24m", uploadBomb)
     }
 
     @Test("a disk so full that even the job's failure cannot be recorded: the job shows failed, with both reasons, and whoever waits on it is told instead of waiting for good")
     func failureThatCannotBeRecorded() async throws {
-        try await onSmallDisk(size: "20m") { mountPoint, base in
-            // 140,000 small records: the spool (11 MB) fits the 20 MiB disk, the store does not, and the
+        try await onSmallDisk(size: "12m") { mountPoint, base in
+            // 84,000 small records: the spool (7 MB) fits the 12 MiB disk, the store does not, and the
             // failed chunk leaves no room to record the failure.
-            let rows = (0..<140_000).map { #"{"key":"KEY-\#($0)","title":"title \#($0)","status":"Open","project":{"key":"K"}}"# }
+            let rows = (0..<84_000).map { #"{"key":"KEY-\#($0)","title":"title \#($0)","status":"Open","project":{"key":"K"}}"# }
             try (rows.joined(separator: "\n") + "\n").write(toFile: base + "/rows.ndjson", atomically: true, encoding: .utf8)
             let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
             try await daemon.waitForErrorOutput(containing: " ready")
@@ -150,9 +150,9 @@ struct FaultTests {
     }
 
     private func uploadBomb(mountPoint: String, base: String) async throws {
-        // One record, then 100 MiB of newlines: about 100 kB of gzip, more than the 64 MiB disk.
+        // One record, then 40 MiB of newlines: about 40 kB of gzip, more than the 24 MiB disk.
         var bomb = Data(#"{"key":"GB-1","title":"t","status":"Open","project":{"key":"GB"}}"#.utf8)
-        bomb.append(Data(repeating: 0x0A, count: 100 << 20))
+        bomb.append(Data(repeating: 0x0A, count: 40 << 20))
         try bomb.write(to: URL(filePath: base + "/bomb.ndjson"))
         #expect(try await ChildProcess(name: "gzip", executable: "/bin/gzip", arguments: ["-1", base + "/bomb.ndjson"]).waitForExit() == 0)
         let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])

@@ -422,11 +422,13 @@ extension AbortEndToEndTests {
         #expect(waiter.errorOutput.contains("No bytes arrived for 1 s"), "\(waiter.errorOutput)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
         try await harness.waitForDaemonLog("upload abandoned: idle too long")
-        // The hung client's next bytes are refused (the upload is gone), on a connection that still works.
+        // The hung client's next bytes are refused, saying the upload has ended, on a connection
+        // that still works.
         let refused = #expect(throws: VarlinkError.self) {
             _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
         }
-        #expect(refused?.name == "io.bugsquasher.Import.JobNotFound", "\(String(describing: refused))")
+        #expect(refused?.name == "io.bugsquasher.Import.InvalidInput", "\(String(describing: refused))")
+        #expect(refused?.parameters["message"]?.stringValue?.contains("is aborted: its upload has ended") == true, "\(String(describing: refused))")
 
         // Over an upgraded connection, bytes after the abandonment are answered with its reason.
         let upgraded = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "hangs too", format: nil, chunkSize: nil), as: JobParameter.self).job

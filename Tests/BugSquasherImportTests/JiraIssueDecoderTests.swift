@@ -97,6 +97,10 @@ import Testing
             #expect(error?.inputLine == 9)
             #expect(error?.message.contains("not valid UTF-8") == true, "\(String(describing: error))")
         }
+        for lone in [#"\ud800y"#, #"x\udc00"#, #"\ud83d\u0041"#] {
+            let error = #expect(throws: ImportError.self) { _ = try decoder.decode(Data(#"{"key":"U-2","fields":{"summary":"\#(lone)"}}"#.utf8), line: 4) }
+            #expect(error?.message.contains("surrogate") == true, "\(lone): \(String(describing: error))")
+        }
         let record = try decoder.decode(Data(#"{"key":"U-3","fields":{"summary":"Café \u00e9 \ud83d\ude00 😀","description":"log\n\u0000\u0000Oct 3"}}"#.utf8))
         #expect(record.title == "Café é 😀 😀")
         #expect(record.details == "log\n\u{0}\u{0}Oct 3")

@@ -94,6 +94,7 @@ struct SQLiteMetadataTests {
     @Test("a store whose tables were changed outside BugSquasher (a dropped column or table, duplicates behind a dropped unique index) is refused, naming what is wrong", arguments: [
         ("ALTER TABLE Note DROP COLUMN title", "column Note.title"),
         ("DROP TABLE bs_history", "table bs_history"),
+        ("DELETE FROM bs_history", "has lost the newest saves of its history: tokens 1 to 1"),
         ("DROP INDEX Note_key_unique; INSERT INTO Note (_version, key) VALUES (1, 'n1')", "Note_key_unique is missing and cannot be rebuilt: Note holds duplicates"),
     ])
     func tablesChangedByHand(change: String, missing: String) async throws {

@@ -66,7 +66,7 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(JobParameter(job: job))
         case "Append":
             let parameters = try call.parameters(AppendParameters.self)
-            let spooler = try upload(parameters.job)
+            let spooler = try await upload(parameters.job, book: book)
             guard let data = Data(base64Encoded: parameters.data) else { throw invalidInput("data is not base64") }
             try await append([UInt8](data), to: spooler, book: book, logger: context.logger)
             try await replier.reply(BytesReply(bytes: data.count))
@@ -75,12 +75,12 @@ struct ImportInterface: VarlinkInterface {
                 throw invalidInput("Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append")
             }
             let job = try call.parameters(JobParameter.self).job
-            let spooler = try upload(job)
+            let spooler = try await upload(job, book: book)
             context.connection.upgrade(to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
             try await replier.reply(Empty())
         case "Commit":
             let job = try call.parameters(JobParameter.self).job
-            try await commit(try upload(job), book: book, logger: context.logger)
+            try await commit(try await upload(job, book: book), book: book, logger: context.logger)
             try await replier.reply(JobParameter(job: job))
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
@@ -100,6 +100,7 @@ struct ImportInterface: VarlinkInterface {
             // The runner had not taken it up, and now never will.
             try await book.update(job) { record in
                 record.state = "aborted"
+                record.error = "Aborted on request before it started; nothing was imported."
                 record.finished = Date()
             }
             // A queued job's upload is spooled already; nothing reads it any more.
@@ -177,11 +178,13 @@ struct ImportInterface: VarlinkInterface {
         return id
     }
 
-    private func upload(_ job: String) throws -> Spooler {
-        guard let spooler = uploads.get(job) else {
-            throw VarlinkError("io.bugsquasher.Import.JobNotFound", ["job": .string(job)])
+    /// The upload in progress of `job`; a job whose upload has ended is named as such.
+    private func upload(_ job: String, book: JobBook) async throws -> Spooler {
+        if let spooler = uploads.get(job) { return spooler }
+        if let ended = try await book.job(job) {
+            throw invalidInput("job \(job) is \(ended.state): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more")
         }
-        return spooler
+        throw VarlinkError("io.bugsquasher.Import.JobNotFound", ["job": .string(job)])
     }
 
     /// Spools the next bytes of an upload; input the spooler refuses fails the job.

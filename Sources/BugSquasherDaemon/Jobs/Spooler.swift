@@ -341,7 +341,7 @@ actor Spooler {
         let reserve = Self.reserve(fileSystemBytes: Int64(status.f_blocks) * blockSize)
         guard free - Self.freeSpaceCheckInterval < reserve else { return }
         let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(inflatedBytes / 1_048_576) MiB so far)" : ""
-        throw DaemonError("The upload was stopped after spooling \(bytesWritten / 1_048_576) MiB\(inflation): the file system of \(directory) has \(free / 1_048_576) MiB free, and squasherd keeps \(reserve / 1_048_576) MiB free for the store. Nothing was imported; free space there, or import the file in parts.")
+        throw DaemonError("The upload was stopped after spooling \(bytesWritten / 1_048_576) MiB\(inflation): the file system of \(directory) has \(free / 1_048_576) MiB free, and spooling on would leave less than the \(reserve / 1_048_576) MiB squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.")
     }
 }
 
