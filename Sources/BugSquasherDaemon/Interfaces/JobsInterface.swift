@@ -53,7 +53,7 @@ struct JobsInterface: VarlinkInterface {
         hub.add(subscription)
         defer { hub.remove(subscription) }
         // A failure the store cannot record commits nothing: it ends the watch instead.
-        _ = unrecordedFailures.watch(id, with: subscription)
+        unrecordedFailures.watch(id, with: subscription)
         defer { unrecordedFailures.unwatch(id, subscription) }
         // Register first, read second: a commit between the two is then never missed.
         guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID }) else {

@@ -128,13 +128,12 @@ final class UnrecordedFailures: Sendable {
         return failed
     }
 
-    /// Ends `subscription` (a `Jobs.Watch`) when job `id` fails without a record; `false` when
-    /// it already has.
-    func watch(_ id: String, with subscription: Subscription) -> Bool {
+    /// Ends `subscription` (a `Jobs.Watch`) when job `id` fails without a record. (If it has
+    /// already, the watch reads the failure with the job, through ``applied(_:)``.)
+    func watch(_ id: String, with subscription: Subscription) {
         state.withLock { state in
-            guard state.failures[id] == nil else { return false }
+            guard state.failures[id] == nil else { return }
             state.watchers[id, default: []].append(subscription)
-            return true
         }
     }
 
