@@ -19,7 +19,7 @@ struct CrashSafetyTests {
         let directory = "/tmp/bscrash-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let count = 6_000
+        let count = 12_000   // room for three kills 100–600 records apart even when the import outruns the test on a loaded machine
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         var lines = try SampleIssues.generate(count: count).map { String(decoding: try encoder.encode($0), as: UTF8.self) }
