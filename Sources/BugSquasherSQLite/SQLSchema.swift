@@ -82,21 +82,34 @@ enum SQLSchema {
         }
     }
 
-    /// Re-creates the indexes of the schema `create` makes for `model` that the store lacks, on
-    /// tables it has (dropped by hand, or from a build that did not make them yet): an index
-    /// holds nothing that its table does not. Returns their names.
+    /// The tables and indexes `create` makes for a model, read back from a scratch in-memory
+    /// database, so that checking a store against them cannot drift from `create`.
+    struct Expected {
+        /// Tables and indexes by name, with their columns.
+        let layout: [String: (type: String, columns: Set<String>)]
+        /// The indexes, with their tables and the SQL that creates them.
+        let indexes: [(name: String, table: String, sql: String)]
+    }
+
+    /// The schema `create` makes for `model`.
+    static func expected(_ model: ManagedObjectModel) throws -> Expected {
+        try DatabaseQueue().write { scratch in
+            try create(model, in: scratch)
+            let indexes = try Row.fetchAll(scratch, sql: "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
+                .map { (name: $0["name"] as String, table: $0["tbl_name"] as String, sql: $0["sql"] as String) }
+            return Expected(layout: try layout(scratch), indexes: indexes)
+        }
+    }
+
+    /// Re-creates the `expected` indexes that the store lacks, on tables it has (dropped by
+    /// hand, or from a build that did not make them yet): an index holds nothing that its table
+    /// does not. Returns their names.
     ///
     /// - Throws: ``GraphError/Code/invalidStore`` when a unique index cannot be rebuilt because
     ///   its table holds duplicates (they went in while the index was missing).
-    static func recreateMissingIndexes(_ model: ManagedObjectModel, in db: Database) throws -> [String] {
-        let expected = try DatabaseQueue()
-        let indexes = try expected.write { scratch in
-            try create(model, in: scratch)
-            return try Row.fetchAll(scratch, sql: "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
-                .map { (name: $0["name"] as String, table: $0["tbl_name"] as String, sql: $0["sql"] as String) }
-        }
+    static func recreateMissingIndexes(_ expected: Expected, in db: Database) throws -> [String] {
         var rebuilt: [String] = []
-        for index in indexes where try db.tableExists(index.table) && !db.indexes(on: index.table).contains(where: { $0.name == index.name }) {
+        for index in expected.indexes where try db.tableExists(index.table) && !db.indexes(on: index.table).contains(where: { $0.name == index.name }) {
             do {
                 try db.execute(sql: index.sql)
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -107,19 +120,13 @@ enum SQLSchema {
         return rebuilt
     }
 
-    /// What the store lacks of the schema `create` makes for `model`: missing tables, columns
-    /// and indexes, described for a person (empty when nothing is missing). A store whose
-    /// metadata names the model but whose tables were changed by hand (a dropped column, a
-    /// dropped unique index) would fail on every request, or stop enforcing unique keys.
-    static func missing(_ model: ManagedObjectModel, in db: Database) throws -> [String] {
-        let expected = try DatabaseQueue()
-        let wanted = try expected.write { scratch in
-            try create(model, in: scratch)
-            return try layout(scratch)
-        }
+    /// What the store lacks of the `expected` schema: missing tables, columns and indexes,
+    /// described for a person (empty when nothing is missing). A store whose metadata names the
+    /// model but whose tables were changed by hand (a dropped column) would fail on every request.
+    static func missing(_ expected: Expected, in db: Database) throws -> [String] {
         let found = try layout(db)
         var missing: [String] = []
-        for (name, item) in wanted.sorted(by: { $0.key < $1.key }) {
+        for (name, item) in expected.layout.sorted(by: { $0.key < $1.key }) {
             guard let present = found[name], present.type == item.type else {
                 missing.append("\(item.type) \(name)")
                 continue

@@ -172,11 +172,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                     return .commit
                 }
                 let metadata = try readAndMigrate(model: model, db: db)
-                let rebuilt = try SQLSchema.recreateMissingIndexes(model, in: db)
+                let expected = try SQLSchema.expected(model)
+                let rebuilt = try SQLSchema.recreateMissingIndexes(expected, in: db)
                 if !rebuilt.isEmpty {
                     logger.notice("re-created indexes the store lacked", metadata: ["store.path": "\(url.path)", "store.indexes": "\(rebuilt.joined(separator: ", "))"])
                 }
-                let missing = try SQLSchema.missing(model, in: db)
+                let missing = try SQLSchema.missing(expected, in: db)
                 guard missing.isEmpty else {
                     throw GraphError(.invalidStore, "\(url.path) does not have the tables its model needs (missing: \(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? ", …" : "")); it was changed outside BugSquasher. Restore it from a backup, or move it away to start with an empty store and re-import.")
                 }

@@ -48,18 +48,10 @@ struct ImportInterface: VarlinkInterface {
                     let reason = "The client disconnected before committing the upload; submit the file again."
                     await spooler.discard(reason: reason)
                     logger.notice("upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
-                    try? await book.update(job) { record in
-                        record.state = "aborted"
-                        record.error = reason
-                        record.finished = Date()
-                    }
+                    try? await book.end(job, as: "aborted", error: reason)
                 }
             } catch let error as DaemonError {
-                try await book.update(job) { record in
-                    record.state = "failed"
-                    record.error = error.message
-                    record.finished = Date()
-                }
+                try await book.end(job, as: "failed", error: error.message)
                 throw invalidInput(error.message)
             }
             context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(name)"])
@@ -98,11 +90,7 @@ struct ImportInterface: VarlinkInterface {
                 return
             }
             // The runner had not taken it up, and now never will.
-            try await book.update(job) { record in
-                record.state = "aborted"
-                record.error = "Aborted on request before it started; nothing was imported."
-                record.finished = Date()
-            }
+            try await book.end(job, as: "aborted", error: "Aborted on request before it started; nothing was imported.")
             // A queued job's upload is spooled already; nothing reads it any more.
             try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
             try await replier.reply(Empty())
@@ -225,11 +213,7 @@ struct ImportInterface: VarlinkInterface {
         uploads.remove(job)
         await spooler.discard(reason: message)
         logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"])
-        try await book.update(job) { record in
-            record.state = "failed"
-            record.error = message
-            record.finished = Date()
-        }
+        try await book.end(job, as: "failed", error: message)
     }
 
     /// Abandons the uploads that received nothing for ``DaemonConfiguration/uploadIdleTimeout``:
@@ -241,11 +225,7 @@ struct ImportInterface: VarlinkInterface {
             let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
             await spooler.discard(reason: reason)
             logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
-            try? await JobBook(stack: stack, outcomes: runner.unrecordedFailures).update(spooler.jobID) { record in
-                record.state = "aborted"
-                record.error = reason
-                record.finished = Date()
-            }
+            try? await JobBook(stack: stack, outcomes: runner.unrecordedFailures).end(spooler.jobID, as: "aborted", error: reason)
         }
     }
 

@@ -250,11 +250,7 @@ final class ImportRunner: Service {
 
     /// Records that job `id` ended in `state` and removes its spooled input.
     private func end(_ id: String, state: String, error: String? = nil) async throws {
-        try await book.update(id) { job in
-            job.state = state
-            job.error = error
-            job.finished = Date()
-        }
+        try await book.end(id, as: state, error: error)
         try? FileManager.default.removeItem(atPath: Spooler.path(job: id, in: configuration.spoolDirectory))
         progressHandler(nil)
     }

@@ -40,6 +40,15 @@ struct JobBook: Sendable {
         try await context.save()
     }
 
+    /// Records that job `id` ended (`finished`, `failed` or `aborted`), with `error` saying why.
+    func end(_ id: String, as state: String, error: String? = nil) async throws {
+        try await update(id) { job in
+            job.state = state
+            job.error = error
+            job.finished = Date()
+        }
+    }
+
     static func find(_ id: String, in context: isolated ObjectContext) throws -> ImportJob? {
         var request = FetchRequest<ImportJob>(predicate: Key("jobID") == .string(id))
         request.returnsObjectsAsFaults = false
