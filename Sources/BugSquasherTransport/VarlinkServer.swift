@@ -153,13 +153,13 @@ public final class VarlinkServer: Sendable {
         do {
             try await connection.executeThenClose { inbound, outbound in
                 let replier = ChannelReplier(outbound: outbound)
-                let streaming = StreamingFlag()
+                let streaming = StreamingCall()
                 var upgraded: (any VarlinkUpgradeHandler)?
                 try await withThrowingDiscardingTaskGroup { group in
                     reading: for try await item in inbound {
                         switch item {
                         case .malformed:
-                            try? await replier.send(try VarlinkReply.encode(VarlinkError.invalidParameter("method")))
+                            try? await replier.send(try VarlinkReply.encode(VarlinkError.invalidParameter("method")), continues: false)
                             logger.debug("malformed message; closing the connection")
                             break reading
                         case .raw(let bytes):
@@ -167,26 +167,27 @@ public final class VarlinkServer: Sendable {
                             guard let handler = upgraded else { break reading }
                             do {
                                 guard let last = try await handler.receive(bytes) else { continue }
-                                try await replier.send(last)
+                                try await replier.send(last, continues: false)
                             } catch is CancellationError {
                                 throw CancellationError()
                             } catch let error as VarlinkPeerGone {
                                 throw error
                             } catch {
-                                try await replier.send(try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger))
+                                try await replier.send(try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger), continues: false)
                             }
                             break reading
                         case .call(let call):
-                            if streaming.isSet {
+                            if streaming.isRunning {
                                 // Varlink allows no new call while a streaming call is running.
                                 logger.debug("call during a streaming call; closing the connection")
                                 break reading
                             }
                             if call.more && !call.upgrade {
-                                streaming.set(true)
+                                let number = streaming.begin()
                                 await Self.keepLittleInFlight(connection.channel)
                                 group.addTask {
-                                    defer { streaming.set(false) }
+                                    defer { streaming.end(number) }
+                                    let replier = StreamingReplier(base: replier, call: streaming, number: number)
                                     try await self.service.handle(call, context: context, replier: replier)
                                 }
                                 continue
@@ -316,7 +317,7 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
 struct ChannelReplier: VarlinkReplier {
     let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
 
-    func send(_ message: Data) async throws {
+    func send(_ message: Data, continues: Bool) async throws {
         var buffer = ByteBuffer()
         buffer.reserveCapacity(message.count + 1)
         buffer.writeBytes(message)
@@ -340,9 +341,39 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// Whether a streaming call is running on a connection.
-private final class StreamingFlag: Sendable {
-    private let value = Atomic<Bool>(false)
-    var isSet: Bool { value.load(ordering: .acquiring) }
-    func set(_ newValue: Bool) { value.store(newValue, ordering: .releasing) }
+/// Whether a streaming call is running on a connection: from its call until its last reply
+/// is sent. The task that handles it may still be ending then; the client, which has the last
+/// reply, may already send its next call, and that call is served.
+private final class StreamingCall: Sendable {
+    /// The number of the streaming call running, or 0.
+    private let running = Atomic<Int>(0)
+    private let count = Atomic<Int>(0)
+
+    var isRunning: Bool { running.load(ordering: .acquiring) != 0 }
+
+    /// Marks a new streaming call running, and returns its number.
+    func begin() -> Int {
+        let number = count.add(1, ordering: .relaxed).newValue
+        running.store(number, ordering: .releasing)
+        return number
+    }
+
+    /// Marks call `number` ended, unless another has begun since.
+    func end(_ number: Int) {
+        _ = running.compareExchange(expected: number, desired: 0, ordering: .acquiringAndReleasing)
+    }
+}
+
+/// The replier of a streaming call: the call ends, for the connection, as its last reply is
+/// sent — before the write, so that a call the client sends once it has that reply never
+/// finds the streaming call still running.
+private struct StreamingReplier<Base: VarlinkReplier>: VarlinkReplier {
+    let base: Base
+    let call: StreamingCall
+    let number: Int
+
+    func send(_ message: Data, continues: Bool) async throws {
+        if !continues { call.end(number) }
+        try await base.send(message, continues: continues)
+    }
 }

@@ -16,14 +16,16 @@ public struct VarlinkPeerGone: Error, Sendable, CustomStringConvertible {
 /// Sends replies to the call being handled. Writes wait while the peer is slow to read
 /// (backpressure); they throw once the connection is gone.
 public protocol VarlinkReplier: Sendable {
-    /// Sends one encoded reply message (without its NUL terminator).
-    func send(_ message: Data) async throws
+    /// Sends one encoded reply message (without its NUL terminator). `continues` is what the
+    /// message says: whether more replies to the same `more` call follow it. After a reply that
+    /// does not continue, the client may send its next call.
+    func send(_ message: Data, continues: Bool) async throws
 }
 
 extension VarlinkReplier {
     /// Sends a successful reply; `continues` tells a `more` caller that others follow.
     public func reply<P: Encodable>(_ parameters: P, continues: Bool = false) async throws {
-        try await send(try VarlinkReply.encode(parameters, continues: continues))
+        try await send(try VarlinkReply.encode(parameters, continues: continues), continues: continues)
     }
 }
 
@@ -170,7 +172,7 @@ public struct VarlinkService: Sendable {
             throw error
         } catch {
             // A handler's failure answers this call; the connection stays usable.
-            try await replier.send(try Self.errorReply(error, method: call.method, logger: context.logger))
+            try await replier.send(try Self.errorReply(error, method: call.method, logger: context.logger), continues: false)
         }
     }
 
@@ -210,8 +212,8 @@ public struct VarlinkService: Sendable {
 private struct OnewayFilter<Base: VarlinkReplier>: VarlinkReplier {
     let base: Base
     let oneway: Bool
-    func send(_ message: Data) async throws {
-        if !oneway { try await base.send(message) }
+    func send(_ message: Data, continues: Bool) async throws {
+        if !oneway { try await base.send(message, continues: continues) }
     }
 }
 

@@ -1,4 +1,5 @@
 import BugSquasherProtocol
+import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 import Logging
@@ -103,7 +104,7 @@ struct VarlinkTests {
     /// Collects replies in memory.
     final class Recorder: VarlinkReplier, Sendable {
         let replies = Mutex<[String]>([])
-        func send(_ message: Data) async throws { replies.withLock { $0.append(String(decoding: message, as: UTF8.self)) } }
+        func send(_ message: Data, continues: Bool) async throws { replies.withLock { $0.append(String(decoding: message, as: UTF8.self)) } }
     }
 
     struct Echo: VarlinkInterface {
@@ -140,6 +141,65 @@ struct VarlinkTests {
     func definitions() {
         for name in ["io.bugsquasher.Changes", "io.bugsquasher.Store", "io.bugsquasher.Jobs", "io.bugsquasher.Import", "org.varlink.service"] {
             #expect(InterfaceDefinitions.text(of: name)?.contains("interface \(name)\n") == true, "\(name)")
+        }
+    }
+}
+
+extension VarlinkTests {
+    struct Number: Codable { var n: Int }
+    struct NoParameters: Codable {}
+
+    /// `Run` streams 2, then 1, then waits for `release` before it returns; `Ping` answers 0.
+    struct Countdown: VarlinkInterface {
+        let name = "io.example.Countdown"
+        let writes = false
+        let release: AsyncStream<Void>
+        func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+            switch call.methodName {
+            case "Run":
+                try await replier.reply(Number(n: 2), continues: true)
+                try await replier.reply(Number(n: 1))
+                for await _ in release {}
+            case "Ping":
+                try await replier.reply(Number(n: 0))
+            default:
+                throw VarlinkError.methodNotFound(call.method)
+            }
+        }
+    }
+
+    @Test("a call sent once a streaming call's last reply has arrived is served, even while the streaming handler is still ending")
+    func callAfterStreamingCall() async throws {
+        let directory = NSTemporaryDirectory() + "varlink-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/test.sock"
+        let (release, releaser) = AsyncStream.makeStream(of: Void.self)
+        let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Countdown(release: release)])
+        let server = VarlinkServer(name: "read", address: .path(path, permissions: 0o600), mayWrite: false, service: service, logger: Logger(label: "test"))
+        try await withThrowingTaskGroup { group in
+            let (bound, boundSignal) = AsyncStream.makeStream(of: Void.self)
+            group.addTask { try await server.run(onBound: { boundSignal.finish() }) }
+            for await _ in bound {}
+            // The blocking client runs on a thread of its own, off the pool serving the daemon side.
+            let numbers = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[Int], any Error>) in
+                Thread.detachNewThread {
+                    continuation.resume(with: Result {
+                        let client = try BlockingVarlinkClient(path: path)
+                        var numbers: [Int] = []
+                        try client.stream("io.example.Countdown.Run", NoParameters()) { reply in
+                            numbers.append(try reply.parameters(Number.self).n)
+                            return true
+                        }
+                        // Run's handler has not returned yet: it waits for `release`.
+                        numbers.append(try client.call("io.example.Countdown.Ping", NoParameters(), as: Number.self).n)
+                        return numbers
+                    })
+                }
+            }
+            releaser.finish()
+            #expect(numbers == [2, 1, 0])
+            group.cancelAll()
         }
     }
 }

@@ -162,18 +162,18 @@ struct ChangesInterface: VarlinkInterface {
             let reply = {
                 try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
             }
-            guard live else { return try await replier.send(try reply()) }
+            guard live else { return try await replier.send(try reply(), continues: true) }
             let key: EncodedSaveCache.Key = subscription.registeredOnly
                 ? .filtered(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
                 : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
-            try await replier.send(try encodedSaves.message(for: key, encode: reply))
+            try await replier.send(try encodedSaves.message(for: key, encode: reply), continues: true)
         case .disjoint(let merged):
             let lists = merged.saves.map { queued in
                 let encodeLists = { EncodedChangeLists(encode(queued.save, for: subscription)) }
                 return queued.encoding?.lists(encodeLists) ?? encodeLists()
             }
             let updated = encode(DidSave(token: merged.token, storeIdentifier: merged.storeIdentifier, updated: merged.updated), for: subscription).updated
-            try await replier.send(Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)))
+            try await replier.send(Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)), continues: true)
         case .refresh(let changes):
             let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
             try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
