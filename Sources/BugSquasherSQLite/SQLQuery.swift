@@ -97,15 +97,21 @@ struct SQLQuery {
                 arguments.append(value.databaseValue)
                 let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][op]!
                 return "\(column) \(symbol) ?"
-            case .contains:
-                arguments.append(value.databaseValue)
-                return "(typeof(\(column)) = 'text' AND instr(\(column), ?) > 0)"
-            case .containsCaseInsensitive:
-                arguments.append(value.databaseValue)
-                return "(typeof(\(column)) = 'text' AND instr(lower(\(column)), lower(?)) > 0)"
-            case .beginsWith:
-                arguments += [value.databaseValue, value.databaseValue]
-                return "(typeof(\(column)) = 'text' AND substr(\(column), 1, length(?)) = ?)"
+            case .contains, .containsCaseInsensitive, .beginsWith:
+                // Compared as UTF-8 bytes: text holding U+0000 is stored as a blob of its
+                // bytes (see `Value.databaseValue`), and so is such a needle.
+                let isText = isStringAttribute(keyPath) ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
+                switch op {
+                case .contains:
+                    arguments.append(value.databaseValue)
+                    return "(\(isText) AND instr(CAST(\(column) AS BLOB), CAST(? AS BLOB)) > 0)"
+                case .containsCaseInsensitive:
+                    arguments.append(value.databaseValue)
+                    return "(\(isText) AND instr(CAST(lower(\(column)) AS BLOB), CAST(lower(?) AS BLOB)) > 0)"
+                default:
+                    arguments += [value.databaseValue, value.databaseValue]
+                    return "(\(isText) AND substr(CAST(\(column) AS BLOB), 1, length(CAST(? AS BLOB))) = CAST(? AS BLOB))"
+                }
             }
         }
     }
@@ -119,6 +125,17 @@ struct SQLQuery {
     static func paddedCount(_ count: Int) -> Int {
         guard count > 1, count <= paddedLimit else { return count }
         return 1 << (Int.bitWidth - (count - 1).leadingZeroBitCount)
+    }
+
+    /// Whether a key path leads to a string attribute.
+    private func isStringAttribute(_ keyPath: String) -> Bool {
+        var current = entity
+        let parts = keyPath.split(separator: ".").map(String.init)
+        for part in parts.dropLast() {
+            guard let link = current.relationship(named: part), let next = model.entity(named: link.destination) else { return false }
+            current = next
+        }
+        return parts.last.flatMap { current.attribute(named: $0) }?.type == .string
     }
 
     /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.

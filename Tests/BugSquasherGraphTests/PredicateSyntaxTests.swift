@@ -30,4 +30,19 @@ struct PredicateSyntaxTests {
         // Within the limit it still parses.
         _ = try ObjectPredicate(parsing: String(repeating: "(", count: 60) + #"key == "x""# + String(repeating: ")", count: 60))
     }
+
+    @Test("strings take JSON's escapes, print back with them, and refuse unknown escapes and lone surrogates")
+    func stringEscapes() throws {
+        let parsed = try ObjectPredicate(parsing: #"title == "q\"b\\s\/ \n\r\t\b\f \u00e9\u0000 \uD83D\uDC1B""#)
+        #expect(parsed == ObjectPredicate.compare(keyPath: "title", .equal, .string("q\"b\\s/ \n\r\t\u{8}\u{C} é\u{0} 🐛")))
+        // Control characters and U+0000 print as escapes, and read back the same.
+        #expect(parsed.text == #"title == "q\"b\\s/ \n\r\t\u0008\u000C é\u0000 🐛""#)
+        #expect(try ObjectPredicate(parsing: parsed.text) == parsed)
+        #expect { try ObjectPredicate(parsing: #"title == "a\qb""#) } throws: { "\($0)".contains(#"unknown escape \q"#) && "\($0)".contains("character 12") }
+        #expect { try ObjectPredicate(parsing: #"title == "\ud800""#) } throws: { "\($0)".contains("lone surrogate") }
+        #expect { try ObjectPredicate(parsing: #"title == "\uDC1B\uD83D""#) } throws: { "\($0)".contains("lone surrogate") }
+        #expect { try ObjectPredicate(parsing: #"title == "\u12""#) } throws: { "\($0)".contains("four hex digits") }
+        #expect { try ObjectPredicate(parsing: #"title == "\u+123""#) } throws: { "\($0)".contains("four hex digits") }
+        #expect { try ObjectPredicate(parsing: #"title == "abc\"#) } throws: { "\($0)".contains("unterminated") }
+    }
 }

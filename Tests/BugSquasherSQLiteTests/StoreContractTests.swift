@@ -156,6 +156,14 @@ struct StoreContractTests {
             #expect(bug.details == details)
             let found = try context.fetch(FetchRequest<Bug>(predicate: Key("details") == .string(details))).map(\.objectID)
             #expect(found == [id])
+            // Substring operators compare the bytes on both sides of a U+0000, in text and needle.
+            for text in [#"details CONTAINS "\u0000\u0000Oct""#, #"details CONTAINS[c] "{CODE}\n\u0000""#, #"details BEGINSWITH "Console""#, #"details CONTAINS "iPhone""#] {
+                let matches = try context.fetch(FetchRequest<Bug>(predicate: try ObjectPredicate(parsing: text))).map(\.objectID)
+                #expect(matches == [id], "\(text)")
+            }
+            for text in [#"details CONTAINS "\u0000x""#, #"details BEGINSWITH "\u0000""#] {
+                #expect(try context.fetch(FetchRequest<Bug>(predicate: try ObjectPredicate(parsing: text))).isEmpty, "\(text)")
+            }
             bug.title = "a\u{0}b"
             try context.saveToStore()
         }

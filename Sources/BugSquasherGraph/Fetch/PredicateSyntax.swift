@@ -10,7 +10,8 @@ import Foundation
 ///
 /// Operators: `==`, `!=`, `<`, `<=`, `>`, `>=`, `IN (…)`, `CONTAINS`, `CONTAINS[c]`,
 /// `BEGINSWITH`, combined with `AND`/`&&`, `OR`/`||`, `NOT`/`!` and parentheses; `TRUEPREDICATE`
-/// matches everything. Values are double-quoted strings (with `\"` and `\\` escapes), numbers,
+/// matches everything. Values are double-quoted strings (with JSON's escapes: `\"`, `\\`, `\n`,
+/// `\t`, `\u00E9` and the others; an unknown escape is an error), numbers,
 /// `true`, `false` and `nil`. Strings compared with date attributes are ISO 8601 dates, and
 /// strings compared with to-one relationships are object ID URIs: ``coerced(for:in:)`` converts
 /// them once the entity is known.
@@ -51,7 +52,20 @@ extension ObjectPredicate {
     }
 
     private static func quote(_ text: String) -> String {
-        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        var quoted = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": quoted += "\\\""
+            case "\\": quoted += "\\\\"
+            case "\n": quoted += "\\n"
+            case "\r": quoted += "\\r"
+            case "\t": quoted += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                quoted += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16, uppercase: true)
+            default: quoted.unicodeScalars.append(scalar)
+            }
+        }
+        return quoted + "\""
     }
 
     private static func literal(_ value: Value) -> String {
@@ -246,9 +260,12 @@ private struct PredicateParser {
             position += 1
             var text = ""
             while position < scalars.count, scalars[position] != "\"" {
-                if scalars[position] == "\\", position + 1 < scalars.count { position += 1 }
-                text.append(scalars[position])
-                position += 1
+                if scalars[position] == "\\" {
+                    text.append(try parseEscape())
+                } else {
+                    text.append(scalars[position])
+                    position += 1
+                }
             }
             guard position < scalars.count else { throw error("unterminated string") }
             position += 1
@@ -264,6 +281,55 @@ private struct PredicateParser {
         if let double = Double(number) { return .double(double) }
         position = start
         throw error("expected a value: a \"string\", a number, true, false or nil")
+    }
+
+    /// The character a backslash escape stands for; JSON's escapes: `\"`, `\\`, `\/`, `\b`,
+    /// `\f`, `\n`, `\r`, `\t` and `\uXXXX` (a UTF-16 unit; a character outside the BMP is
+    /// a surrogate pair).
+    private mutating func parseEscape() throws -> Character {
+        position += 1
+        guard position < scalars.count else { throw error("unterminated string") }
+        let escaped = scalars[position]
+        position += 1
+        switch escaped {
+        case "\"", "\\", "/": return escaped
+        case "b": return "\u{8}"
+        case "f": return "\u{C}"
+        case "n": return "\n"
+        case "r": return "\r"
+        case "t": return "\t"
+        case "u":
+            let unit = try parseUTF16Unit()
+            if UTF16.isLeadSurrogate(unit) {
+                let start = position
+                if position + 1 < scalars.count, scalars[position] == "\\", scalars[position + 1] == "u" {
+                    position += 2
+                    let trail = try parseUTF16Unit()
+                    if UTF16.isTrailSurrogate(trail) {
+                        return Character(Unicode.Scalar(0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(trail) - 0xDC00))!)
+                    }
+                }
+                position = start
+            }
+            guard let scalar = Unicode.Scalar(unit) else {
+                position -= 6
+                throw error("\\u\(String(unit, radix: 16, uppercase: true)) is a lone surrogate, which is no character; write a character outside the BMP as a pair such as \\uD83D\\uDC1B, or as itself")
+            }
+            return Character(scalar)
+        default:
+            position -= 2
+            throw error("unknown escape \\\(escaped) in a string; strings take JSON's escapes: \\\", \\\\, \\/, \\b, \\f, \\n, \\r, \\t and \\uXXXX")
+        }
+    }
+
+    /// The four hex digits after `\u`.
+    private mutating func parseUTF16Unit() throws -> UInt16 {
+        guard position + 4 <= scalars.count,
+              scalars[position..<position + 4].allSatisfy({ $0.isASCII && $0.isHexDigit }),
+              let unit = UInt16(String(scalars[position..<position + 4]), radix: 16)
+        else { throw error("\\u takes four hex digits, such as \\u00E9") }
+        position += 4
+        return unit
     }
 
     private mutating func skipSpace() {
