@@ -449,4 +449,22 @@ extension AbortEndToEndTests {
         #expect(answer.error?.parameters["message"]?.stringValue?.contains("No bytes arrived for 1 s") == true, "\(String(describing: answer.error))")
         #expect(try await harness.stop() == 0)
     }
+
+    @Test("an upload cut off by stopping squasherd is recorded as such, not as a client that went away")
+    func uploadCutOffByStop() async throws {
+        let harness = try await DaemonHarness()
+        let write = try BlockingVarlinkClient(path: harness.writeSocket)
+        let job = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "cut", format: nil, chunkSize: nil), as: JobParameter.self).job
+        let first = Data(#"{"key":"CUT-1","title":"t","status":"Open","project":{"key":"CUT"}}"#.utf8 + [0x0A]).base64EncodedString()
+        _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
+        #expect(try await harness.stop() == 0)
+        #expect(harness.daemon.errorOutput.contains("upload abandoned: squasherd is stopping"), "\(harness.daemon.errorOutput.suffix(2000))")
+        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
+        try await restarted.waitForErrorOutput(containing: "ready")
+        let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+        #expect(ended.state == "aborted" && ended.error?.contains("squasherd stopped before the upload was committed") == true, "\(ended)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.waitForExit() == 0)
+    }
 }

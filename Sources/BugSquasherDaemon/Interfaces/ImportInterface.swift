@@ -45,9 +45,12 @@ struct ImportInterface: VarlinkInterface {
                 let logger = context.logger
                 await context.connection.onClose { [uploads, book] in
                     guard let spooler = uploads.remove(job) else { return }
-                    let reason = "The client disconnected before committing the upload; submit the file again."
+                    let stopping = uploads.isStopping
+                    let reason = stopping
+                        ? "squasherd stopped before the upload was committed; submit the file again once squasherd is back."
+                        : "The client disconnected before committing the upload; submit the file again."
                     await spooler.discard(reason: reason)
-                    logger.notice("upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
+                    logger.notice(stopping ? "upload abandoned: squasherd is stopping" : "upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
                     try? await book.end(job, as: "aborted", error: reason)
                 }
             } catch let error as DaemonError {
@@ -281,6 +284,14 @@ final class UploadRegistry: Sendable {
     }
 
     private let uploads = Mutex<[String: Upload]>([:])
+    private let stopping = Atomic<Bool>(false)
+
+    /// Whether squasherd is stopping: uploads cut off now were cut off by the stop, not by
+    /// their clients.
+    var isStopping: Bool { stopping.load(ordering: .acquiring) }
+
+    /// Notes that squasherd is stopping (before it closes connections).
+    func noteStopping() { stopping.store(true, ordering: .releasing) }
 
     /// How many uploads are in progress.
     var count: Int { uploads.withLock { $0.count } }
