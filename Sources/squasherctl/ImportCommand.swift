@@ -121,9 +121,13 @@ struct JobFollower {
         var final: WireJob?
         var first: (at: Date, job: WireJob)?
         var lostAt: ContinuousClock.Instant?
+        // The store the job was followed in, and the one squasherd serves now.
+        var (jobStore, servedStore): (String?, String?) = (nil, nil)
         while !(final?.isFinal ?? false) {
             do {
                 let client = try BlockingVarlinkClient(path: socket)
+                servedStore = try client.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).storeIdentifier
+                if jobStore == nil { jobStore = servedStore }
                 try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
                     let current = try reply.parameters(JobReply.self).job
                     if lostAt != nil {
@@ -138,6 +142,10 @@ struct JobFollower {
                 }
             } catch let error as VarlinkError {
                 progress.clear()
+                if error.name.hasSuffix(".JobNotFound"), let jobStore, let servedStore, servedStore != jobStore {
+                    printError("squasherctl: squasherd came back serving another store (\(servedStore)), which has no job \(job); the job is in store \(jobStore). Was squasherd restarted with another state directory? Start it on that store again, and the job resumes there.")
+                    throw Exit.notFound
+                }
                 throw refused(error)
             } catch let error as TransportError {
                 // squasherd stopped or restarts: the job resumes when it is back.

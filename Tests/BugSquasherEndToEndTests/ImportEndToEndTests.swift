@@ -450,21 +450,47 @@ extension AbortEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
-    @Test("an upload cut off by stopping squasherd is recorded as such, not as a client that went away")
+    @Test("an upload cut off by stopping squasherd is recorded as such, not as a client that went away; a `jobs --wait` that finds squasherd back on another store says so")
     func uploadCutOffByStop() async throws {
         let harness = try await DaemonHarness()
-        let write = try BlockingVarlinkClient(path: harness.writeSocket)
-        let job = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "cut", format: nil, chunkSize: nil), as: JobParameter.self).job
         let first = Data(#"{"key":"CUT-1","title":"t","status":"Open","project":{"key":"CUT"}}"#.utf8 + [0x0A]).base64EncodedString()
-        _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
+        // The upload lives as long as the connection that began it: the caller keeps the client.
+        func beginUpload() throws -> (job: String, client: BlockingVarlinkClient) {
+            let write = try BlockingVarlinkClient(path: harness.writeSocket)
+            let job = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "cut", format: nil, chunkSize: nil), as: JobParameter.self).job
+            _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
+            return (job, write)
+        }
+        func start(stateDirectory: String) async throws -> ChildProcess {
+            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/" + stateDirectory, "--runtime-directory", harness.directory + "/run"])
+            try await daemon.waitForErrorOutput(containing: "ready")
+            return daemon
+        }
+        let (job, client) = try beginUpload()
         #expect(try await harness.stop() == 0)
+        withExtendedLifetime(client) {}
         #expect(harness.daemon.errorOutput.contains("upload abandoned: squasherd is stopping"), "\(harness.daemon.errorOutput.suffix(2000))")
-        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
-        try await restarted.waitForErrorOutput(containing: "ready")
+        let restarted = try await start(stateDirectory: "state")
         let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
         #expect(ended.state == "aborted" && ended.error?.contains("squasherd stopped before the upload was committed") == true, "\(ended)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
-        restarted.signal(SIGTERM)
-        #expect(try await restarted.waitForExit() == 0)
+
+        // A job left unfinished by a kill -9, and squasherd back on another state directory: the
+        // waiter names the store change instead of only "no job".
+        let (second, secondClient) = try beginUpload()
+        let waiter = try harness.startCtl("jobs --wait", ["jobs", second, "--wait"])
+        let watching = ContinuousClock.now + .seconds(30)
+        while try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers < 1 {
+            guard ContinuousClock.now < watching, waiter.exitStatus == nil else { throw HarnessError("jobs --wait did not start watching: \(waiter.errorOutput)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        restarted.signal(SIGKILL)
+        _ = try await restarted.waitForExit()
+        withExtendedLifetime(secondClient) {}
+        let elsewhere = try await start(stateDirectory: "other")
+        #expect(try await waiter.waitForExit(timeout: .seconds(30)) == 3)
+        #expect(waiter.errorOutput.contains("squasherd came back serving another store"), "\(waiter.errorOutput)")
+        elsewhere.signal(SIGTERM)
+        #expect(try await elsewhere.waitForExit() == 0)
     }
 }
