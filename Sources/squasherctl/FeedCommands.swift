@@ -20,7 +20,7 @@ struct WatchCommand: AsyncParsableCommand {
 
     @OptionGroup var sockets: SocketOptions
 
-    @Option(help: "Replay the saves after this history token first.")
+    @Option(parsing: .unconditional, help: "Replay the saves after this history token first.")
     var since: Int64?
 
     @Flag(help: "Print each reply as JSON (one line each).")
@@ -31,6 +31,10 @@ struct WatchCommand: AsyncParsableCommand {
 
     @Flag(name: .shortAndLong, help: "List the object IDs of each save.")
     var verbose = false
+
+    func validate() throws {
+        if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
+    }
 
     func run() async throws {
         let (path, since, json, values, verbose) = (sockets.read, since, json, values, verbose)
@@ -115,7 +119,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Argument(help: "Bug keys to hold.")
     var keys: [String]
 
-    @Option(help: "Resume from this history token (a restarted subscriber passes its last one).")
+    @Option(parsing: .unconditional, help: "Resume from this history token (a restarted subscriber passes its last one).")
     var since: Int64?
 
     @Flag(help: "Print JSON lines.")
@@ -143,6 +147,10 @@ struct SubscribeCommand: AsyncParsableCommand {
         var bytesReceived: Int?
         /// When the event was printed, in microseconds since 1970.
         var at: Int64 = Int64(Date().timeIntervalSince1970 * 1_000_000)
+    }
+
+    func validate() throws {
+        if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
     }
 
     func run() async throws {

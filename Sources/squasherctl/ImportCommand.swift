@@ -21,7 +21,7 @@ struct ImportCommand: ParsableCommand {
     @Option(help: "jira-json, jira-csv, bugzilla-csv or bugsquasher-ndjson (default: detected).")
     var format: String?
 
-    @Option(help: "Records per chunk (default: the daemon's).")
+    @Option(parsing: .unconditional, help: "Records per chunk (default: the daemon's).")
     var chunkSize: Int?
 
     @Option(help: "The job's name (default: the file name).")

@@ -116,13 +116,14 @@ struct ListCommand: ParsableCommand {
     @Option(name: .customLong("where"), help: "A predicate: key == \"TIMOB-1\", status IN (\"Open\", \"Reopened\"), title CONTAINS[c] \"crash\", AND/OR/NOT.")
     var predicate: String?
 
-    @Option(help: "Comma-separated key paths to sort by; prefix - for descending.")
+    // Unconditional: `--sort -created` and `--limit -1` take the value, not an option.
+    @Option(parsing: .unconditional, help: "Comma-separated key paths to sort by; prefix - for descending.")
     var sort: String?
 
-    @Option(help: "At most this many.")
+    @Option(parsing: .unconditional, help: "At most this many.")
     var limit = 50
 
-    @Option(help: "Skip this many first.")
+    @Option(parsing: .unconditional, help: "Skip this many first.")
     var offset = 0
 
     @Flag(help: "Print only the count.")
@@ -130,6 +131,10 @@ struct ListCommand: ParsableCommand {
 
     @Flag(help: "Print JSON rows.")
     var json = false
+
+    func validate() throws {
+        if limit < 0 || offset < 0 { throw ValidationError("--limit and --offset take a count, 0 or more.") }
+    }
 
     func run() throws {
         let sortKeys = sort?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }

@@ -62,6 +62,9 @@ func refusal(_ error: VarlinkError) -> String {
         let since = error.parameters["since"]?.intValue.map(String.init) ?? "?"
         return "the store's newest token is \(token), before --since \(since): it never issued that token (restored from a backup, or another store?). Leave --since out, or pass a token it issued."
     }
+    if error.name == "org.varlink.service.InvalidParameter" {
+        return "squasherd refused the value of '\(error.parameters["parameter"]?.stringValue ?? "?")' as invalid."
+    }
     if error.name.hasSuffix(".JobNotFound") {
         return "no job \(error.parameters["job"]?.stringValue ?? "?") (squasherctl jobs lists the recent ones)."
     }

@@ -31,7 +31,7 @@ struct Squasherd: AsyncParsableCommand {
     @Option(help: "Configuration file (default /etc/squasherd/squasherd.conf when it exists).")
     var config: String?
 
-    @Option(help: "Records per import chunk (overrides the configuration file).")
+    @Option(parsing: .unconditional, help: "Records per import chunk (overrides the configuration file).")
     var chunkSize: Int?
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")

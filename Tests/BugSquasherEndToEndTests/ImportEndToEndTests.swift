@@ -399,6 +399,14 @@ struct AbortEndToEndTests {
         try await harness.ctl(["update", "AB-1", "details="])
         let row = try await harness.ctl(["get", "AB-1", "--json"]).joined()
         #expect(row.contains(#""details":"""#), "\(row)")
+        // Values that begin with "-" are values: a descending sort, and negative numbers refused
+        // by validation (exit 64) instead of read as options.
+        let descending = try await harness.ctl(["list", "--where", #"key BEGINSWITH "AB-""#, "--sort", "-key", "--limit", "3"])
+        #expect(descending.count == 3 && descending == descending.sorted(by: >), "\(descending)")
+        try await harness.ctl(["list", "--limit", "-1"], expectStatus: 64)
+        try await harness.ctl(["watch", "--since", "-5"], expectStatus: 64)
+        // A predicate with an escape JSON does not have is refused.
+        try await harness.ctl(["list", "--where", #"key == "\q""#], expectStatus: 2)
         // The runner goes on with the next job.
         try (records.prefix(50).joined(separator: "\n") + "\n").write(toFile: harness.directory + "/small.ndjson", atomically: true, encoding: .utf8)
         let next = try await harness.ctl(["import", harness.directory + "/small.ndjson", "--wait"])
