@@ -327,7 +327,8 @@ struct SubscriberEndToEndTests {
         #expect(bugs.count == count)
         // Coalescing all along, not only once the socket buffers are full (3 times with them).
         #expect(coalesced >= 10, "\(coalesced) coalesced saves in \(messages) messages")
-        #expect(messages * 2 < saves, "\(messages) messages for \(saves) saves: the saves were not coalesced")
+        // Under 3/4 (about half on an idle machine; with socket buffers queueing them, nearly all).
+        #expect(messages * 4 < saves * 3, "\(messages) messages for \(saves) saves: the saves were not coalesced")
         #expect(try await harness.stop() == 0)
     }
 
