@@ -99,7 +99,7 @@ public struct SquasherDaemon: Sendable {
         let registrationLimits = RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
         let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits)
         let store = StoreInterface(stack: stack, coding: coding)
-        let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, unrecordedFailures: runner.unrecordedFailures)
+        let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
         let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
         let service = VarlinkService(
             vendor: "BugSquasher", product: "squasherd", version: "0.1.0", url: "https://github.com/bugsquasher/bugsquasher",

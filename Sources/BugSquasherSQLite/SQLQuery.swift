@@ -86,7 +86,7 @@ struct SQLQuery {
             arguments.append(target.key.databaseValue)
             return "\(column) = ?"
         case .compare(let keyPath, let op, let value):
-            let column = try column(keyPath)
+            let (column, attribute) = try resolve(keyPath)
             switch op {
             case .equal where value.isNull: return "\(column) IS NULL"
             case .notEqual where value.isNull: return "\(column) IS NOT NULL"
@@ -100,7 +100,7 @@ struct SQLQuery {
             case .contains, .containsCaseInsensitive, .beginsWith:
                 // Compared as UTF-8 bytes: text holding U+0000 is stored as a blob of its
                 // bytes (see `Value.databaseValue`), and so is such a needle.
-                let isText = isStringAttribute(keyPath) ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
+                let isText = attribute?.type == .string ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
                 switch op {
                 case .contains:
                     arguments.append(value.databaseValue)
@@ -127,19 +127,14 @@ struct SQLQuery {
         return 1 << (Int.bitWidth - (count - 1).leadingZeroBitCount)
     }
 
-    /// Whether a key path leads to a string attribute.
-    private func isStringAttribute(_ keyPath: String) -> Bool {
-        var current = entity
-        let parts = keyPath.split(separator: ".").map(String.init)
-        for part in parts.dropLast() {
-            guard let link = current.relationship(named: part), let next = model.entity(named: link.destination) else { return false }
-            current = next
-        }
-        return parts.last.flatMap { current.attribute(named: $0) }?.type == .string
-    }
-
     /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.
     private mutating func column(_ keyPath: String, relationship: Bool = false) throws -> String {
+        try resolve(keyPath, relationship: relationship).column
+    }
+
+    /// The SQL column for a key path and the attribute it ends at (`nil` for a relationship),
+    /// adding `LEFT JOIN`s for the to-one links it follows.
+    private mutating func resolve(_ keyPath: String, relationship: Bool = false) throws -> (column: String, attribute: AttributeDescription?) {
         let parts = keyPath.split(separator: ".").map(String.init)
         var alias = "t"
         var current = entity
@@ -147,8 +142,11 @@ struct SQLQuery {
         for (index, part) in parts.enumerated() {
             let isLast = index == parts.count - 1
             if isLast {
-                if relationship ? current.toOneRelationships.contains(where: { $0.name == part }) : current.attribute(named: part) != nil {
-                    return "\(alias).\(SQLSchema.quote(part))"
+                let column = "\(alias).\(SQLSchema.quote(part))"
+                if relationship {
+                    if current.toOneRelationships.contains(where: { $0.name == part }) { return (column, nil) }
+                } else if let attribute = current.attribute(named: part) {
+                    return (column, attribute)
                 }
                 break
             }

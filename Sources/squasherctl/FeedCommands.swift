@@ -32,9 +32,7 @@ struct WatchCommand: AsyncParsableCommand {
     @Flag(name: .shortAndLong, help: "List the object IDs of each save.")
     var verbose = false
 
-    func validate() throws {
-        if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
-    }
+    func validate() throws { try validateToken(since) }
 
     func run() async throws {
         let (path, since, json, values, verbose) = (sockets.read, since, json, values, verbose)
@@ -149,9 +147,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         var at: Int64 = Int64(Date().timeIntervalSince1970 * 1_000_000)
     }
 
-    func validate() throws {
-        if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
-    }
+    func validate() throws { try validateToken(since) }
 
     func run() async throws {
         var logger = Logger(label: "squasherctl")
@@ -254,4 +250,9 @@ extension SubscribeCommand.Event: JSONWritable {
             if let valueRequests { writer.key("valueRequests"); writer.integer(Int64(valueRequests)) }
         }
     }
+}
+
+/// Refuses a `--since` no store issues.
+private func validateToken(_ since: Int64?) throws {
+    if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
 }

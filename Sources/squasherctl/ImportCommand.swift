@@ -106,86 +106,6 @@ struct AbortCommand: ParsableCommand {
     }
 }
 
-/// Follows an import job to its end with `Jobs.Watch`, showing progress, and prints its
-/// summary. squasherd resumes a job by itself when it restarts, so a lost connection is not the
-/// end: the follower reconnects and goes on watching (for up to ``patience``).
-struct JobFollower {
-    /// How long squasherd may stay unreachable before the follower gives up.
-    static let patience: Duration = .seconds(300)
-
-    let socket: String
-    let progress: ProgressBar
-
-    /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished.
-    func follow(_ job: String) throws {
-        var final: WireJob?
-        var first: (at: Date, job: WireJob)?
-        var lostAt: ContinuousClock.Instant?
-        // The store the job was followed in, and the one squasherd serves now.
-        var (jobStore, servedStore): (String?, String?) = (nil, nil)
-        while !(final?.isFinal ?? false) {
-            do {
-                let client = try BlockingVarlinkClient(path: socket)
-                servedStore = try client.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).storeIdentifier
-                if jobStore == nil { jobStore = servedStore }
-                try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
-                    let current = try reply.parameters(JobReply.self).job
-                    if lostAt != nil {
-                        progress.clear()
-                        printError("squasherctl: reconnected; job \(job) is \(current.state)")
-                        lostAt = nil
-                    }
-                    final = current
-                    if first == nil { first = (Date(), current) }
-                    if let first { show(current, since: first) }
-                    return true
-                }
-            } catch let error as VarlinkError {
-                progress.clear()
-                if error.name.hasSuffix(".JobNotFound"), let jobStore, let servedStore, servedStore != jobStore {
-                    printError("squasherctl: squasherd came back serving another store (\(servedStore)), which has no job \(job); the job is in store \(jobStore). Was squasherd restarted with another state directory? Start it on that store again, and the job resumes there.")
-                    throw Exit.notFound
-                }
-                throw refused(error)
-            } catch let error as TransportError {
-                // squasherd stopped or restarts: the job resumes when it is back.
-                let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
-                let now = ContinuousClock.now
-                if let lostAt, now - lostAt > Self.patience {
-                    printError("squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait")
-                    throw Exit.unreachable
-                }
-                if lostAt == nil {
-                    progress.clear()
-                    printError("squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)")
-                    lostAt = now
-                }
-                Thread.sleep(forTimeInterval: 0.25)
-            }
-        }
-        progress.clear()
-        guard let job = final else { throw Exit.failed }
-        print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected")
-        if let error = job.error { printError("squasherctl: \(error)") }
-        if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
-        if job.state != "finished" { throw Exit.failed }
-    }
-
-    /// Shows `job`'s progress, with the rate and time left measured from `first`, the job as this
-    /// follower first saw it (a job followed midway has done work before).
-    private func show(_ job: WireJob, since first: (at: Date, job: WireJob)) {
-        let elapsed = Date().timeIntervalSince(first.at)
-        let rate = elapsed > 0 ? Double(job.recordsRead - first.job.recordsRead) / elapsed : 0
-        let bytesDone = job.bytesDone - first.job.bytesDone
-        var eta = ""
-        if bytesDone > 0, job.bytesTotal > job.bytesDone, elapsed > 0 {
-            let remaining = Int(elapsed * Double(job.bytesTotal - job.bytesDone) / Double(bytesDone))
-            eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
-        }
-        progress.show(label: "importing", done: job.bytesDone, total: job.bytesTotal, unit: "bytes", extra: "\(job.recordsRead) records, \(Int(rate))/s\(eta)")
-    }
-}
-
 /// Reads from `fd` until `buffer` is full or the input ends; returns the bytes read (0 at the end).
 private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt) throws -> Int {
     var filled = 0
@@ -200,23 +120,4 @@ private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt) throws
         filled += n
     }
     return filled
-}
-
-/// A one-line progress bar on standard error (only on a terminal).
-struct ProgressBar {
-    let enabled: Bool
-
-    func show(label: String, done: Int64, total: Int64, unit: String, extra: String = "") {
-        guard enabled else { return }
-        let fraction = total > 0 ? min(1, Double(done) / Double(total)) : 0
-        let width = 30
-        let filled = Int(fraction * Double(width))
-        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-        FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(Int(fraction * 100))% \(extra)\u{1B}[K".utf8))
-    }
-
-    func clear() {
-        guard enabled else { return }
-        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
-    }
 }

@@ -47,11 +47,7 @@ struct CrashSafetyTests {
         let write = try BlockingVarlinkClient(path: directory + "/run/squasherd-write.sock")
         let jobID = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "input.ndjson", format: nil, chunkSize: nil), as: JobParameter.self).job
         let waiter = try ChildProcess(name: "jobs --wait", executable: Products.squasherctl, arguments: ["jobs", jobID, "--wait"], environment: environment)
-        let watching = ContinuousClock.now + .seconds(30)
-        while try BlockingVarlinkClient(path: directory + "/run/squasherd.sock").call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers < 2 {
-            guard ContinuousClock.now < watching, waiter.exitStatus == nil else { throw HarnessError("jobs --wait did not start watching: \(waiter.errorOutput)") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        try await waitForSubscriptions(2, on: directory + "/run/squasherd.sock", startedBy: waiter)
         let file = [UInt8](try Data(contentsOf: URL(filePath: directory + "/input.ndjson")))
         let uploaded = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: jobID)) { connection in
             for start in stride(from: 0, to: file.count, by: 1 << 20) {

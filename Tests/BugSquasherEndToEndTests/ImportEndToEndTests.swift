@@ -487,11 +487,7 @@ extension AbortEndToEndTests {
         // waiter names the store change instead of only "no job".
         let (second, secondClient) = try beginUpload()
         let waiter = try harness.startCtl("jobs --wait", ["jobs", second, "--wait"])
-        let watching = ContinuousClock.now + .seconds(30)
-        while try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers < 1 {
-            guard ContinuousClock.now < watching, waiter.exitStatus == nil else { throw HarnessError("jobs --wait did not start watching: \(waiter.errorOutput)") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        try await waitForSubscriptions(1, on: harness.readSocket, startedBy: waiter)
         restarted.signal(SIGKILL)
         _ = try await restarted.waitForExit()
         withExtendedLifetime(secondClient) {}

@@ -21,7 +21,7 @@ struct ImportInterface: VarlinkInterface {
     private struct TokenReply: Encodable { var token: Int64 }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let book = JobBook(stack: stack, outcomes: runner.unrecordedFailures)
+        let book = runner.book
         switch call.methodName {
         case "Begin":
             let parameters = try call.parameters(BeginImportParameters.self)
@@ -228,7 +228,7 @@ struct ImportInterface: VarlinkInterface {
             let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
             await spooler.discard(reason: reason)
             logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
-            try? await JobBook(stack: stack, outcomes: runner.unrecordedFailures).end(spooler.jobID, as: "aborted", error: reason)
+            try? await runner.book.end(spooler.jobID, as: "aborted", error: reason)
         }
     }
 

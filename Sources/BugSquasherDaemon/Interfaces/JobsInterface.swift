@@ -12,11 +12,10 @@ struct JobsInterface: VarlinkInterface {
     let stack: PersistentStack
     let hub: NotificationHub
     let activeJob: @Sendable () -> String?
-    /// Failures the store could not record (``UnrecordedFailures``).
-    let unrecordedFailures: UnrecordedFailures
+    /// The jobs, with the failures the store could not record (the import runner's book).
+    let book: JobBook
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let book = JobBook(stack: stack, outcomes: unrecordedFailures)
         switch call.methodName {
         case "List":
             let limit = min(max(try call.parameters(LimitParameter.self).limit ?? 50, 1), 1_000)
@@ -31,7 +30,7 @@ struct JobsInterface: VarlinkInterface {
             try await replier.reply(RejectsReply(rejects: try await book.rejects(parameters.job, limit: min(max(parameters.limit ?? 1_000, 1), 100_000))))
         case "Watch":
             guard call.more else { throw VarlinkError.expectedMore }
-            try await watch(try call.parameters(JobParameter.self).job, book: book, replier: replier)
+            try await watch(try call.parameters(JobParameter.self).job, replier: replier)
         case "Status":
             let count = try stack.mainCoordinator.fetch(FetchDescription(entityName: "Bug", resultType: .count))
             var bugs = 0
@@ -48,13 +47,13 @@ struct JobsInterface: VarlinkInterface {
     }
 
     /// Sends the job after every commit that touches it, until it is final.
-    private func watch(_ id: String, book: JobBook, replier: some VarlinkReplier) async throws {
+    private func watch(_ id: String, replier: some VarlinkReplier) async throws {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, startToken: try stack.store.currentHistoryToken())
         hub.add(subscription)
         defer { hub.remove(subscription) }
         // A failure the store cannot record commits nothing: it ends the watch instead.
-        unrecordedFailures.watch(id, with: subscription)
-        defer { unrecordedFailures.unwatch(id, subscription) }
+        book.outcomes.watch(id, with: subscription)
+        defer { book.outcomes.unwatch(id, subscription) }
         // Register first, read second: a commit between the two is then never missed.
         guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID }) else {
             throw jobNotFound(id)

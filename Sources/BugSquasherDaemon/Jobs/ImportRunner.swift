@@ -16,7 +16,8 @@ import Synchronization
 /// resumed at the next start.
 final class ImportRunner: Service {
     private let stack: PersistentStack
-    private let book: JobBook
+    /// The jobs in the store, with the failures it could not record.
+    let book: JobBook
     private let configuration: DaemonConfiguration
     private let logger: Logger
     private let wakeups: AsyncStream<Void>
@@ -39,8 +40,8 @@ final class ImportRunner: Service {
         var abortRequested: Bool { !abortWaiters.isEmpty }
     }
 
-    /// Failures of jobs that the store could not record, shared with the interfaces that show jobs.
-    let unrecordedFailures = UnrecordedFailures()
+    /// Failures of jobs that the store could not record (``book`` shows them with the jobs).
+    private let unrecordedFailures = UnrecordedFailures()
 
     init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
@@ -107,14 +108,14 @@ final class ImportRunner: Service {
 
     func run() async throws {
         wakeup.yield()
-        // Jobs whose failure could not even be recorded (a full disk): skipped until restart.
-        var unrecordable: Set<String> = []
         await withGracefulShutdownHandler {
             for await _ in wakeups {
                 while !Task.isShuttingDownGracefully {
                     let job: String
                     do {
-                        let skipped = unrecordable.union(jobs.withLock { $0.abortedBeforeStart })
+                        // Jobs whose failure could not even be recorded (a full disk) wait for a
+                        // restart; jobs aborted before they started never run.
+                        let skipped = unrecordedFailures.jobs.union(jobs.withLock { $0.abortedBeforeStart })
                         guard let next = try await book.nextRunnable(excluding: skipped) else { break }
                         job = next
                     } catch {
@@ -133,7 +134,6 @@ final class ImportRunner: Service {
                         do {
                             try await fail(job, message, logger: jobLogger)
                         } catch {
-                            unrecordable.insert(job)
                             jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
                             unrecordedFailures.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
                         }

@@ -119,6 +119,9 @@ final class UnrecordedFailures: Sendable {
 
     private let state = Mutex(State())
 
+    /// The jobs that failed without a record.
+    var jobs: Set<String> { state.withLock { Set($0.failures.keys) } }
+
     /// Notes that job `id` failed with `message`, and ends the watches on it.
     func fail(_ id: String, _ message: String) {
         let watchers = state.withLock { state in
