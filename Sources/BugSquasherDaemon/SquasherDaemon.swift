@@ -68,6 +68,7 @@ public struct SquasherDaemon: Sendable {
         // One daemon per store, held until this function returns.
         let lock = try await StateDirectoryLock(directory: configuration.stateDirectory)
         defer { withExtendedLifetime(lock) {} }
+        try Self.refuseEmptiedStore(at: configuration.storePath)
         let stack: PersistentStack
         do {
             stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: configuration.storePath), logger: logger)
@@ -147,6 +148,16 @@ public struct SquasherDaemon: Sendable {
 
     /// Raises the file descriptor limit as far as allowed and sizes the connection limit to it
     /// (or to `max_connections`, when it fits).
+    /// squasherd creates its store file when it is missing, and SQLite writes the file's header
+    /// as it does; SQLite would read an existing file of 0 bytes as a new, empty store. Such a
+    /// file is a store truncated to nothing (a failed copy, `> bugs.sqlite`), so it is refused
+    /// rather than quietly replaced by an empty store.
+    private static func refuseEmptiedStore(at path: String) throws {
+        guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
+              !FileManager.default.fileExists(atPath: path + "-wal") else { return }
+        throw DaemonError("Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it.")
+    }
+
     private static func connectionLimit(_ configuration: DaemonConfiguration, logger: Logger) -> ConnectionLimit {
         let descriptors = FileDescriptorLimit.raiseToHardLimit()
         let fitting = ConnectionLimit.fitting(descriptorLimit: descriptors.after).maximum

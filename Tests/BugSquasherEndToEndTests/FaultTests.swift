@@ -58,6 +58,11 @@ struct FaultTests {
         try Data(repeating: 0x37, count: 4096).write(to: URL(filePath: base + "/emptied/bugs.sqlite-wal"))
         try await expectRefusal(state: base + "/emptied", run: base + "/run5", "is empty, but its write-ahead log")
         #expect((try FileManager.default.attributesOfItem(atPath: base + "/emptied/bugs.sqlite-wal")[.size] as? Int) == 4096)
+        // ... and with no log left: SQLite would read it as a new store; squasherd refuses and
+        // leaves the file as it is.
+        try FileManager.default.removeItem(atPath: base + "/emptied/bugs.sqlite-wal")
+        try await expectRefusal(state: base + "/emptied", run: base + "/run5", "is an empty file (0 bytes)")
+        #expect((try FileManager.default.attributesOfItem(atPath: base + "/emptied/bugs.sqlite")[.size] as? Int) == 0)
 
         // A state directory that cannot be created.
         try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
