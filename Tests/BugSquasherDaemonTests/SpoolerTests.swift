@@ -51,6 +51,45 @@ struct SpoolerTests {
         }
     }
 
+    @Test("concatenated gzip members inflate one after the other (as gzip -d reads them), zero padding after the last is ignored, and other bytes after one are refused; none of them spins", .timeLimit(.minutes(1)))
+    func concatenatedGzip() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        func member(_ range: ClosedRange<Int>) throws -> [UInt8] {
+            var plain = ByteBuffer(string: range.map { #"{"key":"CG-\#($0)","title":"member record \#($0)","status":"Open"}"# }.joined(separator: "\n") + "\n")
+            return Array(try plain.compress(with: .gzip()).readableBytesView)
+        }
+        let first = try member(1...1_500), second = try member(1_501...3_000), third = try member(3_001...3_003)
+        let cases: [(String, [UInt8], Int?)] = [
+            ("three members", first + second + third, 3_003),
+            ("padded", first + [UInt8](repeating: 0, count: 512), 1_500),
+            ("garbage after", first + Array("garbage\n".utf8), nil),
+            ("one stray byte after", first + [0x1F], nil),
+        ]
+        for (name, bytes, lines) in cases {
+            // Pieces that split members and their headers anywhere, one byte at the end.
+            for piece in [1_000, 7] where name != "three members" || piece == 1_000 {
+                let spooler = try Spooler(jobID: "\(name.replacingOccurrences(of: " ", with: "-"))-\(piece)", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+                let outcome: Result<Int64, DaemonError>
+                do {
+                    for start in stride(from: 0, to: bytes.count, by: piece) { try await spooler.append(Array(bytes[start..<min(bytes.count, start + piece)])) }
+                    outcome = .success(try await spooler.finish().1)
+                } catch let error as DaemonError {
+                    outcome = .failure(error)
+                }
+                if let lines {
+                    let spooled = try String(contentsOfFile: await spooler.path, encoding: .utf8)
+                    #expect(spooled.split(separator: "\n").count == lines, "\(name), pieces of \(piece)")
+                    #expect(spooled.contains(#""key":"CG-\#(lines)""#), "\(name)")
+                } else {
+                    guard case .failure(let error) = outcome else { Issue.record("\(name): accepted"); continue }
+                    #expect(error.message.contains("not another gzip member"), "\(name): \(error.message)")
+                }
+            }
+        }
+    }
+
     @Test("a CSV upload whose quoted field is never closed fails with the line, instead of importing the rows before it and losing the rest")
     func unterminatedCSV() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path

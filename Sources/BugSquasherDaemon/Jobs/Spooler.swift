@@ -22,10 +22,17 @@ actor Spooler {
     private var sniffedLines = 0
     private var decided = false
     private var gzip: (any NIODecompressor)?
-    /// The last 8 bytes of a gzip upload (its trailer once the upload is whole: CRC-32 and the
-    /// inflated size modulo 2^32), and the bytes inflated so far.
+    /// Where inflated bytes go, 64 KiB at a time.
+    private var gzipWindow = ByteBuffer()
+    /// The last 8 bytes of the gzip member being read (its trailer once the member is whole:
+    /// CRC-32 and the inflated size modulo 2^32), and the bytes the member inflated to so far.
     private var gzipTail: [UInt8] = []
     private var inflatedBytes: UInt64 = 0
+    /// Whether the gzip member read last has ended; what follows must be another member (gzip
+    /// reads concatenated members as one file) or zero bytes of padding.
+    private var gzipMemberEnded = false
+    /// The first bytes after a member's end, held until there are two of them to check.
+    private var nextMemberStart: [UInt8] = []
     /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
     /// an upload may arrive one byte at a time. `nil` once told.
     private var leadingBytes: [UInt8]? = []
@@ -83,21 +90,14 @@ actor Spooler {
                 leadingBytes = nil
                 if bytes.starts(with: [0x1F, 0x8B]) {
                     let decompressor = CompressionAlgorithm.gzip().decompressor
-                    decompressor.window = ByteBufferAllocator().buffer(capacity: 64 * 1024)
+                    gzipWindow = ByteBufferAllocator().buffer(capacity: 64 * 1024)
                     try decompressor.startStream()
                     gzip = decompressor
                 }
             }
             if let gzip {
-                gzipTail = Array((gzipTail + bytes.suffix(8)).suffix(8))
                 var buffer = ByteBuffer(bytes: bytes)
-                // One 64 KiB window at a time: a small, highly compressed upload cannot inflate
-                // into memory all at once.
-                try buffer.decompressStream(with: gzip) { window in
-                    inflatedBytes += UInt64(window.readableBytes)
-                    try consume(Array(window.readableBytesView))
-                    try flush(force: false)
-                }
+                try inflate(&buffer, with: gzip)
             } else {
                 try consume(bytes)
             }
@@ -111,6 +111,54 @@ actor Spooler {
             throw DaemonError(message)
         }
     }
+
+    /// Inflates `buffer` one 64 KiB window at a time (a small, highly compressed upload cannot
+    /// inflate into memory all at once) and consumes what it inflates to. Concatenated gzip
+    /// members inflate one after the other, as `gzip -d` reads them; zero bytes after a member
+    /// are padding; anything else after one is refused.
+    private func inflate(_ buffer: inout ByteBuffer, with gzip: any NIODecompressor) throws {
+        while buffer.readableBytes > 0 {
+            if gzipMemberEnded {
+                if nextMemberStart.isEmpty {
+                    while let byte = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self), byte == 0 { buffer.moveReaderIndex(forwardBy: 1) }
+                }
+                nextMemberStart += buffer.readBytes(length: min(2 - nextMemberStart.count, buffer.readableBytes)) ?? []
+                guard nextMemberStart.count == 2 else { return }
+                guard nextMemberStart == [0x1F, 0x8B] else { throw Self.trailingData }
+                try gzip.resetStream()
+                var member = ByteBuffer(bytes: nextMemberStart)
+                member.writeBuffer(&buffer)
+                buffer = member
+                nextMemberStart = []
+                gzipMemberEnded = false
+                gzipTail = []
+                inflatedBytes = 0
+            }
+            let unread = buffer
+            var windowFull = false
+            do {
+                try buffer.decompressStream(to: &gzipWindow, with: gzip)
+            } catch let error as CompressNIOError where error == .bufferOverflow {
+                windowFull = gzipWindow.writableBytes == 0
+            }
+            let consumed = buffer.readerIndex - unread.readerIndex
+            if consumed > 0, let last = unread.getBytes(at: buffer.readerIndex - min(consumed, 8), length: min(consumed, 8)) {
+                gzipTail = Array((gzipTail + last).suffix(8))
+            }
+            let inflated = gzipWindow.readableBytes
+            if inflated > 0 {
+                inflatedBytes += UInt64(inflated)
+                try consume(Array(gzipWindow.readableBytesView))
+                try flush(force: false)
+                gzipWindow.clear()
+            }
+            // zlib reads nothing more once a member's trailer is read: what is left starts the
+            // next member, or is not gzip.
+            if consumed == 0, inflated == 0, !windowFull { gzipMemberEnded = true }
+        }
+    }
+
+    private static let trailingData = DaemonError("The gzip data is followed by bytes that are not another gzip member (the file was appended to, or is not one gzip file). Nothing was imported; `gzip -t` checks a file.")
 
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (InputFormat, Int64) {
@@ -130,6 +178,7 @@ actor Spooler {
             if format != nil { try route(pending) }
         }
         if gzip != nil {
+            if !nextMemberStart.isEmpty { throw Self.trailingData }
             // zlib inflates a cut-off stream without complaint, up to the cut: a gzip upload is
             // whole only when it ends with the trailer that gives the inflated size.
             let size = ByteBuffer(bytes: gzipTail).getInteger(at: 4, endianness: .little, as: UInt32.self)
