@@ -28,7 +28,7 @@ public struct JiraIssueDecoder: Sendable {
     ///   - line: the input line it came from, reported in errors.
     /// - Throws: ``ImportError`` with ``ImportError/Code/invalidJSON`` when `json` is not a JSON
     ///   object of the expected shape, ``ImportError/Code/missingKey`` when it has no `key`,
-    ///   ``ImportError/Code/invalidRecord`` when a date is not one.
+    ///   ``ImportError/Code/invalidRecord`` when a date is not one, or the issue has no `fields`.
     public func decode(_ json: Data, line: Int? = nil) throws -> BugRecord {
         try json.withUnsafeBytes { try decode(bytes: $0.bindMemory(to: UInt8.self), line: line) }
     }
@@ -49,6 +49,16 @@ public struct JiraIssueDecoder: Sendable {
             throw ImportError(
                 .missingKey,
                 "The issue has no \"key\" (such as \"TIMOB-100\"), so it cannot be matched to a bug. Export issues with Jira's REST API v2 (/rest/api/2/search), or remove this one from the input.",
+                inputLine: line
+            )
+        }
+        guard issue.fields != nil else {
+            // Read as an issue without fields, it would blank the bug's title, status and the
+            // rest: a BugSquasher record ({"key", "title", "status", …}) in a JSON array looks
+            // like this.
+            throw ImportError(
+                .invalidRecord,
+                "The issue \(key) has no \"fields\" object, so it is not an issue as Jira's REST API v2 sends it, and importing it would blank the bug's title and status. A file of BugSquasher records (\"key\", \"title\", \"status\" …) imports with --format bugsquasher-ndjson.",
                 inputLine: line
             )
         }

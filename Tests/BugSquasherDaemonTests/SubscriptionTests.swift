@@ -361,6 +361,16 @@ struct SubscriptionTests {
             try (line + "\n").write(toFile: path, atomically: true, encoding: .utf8)
             #expect(throws: DaemonError.self, "\(line)") { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         }
+        // CRLF line ends: each line is read (the whole file used to be one comment line).
+        try "# written on Windows\r\nchunk_size = 300\r\nlog_level = critical\r\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let crlf = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:])
+        #expect(crlf.chunkSize == 300)
+        try "# written on Windows\r\nchunk_size = 0\r\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        // A key set twice is a mistake to point at, not a silent "last one wins".
+        try "chunk_size = 300\n\nchunk_size = 400\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let twice = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(twice?.message.contains(":3: 'chunk_size' is set twice (first on line 1)") == true, "\(String(describing: twice))")
         try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         // A directory or a file that is not UTF-8 is named in the error, not left to Foundation.

@@ -74,6 +74,18 @@ import Testing
         #expect(error?.message.contains("key") == true)
     }
 
+    /// A BugSquasher record in a JSON array is detected as Jira's format; read as an issue with
+    /// no fields it used to blank the bug's title and status.
+    @Test func refusesAnIssueWithoutFields() {
+        let error = #expect(throws: ImportError.self) {
+            _ = try decoder.decode(Data(#"{"key":"ARR-1","title":"Crash","status":"Open","priority":"High"}"#.utf8), line: 3)
+        }
+        #expect(error?.code == .invalidRecord)
+        #expect(error?.inputLine == 3)
+        #expect(error?.message.contains("no \"fields\" object") == true)
+        #expect(error?.message.contains("--format bugsquasher-ndjson") == true)
+    }
+
     @Test(arguments: [
         #"{"key":"D-1","fields":{"created":"yesterday"}}"#,
         #"{"key":"D-1","fields":{"updated":"2011-02-30T10:00:00.000+0000"}}"#,

@@ -127,7 +127,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     static func parse(_ text: String, path: String) throws -> [String: String] {
         var values: [String: String] = [:]
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        var lines: [String: Int] = [:]
+        // `isNewline`, not "\n": in a file with CRLF line ends, "\r\n" is one Character.
+        for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
             guard !line.isEmpty else { continue }
             let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
@@ -137,6 +139,10 @@ public struct DaemonConfiguration: Sendable, Hashable {
             guard keys.contains(parts[0]) else {
                 throw DaemonError("\(path):\(index + 1): unknown key '\(parts[0])'; known keys are \(keys.sorted().joined(separator: ", ")).")
             }
+            if let first = lines[parts[0]] {
+                throw DaemonError("\(path):\(index + 1): '\(parts[0])' is set twice (first on line \(first)); keep one of the two.")
+            }
+            lines[parts[0]] = index + 1
             values[parts[0]] = parts[1]
         }
         return values
