@@ -1,4 +1,6 @@
 import BugSquasherImport
+import BugSquasherProtocol
+import BugSquasherTransport
 import Foundation
 import Testing
 
@@ -95,6 +97,34 @@ struct FaultTests {
         restarted.signal(SIGTERM)
         #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
         try? FileManager.default.removeItem(atPath: harness.directory)
+    }
+
+    @Test("a spool that lost its end (a power cut before the page cache reached the disk) fails the resumed job with the reason, instead of finishing it without the lost records")
+    func spoolCutShort() async throws {
+        let harness = try await DaemonHarness(chunkSize: 1)
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let text = try SampleIssues.generate(count: 4_000).map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n") + "\n"
+        try text.write(toFile: harness.directory + "/data.ndjson", atomically: true, encoding: .utf8)
+        // Queued and running, one record per chunk: far from done when the kill comes.
+        try await harness.ctl(["import", harness.directory + "/data.ndjson"])
+        harness.daemon.signal(SIGKILL)
+        _ = try await harness.daemon.waitForExit()
+        let spoolDirectory = harness.directory + "/state/spool"
+        let spool = try #require(try FileManager.default.contentsOfDirectory(atPath: spoolDirectory).first { $0.hasSuffix(".spool") }, "the job finished before the kill")
+        let job = String(spool.dropLast(".spool".count))
+        let handle = try #require(FileHandle(forUpdatingAtPath: spoolDirectory + "/" + spool))
+        try handle.truncate(atOffset: UInt64(text.utf8.count / 2))
+        try handle.close()
+
+        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
+        try await restarted.waitForErrorOutput(containing: "ready")
+        try await harness.ctl(["jobs", job, "--wait"], expectStatus: 2)
+        let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+        #expect(ended.state == "failed" && ended.error?.contains("spooled input is shorter than the upload that was committed") == true, "\(ended)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spoolDirectory).isEmpty)
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.waitForExit() == 0)
     }
 
     @Test("a full disk fails the job with the reason; the daemon keeps serving and committed chunks stay")

@@ -186,6 +186,13 @@ final class ImportRunner: Service {
             return
         }
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
+        // A spool shorter than what the upload wrote lost its end (a power loss before the page
+        // cache reached the disk, a disk fault): importing the rest would end the job "finished"
+        // without the records that were lost.
+        if let size = (try? FileManager.default.attributesOfItem(atPath: spool))?[.size] as? Int64, size < total {
+            try await fail(id, "The job's spooled input is shorter than the upload that was committed (\(size) of \(total) bytes; was the machine cut off, or is the disk failing?). The records after byte \(min(size, offset)) were not imported; submit the file again (records imported already are updated, not duplicated).", logger: logger)
+            return
+        }
         let reader: OffsetLineReader
         do {
             reader = try OffsetLineReader(path: spool, offset: offset, firstLine: Int(linesRead) + 1, maximumLineBytes: configuration.maximumRecordBytes)

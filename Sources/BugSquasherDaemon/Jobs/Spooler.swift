@@ -197,6 +197,11 @@ actor Spooler {
             self.csv = csv
         }
         try flush(force: true)
+        // On disk before the job is queued: the store records the job as committed, and a
+        // power loss must not leave a queued job whose input the page cache held.
+        do { try handle.synchronize() } catch {
+            throw DaemonError("Could not write the spooled upload to disk (\(error)); check the disk of \(directory). Nothing was imported; submit the file again.")
+        }
         try handle.close()
         return (format, bytesWritten)
     }
