@@ -146,8 +146,6 @@ public struct SquasherDaemon: Sendable {
         logger.info("stopped")
     }
 
-    /// Raises the file descriptor limit as far as allowed and sizes the connection limit to it
-    /// (or to `max_connections`, when it fits).
     /// squasherd creates its store file when it is missing, and SQLite writes the file's header
     /// as it does; SQLite would read an existing file of 0 bytes as a new, empty store. Such a
     /// file is a store truncated to nothing (a failed copy, `> bugs.sqlite`), so it is refused
@@ -158,6 +156,8 @@ public struct SquasherDaemon: Sendable {
         throw DaemonError("Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it.")
     }
 
+    /// Raises the file descriptor limit as far as allowed and sizes the connection limit to it
+    /// (or to `max_connections`, when it fits).
     private static func connectionLimit(_ configuration: DaemonConfiguration, logger: Logger) -> ConnectionLimit {
         let descriptors = FileDescriptorLimit.raiseToHardLimit()
         let fitting = ConnectionLimit.fitting(descriptorLimit: descriptors.after).maximum
