@@ -42,6 +42,7 @@ let package = Package(
         .target(
             name: "BugSquasherGraph",
             dependencies: [
+                "BugSquasherJSON",
                 .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ],

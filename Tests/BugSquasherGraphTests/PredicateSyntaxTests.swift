@@ -36,7 +36,7 @@ struct PredicateSyntaxTests {
         let parsed = try ObjectPredicate(parsing: #"title == "q\"b\\s\/ \n\r\t\b\f \u00e9\u0000 \uD83D\uDC1B""#)
         #expect(parsed == ObjectPredicate.compare(keyPath: "title", .equal, .string("q\"b\\s/ \n\r\t\u{8}\u{C} é\u{0} 🐛")))
         // Control characters and U+0000 print as escapes, and read back the same.
-        #expect(parsed.text == #"title == "q\"b\\s/ \n\r\t\u0008\u000C é\u0000 🐛""#)
+        #expect(parsed.text == #"title == "q\"b\\s/ \n\r\t\b\f é\u0000 🐛""#)
         #expect(try ObjectPredicate(parsing: parsed.text) == parsed)
         #expect { try ObjectPredicate(parsing: #"title == "a\qb""#) } throws: { "\($0)".contains(#"unknown escape \q"#) && "\($0)".contains("character 12") }
         #expect { try ObjectPredicate(parsing: #"title == "\ud800""#) } throws: { "\($0)".contains("lone surrogate") }

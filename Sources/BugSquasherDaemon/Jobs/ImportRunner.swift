@@ -40,12 +40,10 @@ final class ImportRunner: Service {
         var abortRequested: Bool { !abortWaiters.isEmpty }
     }
 
-    /// Failures of jobs that the store could not record (``book`` shows them with the jobs).
-    private let unrecordedFailures = UnrecordedFailures()
-
     init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
-        self.book = JobBook(stack: stack, outcomes: unrecordedFailures)
+        // Failures of jobs that the store could not record: the book shows them with the jobs.
+        self.book = JobBook(stack: stack, outcomes: UnrecordedFailures())
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
@@ -115,7 +113,7 @@ final class ImportRunner: Service {
                     do {
                         // Jobs whose failure could not even be recorded (a full disk) wait for a
                         // restart; jobs aborted before they started never run.
-                        let skipped = unrecordedFailures.jobs.union(jobs.withLock { $0.abortedBeforeStart })
+                        let skipped = book.outcomes.jobs.union(jobs.withLock { $0.abortedBeforeStart })
                         guard let next = try await book.nextRunnable(excluding: skipped) else { break }
                         job = next
                     } catch {
@@ -135,7 +133,7 @@ final class ImportRunner: Service {
                             try await fail(job, message, logger: jobLogger)
                         } catch {
                             jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
-                            unrecordedFailures.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
+                            book.outcomes.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
                         }
                     }
                 }

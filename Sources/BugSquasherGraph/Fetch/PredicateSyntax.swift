@@ -1,3 +1,4 @@
+import BugSquasherJSON
 import Foundation
 
 /// A text syntax for predicates, for command lines and the wire:
@@ -51,21 +52,11 @@ extension ObjectPredicate {
         }
     }
 
+    /// A string literal as JSON writes it: the escapes the parser reads back.
     private static func quote(_ text: String) -> String {
-        var quoted = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": quoted += "\\\""
-            case "\\": quoted += "\\\\"
-            case "\n": quoted += "\\n"
-            case "\r": quoted += "\\r"
-            case "\t": quoted += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                quoted += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16, uppercase: true)
-            default: quoted.unicodeScalars.append(scalar)
-            }
-        }
-        return quoted + "\""
+        var writer = JSONWriter(capacity: text.utf8.count + 2)
+        writer.string(text)
+        return String(decoding: writer.bytes, as: UTF8.self)
     }
 
     private static func literal(_ value: Value) -> String {
