@@ -12,7 +12,9 @@ public import BugSquasherGraph
 /// - Comments are upserted by `jiraID` and attached to the bug; comments the record does not list
 ///   are kept (Jira exports often hold only the first page of an issue's comments).
 /// - A person's display name and a project's name are only set when the record has one.
-/// - When a chunk names the same key twice, the last record wins.
+/// - When a chunk names the same key twice, the last record wins. Keys are the same when their
+///   bytes are: two Unicode forms of one text (`CAF\u{C9}-1`, `CAFE\u{301}-1`) are two bugs, as
+///   they are two rows in the store.
 ///
 /// The upserter does not save: the caller does, once per chunk.
 ///
@@ -49,15 +51,15 @@ public struct BugUpserter: Sendable {
             // The key set tells whether a key repeats; only then is the last record per key
             // looked for.
             let superseded = records.count - (keys.byEntity["Bug"]?.count ?? 0)
-            var lastIndex: [String: Int] = [:]
+            var lastIndex: [StoredText: Int] = [:]
             if superseded > 0 {
-                for index in records.indices { lastIndex[records[index].key] = index }
+                for index in records.indices { lastIndex[StoredText(records[index].key)] = index }
             }
 
             var pass = UpsertPass(inListLimit: Self.inListLimit)
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(superseded: superseded)
-            for index in records.indices where superseded == 0 || lastIndex[records[index].key] == index {
+            for index in records.indices where superseded == 0 || lastIndex[StoredText(records[index].key)] == index {
                 switch pass.apply(records.baseAddress! + index, in: context) {
                 case .inserted: summary.inserted += 1
                 case .updated: summary.updated += 1

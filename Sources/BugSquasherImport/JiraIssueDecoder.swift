@@ -1,3 +1,4 @@
+import BugSquasherGraph
 import BugSquasherJSON
 public import Foundation
 
@@ -124,9 +125,10 @@ public struct JiraIssueDecoder: Sendable {
         return String(key[..<dash])
     }
 
-    /// The strings in their first order, without repeats.
+    /// The strings in their first order, without repeats (byte for byte, as the store compares
+    /// names).
     private static func unique(_ strings: [String]) -> [String] {
-        var seen = Set<String>()
-        return strings.filter { seen.insert($0).inserted }
+        var seen = Set<StoredText>()
+        return strings.filter { seen.insert(StoredText($0)).inserted }
     }
 }

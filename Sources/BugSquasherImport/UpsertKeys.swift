@@ -1,7 +1,8 @@
 public import BugSquasherGraph
 
 /// The unique keys of the objects an upsert reads or writes, by entity name: bug keys, project
-/// keys, person names, component names and comment IDs.
+/// keys, person names, component names and comment IDs. Keys are ``StoredText``, compared byte
+/// for byte as the store compares them.
 ///
 /// An importer that prepares the next chunk while the previous one is being saved compares the
 /// keys the next chunk reads (``init(_:)``) with the keys the previous chunk writes
@@ -9,7 +10,7 @@ public import BugSquasherGraph
 /// otherwise read rows that are about to change.
 public struct UpsertKeys: Sendable, Equatable {
     /// The keys, by entity name.
-    public var byEntity: [String: Set<String>]
+    public var byEntity: [String: Set<StoredText>]
 
     /// The keys of every object upserting `records` looks up.
     public init(_ records: [BugRecord]) {
@@ -19,17 +20,17 @@ public struct UpsertKeys: Sendable, Equatable {
     /// The keys of every object upserting `records` looks up; reads the records in place (a copy
     /// of a record retains every string of it).
     init(_ records: UnsafeBufferPointer<BugRecord>) {
-        var bugs = Set<String>(), projects = Set<String>(), persons = Set<String>()
-        var components = Set<String>(), comments = Set<String>()
+        var bugs = Set<StoredText>(), projects = Set<StoredText>(), persons = Set<StoredText>()
+        var components = Set<StoredText>(), comments = Set<StoredText>()
         for index in records.indices {
-            bugs.insert(records[index].key)
-            projects.insert(records[index].project.key)
-            components.formUnion(records[index].components)
-            if let reporter = records[index].reporter { persons.insert(reporter.name) }
-            if let assignee = records[index].assignee { persons.insert(assignee.name) }
+            bugs.insert(StoredText(records[index].key))
+            projects.insert(StoredText(records[index].project.key))
+            components.formUnion(records[index].components.lazy.map(StoredText.init))
+            if let reporter = records[index].reporter { persons.insert(StoredText(reporter.name)) }
+            if let assignee = records[index].assignee { persons.insert(StoredText(assignee.name)) }
             for comment in records[index].comments {
-                comments.insert(comment.jiraID)
-                if let author = comment.author { persons.insert(author.name) }
+                comments.insert(StoredText(comment.jiraID))
+                if let author = comment.author { persons.insert(StoredText(author.name)) }
             }
         }
         byEntity = ["Bug": bugs, "Project": projects, "Person": persons, "Component": components, "Comment": comments]
@@ -39,10 +40,10 @@ public struct UpsertKeys: Sendable, Equatable {
     /// ``ObjectContext/writesStoredValues(of:)``): inserted ones, and updated ones beyond a
     /// version bump.
     public init(writtenIn context: isolated ObjectContext) {
-        var keys: [String: Set<String>] = [:]
+        var keys: [String: Set<StoredText>] = [:]
         for object in context.insertedObjects + context.updatedObjects where context.writesStoredValues(of: object) {
             guard let attribute = object.entity.uniqueKey, let key = object.get(attribute, as: String.self) else { continue }
-            keys[object.entity.name, default: []].insert(key)
+            keys[object.entity.name, default: []].insert(StoredText(key))
         }
         byEntity = keys
     }

@@ -2,7 +2,8 @@ import BugSquasherGraph
 import BugSquasherModel
 import Foundation
 
-/// The state of one ``BugUpserter`` chunk: the objects fetched or created so far, by unique key.
+/// The state of one ``BugUpserter`` chunk: the objects fetched or created so far, by unique key
+/// (``StoredText``: two keys the store holds apart are two entries here).
 ///
 /// It lives inside one call of ``BugUpserter/upsert(_:in:)``, on the context's executor.
 struct UpsertPass {
@@ -10,11 +11,11 @@ struct UpsertPass {
     enum Outcome { case inserted, updated, unchanged }
 
     let inListLimit: Int
-    private var bugs: [String: Bug] = [:]
-    private var projects: [String: Project] = [:]
-    private var persons: [String: Person] = [:]
-    private var components: [String: Component] = [:]
-    private var comments: [String: Comment] = [:]
+    private var bugs: [StoredText: Bug] = [:]
+    private var projects: [StoredText: Project] = [:]
+    private var persons: [StoredText: Person] = [:]
+    private var components: [StoredText: Component] = [:]
+    private var comments: [StoredText: Comment] = [:]
 
     init(inListLimit: Int) {
         self.inListLimit = inListLimit
@@ -36,13 +37,14 @@ struct UpsertPass {
     mutating func apply(_ record: UnsafePointer<BugRecord>, in context: isolated ObjectContext) -> Outcome {
         let bug: Bug
         let isNew: Bool
-        if let existing = bugs[record.pointee.key] {
+        let key = StoredText(record.pointee.key)
+        if let existing = bugs[key] {
             bug = existing
             isNew = false
         } else {
             bug = context.insert(Bug.self)
             bug.key = record.pointee.key
-            bugs[record.pointee.key] = bug
+            bugs[key] = bug
             isNew = true
         }
         bug.jiraID = record.pointee.jiraID
@@ -72,33 +74,36 @@ struct UpsertPass {
     // MARK: Related objects
 
     private mutating func project(_ record: ProjectRecord, in context: isolated ObjectContext) -> Project {
-        let project = projects[record.key] ?? {
+        let key = StoredText(record.key)
+        let project = projects[key] ?? {
             let project = context.insert(Project.self)
             project.key = record.key
             return project
         }()
-        projects[record.key] = project
+        projects[key] = project
         if let name = record.name { project.name = name }
         return project
     }
 
     private mutating func person(_ record: PersonRecord?, in context: isolated ObjectContext) -> Person? {
         guard let record else { return nil }
-        let person = persons[record.name] ?? {
+        let key = StoredText(record.name)
+        let person = persons[key] ?? {
             let person = context.insert(Person.self)
             person.name = record.name
             return person
         }()
-        persons[record.name] = person
+        persons[key] = person
         if let displayName = record.displayName { person.displayName = displayName }
         return person
     }
 
     private mutating func component(named name: String, in context: isolated ObjectContext) -> Component {
-        if let component = components[name] { return component }
+        let key = StoredText(name)
+        if let component = components[key] { return component }
         let component = context.insert(Component.self)
         component.name = name
-        components[name] = component
+        components[key] = component
         return component
     }
 
@@ -121,12 +126,13 @@ struct UpsertPass {
     /// Inserts or updates a comment and attaches it to the bug; returns whether it changed.
     private mutating func upsert(_ record: CommentRecord, on bug: Bug, in context: isolated ObjectContext) -> Bool {
         let comment: Comment
-        if let existing = comments[record.jiraID] {
+        let key = StoredText(record.jiraID)
+        if let existing = comments[key] {
             comment = existing
         } else {
             comment = context.insert(Comment.self)
             comment.jiraID = record.jiraID
-            comments[record.jiraID] = comment
+            comments[key] = comment
         }
         comment.body = record.body
         comment.created = record.created
@@ -140,18 +146,18 @@ struct UpsertPass {
 
     /// The objects whose `attribute` is one of `values`, by that value.
     private func fetch<T: ManagedObject>(
-        _ type: T.Type, by attribute: String, in values: Set<String>, context: isolated ObjectContext
-    ) throws -> [String: T] {
+        _ type: T.Type, by attribute: String, in values: Set<StoredText>, context: isolated ObjectContext
+    ) throws -> [StoredText: T] {
         let values = values.sorted()
-        var result: [String: T] = [:]
+        var result: [StoredText: T] = [:]
         result.reserveCapacity(values.count)
         var start = 0
         while start < values.count {
             let end = min(start + inListLimit, values.count)
-            var request = FetchRequest<T>(predicate: Key(attribute).in(values[start..<end].map { Value.string($0) }))
+            var request = FetchRequest<T>(predicate: Key(attribute).in(values[start..<end].map { Value.string($0.string) }))
             request.returnsObjectsAsFaults = false
             for object in try context.fetch(request) {
-                if let key = object.get(attribute, as: String.self) { result[key] = object }
+                if let key = object.get(attribute, as: String.self) { result[StoredText(key)] = object }
             }
             start = end
         }

@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
+import BugSquasherStack
 import Foundation
 import Testing
 
@@ -163,6 +164,56 @@ private typealias Comment = BugSquasherModel.Comment
             try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).map(\.title)
         }
         #expect(titles == ["Crash on launch (again)"])
+    }
+
+    /// "CAF\u{C9}-1" and "CAFE\u{301}-1" read the same, and Swift's `String` calls them equal,
+    /// but the store holds them as two keys: one chunk naming both must write two bugs, not let
+    /// one replace the other. A title changed to another Unicode form of itself is saved.
+    @Test func keysAndTextAreComparedByteForByteAsTheStoreDoes() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("upsert-unicode-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let stack = try PersistentStack(model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
+        let upserter = self.upserter
+        let composed = "CAF\u{C9}-1", decomposed = "CAFE\u{301}-1"
+        #expect(composed == decomposed)  // what the upserter must not rely on
+        let project = ProjectRecord(key: "CAF\u{C9}")
+        let chunk = [
+            BugRecord(key: composed, title: "composed", status: "Open", project: project, components: ["R\u{E9}seau", "Re\u{301}seau"]),
+            BugRecord(key: decomposed, title: "decomposed", status: "Open", project: ProjectRecord(key: "CAFE\u{301}")),
+        ]
+
+        let importer = stack.importerContext()
+        let summary = try await importer.perform { context in try upserter.upsert(chunk, in: context) }
+        #expect(summary == UpsertSummary(inserted: 2))
+        try await importer.save()
+
+        let reader = stack.temporaryContext()
+        let stored = try await reader.perform { context in
+            try context.fetch(FetchRequest<Bug>()).map { ($0.key, $0.title, $0.project?.key ?? "", $0.components.count) }
+        }
+        #expect(stored.count == 2)
+        let byTitle = Dictionary(uniqueKeysWithValues: stored.map { ($0.1, $0) })
+        #expect(byTitle["composed"].map { Array($0.0.utf8) } == Array(composed.utf8))
+        #expect(byTitle["decomposed"].map { Array($0.0.utf8) } == Array(decomposed.utf8))
+        #expect(byTitle["composed"]?.3 == 2)
+        #expect(try await count(Project.self, in: reader) == 2)
+        #expect(try await count(Component.self, in: reader) == 2)
+
+        // The same text in the other form is a change, and it is saved.
+        var composedTitle = chunk[0], decomposedTitle = chunk[0]
+        composedTitle.title = "Caf\u{E9}"
+        decomposedTitle.title = "Cafe\u{301}"
+        let first = try await importer.perform { [composedTitle] context in try upserter.upsert([composedTitle], in: context) }
+        #expect(first == UpsertSummary(updated: 1))
+        try await importer.save()
+        let second = try await importer.perform { [decomposedTitle] context in try upserter.upsert([decomposedTitle], in: context) }
+        #expect(second == UpsertSummary(updated: 1))
+        try await importer.save()
+        let title = try await stack.temporaryContext().perform { context in
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == .string(composed))).map(\.title)
+        }
+        #expect(title.map { Array($0.utf8) } == [Array("Cafe\u{301}".utf8)])
     }
 
     @Test func refusesARecordWithAnEmptyKeyAndChangesNothing() async throws {

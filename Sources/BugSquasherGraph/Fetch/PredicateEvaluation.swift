@@ -57,7 +57,6 @@ extension ObjectPredicate {
         switch (lhs, rhs) {
         case let (.int64(a), .double(b)): return Double(a) == b
         case let (.double(a), .int64(b)): return a == Double(b)
-        case let (.string(a), .string(b)): return a.utf8.elementsEqual(b.utf8)
         default: return lhs == rhs
         }
     }

@@ -2,6 +2,10 @@ public import Foundation
 
 /// One attribute value, as it travels between objects, coordinators, stores and the wire.
 ///
+/// Strings are equal, hashed and ordered by their UTF-8 bytes, as the store compares them (see
+/// ``StoredText``): setting a title to another Unicode form of the same text is a change, which
+/// is saved, and two keys the store holds apart are never one value here.
+///
 /// ```swift
 /// bug["title"] = .string("Crash on launch")
 /// let predicate: ObjectPredicate = Key("priority") == "High"
@@ -48,7 +52,7 @@ public enum Value: Sendable, Hashable, Codable {
         case (.null, .null): return false
         case (.null, _): return true
         case (_, .null): return false
-        case let (.string(a), .string(b)): return a < b
+        case let (.string(a), .string(b)): return StoredText(a) < StoredText(b)
         case let (.int64(a), .int64(b)): return a < b
         case let (.double(a), .double(b)): return a < b
         case let (.int64(a), .double(b)): return Double(a) < b
@@ -57,6 +61,35 @@ public enum Value: Sendable, Hashable, Codable {
         case let (.date(a), .date(b)): return a < b
         case let (.data(a), .data(b)): return a.lexicographicallyPrecedes(b)
         default: return (lhs.type?.rawValue ?? "") < (rhs.type?.rawValue ?? "")
+        }
+    }
+}
+
+extension Value {
+    /// Whether the two values are the same; strings are compared byte for byte.
+    public static func == (lhs: Value, rhs: Value) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): true
+        case let (.string(a), .string(b)): StoredText.bytesEqual(a, b)
+        case let (.int64(a), .int64(b)): a == b
+        case let (.double(a), .double(b)): a == b
+        case let (.bool(a), .bool(b)): a == b
+        case let (.date(a), .date(b)): a == b
+        case let (.data(a), .data(b)): a == b
+        default: false
+        }
+    }
+
+    /// Hashes the value; a string by its UTF-8 bytes, agreeing with ``==(_:_:)``.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null: hasher.combine(0)
+        case .string(let s): hasher.combine(1); hasher.combine(StoredText(s))
+        case .int64(let i): hasher.combine(2); hasher.combine(i)
+        case .double(let d): hasher.combine(3); hasher.combine(d)
+        case .bool(let b): hasher.combine(4); hasher.combine(b)
+        case .date(let d): hasher.combine(5); hasher.combine(d)
+        case .data(let d): hasher.combine(6); hasher.combine(d)
         }
     }
 }

@@ -1,0 +1,58 @@
+import Foundation
+
+/// A string that is equal, hashed and ordered by its UTF-8 bytes, the way the store compares text
+/// (SQLite's `BINARY` collation), and not by Swift's canonical equivalence.
+///
+/// Swift's `String` calls `"CAF\u{C9}"` and `"CAFE\u{301}"` equal: both read "CAFÉ". The store
+/// holds them as two different keys. A dictionary or set of unique keys that is meant to mirror
+/// the store's rows, such as an importer's map from bug key to object, must use `StoredText`, or
+/// two stored keys fall into one entry and one of their records is lost.
+///
+/// ```swift
+/// var bugs: [StoredText: Bug] = [:]
+/// bugs[StoredText(record.key)] = bug
+/// ```
+public struct StoredText: Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// The string.
+    public let string: String
+
+    /// Wraps `string`.
+    public init(_ string: String) {
+        self.string = string
+    }
+
+    /// Whether the two strings have the same UTF-8 bytes.
+    public static func == (lhs: StoredText, rhs: StoredText) -> Bool {
+        bytesEqual(lhs.string, rhs.string)
+    }
+
+    /// Byte order, which for UTF-8 is the order of the Unicode scalar values.
+    public static func < (lhs: StoredText, rhs: StoredText) -> Bool {
+        lhs.string.utf8.lexicographicallyPrecedes(rhs.string.utf8)
+    }
+
+    /// Hashes the UTF-8 bytes.
+    public func hash(into hasher: inout Hasher) {
+        let hashed: Void? = string.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        if hashed == nil {
+            for byte in string.utf8 { hasher.combine(byte) }
+        }
+        hasher.combine(string.utf8.count)
+    }
+
+    /// The string itself.
+    public var description: String { string }
+
+    /// Whether `lhs` and `rhs` have the same UTF-8 bytes.
+    static func bytesEqual(_ lhs: String, _ rhs: String) -> Bool {
+        let count = lhs.utf8.count
+        guard count == rhs.utf8.count else { return false }
+        let compared: Bool?? = lhs.utf8.withContiguousStorageIfAvailable { left in
+            rhs.utf8.withContiguousStorageIfAvailable { right in
+                count == 0 || memcmp(left.baseAddress!, right.baseAddress!, count) == 0
+            }
+        }
+        if let compared, let compared { return compared }
+        return lhs.utf8.elementsEqual(rhs.utf8)
+    }
+}
