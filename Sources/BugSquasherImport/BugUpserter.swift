@@ -38,7 +38,8 @@ public struct BugUpserter: Sendable {
     ///   that checks them against the chunk being saved); built here otherwise.
     /// - Returns: how many bugs were inserted, updated or left unchanged.
     /// - Throws: ``ImportError`` with ``ImportError/Code/invalidRecord`` before changing anything
-    ///   when a record has an empty key, project key, person name, component name or comment ID;
+    ///   when a record has an empty or blank key, project key, person name, component name or
+    ///   comment ID;
     ///   `GraphError` when a fetch fails.
     public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, in context: isolated ObjectContext) throws -> UpsertSummary {
         // Records are read in place (through the buffer), not copied: a copy of a record retains
@@ -70,27 +71,35 @@ public struct BugUpserter: Sendable {
         }
     }
 
-    /// Throws ``ImportError`` for a record whose unique keys cannot be stored (an empty key,
-    /// project key, person name, component name or comment ID); `index` is named in the message.
+    /// Throws ``ImportError`` for a record whose unique keys cannot be stored (an empty or blank
+    /// key, project key, person name, component name or comment ID); `index` is named in the
+    /// message.
     public static func validate(_ record: BugRecord, at index: Int) throws {
         guard let what = emptyUniqueKey(of: record) else { return }
         throw ImportError(
             .invalidRecord,
-            "Record \(index) (key \"\(record.key)\") has an empty \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
+            "Record \(index) (key \"\(record.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
         )
     }
 
-    /// What in `record` is an empty unique key, if anything. (No closure captures the record:
-    /// that would copy it, retaining each of its strings, for every record imported.)
+    /// What in `record` is an empty or blank (whitespace only) unique key, if anything. (No
+    /// closure captures the record: that would copy it, retaining each of its strings, for every
+    /// record imported.)
     private static func emptyUniqueKey(of record: BugRecord) -> String? {
-        if record.key.isEmpty { return "key" }
-        if record.project.key.isEmpty { return "project key" }
-        if record.components.contains(where: \.isEmpty) { return "component name" }
-        if record.reporter?.name.isEmpty == true || record.assignee?.name.isEmpty == true { return "person name" }
+        if isBlank(record.key) { return "key" }
+        if isBlank(record.project.key) { return "project key" }
+        if record.components.contains(where: isBlank) { return "component name" }
+        if record.reporter.map({ isBlank($0.name) }) == true || record.assignee.map({ isBlank($0.name) }) == true { return "person name" }
         for comment in record.comments {
-            if comment.jiraID.isEmpty { return "comment jiraID" }
-            if comment.author?.name.isEmpty == true { return "comment author name" }
+            if isBlank(comment.jiraID) { return "comment jiraID" }
+            if comment.author.map({ isBlank($0.name) }) == true { return "comment author name" }
         }
         return nil
+    }
+
+    /// Whether `key` is empty or only whitespace: no key names a bug, project, person, component
+    /// or comment that way, and such keys are mistakes (a column shifted, a field left blank).
+    private static func isBlank(_ key: String) -> Bool {
+        key.allSatisfy(\.isWhitespace)  // stops at the first other character: cheap for real keys
     }
 }

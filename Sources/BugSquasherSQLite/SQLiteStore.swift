@@ -302,6 +302,22 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
 
     // MARK: Save
 
+    /// Runs an insert or update of one row; a clash with the entity's unique index becomes a
+    /// ``GraphError/Code/constraintViolation`` that names the key and what to do.
+    private static func executeKeepingKeysUnique(
+        _ statement: consuming BoundStatement, entity: EntityDescription, attributes: [Value], updating: Bool
+    ) throws {
+        do {
+            try statement.execute()
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            let key = entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map { "\(entity.uniqueKey!) = \(attributes[$0])" } ?? "its key"
+            let remedy = updating
+                ? "choose a value no other \(entity.name) has, or change that one first"
+                : "fetch and update the existing object instead of inserting a second one"
+            throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key); \(remedy).", cause: error)
+        }
+    }
+
     private func save(_ changes: SaveChanges) throws -> DidSave {
         let state = try requireLoaded()
         let model = state.model
@@ -323,7 +339,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                     }
                     statement.bind(row.objectID.key)
                     statement.bind(row.expectedVersion)
-                    try statement.execute()
+                    try Self.executeKeepingKeysUnique(statement, entity: sql.entity, attributes: row.attributes, updating: true)
                     if db.changesCount == 0 {
                         conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, sql: sql, store: store, model: model, db: db)))
                     } else {
@@ -353,12 +369,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
                     statement.bind(row.objectID.key)
                     for value in row.attributes { statement.bind(value) }
                     for target in row.toOne { statement.bind(target?.key) }
-                    do {
-                        try statement.execute()
-                    } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                        let key = entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map { "\(entity.uniqueKey!) = \(row.attributes[$0])" } ?? "its key"
-                        throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key); fetch and update the existing object instead of inserting a second one.", cause: error)
-                    }
+                    try Self.executeKeepingKeysUnique(statement, entity: entity, attributes: row.attributes, updating: false)
                     didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
                 }
                 for link in changes.linksRemoved {

@@ -222,15 +222,24 @@ final class DaemonHarness: Sendable {
         try await daemon.waitForErrorOutput(containing: text, timeout: timeout)
     }
 
-    /// Runs squasherctl to completion; returns its stdout lines, throwing on a non-zero exit.
+    /// Runs squasherctl to completion; returns its stdout lines, throwing on another exit status.
     @discardableResult
     func ctl(_ arguments: [String], expectStatus: Int32 = 0) async throws -> [String] {
+        try await ctlProcess(arguments, expectStatus: expectStatus).output
+    }
+
+    /// Runs squasherctl, which must fail with `expectStatus`; returns what it wrote to stderr.
+    func ctlError(_ arguments: [String], expectStatus: Int32) async throws -> String {
+        try await ctlProcess(arguments, expectStatus: expectStatus).errorOutput
+    }
+
+    private func ctlProcess(_ arguments: [String], expectStatus: Int32) async throws -> ChildProcess {
         let process = try ChildProcess(name: "squasherctl \(arguments.first ?? "")", executable: Products.squasherctl, arguments: arguments, environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         let status = try await process.waitForExit(timeout: .seconds(120))
         guard status == expectStatus else {
             throw HarnessError("squasherctl \(arguments.joined(separator: " ")) exited with \(status), expected \(expectStatus):\n\(process.errorOutput)")
         }
-        return process.output
+        return process
     }
 
     /// Starts a long-running squasherctl (subscribe, watch).

@@ -399,6 +399,14 @@ struct AbortEndToEndTests {
         try await harness.ctl(["update", "AB-1", "details="])
         let row = try await harness.ctl(["get", "AB-1", "--json"]).joined()
         #expect(row.contains(#""details":"""#), "\(row)")
+        // A unique key cannot be emptied, blanked or given to a second bug; each says why.
+        for blank in ["key=", "key=   "] {
+            let refused = try await harness.ctlError(["update", "AB-1", blank], expectStatus: 2)
+            #expect(refused.contains("'key' is the unique key of a Bug and cannot be empty or blank"), "\(refused)")
+        }
+        let taken = try await harness.ctlError(["update", "AB-2", "key=AB-1"], expectStatus: 2)
+        #expect(taken.contains("Another Bug already has key = \"AB-1\"; choose a value no other Bug has"), "\(taken)")
+        #expect(try await harness.ctl(["get", "AB-2"]).joined().contains("AB-2"))
         // Values that begin with "-" are values: a descending sort, and negative numbers refused
         // by validation (exit 64) instead of read as options.
         let descending = try await harness.ctl(["list", "--where", #"key BEGINSWITH "AB-""#, "--sort", "-key", "--limit", "3"])

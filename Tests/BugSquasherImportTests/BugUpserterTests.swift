@@ -216,15 +216,24 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(title.map { Array($0.utf8) } == [Array("Cafe\u{301}".utf8)])
     }
 
-    @Test func refusesARecordWithAnEmptyKeyAndChangesNothing() async throws {
+    @Test func refusesARecordWithAnEmptyOrBlankKeyAndChangesNothing() async throws {
         let context = try makeContext()
         let upserter = self.upserter
-        let chunk = sampleRecords() + [BugRecord(key: "", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"))]
-        let error = await #expect(throws: ImportError.self) {
-            _ = try await context.perform { context in try upserter.upsert(chunk, in: context) }
+        let blank = [
+            BugRecord(key: "", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB")),
+            BugRecord(key: " \t\u{3000}", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB")),
+            BugRecord(key: "TIMOB-9", title: "?", status: "Open", project: ProjectRecord(key: "  ")),
+            BugRecord(key: "TIMOB-9", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"), reporter: PersonRecord(name: " ")),
+        ]
+        for (record, what) in zip(blank, ["key", "key", "project key", "person name"]) {
+            let chunk = sampleRecords() + [record]
+            let error = await #expect(throws: ImportError.self) {
+                _ = try await context.perform { context in try upserter.upsert(chunk, in: context) }
+            }
+            #expect(error?.code == .invalidRecord)
+            #expect(error?.message.contains("Record 3 (key \"\(record.key)\") has an empty or blank \(what)") == true, "\(String(describing: error))")
+            #expect(await context.hasChanges == false)
         }
-        #expect(error?.code == .invalidRecord)
-        #expect(await context.hasChanges == false)
     }
 
     @Test func reimportsTheRealSampleWithoutChanges() async throws {

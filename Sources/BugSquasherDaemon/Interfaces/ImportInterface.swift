@@ -119,6 +119,9 @@ struct ImportInterface: VarlinkInterface {
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
         }
+        if let unique = entity.uniqueKey, case .string(let text)? = values[unique], text.allSatisfy(\.isWhitespace) {
+            throw invalidInput("'\(unique)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value")
+        }
         let editor = newEditor("varlink-update")
         try await mapGraphErrors { try await editor.perform { context in
             let object = try context.existingObject(with: id)
