@@ -117,12 +117,25 @@ public final class RemoteStore: IncrementalStore {
         case .rows: "rows"
         case .count: "count"
         }
-        let reply: FetchReply = try call("io.bugsquasher.Store.Fetch", FetchParameters(
-            entity: fetch.entityName, predicate: fetch.predicate?.text,
-            sort: fetch.sort.map { ($0.ascending ? "" : "-") + $0.keyPath },
-            limit: fetch.limit, offset: fetch.offset, result: result
-        ))
-        state.withLock { $0.statistics.fetches += 1 }
+        // squasherd caps one reply (10,000 rows, 100,000 IDs) and says `more` when the cap cut
+        // it: the pages are fetched until the limit or the end, so a fetch is never cut short.
+        // (Pages are separate reads: a commit between two of them can shift the offsets.)
+        var reply = FetchReply()
+        var received = 0
+        while true {
+            let page: FetchReply = try call("io.bugsquasher.Store.Fetch", FetchParameters(
+                entity: fetch.entityName, predicate: fetch.predicate?.text,
+                sort: fetch.sort.map { ($0.ascending ? "" : "-") + $0.keyPath },
+                limit: fetch.limit.map { $0 - received }, offset: fetch.offset + received, result: result
+            ))
+            state.withLock { $0.statistics.fetches += 1 }
+            reply.count = page.count
+            if let ids = page.ids { reply.ids = (reply.ids ?? []); reply.ids!.append(contentsOf: ids) }
+            if let rows = page.rows { reply.rows = (reply.rows ?? []); reply.rows!.append(contentsOf: rows) }
+            let pageSize = (page.ids?.count ?? 0) + (page.rows?.count ?? 0)
+            received += pageSize
+            guard page.more == true, pageSize > 0 else { break }
+        }
         switch fetch.resultType {
         case .count: return .fetched(.count(reply.count ?? 0))
         case .objectIDs: return .fetched(.objectIDs(try (reply.ids ?? []).map(parse)))

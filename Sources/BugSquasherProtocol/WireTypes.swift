@@ -191,12 +191,17 @@ public struct FetchReply: Codable, Sendable {
     public var rows: [WireRow]?
     /// The count, for `count`.
     public var count: Int?
+    /// `true` when the daemon's per-call cap cut `ids` or `rows` short of the limit asked for
+    /// (or of the whole result, when no limit was given): call again with `offset` advanced by
+    /// what this reply holds. Absent otherwise.
+    public var more: Bool?
 
     /// Creates a reply.
-    public init(ids: [String]? = nil, rows: [WireRow]? = nil, count: Int? = nil) {
+    public init(ids: [String]? = nil, rows: [WireRow]? = nil, count: Int? = nil, more: Bool? = nil) {
         self.ids = ids
         self.rows = rows
         self.count = count
+        self.more = more
     }
 }
 

@@ -138,18 +138,34 @@ struct ListCommand: ParsableCommand {
 
     func run() throws {
         let sortKeys = sort?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        let reply = try withClient(sockets.read) { client in
-            try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: count ? nil : limit, offset: offset, result: count ? "count" : "rows"), as: FetchReply.self)
+        if count {
+            let reply = try withClient(sockets.read) { client in
+                try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, offset: offset, result: "count"), as: FetchReply.self)
+            }
+            print(reply.count ?? 0)
+            return
         }
-        if count { print(reply.count ?? 0); return }
-        let rows = reply.rows ?? []
-        if json { try printJSON(rows); return }
-        for row in rows {
-            let label = ["key", "name", "jobID", "jiraID"].lazy.compactMap { row.values[$0].flatMap(\.stringValue) }.first ?? row.id
-            let title = row.values["title"]?.stringValue ?? row.values["state"]?.stringValue ?? row.values["body"]?.stringValue.map { String($0.prefix(60)) } ?? ""
-            let status = row.values["status"]?.stringValue.map { "[\($0)] " } ?? ""
-            print("\(label)  \(status)\(title)")
+        // squasherd returns at most 10,000 rows a call and says `more` when it cut a page: the
+        // pages are fetched, and printed, until `--limit` or the end.
+        var rows: [WireRow] = []
+        var printed = 0
+        try withClient(sockets.read) { client in
+            while printed < limit {
+                let page = try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: limit - printed, offset: offset + printed, result: "rows"), as: FetchReply.self)
+                let pageRows = page.rows ?? []
+                if json { rows.append(contentsOf: pageRows) } else { pageRows.forEach(printLine) }
+                printed += pageRows.count
+                guard page.more == true, !pageRows.isEmpty else { break }
+            }
         }
+        if json { try printJSON(rows) }
+    }
+
+    private func printLine(_ row: WireRow) {
+        let label = ["key", "name", "jobID", "jiraID"].lazy.compactMap { row.values[$0].flatMap(\.stringValue) }.first ?? row.id
+        let title = row.values["title"]?.stringValue ?? row.values["state"]?.stringValue ?? row.values["body"]?.stringValue.map { String($0.prefix(60)) } ?? ""
+        let status = row.values["status"]?.stringValue.map { "[\($0)] " } ?? ""
+        print("\(label)  \(status)\(title)")
     }
 }
 

@@ -1,3 +1,6 @@
+import BugSquasherClient
+import BugSquasherGraph
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -504,5 +507,48 @@ extension AbortEndToEndTests {
         #expect(waiter.errorOutput.contains("squasherd came back serving another store"), "\(waiter.errorOutput)")
         elsewhere.signal(SIGTERM)
         #expect(try await elsewhere.waitForExit() == 0)
+    }
+}
+
+@Suite("End to end: results larger than one reply")
+struct PagingEndToEndTests {
+    @Test("squasherd caps a reply at 10,000 rows and says so; squasherctl list and a library fetch page past the cap to the whole result, and --limit still limits")
+    func pagesPastTheCap() async throws {
+        let harness = try await DaemonHarness()
+        let count = 10_050
+        let records = (1...count).map { #"{"key":"PG-\#(String(format: "%05d", $0))","title":"page \#($0)","status":"Open","project":{"key":"PG"}}"# }
+        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/many.ndjson", atomically: true, encoding: .utf8)
+        let imported = try await harness.ctl(["import", harness.directory + "/many.ndjson", "--wait"])
+        #expect(imported.last?.contains("\(count) imported") == true, "\(imported)")
+
+        // One call: capped, and marked as cut. (The rows are counted, not decoded: decoding
+        // 10,000 rows takes seconds in a debug build.)
+        struct Page: Decodable {
+            struct Row: Decodable {}
+            var rows: [Row]
+            var more: Bool?
+        }
+        let capped = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", result: "rows"), as: Page.self)
+        #expect(capped.rows.count == 10_000)
+        #expect(capped.more == true)
+        let rest = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", offset: 10_000, result: "rows"), as: Page.self)
+        #expect(rest.rows.count == 50)
+        #expect(rest.more == nil)
+
+        let all = try await harness.ctl(["list", "--sort", "key", "--limit", "1000000"])
+        #expect(all.count == count)
+        #expect(all.first?.hasPrefix("PG-00001 ") == true && all.last?.hasPrefix("PG-10050 ") == true, "\(all.prefix(1)) … \(all.suffix(1))")
+        #expect(Set(all).count == count)
+        let window = try await harness.ctl(["list", "--sort", "key", "--limit", "10002", "--offset", "45"])
+        #expect(window.count == 10_002)
+        #expect(window.first?.hasPrefix("PG-00046 ") == true && window.last?.hasPrefix("PG-10047 ") == true)
+        let json = try await harness.ctl(["list", "--json", "--sort", "key", "--limit", "20000", "--offset", "10040"]).joined()
+        #expect(json.components(separatedBy: #""key":"PG-"#).count - 1 == 10, "\(json)")
+
+        // The library's remote store pages too.
+        let subscriber = try Subscriber(socketPath: harness.readSocket)
+        let fetched = try await subscriber.context.perform { context in try context.fetch(FetchRequest<BugSquasherModel.Bug>()).count }
+        #expect(fetched == count)
+        #expect(try await harness.stop() == 0)
     }
 }

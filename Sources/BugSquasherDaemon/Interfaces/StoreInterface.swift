@@ -84,13 +84,20 @@ struct StoreInterface: VarlinkInterface {
         default: throw invalid("result is ids, rows or count")
         }
         if let limit = parameters.limit, limit < 0 { throw invalid("limit must not be negative") }
-        // Rows and IDs are paged: one call never makes the daemon read an unbounded result.
+        // Rows and IDs are paged: one call never makes the daemon read an unbounded result. When
+        // the cap is below what was asked, one more is fetched to tell the caller whether the cap
+        // cut the result (`more`), so that no client takes a capped page for the whole answer.
         let cap = resultType == .rows ? Self.maximumRows : Self.maximumIDs
-        let limit = resultType == .count ? parameters.limit : min(parameters.limit ?? cap, cap)
+        let capped = resultType != .count && (parameters.limit ?? Int.max) > cap
+        let limit = resultType == .count ? parameters.limit : capped ? cap + 1 : parameters.limit
         let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: limit, offset: max(0, parameters.offset ?? 0), resultType: resultType)
         switch try stack.mainCoordinator.fetch(request) {
-        case .objectIDs(let ids): return FetchReply(ids: ids.map(\.uriString))
-        case .rows(let rows): return FetchReply(rows: rows.map { WireRow(id: $0.objectID.uriString, version: $0.snapshot.version, values: coding.encode($0.snapshot, entity: entity)) })
+        case .objectIDs(let ids):
+            let more = capped && ids.count > cap
+            return FetchReply(ids: ids.prefix(cap).map(\.uriString), more: more ? true : nil)
+        case .rows(let rows):
+            let more = capped && rows.count > cap
+            return FetchReply(rows: rows.prefix(cap).map { WireRow(id: $0.objectID.uriString, version: $0.snapshot.version, values: coding.encode($0.snapshot, entity: entity)) }, more: more ? true : nil)
         case .count(let count): return FetchReply(count: count)
         }
     }
