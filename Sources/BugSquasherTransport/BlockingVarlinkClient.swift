@@ -6,29 +6,46 @@ import Synchronization
 /// methods are synchronous) and command-line tools. Calls are serialized by a mutex; each reads
 /// its replies before the next call is sent.
 ///
+/// With a `timeout`, connecting, each send and each wait for a reply give up after it, with a
+/// ``TransportError`` that says so: a peer that accepts and never answers (a stuck daemon,
+/// another program on the path) cannot hang the caller. A streaming call waits that long for its
+/// first reply only; the replies after it come when there is something to say.
+///
 /// ```swift
-/// let client = try BlockingVarlinkClient(path: "/run/squasherd/squasherd.sock")
+/// let client = try BlockingVarlinkClient(path: "/run/squasherd/squasherd.sock", timeout: .seconds(60))
 /// let info: Info = try client.call("io.bugsquasher.Store.Info", Empty())
 /// ```
 public final class BlockingVarlinkClient: Sendable {
     /// The socket path.
     public let path: String
+    /// How long connecting, a send or the wait for a reply may take; `nil` waits as long as it
+    /// takes.
+    public let timeout: Duration?
     private let fd: Mutex<CInt>
     private let buffer = Mutex<[UInt8]>([])
 
     /// Connects.
     ///
-    /// - Throws: ``TransportError`` saying whether the socket is missing, refused or forbidden.
-    public init(path: String) throws {
+    /// - Parameter timeout: how long connecting, a send or the wait for a reply may take before
+    ///   it fails; `nil` (the default) waits as long as it takes.
+    /// - Throws: ``TransportError`` saying whether the socket is missing, refused, forbidden or
+    ///   did not accept the connection in time.
+    public init(path: String, timeout: Duration? = nil) throws {
         self.path = path
-        fd = Mutex(try Self.connect(path))
+        self.timeout = timeout
+        fd = Mutex(try Self.connect(path, timeout: timeout))
     }
 
     deinit { fd.withLock { if $0 >= 0 { _ = close($0) } } }
 
-    static func connect(_ path: String) throws -> CInt {
+    static func connect(_ path: String, timeout: Duration? = nil) throws -> CInt {
         let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TransportError("Could not create a socket: \(String(cString: strerror(errno))).") }
+        // SO_SNDTIMEO bounds connect(2) on a Unix socket too (a listener whose backlog is full).
+        if let timeout {
+            setTimeout(fd, SO_SNDTIMEO, timeout)
+            setTimeout(fd, SO_RCVTIMEO, timeout)
+        }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -49,17 +66,60 @@ public final class BlockingVarlinkClient: Sendable {
             switch reason {
             case ENOENT, ECONNREFUSED: throw TransportError("squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path.")
             case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).")
+            case EAGAIN, EINPROGRESS:
+                throw TransportError("\(path) did not accept the connection within \(seconds(timeout)): squasherd is overloaded or stuck (its backlog is full).")
             default: throw TransportError("Could not connect to \(path): \(String(cString: strerror(reason))).")
             }
         }
         return fd
     }
 
+    /// Sets a socket's SO_SNDTIMEO or SO_RCVTIMEO; a zero duration waits as long as it takes.
+    private static func setTimeout(_ fd: CInt, _ option: CInt, _ timeout: Duration) {
+        let (seconds, attoseconds) = timeout.components
+        var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+        if seconds == 0 && value.tv_usec == 0 && attoseconds > 0 { value.tv_usec = 1 }
+        _ = setsockopt(fd, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// "60 s", for messages.
+    private static func seconds(_ timeout: Duration?) -> String {
+        guard let timeout else { return "the time allowed" }
+        let (seconds, attoseconds) = timeout.components
+        return attoseconds == 0 ? "\(seconds) s" : "\(Double(seconds) + Double(attoseconds) / 1e18) s"
+    }
+
+    /// Reads a reply; a message that is not a Varlink reply becomes a ``TransportError`` naming
+    /// the socket.
+    private func decodeReply(_ message: Data, of method: String) throws -> VarlinkReply {
+        do {
+            return try VarlinkReply(message: message)
+        } catch {
+            throw TransportError("The answer from \(path) to \(method) is not a Varlink reply (\(message.prefix(80).count) bytes: \(String(decoding: message.prefix(80), as: UTF8.self).debugDescription)). Is squasherd listening on this path, or another program?")
+        }
+    }
+
+    /// A reply's parameters. An error reply is thrown as the ``VarlinkError`` it is; parameters
+    /// that are not what `method` answers become a ``TransportError`` naming the socket.
+    private func parameters<R: Decodable>(of reply: VarlinkReply, method: String, as type: R.Type) throws -> R {
+        if let error = reply.error { throw error }
+        do {
+            return try reply.parameters(R.self)
+        } catch {
+            let parameter = switch error {
+            case let error as VarlinkError: error.parameters["parameter"]?.stringValue ?? "parameters"
+            case let error as DecodingError: VarlinkCall.parameterName(error)
+            default: "parameters"
+            }
+            throw TransportError("The reply from \(path) to \(method) has parameters this program cannot read ('\(parameter)' is missing or of another type). Is squasherd listening on this path, and of the same version as this program?")
+        }
+    }
+
     /// Calls a method and decodes its single reply.
     public func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
         let message = try VarlinkCall.encode(method: method, parameters: parameters)
         let reply = try fd.withLock { fd -> Data in
-            if fd < 0 { fd = try Self.connect(path) }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             do {
                 try send(fd, message)
                 return try receive(fd)
@@ -70,7 +130,7 @@ public final class BlockingVarlinkClient: Sendable {
                 throw error
             }
         }
-        return try VarlinkReply(message: reply).parameters(R.self)
+        return try self.parameters(of: try decodeReply(reply, of: method), method: method, as: R.self)
     }
 
     /// Calls `method` once for each parameters `next` returns (until `nil`) without waiting for
@@ -85,7 +145,7 @@ public final class BlockingVarlinkClient: Sendable {
     ) throws {
         precondition(window >= 1, "a pipeline needs a window of at least one call")
         try fd.withLock { fd in
-            if fd < 0 { fd = try Self.connect(path) }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             do {
                 var unanswered = 0
                 var exhausted = false
@@ -99,10 +159,9 @@ public final class BlockingVarlinkClient: Sendable {
                         unanswered += 1
                     }
                     guard unanswered > 0 else { return }
-                    let reply = try VarlinkReply(message: try receive(fd))
+                    let reply = try decodeReply(try receive(fd), of: method)
                     unanswered -= 1
-                    if let error = reply.error { throw error }
-                    try body(try reply.parameters(R.self))
+                    try body(try self.parameters(of: reply, method: method, as: R.self))
                 }
             } catch {
                 // Calls may still be unanswered: their replies must not reach the next call.
@@ -113,12 +172,18 @@ public final class BlockingVarlinkClient: Sendable {
     }
 
     /// Calls a streaming method and hands each reply to `body` until the last one, or until
-    /// `body` returns `false` (the connection is then unusable: close it).
+    /// `body` returns `false` (the connection is then unusable: close it). The ``timeout`` bounds
+    /// the wait for the first reply; the next ones are waited for as long as it takes.
     public func stream<P: Encodable>(_ method: String, _ parameters: P, _ body: (VarlinkReply) throws -> Bool) throws {
         try fd.withLock { fd in
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, more: true))
+            var first = true
+            defer { if let timeout, !first { Self.setTimeout(fd, SO_RCVTIMEO, timeout) } }
             while true {
-                let reply = try VarlinkReply(message: try receive(fd))
+                let reply = try decodeReply(try receive(fd), of: method)
+                if first, timeout != nil { Self.setTimeout(fd, SO_RCVTIMEO, .zero) }
+                first = false
                 if let error = reply.error { throw error }
                 guard try body(reply), reply.continues else { return }
             }
@@ -133,10 +198,10 @@ public final class BlockingVarlinkClient: Sendable {
     ///   ``TransportError``, or what `body` throws.
     public func upgrade<P: Encodable, R>(_ method: String, _ parameters: P, body: (UpgradedConnection) throws -> R) throws -> R {
         try fd.withLock { fd in
-            if fd < 0 { fd = try Self.connect(path) }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             defer { disconnect(&fd) }
             try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, upgrade: true))
-            let reply = try VarlinkReply(message: try receive(fd))
+            let reply = try decodeReply(try receive(fd), of: method)
             if let error = reply.error { throw error }
             return try body(UpgradedConnection(client: self, fd: fd))
         }
@@ -183,6 +248,9 @@ public final class BlockingVarlinkClient: Sendable {
             let n = Glibc.send(fd, bytes.baseAddress! + sent, bytes.count - sent, CInt(MSG_NOSIGNAL))
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK {
+                    throw TransportError("\(path) took nothing of what was sent for \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+                }
                 throw TransportError("The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
             }
             sent += n
@@ -192,14 +260,21 @@ public final class BlockingVarlinkClient: Sendable {
     fileprivate func receive(_ fd: CInt) throws -> Data {
         try buffer.withLock { buffer in
             var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+            // Only new bytes are searched for the terminator: a reply of megabytes arrives in
+            // many reads, and searching it from its start after each one is quadratic.
+            var searched = 0
             while true {
-                if let end = buffer.firstIndex(of: 0) {
+                if let end = buffer[searched...].firstIndex(of: 0) {
                     let message = Data(buffer[..<end])
                     buffer.removeSubrange(...end)
                     return message
                 }
+                searched = buffer.count
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    throw TransportError("No answer from \(path) within \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+                }
                 guard n > 0 else {
                     throw TransportError(n == 0 ? "squasherd closed the connection on \(path)." : "Reading from \(path) failed: \(String(cString: strerror(errno))).")
                 }

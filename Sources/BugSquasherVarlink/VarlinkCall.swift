@@ -86,7 +86,8 @@ public struct VarlinkCall: Sendable {
         }
     }
 
-    static func parameterName(_ error: DecodingError) -> String {
+    /// The parameter a decoding error is about: the first key of its path below `parameters`.
+    public static func parameterName(_ error: DecodingError) -> String {
         let path: [any CodingKey]
         switch error {
         case .keyNotFound(let key, let context): path = context.codingPath + [key]

@@ -35,7 +35,7 @@ struct WatchCommand: AsyncParsableCommand {
     func validate() throws { try validateToken(since) }
 
     func run() async throws {
-        let (path, since, json, values, verbose) = (sockets.read, since, json, values, verbose)
+        let (path, since, json, values, verbose) = (sockets.read.path, since, json, values, verbose)
         try await untilSignal {
             var position = since
             var connected = false
@@ -154,7 +154,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         logger.logLevel = .warning
         let subscriber: Subscriber
         do {
-            subscriber = try Subscriber(socketPath: sockets.read, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, logger: logger)
+            subscriber = try Subscriber(socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, logger: logger)
         } catch {
             printError("squasherctl: \(error)")
             throw Exit.unreachable

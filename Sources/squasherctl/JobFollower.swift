@@ -11,7 +11,7 @@ struct JobFollower {
     /// How long squasherd may stay unreachable before the follower gives up.
     static let patience: Duration = .seconds(300)
 
-    let socket: String
+    let socket: Endpoint
     let progress: ProgressBar
 
     /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished.
@@ -23,7 +23,7 @@ struct JobFollower {
         var (jobStore, servedStore): (String?, String?) = (nil, nil)
         while !(final?.isFinal ?? false) {
             do {
-                let client = try BlockingVarlinkClient(path: socket)
+                let client = try socket.connect()
                 servedStore = try client.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).storeIdentifier
                 if jobStore == nil { jobStore = servedStore }
                 try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in

@@ -1,12 +1,20 @@
 import ArgumentParser
+import BugSquasherTransport
 import Foundation
 
 /// Where squasherd's sockets are: `--socket`, else `$SQUASHERD_RUNTIME_DIRECTORY`, else
 /// `./run/sockets` when it has a socket (a checkout running `scripts/run.sh`), else
-/// `/run/squasherd`.
+/// `/run/squasherd`; and how long to wait for it (`--timeout`).
 struct SocketOptions: ParsableArguments {
     @Option(name: .customLong("socket"), help: "The read socket (squasherd.sock); the write socket is squasherd-write.sock beside it.")
     var readSocket: String?
+
+    @Option(help: "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job or a feed is not bounded by it.)")
+    var timeout: Double = 60
+
+    func validate() throws {
+        guard timeout.isFinite, timeout >= 0 else { throw ValidationError("--timeout takes seconds, 0 or more (0 waits as long as it takes).") }
+    }
 
     var directory: String {
         if let readSocket { return (readSocket as NSString).deletingLastPathComponent }
@@ -15,8 +23,25 @@ struct SocketOptions: ParsableArguments {
         return "/run/squasherd"
     }
 
-    var read: String { readSocket ?? directory + "/squasherd.sock" }
-    var write: String { directory + "/squasherd-write.sock" }
+    /// The read socket.
+    var read: Endpoint { Endpoint(path: readSocket ?? directory + "/squasherd.sock", timeout: waitLimit) }
+    /// The write socket.
+    var write: Endpoint { Endpoint(path: directory + "/squasherd-write.sock", timeout: waitLimit) }
+
+    private var waitLimit: Duration? { timeout > 0 ? .milliseconds(Int64((timeout * 1000).rounded(.up))) : nil }
+}
+
+/// A socket of squasherd and how long to wait for it.
+struct Endpoint {
+    /// The socket's path.
+    var path: String
+    /// How long connecting, a send or the wait for a reply may take; `nil` waits.
+    var timeout: Duration?
+
+    /// A client on this socket.
+    func connect() throws -> BlockingVarlinkClient {
+        try BlockingVarlinkClient(path: path, timeout: timeout)
+    }
 }
 
 /// Exit statuses scripts can rely on.

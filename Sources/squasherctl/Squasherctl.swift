@@ -10,7 +10,8 @@ struct Squasherctl: AsyncParsableCommand {
         abstract: "Import, query and watch a BugSquasher store through squasherd.",
         discussion: """
             Exit status: 0 success, 2 the job failed or squasherd refused the request, 3 not \
-            found, 4 squasherd unreachable, 64 usage error.
+            found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
+            answer that is not squasherd's), 64 usage error.
             """,
         subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
     )
@@ -34,9 +35,9 @@ extension Squasherctl {
 }
 
 /// Runs a client call, mapping transport and Varlink failures to messages and exit codes.
-func withClient<T>(_ path: String, _ body: (BlockingVarlinkClient) throws -> T) throws -> T {
+func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws -> T) throws -> T {
     let client: BlockingVarlinkClient
-    do { client = try BlockingVarlinkClient(path: path) } catch {
+    do { client = try endpoint.connect() } catch {
         printError("squasherctl: \(error)")
         throw Exit.unreachable
     }

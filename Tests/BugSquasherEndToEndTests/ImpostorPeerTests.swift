@@ -1,0 +1,76 @@
+import Foundation
+import Testing
+
+/// A listening Unix socket that is not squasherd: it either never accepts (the kernel completes
+/// the connection anyway, and nothing ever answers), or answers every call with fixed bytes.
+private final class ImpostorPeer: Sendable {
+    let path: String
+    private let listener: CInt
+
+    init(path: String, answer: [UInt8]?) throws {
+        self.path = path
+        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+        listener = fd
+        guard withUnixAddress(path, { bind(fd, $0, $1) }) == 0, listen(fd, 16) == 0 else {
+            throw HarnessError("could not listen on \(path): \(String(cString: strerror(errno)))")
+        }
+        guard let answer else { return }
+        let listener = self.listener
+        Thread.detachNewThread {
+            // Ends when the listener is shut down (accept fails).
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                var byte: UInt8 = 1
+                while byte != 0, recv(connection, &byte, 1, 0) == 1 {}
+                _ = answer.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, CInt(MSG_NOSIGNAL)) }
+                // Kept open: the client must not rely on the peer closing.
+                Thread.sleep(forTimeInterval: 30)
+                close(connection)
+            }
+        }
+    }
+
+    deinit {
+        shutdown(listener, CInt(SHUT_RDWR))
+        close(listener)
+        unlink(path)
+    }
+}
+
+@Suite("squasherctl against a socket that is not squasherd")
+struct ImpostorPeerTests {
+    private func ctl(_ arguments: [String]) async throws -> (status: Int32, errors: String) {
+        let process = try ChildProcess(name: "squasherctl \(arguments[0])", executable: Products.squasherctl, arguments: arguments)
+        let status = try await process.waitForExit(timeout: .seconds(60))
+        return (status, process.errorOutput)
+    }
+
+    @Test("a peer that never answers makes squasherctl give up after --timeout; garbage, or a reply of another shape, is named as not squasherd's; exit 4 each time, with no raw decoding error")
+    func impostors() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("impostor-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+
+        let silent = try ImpostorPeer(path: directory + "/silent.sock", answer: nil)
+        for command in [["status"], ["list"], ["get", "X-1"], ["jobs"]] {
+            let (status, errors) = try await ctl(command + ["--socket", silent.path, "--timeout", "0.5"])
+            #expect(status == 4, "\(command): \(errors)")
+            #expect(errors.contains("No answer from \(silent.path) within 0.5 s"), "\(command): \(errors)")
+        }
+
+        let garbage = try ImpostorPeer(path: directory + "/garbage.sock", answer: Array("HTTP/1.1 400 Bad Request\r\n\r\n".utf8) + [0])
+        let (garbageStatus, garbageErrors) = try await ctl(["status", "--socket", garbage.path, "--timeout", "5"])
+        #expect(garbageStatus == 4, "\(garbageErrors)")
+        #expect(garbageErrors.contains("is not a Varlink reply") && garbageErrors.contains("HTTP/1.1 400"), "\(garbageErrors)")
+
+        let other = try ImpostorPeer(path: directory + "/other.sock", answer: Array(#"{"parameters":{"subscribers":"many"}}"#.utf8) + [0])
+        let (otherStatus, otherErrors) = try await ctl(["status", "--socket", other.path, "--timeout", "5"])
+        #expect(otherStatus == 4, "\(otherErrors)")
+        #expect(otherErrors.contains("has parameters this program cannot read ('"), "\(otherErrors)")
+        #expect(!otherErrors.contains("DecodingError"), "\(otherErrors)")
+
+        let (badStatus, badErrors) = try await ctl(["status", "--socket", silent.path, "--timeout", "-1"])
+        #expect(badStatus == 64, "\(badErrors)")
+    }
+}
