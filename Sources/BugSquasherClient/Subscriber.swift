@@ -36,6 +36,8 @@ public final class Subscriber: Sendable {
     private let socketPath: String
     private let includeValues: Bool
     private let registeredOnly: Bool
+    private let insertsOf: String?
+    private let insertsMatching: ObjectPredicate?
     private let logger: Logger
     private let coding: WireCoding
     private let state: Mutex<State>
@@ -56,6 +58,9 @@ public final class Subscriber: Sendable {
         public var refreshed: [ObjectID]
         /// Registered objects deleted.
         public var deleted: [ObjectID]
+        /// Objects the save inserted that the subscriber watches for (`insertsOf`, `matching`);
+        /// none registered them yet: fetch them to hold them.
+        public var inserted: [ObjectID] = []
         /// Whether this came from a registration that found a stale version, not a save.
         public var isCatchUp: Bool
     }
@@ -67,10 +72,28 @@ public final class Subscriber: Sendable {
     ///   - includeValues: ask for new values with each change, so refreshing costs no round trip.
     ///   - registeredOnly: let the daemon filter the feed to the registered objects (the
     ///     default); `false` receives every change and filters here, for comparison.
-    public init(socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true, registeredOnly: Bool = true, logger: Logger = Logger(label: "bugsquasher.subscriber")) throws {
+    ///   - insertsOf: an entity whose inserts matching `matching` (on the object's own
+    ///     attributes; all of them when `nil`) are reported in ``RefreshEvent/inserted``: for a
+    ///     subscriber waiting for objects that do not exist yet. squasherd filters them, so a
+    ///     bulk import of other objects costs the subscriber nothing.
+    ///   - matching: see `insertsOf`.
+    ///
+    /// Without `since`, the feed starts at the store's token when the subscriber connects, so
+    /// that nothing committed between creating it and ``run()`` is missed.
+    ///
+    /// ```swift
+    /// let subscriber = try Subscriber(socketPath: path, insertsOf: "Bug", matching: Key("key").in(["TIMOB-7"]))
+    /// ```
+    public init(
+        socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true,
+        registeredOnly: Bool = true, insertsOf: String? = nil, matching: ObjectPredicate? = nil,
+        logger: Logger = Logger(label: "bugsquasher.subscriber")
+    ) throws {
         self.socketPath = socketPath
         self.includeValues = includeValues
         self.registeredOnly = registeredOnly
+        self.insertsOf = insertsOf
+        insertsMatching = matching
         self.logger = logger
         coding = WireCoding(model: model)
         store = try RemoteStore(socketPath: socketPath)
@@ -78,7 +101,7 @@ public final class Subscriber: Sendable {
         context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
         // A consumer that stops reading keeps the newest events only, not an unbounded backlog.
         (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self, bufferingPolicy: .bufferingNewest(10_000))
-        state = Mutex(State(token: since))
+        state = Mutex(State(token: try since ?? store.currentHistoryToken()))
         let registrar = Registrar()
         store.registrationSink.withLock { sink in
             sink = { [weak registrar] added, removed in registrar?.subscriber?.queue(added: added, removed: removed) }
@@ -133,7 +156,8 @@ public final class Subscriber: Sendable {
         let heldVersions = Dictionary(held, uniquingKeysWith: max)
         let parameters = SubscribeParameters(
             since: lastToken?.rawValue, registeredOnly: registeredOnly, includeValues: includeValues,
-            register: held.map { $0.0.uriString }, versions: held.map(\.1)
+            register: held.map { $0.0.uriString }, versions: held.map(\.1),
+            insertsOf: insertsOf, insertsMatching: insertsMatching?.text
         )
         try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
             for try await reply in replies {
@@ -156,8 +180,9 @@ public final class Subscriber: Sendable {
                     store.noteVersions(didSave)
                     let result = await context.merge(didSave)
                     if event.event == "save" { state.withLock { $0.token = didSave.token } }
-                    if !result.refreshed.isEmpty || !result.deleted.isEmpty {
-                        refreshContinuation.yield(RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, isCatchUp: event.event == "refresh"))
+                    let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
+                    if !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty {
+                        refreshContinuation.yield(RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: event.event == "refresh"))
                     }
                 case "resync":
                     logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])

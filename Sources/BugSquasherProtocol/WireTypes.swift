@@ -65,7 +65,7 @@ public struct WireSave: Codable, Sendable, Hashable {
 public struct SubscribeParameters: Codable, Sendable {
     /// Replay history after this token first.
     public var since: Int64?
-    /// Only changes to registered IDs (inserts always pass).
+    /// Only changes to registered IDs, and the inserts `insertsOf` names.
     public var registeredOnly: Bool?
     /// Include new values.
     public var includeValues: Bool?
@@ -78,15 +78,23 @@ public struct SubscribeParameters: Codable, Sendable {
     /// entity, one version) are sent as one change with a `count`: an import's chunk of 1,000
     /// new bugs is one element instead of 1,000.
     public var idRuns: Bool?
+    /// With `registeredOnly`: inserted objects of this entity pass the filter when they match
+    /// ``insertsMatching`` (a subscriber waiting for objects that do not exist yet).
+    public var insertsOf: String?
+    /// The predicate an inserted object of ``insertsOf`` must match, on its own attributes
+    /// (`key IN ("TIMOB-7", "TIMOB-9")`); every insert of that entity passes without it.
+    public var insertsMatching: String?
 
     /// Creates parameters.
-    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil, versions: [Int64]? = nil, idRuns: Bool? = nil) {
+    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil, versions: [Int64]? = nil, idRuns: Bool? = nil, insertsOf: String? = nil, insertsMatching: String? = nil) {
         self.since = since
         self.registeredOnly = registeredOnly
         self.includeValues = includeValues
         self.register = register
         self.versions = versions
         self.idRuns = idRuns
+        self.insertsOf = insertsOf
+        self.insertsMatching = insertsMatching
     }
 }
 

@@ -109,7 +109,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "subscribe",
         abstract: "Hold bugs registered and print each refresh (Ctrl-C to stop).",
-        discussion: "With --json, prints one JSON line per event: ready, refresh, and stats on exit (what the subscriber loaded)."
+        discussion: "A key no bug has yet is waited for: the bug is held from the save that creates it on (an 'added' event), and a held bug that is deleted is waited for again. With --json, prints one JSON line per event: ready, added, refresh, catch-up, and stats on exit (what the subscriber loaded)."
     )
 
     @OptionGroup var sockets: SocketOptions
@@ -154,36 +154,56 @@ struct SubscribeCommand: AsyncParsableCommand {
         logger.logLevel = .warning
         let subscriber: Subscriber
         do {
-            subscriber = try Subscriber(socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, logger: logger)
+            subscriber = try Subscriber(socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, insertsOf: "Bug", matching: Key("key").in(keys.map { .string($0) }), logger: logger)
         } catch {
             printError("squasherctl: \(error)")
             throw Exit.unreachable
         }
-        let keys = self.keys
-        let initial = try await subscriber.context.perform { context in
-            var request = FetchRequest<Bug>(predicate: Key("key").in(keys.map { .string($0) }), sort: [Key("key").ascending])
-            request.returnsObjectsAsFaults = false
-            return try context.fetch(request).map { Self.state($0) }
-        }
+        // The subscriber's feed starts at the token it connected at, before this fetch: a bug
+        // created after it is among the feed's inserts, and is picked up there.
+        let initial = try await Self.hold(keys, in: subscriber)
         let missing = Set(keys).subtracting(initial.map(\.key))
-        if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others") }
+        if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others, and \(missing.count == 1 ? "it" : "those") once created") }
         let token = try? subscriber.lastToken ?? subscriber.store.currentHistoryToken()
         emit(Event(event: "ready", token: token?.rawValue, bugs: initial))
         do {
             try await untilSignal {
+                var missing = missing
+                var keysByID = Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })
                 try await withThrowingDiscardingTaskGroup { group in
                     group.addTask { try await subscriber.run() }
                     for await refresh in subscriber.refreshes {
                         let bugs = await subscriber.context.perform { context in
                             refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
                         }
-                        emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+                        // A held bug that is deleted is waited for again under its key.
+                        for id in refresh.deleted { if let key = keysByID.removeValue(forKey: id.uriString) { missing.insert(key) } }
+                        if !bugs.isEmpty || !refresh.deleted.isEmpty {
+                            emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+                        }
+                        guard !missing.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) else { continue }
+                        let added = try await Self.hold(Array(missing), in: subscriber)
+                        for bug in added {
+                            missing.remove(bug.key)
+                            keysByID[bug.id] = bug.key
+                        }
+                        if !added.isEmpty { emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
                     }
                 }
             }
         } catch is CancellationError {}
         let stats = subscriber.store.statistics
         emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
+    }
+
+    /// Fetches the bugs with these keys into the subscriber's context, which registers them with
+    /// squasherd: their changes reach the subscriber from then on.
+    private static func hold(_ keys: [String], in subscriber: Subscriber) async throws -> [BugState] {
+        try await subscriber.context.perform { context in
+            var request = FetchRequest<Bug>(predicate: Key("key").in(keys.map { .string($0) }), sort: [Key("key").ascending])
+            request.returnsObjectsAsFaults = false
+            return try context.fetch(request).map { Self.state($0) }
+        }
     }
 
     private static func state(_ bug: Bug) -> BugState {

@@ -362,6 +362,16 @@ struct SubscriberEndToEndTests {
         let foreign = "x-bugsquasher://00000000-0000-0000-0000-000000000000/Bug/p1"
         let invalid = refusal(SubscribeParameters(registeredOnly: true, register: [foreign]))
         #expect(invalid?.name == "io.bugsquasher.Changes.InvalidObjectID" && invalid?.parameters["id"] == .string(foreign), "\(String(describing: invalid))")
+        // An insert watch names a known entity and reads the inserted object's own attributes.
+        for (parameters, name) in [
+            (SubscribeParameters(registeredOnly: true, insertsOf: "Nope"), "insertsOf"),
+            (SubscribeParameters(registeredOnly: true, insertsMatching: #"key == "A""#), "insertsOf"),
+            (SubscribeParameters(registeredOnly: true, insertsOf: "Bug", insertsMatching: #"project.key == "A""#), "insertsMatching"),
+            (SubscribeParameters(registeredOnly: true, insertsOf: "Bug", insertsMatching: #"key =="#), "insertsMatching"),
+        ] {
+            let watch = refusal(parameters)
+            #expect(watch?.name == "org.varlink.service.InvalidParameter" && watch?.parameters["parameter"] == .string(name), "\(String(describing: watch))")
+        }
         // A token equal to the current one is fine.
         try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", SubscribeParameters(since: current)) { _ in false }
 
@@ -377,4 +387,48 @@ struct SubscriberEndToEndTests {
         _ = try await subscriber.waitForExit()
         #expect(try await harness.stop() == 0)
     }
+
+    @Test("subscribe waits for a key no bug has yet: the bug is held from the save that creates it on, refreshes after that, and is waited for again once deleted")
+    func subscriberWaitsForMissingKeys() async throws {
+        let harness = try await DaemonHarness()
+        func importBugs(_ keys: [String], title: String) async throws {
+            let path = harness.directory + "/w-\(UUID().uuidString.prefix(6)).ndjson"
+            let lines = keys.map { #"{"key":"\#($0)","title":"\#(title)","status":"Open","project":{"key":"W"}}"# }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+            _ = try await harness.ctl(["import", path, "--wait"])
+        }
+        try await importBugs(["W-1"], title: "first")
+        let subscriber = try harness.startCtl("subscriber waiting", ["subscribe", "--json", "W-1", "W-2"])
+        let ready = try await subscriber.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
+        #expect(SubscriberEvent.parse(ready.line)?.bugs?.map(\.key) == ["W-1"])
+        #expect(subscriber.errorOutput.contains("no bug with key W-2 (yet)"), "\(subscriber.errorOutput)")
+
+        // Created: held from then on.
+        try await importBugs(["W-2", "W-3"], title: "created")
+        let added = try await subscriber.waitForLine(from: ready.index + 1) { SubscriberEvent.parse($0)?.event == "added" }
+        let held = try #require(SubscriberEvent.parse(added.line)?.bugs)
+        #expect(held.map(\.key) == ["W-2"] && held.first?.title == "created", "\(added.line)")
+        _ = try await harness.ctl(["update", "W-2", "title=changed"])
+        let refreshed = try await subscriber.waitForLine(from: added.index + 1) { line in
+            SubscriberEvent.parse(line)?.bugs?.contains { $0.key == "W-2" && $0.title == "changed" } == true
+        }
+        #expect(SubscriberEvent.parse(refreshed.line)?.event == "refresh")
+
+        // Deleted, then created again: waited for and held again.
+        let id = try #require(held.first?.id)
+        struct Deletion: Codable { var id: String }
+        struct Deleted: Codable { var token: Int64 }
+        _ = try BlockingVarlinkClient(path: harness.writeSocket).call("io.bugsquasher.Import.Delete", Deletion(id: id), as: Deleted.self)
+        let deleted = try await subscriber.waitForLine(from: refreshed.index + 1) { SubscriberEvent.parse($0)?.deleted?.contains(id) == true }
+        try await importBugs(["W-2"], title: "again")
+        let again = try await subscriber.waitForLine(from: deleted.index + 1) { SubscriberEvent.parse($0)?.event == "added" }
+        let reheld = try #require(SubscriberEvent.parse(again.line)?.bugs?.first)
+        #expect(reheld.key == "W-2" && reheld.title == "again" && reheld.id != id, "\(again.line)")
+        // W-3 was never asked for: no event names it.
+        #expect(!subscriber.output.contains { $0.contains(#""key":"W-3""#) })
+        subscriber.signal(SIGTERM)
+        _ = try await subscriber.waitForExit()
+        #expect(try await harness.stop() == 0)
+    }
+
 }

@@ -107,12 +107,33 @@ struct ChangesInterface: VarlinkInterface {
         subscription.offerRefresh(stale)
     }
 
+    /// The inserts a filtered subscription asked to receive, checked: a known entity, and a
+    /// predicate on that entity's own attributes.
+    private func insertWatch(_ parameters: SubscribeParameters) throws -> InsertWatch? {
+        guard let name = parameters.insertsOf else {
+            if parameters.insertsMatching != nil { throw VarlinkError.invalidParameter("insertsOf") }
+            return nil
+        }
+        guard let entity = stack.model.entity(named: name) else { throw VarlinkError.invalidParameter("insertsOf") }
+        guard let text = parameters.insertsMatching, !text.isEmpty else { return InsertWatch(entity: entity, predicate: nil) }
+        do {
+            let predicate = try ObjectPredicate(parsing: text).coerced(for: entity, in: stack.model)
+            guard predicate.keyPaths.allSatisfy({ !$0.contains(".") && entity.attribute(named: $0) != nil }) else {
+                throw VarlinkError.invalidParameter("insertsMatching")
+            }
+            return InsertWatch(entity: entity, predicate: predicate)
+        } catch is GraphError {
+            throw VarlinkError.invalidParameter("insertsMatching")
+        }
+    }
+
     private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         if let since = parameters.since, since < 0 { throw VarlinkError.invalidParameter("since") }
         let since = parameters.since.map(HistoryToken.init(rawValue:))
         let subscription = Subscription(
             registeredOnly: parameters.registeredOnly ?? false, includeValues: parameters.includeValues ?? false,
-            idRuns: parameters.idRuns ?? false, pendingLimit: pendingLimit, registrationLimits: registrationLimits, startToken: since ?? .zero
+            idRuns: parameters.idRuns ?? false, pendingLimit: pendingLimit, registrationLimits: registrationLimits,
+            insertWatch: try insertWatch(parameters), startToken: since ?? .zero
         )
         if let initial = parameters.register {
             let ids = try registrations(initial, versions: parameters.versions)

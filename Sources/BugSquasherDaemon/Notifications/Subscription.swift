@@ -95,10 +95,14 @@ final class Subscription: Sendable {
 
     private let state: Mutex<State>
 
-    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, registrationLimits: RegistrationLimits? = nil, startToken: HistoryToken) {
+    /// With ``registeredOnly``, the inserts that pass the filter too.
+    let insertWatch: InsertWatch?
+
+    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, registrationLimits: RegistrationLimits? = nil, insertWatch: InsertWatch? = nil, startToken: HistoryToken) {
         id = UUID().uuidString
         self.registrationLimits = registrationLimits
         self.registeredOnly = registeredOnly
+        self.insertWatch = insertWatch
         self.includeValues = includeValues
         self.idRuns = idRuns
         self.pendingLimit = pendingLimit
@@ -193,7 +197,7 @@ final class Subscription: Sendable {
         var dropped: ([QueuedSave], CoalescedSaves?)?
         (waiter, event) = state.withLock { state -> (CheckedContinuation<Event?, Never>?, Event?) in
             guard !state.closed, state.resync == nil, didSave.token > state.delivered, didSave.token > state.replayedThrough else { return (nil, nil) }
-            let save = registeredOnly ? Self.filter(didSave, to: state.registered) : didSave
+            let save = registeredOnly ? Self.filter(didSave, to: state.registered, inserts: insertWatch) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
                 if !state.pending.isEmpty { state.pending[state.pending.count - 1].save.token = didSave.token }
@@ -322,15 +326,42 @@ final class Subscription: Sendable {
     /// A save as this subscriber receives it: filtered to its registrations when it asked.
     func filtered(_ didSave: DidSave) -> DidSave {
         guard registeredOnly else { return didSave }
-        return state.withLock { Self.filter(didSave, to: $0.registered) }
+        return state.withLock { Self.filter(didSave, to: $0.registered, inserts: insertWatch) }
     }
 
-    static func filter(_ didSave: DidSave, to registered: [ObjectID: Hold]) -> DidSave {
+    static func filter(_ didSave: DidSave, to registered: [ObjectID: Hold], inserts: InsertWatch? = nil) -> DidSave {
         var filtered = DidSave(token: didSave.token, storeIdentifier: didSave.storeIdentifier)
+        if let inserts, !didSave.inserted.isEmpty { filtered.inserted = didSave.inserted.filter(inserts.passes) }
         guard !registered.isEmpty else { return filtered }
         filtered.updated = didSave.updated.filter { registered[$0.objectID] == .values }
         filtered.deleted = didSave.deleted.filter { registered[$0.objectID] != nil }
         return filtered
+    }
+}
+
+/// The inserts a subscriber that filters to its registrations still receives: those of one
+/// entity that match a predicate on their own attributes (objects it waits for, which do not
+/// exist yet and so cannot be registered).
+struct InsertWatch: Sendable {
+    /// The entity.
+    let entity: EntityDescription
+    /// What an insert must match; `nil` passes every insert of the entity.
+    let predicate: ObjectPredicate?
+
+    /// Whether an insert passes. An insert without values (an old history row) passes when its
+    /// entity does: the subscriber checks it.
+    func passes(_ change: ObjectChange) -> Bool {
+        guard change.objectID.entityName == entity.name else { return false }
+        guard let predicate, let values = change.values else { return true }
+        return predicate.evaluate(on: InsertedRow(entity: entity, row: values))
+    }
+
+    /// An inserted row, read on its own: key paths through relationships are refused when the
+    /// watch is made.
+    private struct InsertedRow: RowKeyPathReading {
+        let entity: EntityDescription
+        let row: RowSnapshot
+        func follow(_ id: ObjectID) -> InsertedRow? { nil }
     }
 }
 
