@@ -42,6 +42,31 @@ struct SubscriptionTests {
         #expect(try subscription.register([id(1)]) == 1)
     }
 
+    @Test("an insert watch lets through the inserts it waits for, and no others: from the hub's shared index, and checked one by one (a replay); other predicates too")
+    func insertWatch() async throws {
+        let entity = EntityDescription(name: "Bug", attributes: [AttributeDescription(name: "title", type: .string), AttributeDescription(name: "key", type: .string)])
+        func inserting(_ token: Int64, _ keys: [String?]) -> DidSave {
+            DidSave(token: HistoryToken(rawValue: token), storeIdentifier: "S", inserted: keys.enumerated().map { n, key in
+                ObjectChange(objectID: id(Int64(n + 1)), version: 1, changedKeys: [], values: key.map { RowSnapshot(version: 1, attributes: ["t", .string($0)], toOne: []) })
+            } + [ObjectChange(objectID: id(99, "Project"), version: 1, changedKeys: [], values: RowSnapshot(version: 1, attributes: ["x", "B-2"], toOne: []))])
+        }
+        let keys: [String?] = ["B-1", "B-2", "CAF\u{C9}", "B-3", nil]
+        let watched = InsertWatch(entity: entity, predicate: Key("key").in(["B-3", "B-2", "CAFE\u{301}"]))
+        let hub = NotificationHub()
+        let subscription = Subscription(registeredOnly: true, includeValues: true, pendingLimit: 100, insertWatch: watched, startToken: .zero)
+        hub.add(subscription)
+        hub.publish(inserting(1, keys))
+        guard case .save(let fromHub, _)? = await subscription.next() else { Issue.record("no save"); return }
+        // B-2 and B-3 in their order, and the insert without values (the subscriber checks it);
+        // not the other Unicode form of a key, nor a Project with that value.
+        #expect(fromHub.inserted.map(\.objectID) == [id(2), id(4), id(5)])
+        #expect(Subscription.filter(inserting(2, keys), to: [:], inserts: watched).inserted.map(\.objectID) == [id(2), id(4), id(5)])
+
+        let prefix = InsertWatch(entity: entity, predicate: Key("key").beginsWith("B-") && Key("title") == "t")
+        #expect(Subscription.filter(inserting(3, keys), to: [:], inserts: prefix, index: InsertIndex(inserting(3, keys).inserted)).inserted.map(\.objectID) == [id(1), id(2), id(4), id(5)])
+        #expect(Subscription.filter(inserting(4, keys), to: [:]).inserted.isEmpty)
+    }
+
     @Test("an object registered as a fault (version 0) gets its deletion but no updates until registered with a version; without versions, every change")
     func faultRegistrations() async throws {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
