@@ -57,7 +57,16 @@ public struct WireCoding: Sendable {
             if let data = Data(base64Encoded: s) { return .data(data) }
         default: break
         }
-        throw GraphError(.invalidArgument, "'\(attribute.name)' is \(attribute.type); \(json) cannot be one.")
+        let form = switch attribute.type {
+        case .date: " Give a date as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
+        case .data: " Give data as base64."
+        case .int64: " Give a whole number."
+        case .double: " Give a number."
+        case .bool: " Give true or false."
+        case .string: " Give a string."
+        }
+        let text = (try? JSONEncoder().encode(json)).map { String(decoding: $0, as: UTF8.self) } ?? "\(json)"
+        throw GraphError(.invalidArgument, "'\(attribute.name)' is \(attribute.type); \(text) cannot be one.\(form)")
     }
 
     /// A row from its JSON values.

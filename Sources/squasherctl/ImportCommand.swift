@@ -18,7 +18,7 @@ struct ImportCommand: ParsableCommand {
     @Argument(help: "The file to import, or - for standard input.")
     var file: String
 
-    @Option(help: "jira-json, jira-csv, bugzilla-csv or bugsquasher-ndjson (default: detected).")
+    @Option(help: "\(ImportFormat.names) (default: detected).")
     var format: String?
 
     @Option(parsing: .unconditional, help: "Records per chunk (default: the daemon's).")
@@ -33,6 +33,9 @@ struct ImportCommand: ParsableCommand {
     func validate() throws {
         if let chunkSize, !(1...100_000).contains(chunkSize) {
             throw ValidationError("--chunk-size must be between 1 and 100000.")
+        }
+        if let format, ImportFormat(rawValue: format) == nil {
+            throw ValidationError("Unknown --format '\(format)'; use one of \(ImportFormat.names), or leave it out to detect the format.")
         }
     }
 

@@ -4,6 +4,22 @@ import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 
+extension JobFollower {
+    /// Runs `message` and exits with 130 (the shell's status for SIGINT) on Ctrl-C, until the
+    /// returned source is cancelled; SIGINT's default action is restored then.
+    static func onInterrupt(_ message: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        source.setEventHandler {
+            message()
+            exit(128 + SIGINT)
+        }
+        source.setCancelHandler { signal(SIGINT, SIG_DFL) }
+        source.resume()
+        return source
+    }
+}
+
 /// Follows an import job to its end with `Jobs.Watch`, showing progress, and prints its
 /// summary. squasherd resumes a job by itself when it restarts, so a lost connection is not the
 /// end: the follower reconnects and goes on watching (for up to ``patience``).
@@ -14,8 +30,14 @@ struct JobFollower {
     let socket: Endpoint
     let progress: ProgressBar
 
-    /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished.
+    /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished. Ctrl-C stops the
+    /// watching, not the job, and says so.
     func follow(_ job: String) throws {
+        let interrupt = Self.onInterrupt { [progress] in
+            progress.clear()
+            printError("squasherctl: stopped waiting; job \(job) goes on in squasherd. Follow it with: squasherctl jobs \(job) --wait; stop it with: squasherctl abort \(job)")
+        }
+        defer { interrupt.cancel() }
         var final: WireJob?
         var first: (at: Date, job: WireJob)?
         var lostAt: ContinuousClock.Instant?

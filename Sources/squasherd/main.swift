@@ -50,7 +50,7 @@ struct Squasherd: AsyncParsableCommand {
         }
         let levelName = logLevel ?? configuration.logLevel
         guard let level = Logger.Level(rawValue: levelName) else {
-            throw ValidationError("Unknown log level '\(levelName)'; use trace, debug, info, notice, warning, error or critical.")
+            throw ValidationError("Unknown --log-level '\(levelName)'; use trace, debug, info, notice, warning, error or critical.")
         }
         let journal = JournalLogHandler.shouldUse()
         LoggingSystem.bootstrap { label in

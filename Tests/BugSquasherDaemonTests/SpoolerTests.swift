@@ -1,4 +1,5 @@
 @testable import BugSquasherDaemon
+import BugSquasherProtocol
 import CompressNIO
 import Foundation
 import NIOCore

@@ -396,6 +396,14 @@ struct SubscriptionTests {
         try "chunk_size = 300\n\nchunk_size = 400\n".write(toFile: path, atomically: true, encoding: .utf8)
         let twice = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         #expect(twice?.message.contains(":3: 'chunk_size' is set twice (first on line 1)") == true, "\(String(describing: twice))")
+        // A log level the daemon does not know is refused with the file it is in; so is a mode
+        // that is not octal.
+        try "log_level = loud\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let level = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(level?.message == "\(path): 'log_level = loud' is not a log level; use trace, debug, info, notice, warning, error or critical.", "\(String(describing: level))")
+        try "read_socket_mode = 0999\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let mode = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(mode?.message.contains("is not an octal mode like 0660") == true, "\(String(describing: mode))")
         try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         // A directory or a file that is not UTF-8 is named in the error, not left to Foundation.

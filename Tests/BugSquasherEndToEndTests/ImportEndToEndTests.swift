@@ -95,6 +95,10 @@ struct ImportEndToEndTests {
         let claimed = try ChildProcess(name: "import mislabeled", executable: Products.squasherctl, arguments: ["import", dir + "/g.csv", "--format", "jira-csv"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
         #expect(try await claimed.waitForExit() == 2)
         #expect(claimed.errorOutput.contains("looks like bugsquasher-ndjson"), "\(claimed.errorOutput)")
+        // An unknown --format is a usage error, named before anything is sent.
+        let unknownFormat = try ChildProcess(name: "import unknown format", executable: Products.squasherctl, arguments: ["import", dir + "/g.csv", "--format", "nope"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
+        #expect(try await unknownFormat.waitForExit() == 64)
+        #expect(unknownFormat.errorOutput.contains("Unknown --format 'nope'; use one of jira-json, jira-csv, bugzilla-csv, bugsquasher-ndjson"), "\(unknownFormat.errorOutput)")
 
         // A gzip file cut short fails the job instead of importing what it held up to the cut.
         let whole = try Data(contentsOf: URL(filePath: dir + "/e.csv.gz"))
@@ -402,6 +406,9 @@ struct AbortEndToEndTests {
         try await harness.ctl(["update", "AB-1", "details="])
         let row = try await harness.ctl(["get", "AB-1", "--json"]).joined()
         #expect(row.contains(#""details":"""#), "\(row)")
+        // A value of the wrong type says which form the attribute takes.
+        let date = try await harness.ctlError(["update", "AB-1", "created=yesterday"], expectStatus: 2)
+        #expect(date.contains(#"'created' is date; "yesterday" cannot be one. Give a date as ISO 8601 with a time zone: 2012-01-31T09:30:00Z"#), "\(date)")
         // A unique key cannot be emptied, blanked or given to a second bug; each says why.
         for blank in ["key=", "key=   "] {
             let refused = try await harness.ctlError(["update", "AB-1", blank], expectStatus: 2)
@@ -427,6 +434,24 @@ struct AbortEndToEndTests {
 }
 
 extension AbortEndToEndTests {
+    @Test("Ctrl-C of import --wait stops the waiting, not the job: it says so, with the commands to follow or stop the job, exits 130, and the job finishes")
+    func interruptedWait() async throws {
+        let harness = try await DaemonHarness(chunkSize: 20)
+        let count = 20_000
+        let records = (1...count).map { #"{"key":"CC-\#($0)","title":"interrupted \#($0)","status":"Open","project":{"key":"CC"}}"# }
+        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/big.ndjson", atomically: true, encoding: .utf8)
+        let waiter = try harness.startCtl("import --wait", ["import", harness.directory + "/big.ndjson", "--wait"])
+        try await waitForSubscriptions(1, on: harness.readSocket, startedBy: waiter)
+        waiter.signal(SIGINT)
+        #expect(try await waiter.waitForExit() == 130)
+        let said = waiter.errorOutput
+        let job = try #require(said.firstMatch(of: /job (\w+) goes on in squasherd/)?.1, "\(said)")
+        #expect(said.contains("squasherctl jobs \(job) --wait") && said.contains("squasherctl abort \(job)"), "\(said)")
+        let done = try await harness.ctl(["jobs", String(job), "--wait"])
+        #expect(done.last?.contains("finished: \(count) read, \(count) imported") == true, "\(done)")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("an upload that receives nothing for upload_idle_timeout is abandoned: its job ends aborted, its spool file goes, later bytes for it are refused, and the connection serves on")
     func idleUploadAbandoned() async throws {
         let harness = try await DaemonHarness(configuration: "upload_idle_timeout = 1\n")

@@ -1,4 +1,5 @@
 public import Foundation
+import Logging
 
 /// Where squasherd keeps its store and sockets, and its limits.
 ///
@@ -91,7 +92,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         func integer(_ key: String, radix: Int = 10) throws -> Int? {
             guard let text = file[key] else { return nil }
             guard let value = Int(text.hasPrefix("0o") ? String(text.dropFirst(2)) : text, radix: radix), value >= 0 else {
-                throw DaemonError("\(path): '\(key) = \(text)' is not a \(radix == 8 ? "octal mode like 0660" : "non-negative number").")
+                throw DaemonError("\(path): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number").")
             }
             return value
         }
@@ -116,7 +117,12 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = try integer("max_registrations_per_subscriber") { configuration.maximumRegistrationsPerSubscriber = value }
         if let value = try integer("max_registrations") { configuration.maximumRegistrations = value }
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
-        if let value = file["log_level"] { configuration.logLevel = value }
+        if let value = file["log_level"] {
+            guard Logger.Level(rawValue: value) != nil else {
+                throw DaemonError("\(path): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical.")
+            }
+            configuration.logLevel = value
+        }
         return configuration
     }
 

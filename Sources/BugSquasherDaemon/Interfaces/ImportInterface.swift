@@ -25,9 +25,9 @@ struct ImportInterface: VarlinkInterface {
         switch call.methodName {
         case "Begin":
             let parameters = try call.parameters(BeginImportParameters.self)
-            var format: InputFormat?
+            var format: ImportFormat?
             if let name = parameters.format, name != "auto" {
-                guard let known = InputFormat(rawValue: name) else { throw invalidInput("unknown format '\(name)'; use one of \(InputFormat.names), or leave it out to detect it") }
+                guard let known = ImportFormat(rawValue: name) else { throw invalidInput("unknown format '\(name)'; use one of \(ImportFormat.names), or leave it out to detect it") }
                 format = known
             }
             let chunkSize = parameters.chunkSize ?? configuration.chunkSize

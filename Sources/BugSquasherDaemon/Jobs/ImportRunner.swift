@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
+import BugSquasherProtocol
 import BugSquasherStack
 import Foundation
 import Logging
@@ -179,7 +180,7 @@ final class ImportRunner: Service {
         guard let (formatName, offset, linesRead, chunkSize, read, imported, rejected, total) = start else { return }
         var logger = self.logger
         logger[metadataKey: "job.id"] = "\(id)"
-        guard let format = InputFormat(rawValue: formatName) else {
+        guard let format = ImportFormat(rawValue: formatName) else {
             try await fail(id, "The job's format '\(formatName)' is unknown.", logger: logger)
             return
         }
@@ -428,11 +429,11 @@ struct ImportProgress: Sendable {
 /// only one read runs at a time.
 final class ChunkSource: Sendable {
     private let reader: Mutex<OffsetLineReader>
-    private let format: InputFormat
+    private let format: ImportFormat
     private let size: Int
     private let maximumRecordBytes: Int
 
-    init(reader: consuming sending OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) {
+    init(reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int) {
         self.reader = Mutex(reader)
         self.format = format
         self.size = size
@@ -448,7 +449,7 @@ final class ChunkSource: Sendable {
 
     /// Reads up to `size` records (non-empty lines), decoding each; undecodable ones become
     /// rejects with their line and reason.
-    private static func readChunk(_ reader: OffsetLineReader, format: InputFormat, size: Int, maximumRecordBytes: Int) throws -> ImportRunner.Chunk {
+    private static func readChunk(_ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int) throws -> ImportRunner.Chunk {
         var chunk = ImportRunner.Chunk()
         chunk.records.reserveCapacity(size)
         let decoder = JiraIssueDecoder()

@@ -14,7 +14,7 @@ struct JobBook: Sendable {
     let outcomes: UnrecordedFailures
 
     /// Creates a job in state `uploading`; returns its ID.
-    func create(name: String, format: InputFormat?, chunkSize: Int) async throws -> String {
+    func create(name: String, format: ImportFormat?, chunkSize: Int) async throws -> String {
         let id = String(UUID().uuidString.prefix(8)).lowercased()
         let context = stack.importerContext(name: "jobs")
         await context.perform { context in

@@ -1,4 +1,5 @@
 import BugSquasherImport
+import BugSquasherProtocol
 import CompressNIO
 import Foundation
 import NIOCore
@@ -10,7 +11,7 @@ import NIOCore
 actor Spooler {
     let jobID: String
     let path: String
-    private let declared: InputFormat?
+    private let declared: ImportFormat?
     private let maximumRecordBytes: Int
     private let handle: FileHandle
     private var output: [UInt8] = []
@@ -36,7 +37,7 @@ actor Spooler {
     /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
     /// an upload may arrive one byte at a time. `nil` once told.
     private var leadingBytes: [UInt8]? = []
-    private var format: InputFormat?
+    private var format: ImportFormat?
     private var splitter: JSONArraySplitter?
     private var csv: CSVParser?
     private var mapper: CSVBugMapper?
@@ -45,7 +46,7 @@ actor Spooler {
     private var abandonment: String?
 
     /// Creates the spool file.
-    init(jobID: String, directory: String, format: InputFormat?, maximumRecordBytes: Int) throws {
+    init(jobID: String, directory: String, format: ImportFormat?, maximumRecordBytes: Int) throws {
         self.jobID = jobID
         self.path = Self.path(job: jobID, in: directory)
         self.declared = format
@@ -71,7 +72,7 @@ actor Spooler {
     }
 
     /// The format, once known.
-    var detectedFormat: InputFormat? { format }
+    var detectedFormat: ImportFormat? { format }
 
     /// Takes the next bytes of the upload.
     ///
@@ -161,7 +162,7 @@ actor Spooler {
     private static let trailingData = DaemonError("The gzip data is followed by bytes that are not another gzip member (the file was appended to, or is not one gzip file). Nothing was imported; `gzip -t` checks a file.")
 
     /// Ends the upload; returns the format and the spooled size.
-    func finish() throws -> (InputFormat, Int64) {
+    func finish() throws -> (ImportFormat, Int64) {
         if let abandonment { throw UploadAbandoned(message: abandonment) }
         if let failure { throw DaemonError(failure) }
         if let held = leadingBytes, !held.isEmpty {
@@ -299,7 +300,7 @@ actor Spooler {
 
     /// The format of NDJSON whose first record cannot be parsed, from what it seems to hold: a
     /// Jira issue has `fields`; a record with neither `fields` nor `key` follows the declared format.
-    private func recordFormat(hasFields: Bool, hasKey: Bool) -> InputFormat {
+    private func recordFormat(hasFields: Bool, hasKey: Bool) -> ImportFormat {
         hasFields || (!hasKey && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
     }
 
@@ -314,7 +315,7 @@ actor Spooler {
             throw DaemonError("The input starts with blank lines only; there is nothing to import.")
         }
         let firstLine = Array(sniffed.split(separator: 0x0A, maxSplits: 1, omittingEmptySubsequences: true).first ?? [])
-        var detected: InputFormat
+        var detected: ImportFormat
         var layout: JSONArraySplitter.Layout?
         if first == UInt8(ascii: "[") {
             detected = declared == .bugsquasherNDJSON ? .bugsquasherNDJSON : .jiraJSON
@@ -346,14 +347,14 @@ actor Spooler {
                 detected = .jiraJSON
                 layout = .searchResponse
             } else {
-                throw DaemonError("The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(InputFormat.names).")
+                throw DaemonError("The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(ImportFormat.names).")
             }
         } else {
             var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
             let header = (probe.feed(sniffed) + (final ? probe.finish() : [])).first
             guard case .fields(let names, _)? = header, let flavor = CSVBugMapper.detect(header: names) else {
                 let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map { $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0) }.joined()
-                throw DaemonError("The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(InputFormat.names).")
+                throw DaemonError("The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names).")
             }
             detected = flavor == .jira ? .jiraCSV : .bugzillaCSV
         }

@@ -1,18 +1,9 @@
-import BugSquasherJSON
 import BugSquasherImport
+import BugSquasherJSON
+import BugSquasherProtocol
 import Foundation
 
-/// The input formats an import accepts.
-enum InputFormat: String, Sendable, CaseIterable {
-    /// Jira REST JSON: one issue per line, a JSON array, or a search response with `issues`.
-    case jiraJSON = "jira-json"
-    /// A Jira CSV export.
-    case jiraCSV = "jira-csv"
-    /// A Bugzilla CSV export.
-    case bugzillaCSV = "bugzilla-csv"
-    /// BugSquasher's own NDJSON: one `BugRecord` per line.
-    case bugsquasherNDJSON = "bugsquasher-ndjson"
-
+extension ImportFormat {
     /// How the spool of a job in this format is read: each line a Jira issue, a `BugRecord`, or
     /// a CSV envelope (`{"_line": N, "record": …}` / `{"_line": N, "_reject": "…"}`).
     enum SpoolLines: Sendable { case jira, record, envelope }
@@ -24,9 +15,6 @@ enum InputFormat: String, Sendable, CaseIterable {
         case .jiraCSV, .bugzillaCSV: .envelope
         }
     }
-
-    /// The formats, for messages.
-    static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
 }
 
 /// A CSV row converted at upload time, as it is spooled.
