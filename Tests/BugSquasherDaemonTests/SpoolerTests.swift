@@ -100,4 +100,27 @@ struct SpoolerTests {
         let error = await #expect(throws: DaemonError.self) { _ = try await spooler.finish() }
         #expect(error?.message.contains("line 3") == true, "\(String(describing: error))")
     }
+
+    @Test("UTF-16 and UTF-32 input, with or without a byte order mark, is named with the iconv command that converts it; UTF-8 with a mark is read")
+    func wideEncodings() async throws {
+        let text = #"{"key":"U-1","title":"t","status":"Open","project":{"key":"U"}}"# + "\n"
+        let cases: [(String.Encoding, String)] = [(.utf16LittleEndian, "UTF-16LE"), (.utf16BigEndian, "UTF-16BE"), (.utf16, "UTF-16LE"), (.utf32LittleEndian, "UTF-32LE"), (.utf32BigEndian, "UTF-32BE")]
+        for (encoding, name) in cases {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let spooler = try Spooler(jobID: "wide", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+            let bytes = try #require(text.data(using: encoding))
+            let error = await #expect(throws: DaemonError.self) {
+                try await spooler.append(Array(bytes))
+                _ = try await spooler.finish()
+            }
+            #expect(error?.message.contains("The input is \(name)") == true && error?.message.contains("iconv -f \(name) -t UTF-8") == true, "\(name): \(String(describing: error))")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let spooler = try Spooler(jobID: "bom", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+        try await spooler.append([0xEF, 0xBB, 0xBF] + Array(text.utf8))
+        #expect(try await spooler.finish().0 == .bugsquasherNDJSON)
+    }
+
 }

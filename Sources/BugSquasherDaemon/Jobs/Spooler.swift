@@ -304,12 +304,32 @@ actor Spooler {
         hasFields || (!hasKey && declared == .jiraJSON) ? .jiraJSON : .bugsquasherNDJSON
     }
 
+    /// "UTF-16LE", "UTF-32BE", …, when the first bytes are text in a wider encoding than UTF-8:
+    /// a byte order mark, or ASCII characters each followed (or preceded) by zero bytes.
+    static func wideEncoding(of bytes: [UInt8]) -> String? {
+        if bytes.starts(with: [0xFF, 0xFE, 0, 0]) { return "UTF-32LE" }
+        if bytes.starts(with: [0, 0, 0xFE, 0xFF]) { return "UTF-32BE" }
+        if bytes.starts(with: [0xFF, 0xFE]) { return "UTF-16LE" }
+        if bytes.starts(with: [0xFE, 0xFF]) { return "UTF-16BE" }
+        guard bytes.count >= 4 else { return nil }
+        switch (bytes[0] != 0, bytes[1] != 0, bytes[2] != 0, bytes[3] != 0) {
+        case (true, false, false, false): return "UTF-32LE"
+        case (false, false, false, true): return "UTF-32BE"
+        case (true, false, true, false): return "UTF-16LE"
+        case (false, true, false, true): return "UTF-16BE"
+        default: return nil
+        }
+    }
+
     /// Decides the format from the first bytes (or checks the declared one against them).
     private func decide(final: Bool) throws {
         decided = true
         // A UTF-8 byte order mark (editors on Windows write one) is not part of the data. Taken
         // off here, once, with every sniffed byte: an upload may split it across two chunks.
         if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
+        if let encoding = Self.wideEncoding(of: sniffed) {
+            throw DaemonError("The input is \(encoding) text; BugSquasher reads UTF-8 (and plain ASCII). Convert it first, for instance: iconv -f \(encoding) -t UTF-8 FILE > FILE.utf8")
+        }
         guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09].contains($0) }) else {
             if final { return }
             throw DaemonError("The input starts with blank lines only; there is nothing to import.")
