@@ -466,6 +466,15 @@ extension AbortEndToEndTests {
         #expect(waiter.errorOutput.contains("No bytes arrived for 1 s"), "\(waiter.errorOutput)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
         try await harness.waitForDaemonLog("upload abandoned: idle too long")
+        // Another write connection can abort an upload, but not feed or commit it.
+        let owned = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "owned", format: nil, chunkSize: nil), as: JobParameter.self).job
+        let intruder = try BlockingVarlinkClient(path: harness.writeSocket)
+        for (method, parameters) in [("io.bugsquasher.Import.Append", #"{"job":"\#(owned)","data":"\#(first)"}"#), ("io.bugsquasher.Import.Commit", #"{"job":"\#(owned)"}"#)] {
+            let intrusion = #expect(throws: VarlinkError.self) { _ = try intruder.call(method, try JSONDecoder().decode(JSONValue.self, from: Data(parameters.utf8)), as: JSONValue.self) }
+            #expect(intrusion?.parameters["message"]?.stringValue?.contains("was begun on another connection") == true, "\(method): \(String(describing: intrusion))")
+        }
+        _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: owned, data: first), as: BytesReply.self)
+        _ = try intruder.call("io.bugsquasher.Import.Abort", JobParameter(job: owned), as: JSONValue.self)
         // The hung client's next bytes are refused, saying the upload has ended, on a connection
         // that still works.
         let refused = #expect(throws: VarlinkError.self) {

@@ -39,7 +39,7 @@ struct ImportInterface: VarlinkInterface {
             let name = String(parameters.name.prefix(500))
             let job = try await book.create(name: name, format: format, chunkSize: chunkSize)
             do {
-                uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes))
+                uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
                 // An upload lives as long as the connection that began it: a client that goes
                 // away without Commit leaves no open spool file and no job stuck "uploading".
                 let logger = context.logger
@@ -61,7 +61,7 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(JobParameter(job: job))
         case "Append":
             let parameters = try call.parameters(AppendParameters.self)
-            let spooler = try await upload(parameters.job, book: book)
+            let spooler = try await upload(parameters.job, book: book, on: context.connection)
             guard let data = Data(base64Encoded: parameters.data) else { throw invalidInput("data is not base64") }
             try await append([UInt8](data), to: spooler, book: book, logger: context.logger)
             try await replier.reply(BytesReply(bytes: data.count))
@@ -70,12 +70,12 @@ struct ImportInterface: VarlinkInterface {
                 throw invalidInput("Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append")
             }
             let job = try call.parameters(JobParameter.self).job
-            let spooler = try await upload(job, book: book)
+            let spooler = try await upload(job, book: book, on: context.connection)
             context.connection.upgrade(to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
             try await replier.reply(Empty())
         case "Commit":
             let job = try call.parameters(JobParameter.self).job
-            try await commit(try await upload(job, book: book), book: book, logger: context.logger)
+            try await commit(try await upload(job, book: book, on: context.connection), book: book, logger: context.logger)
             try await replier.reply(JobParameter(job: job))
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
@@ -173,8 +173,15 @@ struct ImportInterface: VarlinkInterface {
     }
 
     /// The upload in progress of `job`; a job whose upload has ended is named as such.
-    private func upload(_ job: String, book: JobBook) async throws -> Spooler {
-        if let spooler = uploads.get(job) { return spooler }
+    /// The upload of `job`, for the connection that began it: another connection may abort it
+    /// (as `squasherctl abort` does), but not send its bytes or commit it.
+    private func upload(_ job: String, book: JobBook, on connection: VarlinkConnection) async throws -> Spooler {
+        if let (spooler, owner) = uploads.get(job) {
+            guard owner === connection else {
+                throw invalidInput("job \(job)'s upload was begun on another connection; only that connection sends its bytes and commits it (a client that lost its connection begins a new upload)")
+            }
+            return spooler
+        }
         if let ended = try await book.job(job) {
             throw invalidInput("job \(job) is \(ended.state): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more")
         }
@@ -283,6 +290,8 @@ final class UploadRegistry: Sendable {
 
     private struct Upload {
         var spooler: Spooler
+        /// The connection that began it, the only one that may send its bytes and commit it.
+        var owner: VarlinkConnection
         var lastActivity: ContinuousClock.Instant
     }
 
@@ -299,8 +308,8 @@ final class UploadRegistry: Sendable {
     /// How many uploads are in progress.
     var count: Int { uploads.withLock { $0.count } }
 
-    func add(_ spooler: Spooler) { uploads.withLock { $0[spooler.jobID] = Upload(spooler: spooler, lastActivity: .now) } }
-    func get(_ job: String) -> Spooler? { uploads.withLock { $0[job]?.spooler } }
+    func add(_ spooler: Spooler, owner: VarlinkConnection) { uploads.withLock { $0[spooler.jobID] = Upload(spooler: spooler, owner: owner, lastActivity: .now) } }
+    func get(_ job: String) -> (Spooler, owner: VarlinkConnection)? { uploads.withLock { $0[job].map { ($0.spooler, $0.owner) } } }
     @discardableResult func remove(_ job: String) -> Spooler? { uploads.withLock { $0.removeValue(forKey: job)?.spooler } }
 
     /// Notes that `job`'s upload received bytes.
