@@ -177,15 +177,21 @@ public final class BlockingVarlinkClient: Sendable {
     public func stream<P: Encodable>(_ method: String, _ parameters: P, _ body: (VarlinkReply) throws -> Bool) throws {
         try fd.withLock { fd in
             if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
-            try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, more: true))
             var first = true
-            defer { if let timeout, !first { Self.setTimeout(fd, SO_RCVTIMEO, timeout) } }
-            while true {
-                let reply = try decodeReply(try receive(fd), of: method)
-                if first, timeout != nil { Self.setTimeout(fd, SO_RCVTIMEO, .zero) }
-                first = false
-                if let error = reply.error { throw error }
-                guard try body(reply), reply.continues else { return }
+            defer { if let timeout, !first, fd >= 0 { Self.setTimeout(fd, SO_RCVTIMEO, timeout) } }
+            do {
+                try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, more: true))
+                while true {
+                    let reply = try decodeReply(try receive(fd), of: method)
+                    if first, timeout != nil { Self.setTimeout(fd, SO_RCVTIMEO, .zero) }
+                    first = false
+                    if let error = reply.error { throw error }
+                    guard try body(reply), reply.continues else { return }
+                }
+            } catch let error as TransportError {
+                // A reply may still come (late, or the rest of one): not to the next call.
+                disconnect(&fd)
+                throw error
             }
         }
     }

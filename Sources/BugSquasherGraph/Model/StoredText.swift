@@ -28,7 +28,15 @@ public struct StoredText: Sendable, Hashable, Comparable, CustomStringConvertibl
 
     /// Byte order, which for UTF-8 is the order of the Unicode scalar values.
     public static func < (lhs: StoredText, rhs: StoredText) -> Bool {
-        lhs.string.utf8.lexicographicallyPrecedes(rhs.string.utf8)
+        let compared: Bool?? = lhs.string.utf8.withContiguousStorageIfAvailable { left in
+            rhs.string.utf8.withContiguousStorageIfAvailable { right in
+                let common = min(left.count, right.count)
+                let order = common == 0 ? 0 : memcmp(left.baseAddress!, right.baseAddress!, common)
+                return order != 0 ? order < 0 : left.count < right.count
+            }
+        }
+        if let compared, let compared { return compared }
+        return lhs.string.utf8.lexicographicallyPrecedes(rhs.string.utf8)
     }
 
     /// Hashes the UTF-8 bytes.
