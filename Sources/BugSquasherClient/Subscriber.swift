@@ -120,12 +120,26 @@ public final class Subscriber: Sendable {
     /// The token of the newest save merged (what a restart passes as `since`).
     public var lastToken: HistoryToken? { state.withLock { $0.token } }
 
+    /// Called with each event inside the context's isolation, right after the merge that made it.
+    public typealias RefreshHandler = @Sendable (_ context: isolated ObjectContext, _ event: RefreshEvent) -> Void
+
     /// Follows the change feed until the task is cancelled, reconnecting after failures.
-    public func run() async throws {
+    ///
+    /// - Parameter onRefresh: called with each event inside the context's isolation, right after
+    ///   the merge, where the refreshed objects can be read at once: that saves a consumer of
+    ///   ``refreshes`` its hop to its own task and back into the context for every event. With
+    ///   it, events do not go to ``refreshes``.
+    ///
+    /// ```swift
+    /// try await subscriber.run { context, event in
+    ///     for id in event.refreshed { print((context.registeredObject(for: id) as? Bug)?.title ?? "") }
+    /// }
+    /// ```
+    public func run(onRefresh: RefreshHandler? = nil) async throws {
         var delay = Duration.milliseconds(100)
         while !Task.isCancelled {
             do {
-                try await followFeed()
+                try await followFeed(onRefresh: onRefresh)
                 state.withLock { $0.subscription = nil }
                 delay = .milliseconds(100)
             } catch is CancellationError {
@@ -151,7 +165,7 @@ public final class Subscriber: Sendable {
         refreshContinuation.finish()
     }
 
-    private func followFeed() async throws {
+    private func followFeed(onRefresh: RefreshHandler?) async throws {
         let held = store.heldVersions()
         let heldVersions = Dictionary(held, uniquingKeysWith: max)
         let parameters = SubscribeParameters(
@@ -178,12 +192,17 @@ public final class Subscriber: Sendable {
                     guard let wire = event.save else { continue }
                     let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
                     store.noteVersions(didSave)
-                    let result = await context.merge(didSave)
-                    if event.event == "save" { state.withLock { $0.token = didSave.token } }
                     let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
-                    if !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty {
-                        refreshContinuation.yield(RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: event.event == "refresh"))
+                    let isCatchUp = event.event == "refresh"
+                    let refresh = await context.perform { context -> RefreshEvent? in
+                        let result = context.merge(didSave)
+                        guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty else { return nil }
+                        let refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
+                        onRefresh?(context, refresh)
+                        return refresh
                     }
+                    if !isCatchUp { state.withLock { $0.token = didSave.token } }
+                    if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
                 case "resync":
                     logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
                     // Resume after what was merged; the daemon's token may be older when it

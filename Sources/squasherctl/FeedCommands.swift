@@ -8,6 +8,7 @@ import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 import Logging
+import Synchronization
 import UnixSignals
 
 /// `squasherctl watch`: prints the change feed. It follows the daemon across restarts and
@@ -161,34 +162,42 @@ struct SubscribeCommand: AsyncParsableCommand {
         }
         // The subscriber's feed starts at the token it connected at, before this fetch: a bug
         // created after it is among the feed's inserts, and is picked up there.
-        let initial = try await Self.hold(keys, in: subscriber)
+        let keys = self.keys
+        let initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others, and \(missing.count == 1 ? "it" : "those") once created") }
         let token = try? subscriber.lastToken ?? subscriber.store.currentHistoryToken()
         emit(Event(event: "ready", token: token?.rawValue, bugs: initial))
         do {
+            // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
+            // isolation only, where each event is handled as it is merged.
+            let held = Mutex((missing: missing, keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })))
             try await untilSignal {
-                var missing = missing
-                var keysByID = Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })
-                try await withThrowingDiscardingTaskGroup { group in
-                    group.addTask { try await subscriber.run() }
-                    for await refresh in subscriber.refreshes {
-                        let bugs = await subscriber.context.perform { context in
-                            refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
-                        }
-                        // A held bug that is deleted is waited for again under its key.
-                        for id in refresh.deleted { if let key = keysByID.removeValue(forKey: id.uriString) { missing.insert(key) } }
-                        if !bugs.isEmpty || !refresh.deleted.isEmpty {
-                            emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
-                        }
-                        guard !missing.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) else { continue }
-                        let added = try await Self.hold(Array(missing), in: subscriber)
-                        for bug in added {
-                            missing.remove(bug.key)
-                            keysByID[bug.id] = bug.key
-                        }
-                        if !added.isEmpty { emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
+                try await subscriber.run { context, refresh in
+                    let bugs = refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
+                    // A held bug that is deleted is waited for again under its key.
+                    let waiting = held.withLock { held in
+                        for id in refresh.deleted { if let key = held.keysByID.removeValue(forKey: id.uriString) { held.missing.insert(key) } }
+                        return held.missing
                     }
+                    if !bugs.isEmpty || !refresh.deleted.isEmpty {
+                        emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+                    }
+                    guard !waiting.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) else { return }
+                    let added: [BugState]
+                    do {
+                        added = try Self.hold(Array(waiting), in: context)
+                    } catch {
+                        printError("squasherctl: could not fetch the bugs created for \(waiting.sorted().joined(separator: ", ")): \(error)")
+                        return
+                    }
+                    held.withLock { held in
+                        for bug in added {
+                            held.missing.remove(bug.key)
+                            held.keysByID[bug.id] = bug.key
+                        }
+                    }
+                    if !added.isEmpty { emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
                 }
             }
         } catch is CancellationError {}
@@ -198,12 +207,10 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     /// Fetches the bugs with these keys into the subscriber's context, which registers them with
     /// squasherd: their changes reach the subscriber from then on.
-    private static func hold(_ keys: [String], in subscriber: Subscriber) async throws -> [BugState] {
-        try await subscriber.context.perform { context in
-            var request = FetchRequest<Bug>(predicate: Key("key").in(keys.map { .string($0) }), sort: [Key("key").ascending])
-            request.returnsObjectsAsFaults = false
-            return try context.fetch(request).map { Self.state($0) }
-        }
+    private static func hold(_ keys: [String], in context: isolated ObjectContext) throws -> [BugState] {
+        var request = FetchRequest<Bug>(predicate: Key("key").in(keys.map { .string($0) }), sort: [Key("key").ascending])
+        request.returnsObjectsAsFaults = false
+        return try context.fetch(request).map { Self.state($0) }
     }
 
     private static func state(_ bug: Bug) -> BugState {
