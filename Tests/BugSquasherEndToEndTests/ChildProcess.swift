@@ -222,6 +222,15 @@ final class DaemonHarness: Sendable {
         try await daemon.waitForErrorOutput(containing: text, timeout: timeout)
     }
 
+    /// Writes `count` BugSquasher NDJSON records, keys `PREFIX-1`… in project `PREFIX`, to a file
+    /// in the harness's directory; returns its path and the records.
+    func writeRecords(_ name: String, count: Int, prefix: String, title: String) throws -> (path: String, records: [String]) {
+        let records = (1...count).map { #"{"key":"\#(prefix)-\#($0)","title":"\#(title) \#($0)","status":"Open","project":{"key":"\#(prefix)"}}"# }
+        let path = directory + "/" + name
+        try (records.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        return (path, records)
+    }
+
     /// Runs squasherctl to completion; returns its stdout lines, throwing on another exit status.
     @discardableResult
     func ctl(_ arguments: [String], expectStatus: Int32 = 0) async throws -> [String] {

@@ -381,9 +381,8 @@ struct AbortEndToEndTests {
     func abortRunningImport() async throws {
         let harness = try await DaemonHarness(chunkSize: 20)
         let count = 20_000
-        let records = (1...count).map { #"{"key":"AB-\#($0)","title":"abort \#($0)","status":"Open","project":{"key":"AB"}}"# }
-        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/big.ndjson", atomically: true, encoding: .utf8)
-        let job = try #require(try await harness.ctl(["import", harness.directory + "/big.ndjson"]).last)
+        let (path, records) = try harness.writeRecords("big.ndjson", count: count, prefix: "AB", title: "abort")
+        let job = try #require(try await harness.ctl(["import", path]).last)
         // Strike once the job has committed a few chunks (one Watch reply per commit).
         try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
             try reply.parameters(JobReply.self).job.imported < 100
@@ -438,9 +437,8 @@ extension AbortEndToEndTests {
     func interruptedWait() async throws {
         let harness = try await DaemonHarness(chunkSize: 20)
         let count = 20_000
-        let records = (1...count).map { #"{"key":"CC-\#($0)","title":"interrupted \#($0)","status":"Open","project":{"key":"CC"}}"# }
-        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/big.ndjson", atomically: true, encoding: .utf8)
-        let waiter = try harness.startCtl("import --wait", ["import", harness.directory + "/big.ndjson", "--wait"])
+        let path = try harness.writeRecords("big.ndjson", count: count, prefix: "CC", title: "interrupted").path
+        let waiter = try harness.startCtl("import --wait", ["import", path, "--wait"])
         try await waitForSubscriptions(1, on: harness.readSocket, startedBy: waiter)
         waiter.signal(SIGINT)
         #expect(try await waiter.waitForExit() == 130)
