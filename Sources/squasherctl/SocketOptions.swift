@@ -13,7 +13,9 @@ struct SocketOptions: ParsableArguments {
     var timeout: Double = 60
 
     func validate() throws {
-        guard timeout.isFinite, timeout >= 0 else { throw ValidationError("--timeout takes seconds, 0 or more (0 waits as long as it takes).") }
+        guard timeout.isFinite, (0...1_000_000).contains(timeout) else {
+            throw ValidationError("--timeout takes seconds, from 0 (wait as long as it takes) to 1000000.")
+        }
     }
 
     var directory: String {

@@ -70,7 +70,9 @@ struct ImpostorPeerTests {
         #expect(otherErrors.contains("has parameters this program cannot read ('"), "\(otherErrors)")
         #expect(!otherErrors.contains("DecodingError"), "\(otherErrors)")
 
-        let (badStatus, badErrors) = try await ctl(["status", "--socket", silent.path, "--timeout", "-1"])
-        #expect(badStatus == 64, "\(badErrors)")
+        for bad in ["-1", "1e300", "nan"] {
+            let (badStatus, badErrors) = try await ctl(["status", "--socket", silent.path, "--timeout", bad])
+            #expect(badStatus == 64 && badErrors.contains("--timeout"), "\(bad): \(badErrors)")
+        }
     }
 }
