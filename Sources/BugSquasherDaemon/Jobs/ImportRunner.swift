@@ -255,9 +255,17 @@ final class ImportRunner: Service {
     }
 
     /// Records that job `id` ended in `state` and removes its spooled input.
+    ///
+    /// A job that did not finish loses its spool first, so that whoever is told it ended (a
+    /// `jobs --wait`) finds the spool gone; should squasherd die in between, the job resumes,
+    /// finds no spool, and fails for that. A finished job is recorded first: resumed without its
+    /// spool, it would fail although every record was imported (a spool left behind is swept
+    /// at the next start).
     private func end(_ id: String, state: String, error: String? = nil) async throws {
+        let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
+        if state != "finished" { try? FileManager.default.removeItem(atPath: spool) }
         try await book.end(id, as: state, error: error)
-        try? FileManager.default.removeItem(atPath: Spooler.path(job: id, in: configuration.spoolDirectory))
+        if state == "finished" { try? FileManager.default.removeItem(atPath: spool) }
         progressHandler(nil)
     }
 
