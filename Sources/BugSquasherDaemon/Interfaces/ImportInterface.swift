@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherProtocol
+import BugSquasherSQLite
 import BugSquasherStack
 import BugSquasherVarlink
 import Foundation
@@ -121,6 +122,17 @@ struct ImportInterface: VarlinkInterface {
         }
         if let unique = entity.uniqueKey, case .string(let text)? = values[unique], text.allSatisfy(\.isWhitespace) {
             throw invalidInput("'\(unique)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value")
+        }
+        // Attributes only, on an SQLite store: read, changed and written in one write
+        // transaction, without a context. Relationships go through a context, which keeps both
+        // sides of them.
+        if let store = stack.store as? SQLiteStore, values.keys.allSatisfy({ entity.attribute(named: $0) != nil }) {
+            var attributes: [String: Value] = [:]
+            for (key, json) in values { attributes[key] = try await mapGraphErrors { try WireCoding.decode(json, as: entity.attribute(named: key)!) } }
+            if let didSave = try await mapGraphErrors({ try store.edit(id, attributes: attributes) }) {
+                return UpdateReply(version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
+            }
+            return UpdateReply(version: try store.newValues(for: [id])[id]?.version ?? 0, token: try store.currentHistoryToken().rawValue)
         }
         let editor = newEditor("varlink-update")
         try await mapGraphErrors { try await editor.perform { context in

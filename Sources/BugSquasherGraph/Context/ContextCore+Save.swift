@@ -8,11 +8,8 @@ extension ContextCore {
         var problems: [String] = []
         for object in inserted + updated {
             for (index, attribute) in object.entity.attributes.enumerated() {
-                let value = object.values[index]
-                if value.isNull {
-                    if !attribute.isOptional { problems.append("\(object.entity.name).\(attribute.name) is required but nil on \(object.objectID)") }
-                } else if value.type != attribute.type && !(attribute.type == .double && value.type == .int64) {
-                    problems.append("\(object.entity.name).\(attribute.name) is \(attribute.type) but holds \(value) on \(object.objectID)")
+                if let problem = attribute.problem(storing: object.values[index], in: object.entity.name, of: object.objectID) {
+                    problems.append(problem)
                 }
             }
         }

@@ -53,6 +53,19 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
     }
 }
 
+extension AttributeDescription {
+    /// What is wrong with storing `value` in this attribute of object `id` (of entity `entity`),
+    /// if anything: a nil in a required attribute, or a value of another type (an integer in a
+    /// double attribute is fine). Saves refuse such values, naming the problem.
+    public func problem(storing value: Value, in entity: String, of id: ObjectID) -> String? {
+        if value.isNull {
+            return isOptional ? nil : "\(entity).\(name) is required but nil on \(id)"
+        }
+        guard value.type != type, !(type == .double && value.type == .int64) else { return nil }
+        return "\(entity).\(name) is \(type) but holds \(value) on \(id)"
+    }
+}
+
 /// What happens to related objects when an object is deleted.
 public enum DeleteRule: String, Sendable, Hashable, Codable {
     /// Remove the deleted object from the inverse relationship of each related object.

@@ -1,0 +1,76 @@
+import BugSquasherGraph
+import BugSquasherModel
+import BugSquasherSQLite
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("SQLite store: single edits")
+struct StoreEditTests {
+    @Test("an edit reads, changes and writes one row in one transaction: version bumped, only changed keys named, a history row and the commit observers, as a save; nothing written when nothing changes; a context holding the object sees it as a change made elsewhere")
+    func edits() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-edit-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(url: directory.appendingPathComponent("store.sqlite"))
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        let observed = Mutex<[DidSave]>([])
+        store.observeCommits { didSave in observed.withLock { $0.append(didSave) } }
+
+        let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, name: "test")
+        await context.perform { context in
+            let project = context.insert(Project.self)
+            project.key = "E"
+            for key in ["E-1", "E-2"] {
+                let bug = context.insert(BugSquasherModel.Bug.self)
+                bug.key = key
+                bug.title = "before"
+                bug.status = "Open"
+                bug.project = project
+            }
+        }
+        try await context.save()
+        let ids = try await context.perform { context in
+            try context.fetch(FetchRequest<BugSquasherModel.Bug>(sort: [Key("key").ascending])).map(\.objectID)
+        }
+        let (id, otherID) = (ids[0], ids[1])
+        let saves = observed.withLock { $0.count }
+
+        let edited = try store.edit(id, attributes: ["status": "Closed", "title": "before"])
+        let didSave = try #require(edited)
+        #expect(didSave.updated.map(\.objectID) == [id])
+        #expect(didSave.updated.first?.version == 2)
+        #expect(didSave.updated.first?.changedKeys == ["status"])
+        #expect(didSave.updated.first?.values?.attributes.contains(Value.string("Closed")) == true)
+        #expect(try store.newValues(for: [id])[id]?.version == 2)
+        #expect(try store.currentHistoryToken() == didSave.token)
+        #expect(observed.withLock { $0.count } == saves + 1 && observed.withLock { $0.last?.token } == didSave.token)
+
+        // Nothing changes: nothing is written.
+        #expect(try store.edit(id, attributes: ["status": "Closed"]) == nil)
+        #expect(try store.currentHistoryToken() == didSave.token)
+
+        // Refused, naming why: a missing object, a nil in a required attribute, another type,
+        // an unknown attribute, a unique key another object has.
+        let missing = ObjectID(store: id.storeIdentifier, entity: "Bug", primaryKey: 999)
+        #expect(throws: GraphError.self) { try store.edit(missing, attributes: ["status": "x"]) }
+        for (attributes, code) in [(["status": Value.null], GraphError.Code.validation), (["status": .int64(3)], .validation), (["colour": "red"], .invalidArgument), (["key": "E-2"], .constraintViolation)] {
+            let error = #expect(throws: GraphError.self) { try store.edit(id, attributes: attributes) }
+            #expect(error?.code == code, "\(attributes): \(String(describing: error))")
+        }
+        #expect(try store.newValues(for: [otherID])[otherID]?.version == 1)
+
+        // The context that holds the bug saved at version 1: its next save of it meets version
+        // 2, and its merge policy keeps the edit's status beside its own title.
+        try await context.perform { context in
+            let bug = try context.existingObject(with: id)
+            bug["title"] = "after"
+        }
+        try await context.save()
+        let row = try #require(try store.newValues(for: [id])[id])
+        let entity = BugModel.model.entity(named: "Bug")!
+        #expect(row.attributes[entity.attributeIndex["status"]!] == "Closed")
+        #expect(row.attributes[entity.attributeIndex["title"]!] == "after")
+        #expect(row.version == 3)
+    }
+}
