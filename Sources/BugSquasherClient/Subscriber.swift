@@ -173,52 +173,49 @@ public final class Subscriber: Sendable {
             register: held.map { $0.0.uriString }, versions: held.map(\.1),
             insertsOf: insertsOf, insertsMatching: insertsMatching?.text
         )
-        // The feed is read on a thread of its own, straight from the socket: every event of a
-        // subscriber passes through here, and an event loop and channel in between cost a
-        // quarter of its CPU.
-        let replies = try BlockingVarlinkClient.streamOnThread(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters)
-        defer { replies.close() }
-        for try await reply in replies {
-            state.withLock { $0.bytesReceived += reply.message.count + 1 }
-            let event = try reply.parameters(SubscribeReply.self)
-            switch event.event {
-            case "subscribed":
-                state.withLock { state in
-                    state.subscription = event.subscription
-                    if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
-                    // Everything held was in the Subscribe call; only later changes (a
-                    // registration, a fault that loaded since) are pending.
-                    state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
+        try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
+            for try await reply in replies {
+                state.withLock { $0.bytesReceived += reply.message.count + 1 }
+                let event = try reply.parameters(SubscribeReply.self)
+                switch event.event {
+                case "subscribed":
+                    state.withLock { state in
+                        state.subscription = event.subscription
+                        if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
+                        // Everything held was in the Subscribe call; only later changes (a
+                        // registration, a fault that loaded since) are pending.
+                        state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
+                    }
+                    // Versions held now may be older than the store's: ask for a catch-up.
+                    try sendRegistrations(added: held.filter { $0.1 > 0 }, removed: [])
+                case "save", "refresh":
+                    guard let wire = event.save else { continue }
+                    let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
+                    store.noteVersions(didSave)
+                    let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
+                    let isCatchUp = event.event == "refresh"
+                    let refresh = await context.perform { context -> RefreshEvent? in
+                        let result = context.merge(didSave)
+                        guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty else { return nil }
+                        let refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
+                        onRefresh?(context, refresh)
+                        return refresh
+                    }
+                    if !isCatchUp { state.withLock { $0.token = didSave.token } }
+                    if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
+                case "resync":
+                    logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
+                    // Resume after what was merged; the daemon's token may be older when it
+                    // dropped the mailbox during a history replay.
+                    if let from = event.resyncFrom {
+                        state.withLock { $0.token = max($0.token ?? .zero, HistoryToken(rawValue: from)) }
+                    }
+                    return
+                default:
+                    continue
                 }
-                // Versions held now may be older than the store's: ask for a catch-up.
-                try sendRegistrations(added: held.filter { $0.1 > 0 }, removed: [])
-            case "save", "refresh":
-                guard let wire = event.save else { continue }
-                let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
-                store.noteVersions(didSave)
-                let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
-                let isCatchUp = event.event == "refresh"
-                let refresh = await context.perform { context -> RefreshEvent? in
-                    let result = context.merge(didSave)
-                    guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty else { return nil }
-                    let refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
-                    onRefresh?(context, refresh)
-                    return refresh
-                }
-                if !isCatchUp { state.withLock { $0.token = didSave.token } }
-                if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
-            case "resync":
-                logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
-                // Resume after what was merged; the daemon's token may be older when it
-                // dropped the mailbox during a history replay.
-                if let from = event.resyncFrom {
-                    state.withLock { $0.token = max($0.token ?? .zero, HistoryToken(rawValue: from)) }
-                }
-                return
-            default:
-                continue
+                try flushRegistrations()
             }
-            try flushRegistrations()
         }
     }
 

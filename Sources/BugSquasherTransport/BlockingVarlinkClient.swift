@@ -22,8 +22,6 @@ public final class BlockingVarlinkClient: Sendable {
     /// takes.
     public let timeout: Duration?
     private let fd: Mutex<CInt>
-    /// The descriptor, readable without the lock that a blocked call holds (for ``interrupt()``).
-    private let currentDescriptor = Atomic<CInt>(-1)
     private let buffer = Mutex<[UInt8]>([])
 
     /// Connects.
@@ -35,87 +33,10 @@ public final class BlockingVarlinkClient: Sendable {
     public init(path: String, timeout: Duration? = nil) throws {
         self.path = path
         self.timeout = timeout
-        let descriptor = try Self.connect(path, timeout: timeout)
-        fd = Mutex(descriptor)
-        currentDescriptor.store(descriptor, ordering: .releasing)
+        fd = Mutex(try Self.connect(path, timeout: timeout))
     }
 
-    /// Ends the call blocked on this client, from another thread: its connection is shut down,
-    /// and the call throws a ``TransportError``. The next call connects again.
-    public func interrupt() {
-        let descriptor = currentDescriptor.load(ordering: .acquiring)
-        if descriptor >= 0 { shutdown(descriptor, CInt(SHUT_RDWR)) }
-    }
-
-    /// The replies of a streaming call, read on a thread of their own: no event loop and no
-    /// channel between the socket and the task that consumes them. Up to `readAhead` replies
-    /// are read before the consumer takes them; beyond that the thread waits, and the daemon's
-    /// backpressure (coalescing, resync) applies as with any slow reader. The call ends, and its
-    /// connection closes, when the consumer calls ``ThreadedReplies/close()`` (do, when it stops
-    /// iterating before the end) or its task is cancelled.
-    ///
-    /// - Throws: from the sequence, the call's error reply (``VarlinkError``) or a
-    ///   ``TransportError``.
-    public static func streamOnThread<P: Encodable & Sendable>(
-        path: String, method: String, parameters: P, readAhead: Int = 64
-    ) throws -> ThreadedReplies {
-        let client = try BlockingVarlinkClient(path: path)
-        let (stream, continuation) = AsyncThrowingStream<VarlinkReply, any Error>.makeStream()
-        let credit = DispatchSemaphore(value: readAhead)
-        let ended = Atomic<Bool>(false)
-        let end: @Sendable () -> Void = {
-            ended.store(true, ordering: .releasing)
-            client.interrupt()
-            credit.signal()
-        }
-        continuation.onTermination = { _ in end() }
-        let thread = Thread {
-            do {
-                try client.stream(method, parameters) { reply in
-                    credit.wait()
-                    guard !ended.load(ordering: .acquiring) else { return false }
-                    continuation.yield(reply)
-                    return true
-                }
-                continuation.finish()
-            } catch {
-                continuation.finish(throwing: error)
-            }
-        }
-        thread.name = "varlink-stream"
-        thread.start()
-        return ThreadedReplies(stream: stream, credit: credit, end: end)
-    }
-
-    /// The replies of ``streamOnThread(path:method:parameters:readAhead:)``.
-    public struct ThreadedReplies: AsyncSequence, Sendable {
-        public typealias Element = VarlinkReply
-        let stream: AsyncThrowingStream<VarlinkReply, any Error>
-        let credit: DispatchSemaphore
-        let end: @Sendable () -> Void
-
-        /// Ends the call: the reading thread stops and the connection closes.
-        public func close() { end() }
-
-        public func makeAsyncIterator() -> Iterator { Iterator(base: stream.makeAsyncIterator(), credit: credit) }
-
-        /// The iterator: each reply taken lets the reading thread read one more.
-        public struct Iterator: AsyncIteratorProtocol {
-            var base: AsyncThrowingStream<VarlinkReply, any Error>.AsyncIterator
-            let credit: DispatchSemaphore
-
-            public mutating func next() async throws -> VarlinkReply? {
-                guard let reply = try await base.next() else { return nil }
-                credit.signal()
-                return reply
-            }
-        }
-    }
-
-    deinit {
-        currentDescriptor.store(-1, ordering: .releasing)
-        fd.withLock { if $0 >= 0 { _ = close($0) } }
-    }
+    deinit { fd.withLock { if $0 >= 0 { _ = close($0) } } }
 
     static func connect(_ path: String, timeout: Duration? = nil) throws -> CInt {
         let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
@@ -198,7 +119,7 @@ public final class BlockingVarlinkClient: Sendable {
     public func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
         let message = try VarlinkCall.encode(method: method, parameters: parameters)
         let reply = try fd.withLock { fd -> Data in
-            if fd < 0 { fd = try reconnect() }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             do {
                 try send(fd, message)
                 return try receive(fd)
@@ -224,7 +145,7 @@ public final class BlockingVarlinkClient: Sendable {
     ) throws {
         precondition(window >= 1, "a pipeline needs a window of at least one call")
         try fd.withLock { fd in
-            if fd < 0 { fd = try reconnect() }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             do {
                 var unanswered = 0
                 var exhausted = false
@@ -255,7 +176,7 @@ public final class BlockingVarlinkClient: Sendable {
     /// the wait for the first reply; the next ones are waited for as long as it takes.
     public func stream<P: Encodable>(_ method: String, _ parameters: P, _ body: (VarlinkReply) throws -> Bool) throws {
         try fd.withLock { fd in
-            if fd < 0 { fd = try reconnect() }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             var first = true
             defer { if let timeout, !first, fd >= 0 { Self.setTimeout(fd, SO_RCVTIMEO, timeout) } }
             do {
@@ -283,7 +204,7 @@ public final class BlockingVarlinkClient: Sendable {
     ///   ``TransportError``, or what `body` throws.
     public func upgrade<P: Encodable, R>(_ method: String, _ parameters: P, body: (UpgradedConnection) throws -> R) throws -> R {
         try fd.withLock { fd in
-            if fd < 0 { fd = try reconnect() }
+            if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             defer { disconnect(&fd) }
             try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, upgrade: true))
             let reply = try decodeReply(try receive(fd), of: method)
@@ -314,18 +235,8 @@ public final class BlockingVarlinkClient: Sendable {
         }
     }
 
-    /// A new connection, after the last one was closed.
-    private func reconnect() throws -> CInt {
-        let descriptor = try Self.connect(path, timeout: timeout)
-        currentDescriptor.store(descriptor, ordering: .releasing)
-        return descriptor
-    }
-
     /// Closes the connection and drops what was read from it; the next call connects again.
     private func disconnect(_ fd: inout CInt) {
-        // Forgotten before it is closed: ``interrupt()`` must never shut down a descriptor
-        // number that another open reused.
-        currentDescriptor.store(-1, ordering: .releasing)
         close(fd)
         fd = -1
         buffer.withLock { $0.removeAll() }

@@ -431,48 +431,4 @@ struct SubscriberEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
-
-    @Test("a feed read on its own thread ends, and its connection closes, when the consumer closes it early or its task is cancelled; squasherd then counts no subscription")
-    func threadedFeedEnds() async throws {
-        let harness = try await DaemonHarness()
-        func subscriptions() throws -> Int {
-            try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers
-        }
-        /// squasherd drops a subscription when it notices the connection closed: a bounded
-        /// poll, since nothing announces it.
-        func waitForNoSubscriptions() async throws {
-            let deadline = ContinuousClock.now + .seconds(30)
-            while try subscriptions() > 0 {
-                guard ContinuousClock.now < deadline else { throw HarnessError("squasherd still counts \(try subscriptions()) subscription(s)") }
-                try await Task.sleep(for: .milliseconds(10))
-            }
-        }
-        // Closed after the first reply, as the client library does on a resync.
-        let replies = try BlockingVarlinkClient.streamOnThread(path: harness.readSocket, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters())
-        for try await reply in replies {
-            #expect(try reply.parameters(SubscribeReply.self).event == "subscribed")
-            break
-        }
-        #expect(try subscriptions() == 1)
-        replies.close()
-        try await waitForNoSubscriptions()
-
-        // Cancelled while it waits for a save that never comes.
-        let waiting = Task {
-            let replies = try BlockingVarlinkClient.streamOnThread(path: harness.readSocket, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters())
-            var events = 0
-            for try await _ in replies { events += 1 }
-            return events
-        }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try subscriptions() < 1 {
-            guard ContinuousClock.now < deadline else { throw HarnessError("the feed never subscribed") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        waiting.cancel()
-        _ = try? await waiting.value
-        try await waitForNoSubscriptions()
-        #expect(try await harness.stop() == 0)
-    }
-
 }
