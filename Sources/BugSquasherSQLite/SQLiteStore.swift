@@ -15,7 +15,7 @@ import Synchronization
 /// let store = try SQLiteStore(url: URL(filePath: "/var/lib/squasherd/bugs.sqlite"))
 /// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
 /// ```
-public final class SQLiteStore: IncrementalStore, CommitObservable {
+public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEditable {
     public var storeType: String { "SQLite" }
 
     /// The store file.
@@ -325,26 +325,15 @@ public final class SQLiteStore: IncrementalStore, CommitObservable {
         }
     }
 
-    /// Edits the attributes of one object in a single write transaction: its row is read there,
-    /// `attributes` applied, and the row written with its version bumped and a history row, as a
-    /// save of it would be (commit observers see it as any save). No other write can come
-    /// between the read and the write, so there is no conflict to resolve; a context that holds
-    /// the object sees the new version as any change made elsewhere. An edit that changes
-    /// nothing writes nothing and returns `nil`.
-    ///
-    /// A single edit this way runs through far less than a context's fetch and save: squasherd
-    /// answers `Import.Update` of attributes with it. (Relationships are left to contexts, which
-    /// keep both sides of them.)
-    ///
-    /// - Throws: ``GraphError`` with ``GraphError/Code/objectNotFound`` when the object does not
-    ///   exist; ``GraphError/Code/validation`` for a nil in a required attribute or a value of
-    ///   another type; ``GraphError/Code/constraintViolation`` when a unique key would repeat.
+    // One edit runs through far less here than a context's fetch and save: one transaction
+    // reads the row and writes it (see ``AttributeEditable``).
     public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
         let state = try requireLoaded()
         let store = state.metadata.storeIdentifier
-        guard !id.isTemporary, id.storeIdentifier == store, let sql = state.statements[id.entityName] else {
+        guard !id.isTemporary, id.storeIdentifier == store else {
             throw GraphError(.invalidArgument, "\(id) is not an object of this store.")
         }
+        let sql = try statements(for: id, in: state)
         let entity = sql.entity
         var changes: [(index: Int, value: Value)] = []
         for (name, value) in attributes.sorted(by: { $0.key < $1.key }) {

@@ -1,7 +1,6 @@
 import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherProtocol
-import BugSquasherSQLite
 import BugSquasherStack
 import BugSquasherVarlink
 import Foundation
@@ -123,17 +122,28 @@ struct ImportInterface: VarlinkInterface {
         if let unique = entity.uniqueKey, case .string(let text)? = values[unique], text.allSatisfy(\.isWhitespace) {
             throw invalidInput("'\(unique)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value")
         }
-        // Attributes only, on an SQLite store: read, changed and written in one write
-        // transaction, without a context. Relationships go through a context, which keeps both
-        // sides of them.
-        if let store = stack.store as? SQLiteStore, values.keys.allSatisfy({ entity.attribute(named: $0) != nil }) {
-            var attributes: [String: Value] = [:]
-            for (key, json) in values { attributes[key] = try await mapGraphErrors { try WireCoding.decode(json, as: entity.attribute(named: key)!) } }
-            if let didSave = try await mapGraphErrors({ try store.edit(id, attributes: attributes) }) {
-                return UpdateReply(version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
+        let didSave: DidSave?
+        let attributes = values.keys.compactMap { entity.attribute(named: $0) }
+        if let store = stack.store as? any AttributeEditable, attributes.count == values.count {
+            // Attributes only: read, changed and written in one write transaction of the store,
+            // without a context.
+            let changes = try await mapGraphErrors {
+                try Dictionary(uniqueKeysWithValues: attributes.map { ($0.name, try WireCoding.decode(values[$0.name]!, as: $0)) })
             }
-            return UpdateReply(version: try store.newValues(for: [id])[id]?.version ?? 0, token: try store.currentHistoryToken().rawValue)
+            didSave = try await mapGraphErrors { try store.edit(id, attributes: changes) }
+        } else {
+            didSave = try await editInContext(id, entity: entity, values: values)
         }
+        guard let didSave else {
+            // The values were already the stored ones: nothing was saved.
+            return UpdateReply(version: try stack.store.newValues(for: id)?.version ?? 0, token: try stack.store.currentHistoryToken().rawValue)
+        }
+        return UpdateReply(version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
+    }
+
+    /// Applies `values` (attributes and to-one relationships) to one object in a fresh editor
+    /// context and saves it, which also updates the other side of each relationship changed.
+    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue]) async throws -> DidSave? {
         let editor = newEditor("varlink-update")
         try await mapGraphErrors { try await editor.perform { context in
             let object = try context.existingObject(with: id)
@@ -153,11 +163,7 @@ struct ImportInterface: VarlinkInterface {
                 }
             }
         } }
-        guard let didSave = try await mapGraphErrors({ try await editor.save() }) else {
-            // The values were already the stored ones: nothing was saved.
-            return UpdateReply(version: try stack.store.newValues(for: id)?.version ?? 0, token: try stack.store.currentHistoryToken().rawValue)
-        }
-        return UpdateReply(version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
+        return try await mapGraphErrors { try await editor.save() }
     }
 
     /// A fresh writer-side context (object-trump, like an editor) for one edit: an edit that
@@ -184,9 +190,9 @@ struct ImportInterface: VarlinkInterface {
         return id
     }
 
-    /// The upload in progress of `job`; a job whose upload has ended is named as such.
-    /// The upload of `job`, for the connection that began it: another connection may abort it
-    /// (as `squasherctl abort` does), but not send its bytes or commit it.
+    /// The upload in progress of `job`, for the connection that began it: another connection may
+    /// abort it (as `squasherctl abort` does), but not send its bytes or commit it. A job whose
+    /// upload has ended is named as such.
     private func upload(_ job: String, book: JobBook, on connection: VarlinkConnection) async throws -> Spooler {
         if let (spooler, owner) = uploads.get(job) {
             guard owner === connection else {

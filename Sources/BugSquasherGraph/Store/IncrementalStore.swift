@@ -59,6 +59,22 @@ public protocol CommitObservable: Sendable {
     func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void)
 }
 
+/// A store that edits the attributes of one object in a single write transaction, without a
+/// context: the short path for one edit (`Import.Update` in squasherd).
+public protocol AttributeEditable: Sendable {
+    /// Reads the object's row, applies `attributes` (by name) and writes it with its version
+    /// bumped and a history row, all in one write transaction, as a save of it would be (commit
+    /// observers see it as any save). No other write can come between the read and the write,
+    /// so there is no conflict to resolve; a context that holds the object sees the new version
+    /// as any change made elsewhere. An edit that changes nothing writes nothing and returns
+    /// `nil`. Relationships are left to contexts, which keep both sides of them.
+    ///
+    /// - Throws: ``GraphError`` with ``GraphError/Code/objectNotFound`` when the object does not
+    ///   exist; ``GraphError/Code/validation`` for a nil in a required attribute or a value of
+    ///   another type; ``GraphError/Code/constraintViolation`` when a unique key would repeat.
+    func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave?
+}
+
 extension IncrementalStore {
     /// The current values of one object, or `nil` when it has no row.
     public func newValues(for objectID: ObjectID) throws -> RowSnapshot? {
