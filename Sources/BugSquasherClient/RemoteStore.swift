@@ -24,6 +24,8 @@ public final class RemoteStore: IncrementalStore {
     struct State {
         var coding: WireCoding?
         var storeIdentifier = ""
+        /// The history token `Store.Info` answered when the metadata was loaded.
+        var loadedToken: HistoryToken?
         var registrations: [ObjectID: Int] = [:]
         /// Registered IDs: the version last loaded (none: a fault).
         var versions: [ObjectID: Int64] = [:]
@@ -97,6 +99,7 @@ public final class RemoteStore: IncrementalStore {
         state.withLock { state in
             state.coding = WireCoding(model: model)
             state.storeIdentifier = info.storeIdentifier
+            state.loadedToken = HistoryToken(rawValue: info.token)
         }
         return StoreMetadata(storeIdentifier: info.storeIdentifier, storeType: storeType, modelVersionHash: info.modelVersionHash)
     }
@@ -120,7 +123,7 @@ public final class RemoteStore: IncrementalStore {
         // squasherd caps one reply (10,000 rows, 100,000 IDs) and says `more` when the cap cut
         // it: the pages are fetched until the limit or the end, so a fetch is never cut short.
         // (Pages are separate reads: a commit between two of them can shift the offsets.)
-        var reply = FetchReply()
+        var (ids, rows, count) = ([String](), [WireRow](), 0)
         var received = 0
         while true {
             let page: FetchReply = try call("io.bugsquasher.Store.Fetch", FetchParameters(
@@ -129,22 +132,22 @@ public final class RemoteStore: IncrementalStore {
                 limit: fetch.limit.map { $0 - received }, offset: fetch.offset + received, result: result
             ))
             state.withLock { $0.statistics.fetches += 1 }
-            reply.count = page.count
-            if let ids = page.ids { reply.ids = (reply.ids ?? []); reply.ids!.append(contentsOf: ids) }
-            if let rows = page.rows { reply.rows = (reply.rows ?? []); reply.rows!.append(contentsOf: rows) }
+            count = page.count ?? 0
+            ids += page.ids ?? []
+            rows += page.rows ?? []
             let pageSize = (page.ids?.count ?? 0) + (page.rows?.count ?? 0)
             received += pageSize
             guard page.more == true, pageSize > 0 else { break }
         }
         switch fetch.resultType {
-        case .count: return .fetched(.count(reply.count ?? 0))
-        case .objectIDs: return .fetched(.objectIDs(try (reply.ids ?? []).map(parse)))
+        case .count: return .fetched(.count(count))
+        case .objectIDs: return .fetched(.objectIDs(try ids.map(parse)))
         case .rows:
-            let rows = try (reply.rows ?? []).map { row in
+            let decoded = try rows.map { row in
                 StoreRow(objectID: try parse(row.id), snapshot: try coding.decodeRow(row.values, version: row.version, entity: entity))
             }
-            record(rows)
-            return .fetched(.rows(rows))
+            record(decoded)
+            return .fetched(.rows(decoded))
         }
     }
 
@@ -262,6 +265,11 @@ public final class RemoteStore: IncrementalStore {
         let reply: HistoryReply = try call("io.bugsquasher.Changes.History", HistoryParameters(after: token.rawValue, limit: limit))
         return try reply.saves.map { try coding.decode($0, storeIdentifier: store) }
     }
+
+    /// The store's newest history token when a coordinator loaded its metadata (one round trip
+    /// fewer than ``currentHistoryToken()`` for a caller that only needs a token from about
+    /// then); `nil` before that.
+    public var tokenAtLoad: HistoryToken? { state.withLock { $0.loadedToken } }
 
     public func currentHistoryToken() throws -> HistoryToken {
         let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())

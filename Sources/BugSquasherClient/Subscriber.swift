@@ -101,7 +101,7 @@ public final class Subscriber: Sendable {
         context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
         // A consumer that stops reading keeps the newest events only, not an unbounded backlog.
         (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self, bufferingPolicy: .bufferingNewest(10_000))
-        state = Mutex(State(token: try since ?? store.currentHistoryToken()))
+        state = Mutex(State(token: try since ?? store.tokenAtLoad ?? store.currentHistoryToken()))
         let registrar = Registrar()
         store.registrationSink.withLock { sink in
             sink = { [weak registrar] added, removed in registrar?.subscriber?.queue(added: added, removed: removed) }

@@ -166,8 +166,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         let initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others, and \(missing.count == 1 ? "it" : "those") once created") }
-        let token = try? subscriber.lastToken ?? subscriber.store.currentHistoryToken()
-        emit(Event(event: "ready", token: token?.rawValue, bugs: initial))
+        emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
         do {
             // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
             // isolation only, where each event is handled as it is merged.
