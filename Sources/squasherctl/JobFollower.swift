@@ -4,22 +4,6 @@ import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 
-extension JobFollower {
-    /// Runs `message` and exits with 130 (the shell's status for SIGINT) on Ctrl-C, until the
-    /// returned source is cancelled; SIGINT's default action is restored then.
-    static func onInterrupt(_ message: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
-        signal(SIGINT, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        source.setEventHandler {
-            message()
-            exit(128 + SIGINT)
-        }
-        source.setCancelHandler { signal(SIGINT, SIG_DFL) }
-        source.resume()
-        return source
-    }
-}
-
 /// Follows an import job to its end with `Jobs.Watch`, showing progress, and prints its
 /// summary. squasherd resumes a job by itself when it restarts, so a lost connection is not the
 /// end: the follower reconnects and goes on watching (for up to ``patience``).
@@ -103,6 +87,22 @@ struct JobFollower {
             eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
         }
         progress.show(label: "importing", done: job.bytesDone, total: job.bytesTotal, unit: "bytes", extra: "\(job.recordsRead) records, \(Int(rate))/s\(eta)")
+    }
+}
+
+extension JobFollower {
+    /// Runs `message` and exits with 130 (the shell's status for SIGINT) on Ctrl-C, until the
+    /// returned source is cancelled; SIGINT's default action is restored then.
+    static func onInterrupt(_ message: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        source.setEventHandler {
+            message()
+            exit(128 + SIGINT)
+        }
+        source.setCancelHandler { signal(SIGINT, SIG_DFL) }
+        source.resume()
+        return source
     }
 }
 

@@ -344,8 +344,13 @@ final class Subscription: Sendable {
 /// One save's inserts by the value of one attribute, built on first use during one publish and
 /// shared by the subscribers that watch for inserts.
 final class InsertIndex {
+    private struct Column: Hashable {
+        let entity: String
+        let attribute: Int
+    }
+
     private let inserted: [ObjectChange]
-    private var built: [String: (byValue: [Value: [Int]], valueless: [Int])] = [:]
+    private var built: [Column: (byValue: [Value: [Int]], valueless: [Int])] = [:]
 
     init(_ inserted: [ObjectChange]) {
         self.inserted = inserted
@@ -354,7 +359,7 @@ final class InsertIndex {
     /// Positions in the save's inserts of `entity`'s objects, by the value of `attribute`; and
     /// those that carry no values.
     func positions(of entity: String, attribute: Int) -> (byValue: [Value: [Int]], valueless: [Int]) {
-        let key = "\(entity)#\(attribute)"
+        let key = Column(entity: entity, attribute: attribute)
         if let index = built[key] { return index }
         var byValue: [Value: [Int]] = [:]
         var valueless: [Int] = []
