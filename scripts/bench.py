@@ -265,18 +265,29 @@ class Subscribers:
             event = json.loads(line)
             with self.cond:
                 kind = event["event"]
+                # The waiting thread is woken only when what it waits for may have come, not
+                # for each of 100 subscribers' events: woken every time, it took the CPU the
+                # subscribers still refreshing needed.
+                wake = False
                 if kind == "ready":
                     self.ready += 1
+                    wake = self.ready == len(self.procs)
                 if kind in ("ready", "refresh", "catch-up"):
                     for bug in event.get("bugs") or []:
                         self.held[i][bug["key"]] = (bug["id"], bug["version"])
                         if bug["key"] == self.mark_key:
-                            self.marks.setdefault(bug["status"], {})[i] = event["at"]
+                            marks = self.marks.setdefault(bug["status"], {})
+                            marks[i] = event["at"]
+                            wake = wake or len(marks) == len(self.procs)
                     if kind != "ready":
                         self.refreshes[i] += 1
                 elif kind == "stats":
                     self.stats[i] = event
-                self.cond.notify_all()
+                    wake = len(self.stats) == len(self.procs)
+                if wake:
+                    self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
 
     def wait_ready(self, timeout=120):
         with self.cond:

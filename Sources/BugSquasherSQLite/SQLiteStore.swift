@@ -424,8 +424,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             try db.cachedStatement(sql: "INSERT OR IGNORE INTO \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) (src, dst) VALUES (?, ?)")
                 .execute(arguments: [link.source.key, link.destination.key])
         }
-        try db.execute(sql: "INSERT INTO bs_history (committed_at, payload) VALUES (?, ?)",
-                       arguments: [Date().timeIntervalSince1970, HistoryCoding.encode(didSave)])
+        try db.cachedStatement(sql: "INSERT INTO bs_history (committed_at, payload) VALUES (?, ?)")
+            .execute(arguments: [Date().timeIntervalSince1970, HistoryCoding.encode(didSave)])
         didSave.token = HistoryToken(rawValue: db.lastInsertedRowID)
         let handlers = commitHandlers.withLock { $0 }
         if !handlers.isEmpty {
