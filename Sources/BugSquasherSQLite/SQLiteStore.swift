@@ -109,6 +109,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if isNewFile && logSize > 0 {
             throw GraphError(.invalidStore, "\(url.path) is empty, but its write-ahead log \(url.path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
         }
+        if logSize > Self.walHeaderSize, let problem = Self.walHeaderProblem(path: url.path + "-wal") {
+            throw GraphError(.invalidStore, "The write-ahead log \(url.path)-wal (\(logSize) bytes) \(problem). SQLite would ignore the whole log and discard every change it holds, which can be most of the store. Restore the store and its -wal from a backup; or, to accept losing what the log holds, move \(url.path)-wal away and start again.")
+        }
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
         configuration.label = "bugsquasher.sqlite"
@@ -128,6 +131,45 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         } catch {
             throw GraphError(.storeIO, "Could not open the store at \(url.path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
         }
+    }
+
+    /// The bytes of a write-ahead log's header.
+    static let walHeaderSize = 32
+
+    /// Why a write-ahead log's header is not one SQLite would apply (a wrong magic number,
+    /// format version or page size, or a checksum that does not match), or `nil` for a sound
+    /// one. SQLite ignores a log whose header fails these checks, with every commit in it,
+    /// without a word. See https://www.sqlite.org/fileformat.html#the_write_ahead_log.
+    static func walHeaderProblem(path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let header = try? handle.read(upToCount: walHeaderSize), header.count == walHeaderSize else {
+            return "has a header cut short"
+        }
+        let bytes = [UInt8](header)
+        func bigEndian(_ offset: Int) -> UInt32 {
+            bytes[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
+        }
+        let magic = bigEndian(0)
+        guard magic == 0x377F_0682 || magic == 0x377F_0683 else { return "does not start with a write-ahead log's magic number (it is damaged)" }
+        guard bigEndian(4) == 3_007_000 else { return "has an unknown format version (it is damaged)" }
+        let pageSize = bigEndian(8)
+        guard pageSize == 1 || (pageSize >= 512 && pageSize <= 32_768 && pageSize & (pageSize - 1) == 0) else {
+            return "has an impossible page size (it is damaged)"
+        }
+        // Fibonacci-weighted sums of the first 24 bytes as 32-bit words, in the byte order the
+        // magic number's low bit names.
+        var s1: UInt32 = 0
+        var s2: UInt32 = 0
+        for offset in stride(from: 0, to: 24, by: 8) {
+            let (x0, x1) = magic & 1 == 1
+                ? (bigEndian(offset), bigEndian(offset + 4))
+                : (bigEndian(offset).byteSwapped, bigEndian(offset + 4).byteSwapped)
+            s1 = s1 &+ x0 &+ s2
+            s2 = s2 &+ x1 &+ s1
+        }
+        guard s1 == bigEndian(24), s2 == bigEndian(28) else { return "has a header whose checksum does not match (it is damaged)" }
+        return nil
     }
 
     /// What to do when SQLite cannot open the store, by its result code.
@@ -162,6 +204,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                     guard try db.tableExists("bs_metadata") else {
                         guard try isEmpty(db) else {
                             throw GraphError(.invalidStore, "\(url.path) is an SQLite database but not a BugSquasher store (it has no bs_metadata table). Point the store at a new or empty file.")
+                        }
+                        // A store's tables can live in its write-ahead log alone until the first
+                        // checkpoint: a store file copied without its -wal, or whose -wal was lost,
+                        // has a header and no tables. Created anew, it would be served as an empty
+                        // store in place of the one that was there.
+                        guard isNewFile else {
+                            throw GraphError(.invalidStore, "\(url.path) is an SQLite file with no tables, so it is not a new store: its tables were in a write-ahead log (\(url.path)-wal) that is missing or was not applied, for example a store file copied without its -wal. Restore the store together with its -wal from a backup; or, if the store was created moments ago and squasherd stopped before its first save, delete the file to start over.")
                         }
                         try SQLSchema.create(model, in: db)
                         let metadata = StoreMetadata(storeIdentifier: UUID().uuidString, storeType: storeType, modelVersionHash: model.versionHash)

@@ -282,7 +282,7 @@ public final class BlockingVarlinkClient: Sendable {
                     throw TransportError("No answer from \(path) within \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
                 }
                 guard n > 0 else {
-                    throw TransportError(n == 0 ? "squasherd closed the connection on \(path)." : "Reading from \(path) failed: \(String(cString: strerror(errno))).")
+                    throw n == 0 ? TransportError.closedBeforeAnswering(path) : TransportError("Reading from \(path) failed: \(String(cString: strerror(errno))).")
                 }
                 buffer.append(contentsOf: chunk[..<n])
             }

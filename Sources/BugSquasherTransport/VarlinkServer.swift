@@ -339,6 +339,11 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     /// Creates an error.
     public init(_ message: String) { self.message = message }
     public var description: String { message }
+
+    /// squasherd closed the connection at `path` before answering a call.
+    public static func closedBeforeAnswering(_ path: String) -> TransportError {
+        TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.")
+    }
 }
 
 /// Whether a streaming call is running on a connection: from its call until its last reply

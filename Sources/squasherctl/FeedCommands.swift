@@ -70,10 +70,18 @@ struct WatchCommand: AsyncParsableCommand {
                 } catch let error as TransportError where !connected {
                     printError("squasherctl: \(error.message)")
                     throw Exit.unreachable
-                } catch where connected {
+                } catch where !connected {
+                    // Reset by the daemon before it answered (NIO's IOError).
+                    printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message) (\(error))")
+                    throw Exit.unreachable
+                } catch {
                     // squasherd went away, or is not back yet: retry below.
                 }
-                guard connected else { return }
+                guard connected else {
+                    // The feed ended before it began: squasherd closed the connection at once.
+                    printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message)")
+                    throw Exit.unreachable
+                }
                 if !interrupted {
                     FileHandle.standardError.write(Data("the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n".utf8))
                     interrupted = true
@@ -282,3 +290,4 @@ extension SubscribeCommand.Event: JSONWritable {
 private func validateToken(_ since: Int64?) throws {
     if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
 }
+

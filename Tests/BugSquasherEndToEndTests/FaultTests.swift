@@ -76,6 +76,90 @@ struct FaultTests {
         try await expectRefusal(state: base + "/state7", run: base + "/run7", "/run7/squasherd.sock is a directory")
     }
 
+    @Test("a store whose write-ahead log is damaged, or that lost its log, is refused instead of being served as a new empty store")
+    func damagedOrMissingLog() async throws {
+        // A daemon killed before its first checkpoint leaves the store's tables and rows in the
+        // -wal alone (the store file is a header).
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("small.ndjson", count: 200, prefix: "WAL", title: "kept in the log")
+        try await harness.ctl(["import", records.path, "--wait"])
+        harness.daemon.signal(SIGKILL)
+        _ = try await harness.daemon.waitForExit()
+        let state = harness.directory + "/state"
+        let log = state + "/bugs.sqlite-wal"
+        #expect((try FileManager.default.attributesOfItem(atPath: log)[.size] as? Int ?? 0) > 32)
+        func copyState(_ name: String) throws -> String {
+            let copy = harness.directory + "/" + name
+            try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+            for file in ["bugs.sqlite", "bugs.sqlite-wal"] {
+                try FileManager.default.copyItem(atPath: state + "/" + file, toPath: copy + "/" + file)
+            }
+            return copy
+        }
+
+        // One byte of the log's header changed (its first salt): SQLite would skip the whole log.
+        let flipped = try copyState("flipped")
+        let handle = try #require(FileHandle(forUpdatingAtPath: flipped + "/bugs.sqlite-wal"))
+        try handle.seek(toOffset: 20)
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: 20)
+        try handle.write(contentsOf: Data([~byte]))
+        try handle.close()
+        let flippedSize = try FileManager.default.attributesOfItem(atPath: flipped + "/bugs.sqlite-wal")[.size] as? Int
+        try await expectRefusal(state: flipped, run: harness.directory + "/r1", "has a header whose checksum does not match")
+        // Refused before SQLite touched it: the log is still all there.
+        #expect((try FileManager.default.attributesOfItem(atPath: flipped + "/bugs.sqlite-wal")[.size] as? Int) == flippedSize)
+
+        // The store file copied without its log.
+        let alone = try copyState("alone")
+        try FileManager.default.removeItem(atPath: alone + "/bugs.sqlite-wal")
+        try await expectRefusal(state: alone, run: harness.directory + "/r2", "is an SQLite file with no tables, so it is not a new store")
+
+        // The untouched store starts, with every record.
+        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
+        try await restarted.waitForErrorOutput(containing: "ready")
+        let listed = try await harness.ctl(["list", "--limit", "1000"])
+        #expect(listed.filter { $0.contains("kept in the log") }.count == 200, "\(listed.suffix(3))")
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
+        try? FileManager.default.removeItem(atPath: harness.directory)
+    }
+
+    @Test("a store that another program keeps locked when an upload ends: the job fails with the reason instead of staying uploading, its spool goes, and a wait on it returns")
+    func uploadEndsWhileTheStoreIsLocked() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("locked.ndjson", count: 50, prefix: "LCK", title: "never queued")
+        // The program that will lock the store starts first, so that it holds no copy of the
+        // upload's input pipe (which would keep squasherctl from ever reading its end).
+        let lockerInput = Pipe()
+        let locker = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [harness.directory + "/state/bugs.sqlite"], stdin: lockerInput.fileHandleForReading)
+        let input = Pipe()
+        let upload = try ChildProcess(name: "squasherctl import", executable: Products.squasherctl, arguments: ["import", "-", "--name", "locked", "--format", "bugsquasher-ndjson", "--wait"],
+                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.fileHandleForReading)
+        try input.fileHandleForWriting.write(contentsOf: try Data(contentsOf: URL(filePath: records.path)))
+        try await harness.waitForDaemonLog("upload started")
+        // Another program takes the write lock, for longer than squasherd's 30 s busy timeout.
+        try lockerInput.fileHandleForWriting.write(contentsOf: Data("BEGIN EXCLUSIVE;\n.print locked\n".utf8))
+        _ = try await locker.waitForLine { $0 == "locked" }
+        try input.fileHandleForWriting.close()
+        #expect(try await upload.waitForExit(timeout: .seconds(90)) == 2)
+        #expect(upload.errorOutput.contains("The upload arrived whole, but the job could not be queued"), "\(upload.errorOutput)")
+        #expect(upload.errorOutput.contains("database is locked"), "\(upload.errorOutput)")
+        try lockerInput.fileHandleForWriting.write(contentsOf: Data("COMMIT;\n.quit\n".utf8))
+        #expect(try await locker.waitForExit(timeout: .seconds(60)) == 0, "\(locker.errorOutput)")
+
+        let jobs = try await harness.ctl(["jobs"])
+        let line = try #require(jobs.first { $0.contains("locked") }, "\(jobs)")
+        #expect(line.contains("failed"), "\(line)")
+        let job = String(line.split(separator: " ").first ?? "")
+        // Waiting on it returns at once with the failure.
+        let waited = try await harness.ctlError(["jobs", job, "--wait"], expectStatus: 2)
+        #expect(waited.contains("could not be queued"), "\(waited)")
+        let spool = (try? FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool")) ?? []
+        #expect(spool.filter { $0.hasPrefix(job) }.isEmpty, "\(spool)")
+        #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
+    }
+
     @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")
     func oneDaemonPerStore() async throws {
         let harness = try await DaemonHarness()

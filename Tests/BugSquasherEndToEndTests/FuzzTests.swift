@@ -286,6 +286,12 @@ struct FuzzTests {
         #expect(held.count == 100)
         #expect(refused == 20)
         try await harness.waitForDaemonLog("Refused a connection on the read socket")
+        // A squasherctl that is refused says so and exits 4, whichever command it runs (watch
+        // used to end at once with status 0, or 1 with NIO's reset error).
+        for command in [["watch"], ["status"], ["subscribe", "NONE-1"]] {
+            let said = try await harness.ctlError(command, expectStatus: 4)
+            #expect(said.contains("closed the connection") && said.contains("max_connections"), "\(command): \(said)")
+        }
 
         // Once the clients hang up, their places are free again.
         held.removeAll()

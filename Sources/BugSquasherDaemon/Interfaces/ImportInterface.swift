@@ -214,7 +214,7 @@ struct ImportInterface: VarlinkInterface {
         } catch let error as UploadAbandoned {
             throw invalidInput(error.message)
         } catch let error as DaemonError {
-            try await fail(spooler.jobID, spooler, error.message, book: book, logger: logger)
+            await fail(spooler.jobID, spooler, error.message, book: book, logger: logger)
             throw invalidInput(error.message)
         }
     }
@@ -222,29 +222,52 @@ struct ImportInterface: VarlinkInterface {
     /// Ends an upload and queues its job.
     fileprivate func commit(_ spooler: Spooler, book: JobBook, logger: Logger) async throws {
         let job = spooler.jobID
+        let format: ImportFormat
+        let bytes: Int64
         do {
-            let (format, bytes) = try await spooler.finish()
-            uploads.remove(job)
+            (format, bytes) = try await spooler.finish()
+        } catch let error as UploadAbandoned {
+            throw invalidInput(error.message)
+        } catch let error as DaemonError {
+            await fail(job, spooler, error.message, book: book, logger: logger)
+            throw invalidInput(error.message)
+        }
+        // Out of the uploads first, so that the idle timeout cannot abandon it while the write
+        // waits for the store.
+        uploads.remove(job)
+        do {
             try await book.update(job) { record in
                 record.format = format.rawValue
                 record.bytesTotal = bytes
                 record.state = "queued"
             }
-            runner.enqueue()
-            logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
-        } catch let error as UploadAbandoned {
-            throw invalidInput(error.message)
-        } catch let error as DaemonError {
-            try await fail(job, spooler, error.message, book: book, logger: logger)
-            throw invalidInput(error.message)
+        } catch {
+            // The store refused the write (locked by another program past the busy timeout,
+            // full, failing): the job cannot be queued, and left as it was it would read
+            // `uploading` for good, its spool on disk and its waiters waiting.
+            let reason = (error as? GraphError)?.message ?? "\(error)"
+            let message = "The upload arrived whole, but the job could not be queued: \(reason) Submit the file again once the store can be written."
+            await fail(job, spooler, message, book: book, logger: logger)
+            throw GraphError(.storeIO, message, cause: error)
         }
+        runner.enqueue()
+        logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
     }
 
-    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, book: JobBook, logger: Logger) async throws {
+    /// Ends an upload's job before it was queued: the upload slot is freed, the spool file goes,
+    /// and the job ends `state` with `message`. When the store cannot record that either, the
+    /// job shows failed until the daemon restarts (which records every upload it finds
+    /// unfinished as interrupted), so that nobody waits on it for good.
+    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, as state: String = "failed", book: JobBook, logger: Logger) async {
         uploads.remove(job)
         await spooler.discard(reason: message)
-        logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"])
-        try await book.end(job, as: "failed", error: message)
+        if state == "failed" { logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"]) }
+        do {
+            try await book.end(job, as: state, error: message)
+        } catch {
+            logger.critical("an upload's job ended and the store cannot record it; it shows as failed until squasherd restarts", metadata: ["job.id": "\(job)", "error": "\(error)"])
+            book.outcomes.fail(job, "\(message) This could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")); at its next start squasherd records the job as interrupted.")
+        }
     }
 
     /// Abandons the uploads that received nothing for ``DaemonConfiguration/uploadIdleTimeout``:
@@ -254,9 +277,8 @@ struct ImportInterface: VarlinkInterface {
         let seconds = timeout.components.seconds
         for spooler in uploads.removeIdle(longerThan: timeout) {
             let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
-            await spooler.discard(reason: reason)
             logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
-            try? await runner.book.end(spooler.jobID, as: "aborted", error: reason)
+            await fail(spooler.jobID, spooler, reason, as: "aborted", book: runner.book, logger: logger)
         }
     }
 
@@ -291,7 +313,7 @@ private final class UploadReceiver: VarlinkUpgradeHandler {
                 return (payload, framing.ended, framing.payloadBytes)
             }
         } catch {
-            try await interface.fail(spooler.jobID, spooler, "The upload broke off: \(error).", book: book, logger: logger)
+            await interface.fail(spooler.jobID, spooler, "The upload broke off: \(error).", book: book, logger: logger)
             throw interface.invalidInput("\(error)")
         }
         if !payload.isEmpty { try await interface.append(payload, to: spooler, book: book, logger: logger) }
