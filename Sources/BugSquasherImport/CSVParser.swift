@@ -1,6 +1,6 @@
 /// A streaming RFC 4180 CSV parser: feed it bytes in any slices, get complete records back with
-/// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines; a `\r`
-/// before a newline is dropped. Memory holds one record at a time; a record longer than
+/// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines. Lines
+/// end with `\n`, `\r\n`, or a lone `\r` (classic Mac OS, Excel's "CSV (Macintosh)"). Memory holds one record at a time; a record longer than
 /// `maximumRecordBytes` is reported as oversized instead of being kept.
 public struct CSVParser: Sendable {
     /// One parsed record.
@@ -25,6 +25,8 @@ public struct CSVParser: Sendable {
     private var recordLine = 1
     private var oversized = false
     private var atRecordStart = true
+    /// The last byte was a `\r` that ended a line: a `\n` right after it ends nothing more.
+    private var afterCarriageReturn = false
 
     /// Creates a parser.
     public init(maximumRecordBytes: Int = 1 << 20) { self.maximumRecordBytes = maximumRecordBytes }
@@ -33,6 +35,10 @@ public struct CSVParser: Sendable {
     public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Record] {
         var records: [Record] = []
         for byte in bytes {
+            if afterCarriageReturn {
+                afterCarriageReturn = false
+                if byte == UInt8(ascii: "\n") { continue }
+            }
             if atRecordStart {
                 atRecordStart = false
                 recordLine = line
@@ -66,7 +72,9 @@ public struct CSVParser: Sendable {
                 line += 1
                 if let record = endRecord() { records.append(record) }
             case UInt8(ascii: "\r"):
-                break
+                line += 1
+                if let record = endRecord() { records.append(record) }
+                afterCarriageReturn = true
             default:
                 append(byte)
             }

@@ -132,8 +132,13 @@ public struct JSONArraySplitter: Sendable {
     /// - Throws: when the array (or the search response's `issues` array) never closed, or
     ///   never appeared.
     public func finish() throws(Failure) {
-        guard finishedArray else {
-            throw Failure(description: layout == .array ? "the JSON array is not closed (the input is truncated)" : "no complete \"issues\" array was found in the Jira search response")
+        switch layout {
+        case .array:
+            guard finishedArray else { throw Failure(description: "the JSON array is not closed (the input is truncated)") }
+        case .searchResponse:
+            guard arrayDepth > 0 else { throw Failure(description: "no \"issues\" array was found in the Jira search response") }
+            guard finishedArray else { throw Failure(description: "the \"issues\" array of the Jira search response is not closed (the input is truncated)") }
+            guard ended else { throw Failure(description: "the Jira search response is not closed after its \"issues\" array (the input is truncated)") }
         }
     }
 

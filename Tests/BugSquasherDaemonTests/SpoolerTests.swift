@@ -101,6 +101,24 @@ struct SpoolerTests {
         #expect(error?.message.contains("line 3") == true, "\(String(describing: error))")
     }
 
+    @Test("a Jira search response on one line, cut after a complete issue, is refused as truncated instead of passing for one broken NDJSON record; the key is found only at the top level")
+    func searchResponseCutShort() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let issue = #"{"key":"CUT-1","fields":{"summary":"an issue","description":"mentions \"issues\": [ in a string","issuetype":{"name":"Bug"},"status":{"name":"Open"},"project":{"key":"CUT"}}}"#
+        let spooler = try Spooler(jobID: "cut", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+        try await spooler.append(Array(#"{"startAt":0,"maxResults":2,"total":2,"issues":["#.utf8) + Array(issue.utf8) + Array(",".utf8) + Array(issue.utf8))
+        let error = await #expect(throws: DaemonError.self) { _ = try await spooler.finish() }
+        #expect(error?.message.contains("is not closed (the input is truncated)") == true, "\(String(describing: error))")
+
+        #expect(Spooler.opensIssuesArray(Array(#" { "expand": "names", "issues" : [ {"#.utf8)))
+        // Not at the top level, not an array, or inside a string: not a search response.
+        #expect(!Spooler.opensIssuesArray(Array(#"{"fields":{"issues":[1]}}"#.utf8)))
+        #expect(!Spooler.opensIssuesArray(Array(#"{"issues":3,"key":"A"}"#.utf8)))
+        #expect(!Spooler.opensIssuesArray(Array(issue.utf8)))
+        #expect(!Spooler.opensIssuesArray(Array(#"{"key":"issues","x":["#.utf8)))
+    }
+
     @Test("UTF-16 and UTF-32 input, with or without a byte order mark, is named with the iconv command that converts it; UTF-8 with a mark is read")
     func wideEncodings() async throws {
         let text = #"{"key":"U-1","title":"t","status":"Open","project":{"key":"U"}}"# + "\n"

@@ -22,6 +22,16 @@ struct InputFormatTests {
         var unterminated = CSVParser()
         #expect(unterminated.feed(Array("a,b\n\"open,1\nc,d\ne,f\n".utf8)) == [.fields(["a", "b"], line: 1)])
         #expect(unterminated.finish() == [.unterminated(line: 2)])
+        // Lines that end with a lone CR (Excel's "CSV (Macintosh)"), and CRLF split between two
+        // reads, each end one line.
+        var classicMac = CSVParser()
+        #expect(classicMac.feed(Array("Issue key,Summary\rCSV-15,cr only\rCSV-16,\"two\rlines\"\r".utf8)) == [
+            .fields(["Issue key", "Summary"], line: 1), .fields(["CSV-15", "cr only"], line: 2), .fields(["CSV-16", "two\rlines"], line: 3),
+        ])
+        var split = CSVParser()
+        #expect(split.feed(Array("a,b\r".utf8)) == [.fields(["a", "b"], line: 1)])
+        #expect(split.feed(Array("\nc,d\r\n".utf8)) == [.fields(["c", "d"], line: 2)])
+        #expect(split.finish() == [])
     }
 
     @Test("CSV exports map to records by header; dates in the trackers' formats")
@@ -70,6 +80,15 @@ struct InputFormatTests {
         #expect(throws: JSONArraySplitter.Failure.self) { _ = try trailing.feed(Array(#"{"key":"A-1"}"#.utf8)) }
         var afterResponse = JSONArraySplitter(layout: .searchResponse)
         #expect(throws: JSONArraySplitter.Failure.self) { _ = try afterResponse.feed(Array(#"{"issues":[{"key":"A-1"}]} {"issues":[]}"#.utf8)) }
+        // A search response cut anywhere is refused, with where it was cut.
+        for (cut, said) in [(#"{"startAt":0,"issues":[{"key":"A-1"}"#, "\"issues\" array of the Jira search response is not closed"),
+                            (#"{"startAt":0,"issues":[{"key":"A-1"}]"#, "not closed after its \"issues\" array"),
+                            (#"{"startAt":0,"total":1"#, "no \"issues\" array was found")] {
+            var response = JSONArraySplitter(layout: .searchResponse)
+            _ = try response.feed(Array(cut.utf8))
+            let failure = #expect(throws: JSONArraySplitter.Failure.self) { try response.finish() }
+            #expect(failure?.description.contains(said) == true, "\(cut): \(String(describing: failure))")
+        }
     }
 
     @Test("the offset reader resumes exactly at a recorded offset and caps long lines")
