@@ -69,6 +69,7 @@ public struct SquasherDaemon: Sendable {
         let lock = try await StateDirectoryLock(directory: configuration.stateDirectory)
         defer { withExtendedLifetime(lock) {} }
         try Self.refuseEmptiedStore(at: configuration.storePath)
+        try Self.refuseStoreReplacedByRescue(at: configuration.storePath)
         let stack: PersistentStack
         do {
             stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: configuration.storePath), logger: logger)
@@ -120,10 +121,15 @@ public struct SquasherDaemon: Sendable {
                 connectionLimit: connectionLimit, incomingBudget: incomingBudget, logger: logger
             )
         }
+        let fileLoss = StoreFileLoss()
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: StoreService(stack: stack, logger: logger, onShutdownStep: onShutdownStep)),
+            .init(service: StoreService(stack: stack, fileLoss: fileLoss, logger: logger, onShutdownStep: onShutdownStep)),
             .init(service: runner),
         ]
+        if let store = stack.store as? SQLiteStore {
+            // Returns when the store file is gone: the daemon then stops (see StoreFileGuard).
+            services.append(.init(service: StoreFileGuard(store: store, loss: fileLoss, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+        }
         services += servers.map { .init(service: ServerService(server: $0, ready: ready)) }
         services.append(.init(service: UploadSweeper(imports: imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)), logger: logger)))
         if let watchdogInterval {
@@ -143,7 +149,23 @@ public struct SquasherDaemon: Sendable {
             logger: logger
         ))
         try await group.run()
+        if let loss = fileLoss.problem {
+            throw DaemonError("Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)")
+        }
         logger.info("stopped")
+    }
+
+    /// The suffix of the copy squasherd writes of a store whose file was deleted while it ran.
+    static let rescueSuffix = ".rescued-"
+
+    /// A store file missing beside the copy squasherd rescued when it was deleted: starting would
+    /// create an empty store in its place (and systemd restarts squasherd at once).
+    private static func refuseStoreReplacedByRescue(at path: String) throws {
+        guard !FileManager.default.fileExists(atPath: path) else { return }
+        let directory = (path as NSString).deletingLastPathComponent
+        let prefix = (path as NSString).lastPathComponent + rescueSuffix
+        guard let rescued = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.filter({ $0.hasPrefix(prefix) }).max() else { return }
+        throw DaemonError("Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran. Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory).")
     }
 
     /// squasherd creates its store file when it is missing, and SQLite writes the file's header
@@ -216,6 +238,7 @@ public struct SquasherDaemon: Sendable {
 /// Keeps the store open while the daemon runs; checkpoints its WAL when the daemon stops.
 private struct StoreService: Service {
     let stack: PersistentStack
+    let fileLoss: StoreFileLoss
     let logger: Logger
     let onShutdownStep: @Sendable (String, Duration) -> Void
 
@@ -231,7 +254,63 @@ private struct StoreService: Service {
                 // the store opens next.
                 logger.error("checkpoint failed; the WAL stays beside the store and is replayed when it opens next", metadata: ["error": "\(error)"])
             }
+            if fileLoss.problem != nil { rescue(store) }
         }
+    }
+
+    /// Copies what the open store holds to a file beside its path, once nothing writes to it.
+    private func rescue(_ store: SQLiteStore) {
+        let path = store.url.path
+        let copy = path + SquasherDaemon.rescueSuffix + Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.omitted))
+        onShutdownStep("Stopping: copying the store whose file was deleted", .seconds(300))
+        do {
+            try store.writeCopy(to: copy)
+            fileLoss.rescued("What it held, every save included, is copied to \(copy). Move that copy to \(path) and start squasherd again.")
+        } catch {
+            fileLoss.rescued("Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was deleted are lost. Restore the store from a backup.")
+        }
+    }
+}
+
+/// Why the store file was lost while the daemon ran, and what became of its content.
+final class StoreFileLoss: Sendable {
+    private let state = Mutex<(problem: String, rescue: String)?>(nil)
+
+    /// What happened and what was rescued; `nil` while the store file is in place.
+    var problem: (problem: String, rescue: String)? { state.withLock { $0 } }
+
+    func lost(_ problem: String) {
+        state.withLock { $0 = $0 ?? (problem, "Nothing was copied.") }
+    }
+
+    func rescued(_ outcome: String) {
+        state.withLock { if let problem = $0?.problem { $0 = (problem, outcome) } }
+    }
+}
+
+/// Checks every second that the store's path still names the file the daemon has open. One
+/// deleted or replaced while squasherd runs (`rm bugs.sqlite*`, a restore copied over it) takes
+/// every later save with it when the daemon closes it; so squasherd stops taking saves, copies
+/// what the open file holds beside it, and exits with status 1 — under systemd, to be restarted
+/// on a store that an operator moved into place, rather than acknowledge saves that vanish.
+private struct StoreFileGuard: Service {
+    let store: SQLiteStore
+    let loss: StoreFileLoss
+    let logger: Logger
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown {
+                while !Task.isCancelled {
+                    try await Task.sleep(for: .seconds(1))
+                    if let problem = store.fileProblem() {
+                        logger.critical("\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it.")
+                        loss.lost(problem)
+                        return
+                    }
+                }
+            }
+        } catch is CancellationError {}
     }
 }
 

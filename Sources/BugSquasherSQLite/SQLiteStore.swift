@@ -25,6 +25,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// Checkpoints the WAL beside the writer's commits (see ``BackgroundCheckpointer``).
     private let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
+    /// The file the store opened (see ``fileProblem()``).
+    private let openedFile: FileIdentity?
 
     private struct Loaded: Sendable {
         let model: ManagedObjectModel
@@ -123,6 +125,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
         do {
             pool = try DatabasePool(path: url.path, configuration: configuration)
+            openedFile = FileIdentity(path: url.path)
             try checkpointer.open(path: url.path)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw GraphError(.invalidStore, "\(url.path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
@@ -621,6 +624,38 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     }
 
     // MARK: Maintenance
+
+    /// A file's device and inode: which file a path names.
+    struct FileIdentity: Equatable {
+        let device: UInt64
+        let inode: UInt64
+
+        init?(path: String) {
+            var status = stat()
+            guard stat(path, &status) == 0 else { return nil }
+            device = UInt64(status.st_dev)
+            inode = UInt64(status.st_ino)
+        }
+    }
+
+    /// Why the store's path no longer names the file this store has open — the file was
+    /// deleted, or replaced by another — or `nil` while it does. SQLite goes on writing to the
+    /// file it has open, so saves made after that would be lost with it when the store closes.
+    public func fileProblem() -> String? {
+        guard let openedFile else { return nil }
+        guard let now = FileIdentity(path: url.path) else { return "\(url.path) was deleted" }
+        return now == openedFile ? nil : "\(url.path) was replaced by another file"
+    }
+
+    /// Writes a consistent copy of the open store to a new file at `path`, with SQLite's online
+    /// backup: what a store whose file was deleted while it was open still holds.
+    public func writeCopy(to path: String) throws {
+        try wrap("copy the store to \(path)") {
+            let copy = try DatabaseQueue(path: path)
+            try pool.backup(to: copy)
+            try copy.close()
+        }
+    }
 
     /// Moves the WAL's content into the main file and truncates the WAL (for a clean shutdown).
     public func checkpoint() throws {

@@ -257,6 +257,8 @@ public final class BlockingVarlinkClient: Sendable {
                 if errno == EAGAIN || errno == EWOULDBLOCK {
                     throw TransportError("\(path) took nothing of what was sent for \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
                 }
+                // The daemon closed the connection (a refused one is closed at once).
+                if errno == EPIPE || errno == ECONNRESET { throw TransportError.closedBeforeAnswering(path) }
                 throw TransportError("The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
             }
             sent += n
@@ -282,7 +284,9 @@ public final class BlockingVarlinkClient: Sendable {
                     throw TransportError("No answer from \(path) within \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
                 }
                 guard n > 0 else {
-                    throw n == 0 ? TransportError.closedBeforeAnswering(path) : TransportError("Reading from \(path) failed: \(String(cString: strerror(errno))).")
+                    // End of file, or a reset: the daemon closed the connection (a refused one
+                    // is closed at once, which resets it when the call was not read).
+                    throw n == 0 || errno == ECONNRESET ? TransportError.closedBeforeAnswering(path) : TransportError("Reading from \(path) failed: \(String(cString: strerror(errno))).")
                 }
                 buffer.append(contentsOf: chunk[..<n])
             }

@@ -160,6 +160,31 @@ struct FaultTests {
         #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
     }
 
+    @Test("a store file deleted while squasherd runs: it stops with status 1, copies what the open store holds beside it, refuses to start on nothing while that copy waits, and goes on once the copy is moved into place")
+    func storeDeletedWhileRunning() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("kept.ndjson", count: 300, prefix: "DEL", title: "survives the rm")
+        try await harness.ctl(["import", records.path, "--wait"])
+        let state = harness.directory + "/state"
+        for file in ["bugs.sqlite", "bugs.sqlite-wal", "bugs.sqlite-shm"] { try? FileManager.default.removeItem(atPath: state + "/" + file) }
+        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
+        #expect(harness.daemon.errorOutput.contains("bugs.sqlite was deleted while squasherd ran"), "\(harness.daemon.errorOutput)")
+        let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
+        #expect(harness.daemon.errorOutput.contains("copied to \(state)/\(rescued)"), "\(harness.daemon.errorOutput)")
+
+        // Not restarted on an empty store in its place...
+        try await expectRefusal(state: state, run: harness.directory + "/run", "is the copy squasherd wrote when the store file was deleted")
+        #expect(!FileManager.default.fileExists(atPath: state + "/bugs.sqlite"))
+        // ... but on the copy, once it is moved back: every record is there.
+        try FileManager.default.moveItem(atPath: state + "/" + rescued, toPath: state + "/bugs.sqlite")
+        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
+        try await restarted.waitForErrorOutput(containing: "ready")
+        let listed = try await harness.ctl(["list", "--limit", "1000"])
+        #expect(listed.filter { $0.contains("survives the rm") }.count == 300, "\(listed.suffix(3))")
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
+    }
+
     @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")
     func oneDaemonPerStore() async throws {
         let harness = try await DaemonHarness()

@@ -247,7 +247,9 @@ struct ImportInterface: VarlinkInterface {
             // `uploading` for good, its spool on disk and its waiters waiting.
             let reason = (error as? GraphError)?.message ?? "\(error)"
             let message = "The upload arrived whole, but the job could not be queued: \(reason) Submit the file again once the store can be written."
-            await fail(job, spooler, message, book: book, logger: logger)
+            // Not waiting for the store a second time: the client is answered, and the job shows
+            // failed, now; the record follows once the store can be written.
+            await fail(job, spooler, message, book: book, logger: logger, recordLater: true)
             throw GraphError(.storeIO, message, cause: error)
         }
         runner.enqueue()
@@ -258,16 +260,25 @@ struct ImportInterface: VarlinkInterface {
     /// and the job ends `state` with `message`. When the store cannot record that either, the
     /// job shows failed until the daemon restarts (which records every upload it finds
     /// unfinished as interrupted), so that nobody waits on it for good.
-    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, as state: String = "failed", book: JobBook, logger: Logger) async {
+    ///
+    /// - Parameter recordLater: show the job failed at once and write the record in the
+    ///   background, for a store that just refused a write (which may refuse this one too,
+    ///   after its busy timeout).
+    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, as state: String = "failed", book: JobBook, logger: Logger, recordLater: Bool = false) async {
         uploads.remove(job)
         await spooler.discard(reason: message)
         if state == "failed" { logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"]) }
-        do {
-            try await book.end(job, as: state, error: message)
-        } catch {
-            logger.critical("an upload's job ended and the store cannot record it; it shows as failed until squasherd restarts", metadata: ["job.id": "\(job)", "error": "\(error)"])
-            book.outcomes.fail(job, "\(message) This could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")); at its next start squasherd records the job as interrupted.")
+        let record = { @Sendable in
+            do {
+                try await book.end(job, as: state, error: message)
+            } catch {
+                logger.critical("an upload's job ended and the store cannot record it; it shows as failed until squasherd restarts", metadata: ["job.id": "\(job)", "error": "\(error)"])
+                book.outcomes.fail(job, "\(message) This could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")); at its next start squasherd records the job as interrupted.")
+            }
         }
+        guard recordLater else { return await record() }
+        book.outcomes.fail(job, message)
+        Task { await record() }
     }
 
     /// Abandons the uploads that received nothing for ``DaemonConfiguration/uploadIdleTimeout``:
