@@ -115,7 +115,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             throw GraphError(.invalidStore, "The write-ahead log \(url.path)-wal (\(logSize) bytes) \(problem). SQLite would ignore the whole log and discard every change it holds, which can be most of the store. Restore the store and its -wal from a backup; or, to accept losing what the log holds, move \(url.path)-wal away and start again.")
         }
         var configuration = Configuration()
-        configuration.busyMode = .timeout(30)
+        configuration.busyMode = .timeout(TimeInterval(Self.busyTimeoutSeconds))
         configuration.label = "bugsquasher.sqlite"
         let checkpointer = BackgroundCheckpointer(logger: logger)
         self.checkpointer = checkpointer
@@ -135,6 +135,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             throw GraphError(.storeIO, "Could not open the store at \(url.path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
         }
     }
+
+    /// How long a write waits for another program's write lock on the store.
+    public static let busyTimeoutSeconds = 30
 
     /// The bytes of a write-ahead log's header.
     static let walHeaderSize = 32
@@ -700,6 +703,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 throw GraphError(.invalidStore, "Could not \(action): \(url.path) is damaged (\(error.message ?? "corrupt")). Restore it from a backup, or re-import into a new store.", cause: error)
             case .SQLITE_FULL:
                 throw GraphError(.storeIO, "Could not \(action): the disk holding \(url.path) is full. Free space and retry; nothing of this save was written.", cause: error)
+            case .SQLITE_BUSY, .SQLITE_LOCKED:
+                throw GraphError(.storeBusy, "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.", cause: error)
             case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:
                 throw GraphError(.storeIO, "Could not \(action): \(url.path) is not writable by this user. Fix the permissions of the file and its directory.", cause: error)
             default:

@@ -107,6 +107,7 @@ final class ImportRunner: Service {
 
     func run() async throws {
         wakeup.yield()
+        var busyRetries = 0
         await withGracefulShutdownHandler {
             for await _ in wakeups {
                 while !Task.isShuttingDownGracefully {
@@ -123,6 +124,17 @@ final class ImportRunner: Service {
                     }
                     do {
                         try await runActive(job)
+                        busyRetries = 0
+                    } catch let error as GraphError where error.code == .storeBusy {
+                        // Another program holds the store's write lock (sqlite3 left in a
+                        // transaction, a backup): a transient state, not the job's fault. The
+                        // job stays running and resumes from its last committed chunk, as after
+                        // a restart, once the lock is released.
+                        busyRetries += 1
+                        let delay = Duration.seconds(min(1 << min(busyRetries - 1, 5), 30))
+                        progressHandler(nil)
+                        logger.warning("the store is locked by another program; the import resumes from its last committed chunk once it can write", metadata: ["job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(busyRetries)", "error": "\(error.message)"])
+                        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
                     } catch {
                         // Input never stops the daemon, and neither does a failing disk: the job
                         // fails with the reason, committed chunks stay committed.

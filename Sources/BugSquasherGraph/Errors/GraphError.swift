@@ -16,7 +16,7 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
         private enum Wrapped: String, Hashable, Sendable {
             case incompatibleModel, invalidStore, storeIO, unsupportedRequest, objectNotFound
             case validation, mergeConflict, readOnly, constraintViolation, invalidArgument
-            case wrongContext
+            case wrongContext, storeBusy
         }
         private let wrapped: Wrapped
         private init(_ wrapped: Wrapped) { self.wrapped = wrapped }
@@ -27,6 +27,9 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
         public static let invalidStore = Code(.invalidStore)
         /// The store's backing file or database reported an error.
         public static let storeIO = Code(.storeIO)
+        /// Another program held the store's write lock for longer than the store waits: nothing
+        /// was written, and the same operation can be retried once the lock is released.
+        public static let storeBusy = Code(.storeBusy)
         /// A store was asked to execute a request kind it does not know.
         public static let unsupportedRequest = Code(.unsupportedRequest)
         /// An object ID names no row in the store (it was deleted, or never saved).
