@@ -42,7 +42,7 @@ struct Squasherd: AsyncParsableCommand {
         do {
             configuration = try .resolve(stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
         } catch let error as DaemonError {
-            throw ValidationError(error.message)
+            try Self.refuseToStart(error.message)
         }
         if let chunkSize {
             guard chunkSize > 0 else { throw ValidationError("--chunk-size must be positive.") }
@@ -52,17 +52,7 @@ struct Squasherd: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: levelName) else {
             throw ValidationError("Unknown --log-level '\(levelName)'; use trace, debug, info, notice, warning, error or critical.")
         }
-        let journal = JournalLogHandler.shouldUse()
-        LoggingSystem.bootstrap { label in
-            if journal {
-                var handler = JournalLogHandler(label: label, identifier: "squasherd")
-                handler.logLevel = level
-                return handler
-            }
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        Self.bootstrapLogging(level: level)
         let logger = Logger(label: "squasherd")
         let notifier = SystemdNotifier()
         var daemon = SquasherDaemon(configuration: configuration, logger: logger)
@@ -81,14 +71,19 @@ struct Squasherd: AsyncParsableCommand {
             logger.critical("\(error.message)")
             throw ExitCode(1)
         }
-        // A terminal's hangup must not end the daemon (the default action of SIGHUP).
-        signal(SIGHUP, SIG_IGN)
-        let hangups = DispatchSource.makeSignalSource(signal: SIGHUP)
-        hangups.setEventHandler {
-            logger.notice("SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd).")
+        // A terminal's hangup must not end the daemon (the default action of SIGHUP), nor a
+        // SIGUSR1 or SIGUSR2 meant for a daemon that reopens its logs on one (logrotate habits).
+        let ignored = [(SIGHUP, "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."),
+                       (SIGUSR1, "SIGUSR1 ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM."),
+                       (SIGUSR2, "SIGUSR2 ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM.")]
+        let sources = ignored.map { number, notice in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number)
+            source.setEventHandler { logger.notice("\(notice)") }
+            source.resume()
+            return source
         }
-        hangups.resume()
-        defer { hangups.cancel() }
+        defer { sources.forEach { $0.cancel() } }
         daemon.onReady = { notifier.ready(status: "Ready") }
         daemon.onStatus = { notifier.status($0) }
         daemon.onStopping = { notifier.stopping(status: "Stopping") }
@@ -108,5 +103,33 @@ struct Squasherd: AsyncParsableCommand {
             notifier.status("Failed: \(message)")
             throw ExitCode(1)
         }
+    }
+}
+
+extension Squasherd {
+    /// Sends log records to the journal when stderr is the journal (under systemd), to stderr
+    /// otherwise.
+    static func bootstrapLogging(level: Logger.Level) {
+        let journal = JournalLogHandler.shouldUse()
+        LoggingSystem.bootstrap { label in
+            if journal {
+                var handler = JournalLogHandler(label: label, identifier: "squasherd")
+                handler.logLevel = level
+                return handler
+            }
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+    }
+
+    /// Refuses to start before the configuration is known (a configuration file that cannot be
+    /// used): one critical log line, the unit's status, exit status 1 — as for every other
+    /// reason not to start (docs/OPERATIONS.md), not the usage text of a command-line mistake.
+    static func refuseToStart(_ message: String) throws -> Never {
+        bootstrapLogging(level: .info)
+        Logger(label: "squasherd").critical("\(message)")
+        SystemdNotifier().status("Failed: \(message)")
+        throw ExitCode(1)
     }
 }

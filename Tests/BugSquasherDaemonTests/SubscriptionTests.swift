@@ -412,7 +412,10 @@ struct SubscriptionTests {
         #expect(refusal?.message.contains("is a directory") == true)
         try Data([0x63, 0xFF, 0xFE, 0x0A]).write(to: URL(fileURLWithPath: path))
         let unreadable = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
-        #expect(unreadable?.message.contains("Cannot read the configuration file \(path)") == true)
+        #expect(unreadable?.message.contains("The configuration file \(path) is not UTF-8 text") == true, "\(String(describing: unreadable))")
+        // /dev/null, the usual "no configuration", is an empty one.
+        let empty = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: "/dev/null", environment: [:])
+        #expect(empty.stateDirectory == "run/state")
     }
 }
 

@@ -66,6 +66,14 @@ struct FaultTests {
         try await expectRefusal(state: base + "/emptied", run: base + "/run5", "is an empty file (0 bytes)")
         #expect((try FileManager.default.attributesOfItem(atPath: base + "/emptied/bugs.sqlite")[.size] as? Int) == 0)
 
+        // A configuration file it cannot use: exit 1 and a critical line, like every other
+        // refusal to start (not the usage text of a command-line mistake, status 64).
+        try "chunk_size = -1\n".write(toFile: base + "/bad.conf", atomically: true, encoding: .utf8)
+        let misconfigured = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--config", base + "/bad.conf", "--state-directory", base + "/state8", "--runtime-directory", base + "/run8"])
+        #expect(try await misconfigured.waitForExit() == 1)
+        #expect(misconfigured.errorOutput.contains("critical") && misconfigured.errorOutput.contains("'chunk_size = -1' is not a non-negative number"), "\(misconfigured.errorOutput)")
+        #expect(!misconfigured.errorOutput.contains("USAGE"), "\(misconfigured.errorOutput)")
+
         // A state directory that cannot be created.
         try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
 

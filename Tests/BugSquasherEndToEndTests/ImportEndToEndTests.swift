@@ -124,7 +124,7 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
-    @Test("a byte order mark, CRLF line ends and a first record longer than the limit still import as NDJSON; a single-line search response longer than it too; SIGHUP does not end the daemon")
+    @Test("a byte order mark, CRLF line ends and a first record longer than the limit still import as NDJSON; a single-line search response longer than it too; SIGHUP, SIGUSR1 and SIGUSR2 do not end the daemon")
     func awkwardInputs() async throws {
         let harness = try await DaemonHarness(chunkSize: 10, configuration: "max_record_bytes = 4096\n")
         let dir = harness.directory
@@ -156,6 +156,11 @@ struct ImportEndToEndTests {
         // A terminal's hangup is logged and ignored.
         harness.daemon.signal(SIGHUP)
         try await harness.waitForDaemonLog("SIGHUP ignored")
+        // So are SIGUSR1 and SIGUSR2 (their default action ended the daemon without a word).
+        harness.daemon.signal(SIGUSR1)
+        try await harness.waitForDaemonLog("SIGUSR1 ignored")
+        harness.daemon.signal(SIGUSR2)
+        try await harness.waitForDaemonLog("SIGUSR2 ignored")
         #expect(try await harness.ctl(["get", "AW-1"]).joined(separator: "\n").contains("title: one"))
         #expect(try await harness.stop() == 0)
     }

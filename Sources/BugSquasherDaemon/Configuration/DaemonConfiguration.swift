@@ -73,11 +73,22 @@ public struct DaemonConfiguration: Sendable, Hashable {
             guard !isDirectory.boolValue else {
                 throw DaemonError("The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf).")
             }
-            let text: String
+            // Read through a file handle, which also reads /dev/null (String(contentsOfFile:)
+            // refuses a character device with a misleading "no permission").
+            let data: Data
             do {
-                text = try String(contentsOfFile: path, encoding: .utf8)
+                guard let handle = FileHandle(forReadingAtPath: path) else {
+                    throw DaemonError("Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
+                }
+                defer { try? handle.close() }
+                data = try handle.readToEnd() ?? Data()
+            } catch let error as DaemonError {
+                throw error
             } catch {
-                throw DaemonError("Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user and is UTF-8 text.")
+                throw DaemonError("Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user.")
+            }
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw DaemonError("The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
             }
             file = try parse(text, path: path)
         } else if configFile != nil {
