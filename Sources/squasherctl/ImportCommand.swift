@@ -55,7 +55,8 @@ struct ImportCommand: ParsableCommand {
                 throw ExitCode.validationFailure
             }
             input = handle
-            size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int64) ?? 0
+            var status = stat()
+            if fstat(handle.fileDescriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG { size = Int64(status.st_size) }
         }
         let progress = ProgressBar(enabled: wait && isatty(2) != 0)
         let job: String = try withClient(sockets.write) { client in
@@ -67,6 +68,12 @@ struct ImportCommand: ParsableCommand {
                 var chunk = [UInt8](repeating: 0, count: 4 + 1 << 20)
                 while true {
                     let count = try chunk.withUnsafeMutableBytes { try fill(UnsafeMutableRawBufferPointer(rebasing: $0[4...]), from: input.fileDescriptor) }
+                    if count == 0 && sent < size {
+                        // Ending here would import a part of the file as if it were all of it.
+                        // Without the end of the upload, squasherd abandons it.
+                        printError("squasherctl: \(file) shrank while it was read (it ended after \(sent) of the \(size) bytes it had when opened): it is being written or truncated. Nothing was imported; import it again once it is complete.")
+                        throw Exit.failed
+                    }
                     chunk.replaceSubrange(0..<4, with: UploadFraming.header(count))
                     try chunk.withUnsafeBytes { try connection.send(UnsafeRawBufferPointer(rebasing: $0[..<(4 + count)])) }
                     if count == 0 { break }

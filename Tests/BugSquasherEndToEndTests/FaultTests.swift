@@ -187,6 +187,27 @@ struct FaultTests {
         #expect(harness.daemon.errorOutput.contains("import resumed"), "\(harness.daemon.errorOutput.suffix(2000))")
     }
 
+    @Test("an input file truncated while squasherctl uploads it: the upload is abandoned and nothing imported, instead of importing the part that was read as if it were the file")
+    func inputShrinksDuringUpload() async throws {
+        let harness = try await DaemonHarness()
+        // About 60 MB, so that the upload is still running when the file is cut.
+        let line = #"{"key":"SHR-%d","title":"cut short","details":"\#(String(repeating: "x", count: 2_000))","status":"Open","project":{"key":"SHR"}}"#
+        let path = harness.directory + "/shrinks.ndjson"
+        #expect(FileManager.default.createFile(atPath: path, contents: nil))
+        let writer = try #require(FileHandle(forWritingAtPath: path))
+        for block in 0..<30 {
+            try writer.write(contentsOf: Data((0..<1_000).map { String(format: line, block * 1_000 + $0) + "\n" }.joined().utf8))
+        }
+        try writer.close()
+        let upload = try harness.startCtl("squasherctl import", ["import", path, "--wait"])
+        try await harness.waitForDaemonLog("upload started")
+        try #require(truncate(path, 1_000_000) == 0)
+        #expect(try await upload.waitForExit(timeout: .seconds(120)) == 2)
+        #expect(upload.errorOutput.contains("shrinks.ndjson shrank while it was read") && upload.errorOutput.contains("Nothing was imported"), "\(upload.errorOutput)")
+        try await harness.waitForDaemonLog("upload abandoned")
+        #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
+    }
+
     @Test("a store file deleted while squasherd runs: it stops with status 1, copies what the open store holds beside it, refuses to start on nothing while that copy waits, and goes on once the copy is moved into place")
     func storeDeletedWhileRunning() async throws {
         let harness = try await DaemonHarness()
