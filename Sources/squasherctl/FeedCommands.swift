@@ -232,7 +232,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             case "stats": print("loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; \(event.bytesReceived ?? 0) bytes of change feed; last token \(event.token.map(String.init) ?? "-")")
             default:
                 print("\(event.event) at token \(event.token.map(String.init) ?? "-")")
-                for bug in event.bugs ?? [] { print("  \(bug.key) v\(bug.version) [\(bug.status)] \(bug.title)") }
+                for bug in event.bugs ?? [] { print("  \(printable(bug.key, limit: 200)) v\(bug.version) [\(printable(bug.status, limit: 60))] \(printable(bug.title, limit: 200))") }
                 for id in event.deleted ?? [] { print("  deleted \(id)") }
             }
         }

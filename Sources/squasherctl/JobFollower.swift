@@ -70,7 +70,7 @@ struct JobFollower {
         progress.clear()
         guard let job = final else { throw Exit.failed }
         print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected")
-        if let error = job.error { printError("squasherctl: \(error)") }
+        if let error = job.error { printError("squasherctl: \(printable(error))") }
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
         if job.state != "finished" { throw Exit.failed }
     }

@@ -36,7 +36,7 @@ struct JobsCommand: ParsableCommand {
                 let reply = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self)
                 if rejects {
                     let list = try client.call("io.bugsquasher.Jobs.Rejects", JobParameter(job: job), as: RejectsReply.self)
-                    if json { try printJSON(list) } else { for reject in list.rejects { print("line \(reject.line): \(reject.reason)") } }
+                    if json { try printJSON(list) } else { for reject in list.rejects { print("line \(reject.line): \(printable(reject.reason))") } }
                 } else if json { try printJSON(reply) } else { print(describe(reply.job)) }
             } else {
                 let reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: 20), as: JobsReply.self)
@@ -46,7 +46,7 @@ struct JobsCommand: ParsableCommand {
     }
 
     private func describe(_ job: WireJob) -> String {
-        "\(job.id)  \(job.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(job.name)  \(job.format)  read \(job.recordsRead), imported \(job.imported), rejected \(job.rejected)\(job.error.map { "  error: \($0)" } ?? "")"
+        "\(job.id)  \(job.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(printable(job.name, limit: 100))  \(job.format)  read \(job.recordsRead), imported \(job.imported), rejected \(job.rejected)\(job.error.map { "  error: \(printable($0))" } ?? "")"
     }
 }
 
@@ -65,7 +65,7 @@ struct StatusCommand: ParsableCommand {
         print("store \(status.storeIdentifier)")
         print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), conflicts resolved \(status.conflictsResolved ?? 0)")
         if let job = status.activeJob {
-            print("importing job \(job.id) (\(job.name)): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%")
+            print("importing job \(job.id) (\(printable(job.name, limit: 100))): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%")
         } else {
             print("idle")
         }
@@ -90,7 +90,7 @@ struct GetCommand: ParsableCommand {
             try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1, result: "rows"), as: FetchReply.self)
         }
         guard let row = reply.rows?.first else {
-            printError("squasherctl: no bug with key \(key)")
+            printError("squasherctl: no bug with key \(printable(key))")
             throw Exit.notFound
         }
         if json { try printJSON(row); return }
@@ -165,7 +165,7 @@ struct ListCommand: ParsableCommand {
         let label = ["key", "name", "jobID", "jiraID"].lazy.compactMap { row.values[$0].flatMap(\.stringValue) }.first ?? row.id
         let title = row.values["title"]?.stringValue ?? row.values["state"]?.stringValue ?? row.values["body"]?.stringValue.map { String($0.prefix(60)) } ?? ""
         let status = row.values["status"]?.stringValue.map { "[\($0)] " } ?? ""
-        print("\(label)  \(status)\(title)")
+        print("\(printable(label, limit: 200))  \(printable(status, limit: 60))\(printable(title, limit: 200))")
     }
 }
 
@@ -190,7 +190,7 @@ func display(_ value: JSONValue) -> String {
     case .bool(let b): String(b)
     case .int(let i): String(i)
     case .double(let d): String(d)
-    case .string(let s): s.count > 200 ? String(s.prefix(200)) + "…" : s
+    case .string(let s): printable(s, limit: 200)
     case .array(let a): "[" + a.map(display).joined(separator: ", ") + "]"
     case .object(let o): "{" + o.map { "\($0.key): \(display($0.value))" }.joined(separator: ", ") + "}"
     }

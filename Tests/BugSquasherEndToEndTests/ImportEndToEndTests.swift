@@ -52,7 +52,7 @@ struct ImportEndToEndTests {
         #expect(try await harness.ctl(["jobs", csvJob, "--rejects"]).first?.hasPrefix("line 3:") == true)
         let csv1 = try await harness.ctl(["get", "CSV-1"]).joined(separator: "\n")
         #expect(csv1.contains("title: Crash, on launch"))
-        #expect(try await harness.ctl(["get", "CSV-3"]).joined(separator: "\n").contains("title: Multi\nline"))
+        #expect(try await harness.ctl(["get", "CSV-3"]).joined(separator: "\n").contains(#"title: Multi\nline"#), "a newline in a value is shown escaped, on one line")
 
         // Bugzilla CSV, gzipped, from standard input.
         let bugzilla = """
