@@ -42,6 +42,8 @@ public struct JSONArraySplitter: Sendable {
     private var finishedArray = false
     private var ended = false
     private var offset = 0
+    /// A comma ended the last element, and no other has started yet.
+    private var afterComma = false
 
     /// Creates a splitter.
     public init(layout: Layout, maximumElementBytes: Int = 1 << 20) {
@@ -91,6 +93,7 @@ public struct JSONArraySplitter: Sendable {
                 if collecting { add(byte) }
             case UInt8(ascii: "{"), UInt8(ascii: "["):
                 if !collecting && layout == .searchResponse && depth == 1 && byte == UInt8(ascii: "[") && lastKey == Array("issues".utf8) {
+                    guard !finishedArray else { throw Failure(description: "the Jira search response has a second \"issues\" array at byte \(offset); a response has one") }
                     depth += 1
                     collecting = true
                     arrayDepth = depth
@@ -102,6 +105,7 @@ public struct JSONArraySplitter: Sendable {
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
                 if collecting && depth == arrayDepth {
                     guard byte == UInt8(ascii: "]") else { throw Failure(description: "unbalanced '}' in the array") }
+                    guard !afterComma else { throw Failure(description: "a comma closes the array at byte \(offset) (a trailing comma is not JSON)") }
                     if let element = endElement() { out.append(element) }
                     collecting = false
                     finishedArray = true
@@ -115,7 +119,10 @@ public struct JSONArraySplitter: Sendable {
                 if collecting { add(byte) }
             case UInt8(ascii: ","):
                 if collecting && depth == arrayDepth {
+                    // An element dropped between two commas would vanish without a reject.
+                    guard elementStarted else { throw Failure(description: "the array has an empty element at byte \(offset) (a comma with no value before it is not JSON)") }
                     if let element = endElement() { out.append(element) }
+                    afterComma = true
                 } else if collecting { add(byte) }
             case 0x20, 0x0A, 0x0D, 0x09:
                 if collecting && elementStarted { add(0x20) }
@@ -145,6 +152,7 @@ public struct JSONArraySplitter: Sendable {
     private mutating func startElementIfNeeded() {
         guard collecting, depth == arrayDepth, !elementStarted else { return }
         elementStarted = true
+        afterComma = false
         number += 1
     }
 

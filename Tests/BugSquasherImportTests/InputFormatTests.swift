@@ -80,6 +80,16 @@ struct InputFormatTests {
         #expect(throws: JSONArraySplitter.Failure.self) { _ = try trailing.feed(Array(#"{"key":"A-1"}"#.utf8)) }
         var afterResponse = JSONArraySplitter(layout: .searchResponse)
         #expect(throws: JSONArraySplitter.Failure.self) { _ = try afterResponse.feed(Array(#"{"issues":[{"key":"A-1"}]} {"issues":[]}"#.utf8)) }
+        // An empty element or a trailing comma is not JSON; nothing between two commas vanishes.
+        for broken in [#"[{"a":1},,{"b":2}]"#, #"[,{"a":1}]"#, #"[{"a":1},]"#] {
+            var array = JSONArraySplitter(layout: .array)
+            #expect(throws: JSONArraySplitter.Failure.self, "\(broken)") { _ = try array.feed(Array(broken.utf8)); try array.finish() }
+        }
+        var twice = JSONArraySplitter(layout: .searchResponse)
+        #expect(throws: JSONArraySplitter.Failure.self) { _ = try twice.feed(Array(#"{"issues":[{"key":"A-1"}],"issues":[{"key":"A-2"}]}"#.utf8)) }
+        var empty = JSONArraySplitter(layout: .array)
+        #expect(try empty.feed(Array("[ ]".utf8)).isEmpty)
+        try empty.finish()
         // A search response cut anywhere is refused, with where it was cut.
         for (cut, said) in [(#"{"startAt":0,"issues":[{"key":"A-1"}"#, "\"issues\" array of the Jira search response is not closed"),
                             (#"{"startAt":0,"issues":[{"key":"A-1"}]"#, "not closed after its \"issues\" array"),
