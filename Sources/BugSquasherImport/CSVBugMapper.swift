@@ -135,8 +135,10 @@ public struct CSVBugMapper: Sendable {
         guard let id = value(fields, "bug_id", "bug id", "id") else {
             throw ImportError(.missingKey, "The row has no 'bug_id'.", inputLine: line)
         }
-        guard Int(id) != nil else {
-            throw ImportError(.invalidRecord, "Column 'bug_id' holds '\(id)', which is not a number.", inputLine: line)
+        // Bugzilla numbers bugs from 1. Digits only: "-5" or "+5" would make keys no Bugzilla
+        // bug has ("BZ--5"), and a number of any length is still a key.
+        guard !id.isEmpty, id.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), id.contains(where: { $0 != "0" }) else {
+            throw ImportError(.invalidRecord, "Column 'bug_id' holds '\(id)', which is not a Bugzilla bug number (a positive whole number).", inputLine: line)
         }
         let product = value(fields, "product") ?? "BUGZILLA"
         let projectKey = String(product.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20))

@@ -16,7 +16,7 @@ import UnixSignals
 struct WatchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "watch", abstract: "Print every committed save as it happens (Ctrl-C to stop).",
-        discussion: "When squasherd stops or restarts, or tells a slow watcher to resync, watch reconnects and resumes after the last token it printed: every save is printed once, in token order."
+        discussion: "When squasherd stops or restarts, or tells a slow watcher to resync, watch reconnects and resumes after the last token it printed: no save is printed twice or skipped, in token order. A watcher that falls behind receives the saves it missed merged into one (printed with the newest token), as docs/PROTOCOL.md describes."
     )
 
     @OptionGroup var sockets: SocketOptions
