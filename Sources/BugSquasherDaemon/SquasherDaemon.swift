@@ -299,19 +299,25 @@ private struct StoreFileGuard: Service {
     let logger: Logger
 
     func run() async throws {
-        do {
-            try await cancelWhenGracefulShutdown {
-                while !Task.isCancelled {
-                    try await Task.sleep(for: .seconds(1))
-                    if let problem = store.fileProblem() {
-                        logger.critical("\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it.")
-                        loss.lost(problem)
-                        return
-                    }
-                }
-            }
-        } catch is CancellationError {}
+        await repeatUntilShutdown(every: .seconds(1)) {
+            guard let problem = store.fileProblem() else { return true }
+            logger.critical("\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it.")
+            loss.lost(problem)
+            return false
+        }
     }
+}
+
+/// Runs `body` every `interval` until graceful shutdown begins or `body` returns `false`.
+private func repeatUntilShutdown(every interval: Duration, _ body: @escaping @Sendable () async -> Bool) async {
+    do {
+        try await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: interval)
+                guard await body() else { return }
+            }
+        }
+    } catch {}
 }
 
 /// Calls its action as soon as graceful shutdown begins.
@@ -364,14 +370,10 @@ private struct UploadSweeper: Service {
     let logger: Logger
 
     func run() async throws {
-        do {
-            try await cancelWhenGracefulShutdown {
-                while !Task.isCancelled {
-                    try await Task.sleep(for: interval)
-                    await imports.abandonIdleUploads(logger: logger)
-                }
-            }
-        } catch is CancellationError {}
+        await repeatUntilShutdown(every: interval) {
+            await imports.abandonIdleUploads(logger: logger)
+            return true
+        }
     }
 }
 

@@ -139,22 +139,19 @@ struct FaultTests {
         let records = try harness.writeRecords("locked.ndjson", count: 50, prefix: "LCK", title: "never queued")
         // The program that will lock the store starts first, so that it holds no copy of the
         // upload's input pipe (which would keep squasherctl from ever reading its end).
-        let lockerInput = Pipe()
-        let locker = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [harness.directory + "/state/bugs.sqlite"], stdin: lockerInput.fileHandleForReading)
+        let locker = try StoreLocker(store: harness.directory + "/state/bugs.sqlite")
         let input = Pipe()
         let upload = try ChildProcess(name: "squasherctl import", executable: Products.squasherctl, arguments: ["import", "-", "--name", "locked", "--format", "bugsquasher-ndjson", "--wait"],
                                       environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.fileHandleForReading)
         try input.fileHandleForWriting.write(contentsOf: try Data(contentsOf: URL(filePath: records.path)))
         try await harness.waitForDaemonLog("upload started")
         // Another program takes the write lock, for longer than squasherd's 30 s busy timeout.
-        try lockerInput.fileHandleForWriting.write(contentsOf: Data(".timeout 30000\nBEGIN EXCLUSIVE;\n.print locked\n".utf8))
-        _ = try await locker.waitForLine { $0 == "locked" }
+        try await locker.lock()
         try input.fileHandleForWriting.close()
         #expect(try await upload.waitForExit(timeout: .seconds(90)) == 2)
         #expect(upload.errorOutput.contains("The upload arrived whole, but the job could not be queued"), "\(upload.errorOutput)")
         #expect(upload.errorOutput.contains("has held the write lock"), "\(upload.errorOutput)")
-        try lockerInput.fileHandleForWriting.write(contentsOf: Data("COMMIT;\n.quit\n".utf8))
-        #expect(try await locker.waitForExit(timeout: .seconds(60)) == 0, "\(locker.errorOutput)")
+        #expect(try await locker.release() == 0, "\(locker.errorOutput)")
 
         let jobs = try await harness.ctl(["jobs"])
         let line = try #require(jobs.first { $0.contains("locked") }, "\(jobs)")
@@ -172,15 +169,12 @@ struct FaultTests {
     func importWaitsOutALock() async throws {
         let harness = try await DaemonHarness()
         let records = try harness.writeRecords("many.ndjson", count: 20_000, prefix: "BSY", title: "imported past a lock")
-        let lockerInput = Pipe()
-        let locker = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [harness.directory + "/state/bugs.sqlite"], stdin: lockerInput.fileHandleForReading)
+        let locker = try StoreLocker(store: harness.directory + "/state/bugs.sqlite")
         let upload = try harness.startCtl("squasherctl import", ["import", records.path, "--chunk-size", "50", "--wait", "--timeout", "0"])
         try await harness.waitForDaemonLog("import started")
-        try lockerInput.fileHandleForWriting.write(contentsOf: Data(".timeout 30000\nBEGIN EXCLUSIVE;\n.print locked\n".utf8))
-        _ = try await locker.waitForLine { $0 == "locked" }
+        try await locker.lock()
         try await harness.waitForDaemonLog("the store is locked by another program", timeout: .seconds(90))
-        try lockerInput.fileHandleForWriting.write(contentsOf: Data("COMMIT;\n.quit\n".utf8))
-        #expect(try await locker.waitForExit(timeout: .seconds(60)) == 0, "\(locker.errorOutput)")
+        #expect(try await locker.release() == 0, "\(locker.errorOutput)")
         #expect(try await upload.waitForExit(timeout: .seconds(300)) == 0, "\(upload.errorOutput)")
         #expect(upload.output.joined(separator: "\n").contains("20000 read, 20000 imported, 0 rejected"), "\(upload.output)")
         #expect(try await harness.ctl(["status"]).joined().contains("bugs 20000"))
@@ -396,4 +390,31 @@ struct FaultTests {
         daemon.signal(SIGTERM)
         _ = try await daemon.waitForExit()
     }
+}
+
+/// An `sqlite3` process that takes a store's write lock when told and keeps it until released,
+/// as another program on the same file might (a shell left in a transaction, a backup tool).
+/// Started before any pipe a test hands to another process, so that it holds no copy of one.
+struct StoreLocker {
+    private let input = Pipe()
+    private let process: ChildProcess
+
+    init(store: String) throws {
+        process = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [store], stdin: input.fileHandleForReading)
+    }
+
+    /// Takes the write lock, waiting for a transaction of squasherd's in progress to end.
+    func lock() async throws {
+        try input.fileHandleForWriting.write(contentsOf: Data(".timeout 30000\nBEGIN EXCLUSIVE;\n.print locked\n".utf8))
+        _ = try await process.waitForLine { $0 == "locked" }
+    }
+
+    /// Releases the lock and ends the process; its exit status.
+    func release() async throws -> Int32 {
+        try input.fileHandleForWriting.write(contentsOf: Data("COMMIT;\n.quit\n".utf8))
+        return try await process.waitForExit(timeout: .seconds(60))
+    }
+
+    /// What it wrote to stderr.
+    var errorOutput: String { process.errorOutput }
 }
