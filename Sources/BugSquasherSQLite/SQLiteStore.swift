@@ -160,7 +160,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         guard magic == 0x377F_0682 || magic == 0x377F_0683 else { return "does not start with a write-ahead log's magic number (it is damaged)" }
         guard bigEndian(4) == 3_007_000 else { return "has an unknown format version (it is damaged)" }
         let pageSize = bigEndian(8)
-        guard pageSize == 1 || (pageSize >= 512 && pageSize <= 32_768 && pageSize & (pageSize - 1) == 0) else {
+        guard pageSize >= 512 && pageSize <= 65_536 && pageSize & (pageSize - 1) == 0 else {
             return "has an impossible page size (it is damaged)"
         }
         // Fibonacci-weighted sums of the first 24 bytes as 32-bit words, in the byte order the

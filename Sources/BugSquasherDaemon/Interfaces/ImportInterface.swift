@@ -250,7 +250,7 @@ struct ImportInterface: VarlinkInterface {
             // Not waiting for the store a second time: the client is answered, and the job shows
             // failed, now; the record follows once the store can be written.
             await fail(job, spooler, message, book: book, logger: logger, recordLater: true)
-            throw GraphError(.storeIO, message, cause: error)
+            throw GraphError((error as? GraphError)?.code ?? .storeIO, message, cause: error)
         }
         runner.enqueue()
         logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
