@@ -5,8 +5,10 @@ extension BugRecord {
     /// Decodes a record from its JSON form — what `JSONEncoder` writes for a `BugRecord` with
     /// ISO 8601 dates, and the `bugsquasher-ndjson` import format — straight from the bytes.
     ///
-    /// `key`, `title`, `status` and `project` are required; `labels`, `components` and
-    /// `comments` default to empty; unknown fields are skipped.
+    /// `key` and `project` are required; `comments` defaults to empty; unknown fields are
+    /// skipped. Any other field left out is one the record does not carry (``absent``): an
+    /// existing bug keeps its value, and a new bug gets its key as title, `Unknown` as status,
+    /// and nothing for the rest.
     ///
     /// - Throws: ``ImportError`` with code `invalidJSON` or `invalidRecord` naming the field.
     public init(json bytes: UnsafeBufferPointer<UInt8>) throws {
@@ -25,8 +27,11 @@ extension BugRecord {
         var record = BugRecord(key: "", title: "", status: "", project: ProjectRecord(key: ""))
         // Fields are walked without a closure: a struct a closure captures is copied out at the
         // end, retaining and releasing every string of the record.
+        // Fields the record leaves out are not known, which is not the same as empty.
+        record.absent = [.jiraID, .details, .resolution, .priority, .type, .labels, .created, .updated, .resolved, .components, .reporter, .assignee]
         var fields = try reader.beginObject()
         while let field = try reader.nextKey(&fields) {
+            if let known = Self.optionalFields[field] { record.absent.remove(known) }
             do {
                 switch field {
                 case "key": key = try reader.string()
@@ -58,15 +63,22 @@ extension BugRecord {
             }
         }
         guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
-        guard let title else { throw ImportError(.invalidRecord, "missing field 'title'") }
-        guard let status else { throw ImportError(.invalidRecord, "missing field 'status'") }
         guard let project else { throw ImportError(.invalidRecord, "missing field 'project'") }
+        if title == nil { record.absent.insert(.title) }
+        if status == nil { record.absent.insert(.status) }
         record.key = key
-        record.title = title
-        record.status = status
+        record.title = title ?? key
+        record.status = status ?? "Unknown"
         record.project = project
         return record
     }
+
+    /// The fields of the JSON form that a record may leave out.
+    private static let optionalFields: [String: Fields] = [
+        "jiraID": .jiraID, "details": .details, "resolution": .resolution, "priority": .priority, "type": .type,
+        "labels": .labels, "created": .created, "updated": .updated, "resolved": .resolved, "components": .components,
+        "reporter": .reporter, "assignee": .assignee,
+    ]
 
     /// A syntax or type error in `field`, naming it.
     static func fieldError(_ field: String, _ failure: JSONReader.Failure) -> ImportError {

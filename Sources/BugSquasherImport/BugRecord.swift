@@ -47,6 +47,77 @@ public struct BugRecord: Sendable, Hashable, Codable {
     public var assignee: PersonRecord?
     /// The comments, upserted by their ``CommentRecord/jiraID``.
     public var comments: [CommentRecord]
+    /// The fields the source did not carry (a Jira export of some fields only, a CSV without
+    /// some columns): an existing bug keeps what it has for them, rather than have them blanked.
+    /// Empty for a record that carries every field; not part of the record's JSON form.
+    public var absent: Fields = []
+
+    /// Fields of a record that a source may leave out.
+    public struct Fields: OptionSet, Sendable, Hashable {
+        public let rawValue: Int
+        /// Creates a set from its raw value.
+        public init(rawValue: Int) { self.rawValue = rawValue }
+
+        /// ``BugRecord/jiraID``.
+        public static let jiraID = Fields(rawValue: 1 << 0)
+        /// ``BugRecord/title``.
+        public static let title = Fields(rawValue: 1 << 1)
+        /// ``BugRecord/details``.
+        public static let details = Fields(rawValue: 1 << 2)
+        /// ``BugRecord/status``.
+        public static let status = Fields(rawValue: 1 << 3)
+        /// ``BugRecord/resolution``.
+        public static let resolution = Fields(rawValue: 1 << 4)
+        /// ``BugRecord/priority``.
+        public static let priority = Fields(rawValue: 1 << 5)
+        /// ``BugRecord/type``.
+        public static let type = Fields(rawValue: 1 << 6)
+        /// ``BugRecord/labels``.
+        public static let labels = Fields(rawValue: 1 << 7)
+        /// ``BugRecord/created``.
+        public static let created = Fields(rawValue: 1 << 8)
+        /// ``BugRecord/updated``.
+        public static let updated = Fields(rawValue: 1 << 9)
+        /// ``BugRecord/resolved``.
+        public static let resolved = Fields(rawValue: 1 << 10)
+        /// ``BugRecord/components``.
+        public static let components = Fields(rawValue: 1 << 11)
+        /// ``BugRecord/reporter``.
+        public static let reporter = Fields(rawValue: 1 << 12)
+        /// ``BugRecord/assignee``.
+        public static let assignee = Fields(rawValue: 1 << 13)
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case key, jiraID, title, details, status, resolution, priority, type, labels, created, updated, resolved, project, components, reporter, assignee, comments
+    }
+
+    /// Encodes the JSON form: a field the record carries is written even when empty (`null`),
+    /// and one it does not carry (``absent``) is left out, so that reading it back (the
+    /// `bugsquasher-ndjson` format, a job's spool) gives the same record.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        func encode<T: Encodable>(_ value: T, _ key: CodingKeys, unless field: Fields) throws {
+            if !absent.contains(field) { try container.encode(value, forKey: key) }
+        }
+        try container.encode(key, forKey: .key)
+        try encode(jiraID, .jiraID, unless: .jiraID)
+        try encode(title, .title, unless: .title)
+        try encode(details, .details, unless: .details)
+        try encode(status, .status, unless: .status)
+        try encode(resolution, .resolution, unless: .resolution)
+        try encode(priority, .priority, unless: .priority)
+        try encode(type, .type, unless: .type)
+        try encode(labels, .labels, unless: .labels)
+        try encode(created, .created, unless: .created)
+        try encode(updated, .updated, unless: .updated)
+        try encode(resolved, .resolved, unless: .resolved)
+        try container.encode(project, forKey: .project)
+        try encode(components, .components, unless: .components)
+        try encode(reporter, .reporter, unless: .reporter)
+        try encode(assignee, .assignee, unless: .assignee)
+        try container.encode(comments, forKey: .comments)
+    }
 
     /// Creates a record.
     public init(

@@ -26,6 +26,25 @@ public struct CSVBugMapper: Sendable {
     private let columns: [String: [Int]]
     /// How many fields the header has, and so every row.
     private let width: Int
+    /// The record fields no column of the header holds: an export of some columns only leaves
+    /// the others as the bug has them.
+    private let absent: BugRecord.Fields
+
+    /// The columns each record field may come from, per flavor.
+    private static let fieldColumns: [Flavor: [(BugRecord.Fields, [String])]] = [
+        .jira: [
+            (.jiraID, ["issue id"]), (.title, ["summary"]), (.details, ["description"]), (.status, ["status"]),
+            (.resolution, ["resolution"]), (.priority, ["priority"]), (.type, ["issue type"]), (.labels, ["labels"]),
+            (.created, ["created"]), (.updated, ["updated"]), (.resolved, ["resolved"]), (.components, ["component/s", "components"]),
+            (.reporter, ["reporter"]), (.assignee, ["assignee"]),
+        ],
+        .bugzilla: [
+            (.title, ["short_desc", "summary"]), (.details, ["long_desc", "description"]), (.status, ["bug_status", "status"]),
+            (.resolution, ["resolution"]), (.priority, ["priority"]), (.type, ["bug_severity", "severity"]), (.labels, ["keywords"]),
+            (.created, ["opendate", "opened", "creation_ts"]), (.updated, ["changeddate", "changed", "delta_ts"]), (.resolved, []),
+            (.components, ["component"]), (.reporter, ["reporter"]), (.assignee, ["assigned_to", "assignee"]),
+        ],
+    ]
 
     /// Reads a header row.
     ///
@@ -39,6 +58,9 @@ public struct CSVBugMapper: Sendable {
             columns[name.trimmingCharacters(in: .whitespaces).lowercased(), default: []].append(index)
         }
         self.columns = columns
+        absent = Self.fieldColumns[flavor, default: []].reduce(into: []) { absent, entry in
+            if !entry.1.contains(where: { columns[$0] != nil }) { absent.insert(entry.0) }
+        }
         let keyColumns = flavor == .jira ? ["issue key"] : ["bug_id", "bug id", "id"]
         guard keyColumns.contains(where: { columns[$0] != nil }) else {
             throw ImportError(.invalidRecord, "This is not a \(flavor.rawValue) CSV export: its header has no \(keyColumns.map { "'\($0)'" }.joined(separator: " or ")) column (it has \(header.prefix(8).joined(separator: ", "))). Export with the key column, or pick the right --format.")
@@ -87,10 +109,12 @@ public struct CSVBugMapper: Sendable {
         guard fields.count == width else {
             throw ImportError(.invalidRecord, "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.", inputLine: line)
         }
-        switch flavor {
-        case .jira: return try jiraRecord(fields, line: line)
-        case .bugzilla: return try bugzillaRecord(fields, line: line)
+        var record = switch flavor {
+        case .jira: try jiraRecord(fields, line: line)
+        case .bugzilla: try bugzillaRecord(fields, line: line)
         }
+        record.absent = absent
+        return record
     }
 
     private func person(_ name: String?) -> PersonRecord? {

@@ -29,6 +29,9 @@ enum JiraPayload {
         var reporter: User?
         var assignee: User?
         var comment: CommentPage?
+        /// The names of the fields the object held (`null` ones included): those it left out
+        /// are not known, which is not the same as empty.
+        var present: Set<String> = []
     }
 
     /// Any object that is identified by its `name` (status, priority, component, …).
@@ -88,6 +91,7 @@ extension JiraPayload.Fields {
         var fields = Self()
         try reader.object { reader, field in
             try JiraPayload.field("fields." + field) {
+                fields.present.insert(field)
                 switch field {
                 case "summary": fields.summary = try reader.optionalString()
                 case "description": fields.description = try reader.optionalString()

@@ -47,21 +47,24 @@ struct UpsertPass {
             bugs[key] = bug
             isNew = true
         }
-        bug.jiraID = record.pointee.jiraID
-        bug.title = record.pointee.title
-        bug.details = record.pointee.details
-        bug.status = record.pointee.status
-        bug.resolution = record.pointee.resolution
-        bug.priority = record.pointee.priority
-        bug.type = record.pointee.type
-        bug.labels = BugRecord.normalizedLabels(record.pointee.labels)
-        bug.created = record.pointee.created
-        bug.updated = record.pointee.updated
-        bug.resolved = record.pointee.resolved
+        // What the source did not carry stays as the bug has it; a new bug takes the record's
+        // defaults (its key as title, and so on).
+        let kept = isNew ? [] : record.pointee.absent
+        if !kept.contains(.jiraID) { bug.jiraID = record.pointee.jiraID }
+        if !kept.contains(.title) { bug.title = record.pointee.title }
+        if !kept.contains(.details) { bug.details = record.pointee.details }
+        if !kept.contains(.status) { bug.status = record.pointee.status }
+        if !kept.contains(.resolution) { bug.resolution = record.pointee.resolution }
+        if !kept.contains(.priority) { bug.priority = record.pointee.priority }
+        if !kept.contains(.type) { bug.type = record.pointee.type }
+        if !kept.contains(.labels) { bug.labels = BugRecord.normalizedLabels(record.pointee.labels) }
+        if !kept.contains(.created) { bug.created = record.pointee.created }
+        if !kept.contains(.updated) { bug.updated = record.pointee.updated }
+        if !kept.contains(.resolved) { bug.resolved = record.pointee.resolved }
         bug.project = project(record.pointee.project, in: context)
-        bug.reporter = person(record.pointee.reporter, in: context)
-        bug.assignee = person(record.pointee.assignee, in: context)
-        setComponents(record.pointee.components, of: bug, isNew: isNew, in: context)
+        if !kept.contains(.reporter) { bug.reporter = person(record.pointee.reporter, in: context) }
+        if !kept.contains(.assignee) { bug.assignee = person(record.pointee.assignee, in: context) }
+        if !kept.contains(.components) { setComponents(record.pointee.components, of: bug, isNew: isNew, in: context) }
 
         var commentsChanged = false
         for comment in record.pointee.comments where upsert(comment, on: bug, in: context) {

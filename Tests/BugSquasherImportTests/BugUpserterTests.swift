@@ -134,6 +134,47 @@ private typealias Comment = BugSquasherModel.Comment
         ))
     }
 
+    @Test("a record that leaves fields out — Jira JSON with some fields, a CSV with some columns, a partial NDJSON record — changes only what it carries; an explicit null still clears")
+    func partialRecordsLeaveTheRestAlone() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        let full = sampleRecords()
+        _ = try await context.perform { context in try upserter.upsert(full, in: context) }
+        try await context.save()
+
+        struct Seen: Sendable, Equatable {
+            var title: String, status: String, priority: String?, details: String?, assignee: String?, components: [String], created: Date?
+        }
+        func seen() async throws -> Seen? {
+            try await context.perform { context -> Seen? in
+                guard let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first else { return nil }
+                return Seen(title: bug.title, status: bug.status, priority: bug.priority, details: bug.details, assignee: bug.assignee?.name,
+                            components: bug.components.map(\.name).sorted(), created: bug.created)
+            }
+        }
+        let before = try #require(try await seen())
+
+        // Jira: a search with fields=summary.
+        let jira = try JiraIssueDecoder().decode(Data(#"{"id":"1","key":"TIMOB-1","fields":{"summary":"renamed"}}"#.utf8), line: 1)
+        // A Jira CSV export of two columns.
+        let csv = try CSVBugMapper(header: ["Issue key", "Status"], flavor: .jira).record(["TIMOB-1", "Reopened"], line: 2)
+        // A BugSquasher record that sets the priority to none, explicitly.
+        let ndjson = try Array(#"{"key":"TIMOB-1","project":{"key":"TIMOB"},"priority":null}"#.utf8).withUnsafeBufferPointer { try BugRecord(json: $0) }
+        for record in [jira, csv, ndjson] {
+            _ = try await context.perform { context in try upserter.upsert([record], in: context) }
+            try await context.save()
+        }
+        var expected = before
+        expected.title = "renamed"
+        expected.status = "Reopened"
+        expected.priority = nil
+        #expect(try await seen() == expected)
+        // Through a job's spool (JSON) and back, a record keeps what it leaves out.
+        let spooled = try JSONEncoder().encode(csv)
+        let back = try [UInt8](spooled).withUnsafeBufferPointer { try BugRecord(json: $0) }
+        #expect(back.absent == csv.absent && back.absent.contains(.title) && !back.absent.contains(.status))
+    }
+
     @Test func makesComponentsExactlyTheRecordsSet() async throws {
         let context = try makeContext()
         let upserter = self.upserter
