@@ -157,7 +157,7 @@ let package = Package(
         .executableTarget(
             name: "squasherd",
             dependencies: [
-                "BugSquasherDaemon", "BugSquasherSystemd", "BugSquasherTransport",
+                "BugSquasherDaemon", "BugSquasherProtocol", "BugSquasherSystemd", "BugSquasherTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

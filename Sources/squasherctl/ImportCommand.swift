@@ -31,8 +31,8 @@ struct ImportCommand: ParsableCommand {
     var wait = false
 
     func validate() throws {
-        if let chunkSize, !(1...100_000).contains(chunkSize) {
-            throw ValidationError("--chunk-size must be between 1 and 100000.")
+        if let chunkSize, !ImportChunkSize.allowed.contains(chunkSize) {
+            throw ValidationError("--chunk-size must be between \(ImportChunkSize.allowed.lowerBound) and \(ImportChunkSize.allowed.upperBound).")
         }
         if let format, ImportFormat(rawValue: format) == nil {
             throw ValidationError("Unknown --format '\(format)'; use one of \(ImportFormat.names), or leave it out to detect the format.")

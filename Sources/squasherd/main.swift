@@ -1,5 +1,6 @@
 import ArgumentParser
 import BugSquasherDaemon
+import BugSquasherProtocol
 import BugSquasherSystemd
 import BugSquasherTransport
 import Foundation
@@ -45,7 +46,8 @@ struct Squasherd: AsyncParsableCommand {
             try Self.refuseToStart(error.message)
         }
         if let chunkSize {
-            guard chunkSize > 0 else { throw ValidationError("--chunk-size must be positive.") }
+            let sizes = ImportChunkSize.allowed
+            guard sizes.contains(chunkSize) else { throw ValidationError("--chunk-size must be between \(sizes.lowerBound) and \(sizes.upperBound).") }
             configuration.chunkSize = chunkSize
         }
         let levelName = logLevel ?? configuration.logLevel

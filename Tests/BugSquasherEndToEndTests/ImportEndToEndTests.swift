@@ -12,6 +12,29 @@ struct ImportEndToEndTests {
     /// The summary line of `squasherctl import --wait`.
     func summary(_ lines: [String]) -> String { lines.first { $0.hasPrefix("job ") } ?? lines.joined(separator: "\n") }
 
+    @Test("squasherd's records of import jobs cannot be edited or deleted over the protocol; a job name with a control character is refused; squasherd --chunk-size outside 1...100000 is a usage error")
+    func jobRecordsAreTheDaemons() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("three.ndjson", count: 3, prefix: "BK", title: "kept")
+        try await harness.ctl(["import", records.path, "--wait"])
+        let fetched = try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"ImportJob","result":"ids"}}"#))
+        let reply = try #require(try JSONSerialization.jsonObject(with: Data(fetched.utf8)) as? [String: Any])
+        let job = try #require(((reply["parameters"] as? [String: Any])?["ids"] as? [String])?.first, "\(fetched)")
+        for call in [#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"\#(job)","values":{"state":"running","imported":-5}}}"#,
+                     #"{"method":"io.bugsquasher.Import.Delete","parameters":{"id":"\#(job)"}}"#] {
+            let answer = try RawSocket.exchange(harness.writeSocket, varlinkCall(call))
+            #expect(answer.contains("io.bugsquasher.Import.InvalidInput") && answer.contains("record of import jobs"), "\(answer)")
+        }
+        #expect(try await harness.ctl(["jobs"]).joined().contains("finished  three.ndjson"))
+        let named = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"a\nforged log line"}}"#))
+        #expect(named.contains("control characters"), "\(named)")
+        #expect(try await harness.stop() == 0)
+
+        let tooLarge = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--chunk-size", "5000000", "--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
+        #expect(try await tooLarge.waitForExit() == 64)
+        #expect(tooLarge.errorOutput.contains("--chunk-size must be between 1 and 100000"), "\(tooLarge.errorOutput)")
+    }
+
     @Test("every format imports; bad records go to the reject report with line and reason; imported + rejected = read")
     func formatsAndRejects() async throws {
         let harness = try await DaemonHarness(chunkSize: 2)

@@ -250,6 +250,24 @@ struct SubscriberEndToEndTests {
         let afterLoading = try await editAndCollect()
         #expect(afterLoading.contains { $0.refreshed.contains(projectID) }, "refreshes after the project loaded: \(afterLoading.map(\.refreshed))")
         feed.cancel()
+        // A version older than the store's, given with Subscribe itself, is answered with a
+        // refresh at once, as Register answers it.
+        var events: [SubscribeReply] = []
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", SubscribeParameters(registeredOnly: true, register: [bugID.uriString], versions: [1])) { reply in
+            events.append(try reply.parameters(SubscribeReply.self))
+            if events.count == 1 {
+                // An edit now, so that the feed has a second event to send either way.
+                let edit = Process()
+                edit.executableURL = URL(filePath: Products.squasherctl)
+                edit.arguments = ["update", "FT-1", "title=after subscribing"]
+                edit.environment = ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"]
+                try edit.run()
+                edit.waitUntilExit()
+            }
+            return events.count < 2
+        }
+        #expect(events.map(\.event) == ["subscribed", "refresh"])
+        #expect((events.last?.save?.updated.first?.version ?? 0) > 1, "\(events)")
         #expect(try await harness.stop() == 0)
     }
 

@@ -1,4 +1,5 @@
 public import Foundation
+import BugSquasherProtocol
 import Logging
 
 /// Where squasherd keeps its store and sockets, and its limits.
@@ -116,7 +117,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
             }
             return value
         }
-        if let value = try integer("chunk_size", in: 1...100_000, meaning: "records per import transaction") { configuration.chunkSize = value }
+        if let value = try integer("chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction") { configuration.chunkSize = value }
         if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest") { configuration.importPriority = value }
         if let value = try integer("read_socket_mode", radix: 8) { configuration.readSocketMode = value }
         if let value = try integer("write_socket_mode", radix: 8) { configuration.writeSocketMode = value }

@@ -135,14 +135,20 @@ struct ChangesInterface: VarlinkInterface {
             idRuns: parameters.idRuns ?? false, pendingLimit: pendingLimit, registrationLimits: registrationLimits,
             insertWatch: try insertWatch(parameters), startToken: since ?? .zero
         )
+        var initialIDs: [ObjectID] = []
         if let initial = parameters.register {
-            let ids = try registrations(initial, versions: parameters.versions)
-            _ = try register(ids, versions: parameters.versions, on: subscription)
+            initialIDs = try registrations(initial, versions: parameters.versions)
+            _ = try register(initialIDs, versions: parameters.versions, on: subscription)
         }
         // Join the fan-out first, read the current token second: a save committed in between is
         // then in the mailbox (and skipped below if the history replay covers it), never lost.
         hub.add(subscription)
         defer { hub.remove(subscription) }
+        // Versions held that are older than the store's are refreshed, as `Register` does (with
+        // `since`, the history replay brings those changes instead).
+        if since == nil, let versions = parameters.versions {
+            try refreshStale(ids: initialIDs, versions: versions, for: subscription)
+        }
         let start = try stack.store.currentHistoryToken()
         if let since, since > start {
             // A token this store never issued: the client followed another store (one that was

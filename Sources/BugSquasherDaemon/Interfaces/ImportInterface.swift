@@ -31,11 +31,16 @@ struct ImportInterface: VarlinkInterface {
                 format = known
             }
             let chunkSize = parameters.chunkSize ?? configuration.chunkSize
-            guard (1...100_000).contains(chunkSize) else { throw invalidInput("chunkSize must be between 1 and 100000") }
+            let sizes = ImportChunkSize.allowed
+            guard sizes.contains(chunkSize) else { throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)") }
             guard uploads.count < UploadRegistry.maximumUploads else {
                 throw invalidInput("\(UploadRegistry.maximumUploads) uploads are in progress; commit or abort one first")
             }
-            // A job's name is for people: kept (and logged) to its first 500 characters.
+            // A job's name is for people: kept (and logged) to its first 500 characters, and on
+            // one line (a newline in it would forge a line of the log).
+            guard !parameters.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                throw invalidInput("the job name holds control characters (a newline, an escape…); give a name of printable characters")
+            }
             let name = String(parameters.name.prefix(500))
             let job = try await book.create(name: name, format: format, chunkSize: chunkSize)
             do {
@@ -101,7 +106,7 @@ struct ImportInterface: VarlinkInterface {
             let parameters = try call.parameters(UpdateParameters.self)
             try await replier.reply(try await update(parameters.id, values: parameters.values))
         case "Delete":
-            let id = try objectID(try call.parameters(IDParameter.self).id)
+            let id = try editableObjectID(try call.parameters(IDParameter.self).id)
             let editor = newEditor("varlink-delete")
             try await mapGraphErrors {
                 try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
@@ -114,7 +119,7 @@ struct ImportInterface: VarlinkInterface {
     }
 
     private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
-        let id = try objectID(uri)
+        let id = try editableObjectID(uri)
         guard let entity = stack.model.entity(named: id.entityName) else { throw invalidInput("unknown entity in \(uri)") }
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
@@ -181,6 +186,20 @@ struct ImportInterface: VarlinkInterface {
             default: throw invalidInput(error.message)
             }
         }
+    }
+
+    /// The entities only the daemon writes: its record of import jobs and their rejects.
+    private static let bookkeeping: Set<String> = [ImportJob.entityName, ImportReject.entityName]
+
+    /// An object `Update` and `Delete` may change: not one of the daemon's own records of import
+    /// jobs, which a write client could otherwise set to states and counts that never were
+    /// (or delete under a running import).
+    private func editableObjectID(_ uri: String) throws -> ObjectID {
+        let id = try objectID(uri)
+        guard !Self.bookkeeping.contains(id.entityName) else {
+            throw invalidInput("\(id.entityName) objects are squasherd's record of import jobs and change only through the import; stop a job with Abort")
+        }
+        return id
     }
 
     private func objectID(_ uri: String) throws -> ObjectID {
