@@ -21,12 +21,14 @@
 #   --rounds N      edits per subscriber count in section b (default 200)
 #   --smoke         tiny sizes, to check that the benchmark works (figures mean nothing)
 #   --debug         use the debug build in .build/debug (and build nothing)
+#   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)
 # Environment: BENCH_NO_BUILD=1 uses the binaries already in .build/release without building;
 # BENCH_BIN=DIR takes them from DIR instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command_line="scripts/bench.sh${*:+ $*}"
 usage() { sed -n '/^# Usage:/,/^# BENCH_BIN/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+help() { sed -n '/^# Usage:/,/^# BENCH_BIN/p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 config=release
 args=()
 skip_postgres=0
@@ -37,7 +39,7 @@ while (($#)); do
         --debug) config=debug ;;
         --rows|--big-rows|--rounds) (($# >= 2)) || usage; args+=("$1" "$2"); shift ;;
         --skip-postgres) skip_postgres=1 ;;
-        -h|--help) usage ;;
+        -h|--help) help ;;
         *) echo "scripts/bench.sh: unknown argument $1" >&2; usage ;;
     esac
     shift

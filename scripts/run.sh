@@ -14,7 +14,9 @@ records=20000
 while (($#)); do
     case $1 in
         --fresh) fresh=1 ;;
-        --records) records=$2; shift ;;
+        --records)
+            [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "scripts/run.sh: --records takes a positive number of records" >&2; exit 2; }
+            records=$2; shift ;;
         *) echo "usage: scripts/run.sh [--fresh] [--records N]" >&2; exit 2 ;;
     esac
     shift

@@ -77,6 +77,8 @@ struct WatchCommand: AsyncParsableCommand {
                 } catch {
                     // squasherd went away, or is not back yet: retry below.
                 }
+                // Ctrl-C or SIGTERM ended the feed, not squasherd: nothing to resume.
+                if Task.isCancelled { return }
                 guard connected else {
                     // The feed ended before it began: squasherd closed the connection at once.
                     printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message)")

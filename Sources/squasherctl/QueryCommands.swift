@@ -35,8 +35,13 @@ struct JobsCommand: ParsableCommand {
             if let job {
                 let reply = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self)
                 if rejects {
-                    let list = try client.call("io.bugsquasher.Jobs.Rejects", JobParameter(job: job), as: RejectsReply.self)
+                    // All of them, up to the most squasherd sends in one reply.
+                    let asked = Int(min(max(reply.job.rejected, 1), 100_000))
+                    let list = try client.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: asked), as: RejectsReply.self)
                     if json { try printJSON(list) } else { for reject in list.rejects { print("line \(reject.line): \(printable(reject.reason))") } }
+                    if reply.job.rejected > list.rejects.count {
+                        printError("squasherctl: \(list.rejects.count) of the job's \(reply.job.rejected) rejects are shown (squasherd sends at most \(asked) at once).")
+                    }
                 } else if json { try printJSON(reply) } else { print(describe(reply.job)) }
             } else {
                 let reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: 20), as: JobsReply.self)

@@ -50,7 +50,13 @@ struct ChangesInterface: VarlinkInterface {
         case "History":
             let parameters = try call.parameters(HistoryParameters.self)
             guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
-            let saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(max(parameters.limit ?? 100, 1), 1_000))
+            var saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(max(parameters.limit ?? 100, 1), 1_000))
+            // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
+            // that passes the cap, and the client asks again from there.
+            var objects = 0
+            if let cut = saves.firstIndex(where: { objects += $0.inserted.count + $0.updated.count + $0.deleted.count; return objects >= Self.historyObjectCap }) {
+                saves.removeSubrange((cut + 1)...)
+            }
             try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: try stack.store.currentHistoryToken().rawValue))
         default:
             throw VarlinkError.methodNotFound(call.method)
@@ -126,6 +132,9 @@ struct ChangesInterface: VarlinkInterface {
             throw VarlinkError.invalidParameter("insertsMatching")
         }
     }
+
+    /// The changed objects after which a `History` reply ends (after the save that passes it).
+    static let historyObjectCap = 100_000
 
     private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         if let since = parameters.since, since < 0 { throw VarlinkError.invalidParameter("since") }
