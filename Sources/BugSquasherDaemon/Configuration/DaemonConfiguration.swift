@@ -33,7 +33,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var subscriberPendingLimit: Int = 100_000
     /// The most object IDs one subscription registers.
     public var maximumRegistrationsPerSubscriber: Int = 1_000_000
-    /// The most object IDs all subscriptions register together (about 200 bytes each).
+    /// The most object IDs all subscriptions register together (about 400 bytes each).
     public var maximumRegistrations: Int = 5_000_000
     /// The most client connections open at once over both sockets; `nil` fits it to the file
     /// descriptor limit (that limit less what ``ConnectionLimit/reservedDescriptors(descriptorLimit:)`` keeps for the store).

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// Caps on the IDs subscribers register, which the daemon keeps in memory (about 200 bytes
+/// Caps on the IDs subscribers register, which the daemon keeps in memory (about 400 bytes
 /// each): per subscription, and over all subscriptions together. Without them, any local user
 /// (the read socket is open to everyone) could make the daemon hold millions of registrations
 /// of objects that do not even exist.
