@@ -31,25 +31,24 @@ extension BugRecord {
         record.absent = [.jiraID, .details, .resolution, .priority, .type, .labels, .created, .updated, .resolved, .components, .reporter, .assignee]
         var fields = try reader.beginObject()
         while let field = try reader.nextKey(&fields) {
-            if let known = Self.optionalFields[field] { record.absent.remove(known) }
             do {
                 switch field {
                 case "key": key = try reader.string()
-                case "jiraID": record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
+                case "jiraID": record.jiraID = reader.null() ? nil : try reader.stringOrNumber(); record.absent.remove(.jiraID)
                 case "title": title = try reader.string()
-                case "details": record.details = try reader.optionalString()
+                case "details": record.details = try reader.optionalString(); record.absent.remove(.details)
                 case "status": status = try reader.string()
-                case "resolution": record.resolution = try reader.optionalString()
-                case "priority": record.priority = try reader.optionalString()
-                case "type": record.type = try reader.optionalString()
-                case "labels": record.labels = reader.null() ? [] : try reader.strings()
-                case "created": record.created = try date(&reader)
-                case "updated": record.updated = try date(&reader)
-                case "resolved": record.resolved = try date(&reader)
+                case "resolution": record.resolution = try reader.optionalString(); record.absent.remove(.resolution)
+                case "priority": record.priority = try reader.optionalString(); record.absent.remove(.priority)
+                case "type": record.type = try reader.optionalString(); record.absent.remove(.type)
+                case "labels": record.labels = reader.null() ? [] : try reader.strings(); record.absent.remove(.labels)
+                case "created": record.created = try date(&reader); record.absent.remove(.created)
+                case "updated": record.updated = try date(&reader); record.absent.remove(.updated)
+                case "resolved": record.resolved = try date(&reader); record.absent.remove(.resolved)
                 case "project": project = try ProjectRecord.read(from: &reader)
-                case "components": record.components = reader.null() ? [] : try reader.strings()
-                case "reporter": record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
-                case "assignee": record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case "components": record.components = reader.null() ? [] : try reader.strings(); record.absent.remove(.components)
+                case "reporter": record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader); record.absent.remove(.reporter)
+                case "assignee": record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader); record.absent.remove(.assignee)
                 case "comments":
                     var comments: [CommentRecord] = []
                     if !reader.null() {
@@ -72,13 +71,6 @@ extension BugRecord {
         record.project = project
         return record
     }
-
-    /// The fields of the JSON form that a record may leave out.
-    private static let optionalFields: [String: Fields] = [
-        "jiraID": .jiraID, "details": .details, "resolution": .resolution, "priority": .priority, "type": .type,
-        "labels": .labels, "created": .created, "updated": .updated, "resolved": .resolved, "components": .components,
-        "reporter": .reporter, "assignee": .assignee,
-    ]
 
     /// A syntax or type error in `field`, naming it.
     static func fieldError(_ field: String, _ failure: JSONReader.Failure) -> ImportError {

@@ -81,9 +81,8 @@ public struct JiraIssueDecoder: Sendable {
         let summary = fields?.summary ?? ""
         // A search with `fields=summary,status` (or a Jira plugin's partial export) sends only
         // those: the others are left as the bug has them.
-        let present = fields?.present ?? []
-        var absent: BugRecord.Fields = issue.id == nil ? .jiraID : []
-        for (name, field) in Self.recordFields where !present.contains(name) { absent.insert(field) }
+        var absent = fields?.absent ?? []
+        if issue.id == nil { absent.insert(.jiraID) }
         let priority = fields?.priority?.name.flatMap { $0.isEmpty || $0 == "None" ? nil : $0 }
         let projectKey = fields?.project?.key.flatMap { $0.isEmpty ? nil : $0 } ?? projectKey(fromIssueKey: key)
         var record = BugRecord(
@@ -117,14 +116,6 @@ public struct JiraIssueDecoder: Sendable {
         record.absent = absent
         return record
     }
-
-    /// The Jira fields each record field comes from.
-    private static let recordFields: [(String, BugRecord.Fields)] = [
-        ("summary", .title), ("description", .details), ("status", .status), ("resolution", .resolution),
-        ("priority", .priority), ("issuetype", .type), ("labels", .labels), ("created", .created),
-        ("updated", .updated), ("resolutiondate", .resolved), ("components", .components),
-        ("reporter", .reporter), ("assignee", .assignee),
-    ]
 
     /// A user as a person record: by account name, else by user key; `nil` without either.
     private static func person(_ user: JiraPayload.User?) -> PersonRecord? {

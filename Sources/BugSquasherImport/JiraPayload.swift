@@ -29,9 +29,9 @@ enum JiraPayload {
         var reporter: User?
         var assignee: User?
         var comment: CommentPage?
-        /// The names of the fields the object held (`null` ones included): those it left out
-        /// are not known, which is not the same as empty.
-        var present: Set<String> = []
+        /// The record fields whose Jira field the object left out (a `null` one is present):
+        /// not known, which is not the same as empty.
+        var absent: BugRecord.Fields = [.title, .details, .status, .resolution, .priority, .type, .labels, .created, .updated, .resolved, .components, .reporter, .assignee]
     }
 
     /// Any object that is identified by its `name` (status, priority, component, …).
@@ -91,32 +91,33 @@ extension JiraPayload.Fields {
         var fields = Self()
         try reader.object { reader, field in
             try JiraPayload.field("fields." + field) {
-                fields.present.insert(field)
                 switch field {
-                case "summary": fields.summary = try reader.optionalString()
-                case "description": fields.description = try reader.optionalString()
-                case "status": fields.status = try JiraPayload.Named.readOptional(from: &reader)
-                case "resolution": fields.resolution = try JiraPayload.Named.readOptional(from: &reader)
-                case "priority": fields.priority = try JiraPayload.Named.readOptional(from: &reader)
-                case "issuetype": fields.issuetype = try JiraPayload.Named.readOptional(from: &reader)
+                case "summary": fields.summary = try reader.optionalString(); fields.absent.remove(.title)
+                case "description": fields.description = try reader.optionalString(); fields.absent.remove(.details)
+                case "status": fields.status = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.status)
+                case "resolution": fields.resolution = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.resolution)
+                case "priority": fields.priority = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.priority)
+                case "issuetype": fields.issuetype = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.type)
                 case "labels":
+                    fields.absent.remove(.labels)
                     if !reader.null() {
                         var labels: [String?] = []
                         try reader.array { labels.append(try $0.optionalString()) }
                         fields.labels = labels
                     }
-                case "created": fields.created = try reader.optionalString()
-                case "updated": fields.updated = try reader.optionalString()
-                case "resolutiondate": fields.resolutiondate = try reader.optionalString()
+                case "created": fields.created = try reader.optionalString(); fields.absent.remove(.created)
+                case "updated": fields.updated = try reader.optionalString(); fields.absent.remove(.updated)
+                case "resolutiondate": fields.resolutiondate = try reader.optionalString(); fields.absent.remove(.resolved)
                 case "project": fields.project = try JiraPayload.Project.readOptional(from: &reader)
                 case "components":
+                    fields.absent.remove(.components)
                     if !reader.null() {
                         var components: [JiraPayload.Named?] = []
                         try reader.array { components.append(try JiraPayload.Named.readOptional(from: &$0)) }
                         fields.components = components
                     }
-                case "reporter": fields.reporter = try JiraPayload.User.readOptional(from: &reader)
-                case "assignee": fields.assignee = try JiraPayload.User.readOptional(from: &reader)
+                case "reporter": fields.reporter = try JiraPayload.User.readOptional(from: &reader); fields.absent.remove(.reporter)
+                case "assignee": fields.assignee = try JiraPayload.User.readOptional(from: &reader); fields.absent.remove(.assignee)
                 case "comment": fields.comment = try JiraPayload.CommentPage.readOptional(from: &reader)
                 default: try reader.skip()
                 }
