@@ -70,7 +70,7 @@ struct WatchCommand: AsyncParsableCommand {
                 } catch let error as TransportError where !connected {
                     printError("squasherctl: \(error.message)")
                     throw Exit.unreachable
-                } catch where !connected {
+                } catch where !connected && !Task.isCancelled {
                     // Reset by the daemon before it answered (NIO's IOError).
                     printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message) (\(error))")
                     throw Exit.unreachable
@@ -292,4 +292,3 @@ extension SubscribeCommand.Event: JSONWritable {
 private func validateToken(_ since: Int64?) throws {
     if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
 }
-
