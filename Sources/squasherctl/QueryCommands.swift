@@ -131,7 +131,7 @@ struct ListCommand: ParsableCommand {
     @Option(parsing: .unconditional, help: "Skip this many first.")
     var offset = 0
 
-    @Flag(help: "Print only the count.")
+    @Flag(help: "Print only the number of matching objects after --offset (--limit does not apply).")
     var count = false
 
     @Flag(help: "Print JSON rows.")

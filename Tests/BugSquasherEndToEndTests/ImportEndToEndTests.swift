@@ -441,6 +441,10 @@ struct AbortEndToEndTests {
             let refused = try await harness.ctlError(["update", "AB-1", blank], expectStatus: 2)
             #expect(refused.contains("'key' is the unique key of a Bug and cannot be empty or blank"), "\(refused)")
         }
+        // Nor can another required text be blanked (an optional one can).
+        let status = try await harness.ctlError(["update", "AB-1", "status="], expectStatus: 2)
+        #expect(status.contains("'status' is required on a Bug and cannot be empty or blank"), "\(status)")
+        try await harness.ctl(["update", "AB-1", "details="])
         let taken = try await harness.ctlError(["update", "AB-2", "key=AB-1"], expectStatus: 2)
         #expect(taken.contains("Another Bug already has key = \"AB-1\"; choose a value no other Bug has"), "\(taken)")
         #expect(try await harness.ctl(["get", "AB-2"]).joined().contains("AB-2"))

@@ -127,6 +127,11 @@ struct ImportInterface: VarlinkInterface {
         if let unique = entity.uniqueKey, case .string(let text)? = values[unique], text.allSatisfy(\.isWhitespace) {
             throw invalidInput("'\(unique)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value")
         }
+        // A required text left blank (`status=`) is as good as none.
+        for (key, value) in values {
+            guard let attribute = entity.attribute(named: key), !attribute.isOptional, case .string(let text) = value, text.allSatisfy(\.isWhitespace) else { continue }
+            throw invalidInput("'\(key)' is required on a \(entity.name) and cannot be empty or blank; give it a value")
+        }
         let didSave: DidSave?
         let attributes = values.keys.compactMap { entity.attribute(named: $0) }
         if let store = stack.store as? any AttributeEditable, attributes.count == values.count {
