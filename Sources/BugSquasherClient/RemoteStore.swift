@@ -202,8 +202,13 @@ public final class RemoteStore: IncrementalStore {
     }
 
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
-        let reply: IDsReply = try call("io.bugsquasher.Store.Related", RelatedParameters(id: objectID.uriString, relationship: name))
-        return try reply.ids.map(parse)
+        var ids: [ObjectID] = []
+        while true {
+            // Pages of the daemon's per-call cap, until it says there are no more.
+            let reply: IDsReply = try call("io.bugsquasher.Store.Related", RelatedParameters(id: objectID.uriString, relationship: name, offset: ids.isEmpty ? nil : ids.count))
+            ids += try reply.ids.map(parse)
+            guard reply.more == true, !reply.ids.isEmpty else { return ids }
+        }
     }
 
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {

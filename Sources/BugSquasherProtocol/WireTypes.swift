@@ -235,10 +235,13 @@ public struct RelatedParameters: Codable, Sendable {
     public var id: String
     /// The to-many relationship.
     public var relationship: String
+    /// Skip this many of the related IDs (for the next page of a reply that had `more`).
+    public var offset: Int?
     /// Creates parameters.
-    public init(id: String, relationship: String) {
+    public init(id: String, relationship: String, offset: Int? = nil) {
         self.id = id
         self.relationship = relationship
+        self.offset = offset
     }
 }
 
@@ -246,8 +249,14 @@ public struct RelatedParameters: Codable, Sendable {
 public struct IDsReply: Codable, Sendable {
     /// The IDs.
     public var ids: [String]
+    /// `true` when the daemon's per-call cap cut the list: call again with `offset` advanced by
+    /// the IDs received.
+    public var more: Bool?
     /// Creates a reply.
-    public init(ids: [String]) { self.ids = ids }
+    public init(ids: [String], more: Bool? = nil) {
+        self.ids = ids
+        self.more = more
+    }
 }
 
 /// The reply of `io.bugsquasher.Store.Info`.

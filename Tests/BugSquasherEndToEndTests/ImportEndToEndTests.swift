@@ -613,6 +613,14 @@ struct PagingEndToEndTests {
         let subscriber = try Subscriber(socketPath: harness.readSocket)
         let fetched = try await subscriber.context.perform { context in try context.fetch(FetchRequest<BugSquasherModel.Bug>()).count }
         #expect(fetched == count)
+        // A to-many relationship is read in pages too: the project's bugs, from an offset.
+        let (project, bugs) = try await subscriber.context.perform { context in
+            let project = try #require(try context.fetch(FetchRequest<Project>(predicate: Key("key") == "PG")).first)
+            return (project.objectID, project.bugs.count)
+        }
+        #expect(bugs == count)
+        let tail = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Related", RelatedParameters(id: project.uriString, relationship: "bugs", offset: 10_000), as: IDsReply.self)
+        #expect(tail.ids.count == count - 10_000 && tail.more == nil)
         #expect(try await harness.stop() == 0)
     }
 }

@@ -36,8 +36,12 @@ struct StoreInterface: VarlinkInterface {
             case "Related":
                 let parameters = try call.parameters(RelatedParameters.self)
                 guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
-                let ids = try store.newValue(forRelationship: parameters.relationship, of: id)
-                try await replier.reply(IDsReply(ids: ids.map(\.uriString)))
+                let offset = parameters.offset ?? 0
+                guard offset >= 0 else { throw VarlinkError.invalidParameter("offset") }
+                // A project's bugs can be hundreds of thousands: capped as a Fetch of IDs is.
+                let ids = try store.newValue(forRelationship: parameters.relationship, of: id).dropFirst(offset)
+                let page = ids.prefix(Self.maximumIDs)
+                try await replier.reply(IDsReply(ids: page.map(\.uriString), more: ids.count > page.count ? true : nil))
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
