@@ -27,6 +27,10 @@ struct PredicateSyntaxTests {
         let nested = String(repeating: "(", count: 100_000) + #"key == "x""# + String(repeating: ")", count: 100_000)
         #expect { try ObjectPredicate(parsing: nested) } throws: { "\($0)".contains("nested deeper than") }
         #expect { try ObjectPredicate(parsing: String(repeating: "NOT ", count: 100_000) + #"key == "x""#) } throws: { "\($0)".contains("nested deeper than") }
+        // A chain of comparisons too long for SQLite's expression tree is refused, with the way out.
+        let chain = (1...1_200).map { #"key == "K-\#($0)""# }.joined(separator: " OR ")
+        #expect { try ObjectPredicate(parsing: chain) } throws: { "\($0)".contains("more than 500 comparisons") && "\($0)".contains("IN (") }
+        #expect(throws: Never.self) { try ObjectPredicate(parsing: (1...500).map { #"key == "K-\#($0)""# }.joined(separator: " OR ")) }
         // Within the limit it still parses.
         _ = try ObjectPredicate(parsing: String(repeating: "(", count: 60) + #"key == "x""# + String(repeating: ")", count: 60))
     }

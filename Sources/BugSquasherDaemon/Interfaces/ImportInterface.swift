@@ -85,7 +85,7 @@ struct ImportInterface: VarlinkInterface {
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
             if let spooler = uploads.remove(job) { await spooler.discard(reason: "The upload was aborted on request.") }
-            guard let current = try await book.job(job) else { throw jobNotFound(job) }
+            guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
             guard !current.isFinal else {
                 throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
             }
@@ -193,6 +193,11 @@ struct ImportInterface: VarlinkInterface {
         }
     }
 
+    /// This interface's error for an unknown job (the Jobs interface has its own of that name).
+    static func jobNotFound(_ job: String) -> VarlinkError {
+        VarlinkError("io.bugsquasher.Import.JobNotFound", ["job": .string(job)])
+    }
+
     /// The entities only the daemon writes: its record of import jobs and their rejects.
     private static let bookkeeping: Set<String> = [ImportJob.entityName, ImportReject.entityName]
 
@@ -227,7 +232,7 @@ struct ImportInterface: VarlinkInterface {
         if let ended = try await book.job(job) {
             throw invalidInput("job \(job) is \(ended.state): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more")
         }
-        throw VarlinkError("io.bugsquasher.Import.JobNotFound", ["job": .string(job)])
+        throw Self.jobNotFound(job)
     }
 
     /// Spools the next bytes of an upload; input the spooler refuses fails the job.

@@ -164,6 +164,10 @@ private struct PredicateParser {
     /// stack of the recursive descent.
     private var depth = 0
     static let maximumDepth = 64
+    /// Comparisons so far: SQLite evaluates a chain of ORs as a tree as deep as the chain, and
+    /// refuses one deeper than 1,000.
+    private var comparisons = 0
+    static let maximumComparisons = 500
 
     init(_ text: String) { scalars = Array(text) }
 
@@ -204,6 +208,10 @@ private struct PredicateParser {
             return inner
         }
         if accept(word: "TRUEPREDICATE") { return .all }
+        comparisons += 1
+        guard comparisons <= Self.maximumComparisons else {
+            throw error("more than \(Self.maximumComparisons) comparisons; compare with a list instead, like key IN (\"A-1\", \"A-2\")")
+        }
         let keyPath = try parseKeyPath()
         if accept(word: "IN") {
             guard accept("(") else { throw error("IN needs a parenthesized list, like IN (\"a\", \"b\")") }
