@@ -34,6 +34,12 @@ public struct JiraIssueDecoder: Sendable {
         try json.withUnsafeBytes { try decode(bytes: $0.bindMemory(to: UInt8.self), line: line) }
     }
 
+    /// Whether `failure` came from the input ending (an unterminated string or object at its
+    /// last byte): a record cut short, not one of the wrong shape.
+    private static func endsEarly(_ failure: JSONReader.Failure, in bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        failure.message == "unexpected end of input" || failure.message == "unterminated string" || failure.offset >= bytes.count
+    }
+
     /// Decodes one issue from its UTF-8 bytes; see ``decode(_:line:)``.
     public func decode(bytes: UnsafeBufferPointer<UInt8>, line: Int? = nil) throws -> BugRecord {
         var reader = JSONReader(bytes)
@@ -41,8 +47,12 @@ public struct JiraIssueDecoder: Sendable {
         do {
             issue = try JiraPayload.Issue.read(from: &reader)
             try reader.end()
+        } catch let error as JiraPayload.FieldFailure where Self.endsEarly(error.failure, in: bytes) {
+            throw ImportError(.invalidJSON, "The issue's JSON ends inside its field \(error.path), at byte \(error.failure.offset): the record is cut short (a truncated line or file). Fix or remove this line.", inputLine: line)
         } catch let error as JiraPayload.FieldFailure {
             throw ImportError(.invalidJSON, "The issue's field \(error.path) is not what Jira's REST API v2 sends (\(error.failure)). Check that the input is Jira's REST API v2 format, or fix this line.", inputLine: line)
+        } catch let failure as JSONReader.Failure where Self.endsEarly(failure, in: bytes) {
+            throw ImportError(.invalidJSON, "The issue's JSON ends at byte \(failure.offset), before the object closes: the record is cut short (a truncated line or file). Fix or remove this line.", inputLine: line)
         } catch let failure as JSONReader.Failure {
             throw ImportError(.invalidJSON, "The input is not a Jira issue object (\(failure)). Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line.", inputLine: line)
         }

@@ -74,6 +74,15 @@ import Testing
         #expect(error?.message.contains("key") == true)
     }
 
+    @Test("a line cut short is named as cut short, not as a field of the wrong shape")
+    func namesATruncatedLine() {
+        let error = #expect(throws: ImportError.self) {
+            _ = try decoder.decode(Data(#"{"key":"A-1","fields":{"summ"#.utf8), line: 3)
+        }
+        #expect(error?.message.contains("the record is cut short") == true, "\(String(describing: error))")
+        #expect(error?.inputLine == 3)
+    }
+
     /// A BugSquasher record in a JSON array is detected as Jira's format; read as an issue with
     /// no fields it used to blank the bug's title and status.
     @Test func refusesAnIssueWithoutFields() {
