@@ -26,6 +26,14 @@ struct ImportEndToEndTests {
             #expect(answer.contains("io.bugsquasher.Import.InvalidInput") && answer.contains("record of import jobs"), "\(answer)")
         }
         #expect(try await harness.ctl(["jobs"]).joined().contains("finished  three.ndjson"))
+        // Negative limits and offsets are refused the same way by every method, naming the parameter.
+        for (call, said) in [(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","offset":-5}}"#, "offset must not be negative"),
+                             (#"{"method":"io.bugsquasher.Changes.History","parameters":{"after":0,"limit":0}}"#, #""parameter":"limit""#),
+                             (#"{"method":"io.bugsquasher.Jobs.List","parameters":{"limit":-1}}"#, #""parameter":"limit""#),
+                             (#"{"method":"io.bugsquasher.Jobs.Rejects","parameters":{"job":"x","limit":0}}"#, #""parameter":"limit""#)] {
+            let answer = try RawSocket.exchange(harness.readSocket, varlinkCall(call))
+            #expect(answer.contains(said), "\(call): \(answer)")
+        }
         let named = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"a\nforged log line"}}"#))
         #expect(named.contains("control characters"), "\(named)")
         #expect(try await harness.stop() == 0)

@@ -50,7 +50,8 @@ struct ChangesInterface: VarlinkInterface {
         case "History":
             let parameters = try call.parameters(HistoryParameters.self)
             guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
-            var saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(max(parameters.limit ?? 100, 1), 1_000))
+            if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
+            var saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000))
             // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
             // that passes the cap, and the client asks again from there.
             var objects = 0

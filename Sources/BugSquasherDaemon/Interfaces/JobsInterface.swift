@@ -18,7 +18,9 @@ struct JobsInterface: VarlinkInterface {
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
         case "List":
-            let limit = min(max(try call.parameters(LimitParameter.self).limit ?? 50, 1), 1_000)
+            let asked = try call.parameters(LimitParameter.self).limit
+            if let asked, asked < 1 { throw VarlinkError.invalidParameter("limit") }
+            let limit = min(asked ?? 50, 1_000)
             try await replier.reply(JobsReply(jobs: try await book.list(limit: limit)))
         case "Get":
             let id = try call.parameters(JobParameter.self).job
@@ -26,8 +28,9 @@ struct JobsInterface: VarlinkInterface {
             try await replier.reply(JobReply(job: job))
         case "Rejects":
             let parameters = try call.parameters(RejectsParameters.self)
+            if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
             guard try await book.job(parameters.job) != nil else { throw jobNotFound(parameters.job) }
-            try await replier.reply(RejectsReply(rejects: try await book.rejects(parameters.job, limit: min(max(parameters.limit ?? 1_000, 1), 100_000))))
+            try await replier.reply(RejectsReply(rejects: try await book.rejects(parameters.job, limit: min(parameters.limit ?? 1_000, 100_000))))
         case "Watch":
             guard call.more else { throw VarlinkError.expectedMore }
             try await watch(try call.parameters(JobParameter.self).job, replier: replier)

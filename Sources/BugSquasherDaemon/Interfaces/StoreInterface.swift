@@ -88,13 +88,14 @@ struct StoreInterface: VarlinkInterface {
         default: throw invalid("result is ids, rows or count")
         }
         if let limit = parameters.limit, limit < 0 { throw invalid("limit must not be negative") }
+        if let offset = parameters.offset, offset < 0 { throw invalid("offset must not be negative") }
         // Rows and IDs are paged: one call never makes the daemon read an unbounded result. When
         // the cap is below what was asked, one more is fetched to tell the caller whether the cap
         // cut the result (`more`), so that no client takes a capped page for the whole answer.
         let cap = resultType == .rows ? Self.maximumRows : Self.maximumIDs
         let capped = resultType != .count && (parameters.limit ?? Int.max) > cap
         let limit = resultType == .count ? parameters.limit : capped ? cap + 1 : parameters.limit
-        let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: limit, offset: max(0, parameters.offset ?? 0), resultType: resultType)
+        let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: limit, offset: parameters.offset ?? 0, resultType: resultType)
         switch try stack.mainCoordinator.fetch(request) {
         case .objectIDs(let ids):
             let more = capped && ids.count > cap
