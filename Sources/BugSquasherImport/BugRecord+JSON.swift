@@ -28,16 +28,16 @@ extension BugRecord {
         // Fields are walked without a closure: a struct a closure captures is copied out at the
         // end, retaining and releasing every string of the record.
         // Fields the record leaves out are not known, which is not the same as empty.
-        record.absent = [.jiraID, .details, .resolution, .priority, .type, .labels, .created, .updated, .resolved, .components, .reporter, .assignee]
+        record.absent = .all
         var fields = try reader.beginObject()
         while let field = try reader.nextKey(&fields) {
             do {
                 switch field {
                 case "key": key = try reader.string()
                 case "jiraID": record.jiraID = reader.null() ? nil : try reader.stringOrNumber(); record.absent.remove(.jiraID)
-                case "title": title = try reader.string()
+                case "title": title = try reader.string(); record.absent.remove(.title)
                 case "details": record.details = try reader.optionalString(); record.absent.remove(.details)
-                case "status": status = try reader.string()
+                case "status": status = try reader.string(); record.absent.remove(.status)
                 case "resolution": record.resolution = try reader.optionalString(); record.absent.remove(.resolution)
                 case "priority": record.priority = try reader.optionalString(); record.absent.remove(.priority)
                 case "type": record.type = try reader.optionalString(); record.absent.remove(.type)
@@ -63,8 +63,6 @@ extension BugRecord {
         }
         guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
         guard let project else { throw ImportError(.invalidRecord, "missing field 'project'") }
-        if title == nil { record.absent.insert(.title) }
-        if status == nil { record.absent.insert(.status) }
         record.key = key
         record.title = title ?? key
         record.status = status ?? "Unknown"

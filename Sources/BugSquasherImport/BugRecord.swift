@@ -86,6 +86,8 @@ public struct BugRecord: Sendable, Hashable, Codable {
         public static let reporter = Fields(rawValue: 1 << 12)
         /// ``BugRecord/assignee``.
         public static let assignee = Fields(rawValue: 1 << 13)
+        /// Every field a source may leave out.
+        public static let all = Fields(rawValue: (1 << 14) - 1)
     }
 
     private enum CodingKeys: String, CodingKey {

@@ -1,7 +1,8 @@
 /// A streaming RFC 4180 CSV parser: feed it bytes in any slices, get complete records back with
 /// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines. Lines
-/// end with `\n`, `\r\n`, or a lone `\r` (classic Mac OS, Excel's "CSV (Macintosh)"). Memory holds one record at a time; a record longer than
-/// `maximumRecordBytes` is reported as oversized instead of being kept.
+/// end with `\n`, `\r\n`, or a lone `\r` (classic Mac OS, Excel's "CSV (Macintosh)"). Memory
+/// holds one record at a time; a record longer than `maximumRecordBytes` is reported as
+/// oversized instead of being kept.
 public struct CSVParser: Sendable {
     /// One parsed record.
     public enum Record: Sendable, Equatable {

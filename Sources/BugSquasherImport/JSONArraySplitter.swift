@@ -54,6 +54,10 @@ public struct JSONArraySplitter: Sendable {
     /// Whether the array was closed.
     public var isComplete: Bool { finishedArray }
 
+    /// Whether the array of elements has begun: for a search response, whether its `issues`
+    /// array was found.
+    public var foundArray: Bool { arrayDepth > 0 }
+
     /// Splits the next bytes; returns the elements they complete.
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws(Failure) -> [Element] {
         var out: [Element] = []
@@ -143,7 +147,7 @@ public struct JSONArraySplitter: Sendable {
         case .array:
             guard finishedArray else { throw Failure(description: "the JSON array is not closed (the input is truncated)") }
         case .searchResponse:
-            guard arrayDepth > 0 else { throw Failure(description: "no \"issues\" array was found in the Jira search response") }
+            guard foundArray else { throw Failure(description: "no \"issues\" array was found in the Jira search response") }
             guard finishedArray else { throw Failure(description: "the \"issues\" array of the Jira search response is not closed (the input is truncated)") }
             guard ended else { throw Failure(description: "the Jira search response is not closed after its \"issues\" array (the input is truncated)") }
         }

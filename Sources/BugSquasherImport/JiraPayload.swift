@@ -31,7 +31,7 @@ enum JiraPayload {
         var comment: CommentPage?
         /// The record fields whose Jira field the object left out (a `null` one is present):
         /// not known, which is not the same as empty.
-        var absent: BugRecord.Fields = [.title, .details, .status, .resolution, .priority, .type, .labels, .created, .updated, .resolved, .components, .reporter, .assignee]
+        var absent = BugRecord.Fields.all.subtracting(.jiraID)
     }
 
     /// Any object that is identified by its `name` (status, priority, component, …).

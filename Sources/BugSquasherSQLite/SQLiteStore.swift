@@ -137,7 +137,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     }
 
     /// How long a write waits for another program's write lock on the store.
-    public static let busyTimeoutSeconds = 30
+    static let busyTimeoutSeconds = 30
 
     /// The bytes of a write-ahead log's header.
     static let walHeaderSize = 32

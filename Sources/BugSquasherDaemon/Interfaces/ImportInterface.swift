@@ -124,13 +124,13 @@ struct ImportInterface: VarlinkInterface {
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
         }
-        if let unique = entity.uniqueKey, case .string(let text)? = values[unique], text.allSatisfy(\.isWhitespace) {
-            throw invalidInput("'\(unique)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value")
-        }
-        // A required text left blank (`status=`) is as good as none.
+        // A unique key or another required text left blank (`status=`) is as good as none.
         for (key, value) in values {
-            guard let attribute = entity.attribute(named: key), !attribute.isOptional, case .string(let text) = value, text.allSatisfy(\.isWhitespace) else { continue }
-            throw invalidInput("'\(key)' is required on a \(entity.name) and cannot be empty or blank; give it a value")
+            guard let attribute = entity.attribute(named: key), !attribute.isOptional || key == entity.uniqueKey,
+                  case .string(let text) = value, text.allSatisfy(\.isWhitespace) else { continue }
+            throw invalidInput(key == entity.uniqueKey
+                ? "'\(key)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value"
+                : "'\(key)' is required on a \(entity.name) and cannot be empty or blank; give it a value")
         }
         let didSave: DidSave?
         let attributes = values.keys.compactMap { entity.attribute(named: $0) }

@@ -37,7 +37,7 @@ struct StoreInterface: VarlinkInterface {
                 let parameters = try call.parameters(RelatedParameters.self)
                 guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
                 let offset = parameters.offset ?? 0
-                guard offset >= 0 else { throw VarlinkError.invalidParameter("offset") }
+                guard offset >= 0 else { throw invalid("offset must not be negative") }
                 // A project's bugs can be hundreds of thousands: capped as a Fetch of IDs is.
                 let ids = try store.newValue(forRelationship: parameters.relationship, of: id).dropFirst(offset)
                 let page = ids.prefix(Self.maximumIDs)

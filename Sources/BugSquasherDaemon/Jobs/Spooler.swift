@@ -286,63 +286,18 @@ actor Spooler {
         output.append(0x0A)
     }
 
+    /// Whether `bytes` start a JSON object with an `issues` key whose value is an array: a Jira
+    /// search response, as far as its first 64 KiB tell (a key of that name nested in an issue,
+    /// or inside a string, does not count). The splitter that reads such a response decides.
+    static func opensIssuesArray(_ bytes: [UInt8]) -> Bool {
+        var splitter = JSONArraySplitter(layout: .searchResponse)
+        _ = try? splitter.feed(bytes.prefix(65_536))
+        return splitter.foundArray
+    }
+
     /// When the first line does not parse: the record on the second line if that is a JSON
     /// object (or an empty one when the first line is a whole object by its braces), which
     /// makes the input NDJSON; `nil` for a pretty-printed document, whose second line is a key.
-    /// Whether `bytes` start a JSON object with an `issues` key whose value is an array: a Jira
-    /// search response, as far as its first 64 KiB tell (a key of that name nested in an issue,
-    /// or inside a string, does not count).
-    static func opensIssuesArray(_ bytes: [UInt8]) -> Bool {
-        var depth = 0
-        var inString = false
-        var escaped = false
-        var stringIsKey = false
-        var expectKey = false
-        var afterColon = false
-        var key: [UInt8] = []
-        var lastKey: [UInt8] = []
-        for byte in bytes.prefix(65_536) {
-            if inString {
-                if escaped {
-                    escaped = false
-                } else if byte == UInt8(ascii: "\\") {
-                    escaped = true
-                } else if byte == UInt8(ascii: "\"") {
-                    inString = false
-                    if stringIsKey { lastKey = key }
-                } else if stringIsKey {
-                    key.append(byte)
-                }
-                continue
-            }
-            if [0x20, 0x0A, 0x0D, 0x09].contains(byte) { continue }
-            let valueStarts = depth == 1 && afterColon
-            afterColon = false
-            switch byte {
-            case UInt8(ascii: "\""):
-                inString = true
-                stringIsKey = depth == 1 && expectKey
-                key.removeAll(keepingCapacity: true)
-            case UInt8(ascii: ":") where depth == 1:
-                expectKey = false
-                afterColon = true
-            case UInt8(ascii: ",") where depth == 1:
-                expectKey = true
-            case UInt8(ascii: "["):
-                if valueStarts && lastKey == Array("issues".utf8) { return true }
-                depth += 1
-            case UInt8(ascii: "{"):
-                depth += 1
-                if depth == 1 { expectKey = true }
-            case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                depth -= 1
-            default:
-                break
-            }
-        }
-        return false
-    }
-
     private static func ndjsonWithBrokenFirstLine(_ firstLine: [UInt8], in sniffed: [UInt8]) -> [String: Any]? {
         let lines = sniffed.split(separator: 0x0A, maxSplits: 2, omittingEmptySubsequences: true)
         if lines.count > 1, let second = try? JSONSerialization.jsonObject(with: Data(lines[1])) as? [String: Any] {
