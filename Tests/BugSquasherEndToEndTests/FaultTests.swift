@@ -19,6 +19,17 @@ struct FaultTests {
         #expect(daemon.errorOutput.contains(message), "\(daemon.errorOutput)")
     }
 
+    /// Starts squasherd on `state` with the harness's sockets, expects `count` bugs whose rows
+    /// show `title`, and stops it (exit 0).
+    func expectStart(state: String, harness: DaemonHarness, listing count: Int, titled title: String) async throws {
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
+        try await daemon.waitForErrorOutput(containing: "ready")
+        let listed = try await harness.ctl(["list", "--limit", "1000"])
+        #expect(listed.filter { $0.contains(title) }.count == count, "\(listed.suffix(3))")
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0, "\(daemon.errorOutput)")
+    }
+
     @Test("a store that is not a database, a truncated or emptied store, an incompatible model, an unusable directory and unusable socket paths are refused with a reason")
     func untrustedStores() async throws {
         let base = try directory()
@@ -124,12 +135,7 @@ struct FaultTests {
         try await expectRefusal(state: alone, run: harness.directory + "/r2", "is an SQLite file with no tables, so it is not a new store")
 
         // The untouched store starts, with every record.
-        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
-        try await restarted.waitForErrorOutput(containing: "ready")
-        let listed = try await harness.ctl(["list", "--limit", "1000"])
-        #expect(listed.filter { $0.contains("kept in the log") }.count == 200, "\(listed.suffix(3))")
-        restarted.signal(SIGTERM)
-        #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
+        try await expectStart(state: state, harness: harness, listing: 200, titled: "kept in the log")
         try? FileManager.default.removeItem(atPath: harness.directory)
     }
 
@@ -222,12 +228,7 @@ struct FaultTests {
         #expect(!FileManager.default.fileExists(atPath: state + "/bugs.sqlite"))
         // ... but on the copy, once it is moved back: every record is there.
         try FileManager.default.moveItem(atPath: state + "/" + rescued, toPath: state + "/bugs.sqlite")
-        let restarted = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
-        try await restarted.waitForErrorOutput(containing: "ready")
-        let listed = try await harness.ctl(["list", "--limit", "1000"])
-        #expect(listed.filter { $0.contains("survives the rm") }.count == 300, "\(listed.suffix(3))")
-        restarted.signal(SIGTERM)
-        #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
+        try await expectStart(state: state, harness: harness, listing: 300, titled: "survives the rm")
     }
 
     @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")
