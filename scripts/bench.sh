@@ -49,7 +49,7 @@ scripts/setup.sh
 bin=${BENCH_BIN:-.build/$config}
 if [[ $config == release && -z ${BENCH_NO_BUILD:-} && -z ${BENCH_BIN:-} ]]; then
     for product in squasherd squasherctl bugsquasher-bench; do
-        swift build -c release --product "$product"
+        swift build -c release --static-swift-stdlib --product "$product"
     done
 fi
 for tool in squasherd squasherctl bugsquasher-bench; do

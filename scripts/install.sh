@@ -16,8 +16,8 @@ while (($#)); do
     shift
 done
 scripts/setup.sh
-swift build -c release --product squasherd
-swift build -c release --product squasherctl
+swift build -c release --static-swift-stdlib --product squasherd
+swift build -c release --static-swift-stdlib --product squasherctl
 install -d "$destdir$prefix/bin" "$destdir/etc/systemd/system" "$destdir/etc/squasherd" \
     "$destdir/usr/lib/sysusers.d" "$destdir/usr/lib/tmpfiles.d"
 install -m 0755 .build/release/squasherd .build/release/squasherctl "$destdir$prefix/bin/"

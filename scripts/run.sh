@@ -22,9 +22,9 @@ while (($#)); do
     shift
 done
 scripts/setup.sh
-swift build -c release --product squasherd
-swift build -c release --product squasherctl
-swift build -c release --product bugsquasher-demo
+swift build -c release --static-swift-stdlib --product squasherd
+swift build -c release --static-swift-stdlib --product squasherctl
+swift build -c release --static-swift-stdlib --product bugsquasher-demo
 bin=.build/release
 [[ $fresh == 1 ]] && rm -rf run
 mkdir -p run

@@ -152,7 +152,7 @@ public final class VarlinkServer: Sendable {
         let context = VarlinkCallContext(socket: name, mayWrite: mayWrite, logger: logger)
         do {
             try await connection.executeThenClose { inbound, outbound in
-                let replier = ChannelReplier(outbound: outbound)
+                let replier = ChannelReplier(outbound: outbound, channel: connection.channel)
                 let streaming = StreamingCall()
                 var upgraded: (any VarlinkUpgradeHandler)?
                 try await withThrowingDiscardingTaskGroup { group in
@@ -316,6 +316,23 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
 /// Writes replies to a connection, each terminated by NUL; waits while the peer does not read.
 struct ChannelReplier: VarlinkReplier {
     let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+    /// The connection under `outbound`, written to directly by ``sendNow(continuing:)``.
+    let channel: any Channel
+
+    /// Hands the message to the channel (its event loop writes it) when the channel is
+    /// writable: below its high water mark, so a slow reader holds a few messages at most.
+    /// Ordered with ``send(_:continues:)``: both reach the event loop through its task queue
+    /// (this one even when called on the loop), and a send that waited for writability has
+    /// returned before its caller sends again.
+    func sendNow(continuing message: Data) -> Bool {
+        guard channel.isWritable, channel.isActive else { return false }
+        var buffer = channel.allocator.buffer(capacity: message.count + 1)
+        buffer.writeBytes(message)
+        buffer.writeInteger(UInt8(0))
+        let (channel, message) = (self.channel, buffer)
+        channel.eventLoop.execute { channel.writeAndFlush(message, promise: nil) }
+        return true
+    }
 
     func send(_ message: Data, continues: Bool) async throws {
         var buffer = ByteBuffer()
@@ -381,4 +398,6 @@ private struct StreamingReplier<Base: VarlinkReplier>: VarlinkReplier {
         if !continues { call.end(number) }
         try await base.send(message, continues: continues)
     }
+
+    func sendNow(continuing message: Data) -> Bool { base.sendNow(continuing: message) }
 }

@@ -20,6 +20,15 @@ public protocol VarlinkReplier: Sendable {
     /// message says: whether more replies to the same `more` call follow it. After a reply that
     /// does not continue, the client may send its next call.
     func send(_ message: Data, continues: Bool) async throws
+
+    /// Sends one encoded reply message that continues (without its NUL terminator) at once,
+    /// from any thread, without waiting: for a fan-out that must not wake a task per
+    /// connection. Returns `false`, sending nothing, when the connection cannot take it now
+    /// (its peer reads slowly, it is closing) or the replier has no such path; the caller then
+    /// sends it with ``send(_:continues:)``, which waits. Messages sent either way arrive in
+    /// the order they were sent. A replier that wraps another forwards it (no default, so that
+    /// none forgets to).
+    func sendNow(continuing message: Data) -> Bool
 }
 
 extension VarlinkReplier {
@@ -215,6 +224,8 @@ private struct OnewayFilter<Base: VarlinkReplier>: VarlinkReplier {
     func send(_ message: Data, continues: Bool) async throws {
         if !oneway { try await base.send(message, continues: continues) }
     }
+
+    func sendNow(continuing message: Data) -> Bool { oneway || base.sendNow(continuing: message) }
 }
 
 /// The interface definitions shipped with the module (`Interfaces/*.varlink`).

@@ -3,6 +3,7 @@ import BugSquasherGraph
 import BugSquasherProtocol
 import BugSquasherVarlink
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("Notification hub")
@@ -40,6 +41,46 @@ struct SubscriptionTests {
         #expect(subscription.unregister([id(2)]) == 1)
         #expect(subscription.unregister([id(2)]) == 1)
         #expect(try subscription.register([id(1)]) == 1)
+    }
+
+    @Test("a live save that finds the feed's task waiting is written by the publisher, the task left waiting; one the connection refuses goes to the task, and so does everything after it until the task waits again")
+    func sentNowByThePublisher() async throws {
+        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
+        _ = try subscription.register([id(1)])
+        let sent = Mutex<[Int64]>([])
+        let accepting = Atomic<Bool>(true)
+        subscription.sendsNow { save in
+            guard accepting.load(ordering: .relaxed) else { return false }
+            sent.withLock { $0.append(save.token.rawValue) }
+            return true
+        }
+        // Before the task waits, saves are queued for it as before.
+        subscription.offer(save(1, updated: [1]))
+        guard case .save(let first, _)? = await subscription.next() else { Issue.record("no save"); return }
+        #expect(first.token.rawValue == 1)
+        let task = Task { await subscription.next() }
+        // Wait until the task waits (no pending save): the next offer is written directly.
+        while !subscription.hasWaiter { await Task.yield() }
+        subscription.offer(save(2, updated: [1]))
+        subscription.offer(save(3, updated: [2]))   // nothing for this subscriber
+        subscription.offer(save(4, updated: [1]))
+        #expect(sent.withLock { $0 } == [2, 4])
+        #expect(subscription.deliveredToken.rawValue == 4)
+        #expect(subscription.hasWaiter)
+        // The connection is full: the save wakes the task.
+        accepting.store(false, ordering: .relaxed)
+        subscription.offer(save(5, updated: [1]))
+        guard case .save(let woken, let live)? = await task.value else { Issue.record("the task was not woken"); return }
+        #expect(woken.token.rawValue == 5)
+        #expect(live)
+        #expect(sent.withLock { $0 } == [2, 4])
+        // With the connection free again, saves offered while the task is busy still queue for it, in order.
+        accepting.store(true, ordering: .relaxed)
+        subscription.offer(save(6, updated: [1]))
+        guard case .save(let queued, _)? = await subscription.next() else { Issue.record("no queued save"); return }
+        #expect(queued.token.rawValue == 6)
+        #expect(sent.withLock { $0 } == [2, 4])
+        subscription.close()
     }
 
     @Test("an insert watch lets through the inserts it waits for, and no others: from the hub's shared index, and checked one by one (a replay); other predicates too")

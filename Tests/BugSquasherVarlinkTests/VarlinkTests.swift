@@ -105,6 +105,7 @@ struct VarlinkTests {
     final class Recorder: VarlinkReplier, Sendable {
         let replies = Mutex<[String]>([])
         func send(_ message: Data, continues: Bool) async throws { replies.withLock { $0.append(String(decoding: message, as: UTF8.self)) } }
+        func sendNow(continuing message: Data) -> Bool { false }
     }
 
     struct Echo: VarlinkInterface {

@@ -187,6 +187,11 @@ struct ChangesInterface: VarlinkInterface {
             }
             subscription.markDelivered(start)
         }
+        // From here on, a save that finds this task waiting is written by the publisher itself.
+        subscription.sendsNow { [encodedSaves, coding] save in
+            guard let message = try? Self.liveMessage(save, for: subscription, cache: encodedSaves, coding: coding) else { return false }
+            return replier.sendNow(continuing: message)
+        }
         while let event = await subscription.next() {
             try await send(event, subscription: subscription, replier: replier)
             if case .resync = event { return }
@@ -196,14 +201,10 @@ struct ChangesInterface: VarlinkInterface {
     private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
         switch event {
         case .save(let save, let live):
-            let reply = {
-                try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
-            }
-            guard live else { return try await replier.send(try reply(), continues: true) }
-            let key: EncodedSaveCache.Key = subscription.registeredOnly
-                ? .filtered(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
-                : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
-            try await replier.send(try encodedSaves.message(for: key, encode: reply), continues: true)
+            let message = live
+                ? try Self.liveMessage(save, for: subscription, cache: encodedSaves, coding: coding)
+                : try Self.saveMessage(save, for: subscription, coding: coding)
+            try await replier.send(message, continues: true)
         case .disjoint(let merged):
             let lists = merged.saves.map { queued in
                 let encodeLists = { EncodedChangeLists(encode(queued.save, for: subscription)) }
@@ -224,6 +225,21 @@ extension ChangesInterface {
     /// A save as this subscriber asked for it: with values or not, with runs of IDs or not.
     private func encode(_ save: DidSave, for subscription: Subscription) -> WireSave {
         coding.encode(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+    }
+
+    /// The reply that carries a save to this subscriber.
+    private static func saveMessage(_ save: DidSave, for subscription: Subscription, coding: WireCoding) throws -> Data {
+        let wire = coding.encode(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+        return try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: wire), continues: true)
+    }
+
+    /// The reply that carries a live save (as published, or filtered from it) to this
+    /// subscriber, encoded once for every subscriber that receives the same one.
+    private static func liveMessage(_ save: DidSave, for subscription: Subscription, cache: EncodedSaveCache, coding: WireCoding) throws -> Data {
+        let key: EncodedSaveCache.Key = subscription.registeredOnly
+            ? .filtered(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+            : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+        return try cache.message(for: key) { try saveMessage(save, for: subscription, coding: coding) }
     }
 }
 

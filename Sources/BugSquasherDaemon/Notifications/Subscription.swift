@@ -79,6 +79,8 @@ final class Subscription: Sendable {
         /// Saves up to here come from a history replay, never from the mailbox.
         var replayedThrough: HistoryToken = .zero
         var waiter: CheckedContinuation<Event?, Never>?
+        /// Writes a live save to the connection at once, if it can (see ``sendsNow(_:)``).
+        var sendNow: (@Sendable (DidSave) -> Bool)?
         var closed = false
 
         /// Merges the pending saves into `coalesced`, counting distinct objects.
@@ -115,6 +117,9 @@ final class Subscription: Sendable {
     }
 
     var deliveredToken: HistoryToken { state.withLock { $0.delivered } }
+
+    /// Whether the feed's task waits in ``next()`` for the next event.
+    var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
 
     /// Saves with tokens up to `token` will be replayed from the history: the mailbox drops those
     /// queued and ignores those still to be offered. Left in it, they could be merged with later
@@ -194,23 +199,49 @@ final class Subscription: Sendable {
     ///   - insertIndex: the save's inserts by attribute value, built once for every subscriber
     ///     that watches for inserts.
     func offer(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings? = nil, insertIndex: InsertIndex? = nil) {
-        let waiter: CheckedContinuation<Event?, Never>?
-        let event: Event?
-        var dropped: ([QueuedSave], CoalescedSaves?)?
-        (waiter, event) = state.withLock { state -> (CheckedContinuation<Event?, Never>?, Event?) in
-            guard !state.closed, state.resync == nil, didSave.token > state.delivered, didSave.token > state.replayedThrough else { return (nil, nil) }
+        var delivery = deliver(didSave, withoutValues: withoutValues, encodings: encodings, insertIndex: insertIndex, directly: true)
+        if case .direct(let save, let sendNow) = delivery {
+            // Written from here, the feed's task left waiting: a live subscriber's save costs
+            // no task wake-up. Refused (the connection is full), it goes the task's way.
+            if sendNow(save) { return markDelivered(save.token) }
+            delivery = deliver(didSave, withoutValues: withoutValues, encodings: encodings, insertIndex: insertIndex, directly: false)
+        }
+        if case .wake(let waiter, let event) = delivery { waiter.resume(returning: event) }
+        if case .dropped(let pending, let coalesced) = delivery {
+            // Freed off the writer: 100,000 queued changes took 132 ms to free.
+            DispatchQueue.global(qos: .background).async { withExtendedLifetime((pending, coalesced)) {} }
+        }
+    }
+
+    /// What ``offer(_:withoutValues:encodings:insertIndex:)`` does with a save, decided under
+    /// the lock.
+    private enum Delivery {
+        /// Nothing more (queued, or nothing for this subscriber).
+        case none
+        /// The feed's task waits for it.
+        case wake(CheckedContinuation<Event?, Never>, Event)
+        /// The feed's task waits and nothing is pending: try ``State/sendNow`` first.
+        case direct(DidSave, @Sendable (DidSave) -> Bool)
+        /// The mailbox overflowed and was dropped (the subscriber must resync): free it.
+        case dropped([QueuedSave], CoalescedSaves?)
+    }
+
+    private func deliver(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings?, insertIndex: InsertIndex?, directly: Bool) -> Delivery {
+        state.withLock { state -> Delivery in
+            guard !state.closed, state.resync == nil, didSave.token > state.delivered, didSave.token > state.replayedThrough else { return .none }
             let save = registeredOnly ? Self.filter(didSave, to: state.registered, inserts: insertWatch, index: insertIndex) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
                 if !state.pending.isEmpty { state.pending[state.pending.count - 1].save.token = didSave.token }
                 else if state.coalesced != nil { state.coalesced?.token = didSave.token }
                 else { state.delivered = didSave.token }
-                return (nil, nil)
+                return .none
             }
             if let waiter = state.waiter, state.pending.isEmpty, state.coalesced == nil {
+                if directly, let sendNow = state.sendNow { return .direct(save, sendNow) }
                 state.waiter = nil
                 state.delivered = save.token
-                return (waiter, .save(save, live: true))
+                return .wake(waiter, .save(save, live: true))
             }
             // Queued: without the values this subscriber did not ask for, so that a stalled
             // one holds IDs and versions, not rows.
@@ -221,20 +252,24 @@ final class Subscription: Sendable {
             if state.pending.count > Self.mergeAfterSaves || (state.pendingObjects > pendingLimit && unmerged <= Self.mergeAtLimitObjects) {
                 state.mergePending()
             }
-            if state.pendingObjects > pendingLimit {
-                dropped = (state.pending, state.coalesced)
+            guard state.pendingObjects > pendingLimit else { return .none }
+            defer {
                 state.pending = []
                 state.coalesced = nil
                 state.pendingObjects = 0
                 state.resync = state.delivered
             }
-            return (nil, nil)
+            return .dropped(state.pending, state.coalesced)
         }
-        waiter?.resume(returning: event)
-        if let dropped {
-            // Freed off the writer: 100,000 queued changes took 132 ms to free.
-            DispatchQueue.global(qos: .background).async { withExtendedLifetime(dropped) {} }
-        }
+    }
+
+    /// Lets ``offer(_:withoutValues:encodings:insertIndex:)`` write a live save to the
+    /// subscriber itself, while the feed's task waits in ``next()`` with nothing pending:
+    /// `sendNow` encodes and writes the save without waiting, or returns `false` when the
+    /// connection cannot take it now (the save then goes to the task). Called by the feed's
+    /// task once it has replayed what the subscriber asked for.
+    func sendsNow(_ sendNow: @escaping @Sendable (DidSave) -> Bool) {
+        state.withLock { $0.sendNow = sendNow }
     }
 
     /// Queues a save; ``NotificationHub/publish(_:)`` calls ``offer(_:withoutValues:)`` instead,
@@ -317,6 +352,8 @@ final class Subscription: Sendable {
         let waiter = state.withLock { state -> CheckedContinuation<Event?, Never>? in
             if !state.closed { registrationLimits?.giveBack(state.registered.count) }
             state.closed = true
+            // It holds the subscription (to encode for it): let both go.
+            state.sendNow = nil
             defer { state.waiter = nil }
             return state.waiter
         }
