@@ -16,6 +16,15 @@ private typealias Comment = BugSquasherModel.Comment
         ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: InMemoryStore()))
     }
 
+    /// A context whose store holds the sample records, saved.
+    private func savedSampleContext() async throws -> ObjectContext {
+        let context = try makeContext()
+        let (upserter, records) = (self.upserter, sampleRecords())
+        _ = try await context.perform { context in try upserter.upsert(records, in: context) }
+        try await context.save()
+        return context
+    }
+
     private func sampleRecords() -> [BugRecord] {
         let alice = PersonRecord(name: "user-alice", displayName: "Alice")
         let bob = PersonRecord(name: "user-bob", displayName: "Bob")
@@ -104,11 +113,7 @@ private typealias Comment = BugSquasherModel.Comment
     }
 
     @Test func setsFieldsRelationshipsAndComments() async throws {
-        let context = try makeContext()
-        let upserter = self.upserter
-        let records = sampleRecords()
-        _ = try await context.perform { context in try upserter.upsert(records, in: context) }
-        try await context.save()
+        let context = try await savedSampleContext()
 
         struct Snapshot: Sendable, Equatable {
             var title: String, status: String, priority: String?, labels: [String], created: Date?
@@ -136,11 +141,8 @@ private typealias Comment = BugSquasherModel.Comment
 
     @Test("a record that leaves fields out — Jira JSON with some fields, a CSV with some columns, a partial NDJSON record — changes only what it carries; an explicit null still clears")
     func partialRecordsLeaveTheRestAlone() async throws {
-        let context = try makeContext()
+        let context = try await savedSampleContext()
         let upserter = self.upserter
-        let full = sampleRecords()
-        _ = try await context.perform { context in try upserter.upsert(full, in: context) }
-        try await context.save()
 
         struct Seen: Sendable, Equatable {
             var title: String, status: String, priority: String?, details: String?, assignee: String?, components: [String], created: Date?

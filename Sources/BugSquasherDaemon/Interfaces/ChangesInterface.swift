@@ -188,8 +188,8 @@ struct ChangesInterface: VarlinkInterface {
             subscription.markDelivered(start)
         }
         // From here on, a save that finds this task waiting is written by the publisher itself.
-        subscription.sendsNow { [encodedSaves, coding] save in
-            guard let message = try? Self.liveMessage(save, for: subscription, cache: encodedSaves, coding: coding) else { return false }
+        subscription.sendsNow { save in
+            guard let message = try? liveMessage(save, for: subscription) else { return false }
             return replier.sendNow(continuing: message)
         }
         while let event = await subscription.next() {
@@ -201,9 +201,7 @@ struct ChangesInterface: VarlinkInterface {
     private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
         switch event {
         case .save(let save, let live):
-            let message = live
-                ? try Self.liveMessage(save, for: subscription, cache: encodedSaves, coding: coding)
-                : try Self.saveMessage(save, for: subscription, coding: coding)
+            let message = live ? try liveMessage(save, for: subscription) : try saveMessage(save, for: subscription)
             try await replier.send(message, continues: true)
         case .disjoint(let merged):
             let lists = merged.saves.map { queued in
@@ -228,18 +226,17 @@ extension ChangesInterface {
     }
 
     /// The reply that carries a save to this subscriber.
-    private static func saveMessage(_ save: DidSave, for subscription: Subscription, coding: WireCoding) throws -> Data {
-        let wire = coding.encode(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
-        return try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: wire), continues: true)
+    private func saveMessage(_ save: DidSave, for subscription: Subscription) throws -> Data {
+        try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
     }
 
     /// The reply that carries a live save (as published, or filtered from it) to this
     /// subscriber, encoded once for every subscriber that receives the same one.
-    private static func liveMessage(_ save: DidSave, for subscription: Subscription, cache: EncodedSaveCache, coding: WireCoding) throws -> Data {
+    private func liveMessage(_ save: DidSave, for subscription: Subscription) throws -> Data {
         let key: EncodedSaveCache.Key = subscription.registeredOnly
             ? .filtered(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
             : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
-        return try cache.message(for: key) { try saveMessage(save, for: subscription, coding: coding) }
+        return try encodedSaves.message(for: key) { try saveMessage(save, for: subscription) }
     }
 }
 
