@@ -119,11 +119,15 @@ let package = Package(
             dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherVarlink"],
             swiftSettings: strictSettings
         ),
+        // Sets the Swift runtime's global-executor hook, which a statically linked binary does
+        // not export to dlsym (for SingleThreadedRuntime).
+        .target(name: "CConcurrencyHook"),
         // Unix-socket servers and clients that speak Varlink: the only module on NIOPosix.
         .target(
             name: "BugSquasherTransport",
             dependencies: [
                 "BugSquasherVarlink",
+                "CConcurrencyHook",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,0 +1,22 @@
+#include "CConcurrencyHook.h"
+
+#include <stddef.h>
+
+// The Swift runtime's hook (swift/Runtime/Concurrency.h): when set, swift_task_enqueueGlobal
+// calls it with the job and the runtime's own implementation, in the Swift calling convention.
+typedef void (*swift_enqueue_original)(void *job);
+typedef __attribute__((swiftcall)) void (*swift_enqueue_hook)(void *job, swift_enqueue_original original);
+extern swift_enqueue_hook swift_task_enqueueGlobal_hook;
+
+static void (*target)(void *job);
+
+static __attribute__((swiftcall)) void enqueue_on_target(void *job, swift_enqueue_original original) {
+    (void)original;
+    target(job);
+}
+
+bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job)) {
+    swift_enqueue_hook expected = NULL;
+    target = enqueue;
+    return __atomic_compare_exchange_n(&swift_task_enqueueGlobal_hook, &expected, enqueue_on_target, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}

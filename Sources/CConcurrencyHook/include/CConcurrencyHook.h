@@ -1,0 +1,15 @@
+#ifndef CCONCURRENCYHOOK_H
+#define CCONCURRENCYHOOK_H
+
+#include <stdbool.h>
+
+/// Routes every job the Swift runtime enqueues on its global executor to `enqueue` instead,
+/// through the runtime's `swift_task_enqueueGlobal_hook`. Returns false when a hook is
+/// installed already (the first one stays).
+///
+/// Written in C because the hook is a variable of the Swift runtime that a statically linked
+/// binary does not export: `dlsym` cannot find it there, but the linker resolves a reference
+/// to it.
+bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job));
+
+#endif
