@@ -174,7 +174,9 @@ public struct SquasherDaemon: Sendable {
     /// rather than quietly replaced by an empty store.
     private static func refuseEmptiedStore(at path: String) throws {
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
-              !FileManager.default.fileExists(atPath: path + "-wal") else { return }
+              !FileManager.default.fileExists(atPath: path + "-wal"),
+              // squasherd was stopped while it created the store: it creates it again.
+              !FileManager.default.fileExists(atPath: SQLiteStore.creationMarkerPath(for: path)) else { return }
         throw DaemonError("Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it.")
     }
 

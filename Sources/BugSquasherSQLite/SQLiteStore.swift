@@ -104,11 +104,22 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         self.url = url
         self.logger = logger
         let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
-        isNewFile = size == 0
+        // A store is created under a marker file, removed once its tables are committed: a
+        // process killed while it created the store leaves the marker beside a file with no
+        // tables (or none at all), which is then created again instead of refused.
+        let marker = Self.creationMarkerPath(for: url.path)
+        if !FileManager.default.fileExists(atPath: url.path) {
+            _ = FileManager.default.createFile(atPath: marker, contents: nil)
+        }
+        let interruptedCreation = FileManager.default.fileExists(atPath: marker)
+        if interruptedCreation && size > 0 {
+            logger.notice("creating the store again: the process that began creating it stopped before it was done", metadata: ["store.path": "\(url.path)"])
+        }
+        isNewFile = size == 0 || interruptedCreation
         // SQLite reads an empty file as an empty database and drops the log beside it: a store
         // file truncated to nothing would silently become a new store.
         let logSize = (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0
-        if isNewFile && logSize > 0 {
+        if size == 0 && logSize > 0 && !interruptedCreation {
             throw GraphError(.invalidStore, "\(url.path) is empty, but its write-ahead log \(url.path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
         }
         if logSize > Self.walHeaderSize, let problem = Self.walHeaderProblem(path: url.path + "-wal") {
@@ -135,6 +146,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             throw GraphError(.storeIO, "Could not open the store at \(url.path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
         }
     }
+
+    /// The file that marks the store at `path` as being created: it exists from before the store
+    /// file does until the new store's tables are committed. A store file with no tables beside
+    /// it is a creation that was interrupted, not a store whose write-ahead log was lost.
+    public static func creationMarkerPath(for path: String) -> String { path + "-creating" }
 
     /// How long a write waits for another program's write lock on the store.
     static let busyTimeoutSeconds = 30
@@ -225,6 +241,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                         return .commit
                     }
                     return .commit
+                }
+                if isNewFile {
+                    // The new tables are committed (to the write-ahead log, which SQLite applies
+                    // on every open): from here on, a store file without tables is one whose log
+                    // was lost, and is refused.
+                    try? FileManager.default.removeItem(atPath: Self.creationMarkerPath(for: url.path))
                 }
                 let metadata = try readAndMigrate(model: model, db: db)
                 let expected = try SQLSchema.expected(model)

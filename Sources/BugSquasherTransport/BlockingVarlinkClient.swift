@@ -49,9 +49,9 @@ public final class BlockingVarlinkClient: Sendable {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        guard bytes.count <= VarlinkServer.maximumSocketPathBytes else {
             close(fd)
-            throw TransportError("The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow 107).")
+            throw TransportError("The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes)).")
         }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             raw.copyBytes(from: bytes)

@@ -232,7 +232,7 @@ public final class VarlinkServer: Sendable {
     }
 
     /// The longest path a Unix socket address holds (`sun_path` less its terminating NUL).
-    static let maximumSocketPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+    public static let maximumSocketPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
 
     /// Refuses a socket path the kernel cannot bind, or one where a file that is not a socket
     /// would be replaced, with what to do instead of NIO's bare error.

@@ -9,12 +9,16 @@ struct SocketOptions: ParsableArguments {
     @Option(name: .customLong("socket"), help: "The read socket (squasherd.sock); the write socket is squasherd-write.sock beside it.")
     var readSocket: String?
 
-    @Option(help: "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job or a feed is not bounded by it.)")
+    @Option(parsing: .unconditional, help: "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job or a feed is not bounded by it.)")
     var timeout: Double = 60
 
     func validate() throws {
         guard timeout.isFinite, (0...1_000_000).contains(timeout) else {
             throw ValidationError("--timeout takes seconds, from 0 (wait as long as it takes) to 1000000.")
+        }
+        // A path no socket address holds is a usage error, found before anything is sent.
+        for socket in [read.path, write.path] where socket.utf8.count > VarlinkServer.maximumSocketPathBytes {
+            throw ValidationError("The socket path \(socket) is too long (\(socket.utf8.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes)). Use a shorter --socket or SQUASHERD_RUNTIME_DIRECTORY.")
         }
     }
 

@@ -133,6 +133,18 @@ struct FaultTests {
         let alone = try copyState("alone")
         try FileManager.default.removeItem(atPath: alone + "/bugs.sqlite-wal")
         try await expectRefusal(state: alone, run: harness.directory + "/r2", "is an SQLite file with no tables, so it is not a new store")
+        // The same file beside the marker of a creation that squasherd did not finish (killed
+        // during its first start): created again, empty, and the marker goes.
+        let marker = alone + "/bugs.sqlite-creating"
+        #expect(FileManager.default.createFile(atPath: marker, contents: nil))
+        try await expectStart(state: alone, harness: harness, listing: 0, titled: "kept in the log")
+        #expect(!FileManager.default.fileExists(atPath: marker))
+        // A first start that stopped before SQLite wrote the file's header (0 bytes) likewise.
+        try FileManager.default.removeItem(atPath: alone + "/bugs.sqlite")
+        #expect(FileManager.default.createFile(atPath: alone + "/bugs.sqlite", contents: nil))
+        #expect(FileManager.default.createFile(atPath: marker, contents: nil))
+        try await expectStart(state: alone, harness: harness, listing: 0, titled: "kept in the log")
+        #expect(!FileManager.default.fileExists(atPath: marker))
 
         // The untouched store starts, with every record.
         try await expectStart(state: state, harness: harness, listing: 200, titled: "kept in the log")

@@ -462,6 +462,11 @@ struct AbortEndToEndTests {
         #expect(descending.count == 3 && descending == descending.sorted(by: >), "\(descending)")
         try await harness.ctl(["list", "--limit", "-1"], expectStatus: 64)
         try await harness.ctl(["watch", "--since", "-5"], expectStatus: 64)
+        let negativeTimeout = try await harness.ctlError(["status", "--timeout", "-1"], expectStatus: 64)
+        #expect(negativeTimeout.contains("--timeout takes seconds"), "\(negativeTimeout)")
+        // A socket path no Unix socket address holds is a usage error too, not an unreachable daemon.
+        let longPath = try await harness.ctlError(["status", "--socket", "/tmp/" + String(repeating: "s", count: 120) + "/squasherd.sock"], expectStatus: 64)
+        #expect(longPath.contains("is too long"), "\(longPath)")
         // A predicate with an escape JSON does not have is refused.
         try await harness.ctl(["list", "--where", #"key == "\q""#], expectStatus: 2)
         // The runner goes on with the next job.
