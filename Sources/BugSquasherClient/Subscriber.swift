@@ -174,9 +174,8 @@ public final class Subscriber: Sendable {
             insertsOf: insertsOf, insertsMatching: insertsMatching?.text
         )
         try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
-            for try await reply in replies {
-                state.withLock { $0.bytesReceived += reply.message.count + 1 }
-                let event = try reply.parameters(SubscribeReply.self)
+            for try await (event, bytes) in replies.decoding(SubscribeReply.self) {
+                state.withLock { $0.bytesReceived += bytes + 1 }
                 switch event.event {
                 case "subscribed":
                     state.withLock { state in

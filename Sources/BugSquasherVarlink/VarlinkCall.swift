@@ -171,6 +171,34 @@ public struct VarlinkReply: Sendable {
         return try JSONDecoder().decode(P.self, from: Data("{}".utf8))
     }
 
+    /// Reads a reply and its parameters as `P` in one walk over the message, for a stream of
+    /// replies read one after another (a change feed): ``init(message:)`` followed by
+    /// ``parameters(_:)`` walks it twice. An error reply is thrown as its ``VarlinkError``.
+    package static func decode<P: JSONReadable>(_ type: P.Type, from message: Data) throws -> (parameters: P, continues: Bool) {
+        var continues = false
+        var parameters: P?
+        var isError = false
+        do {
+            try JSONReader.read(message) { reader in
+                try reader.object { reader, key in
+                    switch key {
+                    case "continues": continues = reader.null() ? false : try reader.bool()
+                    case "error": isError = try reader.optionalString() != nil
+                    case "parameters" where !isError && !reader.null(): parameters = try reader.field("parameters") { try P(reading: &$0) }
+                    default: try reader.skip()
+                    }
+                }
+            }
+        } catch {
+            // An error reply whose parameters came first, and are not P's; or a reply that is
+            // not one.
+            if let error = try VarlinkReply(message: message).error { throw error }
+            throw error
+        }
+        if isError, let error = try VarlinkReply(message: message).error { throw error }
+        return (try parameters ?? JSONReader.read(Data("{}".utf8)) { try P(reading: &$0) }, continues)
+    }
+
     /// Encodes a successful reply (for servers).
     public static func encode<P: Encodable>(_ parameters: P, continues: Bool) throws -> Data {
         if let writable = parameters as? any JSONWritable {

@@ -44,8 +44,7 @@ struct WatchCommand: AsyncParsableCommand {
             while true {
                 do {
                     try await VarlinkStream.call(path: path, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: position, includeValues: values)) { replies in
-                        for try await reply in replies {
-                            let event = try reply.parameters(SubscribeReply.self)
+                        for try await (event, _) in replies.decoding(SubscribeReply.self) {
                             switch event.event {
                             case "subscribed":
                                 if interrupted { FileHandle.standardError.write(Data("reconnected; resuming after token \(position ?? event.token)\n".utf8)) }

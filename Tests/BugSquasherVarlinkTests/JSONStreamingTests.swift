@@ -51,6 +51,9 @@ struct JSONStreamingTests {
             #expect(parsed.continues)
             let back = try parsed.parameters(SubscribeReply.self)
             #expect(back.save == reply.save && back.event == reply.event && back.resyncFrom == reply.resyncFrom)
+            // And in one walk, as a feed reads it.
+            let once = try VarlinkReply.decode(SubscribeReply.self, from: message)
+            #expect(once.continues && once.parameters.save == reply.save && once.parameters.event == reply.event && once.parameters.resyncFrom == reply.resyncFrom)
         }
     }
 
@@ -76,6 +79,13 @@ struct JSONStreamingTests {
         for message in [#"{"error":"io.x.Failed","parameters":{"why":"disk"}}"#, #"{"parameters":{"why":"disk"},"error":"io.x.Failed"}"#] {
             let reply = try VarlinkReply(message: Data(message.utf8))
             #expect(reply.error == VarlinkError("io.x.Failed", ["why": .string("disk")]))
+            // Read in one walk as a reply of another type, it is thrown as that error.
+            #expect(throws: VarlinkError("io.x.Failed", ["why": .string("disk")])) { try VarlinkReply.decode(SubscribeReply.self, from: Data(message.utf8)) }
         }
+        // A last reply without parameters reads as `{}`; one whose parameters are not the type's
+        // is refused, naming the field.
+        let last = try VarlinkReply.decode(JSONValue.self, from: Data(#"{"continues":false}"#.utf8))
+        #expect(last.parameters == .object([:]) && !last.continues)
+        #expect(throws: (any Error).self) { try VarlinkReply.decode(SubscribeReply.self, from: Data(#"{"parameters":{"event":1},"continues":true}"#.utf8)) }
     }
 }
