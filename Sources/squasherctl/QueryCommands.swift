@@ -68,7 +68,7 @@ struct StatusCommand: ParsableCommand {
         let status = try withClient(sockets.read) { try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self) }
         if json { return try printJSON(status) }
         print("store \(status.storeIdentifier)")
-        print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), conflicts resolved \(status.conflictsResolved ?? 0)")
+        print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)")
         if let job = status.activeJob {
             print("importing job \(job.id) (\(printable(job.name, limit: 100))): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%")
         } else {

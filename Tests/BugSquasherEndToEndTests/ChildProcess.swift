@@ -268,12 +268,16 @@ final class DaemonHarness: Sendable {
     }
 }
 
-/// Waits until squasherd on `readSocket` counts `count` subscriptions (a `Jobs.Watch` is one), for
+/// Waits until squasherd on `readSocket` counts `count` subscribers and job followers together, for
 /// instance a `jobs --wait` that has started watching; fails when `process` exits first or after
 /// 30 s. A bounded poll: nothing announces that a watch has started.
 func waitForSubscriptions(_ count: Int, on readSocket: String, startedBy process: ChildProcess) async throws {
     let deadline = ContinuousClock.now + .seconds(30)
-    while try BlockingVarlinkClient(path: readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).subscribers < count {
+    func connected() throws -> Int {
+        let status = try BlockingVarlinkClient(path: readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
+        return status.subscribers + (status.jobFollowers ?? 0)
+    }
+    while try connected() < count {
         guard ContinuousClock.now < deadline, process.exitStatus == nil else { throw HarnessError("\(process.name) did not start watching: \(process.errorOutput)") }
         try await Task.sleep(for: .milliseconds(10))
     }

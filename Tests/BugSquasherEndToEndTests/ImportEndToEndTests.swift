@@ -485,6 +485,9 @@ extension AbortEndToEndTests {
         let path = try harness.writeRecords("big.ndjson", count: count, prefix: "CC", title: "interrupted").path
         let waiter = try harness.startCtl("import --wait", ["import", path, "--wait"])
         try await waitForSubscriptions(1, on: harness.readSocket, startedBy: waiter)
+        // A follower of a job is not a subscriber of the change feed.
+        let following = try await harness.ctl(["status"]).joined(separator: "\n")
+        #expect(following.contains("subscribers 0, job followers 1"), "\(following)")
         waiter.signal(SIGINT)
         #expect(try await waiter.waitForExit() == 130)
         let said = waiter.errorOutput

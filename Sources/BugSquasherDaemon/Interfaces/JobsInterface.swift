@@ -41,7 +41,7 @@ struct JobsInterface: VarlinkInterface {
             let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
             try await replier.reply(StatusReply(
                 storeIdentifier: stack.mainCoordinator.storeIdentifier, token: try stack.store.currentHistoryToken().rawValue,
-                bugs: bugs, subscribers: hub.count, activeJob: active,
+                bugs: bugs, subscribers: hub.count, jobFollowers: hub.jobFollowerCount, activeJob: active,
                 conflictsResolved: stack.writerCoordinator.resolvedConflictCount + stack.mainCoordinator.resolvedConflictCount
             ))
         default:
@@ -51,7 +51,7 @@ struct JobsInterface: VarlinkInterface {
 
     /// Sends the job after every commit that touches it, until it is final.
     private func watch(_ id: String, replier: some VarlinkReplier) async throws {
-        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, startToken: try stack.store.currentHistoryToken())
+        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, followsJob: true, startToken: try stack.store.currentHistoryToken())
         hub.add(subscription)
         defer { hub.remove(subscription) }
         // A failure the store cannot record commits nothing: it ends the watch instead.

@@ -48,6 +48,9 @@ final class Subscription: Sendable {
     let pendingLimit: Int
     /// The caps on registrations this subscription shares with the others; `nil` for none.
     let registrationLimits: RegistrationLimits?
+    /// Whether it follows an import job for `Jobs.Watch` (`squasherctl import --wait`) rather
+    /// than a client's change feed: not counted as a subscriber.
+    let followsJob: Bool
 
     /// How a subscriber holds a registered object.
     enum Hold: Int8, Comparable, Sendable {
@@ -100,8 +103,9 @@ final class Subscription: Sendable {
     /// With ``registeredOnly``, the inserts that pass the filter too.
     let insertWatch: InsertWatch?
 
-    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, registrationLimits: RegistrationLimits? = nil, insertWatch: InsertWatch? = nil, startToken: HistoryToken) {
+    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, registrationLimits: RegistrationLimits? = nil, insertWatch: InsertWatch? = nil, followsJob: Bool = false, startToken: HistoryToken) {
         id = UUID().uuidString
+        self.followsJob = followsJob
         self.registrationLimits = registrationLimits
         self.registeredOnly = registeredOnly
         self.insertWatch = insertWatch
@@ -713,8 +717,11 @@ final class NotificationHub: Sendable {
         subscriptions.withLock { $0[id] }
     }
 
-    /// How many subscribers are connected.
-    var count: Int { subscriptions.withLock { $0.count } }
+    /// How many subscribers are connected (change feeds; not the followers of import jobs).
+    var count: Int { subscriptions.withLock { $0.values.count { !$0.followsJob } } }
+
+    /// How many clients follow an import job (`Jobs.Watch`).
+    var jobFollowerCount: Int { subscriptions.withLock { $0.values.count(where: \.followsJob) } }
 
     /// Hands a committed save to every subscriber's mailbox; never waits for one.
     func publish(_ didSave: DidSave) {
