@@ -82,8 +82,19 @@ public struct VarlinkCall: Sendable {
             if let parameters = try JSONDecoder().decode(Parameters<P>.self, from: message).parameters { return parameters }
             return try JSONDecoder().decode(P.self, from: Data("{}".utf8))
         } catch let error as DecodingError {
-            throw VarlinkError.invalidParameter(Self.parameterName(error))
+            throw VarlinkError.invalidParameter(Self.parameterName(error, in: message))
         }
+    }
+
+    /// ``parameterName(_:)``, or, for a number that fits no integer (`1.5`, `1e30`, 20 digits),
+    /// whose error names no parameter, the first parameter of the message that holds one.
+    static func parameterName(_ error: DecodingError, in message: Data) -> String {
+        let name = parameterName(error)
+        guard name == "parameters", case .dataCorrupted = error,
+              let envelope = try? JSONReader.read(message, { try JSONValue(reading: &$0) }),
+              case .object(let fields) = envelope, case .object(let parameters)? = fields["parameters"]
+        else { return name }
+        return parameters.sorted { $0.key < $1.key }.first { if case .double = $0.value { true } else { false } }?.key ?? name
     }
 
     /// The parameter a decoding error is about: the first key of its path below `parameters`.

@@ -69,6 +69,11 @@ struct JSONStreamingTests {
                                  (#"{"method":"m","parameters":"no"}"#, "parameters")] {
             #expect(throws: VarlinkError.invalidParameter(field)) { try VarlinkCall(message: Data(message.utf8)).parameters(UpdateParameters.self) }
         }
+        // A number no integer holds names its parameter too.
+        for number in ["1.5", "1e30", "99999999999999999999", "-99999999999999999999"] {
+            let message = #"{"method":"m","parameters":{"entity":"Bug","offset":0,"limit":"# + number + "}}"
+            #expect(throws: VarlinkError.invalidParameter("limit")) { try VarlinkCall(message: Data(message.utf8)).parameters(FetchParameters.self) }
+        }
         for message in [#"{"more":true}"#, #"{"method":1}"#, #"{"method":"m","more":"yes"}"#, #"["method"]"#, #"{"method":"m"} trailing"#] {
             #expect(throws: VarlinkError.invalidParameter("method")) { try VarlinkCall(message: Data(message.utf8)) }
         }
