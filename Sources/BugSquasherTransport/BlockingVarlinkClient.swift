@@ -249,6 +249,11 @@ public final class BlockingVarlinkClient: Sendable {
     }
 
     fileprivate func sendAll(_ fd: CInt, _ bytes: UnsafeRawBufferPointer) throws {
+        try Self.sendAll(fd, bytes, path: path, timeout: timeout)
+    }
+
+    /// Sends all of `bytes` on a blocking socket connected to `path`, or throws what went wrong.
+    static func sendAll(_ fd: CInt, _ bytes: UnsafeRawBufferPointer, path: String, timeout: Duration?) throws {
         var sent = 0
         while sent < bytes.count {
             let n = Glibc.send(fd, bytes.baseAddress! + sent, bytes.count - sent, CInt(MSG_NOSIGNAL))

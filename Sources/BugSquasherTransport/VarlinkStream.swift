@@ -3,8 +3,11 @@ import Foundation
 import NIOCore
 import NIOPosix
 
-/// A streaming Varlink call over its own connection (NIO), structured: the connection lives as
-/// long as `body` runs and is closed when it returns or throws (or its task is cancelled).
+/// A streaming Varlink call over its own connection, structured: the connection lives as long as
+/// `body` runs and is closed when it returns or throws (or its task is cancelled).
+///
+/// The connection is a SwiftNIO channel; in a process that installed ``SingleThreadedRuntime``,
+/// it is a plain socket read by that runtime's loop instead (same replies, same errors).
 ///
 /// ```swift
 /// try await VarlinkStream.call(path: socket, method: "io.bugsquasher.Changes.Subscribe",
@@ -20,6 +23,14 @@ public enum VarlinkStream {
         path: String, method: String, parameters: P, maximumMessageSize: Int = 64 * 1024 * 1024,
         _ body: (Replies) async throws -> R
     ) async throws -> R {
+        var message = try VarlinkCall.encode(method: method, parameters: parameters, more: true)
+        message.append(0)
+        if SingleThreadedRuntime.isInstalled {
+            let connection = try PollingConnection(path: path, maximumMessageSize: maximumMessageSize)
+            defer { connection.close() }
+            try connection.send(message)
+            return try await body(Replies(source: .polling(connection)))
+        }
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -33,10 +44,37 @@ public enum VarlinkStream {
             throw TransportError("Could not connect to squasherd at \(path) (\(error)). Is it running?")
         }
         return try await channel.executeThenClose { inbound, outbound in
-            var message = ByteBuffer(bytes: try VarlinkCall.encode(method: method, parameters: parameters, more: true))
-            message.writeInteger(UInt8(0))
-            try await outbound.write(message)
-            return try await body(Replies(inbound: inbound))
+            try await outbound.write(ByteBuffer(bytes: message))
+            return try await body(Replies(source: .channel(inbound)))
+        }
+    }
+
+    /// Where a stream's messages come from.
+    enum Source {
+        case channel(NIOAsyncChannelInboundStream<ByteBuffer>)
+        case polling(PollingConnection)
+
+        func frames() -> Frames {
+            switch self {
+            case .channel(let inbound): .channel(inbound.makeAsyncIterator())
+            case .polling(let connection): .polling(connection)
+            }
+        }
+    }
+
+    /// The next message of a stream, from either source.
+    enum Frames {
+        case channel(NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator)
+        case polling(PollingConnection)
+
+        mutating func next() async throws -> Data? {
+            switch self {
+            case .channel(var iterator):
+                defer { self = .channel(iterator) }
+                return try await iterator.next().map { Data($0.readableBytesView) }
+            case .polling(let connection):
+                return try await connection.next()
+            }
         }
     }
 
@@ -44,47 +82,101 @@ public enum VarlinkStream {
     /// reply is thrown.
     public struct Replies: AsyncSequence {
         public typealias Element = VarlinkReply
-        let inbound: NIOAsyncChannelInboundStream<ByteBuffer>
+        let source: Source
 
-        public func makeAsyncIterator() -> Iterator { Iterator(base: inbound.makeAsyncIterator()) }
+        public func makeAsyncIterator() -> Iterator { Iterator(frames: source.frames()) }
 
         /// The same replies with their parameters read as `P`, each in one walk over the message
         /// (for a feed of thousands of replies).
-        package func decoding<P: JSONReadable>(_ type: P.Type) -> Decoded<P> { Decoded(inbound: inbound) }
-
-        /// Replies read as `P`: the parameters and the message's size in bytes (without its NUL).
-        package struct Decoded<P: JSONReadable>: AsyncSequence {
-            package typealias Element = (parameters: P, bytes: Int)
-            let inbound: NIOAsyncChannelInboundStream<ByteBuffer>
-
-            package func makeAsyncIterator() -> Iterator { Iterator(base: inbound.makeAsyncIterator()) }
-
-            /// The iterator.
-            package struct Iterator: AsyncIteratorProtocol {
-                var base: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
-                var finished = false
-
-                package mutating func next() async throws -> Element? {
-                    guard !finished, let frame = try await base.next() else { return nil }
-                    let reply = try VarlinkReply.decode(P.self, from: Data(frame.readableBytesView))
-                    finished = !reply.continues
-                    return (reply.parameters, frame.readableBytes)
-                }
-            }
-        }
+        package func decoding<P: JSONReadable>(_ type: P.Type) -> Decoded<P> { Decoded(source: source) }
 
         /// The iterator.
         public struct Iterator: AsyncIteratorProtocol {
-            var base: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
+            var frames: Frames
             var finished = false
 
             public mutating func next() async throws -> VarlinkReply? {
-                guard !finished, let frame = try await base.next() else { return nil }
-                let reply = try VarlinkReply(message: Data(frame.readableBytesView))
+                guard !finished, let message = try await frames.next() else { return nil }
+                let reply = try VarlinkReply(message: message)
                 if let error = reply.error { throw error }
                 finished = !reply.continues
                 return reply
             }
         }
+
+        /// Replies read as `P`: the parameters and the message's size in bytes (without its NUL).
+        package struct Decoded<P: JSONReadable>: AsyncSequence {
+            package typealias Element = (parameters: P, bytes: Int)
+            let source: Source
+
+            package func makeAsyncIterator() -> Iterator { Iterator(frames: source.frames()) }
+
+            /// The iterator.
+            package struct Iterator: AsyncIteratorProtocol {
+                var frames: Frames
+                var finished = false
+
+                package mutating func next() async throws -> Element? {
+                    guard !finished, let message = try await frames.next() else { return nil }
+                    let reply = try VarlinkReply.decode(P.self, from: message)
+                    finished = !reply.continues
+                    return (reply.parameters, message.count)
+                }
+            }
+        }
+    }
+}
+
+/// A stream's connection on a non-blocking socket, read on ``SingleThreadedRuntime``'s loop:
+/// a message is read when the consumer asks for one, so a consumer that is busy leaves the rest
+/// in the socket (the daemon sees it fall behind, as with a channel that stops reading).
+final class PollingConnection {
+    private let path: String
+    private var fd: CInt
+    private var buffer = ByteBuffer()
+    private var decoder: VarlinkFrameDecoder
+
+    init(path: String, maximumMessageSize: Int) throws {
+        self.path = path
+        fd = try BlockingVarlinkClient.connect(path)
+        decoder = VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)
+    }
+
+    /// Sends the call (before any reply is read, while the socket still blocks).
+    func send(_ message: Data) throws {
+        try message.withUnsafeBytes { try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: nil) }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    }
+
+    /// The next message, or `nil` when the daemon closed the connection after a whole one.
+    func next() async throws -> Data? {
+        while true {
+            if let frame = try decoder.decode(buffer: &buffer) {
+                return Data(frame.readableBytesView)
+            }
+            var received = 0
+            var failure: CInt = 0
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: 64 * 1024) { free in
+                received = recv(fd, free.baseAddress, free.count, 0)
+                failure = received < 0 ? errno : 0
+                return max(0, received)
+            }
+            if received > 0 { continue }
+            if received < 0 && (failure == EAGAIN || failure == EWOULDBLOCK || failure == EINTR) {
+                try await SingleThreadedRuntime.readable(fd)
+                continue
+            }
+            // End of file, or a reset: the daemon closed the connection.
+            if received == 0 || failure == ECONNRESET {
+                guard buffer.readableBytes == 0 else { throw TransportError("squasherd at \(path) closed the connection in the middle of a message.") }
+                return nil
+            }
+            throw TransportError("Reading from \(path) failed: \(String(cString: strerror(failure))).")
+        }
+    }
+
+    func close() {
+        if fd >= 0 { _ = Glibc.close(fd) }
+        fd = -1
     }
 }
