@@ -138,12 +138,22 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             pool = try DatabasePool(path: url.path, configuration: configuration)
             openedFile = FileIdentity(path: url.path)
             try checkpointer.open(path: url.path)
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
-            throw GraphError(.invalidStore, "\(url.path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
-        } catch let error as DatabaseError {
-            throw GraphError(.storeIO, "Could not open the store at \(url.path) (SQLite: \(error.message ?? "\(error.resultCode)")). \(Self.openAdvice(error.resultCode, path: url.path))", cause: error)
         } catch {
-            throw GraphError(.storeIO, "Could not open the store at \(url.path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
+            // No store file was made: no creation is under way.
+            if !FileManager.default.fileExists(atPath: url.path) { try? FileManager.default.removeItem(atPath: marker) }
+            throw Self.openFailure(error, path: url.path)
+        }
+    }
+
+    /// What opening the store file failed with, said for the user.
+    private static func openFailure(_ error: any Error, path: String) -> GraphError {
+        switch error {
+        case let error as DatabaseError where error.resultCode == .SQLITE_NOTADB:
+            GraphError(.invalidStore, "\(path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
+        case let error as DatabaseError:
+            GraphError(.storeIO, "Could not open the store at \(path) (SQLite: \(error.message ?? "\(error.resultCode)")). \(openAdvice(error.resultCode, path: path))", cause: error)
+        default:
+            GraphError(.storeIO, "Could not open the store at \(path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
         }
     }
 
