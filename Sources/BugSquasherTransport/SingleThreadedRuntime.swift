@@ -81,9 +81,11 @@ private final class RunLoop: @unchecked Sendable {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         }
         let loop = RunLoop(wakeRead: pipeFDs[0], wakeWrite: pipeFDs[1])
-        let thread = Thread { loop.run() }
-        thread.name = "run loop"
-        thread.start()
+        Thread {
+            // Named from inside: corelibs Foundation names the thread only then (ps, /proc).
+            Thread.current.name = "run loop"
+            loop.run()
+        }.start()
         return loop
     }
 

@@ -136,6 +136,9 @@ final class PollingConnection {
     private var buffer = ByteBuffer()
     private var decoder: VarlinkFrameDecoder
 
+    /// Connects to `path` (blocking, for the connect only).
+    ///
+    /// - Throws: ``TransportError`` saying whether the socket is missing, refused or forbidden.
     init(path: String, maximumMessageSize: Int) throws {
         self.path = path
         fd = try BlockingVarlinkClient.connect(path)
@@ -175,6 +178,7 @@ final class PollingConnection {
         }
     }
 
+    /// Closes the socket (once).
     func close() {
         if fd >= 0 { _ = Glibc.close(fd) }
         fd = -1

@@ -17,6 +17,8 @@ static __attribute__((swiftcall)) void enqueue_on_target(void *job, swift_enqueu
 
 bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job)) {
     swift_enqueue_hook expected = NULL;
+    // Someone else's hook stays, and so does the target of one installed before.
+    if (__atomic_load_n(&swift_task_enqueueGlobal_hook, __ATOMIC_SEQ_CST) != NULL) return false;
     target = enqueue;
     return __atomic_compare_exchange_n(&swift_task_enqueueGlobal_hook, &expected, enqueue_on_target, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }

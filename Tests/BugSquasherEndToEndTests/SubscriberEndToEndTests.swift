@@ -122,6 +122,13 @@ struct SubscriberEndToEndTests {
         throw HarnessError("\(process.name) never caught up: holds \(subscriberState(process).latest.mapValues(\.version)), store has \(expected.mapValues(\.version))")
     }
 
+    /// The names of a process's threads (`/proc/PID/task/*/comm`).
+    func threadNames(of pid: Int32) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").map { task in
+            try String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
     @Test("three subscribers refresh exactly their registered bugs through an import and an edit; a killed one resumes from its token")
     func subscribersFollowImports() async throws {
         let harness = try await DaemonHarness(chunkSize: 100)
@@ -137,6 +144,10 @@ struct SubscriberEndToEndTests {
             subscribers[name] = process
         }
         let before = try await storeState(harness, sets.values.flatMap { $0 })
+        // Each reads its feed and runs its tasks on one run loop, not on SwiftNIO's threads
+        // (SingleThreadedRuntime installed; a static build once left it silently uninstalled).
+        let threads = try threadNames(of: subscribers["A"]!.pid)
+        #expect(threads.contains("run loop") && !threads.contains { $0.hasPrefix("NIO-") }, "\(threads)")
 
         // Phase 2: a chunked import of changed and new issues, racing an edit through the
         // daemon's editor context.
