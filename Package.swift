@@ -119,8 +119,8 @@ let package = Package(
             dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherVarlink"],
             swiftSettings: strictSettings
         ),
-        // Sets the Swift runtime's global-executor hook, which a statically linked binary does
-        // not export to dlsym (for SingleThreadedRuntime).
+        // For SingleThreadedRuntime: sets the Swift runtime's global-executor hook, which a
+        // statically linked binary does not export to dlsym, and names its thread.
         .target(name: "CConcurrencyHook"),
         // Unix-socket servers and clients that speak Varlink: the only module on NIOPosix.
         .target(

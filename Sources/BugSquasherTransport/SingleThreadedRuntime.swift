@@ -82,8 +82,9 @@ private final class RunLoop: @unchecked Sendable {
         }
         let loop = RunLoop(wakeRead: pipeFDs[0], wakeWrite: pipeFDs[1])
         Thread {
-            // Named from inside: corelibs Foundation names the thread only then (ps, /proc).
-            Thread.current.name = "run loop"
+            // Named by itself: corelibs Foundation's `Thread.name` names the thread only when
+            // the thread has recorded its handle, which can come after the thread starts.
+            bugsquasher_name_current_thread("run loop")
             loop.run()
         }.start()
         return loop

@@ -1,5 +1,7 @@
+#define _GNU_SOURCE
 #include "CConcurrencyHook.h"
 
+#include <pthread.h>
 #include <stddef.h>
 
 // The Swift runtime's hook (swift/Runtime/Concurrency.h): when set, swift_task_enqueueGlobal
@@ -21,4 +23,8 @@ bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job)) {
     if (__atomic_load_n(&swift_task_enqueueGlobal_hook, __ATOMIC_SEQ_CST) != NULL) return false;
     target = enqueue;
     return __atomic_compare_exchange_n(&swift_task_enqueueGlobal_hook, &expected, enqueue_on_target, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+void bugsquasher_name_current_thread(const char *name) {
+    pthread_setname_np(pthread_self(), name);
 }

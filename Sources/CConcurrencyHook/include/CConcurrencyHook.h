@@ -12,4 +12,7 @@
 /// to it.
 bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job));
 
+/// Names the calling thread (as `ps -L` and `/proc/PID/task/TID/comm` show it; 15 bytes at most).
+void bugsquasher_name_current_thread(const char *name);
+
 #endif
