@@ -439,9 +439,13 @@ struct SubscriptionTests {
         #expect(twice?.message.contains(":3: 'chunk_size' is set twice (first on line 1)") == true, "\(String(describing: twice))")
         // A log level the daemon does not know is refused with the file it is in; so is a mode
         // that is not octal.
-        try "log_level = loud\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "# quiet\nlog_level = loud\n".write(toFile: path, atomically: true, encoding: .utf8)
         let level = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
-        #expect(level?.message == "\(path): 'log_level = loud' is not a log level; use trace, debug, info, notice, warning, error or critical.", "\(String(describing: level))")
+        #expect(level?.message == "\(path):2: 'log_level = loud' is not a log level; use trace, debug, info, notice, warning, error or critical.", "\(String(describing: level))")
+        // A value out of range or not a number names its line too.
+        try "chunk_size = 300\nimport_nice = 20\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let range = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(range?.message.hasPrefix("\(path):2: 'import_nice = 20' is out of range") == true, "\(String(describing: range))")
         try "read_socket_mode = 0999\n".write(toFile: path, atomically: true, encoding: .utf8)
         let mode = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         #expect(mode?.message.contains("is not an octal mode like 0660") == true, "\(String(describing: mode))")

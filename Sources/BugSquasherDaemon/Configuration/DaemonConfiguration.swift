@@ -69,6 +69,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
     ) throws -> DaemonConfiguration {
         let path = configFile ?? "/etc/squasherd/squasherd.conf"
         var file: [String: String] = [:]
+        var lineOf: [String: Int] = [:]
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             guard !isDirectory.boolValue else {
@@ -91,7 +92,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
             guard let text = String(data: data, encoding: .utf8) else {
                 throw DaemonError("The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
             }
-            file = try parse(text, path: path)
+            (file, lineOf) = try parse(text, path: path)
         } else if configFile != nil {
             throw DaemonError("The configuration file \(path) does not exist; pass an existing file or leave --config out.")
         }
@@ -101,10 +102,12 @@ public struct DaemonConfiguration: Sendable, Hashable {
             stateDirectory: stateDirectory ?? systemd("STATE_DIRECTORY") ?? file["state_directory"] ?? "run/state",
             runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file["runtime_directory"] ?? "run/sockets"
         )
+        // Where a key's value is, for its error: the file and the line.
+        func at(_ key: String) -> String { lineOf[key].map { "\(path):\($0)" } ?? path }
         func integer(_ key: String, radix: Int = 10) throws -> Int? {
             guard let text = file[key] else { return nil }
             guard let value = Int(text.hasPrefix("0o") ? String(text.dropFirst(2)) : text, radix: radix), value >= 0 else {
-                throw DaemonError("\(path): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number").")
+                throw DaemonError("\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number").")
             }
             return value
         }
@@ -113,7 +116,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         func integer(_ key: String, in range: ClosedRange<Int>, meaning: String) throws -> Int? {
             guard let value = try integer(key) else { return nil }
             guard range.contains(value) else {
-                throw DaemonError("\(path): '\(key) = \(value)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning)).")
+                throw DaemonError("\(at(key)): '\(key) = \(value)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning)).")
             }
             return value
         }
@@ -131,7 +134,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
         if let value = file["log_level"] {
             guard Logger.Level(rawValue: value) != nil else {
-                throw DaemonError("\(path): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical.")
+                throw DaemonError("\(at("log_level")): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical.")
             }
             configuration.logLevel = value
         }
@@ -143,7 +146,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
         "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 
-    static func parse(_ text: String, path: String) throws -> [String: String] {
+    /// The `key = value` lines of a configuration file: the values, and the line each is on.
+    static func parse(_ text: String, path: String) throws -> (values: [String: String], lines: [String: Int]) {
         var values: [String: String] = [:]
         var lines: [String: Int] = [:]
         // `isNewline`, not "\n": in a file with CRLF line ends, "\r\n" is one Character.
@@ -163,7 +167,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
             lines[parts[0]] = index + 1
             values[parts[0]] = parts[1]
         }
-        return values
+        return (values, lines)
     }
 }
 
