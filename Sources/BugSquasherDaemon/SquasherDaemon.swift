@@ -38,6 +38,9 @@ public struct SquasherDaemon: Sendable {
     /// Called before each shutdown step that may take a while (finishing the current chunk,
     /// checkpointing), with how long it may take.
     public var onShutdownStep: @Sendable (_ step: String, _ budget: Duration) -> Void = { _, _ in }
+    /// SIGTERM and SIGINT caught since the process began (see ``StartupSignals``): one caught
+    /// before the service group listens stops the daemon as soon as it runs.
+    public var startupSignals: StartupSignals?
     /// When set, ``onWatchdog`` is called at half this interval, each time the store answered
     /// and the event loops turned; a wedged daemon stops calling it.
     public var watchdogInterval: Duration?
@@ -134,6 +137,10 @@ public struct SquasherDaemon: Sendable {
         services.append(.init(service: UploadSweeper(imports: imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)), logger: logger)))
         if let watchdogInterval {
             services.append(.init(service: WatchdogService(stack: stack, interval: watchdogInterval, ready: ready, logger: logger, onHealthy: onWatchdog)))
+        }
+        if let startupSignals {
+            // Stops the group when it starts, if a signal came while squasherd started.
+            services.append(.init(service: StartupStopService(signals: startupSignals, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
         // Last in the list, first to hear of the shutdown: reports it before anything stops.
         let onShutdownStep = self.onShutdownStep

@@ -39,6 +39,8 @@ struct Squasherd: AsyncParsableCommand {
     var logLevel: String?
 
     func run() async throws {
+        // Before anything else: a SIGTERM from here on stops the daemon cleanly once it runs.
+        let startupSignals = StartupSignals()
         var configuration: DaemonConfiguration
         do {
             configuration = try .resolve(stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
@@ -58,6 +60,7 @@ struct Squasherd: AsyncParsableCommand {
         let logger = Logger(label: "squasherd")
         let notifier = SystemdNotifier()
         var daemon = SquasherDaemon(configuration: configuration, logger: logger)
+        daemon.startupSignals = startupSignals
         do {
             let sockets = try SocketActivation.listeningSockets()
             if !sockets.isEmpty {

@@ -151,6 +151,20 @@ struct FaultTests {
         try? FileManager.default.removeItem(atPath: harness.directory)
     }
 
+    @Test("a SIGTERM while squasherd starts (its store just created, its sockets not yet bound) stops it cleanly, exit 0, once it can, instead of the signal's default action ending it without a word")
+    func stopDuringStartUp() async throws {
+        let base = try directory()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", base + "/state", "--runtime-directory", base + "/run"])
+        try await daemon.waitForErrorOutput(containing: "created store")
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0, "\(daemon.errorOutput)")
+        #expect(daemon.errorOutput.contains("stopped"), "\(daemon.errorOutput)")
+        // The store's creation finished before the stop (its marker is gone).
+        #expect(FileManager.default.fileExists(atPath: base + "/state/bugs.sqlite"))
+        #expect(!FileManager.default.fileExists(atPath: base + "/state/bugs.sqlite-creating"))
+    }
+
     @Test("a store that another program keeps locked when an upload ends: the job fails with the reason instead of staying uploading, its spool goes, and a wait on it returns")
     func uploadEndsWhileTheStoreIsLocked() async throws {
         let harness = try await DaemonHarness()
