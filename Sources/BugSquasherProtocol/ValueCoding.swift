@@ -37,6 +37,9 @@ public struct WireCoding: Sendable {
         }
     }
 
+    /// The dates ISO 8601 writes with a four-digit year: 0001-01-01 to 9999-12-31, UTC.
+    static let fourDigitYears = Date(timeIntervalSince1970: -62_135_596_800)...Date(timeIntervalSince1970: 253_402_300_799.999)
+
     /// A value from JSON, as the attribute's type.
     ///
     /// - Throws: ``GraphError/Code/invalidArgument`` naming the attribute when the JSON value
@@ -46,13 +49,21 @@ public struct WireCoding: Sendable {
         case (.null, _): return .null
         case (.string(let s), .string): return .string(s)
         case (.int(let i), .int64): return .int64(i)
-        case (.double(let d), .int64) where d == d.rounded(): return .int64(Int64(d))
+        case (.double(let d), .int64):
+            // A whole number written with a fraction or exponent; one past Int64 is refused.
+            if let whole = Int64(exactly: d) { return .int64(whole) }
         case (.int(let i), .double): return .double(Double(i))
         case (.double(let d), .double): return .double(d)
         case (.bool(let b), .bool): return .bool(b)
         case (.string(let s), .date):
-            if let date = try? Date(s, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) { return .date(date) }
-            if let date = try? Date(s, strategy: .iso8601) { return .date(date) }
+            if let date = (try? Date(s, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) ?? (try? Date(s, strategy: .iso8601)) {
+                // ISO 8601 writes years 0001 to 9999 with four digits: a date outside them would
+                // be written back in a form other programs do not read.
+                guard Self.fourDigitYears.contains(date) else {
+                    throw GraphError(.invalidArgument, "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999. Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z.")
+                }
+                return .date(date)
+            }
         case (.string(let s), .data):
             if let data = Data(base64Encoded: s) { return .data(data) }
         default: break

@@ -444,6 +444,10 @@ struct AbortEndToEndTests {
         // A value of the wrong type says which form the attribute takes.
         let date = try await harness.ctlError(["update", "AB-1", "created=yesterday"], expectStatus: 2)
         #expect(date.contains(#"'created' is date; "yesterday" cannot be one. Give a date as ISO 8601 with a time zone: 2012-01-31T09:30:00Z"#), "\(date)")
+        // So is a date ISO 8601 cannot write with a four-digit year; the last second of 9999 is one.
+        let farFuture = try await harness.ctlError(["update", "AB-1", "created=99999-01-01T00:00:00Z"], expectStatus: 2)
+        #expect(farFuture.contains("'created' is date; 99999-01-01T00:00:00Z is outside the years 0001 to 9999"), "\(farFuture)")
+        try await harness.ctl(["update", "AB-1", "created=9999-12-31T23:59:59Z"])
         // A unique key cannot be emptied, blanked or given to a second bug; each says why.
         for blank in ["key=", "key=   "] {
             let refused = try await harness.ctlError(["update", "AB-1", blank], expectStatus: 2)
