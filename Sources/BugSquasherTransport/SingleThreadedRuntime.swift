@@ -47,7 +47,7 @@ public enum SingleThreadedRuntime {
 
 /// The run loop: jobs first, then `poll(2)` on the descriptors tasks wait for and on a pipe that
 /// wakes it when a job comes from another thread (a signal handler's, a timer's).
-private final class RunLoop: @unchecked Sendable {
+private final class RunLoop: Sendable {
     // Set once, before the first job is enqueued; read by every enqueue.
     nonisolated(unsafe) static var installed: RunLoop?
 
