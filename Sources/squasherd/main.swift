@@ -5,6 +5,7 @@ import BugSquasherSystemd
 import BugSquasherTransport
 import Foundation
 import Logging
+import UnixSignals
 
 /// squasherd: the BugSquasher daemon.
 @main
@@ -40,7 +41,7 @@ struct Squasherd: AsyncParsableCommand {
 
     func run() async throws {
         // Before anything else: a SIGTERM from here on stops the daemon cleanly once it runs.
-        let startupSignals = StartupSignals()
+        let startupSignals = await StartupSignals()
         var configuration: DaemonConfiguration
         do {
             configuration = try .resolve(stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
@@ -78,17 +79,15 @@ struct Squasherd: AsyncParsableCommand {
         }
         // A terminal's hangup must not end the daemon (the default action of SIGHUP), nor a
         // SIGUSR1 or SIGUSR2 meant for a daemon that reopens its logs on one (logrotate habits).
-        let ignored = [(SIGHUP, "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."),
-                       (SIGUSR1, "SIGUSR1 ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM."),
-                       (SIGUSR2, "SIGUSR2 ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM.")]
-        let sources = ignored.map { number, notice in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler { logger.notice("\(notice)") }
-            source.resume()
-            return source
+        let ignored = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2)
+        let notices = Task {
+            for await signal in ignored {
+                logger.notice(signal == .sighup
+                    ? "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."
+                    : "\(signal) ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM.")
+            }
         }
-        defer { sources.forEach { $0.cancel() } }
+        defer { notices.cancel() }
         daemon.onReady = { notifier.ready(status: "Ready") }
         daemon.onStatus = { notifier.status($0) }
         daemon.onStopping = { notifier.stopping(status: "Stopping") }

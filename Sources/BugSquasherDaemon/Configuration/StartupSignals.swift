@@ -1,8 +1,7 @@
-import Dispatch
-import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
+import UnixSignals
 
 /// SIGTERM and SIGINT caught from the first moments of squasherd's process, before its service
 /// group listens for them. Until then a signal's default action would end the process at once,
@@ -11,41 +10,23 @@ import Synchronization
 /// carried out as soon as the daemon runs: gracefully, with a log line, exit status 0.
 ///
 /// ```swift
-/// let signals = StartupSignals()       // first thing in main
+/// let signals = await StartupSignals()       // first thing in main
 /// daemon.startupSignals = signals
 /// ```
 public final class StartupSignals: Sendable {
-    /// The dispatch sources: set up in `init`, cancelled in `deinit`, not touched in between.
-    private nonisolated(unsafe) let sources: [any DispatchSourceSignal]
-    /// The number of the first signal caught; 0 before one is.
-    private let caught = Caught()
+    private let first = Mutex<UnixSignal?>(nil)
 
-    private final class Caught: Sendable {
-        let number = Atomic<Int32>(0)
-    }
-
-    /// Starts catching SIGTERM and SIGINT.
-    public init() {
-        let caught = caught
-        sources = [SIGTERM, SIGINT].map { number in
-            Glibc.signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler { _ = caught.number.compareExchange(expected: 0, desired: number, ordering: .relaxed) }
-            source.resume()
-            return source
+    /// Starts catching SIGTERM and SIGINT (swift-service-lifecycle's `UnixSignalsSequence`,
+    /// read for the life of the process; the service group reads its own).
+    public init() async {
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
+        Task { [self] in
+            for await signal in signals { first.withLock { $0 = $0 ?? signal } }
         }
     }
 
-    deinit { sources.forEach { $0.cancel() } }
-
-    /// The first signal caught so far (`SIGTERM` or `SIGINT`), if any.
-    var caughtSignal: String? {
-        switch caught.number.load(ordering: .relaxed) {
-        case 0: nil
-        case SIGINT: "SIGINT"
-        default: "SIGTERM"
-        }
-    }
+    /// The first signal caught so far, if any.
+    var caughtSignal: UnixSignal? { first.withLock { $0 } }
 }
 
 /// Stops the group at once, gracefully, when a signal came while squasherd started; otherwise
