@@ -22,34 +22,34 @@ public enum SingleThreadedRuntime {
     /// it once, from the main thread, before any task starts (first thing in `main.swift`).
     @discardableResult
     public static func install() -> Bool {
-        guard RunLoop.installed == nil, let loop = RunLoop.start() else { return false }
+        guard PollLoop.installed == nil, let loop = PollLoop.start() else { return false }
         // Set before the hook, which reads it for every job from then on.
-        RunLoop.installed = loop
-        guard bugsquasher_install_global_enqueue_hook({ job in RunLoop.installed!.enqueue(unsafeBitCast(job, to: UnownedJob.self)) }) else {
+        PollLoop.installed = loop
+        guard bugsquasher_install_global_enqueue_hook({ job in PollLoop.installed!.enqueue(unsafeBitCast(job, to: UnownedJob.self)) }) else {
             // Another hook was there first: its executor runs the jobs; this loop stays idle.
-            RunLoop.installed = nil
+            PollLoop.installed = nil
             return false
         }
         return true
     }
 
     /// Whether ``install()`` installed the run loop in this process.
-    static var isInstalled: Bool { RunLoop.installed != nil }
+    static var isInstalled: Bool { PollLoop.installed != nil }
 
     /// Suspends until `fd` can be read (or was hung up), on the installed run loop.
     ///
     /// - Throws: `CancellationError` when the task is cancelled first.
     static func readable(_ fd: CInt) async throws {
-        guard let loop = RunLoop.installed else { preconditionFailure("SingleThreadedRuntime.readable needs the run loop installed") }
+        guard let loop = PollLoop.installed else { preconditionFailure("SingleThreadedRuntime.readable needs the run loop installed") }
         try await loop.readable(fd)
     }
 }
 
 /// The run loop: jobs first, then `poll(2)` on the descriptors tasks wait for and on a pipe that
 /// wakes it when a job comes from another thread (a signal handler's, a timer's).
-private final class RunLoop: Sendable {
+private final class PollLoop: Sendable {
     // Set once, before the first job is enqueued; read by every enqueue.
-    nonisolated(unsafe) static var installed: RunLoop?
+    nonisolated(unsafe) static var installed: PollLoop?
 
     private struct State {
         var jobs: [UnownedJob] = []
@@ -73,14 +73,14 @@ private final class RunLoop: Sendable {
         self.wakeWrite = wakeWrite
     }
 
-    static func start() -> RunLoop? {
+    static func start() -> PollLoop? {
         var pipeFDs: [CInt] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { return nil }
         for fd in pipeFDs {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         }
-        let loop = RunLoop(wakeRead: pipeFDs[0], wakeWrite: pipeFDs[1])
+        let loop = PollLoop(wakeRead: pipeFDs[0], wakeWrite: pipeFDs[1])
         Thread {
             // Named by itself: corelibs Foundation's `Thread.name` names the thread only when
             // the thread has recorded its handle, which can come after the thread starts.
