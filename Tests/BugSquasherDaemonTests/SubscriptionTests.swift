@@ -91,20 +91,20 @@ struct SubscriptionTests {
                 ObjectChange(objectID: id(Int64(n + 1)), version: 1, changedKeys: [], values: key.map { RowSnapshot(version: 1, attributes: ["t", .string($0)], toOne: []) })
             } + [ObjectChange(objectID: id(99, "Project"), version: 1, changedKeys: [], values: RowSnapshot(version: 1, attributes: ["x", "B-2"], toOne: []))])
         }
-        let keys: [String?] = ["B-1", "B-2", "CAF\u{C9}", "B-3", nil]
+        let keys: [String?] = ["B-1", "B-2", "CAF\u{C9}", "B-3", nil, "B-2"]
         let watched = InsertWatch(entity: entity, predicate: Key("key").in(["B-3", "B-2", "CAFE\u{301}"]))
         let hub = NotificationHub()
         let subscription = Subscription(registeredOnly: true, includeValues: true, pendingLimit: 100, insertWatch: watched, startToken: .zero)
         hub.add(subscription)
         hub.publish(inserting(1, keys))
         guard case .save(let fromHub, _)? = await subscription.next() else { Issue.record("no save"); return }
-        // B-2 and B-3 in their order, and the insert without values (the subscriber checks it);
-        // not the other Unicode form of a key, nor a Project with that value.
-        #expect(fromHub.inserted.map(\.objectID) == [id(2), id(4), id(5)])
-        #expect(Subscription.filter(inserting(2, keys), to: [:], inserts: watched).inserted.map(\.objectID) == [id(2), id(4), id(5)])
+        // B-2 (twice) and B-3 in their order, and the insert without values (the subscriber
+        // checks it); not the other Unicode form of a key, nor a Project with that value.
+        #expect(fromHub.inserted.map(\.objectID) == [id(2), id(4), id(5), id(6)])
+        #expect(Subscription.filter(inserting(2, keys), to: [:], inserts: watched).inserted.map(\.objectID) == [id(2), id(4), id(5), id(6)])
 
         let prefix = InsertWatch(entity: entity, predicate: Key("key").beginsWith("B-") && Key("title") == "t")
-        #expect(Subscription.filter(inserting(3, keys), to: [:], inserts: prefix, index: InsertIndex(inserting(3, keys).inserted)).inserted.map(\.objectID) == [id(1), id(2), id(4), id(5)])
+        #expect(Subscription.filter(inserting(3, keys), to: [:], inserts: prefix, index: SaveIndex(inserting(3, keys))).inserted.map(\.objectID) == [id(1), id(2), id(4), id(5), id(6)])
         #expect(Subscription.filter(inserting(4, keys), to: [:]).inserted.isEmpty)
     }
 
@@ -125,6 +125,24 @@ struct SubscriptionTests {
         subscription.offer(save(3, updated: [1, 2]))
         guard case .save(let third, _)? = await subscription.next() else { Issue.record("no third save"); return }
         #expect(third.updated.map(\.objectID) == [id(1), id(2)])
+    }
+
+    @Test("filtering through the publish's shared index walks the registrations when they are fewer, with the same result, in the save's order")
+    func indexedFilter() {
+        let big = save(1, updated: Array(stride(from: 40, through: 1, by: -1)), deleted: [50, 41, 42])
+        let few: [ObjectID: Subscription.Hold] = [id(3): .values, id(30): .values, id(7): .fault, id(42): .fault, id(41): .values, id(99): .values]
+        let many = Dictionary(uniqueKeysWithValues: (1...60).map { (id(Int64($0)), $0 % 3 == 0 ? Subscription.Hold.fault : .values) })
+        let index = SaveIndex(big)
+        for registered in [few, many, [:]] {
+            let direct = Subscription.filter(big, to: registered)
+            let indexed = Subscription.filter(big, to: registered, index: index)
+            #expect(indexed.updated.map(\.objectID) == direct.updated.map(\.objectID))
+            #expect(indexed.deleted.map(\.objectID) == direct.deleted.map(\.objectID))
+        }
+        // Faults get deletions, not updates; the order is the save's (40 … 1; 41 before 42).
+        let filtered = Subscription.filter(big, to: few, index: index)
+        #expect(filtered.updated.map(\.objectID) == [id(30), id(3)])
+        #expect(filtered.deleted.map(\.objectID) == [id(41), id(42)])
     }
 
     @Test("coalescing keeps the newest version of each object; insert then delete cancels out")
