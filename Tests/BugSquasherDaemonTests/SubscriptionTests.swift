@@ -187,6 +187,19 @@ struct SubscriptionTests {
         }
     }
 
+    @Test("an insert of an object updated earlier in the merged saves switches to merging every object; inserts past the updated keys do not")
+    func insertAfterUpdate() {
+        var apart = CoalescedSaves(storeIdentifier: "S")
+        apart.add(save(1, updated: [5, 9]))
+        apart.add(save(2, inserted: [10, 11]))
+        apart.add(save(3, updated: [7], inserted: [12]))
+        #expect(apart.disjoint != nil)
+        var overlapping = apart
+        overlapping.add(save(4, inserted: [9]))
+        #expect(overlapping.disjoint == nil)
+        #expect(overlapping.result().inserted.map(\.objectID).sorted { $0.key < $1.key } == [id(9), id(10), id(11), id(12)])
+    }
+
     @Test("coalescing by concatenation gives what merging object by object gives, for random saves that insert, update, delete and insert again")
     func disjointMatchesMerging() {
         struct Merged: Equatable {

@@ -575,6 +575,9 @@ struct CoalescedSaves: Sendable {
     private var insertedKeys: [String: ClosedRange<Int64>] = [:]
     /// The objects `saves` deleted.
     private var deletedObjects: Set<ObjectID> = []
+    /// Per entity, the smallest and largest primary key in `updated` while `saves` is kept: an
+    /// import's inserts lie past the bugs it updates, and need no lookup.
+    private var updatedKeys: [String: ClosedRange<Int64>] = [:]
     private var savedCount = 0
 
     private var inserted: [ObjectID: ObjectChange] = [:]
@@ -615,6 +618,7 @@ struct CoalescedSaves: Sendable {
             saves = nil
             insertedKeys = [:]
             deletedObjects = []
+            updatedKeys = [:]
             savedCount = 0
             updated = [:]
             order = []
@@ -628,16 +632,24 @@ struct CoalescedSaves: Sendable {
     /// entity's inserted range counts as inserted.
     private func isDisjoint(_ save: DidSave) -> Bool {
         var entity = ""
-        var range: ClosedRange<Int64>?
+        var inserted: ClosedRange<Int64>?
+        var updated: ClosedRange<Int64>?
+        func ranges(of id: ObjectID) {
+            guard id.entityName != entity else { return }
+            entity = id.entityName
+            inserted = insertedKeys[entity]
+            updated = updatedKeys[entity]
+        }
         func insertedBefore(_ id: ObjectID) -> Bool {
-            if id.entityName != entity {
-                entity = id.entityName
-                range = insertedKeys[entity]
-            }
-            return range?.contains(id.key) ?? false
+            ranges(of: id)
+            return inserted?.contains(id.key) ?? false
+        }
+        func updatedBefore(_ id: ObjectID) -> Bool {
+            ranges(of: id)
+            return updated?.contains(id.key) == true && self.updated[id] != nil
         }
         func deletedBefore(_ id: ObjectID) -> Bool { !deletedObjects.isEmpty && deletedObjects.contains(id) }
-        for change in save.inserted where insertedBefore(change.objectID) || deletedBefore(change.objectID) || (!updated.isEmpty && updated[change.objectID] != nil) {
+        for change in save.inserted where insertedBefore(change.objectID) || deletedBefore(change.objectID) || updatedBefore(change.objectID) {
             return false
         }
         for change in [save.updated, save.deleted].joined() where insertedBefore(change.objectID) || deletedBefore(change.objectID) {
@@ -687,6 +699,10 @@ struct CoalescedSaves: Sendable {
             }
         } else {
             order.append(change.objectID)
+            let id = change.objectID
+            if saves != nil {
+                updatedKeys[id.entityName] = updatedKeys[id.entityName].map { min($0.lowerBound, id.key)...max($0.upperBound, id.key) } ?? id.key...id.key
+            }
         }
         updated[change.objectID] = merged
     }
