@@ -1,7 +1,7 @@
 /// Splits a JSON array of issues — a plain array, or the `issues` array of a Jira search
 /// response — into its elements as bytes arrive, without holding more than one element: the
 /// streaming half of reading large JSON exports. Each element comes out on one line (newlines
-/// between tokens become spaces), numbered from 1.
+/// between tokens become spaces), numbered from 1, with the input line it starts on.
 public struct JSONArraySplitter: Sendable {
     /// Where the elements are.
     public enum Layout: Sendable {
@@ -13,10 +13,10 @@ public struct JSONArraySplitter: Sendable {
 
     /// One element.
     public enum Element: Sendable, Equatable {
-        /// The element's bytes and its number.
-        case value([UInt8], number: Int)
+        /// The element's bytes, its number and the input line it starts on.
+        case value([UInt8], number: Int, line: Int)
         /// An element that grew past the limit.
-        case oversized(number: Int)
+        case oversized(number: Int, line: Int)
     }
 
     /// Why the input cannot be split.
@@ -37,6 +37,9 @@ public struct JSONArraySplitter: Sendable {
     private var elementStarted = false
     private var oversized = false
     private var number = 0
+    /// The input line of the byte being read, and the one the current element started on.
+    private var line = 1
+    private var elementLine = 0
     private var lastKey: [UInt8] = []
     private var keyBuffer: [UInt8] = []
     private var finishedArray = false
@@ -63,6 +66,8 @@ public struct JSONArraySplitter: Sendable {
         var out: [Element] = []
         for byte in bytes {
             offset += 1
+            // A newline never starts an element, so counting it first is right for the next.
+            if byte == 0x0A { line += 1 }
             if ended {
                 // Nothing may follow the document: a second array or NDJSON lines after it
                 // would otherwise be dropped without a word.
@@ -158,6 +163,7 @@ public struct JSONArraySplitter: Sendable {
         elementStarted = true
         afterComma = false
         number += 1
+        elementLine = line
     }
 
     private mutating func add(_ byte: UInt8) {
@@ -174,6 +180,6 @@ public struct JSONArraySplitter: Sendable {
         }
         guard elementStarted else { return nil }
         while element.last == 0x20 { element.removeLast() }
-        return oversized ? .oversized(number: number) : .value(element, number: number)
+        return oversized ? .oversized(number: number, line: elementLine) : .value(element, number: number, line: elementLine)
     }
 }

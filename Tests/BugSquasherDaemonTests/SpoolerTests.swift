@@ -1,4 +1,5 @@
 @testable import BugSquasherDaemon
+import BugSquasherImport
 import BugSquasherProtocol
 import CompressNIO
 import Foundation
@@ -117,6 +118,35 @@ struct SpoolerTests {
         #expect(!Spooler.opensIssuesArray(Array(#"{"issues":3,"key":"A"}"#.utf8)))
         #expect(!Spooler.opensIssuesArray(Array(issue.utf8)))
         #expect(!Spooler.opensIssuesArray(Array(#"{"key":"issues","x":["#.utf8)))
+    }
+
+    @Test("a JSON array's element is spooled with its input line and position, kept as it came; an oversized one as a reject; a bare element (an older spool) reads as one")
+    func spooledElements() throws {
+        var output: [UInt8] = []
+        let element = Array(#"{"key":"E-1","fields":{"summary":"\"}\" at the end"}}"#.utf8)
+        SpooledElement.append(element, line: 7, issue: 3, to: &output)
+        SpooledElement.appendReject(#"record is longer than 1024 bytes ("quoted")"#, line: 9, issue: 4, to: &output)
+        let lines = output.split(separator: 0x0A).map(Array.init)
+        #expect(lines.count == 2)
+        try lines[0].withUnsafeBufferPointer { bytes in
+            let read = try #require(try SpooledElement(bytes))
+            #expect(read.line == 7 && read.issue == 3)
+            guard case .issue(let range) = read.content else { Issue.record("not an issue: \(read.content)"); return }
+            #expect(Array(bytes[range]) == element)
+        }
+        try lines[1].withUnsafeBufferPointer { bytes in
+            let read = try #require(try SpooledElement(bytes))
+            #expect(read.line == 9 && read.issue == 4)
+            guard case .reject(let reason) = read.content else { Issue.record("not a reject: \(read.content)"); return }
+            #expect(reason == #"record is longer than 1024 bytes ("quoted")"#)
+        }
+        try Array(#"{"_line":5,"_reject":"record is longer than 1024 bytes"}"#.utf8).withUnsafeBufferPointer { bytes in
+            let read = try #require(try SpooledElement(bytes))
+            #expect(read.line == 5 && read.issue == nil)
+        }
+        let bare = try element.withUnsafeBufferPointer { try SpooledElement($0) }
+        #expect(bare == nil)
+        #expect(throws: ImportError.self) { try Array(#"{"_line":5,"what":1}"#.utf8).withUnsafeBufferPointer { _ = try SpooledElement($0) } }
     }
 
     @Test("UTF-16 and UTF-32 input, with or without a byte order mark, is named with the iconv command that converts it; UTF-8 with a mark is read")

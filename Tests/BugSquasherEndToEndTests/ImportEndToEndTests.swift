@@ -64,8 +64,12 @@ struct ImportEndToEndTests {
         // A JSON array and a pretty-printed search response.
         try ("[\n" + [good("ARR-1"), good("ARR-2")].joined(separator: ",\n") + "\n]\n").write(toFile: dir + "/b.json", atomically: true, encoding: .utf8)
         #expect(summary(try await harness.ctl(["import", dir + "/b.json", "--wait"])).contains("2 read, 2 imported"))
-        try ("{\n  \"startAt\": 0,\n  \"issues\": [\n" + [good("SR-1"), good("SR-2"), good("SR-3")].joined(separator: ",\n") + "\n  ],\n  \"total\": 3\n}\n").write(toFile: dir + "/c.json", atomically: true, encoding: .utf8)
-        #expect(summary(try await harness.ctl(["import", dir + "/c.json", "--wait"])).contains("3 read, 3 imported"))
+        // A reject in it names the line the issue starts on and its position in the array.
+        try ("{\n  \"startAt\": 0,\n  \"issues\": [\n" + [good("SR-1"), good("SR-2"), #"{"fields":{"summary":"no key"}}"#, good("SR-3")].joined(separator: ",\n") + "\n  ],\n  \"total\": 4\n}\n").write(toFile: dir + "/c.json", atomically: true, encoding: .utf8)
+        let response = try await harness.ctl(["import", dir + "/c.json", "--wait"])
+        #expect(summary(response).contains("4 read, 3 imported, 1 rejected"), "\(response)")
+        let responseRejects = try await harness.ctl(["jobs", String(summary(response).split(separator: " ")[1]), "--rejects"])
+        #expect(responseRejects.count == 1 && responseRejects[0].hasPrefix("line 6: issue 3 of the array: ") && responseRejects[0].contains("key"), "\(responseRejects)")
 
         // Jira CSV with repeated Component/s columns and Jira dates; a bad date is a reject.
         let jiraCSV = """

@@ -71,10 +71,11 @@ struct InputFormatTests {
         var elements: [JSONArraySplitter.Element] = []
         for byte in Array(document.utf8) { elements += try splitter.feed([byte]) }
         try splitter.finish()
-        #expect(elements == [.value(Array(#"{"key":"A-1","fields":{"x":[1,{"y":"]}"}]}}"#.utf8), number: 1), .value(Array(#"{"key":"A-2"}"#.utf8), number: 2)])
+        #expect(elements == [.value(Array(#"{"key":"A-1","fields":{"x":[1,{"y":"]}"}]}}"#.utf8), number: 1, line: 1), .value(Array(#"{"key":"A-2"}"#.utf8), number: 2, line: 1)])
         var array = JSONArraySplitter(layout: .array)
         let parts = try array.feed(Array("[\n {\"a\":\n 1},\n {\"b\":2}\n]".utf8))
-        #expect(parts == [.value(Array(#"{"a":  1}"#.utf8), number: 1), .value(Array(#"{"b":2}"#.utf8), number: 2)])
+        // Each with the input line it starts on.
+        #expect(parts == [.value(Array(#"{"a":  1}"#.utf8), number: 1, line: 2), .value(Array(#"{"b":2}"#.utf8), number: 2, line: 4)])
         var truncated = JSONArraySplitter(layout: .array)
         _ = try truncated.feed(Array(#"[{"a":1},{"b""#.utf8))
         #expect(throws: JSONArraySplitter.Failure.self) { try truncated.finish() }

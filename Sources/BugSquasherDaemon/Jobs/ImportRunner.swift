@@ -488,10 +488,20 @@ final class ChunkSource: Sendable {
             }
             var entry = ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
             var record: BugRecord?
+            // An element of a JSON array: its position, for the reject.
+            var issue: Int?
             do {
                 switch format.spoolLines {
                 case .jira:
-                    record = try line.bytes.withUnsafeBufferPointer { try decoder.decode(bytes: $0, line: line.number) }
+                    record = try line.bytes.withUnsafeBufferPointer { bytes in
+                        guard let element = try SpooledElement(bytes) else { return try decoder.decode(bytes: bytes, line: line.number) }
+                        entry.line = element.line
+                        issue = element.issue
+                        switch element.content {
+                        case .issue(let range): return try decoder.decode(bytes: UnsafeBufferPointer(rebasing: bytes[range]), line: element.line)
+                        case .reject(let reason): throw ImportError(.invalidRecord, reason)
+                        }
+                    }
                 case .record:
                     record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
                 case .envelope:
@@ -511,6 +521,7 @@ final class ChunkSource: Sendable {
                 record = nil
                 entry.reject = "\(error)"
             }
+            if let issue, let reject = entry.reject { entry.reject = "issue \(issue) of the array: \(reject)" }
             if let record = record.take() {
                 entry.record = chunk.records.count
                 chunk.records.append(record)

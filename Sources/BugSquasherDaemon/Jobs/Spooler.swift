@@ -243,12 +243,10 @@ actor Spooler {
             self.splitter = splitter
             for element in elements {
                 switch element {
-                case .value(let value, _):
-                    output += value
-                    output.append(0x0A)
-                case .oversized(let number):
-                    output += Array(#"{"_line":\#(number),"_reject":"record is longer than \#(maximumRecordBytes) bytes"}"#.utf8)
-                    output.append(0x0A)
+                case .value(let value, let number, let line):
+                    SpooledElement.append(value, line: line, issue: number, to: &output)
+                case .oversized(let number, let line):
+                    SpooledElement.appendReject("record is longer than \(maximumRecordBytes) bytes", line: line, issue: number, to: &output)
                 }
             }
         } else if var csv {
