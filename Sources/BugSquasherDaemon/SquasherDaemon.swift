@@ -102,8 +102,10 @@ public struct SquasherDaemon: Sendable {
         }
         let coding = WireCoding(model: stack.model)
         let registrationLimits = RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
-        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits)
-        let store = StoreInterface(stack: stack, coding: coding)
+        // Clients' store reads, off the cooperative pool (see ThreadExecutor).
+        let readers = ThreadExecutor.readers()
+        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits, readers: readers)
+        let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
         let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
         let service = VarlinkService(

@@ -329,6 +329,32 @@ struct FuzzTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("slow queries of many read clients wait for the read threads among themselves: an edit and Jobs.Status are answered at once, before most of them")
+    func slowQueriesDoNotHoldUpOthers() async throws {
+        let harness = try await DaemonHarness(chunkSize: 1000)
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        try SampleIssues.generate(count: 6_000).map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
+            .write(toFile: harness.directory + "/bugs.ndjson", atomically: true, encoding: .utf8)
+        try await harness.ctl(["import", harness.directory + "/bugs.ndjson", "--wait"])
+        // A query every row is read, compared and sorted for; more of them than the
+        // cooperative pool has threads. On that pool they took every thread in turn, and the
+        // edit and the status call waited behind most of them.
+        let query = varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","predicate":"title CONTAINS[c] \"zz\" OR details CONTAINS \"q\"","sort":["-title","-details"],"result":"rows","limit":10000}}"#)
+        let row = try JSONSerialization.jsonObject(with: Data(try await harness.ctl(["get", SampleIssues.record(1).key, "--json"]).joined().utf8)) as? [String: Any]
+        let id = try #require(row?["id"] as? String)
+        let readers = try (0..<(4 * ProcessInfo.processInfo.activeProcessorCount + 4)).map { _ in try RawSocket(path: harness.readSocket, receiveTimeout: 120) }
+        for reader in readers { reader.send(query) }
+        let edit = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"\#(id)","values":{"status":"Busy"}}}"#))
+        let status = try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Jobs.Status"}"#))
+        let answeredBefore = readers.count { $0.hasPendingInput }
+        #expect(edit.contains(#""version""#), "\(edit)")
+        #expect(status.contains(#""bugs":6000"#), "\(status)")
+        #expect(answeredBefore < readers.count / 2, "\(answeredBefore) of \(readers.count) queries were answered before the edit and the status call")
+        for reader in readers { #expect(reader.receiveMessage().contains(#""rows""#)) }
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("registrations past max_registrations_per_subscriber are refused with TooManyRegistrations, over the wire")
     func registrationCap() async throws {
         let harness = try await DaemonHarness(configuration: "max_registrations_per_subscriber = 1000\n")

@@ -49,6 +49,12 @@ final class RawSocket {
         return String(decoding: reply.prefix { $0 != 0 }, as: UTF8.self)
     }
 
+    /// Whether bytes wait to be read, without reading them.
+    var hasPendingInput: Bool {
+        var probe = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&probe, 1, 0) == 1 && probe.revents & Int16(POLLIN) != 0
+    }
+
     /// Bytes received after the last message ``nextMessage(readSize:)`` returned.
     private var unread: [UInt8] = []
 

@@ -16,6 +16,8 @@ struct ChangesInterface: VarlinkInterface {
     let pendingLimit: Int
     /// Caps on registrations, shared by every subscription.
     let registrationLimits: RegistrationLimits
+    /// Where reads of a client's making run (history pages, a registration's versions).
+    let readers: ThreadExecutor
     /// Saves already encoded for one subscriber, reused for the others that get the same one.
     let encodedSaves = EncodedSaveCache()
 
@@ -40,7 +42,7 @@ struct ChangesInterface: VarlinkInterface {
             let ids = try registrations(parameters.ids, versions: parameters.versions)
             let count = try register(ids, versions: parameters.versions, on: subscription)
             if let versions = parameters.versions {
-                try refreshStale(ids: ids, versions: versions, for: subscription)
+                try await refreshStale(ids: ids, versions: versions, for: subscription)
             }
             try await replier.reply(RegisterReply(registered: count))
         case "Unregister":
@@ -51,7 +53,7 @@ struct ChangesInterface: VarlinkInterface {
             let parameters = try call.parameters(HistoryParameters.self)
             guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
             if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
-            var saves = try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000))
+            var saves = try await readers.run { try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000)) }
             // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
             // that passes the cap, and the client asks again from there.
             var objects = 0
@@ -101,10 +103,10 @@ struct ChangesInterface: VarlinkInterface {
     /// Registered objects whose stored version is newer than the one the subscriber holds are
     /// sent at once: a change committed between the subscriber's read and its registration is
     /// not lost.
-    private func refreshStale(ids: [ObjectID], versions: [Int64], for subscription: Subscription) throws {
+    private func refreshStale(ids: [ObjectID], versions: [Int64], for subscription: Subscription) async throws {
         let held = Dictionary(zip(ids, versions), uniquingKeysWith: { a, _ in a }).filter { $0.value > 0 }
         guard !held.isEmpty else { return }
-        let current = try stack.store.newValues(for: Array(held.keys))
+        let current = try await readers.run { try stack.store.newValues(for: Array(held.keys)) }
         var stale: [ObjectChange] = []
         for (id, version) in held {
             if let row = current[id] {
@@ -157,7 +159,7 @@ struct ChangesInterface: VarlinkInterface {
         // Versions held that are older than the store's are refreshed, as `Register` does (with
         // `since`, the history replay brings those changes instead).
         if since == nil, let versions = parameters.versions {
-            try refreshStale(ids: initialIDs, versions: versions, for: subscription)
+            try await refreshStale(ids: initialIDs, versions: versions, for: subscription)
         }
         let start = try stack.store.currentHistoryToken()
         if let since, since > start {
@@ -174,7 +176,8 @@ struct ChangesInterface: VarlinkInterface {
         // everything committed since, and skips what was replayed.
         if var position = since, position < start {
             while position < start {
-                let page = try stack.store.changes(after: position, limit: 500)
+                let after = position
+                let page = try await readers.run { try stack.store.changes(after: after, limit: 500) }
                 guard let last = page.last else { break }
                 for save in page where save.token <= start {
                     let filtered = subscription.filtered(save)

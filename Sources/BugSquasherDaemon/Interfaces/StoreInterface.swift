@@ -5,12 +5,15 @@ import BugSquasherVarlink
 import Foundation
 
 /// `io.bugsquasher.Store`: fetches and batched value look-ups, answered from the store directly
-/// (no context: nothing is registered on the daemon's side by a remote read).
+/// (no context: nothing is registered on the daemon's side by a remote read), on the read
+/// threads (``ThreadExecutor/readers()``): a client decides how long its query takes.
 struct StoreInterface: VarlinkInterface {
     let name = InterfaceName.store
     let writes = false
     let stack: PersistentStack
     let coding: WireCoding
+    /// Where the reads run.
+    let readers: ThreadExecutor
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         let store = stack.store
@@ -24,11 +27,12 @@ struct StoreInterface: VarlinkInterface {
                     entities: model.entities.map(\.name)
                 ))
             case "Fetch":
-                try await replier.reply(try fetch(try call.parameters(FetchParameters.self)))
+                let parameters = try call.parameters(FetchParameters.self)
+                try await replier.reply(try await readers.run { try fetch(parameters) })
             case "Values":
                 let ids = try parse(try call.parameters(IDsParameters.self).ids)
                 guard ids.count <= 10_000 else { throw invalid("ask for at most 10,000 IDs at once") }
-                let rows = try store.newValues(for: ids)
+                let rows = try await readers.run { try store.newValues(for: ids) }
                 try await replier.reply(RowsReply(rows: ids.compactMap { id in
                     guard let row = rows[id], let entity = model.entity(named: id.entityName) else { return nil }
                     return WireRow(id: id.uriString, version: row.version, values: coding.encode(row, entity: entity))
@@ -39,7 +43,7 @@ struct StoreInterface: VarlinkInterface {
                 let offset = parameters.offset ?? 0
                 guard offset >= 0 else { throw invalid("offset must not be negative") }
                 // A project's bugs can be hundreds of thousands: capped as a Fetch of IDs is.
-                let ids = try store.newValue(forRelationship: parameters.relationship, of: id).dropFirst(offset)
+                let ids = try await readers.run { try store.newValue(forRelationship: parameters.relationship, of: id) }.dropFirst(offset)
                 let page = ids.prefix(Self.maximumIDs)
                 try await replier.reply(IDsReply(ids: page.map(\.uriString), more: ids.count > page.count ? true : nil))
             default:

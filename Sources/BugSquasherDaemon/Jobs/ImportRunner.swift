@@ -24,8 +24,10 @@ final class ImportRunner: Service {
     private let wakeups: AsyncStream<Void>
     private let wakeup: AsyncStream<Void>.Continuation
     private let progressHandler: @Sendable (ImportProgress?) -> Void
-    /// Where jobs decode and upsert (see ``ImportExecutor``).
-    private let executor: ImportExecutor
+    /// Where jobs decode and upsert, at a lower priority (see ``ThreadExecutor``). A chunk's
+    /// save is not: it holds the store's writer, which edits wait for, so it runs at the
+    /// daemon's own priority.
+    private let executor: ThreadExecutor
     /// The job being imported with the callers of ``abort(_:)`` waiting for it to stop, and the
     /// jobs aborted before the runner took them up (never to be taken up).
     private let jobs = Mutex(Jobs())
@@ -48,7 +50,7 @@ final class ImportRunner: Service {
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
-        executor = ImportExecutor(threads: 2, priority: Int32(configuration.importPriority))
+        executor = ThreadExecutor(name: "import", threads: 2, priority: Int32(configuration.importPriority))
         if !executor.isPriorityLowered {
             logger.warning("cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them", metadata: ["import.nice": "\(configuration.importPriority)"])
         }

@@ -1,0 +1,84 @@
+import Foundation
+import Glibc
+
+/// Threads of squasherd's own, for work that runs for milliseconds or more without a suspension
+/// point: a ``TaskExecutor``, used with `withTaskExecutorPreference(_:)`.
+///
+/// Swift's cooperative pool has one thread per core. Work that blocks one of its threads leaves
+/// that much less for everything else: with two such jobs on two cores, no request is answered,
+/// no notification sent and no watchdog ping made until one ends. Two kinds run here instead:
+/// - import jobs' decoding and upserting (`import-N` threads, at `nice` `import_nice`, so the
+///   scheduler runs requests, the change feed and subscriber processes first);
+/// - clients' store reads, `Store.Fetch` and the like (`read-N` threads), which a client can
+///   make as slow as it likes (a `CONTAINS` over every bug, sorted): however many clients ask,
+///   they share these threads and queue for them in order, and the daemon goes on answering
+///   everyone else.
+final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
+    private let condition = NSCondition()
+    /// Jobs waiting for a thread (guarded by `condition`).
+    private var jobs: [UnownedJob] = []
+    /// Threads that could not lower their priority (guarded by `condition`).
+    private var unlowered = 0
+
+    /// Starts `threads` threads named `name-0`, `name-1`, … at `nice` `priority` (0: the
+    /// daemon's own).
+    init(name: String, threads: Int, priority: Int32 = 0) {
+        let started = DispatchSemaphore(value: 0)
+        for index in 0..<threads {
+            let thread = Thread { [self] in
+                // The name `top -H` and `ps -L` show (Foundation's `Thread.name` may not reach the
+                // kernel when set this early, and `pthread_setname_np` is not imported).
+                try? "\(name)-\(index)".write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+                // On Linux the nice value is per thread; `who` 0 is the calling thread.
+                if priority != 0, setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, priority) != 0 {
+                    condition.withLock { unlowered += 1 }
+                }
+                started.signal()
+                runJobs()
+            }
+            thread.start()
+        }
+        for _ in 0..<threads { started.wait() }
+    }
+
+    /// Whether every thread runs at the `nice` value asked for (a seccomp filter or a missing permission can
+    /// refuse it; the import then runs at the daemon's priority, as before).
+    var isPriorityLowered: Bool { condition.withLock { unlowered == 0 } }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        condition.withLock {
+            jobs.append(job)
+            condition.signal()
+        }
+    }
+
+    private func runJobs() {
+        while true {
+            let job = condition.withLock {
+                while jobs.isEmpty { condition.wait() }
+                return jobs.removeFirst()
+            }
+            job.runSynchronously(on: asUnownedTaskExecutor())
+        }
+    }
+}
+
+extension ThreadExecutor {
+    /// The threads clients' store reads run on: half the cores, at least 2 and at most 4, so
+    /// that the store's 5 read connections always leave one for the daemon's own reads (a
+    /// watchdog health check, `Jobs.Status`).
+    static func readers() -> ThreadExecutor {
+        ThreadExecutor(name: "read", threads: min(4, max(2, ProcessInfo.processInfo.activeProcessorCount / 2)))
+    }
+
+    /// Runs `work` on these threads, off Swift's cooperative pool, and returns its result; not
+    /// at all when the task was cancelled while it waited for a thread (a stopping daemon does
+    /// not work through the queries of clients it is closing).
+    func run<T: Sendable>(_ work: () throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(self) {
+            try Task.checkCancellation()
+            return try work()
+        }
+    }
+}
