@@ -73,12 +73,16 @@ public struct SquasherDaemon: Sendable {
         defer { withExtendedLifetime(lock) {} }
         try Self.refuseEmptiedStore(at: configuration.storePath)
         try Self.refuseStoreReplacedByRescue(at: configuration.storePath)
+        // The store file too, before it is opened when it exists (or right after it is created).
+        var storeLock = FileManager.default.fileExists(atPath: configuration.storePath) ? try StoreFileLock(path: configuration.storePath) : nil
         let stack: PersistentStack
         do {
             stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: configuration.storePath), logger: logger)
         } catch let error as GraphError {
             throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
         }
+        if storeLock == nil { storeLock = try StoreFileLock(path: configuration.storePath) }
+        defer { withExtendedLifetime(storeLock) {} }
         if let store = stack.store as? SQLiteStore {
             let findings: [String]
             do { findings = try store.quickCheck() } catch let error as GraphError {

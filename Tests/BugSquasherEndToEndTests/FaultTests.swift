@@ -266,6 +266,10 @@ struct FaultTests {
         // Rebinding the sockets of a live daemon would cut its clients off. (The two servers
         // start together: whichever checks first names its socket.)
         try await expectRefusal(state: harness.directory + "/state2", run: harness.directory + "/run", "Another process is listening on \(harness.directory)/run/squasherd")
+        // Nor through a symlink in another state directory to the first one's store file.
+        try FileManager.default.createDirectory(atPath: harness.directory + "/state3", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: harness.directory + "/state3/bugs.sqlite", withDestinationPath: harness.directory + "/state/bugs.sqlite")
+        try await expectRefusal(state: harness.directory + "/state3", run: harness.directory + "/run3", "another squasherd is using the store file \(harness.directory)/state/bugs.sqlite (\(harness.directory)/state3/bugs.sqlite leads to it through a symlink)")
         let status = try await harness.ctl(["status"])
         #expect(!status.isEmpty, "the first daemon stopped answering")
 

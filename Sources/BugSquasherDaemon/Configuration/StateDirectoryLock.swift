@@ -50,3 +50,35 @@ final class StateDirectoryLock: Sendable {
         return Int(String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
+
+/// An exclusive `flock` on the store file itself, followed through symlinks, held for the
+/// daemon's lifetime: the state directory's lock does not see a second daemon whose own state
+/// directory holds a symlink to the same file. SQLite locks with `fcntl`, which does not
+/// interact with `flock` on Linux.
+final class StoreFileLock: Sendable {
+    private let descriptor: Int32
+
+    /// Takes the lock on the file at `path`, which must exist.
+    ///
+    /// - Throws: ``DaemonError`` when another process holds it, or the file cannot be opened.
+    init(path: String) throws {
+        let resolved = URL(filePath: path).resolvingSymlinksInPath().path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw DaemonError("Cannot open the store \(path) to lock it: \(String(cString: strerror(errno))).")
+        }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let busy = errno == EWOULDBLOCK
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            guard busy else { throw DaemonError("Cannot lock the store \(path): \(reason).") }
+            let through = resolved == path ? "" : " (\(path) leads to it through a symlink)"
+            throw DaemonError("Refusing to start: another squasherd is using the store file \(resolved)\(through), from another state directory. Two daemons on one store would each resume its import and tell only their own subscribers of their commits. Stop the other one, or give this daemon a store of its own.")
+        }
+        descriptor = fd
+    }
+
+    deinit {
+        close(descriptor)
+    }
+}
