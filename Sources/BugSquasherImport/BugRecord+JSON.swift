@@ -1,3 +1,4 @@
+import BugSquasherGraph
 package import BugSquasherJSON
 import Foundation
 
@@ -78,7 +79,7 @@ extension BugRecord {
     /// Reads an ISO 8601 date string (or `null`).
     static func date(_ reader: inout JSONReader) throws -> Date? {
         guard let text = try reader.optionalString() else { return nil }
-        guard let date = JiraDate.parse(text) else {
+        guard let date = ISO8601Date.parse(text) else {
             throw ImportError(.invalidRecord, "'\(text)' is not an ISO 8601 date such as 2011-04-15T02:23:39Z")
         }
         return date

@@ -1,3 +1,4 @@
+import BugSquasherGraph
 public import Foundation
 
 /// Maps CSV exports of Jira and Bugzilla to ``BugRecord``s by their header row.
@@ -193,13 +194,13 @@ public enum TrackerDate {
     private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
     /// Parses `15/Apr/11 2:23 AM` (Jira), `2011-04-15 02:23:39` or `2011-04-15 02:23` (Bugzilla,
-    /// UTC), or anything ``JiraDate`` reads; `nil` otherwise.
+    /// UTC), or anything ``ISO8601Date`` reads; `nil` otherwise.
     public static func parse(_ text: String) -> Date? {
         let text = text.trimmingCharacters(in: .whitespaces)
-        if let date = JiraDate.parse(text) { return date }
+        if let date = ISO8601Date.parse(text) { return date }
         // 2011-04-15 02:23(:39)?( UTC| +0000)?
         let parts = text.split(separator: " ")
-        if parts.count >= 2, let day = JiraDate.parse(String(parts[0])) {
+        if parts.count >= 2, let day = ISO8601Date.parse(String(parts[0])) {
             let time = parts[1].split(separator: ":").compactMap { Int($0) }
             if time.count >= 2, (0..<24).contains(time[0]), (0..<60).contains(time[1]) {
                 return day.addingTimeInterval(Double(time[0] * 3600 + time[1] * 60 + (time.count > 2 ? time[2] : 0)))
@@ -226,6 +227,6 @@ public enum TrackerDate {
             }
         }
         let iso = String(format: "%04d-%02d-%02dT%02d:%02d:00Z", year, month + 1, dayOfMonth, hour, minute)
-        return JiraDate.parse(iso)
+        return ISO8601Date.parse(iso)
     }
 }

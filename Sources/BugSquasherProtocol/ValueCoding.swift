@@ -32,7 +32,7 @@ public struct WireCoding: Sendable {
         case .int64(let i): .int(i)
         case .double(let d): .double(d)
         case .bool(let b): .bool(b)
-        case .date(let d): .string(d.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+        case .date(let d): .string(ISO8601Date.format(d, fractionalSeconds: true))
         case .data(let d): .string(d.base64EncodedString())
         }
     }
@@ -56,7 +56,8 @@ public struct WireCoding: Sendable {
         case (.double(let d), .double): return .double(d)
         case (.bool(let b), .bool): return .bool(b)
         case (.string(let s), .date):
-            if let date = (try? Date(s, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) ?? (try? Date(s, strategy: .iso8601)) {
+            // Strict: Foundation's parser would roll 2020-02-30 over to March 1st.
+            if let date = ISO8601Date.parse(s) {
                 // ISO 8601 writes years 0001 to 9999 with four digits: a date outside them would
                 // be written back in a form other programs do not read.
                 guard Self.fourDigitYears.contains(date) else {
@@ -69,7 +70,7 @@ public struct WireCoding: Sendable {
         default: break
         }
         let form = switch attribute.type {
-        case .date: " Give a date as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
+        case .date: " Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
         case .data: " Give data as base64."
         case .int64: " Give a whole number."
         case .double: " Give a number."

@@ -447,10 +447,21 @@ struct AbortEndToEndTests {
         #expect(row.contains(#""details":"""#), "\(row)")
         // A value of the wrong type says which form the attribute takes.
         let date = try await harness.ctlError(["update", "AB-1", "created=yesterday"], expectStatus: 2)
-        #expect(date.contains(#"'created' is date; "yesterday" cannot be one. Give a date as ISO 8601 with a time zone: 2012-01-31T09:30:00Z"#), "\(date)")
-        // So is a date ISO 8601 cannot write with a four-digit year; the last second of 9999 is one.
-        let farFuture = try await harness.ctlError(["update", "AB-1", "created=99999-01-01T00:00:00Z"], expectStatus: 2)
-        #expect(farFuture.contains("'created' is date; 99999-01-01T00:00:00Z is outside the years 0001 to 9999"), "\(farFuture)")
+        #expect(date.contains(#"'created' is date; "yesterday" cannot be one. Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z"#), "\(date)")
+        // A date or time that does not exist is refused, not rolled over (Foundation's parser
+        // made 2020-02-30 March 1st); so is a five-digit year.
+        for impossible in ["2020-02-30T00:00:00Z", "2021-02-29T12:00:00Z", "2020-01-01T24:00:00Z", "2020-01-01T23:59:61Z", "99999-01-01T00:00:00Z"] {
+            let refused = try await harness.ctlError(["update", "AB-1", "created=\(impossible)"], expectStatus: 2)
+            #expect(refused.contains(#"'created' is date; "\#(impossible)" cannot be one. Give a date and time that exist"#), "\(refused)")
+        }
+        // So is a date ISO 8601 cannot write with a four-digit year; the first day of year 1 and
+        // the last second of 9999 are in.
+        let yearZero = try await harness.ctlError(["update", "AB-1", "created=0000-06-01T00:00:00Z"], expectStatus: 2)
+        #expect(yearZero.contains("'created' is date; 0000-06-01T00:00:00Z is outside the years 0001 to 9999"), "\(yearZero)")
+        try await harness.ctl(["update", "AB-1", "created=0001-01-01T00:00:00Z"])
+        #expect(try await harness.ctl(["get", "AB-1", "--json"]).joined().contains(#""created":"0001-01-01T00:00:00.000Z""#))
+        try await harness.ctl(["update", "AB-1", "created=2024-02-29T23:59:59.500+01:00"])
+        #expect(try await harness.ctl(["get", "AB-1", "--json"]).joined().contains(#""created":"2024-02-29T22:59:59.500Z""#))
         try await harness.ctl(["update", "AB-1", "created=9999-12-31T23:59:59Z"])
         // A unique key cannot be emptied, blanked or given to a second bug; each says why.
         for blank in ["key=", "key=   "] {

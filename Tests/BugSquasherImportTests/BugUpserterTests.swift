@@ -32,17 +32,17 @@ private typealias Comment = BugSquasherModel.Comment
             BugRecord(
                 key: "TIMOB-1", jiraID: "1", title: "Crash on launch", details: "Stack trace attached.",
                 status: "Open", priority: "High", type: "Bug", labels: ["ios", "crash"],
-                created: JiraDate.parse("2011-04-15T02:23:39.000+0000"), updated: JiraDate.parse("2011-04-16T02:23:39.000+0000"),
+                created: ISO8601Date.parse("2011-04-15T02:23:39.000+0000"), updated: ISO8601Date.parse("2011-04-16T02:23:39.000+0000"),
                 project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: ["iOS", "Runtime"],
                 reporter: alice, assignee: bob,
                 comments: [
-                    CommentRecord(jiraID: "c1", body: "Seen it too.", author: bob, created: JiraDate.parse("2011-04-15T03:00:00Z")),
+                    CommentRecord(jiraID: "c1", body: "Seen it too.", author: bob, created: ISO8601Date.parse("2011-04-15T03:00:00Z")),
                     CommentRecord(jiraID: "c2", body: "Fixed.", author: alice),
                 ]
             ),
             BugRecord(
                 key: "TIMOB-2", jiraID: "2", title: "Typo in docs", status: "Closed", resolution: "Fixed",
-                priority: nil, type: "Story", resolved: JiraDate.parse("2011-05-01"),
+                priority: nil, type: "Story", resolved: ISO8601Date.parse("2011-05-01"),
                 project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: [], reporter: bob
             ),
             BugRecord(
@@ -133,7 +133,7 @@ private typealias Comment = BugSquasherModel.Comment
         }
         #expect(snapshot == Snapshot(
             title: "Crash on launch", status: "Open", priority: "High", labels: ["ios", "crash"],
-            created: JiraDate.parse("2011-04-15T02:23:39.000+0000"), project: "TIMOB", projectName: "Titanium SDK",
+            created: ISO8601Date.parse("2011-04-15T02:23:39.000+0000"), project: "TIMOB", projectName: "Titanium SDK",
             reporter: "user-alice", assignee: "user-bob", assigneeName: "Bob",
             components: ["Runtime", "iOS"], comments: ["Seen it too.", "Fixed."], commentAuthors: ["user-bob", "user-alice"]
         ))

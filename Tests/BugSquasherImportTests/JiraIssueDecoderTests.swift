@@ -1,3 +1,4 @@
+import BugSquasherGraph
 import BugSquasherImport
 import Foundation
 import Testing
@@ -40,8 +41,8 @@ import Testing
         #expect(record.priority == nil)  // the literal "None"
         #expect(record.type == "Story")
         #expect(record.labels == ["ios", "needs_triage"])
-        #expect(record.created == JiraDate.parse("2011-04-15T02:23:39.000+0000"))
-        #expect(record.updated == JiraDate.parse("2011-04-16T10:00:00.000+0000"))
+        #expect(record.created == ISO8601Date.parse("2011-04-15T02:23:39.000+0000"))
+        #expect(record.updated == ISO8601Date.parse("2011-04-16T10:00:00.000+0000"))
         #expect(record.project == ProjectRecord(key: "TIMOB", name: "Titanium SDK/CLI"))
         #expect(record.components.isEmpty)
         #expect(record.reporter == PersonRecord(name: "user-1a2b3c4d", displayName: "User One"))
@@ -49,7 +50,7 @@ import Testing
         #expect(record.comments.count == 2)
         #expect(record.comments.first == CommentRecord(
             jiraID: "100", body: "Seen on iOS 5.", author: PersonRecord(name: "user-2b3c4d5e", displayName: "User Two"),
-            created: JiraDate.parse("2011-04-15T03:00:00.000+0000"), updated: JiraDate.parse("2011-04-15T03:00:00.000+0000")
+            created: ISO8601Date.parse("2011-04-15T03:00:00.000+0000"), updated: ISO8601Date.parse("2011-04-15T03:00:00.000+0000")
         ))
         #expect(record.comments.last?.body == "")
         #expect(record.comments.last?.author == nil)
@@ -162,8 +163,8 @@ import Testing
         #expect(first.components == ["Runtime"])
         #expect(first.reporter?.name == "user-d4ddfb7d")
         #expect(first.assignee?.name == "user-d4ddfb7d")
-        #expect(first.created == JiraDate.parse("2012-05-16T07:56:13.000+0000"))
-        #expect(first.resolved == JiraDate.parse("2012-07-23T11:41:55.000+0000"))
+        #expect(first.created == ISO8601Date.parse("2012-05-16T07:56:13.000+0000"))
+        #expect(first.resolved == ISO8601Date.parse("2012-07-23T11:41:55.000+0000"))
         #expect(first.comments.map(\.jiraID) == ["194980", "208915"])
         #expect(records.allSatisfy { !$0.title.isEmpty && $0.created != nil && $0.updated != nil })
     }

@@ -66,7 +66,7 @@ extension ObjectPredicate {
         case .int64(let i): String(i)
         case .double(let d): String(d)
         case .bool(let b): b ? "true" : "false"
-        case .date(let d): quote(d.formatted(.iso8601))
+        case .date(let d): quote(ISO8601Date.format(d))
         case .data(let d): quote(d.base64EncodedString())
         }
     }
@@ -139,8 +139,8 @@ extension ObjectPredicate {
         switch (value, type) {
         case (.null, _): return .null
         case (.string(let s), .date):
-            guard let date = try? Date(s, strategy: .iso8601) else {
-                throw GraphError(.invalidArgument, "'\(keyPath)' is a date: write \"\(s)\" as ISO 8601, like \"2012-01-31T00:00:00Z\".")
+            guard let date = ISO8601Date.parse(s) else {
+                throw GraphError(.invalidArgument, "'\(keyPath)' is a date: \"\(s)\" is not a date and time that exists, written as ISO 8601 like \"2012-01-31T00:00:00Z\".")
             }
             return .date(date)
         case (.int64(let i), .double): return .double(Double(i))

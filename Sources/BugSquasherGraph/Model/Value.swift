@@ -112,7 +112,7 @@ extension Value: CustomStringConvertible {
         case .int64(let i): String(i)
         case .double(let d): String(d)
         case .bool(let b): String(b)
-        case .date(let d): d.formatted(.iso8601)
+        case .date(let d): ISO8601Date.format(d)
         case .data(let d): "\(d.count) bytes"
         }
     }

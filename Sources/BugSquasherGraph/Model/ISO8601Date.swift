@@ -1,11 +1,15 @@
 public import Foundation
 
-/// A fast parser for the timestamps in Jira's REST API (`2011-04-15T02:23:39.000+0000`).
+/// The strict ISO 8601 timestamp parser every date squasherd reads goes through: import records,
+/// `Import.Update` values and predicates — so that one text is one instant everywhere — and the
+/// timestamps of Jira's REST API (`2011-04-15T02:23:39.000+0000`).
 ///
 /// It reads the bytes by hand instead of going through `DateFormatter` or `ISO8601FormatStyle`
 /// (an import parses three to five dates per issue, tens of thousands of issues at a time), and
 /// computes the epoch seconds with the days-from-civil algorithm, so the same text always gives
-/// the same `Date`, bit for bit: re-importing an unchanged issue then changes nothing.
+/// the same `Date`, bit for bit: re-importing an unchanged issue then changes nothing. It
+/// refuses what does not exist, where Foundation's parser rolls it over (`2020-02-30` to
+/// March 1st, `24:00` to the next day, the days 1582 skipped to ten days later).
 ///
 /// Accepted forms (proleptic Gregorian calendar, years 0000–9999):
 /// - `2011-04-15T02:23:39.000+0000` (Jira's own), any number of fractional digits or none;
@@ -16,11 +20,11 @@ public import Foundation
 /// A time without a zone is ambiguous and rejected.
 ///
 /// ```swift
-/// JiraDate.parse("2011-04-15T02:23:39.000+0000")  // 2011-04-15 02:23:39 UTC
-/// JiraDate.parse("2011-04-15T03:23:39+01:00")     // the same instant
-/// JiraDate.parse("2011-02-30")                    // nil
+/// ISO8601Date.parse("2011-04-15T02:23:39.000+0000")  // 2011-04-15 02:23:39 UTC
+/// ISO8601Date.parse("2011-04-15T03:23:39+01:00")     // the same instant
+/// ISO8601Date.parse("2011-02-30")                    // nil
 /// ```
-public enum JiraDate {
+public enum ISO8601Date {
     /// Parses a Jira timestamp; `nil` when the text is not one of the accepted forms or names an
     /// impossible date or time.
     public static func parse(_ text: String) -> Date? {
@@ -60,6 +64,35 @@ public enum JiraDate {
 
         let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset
         return Date(timeIntervalSince1970: Double(seconds) + Double(nanoseconds) / 1_000_000_000)
+    }
+
+    /// Writes `date` in UTC as `2011-04-15T02:23:39Z`, or `2011-04-15T02:23:39.250Z` with
+    /// milliseconds: in the proleptic Gregorian calendar ``parse(_:)`` reads, so that what is
+    /// written reads back as the same day (Foundation's formatter switches to the Julian
+    /// calendar before 1582-10-15, and wrote the year-1 date this parser reads as 0001-01-03).
+    public static func format(_ date: Date, fractionalSeconds: Bool = false) -> String {
+        let interval = date.timeIntervalSince1970
+        let whole = interval.rounded(.down)
+        let seconds = Int(whole)
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let time = seconds - days * 86_400
+        let (year, month, day) = civilFromDays(days)
+        var text = String(format: "%04d-%02d-%02dT%02d:%02d:%02d", year, month, day, time / 3_600, time / 60 % 60, time % 60)
+        if fractionalSeconds { text += String(format: ".%03d", min(999, Int(((interval - whole) * 1_000).rounded(.down)))) }
+        return text + "Z"
+    }
+
+    /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+    static func civilFromDays(_ days: Int) -> (year: Int, month: Int, day: Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097                                                        // [0, 146096]
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365  // [0, 399]
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)          // [0, 365]
+        let shiftedMonth = (5 * dayOfYear + 2) / 153                                            // [0, 11], from March
+        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
     /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).

@@ -1,10 +1,11 @@
+import BugSquasherGraph
 import BugSquasherImport
 import Foundation
 import Testing
 
-@Suite struct JiraDateTests {
+@Suite struct ISO8601DateTests {
     private func seconds(_ text: String) -> Double? {
-        JiraDate.parse(text)?.timeIntervalSince1970
+        ISO8601Date.parse(text)?.timeIntervalSince1970
     }
 
     @Test func parsesJiraTimestamps() {
@@ -46,21 +47,40 @@ import Testing
         for _ in 0..<800 {
             let parts = calendar.dateComponents([.year, .month, .day], from: day)
             let text = "\(parts.year!)-\(twoDigits(parts.month!))-\(twoDigits(parts.day!))T12:34:56.000+0000"
-            #expect(JiraDate.parse(text) == day.addingTimeInterval(12 * 3_600 + 34 * 60 + 56), "\(text)")
+            #expect(ISO8601Date.parse(text) == day.addingTimeInterval(12 * 3_600 + 34 * 60 + 56), "\(text)")
             day = day.addingTimeInterval(86_400)
         }
     }
 
     private func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
 
+    @Test("what format writes, parse reads back as the same instant, from year 1 to 9999, before 1970 and before 1582 included")
+    func formatsWhatItParses() throws {
+        for text in ["0001-01-01T00:00:00Z", "0001-03-01T00:00:00Z", "1500-03-01T12:00:00Z", "1582-10-10T00:00:00Z", "1600-02-29T12:00:00Z", "1969-12-31T23:59:59Z",
+                     "1970-01-01T00:00:00Z", "2000-02-29T23:59:59Z", "2024-02-29T22:59:59Z", "9999-12-31T23:59:59Z"] {
+            let date = try #require(ISO8601Date.parse(text), "\(text)")
+            #expect(ISO8601Date.format(date) == text)
+        }
+        let withFraction = try #require(ISO8601Date.parse("2024-02-29T23:59:59.250+01:00"))
+        #expect(ISO8601Date.format(withFraction, fractionalSeconds: true) == "2024-02-29T22:59:59.250Z")
+        #expect(ISO8601Date.format(Date(timeIntervalSince1970: -0.5), fractionalSeconds: true) == "1969-12-31T23:59:59.500Z")
+        // Day by day over 1,200 years around 1582 and 1970, and against Foundation after 1582.
+        for day in stride(from: -700_000, through: 30_000, by: 37) {
+            let date = Date(timeIntervalSince1970: Double(day) * 86_400 + 3_723)
+            #expect(ISO8601Date.parse(ISO8601Date.format(date)) == date)
+            if day > -141_427 { #expect(ISO8601Date.format(date) == date.formatted(.iso8601)) }
+        }
+    }
+
     @Test(arguments: [
         "", "garbage", "2011", "2011-04", "2011-4-15", "2011-13-01", "2011-00-10", "2011-02-29",
         "2011-04-31", "2011-04-00", "2011-04-15T", "2011-04-15T02:23:39", "2011-04-15T02:23:39.000",
         "2011-04-15T24:00:00Z", "2011-04-15T02:60:00Z", "2011-04-15T02:23:61Z", "2011-04-15 02:23:39Z",
         "2011-04-15T02:23:39.Z", "2011-04-15T02:23:39+01:", "2011-04-15T02:23:39+1", "2011-04-15T02:23:39ZZ",
-        "2011-04-15T02:23:39.000+0000 ", " 2011-04-15", "2011-04-15x", "２０１１-04-15",
+        "2011-04-15T02:23:39.000+0000 ", " 2011-04-15", "2011-04-15x", "２０１１-04-15", "2020-02-30T00:00:00Z",
+        "2021-02-29T12:00:00Z", "99999-01-01T00:00:00Z", "1500-02-29T12:00:00Z",
     ])
     func rejectsInvalidText(_ text: String) {
-        #expect(JiraDate.parse(text) == nil)
+        #expect(ISO8601Date.parse(text) == nil)
     }
 }
