@@ -24,7 +24,8 @@ struct SocketOptions: ParsableArguments {
 
     var directory: String {
         if let readSocket { return (readSocket as NSString).deletingLastPathComponent }
-        if let directory = ProcessInfo.processInfo.environment["SQUASHERD_RUNTIME_DIRECTORY"] { return directory }
+        // Set but empty (`SQUASHERD_RUNTIME_DIRECTORY=`) is unset, not the root directory.
+        if let directory = ProcessInfo.processInfo.environment["SQUASHERD_RUNTIME_DIRECTORY"], !directory.isEmpty { return directory }
         if FileManager.default.fileExists(atPath: "run/sockets/squasherd.sock") { return "run/sockets" }
         return "/run/squasherd"
     }

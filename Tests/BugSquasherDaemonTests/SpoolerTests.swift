@@ -144,6 +144,8 @@ struct SpoolerTests {
             let read = try #require(try SpooledElement(bytes))
             #expect(read.line == 5 && read.issue == nil)
         }
+        // (Sizes in the free-space refusal: a small file system's reserve is not "0 MiB".)
+        #expect(Spooler.mebibytes(300_000) == "0.3 MiB" && Spooler.mebibytes(12 << 20) == "12 MiB")
         let bare = try element.withUnsafeBufferPointer { try SpooledElement($0) }
         #expect(bare == nil)
         #expect(throws: ImportError.self) { try Array(#"{"_line":5,"what":1}"#.utf8).withUnsafeBufferPointer { _ = try SpooledElement($0) } }

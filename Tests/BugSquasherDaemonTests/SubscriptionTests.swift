@@ -480,6 +480,10 @@ struct SubscriptionTests {
         try "read_socket_mode = 0999\n".write(toFile: path, atomically: true, encoding: .utf8)
         let mode = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         #expect(mode?.message.contains("is not an octal mode like 0660") == true, "\(String(describing: mode))")
+        // Permission bits only: 7777 would make the socket setuid, setgid and sticky.
+        try "write_socket_mode = 0660\nread_socket_mode = 7777\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let special = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(special?.message.hasPrefix("\(path):2: 'read_socket_mode = 7777' is not a socket's permissions") == true, "\(String(describing: special))")
         try "colour = blue\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         // A directory or a file that is not UTF-8 is named in the error, not left to Foundation.

@@ -122,8 +122,14 @@ public struct DaemonConfiguration: Sendable, Hashable {
         }
         if let value = try integer("chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction") { configuration.chunkSize = value }
         if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest") { configuration.importPriority = value }
-        if let value = try integer("read_socket_mode", radix: 8) { configuration.readSocketMode = value }
-        if let value = try integer("write_socket_mode", radix: 8) { configuration.writeSocketMode = value }
+        for key in ["read_socket_mode", "write_socket_mode"] {
+            guard let value = try integer(key, radix: 8) else { continue }
+            // Permission bits only: setuid, setgid and sticky mean nothing on a socket.
+            guard value <= 0o777 else {
+                throw DaemonError("\(at(key)): '\(key) = \(file[key] ?? "")' is not a socket's permissions; use an octal mode from 0 to 0777, like 0660.")
+            }
+            if key == "read_socket_mode" { configuration.readSocketMode = value } else { configuration.writeSocketMode = value }
+        }
         if let value = try integer("max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message") { configuration.maximumMessageSize = value }
         if let value = try integer("max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once") { configuration.maximumIncomingBytes = value }
         if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") { configuration.maximumRecordBytes = value }

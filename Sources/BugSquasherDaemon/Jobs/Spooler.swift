@@ -427,8 +427,13 @@ actor Spooler {
         let free = Int64(status.f_bavail) * blockSize
         let reserve = Self.reserve(fileSystemBytes: Int64(status.f_blocks) * blockSize)
         guard free - Self.freeSpaceCheckInterval < reserve else { return }
-        let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(inflatedBytes / 1_048_576) MiB so far)" : ""
-        throw DaemonError("The upload was stopped after spooling \(bytesWritten / 1_048_576) MiB\(inflation): the file system of \(directory) has \(free / 1_048_576) MiB free, and spooling on would leave less than the \(reserve / 1_048_576) MiB squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.")
+        let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(Self.mebibytes(Int64(inflatedBytes))) so far)" : ""
+        throw DaemonError("The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.")
+    }
+
+    /// Bytes as MiB, with a decimal below 10 MiB: a small file system's reserve is not "0 MiB".
+    static func mebibytes(_ bytes: Int64) -> String {
+        bytes >= 10 << 20 ? "\(bytes >> 20) MiB" : String(format: "%.1f MiB", Double(bytes) / 1_048_576)
     }
 }
 
