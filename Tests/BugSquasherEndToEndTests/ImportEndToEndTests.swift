@@ -5,6 +5,7 @@ import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("End to end: import formats, rejects, hostile clients", .serialized)
@@ -611,6 +612,49 @@ extension AbortEndToEndTests {
 
 @Suite("End to end: results larger than one reply")
 struct PagingEndToEndTests {
+    @Test("edits racing an import on the bugs it writes — renames to the keys it is about to insert, again and again — never fail the job: every record is imported or rejected with a reason")
+    func editsRacingAnImport() async throws {
+        let harness = try await DaemonHarness(chunkSize: 100)
+        let editors = 4
+        try await harness.ctl(["import", try harness.writeRecords("edited.ndjson", count: editors, prefix: "EDIT", title: "edited").path, "--wait"])
+        let count = 3_000
+        let input = try harness.writeRecords("race.ndjson", count: count, prefix: "RACE", title: "imported")
+        let ids = try (1...editors).map { n in
+            try #require(try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: #"key == "EDIT-\#(n)""#), as: FetchReply.self).ids?.first)
+        }
+        let importer = try harness.startCtl("import", ["import", input.path, "--wait"])
+        // Each editor renames its bug, again and again, to a key the import reads next: the
+        // chunk then either finds that bug under the key (and updates it) or meets it at save
+        // time (a unique key taken, or a bug edited since it was loaded), and resolves it.
+        let stop = Atomic<Bool>(false)
+        let renames = Atomic<Int>(0)
+        let threads = ids.enumerated().map { number, id in
+            Thread {
+                guard let read = try? BlockingVarlinkClient(path: harness.readSocket), let write = try? BlockingVarlinkClient(path: harness.writeSocket) else { return }
+                var generator = SystemRandomNumberGenerator()
+                while !stop.load(ordering: .relaxed) {
+                    let status = try? read.call("io.bugsquasher.Jobs.Status", [String: String](), as: StatusReply.self)
+                    let next = Int(status?.activeJob?.recordsRead ?? 0) + Int.random(in: 1...200, using: &generator)
+                    if (try? write.call("io.bugsquasher.Import.Update", UpdateParameters(id: id, values: ["key": .string("RACE-\(next)"), "title": .string("edit \(number)")]), as: UpdateReply.self)) != nil {
+                        renames.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+        }
+        for thread in threads { thread.start() }
+        let status = try await importer.waitForExit(timeout: .seconds(300))
+        stop.store(true, ordering: .relaxed)
+        #expect(status == 0, "\(importer.output) \(importer.errorOutput)")
+        let line = importer.output.first { $0.hasPrefix("job ") } ?? importer.output.joined(separator: "\n")
+        #expect(line.contains("finished: \(count) read"), "\(line)")
+        let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+        #expect(numbers.suffix(3).count == 3 && numbers.suffix(2).reduce(0, +) == count, "imported + rejected = read: \(line)")
+        #expect(renames.load(ordering: .relaxed) > 0)
+        #expect(!harness.daemon.errorOutput.contains("import failed"), "\(harness.daemon.errorOutput.suffix(2_000))")
+        print("racing edits: \(renames.load(ordering: .relaxed)) renames; \(line); chunks imported one by one: \(harness.daemon.errorOutput.components(separatedBy: "one by one").count - 1)")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("squasherd caps a reply at 10,000 rows and says so; squasherctl list and a library fetch page past the cap to the whole result, and --limit still limits")
     func pagesPastTheCap() async throws {
         let harness = try await DaemonHarness()

@@ -349,7 +349,11 @@ final class ImportRunner: Service {
         var didSave: DidSave?
         do {
             didSave = try await saving.save.value
-        } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
+        } catch let error as GraphError where [.constraintViolation, .validation, .mergeConflict].contains(error.code) {
+            // A record the store refuses, or bugs edited at the same moment again and again
+            // (the merge policy resolves a conflict and tries again, 5 times): the records are
+            // saved on their own, each with its own attempts, and only what still fails is
+            // rejected. The job goes on either way.
             logger.notice("chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
             (imported, rejected) = try await saveOneByOne(saving.chunk.input, job: progress.job)
         }
@@ -362,22 +366,40 @@ final class ImportRunner: Service {
         return didSave
     }
 
+    /// How often a record imported on its own is upserted again when the store refuses it for a
+    /// unique key that an edit took meanwhile, or its bug keeps being edited, before it is
+    /// rejected.
+    static let singleRecordAttempts = 3
+
     private func saveOneByOne(_ input: Chunk, job id: String) async throws -> (imported: Int64, rejected: Int64) {
         var imported: Int64 = 0
         var rejected: Int64 = 0
         for entry in input.entries {
             let single = input.single(entry)
-            let chunk: PreparedChunk
-            do {
-                chunk = try await prepare(single, job: id)
-                _ = try await save(chunk, job: id)
-            } catch let error as GraphError where error.code == .constraintViolation || error.code == .validation {
-                _ = try await save(try await prepare(single, job: id, extraRejects: [entry.line: error.message]), job: id)
-                rejected += 1
-                continue
+            var attempt = 1
+            while true {
+                do {
+                    let chunk = try await prepare(single, job: id)
+                    _ = try await save(chunk, job: id)
+                    imported += chunk.imported
+                    rejected += Int64(chunk.rejects.count)
+                } catch let error as GraphError where [.constraintViolation, .mergeConflict].contains(error.code) && attempt < Self.singleRecordAttempts {
+                    // An edit gave another bug this record's key after the record looked it up
+                    // (looked up again, the record updates that bug, as a key match does), or
+                    // edited its bug at the same moment: prepared again from the store.
+                    attempt += 1
+                    continue
+                } catch let error as GraphError where [.constraintViolation, .validation, .mergeConflict].contains(error.code) {
+                    let reason = switch error.code {
+                    case .mergeConflict: "The bug this record updates was edited at the same moment, \(Self.singleRecordAttempts) times in a row, so nothing of the record was saved. Import it again."
+                    case .constraintViolation: "Another bug took a key of this record while it was imported (\(error.message)). Import the record again to update that bug."
+                    default: error.message
+                    }
+                    _ = try await save(try await prepare(single, job: id, extraRejects: [entry.line: reason]), job: id)
+                    rejected += 1
+                }
+                break
             }
-            imported += chunk.imported
-            rejected += Int64(chunk.rejects.count)
         }
         return (imported, rejected)
     }
