@@ -60,6 +60,8 @@ public struct SquasherDaemon: Sendable {
     ///
     /// - Throws: ``DaemonError`` when the state directory or the store cannot be used, saying why.
     public func run() async throws {
+        // A socket path that cannot be bound is refused before the store is created.
+        for path in [readAddress.path, writeAddress.path].compactMap(\.self) { try VarlinkServer.checkSocketPath(path) }
         for directory in [configuration.stateDirectory, configuration.spoolDirectory, configuration.runtimeDirectory] {
             do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
                 throw DaemonError("Cannot create \(directory): \(error.localizedDescription). Create it, or point --state-directory/--runtime-directory elsewhere.")

@@ -14,6 +14,12 @@ public struct VarlinkListenAddress: Sendable, CustomStringConvertible {
 
     let kind: Kind
 
+    /// The path the server binds; `nil` for an inherited socket.
+    public var path: String? {
+        if case .path(let path, _) = kind { return path }
+        return nil
+    }
+
     /// A Unix socket the server binds at `path` (replacing a stale socket file) and `chmod`s to
     /// `permissions` — the permissions decide who may connect.
     public static func path(_ path: String, permissions: Int) -> Self { .init(kind: .path(path, permissions: permissions)) }
@@ -235,8 +241,9 @@ public final class VarlinkServer: Sendable {
     public static let maximumSocketPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
 
     /// Refuses a socket path the kernel cannot bind, or one where a file that is not a socket
-    /// would be replaced, with what to do instead of NIO's bare error.
-    static func checkSocketPath(_ path: String) throws {
+    /// would be replaced, with what to do instead of NIO's bare error. ``run(onBound:)`` checks
+    /// its own; a daemon checks them before it creates anything.
+    public static func checkSocketPath(_ path: String) throws {
         let bytes = path.utf8.count
         guard bytes <= maximumSocketPathBytes else {
             throw TransportError("The socket path \(path) is \(bytes) bytes long; a Unix socket path holds at most \(maximumSocketPathBytes). Give a shorter --runtime-directory (or runtime_directory in the configuration file).")

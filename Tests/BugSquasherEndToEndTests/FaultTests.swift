@@ -91,6 +91,8 @@ struct FaultTests {
         // Socket paths the kernel cannot bind, or where a file that is not a socket sits.
         let long = base + "/" + String(repeating: "r", count: 120)
         try await expectRefusal(state: base + "/state6", run: long, "a Unix socket path holds at most 107")
+        // ... before anything is created: no store is left behind.
+        #expect(!FileManager.default.fileExists(atPath: base + "/state6/bugs.sqlite"))
         try FileManager.default.createDirectory(atPath: base + "/run7/squasherd.sock", withIntermediateDirectories: true)
         try await expectRefusal(state: base + "/state7", run: base + "/run7", "/run7/squasherd.sock is a directory")
     }
