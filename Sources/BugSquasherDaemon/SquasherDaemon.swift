@@ -64,7 +64,12 @@ public struct SquasherDaemon: Sendable {
         for path in [readAddress.path, writeAddress.path].compactMap(\.self) { try VarlinkServer.checkSocketPath(path) }
         for directory in [configuration.stateDirectory, configuration.spoolDirectory, configuration.runtimeDirectory] {
             do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
-                throw DaemonError("Cannot create \(directory): \(error.localizedDescription). Create it, or point --state-directory/--runtime-directory elsewhere.")
+                var isDirectory: ObjCBool = false
+                if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue {
+                    throw DaemonError("Cannot use \(directory) as a directory: a file is there. Move it away, or point --state-directory/--runtime-directory elsewhere.")
+                }
+                let reason = error.localizedDescription.trimmingCharacters(in: CharacterSet(charactersIn: ". "))
+                throw DaemonError("Cannot create \(directory): \(reason). Create it, or point --state-directory/--runtime-directory elsewhere.")
             }
         }
         guard FileManager.default.isWritableFile(atPath: configuration.stateDirectory) else {

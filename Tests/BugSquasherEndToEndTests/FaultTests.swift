@@ -87,6 +87,9 @@ struct FaultTests {
 
         // A state directory that cannot be created.
         try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
+        // A file where the state directory goes.
+        #expect(FileManager.default.createFile(atPath: base + "/statefile", contents: Data("x".utf8)))
+        try await expectRefusal(state: base + "/statefile", run: base + "/run5", "Cannot use \(base)/statefile as a directory: a file is there")
 
         // Socket paths the kernel cannot bind, or where a file that is not a socket sits.
         let long = base + "/" + String(repeating: "r", count: 120)
