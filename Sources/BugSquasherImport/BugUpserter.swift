@@ -75,11 +75,26 @@ public struct BugUpserter: Sendable {
     /// key, project key, person name, component name or comment ID); `index` is named in the
     /// message.
     public static func validate(_ record: BugRecord, at index: Int) throws {
-        guard let what = emptyUniqueKey(of: record) else { return }
-        throw ImportError(
-            .invalidRecord,
-            "Record \(index) (key \"\(record.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
-        )
+        if let what = emptyUniqueKey(of: record) {
+            throw ImportError(
+                .invalidRecord,
+                "Record \(index) (key \"\(record.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
+            )
+        }
+        for (what, key) in [("key", record.key), ("project key", record.project.key)] where hasStrayCharacters(key) {
+            throw ImportError(
+                .invalidRecord,
+                "Record \(index) has the \(what) \(String(reflecting: key)), with spaces around it or a control character in it: no lookup by that key would find it. Fix the record or leave it out of the chunk."
+            )
+        }
+    }
+
+    /// Whether a key has whitespace at either end or a control character: a bug stored under
+    /// " TIMOB-1" is not found as TIMOB-1 (CSV cells are trimmed before they get here).
+    public static func hasStrayCharacters(_ key: String) -> Bool {
+        guard let first = key.unicodeScalars.first, let last = key.unicodeScalars.last else { return false }
+        return first.properties.isWhitespace || last.properties.isWhitespace
+            || key.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
     }
 
     /// What in `record` is an empty or blank (whitespace only) unique key, if anything. (No

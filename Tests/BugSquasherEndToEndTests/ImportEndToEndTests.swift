@@ -469,6 +469,9 @@ struct AbortEndToEndTests {
             let refused = try await harness.ctlError(["update", "AB-1", blank], expectStatus: 2)
             #expect(refused.contains("'key' is the unique key of a Bug and cannot be empty or blank"), "\(refused)")
         }
+        // Nor given spaces around it: `get AB-1` would not find it any more.
+        let padded = try await harness.ctlError(["update", "AB-1", "key= AB-1 "], expectStatus: 2)
+        #expect(padded.contains(#"'key' is the unique key of a Bug; " AB-1 " has spaces around it"#), "\(padded)")
         // Nor can another required text be blanked (an optional one can).
         let status = try await harness.ctlError(["update", "AB-1", "status="], expectStatus: 2)
         #expect(status.contains("'status' is required on a Bug and cannot be empty or blank"), "\(status)")
