@@ -739,6 +739,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 throw GraphError(.storeBusy, "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.", cause: error)
             case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:
                 throw GraphError(.storeIO, "Could not \(action): \(url.path) is not writable by this user. Fix the permissions of the file and its directory.", cause: error)
+            case .SQLITE_ERROR where error.message?.contains("too many SQL variables") == true:
+                // A request's fault, not the store's: said so, without the store's path.
+                throw GraphError(.invalidArgument, "Could not \(action): the request has more values than SQLite takes in one statement (an IN list of hundreds of thousands?). Split it into requests of at most 10,000 values each.", cause: error)
             default:
                 throw GraphError(.storeIO, "Could not \(action) in \(url.path): \(error.message ?? "\(error.resultCode)").", cause: error)
             }

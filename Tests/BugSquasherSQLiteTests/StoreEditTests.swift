@@ -74,3 +74,18 @@ struct StoreEditTests {
         #expect(row.version == 3)
     }
 }
+
+@Suite("SQLite store: requests past SQLite's limits")
+struct StoreLimitTests {
+    @Test("a fetch with more values than SQLite binds in one statement is refused as the request's fault, with what to do, not as a store failure")
+    func tooManyValues() throws {
+        let fixture = try StoreFixture(.sqlite)
+        let values = (0..<1_000_000).map { Value.string("K-\($0)") }
+        let error = #expect(throws: GraphError.self) {
+            _ = try fixture.coordinator.fetch(FetchDescription(entityName: "Bug", predicate: .isIn(keyPath: "key", values), resultType: .objectIDs))
+        }
+        #expect(error?.code == .invalidArgument, "\(String(describing: error))")
+        #expect(error?.message.contains("Split it into requests of at most 10,000 values") == true, "\(String(describing: error))")
+        #expect(error?.message.contains(fixture.directory.path) == false)
+    }
+}
