@@ -331,7 +331,8 @@ struct SubscriberEndToEndTests {
         #expect(first.event == "subscribed")
         let importer = try harness.startCtl("import", ["import", path, "--wait"])
 
-        // Read like a slow consumer: 5 ms per message, until every new bug was seen.
+        // Read like a slow consumer: 40 ms per message, until every new bug was seen. (At 5 ms,
+        // an import slowed by the tests running beside this one let the reader keep up.)
         var bugs = Set<String>()
         var messages = 0
         var coalesced = 0
@@ -347,7 +348,7 @@ struct SubscriberEndToEndTests {
             if save.token > token + 1 { coalesced += 1 }
             token = save.token
             bugs.formUnion(save.inserted.map(\.id).filter { $0.contains("/Bug/") })
-            try await Task.sleep(for: .milliseconds(5))
+            try await Task.sleep(for: .milliseconds(40))
         }
         #expect(try await importer.waitForExit(timeout: .seconds(120)) == 0)
         let saves = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self).token - first.token
