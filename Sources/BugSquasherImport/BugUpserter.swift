@@ -81,12 +81,16 @@ public struct BugUpserter: Sendable {
                 "Record \(index) (key \"\(record.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
             )
         }
-        for (what, key) in [("key", record.key), ("project key", record.project.key)] where hasStrayCharacters(key) {
-            throw ImportError(
-                .invalidRecord,
-                "Record \(index) has the \(what) \(String(reflecting: key)), with spaces around it or a control character in it: no lookup by that key would find it. Fix the record or leave it out of the chunk."
-            )
-        }
+        // Two checks, not a loop over an array of the keys: this runs for every record imported.
+        if hasStrayCharacters(record.key) { throw strayCharacters(in: "key", record.key, record: index) }
+        if hasStrayCharacters(record.project.key) { throw strayCharacters(in: "project key", record.project.key, record: index) }
+    }
+
+    private static func strayCharacters(in what: String, _ key: String, record index: Int) -> ImportError {
+        ImportError(
+            .invalidRecord,
+            "Record \(index) has the \(what) \(String(reflecting: key)), with spaces around it or a control character in it: no lookup by that key would find it. Fix the record or leave it out of the chunk."
+        )
     }
 
     /// Whether a key has whitespace at either end or a control character: a bug stored under
