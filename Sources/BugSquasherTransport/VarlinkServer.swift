@@ -100,6 +100,10 @@ public final class VarlinkServer: Sendable {
         }
         let (name, logger) = (self.name, self.logger)
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
+            // A client may shut down its sending side once its call is out (`socat`, `nc -N`,
+            // a script's `shutdown(SHUT_WR)`) and still read the reply: the connection ends
+            // once the calls read before the end of its input are answered.
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(AcceptFailureLogger(socket: name, logger: logger))

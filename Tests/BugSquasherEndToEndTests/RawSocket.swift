@@ -86,6 +86,19 @@ final class RawSocket {
         return data
     }
 
+    /// Shuts down this side's sending direction (`shutdown(SHUT_WR)`), as `socat` and `nc -N` do
+    /// once their input has ended; receiving still works.
+    func finishSending() {
+        shutdown(fd, Int32(SHUT_WR))
+    }
+
+    /// Whether the peer has closed the connection: the next read returns end of file, and
+    /// returns it at once.
+    var peerClosed: Bool {
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, Int32(MSG_DONTWAIT)) == 0
+    }
+
     /// Connects, sends `bytes`, and returns the first reply (empty when the daemon closed).
     static func exchange(_ path: String, _ bytes: [UInt8]) throws -> String {
         let socket = try RawSocket(path: path)

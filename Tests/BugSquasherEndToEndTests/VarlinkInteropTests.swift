@@ -57,4 +57,21 @@ struct VarlinkInteropTests {
         #expect(result["error"] as? String == "io.bugsquasher.Store.InvalidRequest")
         #expect(try await harness.stop() == 0)
     }
+
+    @Test("a client that shuts down its sending side after its calls still gets every reply")
+    func halfClosingClient() async throws {
+        let harness = try await DaemonHarness()
+        // What `printf '…\0' | socat - UNIX-CONNECT:…/squasherd.sock` does: the calls, then
+        // the end of its input (SHUT_WR), then it reads the replies.
+        let socket = try RawSocket(path: harness.readSocket)
+        socket.send(varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#) + varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#))
+        socket.finishSending()
+        let replies = socket.receiveAll().split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+        #expect(replies.count == 2, "\(replies)")
+        #expect(replies.first?.contains(#""storeType":"SQLite""#) == true, "\(replies)")
+        #expect(replies.last?.contains(#""vendor":"#) == true, "\(replies)")
+        // Every call read was answered: squasherd then ends the connection.
+        #expect(socket.peerClosed)
+        #expect(try await harness.stop() == 0)
+    }
 }
