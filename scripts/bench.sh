@@ -37,7 +37,13 @@ while (($#)); do
         --smoke) args+=(--rows 2000 --big-rows 8000 --rounds 5 --warmup 1 --counts 1,3 --e-subscribers 12 --e-slow 2
                         --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120) ;;
         --debug) config=debug ;;
-        --rows|--big-rows|--rounds) (($# >= 2)) || usage; args+=("$1" "$2"); shift ;;
+        --rows|--big-rows|--rounds)
+            (($# >= 2)) || usage
+            # Sections a and e update 1,000 seeded bugs, and section b needs a round.
+            minimum=$([[ $1 == --rounds ]] && echo 1 || echo 1000)
+            [[ $2 =~ ^[0-9]+$ ]] && (($2 >= minimum && $2 <= 100000000)) || {
+                echo "scripts/bench.sh: $1 takes a whole number from $minimum to 100000000, not '$2'" >&2; usage; }
+            args+=("$1" "$2"); shift ;;
         --skip-postgres) skip_postgres=1 ;;
         -h|--help) help ;;
         *) echo "scripts/bench.sh: unknown argument $1" >&2; usage ;;

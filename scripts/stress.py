@@ -20,7 +20,7 @@ Then it stops the workload, lets the last job finish, checks every invariant aga
 daemon (Jobs, Rejects, Values, History) and, after a timed SIGTERM, against the SQLite file, and
 prints a report. Exit status 0 only when every invariant passes.
 """
-import argparse, collections, gzip, json, os, random, shutil, signal, socket, sqlite3, subprocess, sys, tempfile, threading, time, traceback
+import argparse, collections, gzip, json, math, os, random, shutil, signal, socket, sqlite3, subprocess, sys, tempfile, threading, time, traceback
 
 MASK64 = (1 << 64) - 1
 
@@ -1129,8 +1129,30 @@ class Report:
         self.results.append((name, bool(ok), detail))
 
 
+def check_arguments(parser, args):
+    """Refuses, with the usage and exit status 2, sizes and periods the run cannot work with,
+    before anything starts (a zero kill period would never stop, a negative count is no run)."""
+    def need(name, value, low, high=None):
+        if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
+            bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
+            parser.error(f"{name} must be {bound}, not {value:g}")
+    need("--duration", args.duration, 1, 86_400)
+    need("--records", args.records, 10)
+    need("--real-records", args.real_records, 0)
+    need("--chunk", args.chunk, 1, 100_000)
+    need("--subscribers", args.subscribers, 0, 200)
+    need("--editors", args.editors, 0, 64)
+    need("--edit-rate", args.edit_rate, 0.1, 1_000)
+    need("--hot", args.hot, 1)
+    need("--churn-every", args.churn_every, 0.1)
+    need("--kill-every", args.kill_every, 1)
+    need("--term-limit", args.term_limit, 0.1)
+    need("--max-rss-mb", args.max_rss_mb, 1)
+    need("--sample-every", args.sample_every, 0.1)
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="scripts/stress.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--bin", default=os.environ.get("BIN", ".build/release"), help="directory with squasherd and squasherctl (default: $BIN or .build/release)")
     parser.add_argument("--data", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")), help="directory of the real Jira export (default: ../shared/data; real imports are skipped, with a message, when it is absent)")
     parser.add_argument("--duration", type=float, default=300, help="seconds of mixed workload before the run stops and checks (default: 300)")
@@ -1153,6 +1175,7 @@ def main():
     if args.smoke:
         args.duration, args.records, args.real_records, args.chunk = 18, 1500, 200, 100
         args.subscribers, args.editors, args.hot, args.kill_every, args.sample_every, args.churn_every = 3, 2, 8, 4, 1, 1.5
+    check_arguments(parser, args)
     args.hot = min(args.hot, args.records)
 
     run = Run(args)
