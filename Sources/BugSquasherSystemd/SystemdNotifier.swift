@@ -44,11 +44,28 @@ public struct SystemdNotifier: Sendable {
         notify("EXTEND_TIMEOUT_USEC=\(microseconds)", "STATUS=\(status)")
     }
 
-    /// The watchdog interval the manager expects for this process (`WATCHDOG_USEC`, when
-    /// `WATCHDOG_PID` is unset or this process), or `nil` when the watchdog is off.
-    public static func watchdogInterval() -> Duration? {
+    /// What the service manager asks of this process's watchdog.
+    public enum Watchdog: Equatable, Sendable {
+        /// No watchdog (`WATCHDOG_USEC` unset, or set for another process by `WATCHDOG_PID`).
+        case off
+        /// Ping at least once per `interval`.
+        case interval(Duration)
+        /// `WATCHDOG_USEC` holds `value`, which is not a number of microseconds above zero.
+        case invalid(value: String)
+    }
+
+    /// The shortest watchdog interval squasherd follows: it pings every half interval, and each
+    /// ping reads the store, so a shorter one would only burn CPU (1 µs, a typo, pinged 6,000
+    /// times a second) while systemd stops the process anyway.
+    public static let minimumWatchdogInterval = Duration.milliseconds(100)
+
+    /// The watchdog the manager expects for this process (`WATCHDOG_USEC`, when `WATCHDOG_PID`
+    /// is unset or this process).
+    public static func watchdog() -> Watchdog {
         var microseconds: UInt64 = 0
-        guard sd_watchdog_enabled(0, &microseconds) > 0, microseconds > 0 else { return nil }
-        return .microseconds(Int64(microseconds))
+        let result = sd_watchdog_enabled(0, &microseconds)
+        if result < 0 { return .invalid(value: ProcessInfo.processInfo.environment["WATCHDOG_USEC"] ?? "") }
+        guard result > 0, microseconds > 0 else { return .off }
+        return .interval(.microseconds(Int64(clamping: microseconds)))
     }
 }

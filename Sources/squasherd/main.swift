@@ -92,7 +92,16 @@ struct Squasherd: AsyncParsableCommand {
         daemon.onStatus = { notifier.status($0) }
         daemon.onStopping = { notifier.stopping(status: "Stopping") }
         daemon.onShutdownStep = { step, budget in notifier.extendTimeout(budget, status: step) }
-        if let interval = SystemdNotifier.watchdogInterval() {
+        switch SystemdNotifier.watchdog() {
+        case .off:
+            break
+        case .invalid(let value):
+            logger.warning("WATCHDOG_USEC='\(value)' is not a number of microseconds above zero; the watchdog is off. Check WatchdogSec= in the unit.")
+        case .interval(let asked):
+            let interval = max(asked, SystemdNotifier.minimumWatchdogInterval)
+            if interval > asked {
+                logger.warning("WATCHDOG_USEC asks for a ping within \(asked); squasherd pings every \(interval / 2) at the most, so systemd may stop it as hung. Set WatchdogSec= to a few seconds or more.")
+            }
             daemon.watchdogInterval = interval
             daemon.onWatchdog = { notifier.watchdog() }
             logger.info("watchdog enabled", metadata: ["watchdog.interval": "\(interval)"])

@@ -38,6 +38,16 @@ final class NotifyRecorder: Sendable {
         throw HarnessError("no notification containing \(text); got \(all.map(\.text))")
     }
 
+    /// Waits until `count` notifications exactly `text` have arrived.
+    func wait(forCount count: Int, of text: String, timeout: Duration = .seconds(60)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if all.count(where: { $0.text == text }) >= count { return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw HarnessError("fewer than \(count) notifications \(text); got \(all.map(\.text))")
+    }
+
     deinit {
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
@@ -97,6 +107,35 @@ struct SystemdEndToEndTests {
         #expect(recorder.all.contains { $0.text.contains("EXTEND_TIMEOUT_USEC=") })
         let stopping = recorder.all.firstIndex { $0.text.contains("STOPPING=1") }!
         #expect(!recorder.all[stopping...].contains { $0.text == "WATCHDOG=1" && $0.at > recorder.all[stopping].at + .milliseconds(300) })
+    }
+
+    @Test("a WATCHDOG_USEC too short to follow is raised to 100 ms with a warning; one that is not a number turns the watchdog off with a warning")
+    func unusableWatchdogValues() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let recorder = try NotifyRecorder(directory: directory)
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
+            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
+        ], environment: ["NOTIFY_SOCKET": recorder.path, "WATCHDOG_USEC": "1"])
+        _ = try await recorder.wait(for: "READY=1")
+        #expect(daemon.errorOutput.contains("squasherd pings every 0.05 seconds at the most"), "\(daemon.errorOutput)")
+        // 1 µs was followed as asked before: thousands of pings a second, each reading the store.
+        try await recorder.wait(forCount: 6, of: "WATCHDOG=1")
+        let pings = recorder.all.filter { $0.text == "WATCHDOG=1" }.map(\.at)
+        let gaps = zip(pings, pings.dropFirst()).map { $1 - $0 }.sorted()
+        #expect(gaps[gaps.count / 2] >= .milliseconds(40), "gaps \(gaps)")
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0)
+
+        for value in ["garbage", "0", "99999999999999999999"] {
+            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
+                "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
+            ], environment: ["WATCHDOG_USEC": value])
+            try await daemon.waitForErrorOutput(containing: "ready")
+            #expect(daemon.errorOutput.contains("WATCHDOG_USEC='\(value)' is not a number of microseconds above zero; the watchdog is off"), "\(daemon.errorOutput)")
+            daemon.signal(SIGTERM)
+            #expect(try await daemon.waitForExit() == 0)
+        }
     }
 
     @Test("nothing is sent and nothing fails without NOTIFY_SOCKET")
