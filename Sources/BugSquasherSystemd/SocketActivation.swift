@@ -3,11 +3,12 @@ import Foundation
 
 /// Sockets passed by the service manager (`LISTEN_FDS`, `LISTEN_FDNAMES`; `sd_listen_fds(3)`).
 public enum SocketActivation {
-    /// The passed descriptors by name, or empty when the process was not socket-activated. The
+    /// The passed descriptors with their names (`FileDescriptorName=`; "unknown" when
+    /// unnamed), in the order passed, or empty when the process was not socket-activated. The
     /// environment variables are unset afterwards (so that children do not inherit them).
     ///
     /// - Throws: ``SystemdError`` when `LISTEN_FDS` is set but cannot be read.
-    public static func listeningSockets() throws -> [String: CInt] {
+    public static func listeningSockets() throws -> [(name: String, descriptor: CInt)] {
         var names: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         let count = sd_listen_fds_with_names(1, &names)
         guard count >= 0 else {
@@ -19,12 +20,24 @@ public enum SocketActivation {
                 free(names)
             }
         }
-        var sockets: [String: CInt] = [:]
-        for index in 0..<Int(count) {
-            let name = names?[index].map { String(cString: $0) } ?? "unknown"
-            sockets[name] = SD_LISTEN_FDS_START + CInt(index)
+        return (0..<Int(count)).map { index in
+            (names?[index].map { String(cString: $0) } ?? "unknown", SD_LISTEN_FDS_START + CInt(index))
         }
-        return sockets
+    }
+
+    /// The file system path a passed Unix socket is bound to, or `nil` for another kind of
+    /// socket (an abstract or unnamed one, a network socket).
+    public static func path(of descriptor: CInt) -> String? {
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let found = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard found == 0, address.sun_family == sa_family_t(AF_UNIX) else { return nil }
+        let path = withUnsafeBytes(of: address.sun_path) { raw in
+            String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+        return path.isEmpty ? nil : path
     }
 }
 

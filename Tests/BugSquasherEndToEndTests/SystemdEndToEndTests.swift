@@ -177,6 +177,31 @@ struct SystemdEndToEndTests {
         #expect(try await activator.waitForExit() == 0)
     }
 
+    @Test("sockets passed with swapped or duplicate names are refused, so that the read socket never takes imports and edits")
+    func misnamedActivatedSockets() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
+        for (names, refusal) in [
+            ("write:read", #"The socket named "write" (\#(directory)/run/squasherd.sock"#),
+            ("read:read", #"systemd passed 2 socket(s) named ["read", "read"]"#),
+        ] {
+            try? FileManager.default.removeItem(atPath: directory + "/run/squasherd.sock")
+            try? FileManager.default.removeItem(atPath: directory + "/run/squasherd-write.sock")
+            let activator = try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: [
+                "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=" + names,
+                Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
+            ])
+            // The activator binds the sockets, then starts squasherd on the first connection.
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !connectable(directory + "/run/squasherd.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await activator.waitForExit() == 1, "\(names): \(activator.errorOutput)")
+            #expect(activator.errorOutput.contains(refusal), "\(names): \(activator.errorOutput)")
+        }
+    }
+
     @Test("logs go to journald natively with structured fields when JOURNAL_STREAM names stderr")
     func journald() async throws {
         var journald: ChildProcess?
