@@ -147,6 +147,11 @@ public struct SquasherDaemon: Sendable {
             services.append(.init(service: StoreFileGuard(store: store, loss: fileLoss, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
         services += servers.map { .init(service: ServerService(server: $0, ready: ready)) }
+        let socketGuard = SocketFileGuard(paths: [readAddress.path, writeAddress.path].compactMap { $0 }, ready: ready, logger: logger)
+        if !socketGuard.paths.isEmpty {
+            // Returns when a socket file is gone: the daemon then stops (see SocketFileGuard).
+            services.append(.init(service: socketGuard, successTerminationBehavior: .gracefullyShutdownGroup))
+        }
         services.append(.init(service: UploadSweeper(imports: imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)), logger: logger)))
         if let watchdogInterval {
             services.append(.init(service: WatchdogService(stack: stack, interval: watchdogInterval, ready: ready, logger: logger, onHealthy: onWatchdog)))
@@ -171,6 +176,9 @@ public struct SquasherDaemon: Sendable {
         try await group.run()
         if let loss = fileLoss.problem {
             throw DaemonError("Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)")
+        }
+        if let problem = socketGuard.problem {
+            throw DaemonError("Stopped because \(problem) while squasherd ran. Start it again: it binds its sockets anew.")
         }
         logger.info("stopped")
     }
@@ -397,6 +405,56 @@ private struct WatchdogService: Service {
                 }
             }
         } catch is CancellationError {}
+    }
+}
+
+/// Checks every second that the socket files squasherd bound still name its sockets. One
+/// removed while squasherd runs (`rm -r` of the runtime directory, a cleanup of `/run`) leaves a
+/// daemon no client can reach, that looks alive to its service manager; so squasherd stops as
+/// for SIGTERM and exits with status 1 — under systemd (`Restart=on-failure`) to start again
+/// and bind them anew.
+private final class SocketFileGuard: Service {
+    let paths: [String]
+    private let ready: ReadyLatch
+    private let logger: Logger
+    /// The file each path named once the daemon was ready.
+    private let bound = Mutex<[String: [UInt64]]>([:])
+    private let found = Mutex<String?>(nil)
+
+    init(paths: [String], ready: ReadyLatch, logger: Logger) {
+        self.paths = paths
+        self.ready = ready
+        self.logger = logger
+    }
+
+    /// What happened to a socket file, once something did.
+    var problem: String? { found.withLock { $0 } }
+
+    /// Which file a path names (device and inode), or `nil` when it names none.
+    private static func identity(_ path: String) -> [UInt64]? {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return nil }
+        return [UInt64(status.st_dev), UInt64(status.st_ino)]
+    }
+
+    func run() async throws {
+        await repeatUntilShutdown(every: .seconds(1)) { [self] in
+            // The servers bind the files before the daemon is ready.
+            guard ready.isReady else { return true }
+            for path in paths {
+                let now = Self.identity(path)
+                let first = bound.withLock { bound in
+                    if bound[path] == nil { bound[path] = now }
+                    return bound[path]
+                }
+                guard first == nil || now != first else { continue }
+                let problem = "the socket \(path) was \(now == nil ? "removed" : "replaced by another file")"
+                logger.critical("\(problem) while squasherd ran: no client can reach squasherd through it any more. Stopping, so that squasherd starts again and binds it anew (under systemd, Restart=on-failure does).")
+                found.withLock { $0 = problem }
+                return false
+            }
+            return true
+        }
     }
 }
 

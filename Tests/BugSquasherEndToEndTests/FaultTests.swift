@@ -289,6 +289,18 @@ struct FaultTests {
         try await expectStart(state: state, harness: harness, listing: 0, titled: "after the backup")
     }
 
+    @Test("the runtime directory removed while squasherd runs: it stops with status 1, saying which socket went, instead of running on unreachable; started again, it serves")
+    func socketsRemovedWhileRunning() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("kept.ndjson", count: 50, prefix: "RUN", title: "before the rm")
+        try await harness.ctl(["import", records.path, "--wait"])
+        try FileManager.default.removeItem(atPath: harness.directory + "/run")
+        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
+        #expect(harness.daemon.errorOutput.contains("the socket \(harness.directory)/run/squasherd"), "\(harness.daemon.errorOutput)")
+        #expect(harness.daemon.errorOutput.contains("was removed while squasherd ran"), "\(harness.daemon.errorOutput)")
+        try await expectStart(state: harness.directory + "/state", harness: harness, listing: 50, titled: "before the rm")
+    }
+
     @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")
     func oneDaemonPerStore() async throws {
         let harness = try await DaemonHarness()
