@@ -24,6 +24,11 @@ public final class BlockingVarlinkClient: Sendable {
     private let fd: Mutex<CInt>
     private let buffer = Mutex<[UInt8]>([])
 
+    /// The longest reply a client reads (64 MiB), so that a peer sending without end cannot
+    /// make it hold gigabytes. squasherd's replies stay far below it: a call returns at most
+    /// 10,000 rows.
+    public static let maximumReplySize = 64 * 1024 * 1024
+
     /// Connects.
     ///
     /// - Parameter timeout: how long connecting, a send or the wait for a reply may take before
@@ -283,6 +288,9 @@ public final class BlockingVarlinkClient: Sendable {
                     return message
                 }
                 searched = buffer.count
+                guard searched <= Self.maximumReplySize else {
+                    throw TransportError("The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read: squasherd's replies are far smaller, so another program may be listening there, or ask for fewer rows or attributes (--limit).")
+                }
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {

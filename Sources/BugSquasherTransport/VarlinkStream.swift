@@ -20,7 +20,7 @@ public enum VarlinkStream {
     ///
     /// - Throws: ``TransportError`` when the socket cannot be reached, and what `body` throws.
     public static func call<P: Encodable & Sendable, R: Sendable>(
-        path: String, method: String, parameters: P, maximumMessageSize: Int = 64 * 1024 * 1024,
+        path: String, method: String, parameters: P, maximumMessageSize: Int = BlockingVarlinkClient.maximumReplySize,
         _ body: (Replies) async throws -> R
     ) async throws -> R {
         var message = try VarlinkCall.encode(method: method, parameters: parameters, more: true)

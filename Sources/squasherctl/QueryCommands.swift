@@ -92,7 +92,7 @@ struct GetCommand: ParsableCommand {
     func run() throws {
         let escaped = key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         let reply = try withClient(sockets.read) { client in
-            try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1, result: "rows"), as: FetchReply.self)
+            try client.fetch(FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1, result: "rows"))
         }
         guard let row = reply.rows?.first else {
             printError("squasherctl: no bug with key \(printable(key))")
@@ -145,7 +145,7 @@ struct ListCommand: ParsableCommand {
         let sortKeys = sort?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         if count {
             let reply = try withClient(sockets.read) { client in
-                try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, offset: offset, result: "count"), as: FetchReply.self)
+                try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, offset: offset, result: "count"))
             }
             print(reply.count ?? 0)
             return
@@ -156,7 +156,7 @@ struct ListCommand: ParsableCommand {
         var printed = 0
         try withClient(sockets.read) { client in
             while printed < limit {
-                let page = try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: limit - printed, offset: offset + printed, result: "rows"), as: FetchReply.self)
+                let page = try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: limit - printed, offset: offset + printed, result: "rows"))
                 let pageRows = page.rows ?? []
                 if json { rows.append(contentsOf: pageRows) } else { pageRows.forEach(printLine) }
                 printed += pageRows.count
@@ -228,7 +228,7 @@ struct UpdateCommand: ParsableCommand {
         }
         let escaped = key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         let found = try withClient(sockets.read) { client in
-            try client.call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1), as: FetchReply.self)
+            try client.fetch(FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1))
         }
         guard let id = found.ids?.first else {
             printError("squasherctl: no bug with key \(key)")
@@ -238,5 +238,24 @@ struct UpdateCommand: ParsableCommand {
             try client.call("io.bugsquasher.Import.Update", UpdateParameters(id: id, values: values), as: UpdateReply.self)
         }
         print("\(key) is now version \(reply.version) (token \(reply.token))")
+    }
+}
+
+extension BlockingVarlinkClient {
+    /// Calls `io.bugsquasher.Store.Fetch`. A reply without the result asked for (`ids`, `rows`
+    /// or `count`) is not squasherd's: read as an empty result, it would print "no bug" or 0
+    /// for a program that answers anything, so it fails as an unreachable daemon does.
+    func fetch(_ parameters: FetchParameters) throws -> FetchReply {
+        let reply = try call("io.bugsquasher.Store.Fetch", parameters, as: FetchReply.self)
+        let result = parameters.result ?? "ids"
+        let present = switch result {
+        case "rows": reply.rows != nil
+        case "count": reply.count != nil
+        default: reply.ids != nil
+        }
+        guard present else {
+            throw TransportError("The answer from \(path) to io.bugsquasher.Store.Fetch has no '\(result)', which squasherd always sends: another program may be listening there.")
+        }
+        return reply
     }
 }

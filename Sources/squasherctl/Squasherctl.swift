@@ -50,9 +50,11 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
 }
 
 /// Prints what a refused call says to a person and returns the exit status to end with:
+/// ``Exit/unreachable`` when the peer does not know squasherd's methods (it is not squasherd),
 /// ``Exit/notFound`` for an unknown job, ``Exit/failed`` otherwise.
 func refused(_ error: VarlinkError) -> ExitCode {
     printError("squasherctl: \(refusal(error))")
+    if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) { return Exit.unreachable }
     return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
 }
 
@@ -65,6 +67,10 @@ func refusal(_ error: VarlinkError) -> String {
     }
     if error.name == "org.varlink.service.InvalidParameter" {
         return "squasherd refused the value of '\(error.parameters["parameter"]?.stringValue ?? "?")' as invalid."
+    }
+    if error.name == "org.varlink.service.MethodNotFound" || error.name == "org.varlink.service.InterfaceNotFound" {
+        let what = error.parameters["method"]?.stringValue ?? error.parameters["interface"]?.stringValue ?? "the method called"
+        return "the peer answered that it does not know \(what) (\(error.name)): it is not squasherd, or a squasherd older than this squasherctl."
     }
     if error.name.hasSuffix(".JobNotFound") {
         return "no job \(error.parameters["job"]?.stringValue ?? "?") (squasherctl jobs lists the recent ones)."

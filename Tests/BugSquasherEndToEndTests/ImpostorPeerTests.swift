@@ -21,12 +21,15 @@ private final class ImpostorPeer: Sendable {
             while true {
                 let connection = accept(listener, nil, nil)
                 guard connection >= 0 else { return }
-                var byte: UInt8 = 1
-                while byte != 0, recv(connection, &byte, 1, 0) == 1 {}
-                _ = answer.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, CInt(MSG_NOSIGNAL)) }
-                // Kept open: the client must not rely on the peer closing.
-                Thread.sleep(forTimeInterval: 30)
-                close(connection)
+                // A thread per connection: the next client is answered while this one is held.
+                Thread.detachNewThread {
+                    var byte: UInt8 = 1
+                    while byte != 0, recv(connection, &byte, 1, 0) == 1 {}
+                    _ = answer.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, CInt(MSG_NOSIGNAL)) }
+                    // Kept open: the client must not rely on the peer closing.
+                    Thread.sleep(forTimeInterval: 30)
+                    close(connection)
+                }
             }
         }
     }
@@ -69,6 +72,26 @@ struct ImpostorPeerTests {
         #expect(otherStatus == 4, "\(otherErrors)")
         #expect(otherErrors.contains("has parameters this program cannot read ('"), "\(otherErrors)")
         #expect(!otherErrors.contains("DecodingError"), "\(otherErrors)")
+
+        // A peer that answers every call with empty parameters: no bug, no rows and a count of
+        // 0 were printed for it, with exit status 3 or 0.
+        let empty = try ImpostorPeer(path: directory + "/empty.sock", answer: Array(#"{"parameters":{}}"#.utf8) + [0])
+        for command in [["get", "X-1"], ["list"], ["list", "--count"], ["update", "X-1", "status=Open"]] {
+            let (status, errors) = try await ctl(command + ["--socket", empty.path, "--timeout", "5"])
+            #expect(status == 4, "\(command): \(errors)")
+            #expect(errors.contains("which squasherd always sends: another program may be listening there"), "\(command): \(errors)")
+        }
+
+        let unknowing = try ImpostorPeer(path: directory + "/unknowing.sock", answer: Array(#"{"error":"org.varlink.service.MethodNotFound","parameters":{"method":"io.bugsquasher.Store.Fetch"}}"#.utf8) + [0])
+        let (unknowingStatus, unknowingErrors) = try await ctl(["list", "--socket", unknowing.path, "--timeout", "5"])
+        #expect(unknowingStatus == 4, "\(unknowingErrors)")
+        #expect(unknowingErrors.contains("does not know io.bugsquasher.Store.Fetch") && unknowingErrors.contains("it is not squasherd"), "\(unknowingErrors)")
+
+        // A reply that does not end: read up to 64 MiB, not for as long as the peer sends.
+        let endless = try ImpostorPeer(path: directory + "/endless.sock", answer: [UInt8](repeating: UInt8(ascii: "x"), count: 80 << 20))
+        let (endlessStatus, endlessErrors) = try await ctl(["status", "--socket", endless.path, "--timeout", "20"])
+        #expect(endlessStatus == 4, "\(endlessErrors)")
+        #expect(endlessErrors.contains("grew past 64 MiB without ending"), "\(endlessErrors)")
 
         for bad in ["-1", "1e300", "nan"] {
             let (badStatus, badErrors) = try await ctl(["status", "--socket", silent.path, "--timeout", bad])
