@@ -57,9 +57,12 @@ public final class RemoteStore: IncrementalStore {
     let registrationSink = Mutex<(@Sendable (_ added: [(ObjectID, Int64)], _ removed: [ObjectID]) -> Void)?>(nil)
 
     /// Connects to the read socket.
-    public init(socketPath: String) throws {
+    ///
+    /// - Parameter timeout: how long connecting and each call may wait for squasherd before
+    ///   failing (see ``BlockingVarlinkClient``); `nil` waits as long as it takes.
+    public init(socketPath: String, timeout: Duration? = nil) throws {
         self.socketPath = socketPath
-        client = try BlockingVarlinkClient(path: socketPath)
+        client = try BlockingVarlinkClient(path: socketPath, timeout: timeout)
     }
 
     /// What the store has asked so far.

@@ -77,6 +77,9 @@ public final class Subscriber: Sendable {
     ///     subscriber waiting for objects that do not exist yet. squasherd filters them, so a
     ///     bulk import of other objects costs the subscriber nothing.
     ///   - matching: see `insertsOf`.
+    ///   - timeout: how long connecting and each call of the store may wait for squasherd
+    ///     before failing with a ``TransportError``; `nil` (the default) waits as long as it
+    ///     takes. The change feed itself waits for saves as long as they take.
     ///
     /// Without `since`, the feed starts at the store's token when the subscriber connects, so
     /// that nothing committed between creating it and ``run()`` is missed.
@@ -86,7 +89,7 @@ public final class Subscriber: Sendable {
     /// ```
     public init(
         socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true,
-        registeredOnly: Bool = true, insertsOf: String? = nil, matching: ObjectPredicate? = nil,
+        registeredOnly: Bool = true, insertsOf: String? = nil, matching: ObjectPredicate? = nil, timeout: Duration? = nil,
         logger: Logger = Logger(label: "bugsquasher.subscriber")
     ) throws {
         self.socketPath = socketPath
@@ -96,7 +99,7 @@ public final class Subscriber: Sendable {
         insertsMatching = matching
         self.logger = logger
         coding = WireCoding(model: model)
-        store = try RemoteStore(socketPath: socketPath)
+        store = try RemoteStore(socketPath: socketPath, timeout: timeout)
         let coordinator = try StoreCoordinator(model: model, store: store)
         context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
         // A consumer that stops reading keeps the newest events only, not an unbounded backlog.

@@ -72,7 +72,7 @@ public final class BlockingVarlinkClient: Sendable {
             case ENOENT, ECONNREFUSED: throw TransportError("squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path.")
             case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).")
             case EAGAIN, EINPROGRESS:
-                throw TransportError("\(path) did not accept the connection within \(seconds(timeout)): squasherd is overloaded or stuck (its backlog is full).")
+                throw TransportError("\(path) did not accept the connection within \(TransportError.seconds(timeout)): squasherd is overloaded or stuck (its backlog is full).")
             default: throw TransportError("Could not connect to \(path): \(String(cString: strerror(reason))).")
             }
         }
@@ -87,12 +87,6 @@ public final class BlockingVarlinkClient: Sendable {
         _ = setsockopt(fd, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    /// "60 s", for messages.
-    private static func seconds(_ timeout: Duration?) -> String {
-        guard let timeout else { return "the time allowed" }
-        let (seconds, attoseconds) = timeout.components
-        return attoseconds == 0 ? "\(seconds) s" : "\(Double(seconds) + Double(attoseconds) / 1e18) s"
-    }
 
     /// Reads a reply; a message that is not a Varlink reply becomes a ``TransportError`` naming
     /// the socket.
@@ -265,7 +259,7 @@ public final class BlockingVarlinkClient: Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN || errno == EWOULDBLOCK {
-                    throw TransportError("\(path) took nothing of what was sent for \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+                    throw TransportError("\(path) took nothing of what was sent for \(TransportError.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
                 }
                 // The daemon closed the connection (a refused one is closed at once).
                 if errno == EPIPE || errno == ECONNRESET { throw TransportError.closedBeforeAnswering(path) }
@@ -294,7 +288,7 @@ public final class BlockingVarlinkClient: Sendable {
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    throw TransportError("No answer from \(path) within \(Self.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+                    throw TransportError.noAnswer(path, within: timeout)
                 }
                 guard n > 0 else {
                     // End of file, or a reset: the daemon closed the connection (a refused one

@@ -368,6 +368,18 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     public init(_ message: String) { self.message = message }
     public var description: String { message }
 
+    /// Nothing came from `path` within `timeout` (`nil`: the time allowed).
+    public static func noAnswer(_ path: String, within timeout: Duration?) -> TransportError {
+        TransportError("No answer from \(path) within \(seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+    }
+
+    /// "60 s", for messages.
+    static func seconds(_ timeout: Duration?) -> String {
+        guard let timeout else { return "the time allowed" }
+        let (seconds, attoseconds) = timeout.components
+        return attoseconds == 0 ? "\(seconds) s" : "\(Double(seconds) + Double(attoseconds) / 1e18) s"
+    }
+
     /// squasherd closed the connection at `path` before answering a call.
     public static func closedBeforeAnswering(_ path: String) -> TransportError {
         TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.")

@@ -37,6 +37,9 @@ struct WatchCommand: AsyncParsableCommand {
 
     func run() async throws {
         let (path, since, json, values, verbose) = (sockets.read.path, since, json, values, verbose)
+        // A daemon that takes the connection and never answers (stopped, wedged, or another
+        // program on the path) ends the command after --timeout, as it ends every other one.
+        let firstReply = FirstReplyDeadline(path: path, limit: sockets.read.timeout)
         try await untilSignal {
             var position = since
             var connected = false
@@ -47,6 +50,7 @@ struct WatchCommand: AsyncParsableCommand {
                         for try await (event, _) in replies.decoding(SubscribeReply.self) {
                             switch event.event {
                             case "subscribed":
+                                firstReply.arrived()
                                 if interrupted { FileHandle.standardError.write(Data("reconnected; resuming after token \(position ?? event.token)\n".utf8)) }
                                 connected = true
                                 interrupted = false
@@ -164,7 +168,10 @@ struct SubscribeCommand: AsyncParsableCommand {
         logger.logLevel = .warning
         let subscriber: Subscriber
         do {
-            subscriber = try Subscriber(socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, insertsOf: "Bug", matching: Key("key").in(keys.map { .string($0) }), logger: logger)
+            subscriber = try Subscriber(
+                socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, insertsOf: "Bug",
+                matching: Key("key").in(keys.map { .string($0) }), timeout: sockets.read.timeout, logger: logger
+            )
         } catch {
             printError("squasherctl: \(error)")
             throw Exit.unreachable
@@ -290,4 +297,24 @@ extension SubscribeCommand.Event: JSONWritable {
 /// Refuses a `--since` no store issues.
 private func validateToken(_ since: Int64?) throws {
     if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
+}
+
+/// Ends the process with exit status 4 when the first reply of a feed has not come within the
+/// limit: the feed's own waits are for saves, which may take hours, so its connection has no
+/// timeout of its own.
+final class FirstReplyDeadline: Sendable {
+    private let answered = Atomic<Bool>(false)
+
+    /// Starts the clock; `limit` `nil` waits as long as it takes.
+    init(path: String, limit: Duration?) {
+        guard let limit else { return }
+        Task { [self] in
+            guard (try? await Task.sleep(for: limit)) != nil, !answered.load(ordering: .acquiring) else { return }
+            printError("squasherctl: \(TransportError.noAnswer(path, within: limit).message)")
+            exit(Exit.unreachable.rawValue)
+        }
+    }
+
+    /// The first reply came: the clock stops mattering.
+    func arrived() { answered.store(true, ordering: .releasing) }
 }

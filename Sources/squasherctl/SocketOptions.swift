@@ -9,7 +9,7 @@ struct SocketOptions: ParsableArguments {
     @Option(name: .customLong("socket"), help: "The read socket (squasherd.sock); the write socket is squasherd-write.sock beside it.")
     var readSocket: String?
 
-    @Option(parsing: .unconditional, help: "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job or a feed is not bounded by it.)")
+    @Option(parsing: .unconditional, help: "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job, or for the saves of a feed once it has begun, is not bounded by it.)")
     var timeout: Double = 60
 
     func validate() throws {

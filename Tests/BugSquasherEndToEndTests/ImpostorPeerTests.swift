@@ -56,7 +56,7 @@ struct ImpostorPeerTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
 
         let silent = try ImpostorPeer(path: directory + "/silent.sock", answer: nil)
-        for command in [["status"], ["list"], ["get", "X-1"], ["jobs"]] {
+        for command in [["status"], ["list"], ["get", "X-1"], ["jobs"], ["watch"], ["subscribe", "X-1"]] {
             let (status, errors) = try await ctl(command + ["--socket", silent.path, "--timeout", "0.5"])
             #expect(status == 4, "\(command): \(errors)")
             #expect(errors.contains("No answer from \(silent.path) within 0.5 s"), "\(command): \(errors)")
