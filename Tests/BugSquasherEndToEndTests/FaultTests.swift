@@ -366,6 +366,33 @@ struct FaultTests {
         try await onSmallDisk(size: "24m", uploadBomb)
     }
 
+    @Test("an upload onto a disk that is nearly full already is refused before its first write takes the room kept for the store, with the reason; once there is room it goes through")
+    func uploadOntoFullDisk() async throws {
+        try await onSmallDisk(size: "12m") { mountPoint, base in
+            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
+            try await daemon.waitForErrorOutput(containing: " ready")
+            // Every block taken, then 320 KiB given back: room for the job's row and a 100 kB
+            // spool, but below the tenth of the disk squasherd keeps free for the store.
+            #expect(FileManager.default.createFile(atPath: mountPoint + "/filler", contents: nil))
+            let filler = try #require(FileHandle(forWritingAtPath: mountPoint + "/filler"))
+            while (try? filler.write(contentsOf: Data(count: 64 << 10))) != nil {}
+            try filler.truncate(atOffset: try filler.offset() - (320 << 10))
+            try filler.close()
+            let record = #"{"key":"FULL-%d","title":"\#(String(repeating: "t", count: 900))","status":"Open","project":{"key":"FULL"}}"#
+            try ((1...100).map { String(format: record, $0) }.joined(separator: "\n") + "\n").write(toFile: base + "/one.ndjson", atomically: true, encoding: .utf8)
+            let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
+            let refused = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
+            #expect(try await refused.waitForExit(timeout: .seconds(60)) == 2)
+            #expect(refused.errorOutput.contains("squasherd keeps free for the store"), "\(refused.errorOutput)")
+            #expect(!refused.errorOutput.contains("Error Domain"), "\(refused.errorOutput)")
+            try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+            let accepted = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
+            #expect(try await accepted.waitForExit(timeout: .seconds(60)) == 0, "\(accepted.errorOutput)")
+            daemon.signal(SIGTERM)
+            #expect(try await daemon.waitForExit() == 0)
+        }
+    }
+
     @Test("a disk so full that even the job's failure cannot be recorded: the job shows failed, with both reasons, and whoever waits on it is told instead of waiting for good")
     func failureThatCannotBeRecorded() async throws {
         try await onSmallDisk(size: "12m") { mountPoint, base in

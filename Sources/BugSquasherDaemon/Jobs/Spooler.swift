@@ -17,7 +17,6 @@ actor Spooler {
     private var output: [UInt8] = []
     private(set) var bytesWritten: Int64 = 0
     /// Where ``bytesWritten`` was when the free space was last checked.
-    private var checkedAt: Int64 = 0
     private let directory: String
     private var sniffed: [UInt8] = []
     private var sniffedLines = 0
@@ -201,7 +200,7 @@ actor Spooler {
         // On disk before the job is queued: the store records the job as committed, and a
         // power loss must not leave a queued job whose input the page cache held.
         do { try handle.synchronize() } catch {
-            throw DaemonError("Could not write the spooled upload to disk (\(error)); check the disk of \(directory). Nothing was imported; submit the file again.")
+            throw DaemonError("Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported; check the disk of \(directory), then submit the file again.")
         }
         try handle.close()
         return (format, bytesWritten)
@@ -400,35 +399,40 @@ actor Spooler {
 
     private func flush(force: Bool) throws {
         guard force ? !output.isEmpty : output.count >= 256 * 1024 else { return }
-        if bytesWritten + Int64(output.count) - checkedAt >= Self.freeSpaceCheckInterval {
-            try checkFreeSpace()
-            checkedAt = bytesWritten
-        }
+        try checkFreeSpace(for: Int64(output.count))
         do { try handle.write(contentsOf: output) } catch {
-            throw DaemonError("Writing the spool file \(path) failed (\(error)); is the disk full?")
+            throw DaemonError("Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported; check the disk of \(directory) (is it full?), then submit the file again.")
         }
         bytesWritten += Int64(output.count)
         output.removeAll(keepingCapacity: true)
     }
 
-    /// Spooled bytes between two looks at the file system's free space.
-    static let freeSpaceCheckInterval: Int64 = 4 << 20
-
     /// The free space an upload leaves on the state directory's file system for the store and the
     /// rest of the machine: a tenth of its size, at most 1 GiB.
     static func reserve(fileSystemBytes: Int64) -> Int64 { min(1 << 30, fileSystemBytes / 10) }
 
-    /// Stops an upload before its spool file fills the disk: a small gzip file can inflate to
+    /// Stops an upload before its spool file fills the disk, before each write of `bytes` (a
+    /// quarter MiB at a time; `statvfs` costs a microsecond): a small gzip file can inflate to
     /// gigabytes (8.7 MB of gzip-compressed blank lines spool 1.9 GB).
-    private func checkFreeSpace() throws {
+    private func checkFreeSpace(for bytes: Int64) throws {
         var status = statvfs()
         guard statvfs(directory, &status) == 0 else { return }
         let blockSize = Int64(status.f_frsize)
         let free = Int64(status.f_bavail) * blockSize
         let reserve = Self.reserve(fileSystemBytes: Int64(status.f_blocks) * blockSize)
-        guard free - Self.freeSpaceCheckInterval < reserve else { return }
+        guard free - bytes < reserve else { return }
         let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(Self.mebibytes(Int64(inflatedBytes))) so far)" : ""
         throw DaemonError("The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.")
+    }
+
+    /// What a failed file write says to a person: the system's reason ("No space left on
+    /// device"), not Foundation's error dump.
+    static func reason(_ error: any Error) -> String {
+        let error = error as NSError
+        if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        return error.domain == NSPOSIXErrorDomain ? String(cString: strerror(Int32(error.code))) : error.localizedDescription
     }
 
     /// Bytes as MiB, with a decimal below 10 MiB: a small file system's reserve is not "0 MiB".
