@@ -161,7 +161,7 @@ let package = Package(
         .executableTarget(
             name: "squasherd",
             dependencies: [
-                "BugSquasherDaemon", "BugSquasherProtocol", "BugSquasherSystemd", "BugSquasherTransport",
+                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherProtocol", "BugSquasherSystemd", "BugSquasherTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

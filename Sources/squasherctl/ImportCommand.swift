@@ -107,6 +107,10 @@ struct AbortCommand: ParsableCommand {
     @Argument(help: "The job ID (squasherctl jobs lists them).")
     var job: String
 
+    func validate() throws {
+        if job.trimmingCharacters(in: .whitespaces).isEmpty { throw ValidationError("The job ID is empty; squasherctl jobs lists the recent ones.") }
+    }
+
     func run() throws {
         try withClient(sockets.write) { client in
             _ = try client.call("io.bugsquasher.Import.Abort", JobParameter(job: job), as: Empty.self)

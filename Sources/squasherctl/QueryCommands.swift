@@ -23,8 +23,13 @@ struct JobsCommand: ParsableCommand {
     @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd).")
     var wait = false
 
+    @Option(help: "How many of the most recent jobs to list (1 to 999).")
+    var limit = 20
+
     func validate() throws {
         if wait && (job == nil || rejects || json) { throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.") }
+        if job?.trimmingCharacters(in: .whitespaces).isEmpty == true { throw ValidationError("The job ID is empty; squasherctl jobs lists the recent ones.") }
+        guard (1...999).contains(limit) else { throw ValidationError("--limit takes a count from 1 to 999.") }
     }
 
     func run() throws {
@@ -44,8 +49,12 @@ struct JobsCommand: ParsableCommand {
                     }
                 } else if json { try printJSON(reply) } else { print(describe(reply.job)) }
             } else {
-                let reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: 20), as: JobsReply.self)
+                // One more than shown: whether there are older ones to mention.
+                var reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: limit + 1), as: JobsReply.self)
+                let older = reply.jobs.count > limit
+                reply.jobs = Array(reply.jobs.prefix(limit))
                 if json { try printJSON(reply) } else { for job in reply.jobs { print(describe(job)) } }
+                if older { printError("squasherctl: the \(limit) most recent jobs are shown; there are older ones (--limit shows more).") }
             }
         }
     }

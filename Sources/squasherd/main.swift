@@ -1,5 +1,6 @@
 import ArgumentParser
 import BugSquasherDaemon
+import BugSquasherGraph
 import BugSquasherProtocol
 import BugSquasherSystemd
 import BugSquasherTransport
@@ -119,7 +120,8 @@ struct Squasherd: AsyncParsableCommand {
         } catch {
             // Every reason not to run (the store, the lock, a socket in use) is logged, to the
             // journal under systemd, and reported as the unit's status.
-            let message = (error as? DaemonError)?.message ?? String(describing: error)
+            // A refusal says so itself; anything else failed on the way up (a full disk, say).
+            let message = (error as? DaemonError)?.message ?? "squasherd could not start: \((error as? GraphError)?.message ?? String(describing: error))"
             logger.critical("\(message)")
             notifier.status("Failed: \(message)")
             throw ExitCode(1)

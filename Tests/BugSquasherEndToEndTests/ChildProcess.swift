@@ -242,7 +242,8 @@ final class DaemonHarness: Sendable {
         try await ctlProcess(arguments, expectStatus: expectStatus).errorOutput
     }
 
-    private func ctlProcess(_ arguments: [String], expectStatus: Int32) async throws -> ChildProcess {
+    /// Runs squasherctl, which must end with `expectStatus`; returns the process, its output read.
+    func ctlProcess(_ arguments: [String], expectStatus: Int32) async throws -> ChildProcess {
         let process = try ChildProcess(name: "squasherctl \(arguments.first ?? "")", executable: Products.squasherctl, arguments: arguments, environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         let status = try await process.waitForExit(timeout: .seconds(120))
         guard status == expectStatus else {

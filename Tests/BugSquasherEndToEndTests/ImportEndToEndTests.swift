@@ -496,6 +496,11 @@ struct AbortEndToEndTests {
         try (records.prefix(50).joined(separator: "\n") + "\n").write(toFile: harness.directory + "/small.ndjson", atomically: true, encoding: .utf8)
         let next = try await harness.ctl(["import", harness.directory + "/small.ndjson", "--wait"])
         #expect(next.first?.contains("finished: 50 read") == true, "\(next)")
+        // Two jobs now: a list cut short says so; an empty job ID is a usage error.
+        #expect(try await harness.ctl(["jobs", "--limit", "2"]).count == 2)
+        let cut = try await harness.ctlProcess(["jobs", "--limit", "1"], expectStatus: 0)
+        #expect(cut.output.count == 1 && cut.errorOutput.contains("the 1 most recent jobs are shown; there are older ones"), "\(cut.output) \(cut.errorOutput)")
+        try await harness.ctl(["abort", ""], expectStatus: 64)
         #expect(try await harness.stop() == 0)
     }
 }

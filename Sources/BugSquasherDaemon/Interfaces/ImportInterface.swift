@@ -173,7 +173,7 @@ struct ImportInterface: VarlinkInterface {
                 } else if json == .null {
                     object.setRelated(nil, for: key)
                 } else {
-                    throw GraphError(.invalidArgument, "'\(key)' is a relationship: pass an object ID URI or null.")
+                    throw GraphError(.invalidArgument, "'\(key)' is a relationship: pass an object ID URI, or null to clear it (nil with squasherctl update).")
                 }
             }
         } }
