@@ -1,4 +1,3 @@
-import Foundation
 import GRDB
 import GRDBSQLite
 import Logging
@@ -148,38 +147,23 @@ final class BackgroundCheckpointer: Sendable {
 /// checkpoint ran, and none was running, was made by another program (a backup copied over it
 /// with `cp`, a `truncate`).
 final class DatabaseFileWrites: Sendable {
-    /// A file's size and last modification.
-    struct Stamp: Equatable, Sendable {
-        let size: Int64
-        let seconds: Int
-        let nanoseconds: Int
-
-        init?(path: String) {
-            var status = stat()
-            guard stat(path, &status) == 0 else { return nil }
-            size = Int64(status.st_size)
-            seconds = status.st_mtim.tv_sec
-            nanoseconds = status.st_mtim.tv_nsec
-        }
-    }
-
     private let path = Mutex<String?>(nil)
     private let running = Atomic<Int>(0)
     private let finished = Atomic<Int>(0)
     /// The file after the last write, and how many writes had finished then.
-    private let afterLast = Mutex<(writes: Int, stamp: Stamp?)>((0, nil))
+    private let afterLast = Mutex<(writes: Int, stamp: FileStatus.Stamp?)>((0, nil))
 
     /// Starts watching the file at `path`, as it is now.
     func watch(_ path: String) {
         self.path.withLock { $0 = path }
-        afterLast.withLock { $0 = (finished.load(ordering: .sequentiallyConsistent), Stamp(path: path)) }
+        afterLast.withLock { $0 = (finished.load(ordering: .sequentiallyConsistent), FileStatus(path: path)?.stamp) }
     }
 
     /// Runs `body`, a write to the database file, counted.
     func during<T>(_ body: () throws -> T) rethrows -> T {
         running.add(1, ordering: .sequentiallyConsistent)
         defer {
-            let stamp = path.withLock { $0 }.flatMap(Stamp.init(path:))
+            let stamp = path.withLock { $0 }.flatMap { FileStatus(path: $0)?.stamp }
             afterLast.withLock { $0 = (finished.add(1, ordering: .sequentiallyConsistent).newValue, stamp) }
             running.subtract(1, ordering: .sequentiallyConsistent)
         }
@@ -189,10 +173,10 @@ final class DatabaseFileWrites: Sendable {
     /// The file as it was after this process last wrote it and as it is now, when another
     /// program changed it since; `nil` when nobody did, or when this process is writing it (the
     /// next look tells).
-    func changedByOthers() -> (then: Stamp, now: Stamp)? {
+    func changedByOthers() -> (then: FileStatus.Stamp, now: FileStatus.Stamp)? {
         guard let path = path.withLock({ $0 }), running.load(ordering: .sequentiallyConsistent) == 0 else { return nil }
         let before = afterLast.withLock { $0 }
-        guard let then = before.stamp, let now = Stamp(path: path) else { return nil }
+        guard let then = before.stamp, let now = FileStatus(path: path)?.stamp else { return nil }
         // A write that began after the first look ended or is still running: not comparable.
         guard running.load(ordering: .sequentiallyConsistent) == 0, afterLast.withLock({ $0.writes }) == before.writes else { return nil }
         return now == then ? nil : (then, now)

@@ -26,7 +26,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     private let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
     /// The file the store opened (see ``fileProblem()``).
-    private let openedFile: FileIdentity?
+    private let openedFile: FileStatus.Identity?
 
     private struct Loaded: Sendable {
         let model: ManagedObjectModel
@@ -136,7 +136,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
         do {
             pool = try DatabasePool(path: url.path, configuration: configuration)
-            openedFile = FileIdentity(path: url.path)
+            openedFile = FileStatus(path: url.path)?.identity
             try checkpointer.open(path: url.path)
             checkpointer.fileWrites.watch(url.path)
         } catch {
@@ -661,18 +661,6 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     // MARK: Maintenance
 
-    /// A file's device and inode: which file a path names.
-    struct FileIdentity: Equatable {
-        let device: UInt64
-        let inode: UInt64
-
-        init?(path: String) {
-            var status = stat()
-            guard stat(path, &status) == 0 else { return nil }
-            device = UInt64(status.st_dev)
-            inode = UInt64(status.st_ino)
-        }
-    }
 
     /// What happened to the store file while it was open, found by ``fileProblem()``.
     public struct FileProblem: Sendable, CustomStringConvertible {
@@ -692,7 +680,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// process did not checkpoint (the only time SQLite writes the file in WAL mode).
     public func fileProblem() -> FileProblem? {
         guard let openedFile else { return nil }
-        guard let now = FileIdentity(path: url.path) else { return FileProblem(description: "\(url.path) was deleted", overwritten: false) }
+        guard let now = FileStatus(path: url.path)?.identity else { return FileProblem(description: "\(url.path) was deleted", overwritten: false) }
         guard now == openedFile else { return FileProblem(description: "\(url.path) was replaced by another file", overwritten: false) }
         guard let (then, now) = checkpointer.fileWrites.changedByOthers() else { return nil }
         let change = then.size == now.size ? "it was modified" : "its size went from \(then.size) to \(now.size) bytes"
