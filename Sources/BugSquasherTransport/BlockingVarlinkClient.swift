@@ -25,8 +25,8 @@ public final class BlockingVarlinkClient: Sendable {
     private let buffer = Mutex<[UInt8]>([])
 
     /// The longest reply a client reads (64 MiB), so that a peer sending without end cannot
-    /// make it hold gigabytes. squasherd's replies stay far below it: a call returns at most
-    /// 10,000 rows.
+    /// make it hold gigabytes. squasherd's replies come near it only for a Fetch of thousands
+    /// of rows with long values (a call returns at most 10,000 rows).
     public static let maximumReplySize = 64 * 1024 * 1024
 
     /// Connects.
@@ -283,7 +283,7 @@ public final class BlockingVarlinkClient: Sendable {
                 }
                 searched = buffer.count
                 guard searched <= Self.maximumReplySize else {
-                    throw TransportError("The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read: squasherd's replies are far smaller, so another program may be listening there, or ask for fewer rows or attributes (--limit).")
+                    throw TransportError("The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read. squasherd answers that much only to a fetch of thousands of rows with long values: ask for fewer (--limit); otherwise another program is listening there.")
                 }
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
