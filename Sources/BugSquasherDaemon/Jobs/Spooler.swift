@@ -16,7 +16,6 @@ actor Spooler {
     private let handle: FileHandle
     private var output: [UInt8] = []
     private(set) var bytesWritten: Int64 = 0
-    /// Where ``bytesWritten`` was when the free space was last checked.
     private let directory: String
     private var sniffed: [UInt8] = []
     private var sniffedLines = 0
