@@ -73,6 +73,9 @@ struct WatchCommand: AsyncParsableCommand {
                 } catch let error as TransportError where !connected {
                     printError("squasherctl: \(error.message)")
                     throw Exit.unreachable
+                } catch let error as JSONReader.Failure where !connected {
+                    printError("squasherctl: The answer from \(path) is not a Varlink reply (\(error)). Is squasherd listening on this path, or another program?")
+                    throw Exit.unreachable
                 } catch where !connected && !Task.isCancelled {
                     // Reset by the daemon before it answered (NIO's IOError).
                     printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message) (\(error))")

@@ -66,6 +66,10 @@ struct ImpostorPeerTests {
         let (garbageStatus, garbageErrors) = try await ctl(["status", "--socket", garbage.path, "--timeout", "5"])
         #expect(garbageStatus == 4, "\(garbageErrors)")
         #expect(garbageErrors.contains("is not a Varlink reply") && garbageErrors.contains("HTTP/1.1 400"), "\(garbageErrors)")
+        // The feed's first answer too: not called a connection closed at the connection limit.
+        let (watchStatus, watchErrors) = try await ctl(["watch", "--socket", garbage.path, "--timeout", "5"])
+        #expect(watchStatus == 4, "\(watchErrors)")
+        #expect(watchErrors.contains("is not a Varlink reply") && !watchErrors.contains("connection limit"), "\(watchErrors)")
 
         let other = try ImpostorPeer(path: directory + "/other.sock", answer: Array(#"{"parameters":{"subscribers":"many"}}"#.utf8) + [0])
         let (otherStatus, otherErrors) = try await ctl(["status", "--socket", other.path, "--timeout", "5"])
