@@ -37,6 +37,9 @@ struct ImportCommand: ParsableCommand {
         if let format, ImportFormat(rawValue: format) == nil {
             throw ValidationError("Unknown --format '\(format)'; use one of \(ImportFormat.names), or leave it out to detect the format.")
         }
+        if let name, name.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw ValidationError("--name is empty; give the job a name, or leave --name out to name it after the file.")
+        }
     }
 
     func run() throws {

@@ -501,6 +501,7 @@ struct AbortEndToEndTests {
         let cut = try await harness.ctlProcess(["jobs", "--limit", "1"], expectStatus: 0)
         #expect(cut.output.count == 1 && cut.errorOutput.contains("the 1 most recent jobs are shown; there are older ones"), "\(cut.output) \(cut.errorOutput)")
         try await harness.ctl(["abort", ""], expectStatus: 64)
+        try await harness.ctl(["import", harness.directory + "/small.ndjson", "--name", " "], expectStatus: 64)
         #expect(try await harness.stop() == 0)
     }
 }
