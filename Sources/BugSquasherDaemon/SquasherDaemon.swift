@@ -322,9 +322,7 @@ final class StoreFileLoss: Sendable {
 /// deleted or replaced while squasherd runs (`rm bugs.sqlite*`, a restore moved over it) takes
 /// every later save with it when the daemon closes it; so squasherd stops taking saves, copies
 /// what the open file holds beside it, and exits with status 1 — under systemd, to be restarted
-/// on a store that an operator moved into place, rather than acknowledge saves that vanish. A
-/// file written over in place (`cp backup bugs.sqlite`) no longer holds the open store at all:
-/// squasherd then sets the WAL aside and exits with status 1 at once.
+/// on a store that an operator moved into place, rather than acknowledge saves that vanish.
 private struct StoreFileGuard: Service {
     let store: SQLiteStore
     let loss: StoreFileLoss
@@ -333,23 +331,10 @@ private struct StoreFileGuard: Service {
     func run() async throws {
         await repeatUntilShutdown(every: .seconds(1)) {
             guard let problem = store.fileProblem() else { return true }
-            if problem.overwritten { stopAtOnce(problem) }
             logger.critical("\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it.")
-            loss.lost(problem.description)
+            loss.lost(problem)
             return false
         }
-    }
-
-    /// Ends the process now, without another checkpoint: what the store held is gone from its
-    /// file, and each checkpoint would copy more of the old store's pages into what is there
-    /// now (a restored backup, say). The WAL goes aside, so that the file opens at the next
-    /// start as whoever wrote it left it.
-    private func stopAtOnce(_ problem: SQLiteStore.FileProblem) -> Never {
-        let aside = store.setAsideLog()
-        let log = aside.map { "Its write-ahead log, with the saves since the last checkpoint, was moved to \($0) so that SQLite does not copy it into what is there now." }
-            ?? "Its write-ahead log could not be moved aside: move \(store.url.path)-wal away before starting squasherd again, or SQLite copies it into what is there now."
-        logger.critical("\(problem) while squasherd ran. The store it had open is gone from the file, so nothing can be copied out of it; squasherd stops at once, without writing the file again. \(log) If the file is a backup you restored, squasherd starts on it; otherwise restore the store from a backup.")
-        exit(1)
     }
 }
 

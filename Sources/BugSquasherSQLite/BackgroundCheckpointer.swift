@@ -43,8 +43,6 @@ final class BackgroundCheckpointer: Sendable {
     /// The WAL's length, in pages, when the last background checkpoint ran.
     private let checkpointedFrames = Atomic<CInt>(0)
     private let logger: Logger
-    /// This process's writes to the database file: its checkpoints.
-    let fileWrites = DatabaseFileWrites()
 
     /// A checkpointer with no connection yet: requests are ignored until ``open(path:)``.
     init(logger: Logger) {
@@ -70,7 +68,7 @@ final class BackgroundCheckpointer: Sendable {
                 // The checkpointer fell behind, or could not start the WAL over: copy what is
                 // left now, as SQLite's own hook would.
                 checkpointer.writerCheckpoints.add(1, ordering: .relaxed)
-                checkpointer.fileWrites.during { _ = sqlite3_wal_checkpoint(connection, name) }
+                sqlite3_wal_checkpoint(connection, name)
             } else {
                 checkpointer.committed(frames: frames)
             }
@@ -97,22 +95,19 @@ final class BackgroundCheckpointer: Sendable {
         queue.asyncWriteWithoutTransaction { [self] db in
             defer { pending.store(false, ordering: .releasing) }
             do {
-                try fileWrites.during {
-                    var (walFrames, copied) = try db.checkpoint(.passive)
-                    if walFrames >= Int(Self.restartFrames), copied == walFrames {
-                        // Everything is copied: start the WAL over now, if no transaction is
-                        // running (this connection does not wait: SQLITE_BUSY otherwise, tried
-                        // again at the next request). Taking the writer for the few frames
-                        // committed since the copy is much shorter than the writer's own
-                        // checkpoint past `writerFrames`.
-                        if (try? db.checkpoint(.restart)) != nil {
-                            walFrames = 0
-                            restarts.add(1, ordering: .relaxed)
-                        }
+                var (walFrames, copied) = try db.checkpoint(.passive)
+                if walFrames >= Int(Self.restartFrames), copied == walFrames {
+                    // Everything is copied: start the WAL over now, if no transaction is running
+                    // (this connection does not wait: SQLITE_BUSY otherwise, tried again at the
+                    // next request). Taking the writer for the few frames committed since the
+                    // copy is much shorter than the writer's own checkpoint past `writerFrames`.
+                    if (try? db.checkpoint(.restart)) != nil {
+                        walFrames = 0
+                        restarts.add(1, ordering: .relaxed)
                     }
-                    checkpointedFrames.store(CInt(clamping: walFrames), ordering: .relaxed)
-                    completed.add(1, ordering: .relaxed)
                 }
+                checkpointedFrames.store(CInt(clamping: walFrames), ordering: .relaxed)
+                completed.add(1, ordering: .relaxed)
             } catch {
                 // The writer's own checkpoint past `writerFrames` still bounds the WAL.
                 logger.warning("background checkpoint failed", metadata: ["error": "\(error)"])
@@ -139,46 +134,5 @@ final class BackgroundCheckpointer: Sendable {
     /// Closes the checkpointer's connection once the checkpoints requested so far have run.
     func close() {
         try? connection.withLock { $0 }?.close()
-    }
-}
-
-/// This process's writes to the database file, and what the file looked like after the last
-/// one. In WAL mode SQLite writes that file only when it checkpoints; a change to it while no
-/// checkpoint ran, and none was running, was made by another program (a backup copied over it
-/// with `cp`, a `truncate`).
-final class DatabaseFileWrites: Sendable {
-    private let path = Mutex<String?>(nil)
-    private let running = Atomic<Int>(0)
-    private let finished = Atomic<Int>(0)
-    /// The file after the last write, and how many writes had finished then.
-    private let afterLast = Mutex<(writes: Int, stamp: FileStatus.Stamp?)>((0, nil))
-
-    /// Starts watching the file at `path`, as it is now.
-    func watch(_ path: String) {
-        self.path.withLock { $0 = path }
-        afterLast.withLock { $0 = (finished.load(ordering: .sequentiallyConsistent), FileStatus(path: path)?.stamp) }
-    }
-
-    /// Runs `body`, a write to the database file, counted.
-    func during<T>(_ body: () throws -> T) rethrows -> T {
-        running.add(1, ordering: .sequentiallyConsistent)
-        defer {
-            let stamp = path.withLock { $0 }.flatMap { FileStatus(path: $0)?.stamp }
-            afterLast.withLock { $0 = (finished.add(1, ordering: .sequentiallyConsistent).newValue, stamp) }
-            running.subtract(1, ordering: .sequentiallyConsistent)
-        }
-        return try body()
-    }
-
-    /// The file as it was after this process last wrote it and as it is now, when another
-    /// program changed it since; `nil` when nobody did, or when this process is writing it (the
-    /// next look tells).
-    func changedByOthers() -> (then: FileStatus.Stamp, now: FileStatus.Stamp)? {
-        guard let path = path.withLock({ $0 }), running.load(ordering: .sequentiallyConsistent) == 0 else { return nil }
-        let before = afterLast.withLock { $0 }
-        guard let then = before.stamp, let now = FileStatus(path: path)?.stamp else { return nil }
-        // A write that began after the first look ended or is still running: not comparable.
-        guard running.load(ordering: .sequentiallyConsistent) == 0, afterLast.withLock({ $0.writes }) == before.writes else { return nil }
-        return now == then ? nil : (then, now)
     }
 }

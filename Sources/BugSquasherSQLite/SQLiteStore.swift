@@ -26,7 +26,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     private let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
     /// The file the store opened (see ``fileProblem()``).
-    private let openedFile: FileStatus.Identity?
+    private let openedFile: FileIdentity?
 
     private struct Loaded: Sendable {
         let model: ManagedObjectModel
@@ -136,9 +136,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
         do {
             pool = try DatabasePool(path: url.path, configuration: configuration)
-            openedFile = FileStatus(path: url.path)?.identity
+            openedFile = FileIdentity(path: url.path)
             try checkpointer.open(path: url.path)
-            checkpointer.fileWrites.watch(url.path)
         } catch {
             // No store file was made: no creation is under way.
             if !FileManager.default.fileExists(atPath: url.path) { try? FileManager.default.removeItem(atPath: marker) }
@@ -661,43 +660,26 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     // MARK: Maintenance
 
+    /// A file's device and inode: which file a path names.
+    struct FileIdentity: Equatable {
+        let device: UInt64
+        let inode: UInt64
 
-    /// What happened to the store file while it was open, found by ``fileProblem()``.
-    public struct FileProblem: Sendable, CustomStringConvertible {
-        /// What happened, naming the file.
-        public let description: String
-        /// The file was written over in place (`cp backup bugs.sqlite`, `truncate`): what the
-        /// store held is gone from it, so it cannot be copied out, and checkpointing the WAL
-        /// into what is there now would mix the two (see ``setAsideLog()``). When `false` the
-        /// file was deleted or replaced by another, and the store still holds what it had.
-        public let overwritten: Bool
+        init?(path: String) {
+            var status = stat()
+            guard stat(path, &status) == 0 else { return nil }
+            device = UInt64(status.st_dev)
+            inode = UInt64(status.st_ino)
+        }
     }
 
-    /// What happened to the store file while this store had it open, or `nil` while nothing
-    /// did: deleted, replaced by another file (SQLite goes on writing to the file it has
-    /// open, so saves made after that would be lost with it when the store closes), or written
-    /// over in place by another program — its size or modification time changed while this
-    /// process did not checkpoint (the only time SQLite writes the file in WAL mode).
-    public func fileProblem() -> FileProblem? {
+    /// Why the store's path no longer names the file this store has open — the file was
+    /// deleted, or replaced by another — or `nil` while it does. SQLite goes on writing to the
+    /// file it has open, so saves made after that would be lost with it when the store closes.
+    public func fileProblem() -> String? {
         guard let openedFile else { return nil }
-        guard let now = FileStatus(path: url.path)?.identity else { return FileProblem(description: "\(url.path) was deleted", overwritten: false) }
-        guard now == openedFile else { return FileProblem(description: "\(url.path) was replaced by another file", overwritten: false) }
-        guard let (then, now) = checkpointer.fileWrites.changedByOthers() else { return nil }
-        let change = then.size == now.size ? "it was modified" : "its size went from \(then.size) to \(now.size) bytes"
-        return FileProblem(description: "\(url.path) was written over in place by another program (\(change) while squasherd was not writing it)", overwritten: true)
-    }
-
-    /// Moves the WAL aside, to a file named after it, and removes its index (`-shm`): after the
-    /// store file was written over in place, the WAL's pages belong to the store that was
-    /// there, and SQLite would copy them into whatever is there now when it next opens the file
-    /// (or when this process closes it). Returns where the WAL went, or `nil` when there was none
-    /// or it could not be moved.
-    public func setAsideLog() -> String? {
-        let log = url.path + "-wal"
-        let aside = log + ".set-aside-" + Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.omitted))
-        guard rename(log, aside) == 0 else { return nil }
-        unlink(url.path + "-shm")
-        return aside
+        guard let now = FileIdentity(path: url.path) else { return "\(url.path) was deleted" }
+        return now == openedFile ? nil : "\(url.path) was replaced by another file"
     }
 
     /// Writes a consistent copy of the open store to a new file at `path`, with SQLite's online
@@ -717,7 +699,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         // stopped right after a large save logged "checkpoint failed"): let it finish first.
         _ = checkpointer.drain()
         try wrap("checkpoint") {
-            _ = try checkpointer.fileWrites.during { try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) } }
+            _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
         }
     }
 

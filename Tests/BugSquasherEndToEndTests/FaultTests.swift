@@ -262,33 +262,6 @@ struct FaultTests {
         try await expectStart(state: state, harness: harness, listing: 300, titled: "survives the rm")
     }
 
-    @Test("a backup copied over the store file in place while squasherd runs: it stops at once with status 1 and sets its WAL aside, so that the restored backup opens intact")
-    func storeOverwrittenWhileRunning() async throws {
-        let harness = try await DaemonHarness()
-        let state = harness.directory + "/state"
-        let backedUp = try harness.writeRecords("backed.ndjson", count: 300, prefix: "BAK", title: "in the backup")
-        try await harness.ctl(["import", backedUp.path, "--wait"])
-        #expect(try await harness.stop() == 0)
-        let backup = try Data(contentsOf: URL(filePath: state + "/bugs.sqlite"))
-
-        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
-        try await daemon.waitForErrorOutput(containing: "ready")
-        let later = try harness.writeRecords("later.ndjson", count: 2_000, prefix: "LAT", title: "after the backup")
-        try await harness.ctl(["import", later.path, "--wait"])
-        // What `cp backup bugs.sqlite` does: the same file, truncated and written again.
-        let file = try #require(FileHandle(forWritingAtPath: state + "/bugs.sqlite"))
-        try file.truncate(atOffset: 0)
-        try file.write(contentsOf: backup)
-        try file.close()
-        #expect(try await daemon.waitForExit(timeout: .seconds(30)) == 1)
-        #expect(daemon.errorOutput.contains("bugs.sqlite was written over in place by another program"), "\(daemon.errorOutput)")
-        let aside = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite-wal.set-aside-") })
-        #expect(daemon.errorOutput.contains("was moved to \(state)/\(aside)"), "\(daemon.errorOutput)")
-        // The backup, as restored: what came after it is gone, nothing of it mixed in.
-        try await expectStart(state: state, harness: harness, listing: 300, titled: "in the backup")
-        try await expectStart(state: state, harness: harness, listing: 0, titled: "after the backup")
-    }
-
     @Test("the runtime directory removed while squasherd runs: it stops with status 1, saying which socket went, instead of running on unreachable; started again, it serves")
     func socketsRemovedWhileRunning() async throws {
         let harness = try await DaemonHarness()
