@@ -50,7 +50,8 @@ public struct SystemdNotifier: Sendable {
         case off
         /// Ping at least once per `interval`.
         case interval(Duration)
-        /// `WATCHDOG_USEC` holds `value`, which is not a number of microseconds above zero.
+        /// `WATCHDOG_USEC` holds `value`, which is not a number of microseconds above zero (or
+        /// `WATCHDOG_PID` is not a process ID).
         case invalid(value: String)
     }
 

@@ -150,6 +150,9 @@ struct ListCommand: ParsableCommand {
         if limit < 0 || offset < 0 { throw ValidationError("--limit and --offset take a count, 0 or more.") }
     }
 
+    /// The rows `list` asks for per call.
+    static let pageSize = 1_000
+
     func run() throws {
         let sortKeys = sort?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         if count {
@@ -159,17 +162,21 @@ struct ListCommand: ParsableCommand {
             print(reply.count ?? 0)
             return
         }
-        // squasherd returns at most 10,000 rows a call and says `more` when it cut a page: the
-        // pages are fetched, and printed, until `--limit` or the end.
+        // Pages are fetched, and printed, until `--limit` or the end: a page ends the result
+        // when it is short of what was asked and squasherd did not say `more` (it returns at
+        // most 10,000 rows a call and says `more` when its cap cut a page).
         var rows: [WireRow] = []
         var printed = 0
         try withClient(sockets.read) { client in
             while printed < limit {
-                let page = try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: limit - printed, offset: offset + printed, result: "rows"))
+                // At most 1,000 rows a call, so that a page of long descriptions stays well
+                // inside the 64 MiB a reply may have (BlockingVarlinkClient.maximumReplySize).
+                let asked = min(limit - printed, Self.pageSize)
+                let page = try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: asked, offset: offset + printed, result: "rows"))
                 let pageRows = page.rows ?? []
                 if json { rows.append(contentsOf: pageRows) } else { pageRows.forEach(printLine) }
                 printed += pageRows.count
-                guard page.more == true, !pageRows.isEmpty else { break }
+                guard page.more == true || pageRows.count == asked, !pageRows.isEmpty else { break }
             }
         }
         if json { try printJSON(rows) }

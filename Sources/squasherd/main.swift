@@ -105,7 +105,7 @@ struct Squasherd: AsyncParsableCommand {
         case .off:
             break
         case .invalid(let value):
-            logger.warning("WATCHDOG_USEC='\(value)' is not a number of microseconds above zero; the watchdog is off. Check WatchdogSec= in the unit.")
+            logger.warning("WATCHDOG_USEC='\(value)' (or WATCHDOG_PID) cannot be read: WATCHDOG_USEC must be a number of microseconds above zero. The watchdog is off; check WatchdogSec= in the unit.")
         case .interval(let asked):
             let interval = max(asked, SystemdNotifier.minimumWatchdogInterval)
             if interval > asked {
