@@ -82,8 +82,9 @@ public struct BugUpserter: Sendable {
             )
         }
         // Two checks, not a loop over an array of the keys: this runs for every record imported.
-        if hasStrayCharacters(record.key) { throw strayCharacters(in: "key", record.key, record: index) }
-        if hasStrayCharacters(record.project.key) { throw strayCharacters(in: "project key", record.project.key, record: index) }
+        // (CSV cells are trimmed before they get here.)
+        if EntityDescription.hasStrayCharacters(inKey: record.key) { throw strayCharacters(in: "key", record.key, record: index) }
+        if EntityDescription.hasStrayCharacters(inKey: record.project.key) { throw strayCharacters(in: "project key", record.project.key, record: index) }
     }
 
     private static func strayCharacters(in what: String, _ key: String, record index: Int) -> ImportError {
@@ -91,14 +92,6 @@ public struct BugUpserter: Sendable {
             .invalidRecord,
             "Record \(index) has the \(what) \(String(reflecting: key)), with spaces around it or a control character in it: no lookup by that key would find it. Fix the record or leave it out of the chunk."
         )
-    }
-
-    /// Whether a key has whitespace at either end or a control character: a bug stored under
-    /// " TIMOB-1" is not found as TIMOB-1 (CSV cells are trimmed before they get here).
-    public static func hasStrayCharacters(_ key: String) -> Bool {
-        guard let first = key.unicodeScalars.first, let last = key.unicodeScalars.last else { return false }
-        return first.properties.isWhitespace || last.properties.isWhitespace
-            || key.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
     }
 
     /// What in `record` is an empty or blank (whitespace only) unique key, if anything. (No

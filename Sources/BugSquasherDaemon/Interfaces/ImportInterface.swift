@@ -1,5 +1,4 @@
 import BugSquasherGraph
-import BugSquasherImport
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherStack
@@ -133,7 +132,7 @@ struct ImportInterface: VarlinkInterface {
                 ? "'\(key)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value"
                 : "'\(key)' is required on a \(entity.name) and cannot be empty or blank; give it a value")
         }
-        if let key = entity.uniqueKey, case .string(let text)? = values[key], BugUpserter.hasStrayCharacters(text) {
+        if let key = entity.uniqueKey, case .string(let text)? = values[key], EntityDescription.hasStrayCharacters(inKey: text) {
             throw invalidInput("'\(key)' is the unique key of a \(entity.name); \(String(reflecting: text)) has spaces around it or a control character in it, and no lookup by key would find it. Give it without them")
         }
         let didSave: DidSave?

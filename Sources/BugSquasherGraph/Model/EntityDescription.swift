@@ -55,6 +55,15 @@ public final class EntityDescription: Sendable {
         defaultValues = attributes.map(\.defaultValue)
     }
 
+    /// Whether a unique key's text has whitespace at either end or a control character: an
+    /// object stored under " TIMOB-1" is found by no lookup of TIMOB-1, so such keys are refused
+    /// wherever they come in (an import, an edit).
+    public static func hasStrayCharacters(inKey key: String) -> Bool {
+        guard let first = key.unicodeScalars.first, let last = key.unicodeScalars.last else { return false }
+        return first.properties.isWhitespace || last.properties.isWhitespace
+            || key.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+    }
+
     /// The attribute with this name, if any.
     public func attribute(named name: String) -> AttributeDescription? {
         attributeIndex[name].map { attributes[$0] }
