@@ -72,15 +72,19 @@ struct Squasherd: AsyncParsableCommand {
                     logger.critical("systemd passed \(sockets.count) socket(s) named \(names); squasherd needs two, one named \"read\" and one named \"write\" (FileDescriptorName= in squasherd.socket).")
                     throw ExitCode(1)
                 }
-                if let refusal = Self.checkAccess(read: SocketActivation.path(of: read), write: SocketActivation.path(of: write), logger: logger) {
+                let access = SocketAccess.passed(read: SocketActivation.path(of: read), write: SocketActivation.path(of: write))
+                if let refusal = access.refusal {
                     logger.critical("\(refusal)")
                     throw ExitCode(1)
                 }
+                for warning in access.warnings { logger.warning("\(warning)") }
                 daemon.readAddress = .descriptor(read)
                 daemon.writeAddress = .descriptor(write)
                 logger.info("using sockets passed by systemd", metadata: ["socket.read": "fd \(read)", "socket.write": "fd \(write)"])
             } else {
-                Self.warnAboutModes(read: configuration.readSocketMode, write: configuration.writeSocketMode, logger: logger)
+                for warning in SocketAccess.bound(readMode: configuration.readSocketMode, writeMode: configuration.writeSocketMode).warnings {
+                    logger.warning("\(warning)")
+                }
             }
         } catch let error as SystemdError {
             logger.critical("\(error.message)")
@@ -130,49 +134,6 @@ struct Squasherd: AsyncParsableCommand {
 }
 
 extension Squasherd {
-    /// Why the sockets systemd passed must not be served as named, or `nil`. Names swapped in
-    /// the units (`FileDescriptorName=`) would serve imports, edits and deletions on the socket
-    /// every user may connect to: refused when the socket named "write" has the read socket's
-    /// file name, or the one named "read" the write socket's, or when the one named "write" lets
-    /// every user connect and the one named "read" does not. A write socket that every user may
-    /// connect to is otherwise served, with a warning.
-    static func checkAccess(read: String?, write: String?, logger: Logger) -> String? {
-        let fileName = { (path: String?) in path.map { ($0 as NSString).lastPathComponent } }
-        let modes = (read: read.flatMap(socketMode), write: write.flatMap(socketMode))
-        let describe = { (path: String?, mode: Int?) in "\(path ?? "an unnamed socket")\(mode.map { ", mode " + String($0, radix: 8) } ?? "")" }
-        let looksSwapped = fileName(write) == "squasherd.sock" || fileName(read) == "squasherd-write.sock"
-            || (modes.write.map(isOpenToAll) == true && modes.read.map(isOpenToAll) == false)
-        if looksSwapped {
-            return "The socket named \"write\" (\(describe(write, modes.write))) looks like the read socket and the one named \"read\" (\(describe(read, modes.read))) like the write socket: are FileDescriptorName= swapped in the .socket units? Serving them so would let every user import, edit and delete bugs. Name the socket for imports and edits \"write\" (SocketMode=0660) and the other \"read\"."
-        }
-        if let mode = modes.write, isOpenToAll(mode) {
-            logger.warning("The write socket \(describe(write, mode)) lets every user of this machine connect, and so import, edit and delete bugs. Give it SocketMode=0660 and a group for importers (SocketGroup=).")
-        }
-        return nil
-    }
-
-    /// Warns about socket modes from the configuration that are most likely mistakes: a write
-    /// socket every user may connect to, a socket no one but root may connect to.
-    static func warnAboutModes(read: Int, write: Int, logger: Logger) {
-        if isOpenToAll(write) {
-            logger.warning("write_socket_mode \(String(write, radix: 8)) lets every user of this machine connect to the write socket, and so import, edit and delete bugs. The default, 660, lets the daemon's group in.")
-        }
-        for (key, mode) in [("read_socket_mode", read), ("write_socket_mode", write)] where mode & 0o222 == 0 {
-            logger.warning("\(key) \(String(mode, radix: 8)) gives no one write permission on the socket, which connecting needs: only root can connect.")
-        }
-    }
-
-    /// Whether every user may connect to a Unix socket with these permissions (connecting needs
-    /// write permission).
-    static func isOpenToAll(_ mode: Int) -> Bool { mode & 0o002 != 0 }
-
-    /// The permission bits of the file at `path`.
-    static func socketMode(_ path: String) -> Int? {
-        var status = stat()
-        guard stat(path, &status) == 0 else { return nil }
-        return Int(status.st_mode) & 0o777
-    }
-
     /// Sends log records to the journal when stderr is the journal (under systemd), to stderr
     /// otherwise.
     static func bootstrapLogging(level: Logger.Level) {
