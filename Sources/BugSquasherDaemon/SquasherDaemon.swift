@@ -104,7 +104,9 @@ public struct SquasherDaemon: Sendable {
 
         let hub = NotificationHub()
         let status = StatusReporter(hub: hub, onStatus: onStatus)
-        let runner = ImportRunner(stack: stack, configuration: configuration, logger: logger) { progress in status.update(progress) }
+        // Saves to the store, off the cooperative pool (see ThreadExecutor).
+        let writers = ThreadExecutor.writers()
+        let runner = ImportRunner(stack: stack, configuration: configuration, writers: writers, logger: logger) { progress in status.update(progress) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
             store.observeCommits { didSave in hub.publish(didSave) }
@@ -118,7 +120,7 @@ public struct SquasherDaemon: Sendable {
         let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits, readers: readers)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
-        let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
+        let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), writers: writers)
         let service = VarlinkService(
             vendor: "BugSquasher", product: "squasherd", version: "0.1.0", url: "https://github.com/bugsquasher/bugsquasher",
             interfaces: [changes, store, jobs, imports]

@@ -26,6 +26,15 @@ func residentMemory(of pid: Int32) throws -> Int {
     return kib * 1024
 }
 
+/// How many threads of a process sleep in `nanosleep`, as SQLite's busy handler does while
+/// another connection holds the write lock.
+func threadsSleeping(in pid: Int32) -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return tasks.count { task in
+        (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/wchan", encoding: .utf8)) == "hrtimer_nanosleep"
+    }
+}
+
 /// What a client that connects and hangs up in a loop shares with its test.
 private final class ConnectionChurn: Sendable {
     let stopping = Atomic<Bool>(false)
@@ -352,6 +361,46 @@ struct FuzzTests {
         #expect(status.contains(#""bugs":6000"#), "\(status)")
         #expect(answeredBefore < readers.count / 2, "\(answeredBefore) of \(readers.count) queries were answered before the edit and the status call")
         for reader in readers { #expect(reader.receiveMessage().contains(#""rows""#)) }
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("edits waiting for the store's writer do not hold up other requests")
+    func editsWaitingForTheWriterDoNotHoldUpOthers() async throws {
+        let harness = try await DaemonHarness()
+        let editCount = ProcessInfo.processInfo.activeProcessorCount + 2
+        let records = try harness.writeRecords("waiting.ndjson", count: editCount, prefix: "WAIT", title: "edited while locked")
+        try await harness.ctl(["import", records.path, "--wait"])
+        var ids: [String] = []
+        for n in 1...editCount {
+            let row = try JSONSerialization.jsonObject(with: Data(try await harness.ctl(["get", "WAIT-\(n)", "--json"]).joined().utf8)) as? [String: Any]
+            ids.append(try #require(row?["id"] as? String))
+        }
+        // Another program holds the writer; every edit waits for it: one in SQLite's busy
+        // handler, the others for GRDB's writer queue.
+        let locker = try StoreLocker(store: harness.directory + "/state/bugs.sqlite")
+        try await locker.lock()
+        let editors = try ids.map { id in
+            let editor = try RawSocket(path: harness.writeSocket, receiveTimeout: 60)
+            editor.send(varlinkCall(#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"\#(id)","values":{"status":"Waited"}}}"#))
+            return editor
+        }
+        // More edits than the cooperative pool has threads. There, the edits waiting took all
+        // its threads, and nothing else was answered until the lock went.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while threadsSleeping(in: harness.daemon.pid) < 1 {
+            #expect(ContinuousClock.now < deadline, "the edits never reached the store's busy handler")
+            if ContinuousClock.now >= deadline { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let info = try RawSocket(path: harness.readSocket, receiveTimeout: 10)
+        info.send(varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#))
+        #expect(info.receiveMessage().contains(#""product":"squasherd""#), "GetInfo was not answered while edits waited for the writer")
+        let status = try RawSocket(path: harness.readSocket, receiveTimeout: 10)
+        status.send(varlinkCall(#"{"method":"io.bugsquasher.Jobs.Status"}"#))
+        #expect(status.receiveMessage().contains(#""bugs":\#(editCount)"#), "Jobs.Status was not answered while edits waited for the writer")
+        #expect(editors.allSatisfy { !$0.hasPendingInput }, "an edit was answered while another program held the writer")
+        #expect(try await locker.release() == 0, "\(locker.errorOutput)")
+        for editor in editors { #expect(editor.receiveMessage().contains(#""version":2"#)) }
         #expect(try await harness.stop() == 0)
     }
 

@@ -12,7 +12,11 @@ import Glibc
 /// - clients' store reads, `Store.Fetch` and the like (`read-N` threads), which a client can
 ///   make as slow as it likes (a `CONTAINS` over every bug, sorted): however many clients ask,
 ///   they share these threads and queue for them in order, and the daemon goes on answering
-///   everyone else.
+///   everyone else;
+/// - saves to the store: import chunks and edits (`write-N` threads, at the daemon's priority).
+///   A save blocks its thread while it waits for the store's one writer and while it holds it;
+///   on the cooperative pool, an edit waiting for a chunk's save left one thread of two for
+///   every request and notification, and the change feed of a 100-subscriber import fell behind.
 final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     /// Jobs waiting for a thread (guarded by `condition`).
@@ -70,6 +74,12 @@ extension ThreadExecutor {
     /// watchdog health check, `Jobs.Status`).
     static func readers() -> ThreadExecutor {
         ThreadExecutor(name: "read", threads: min(4, max(2, ProcessInfo.processInfo.activeProcessorCount / 2)))
+    }
+
+    /// The threads saves to the store run on: two, so that an edit waits for the chunk being
+    /// saved on the store's writer, not for a thread behind it.
+    static func writers() -> ThreadExecutor {
+        ThreadExecutor(name: "write", threads: 2)
     }
 
     /// Runs `work` on these threads, off Swift's cooperative pool, and returns its result; not

@@ -16,6 +16,8 @@ struct ImportInterface: VarlinkInterface {
     let runner: ImportRunner
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
+    /// Where edits are saved, beside import chunks (see ``ThreadExecutor/writers()``).
+    let writers: ThreadExecutor
 
     private struct IDParameter: Decodable { var id: String }
     private struct TokenReply: Encodable { var token: Int64 }
@@ -104,14 +106,17 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)
-            try await replier.reply(try await update(parameters.id, values: parameters.values))
+            let reply = try await withTaskExecutorPreference(writers) { try await update(parameters.id, values: parameters.values) }
+            try await replier.reply(reply)
         case "Delete":
             let id = try editableObjectID(try call.parameters(IDParameter.self).id)
             let editor = newEditor("varlink-delete")
-            try await mapGraphErrors {
-                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
+            let didSave = try await withTaskExecutorPreference(writers) {
+                try await mapGraphErrors {
+                    try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
+                }
+                return try await mapGraphErrors { try await editor.save() }
             }
-            let didSave = try await mapGraphErrors { try await editor.save() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
         default:
             throw VarlinkError.methodNotFound(call.method)

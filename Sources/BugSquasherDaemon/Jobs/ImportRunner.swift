@@ -26,8 +26,10 @@ final class ImportRunner: Service {
     private let progressHandler: @Sendable (ImportProgress?) -> Void
     /// Where jobs decode and upsert, at a lower priority (see ``ThreadExecutor``). A chunk's
     /// save is not: it holds the store's writer, which edits wait for, so it runs at the
-    /// daemon's own priority.
+    /// daemon's own priority, on ``writers``.
     private let executor: ThreadExecutor
+    /// Where chunks are saved, beside edits (see ``ThreadExecutor/writers()``).
+    private let writers: ThreadExecutor
     /// The job being imported with the callers of ``abort(_:)`` waiting for it to stop, and the
     /// jobs aborted before the runner took them up (never to be taken up).
     private let jobs = Mutex(Jobs())
@@ -43,10 +45,11 @@ final class ImportRunner: Service {
         var abortRequested: Bool { !abortWaiters.isEmpty }
     }
 
-    init(stack: PersistentStack, configuration: DaemonConfiguration, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
+    init(stack: PersistentStack, configuration: DaemonConfiguration, writers: ThreadExecutor, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
+        self.writers = writers
         // Failures of jobs that the store could not record: the book shows them with the jobs.
-        self.book = JobBook(stack: stack, outcomes: UnrecordedFailures())
+        self.book = JobBook(stack: stack, outcomes: UnrecordedFailures(), writers: writers)
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
@@ -244,7 +247,7 @@ final class ImportRunner: Service {
                 var retired: PreparedChunk?
                 let prepared = try await prepareAfter(&saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
                 // Not on the import threads: the save holds the writer, which edits wait for.
-                saving = SavingChunk(chunk: prepared, save: Task(executorPreference: globalConcurrentExecutor) { try await self.save(prepared, job: id) })
+                saving = SavingChunk(chunk: prepared, save: Task(executorPreference: writers) { try await self.save(prepared, job: id) })
                 // The saved chunk's context and objects are freed while the next one saves, not
                 // between the two saves.
                 retired = nil

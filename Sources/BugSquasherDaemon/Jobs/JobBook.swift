@@ -12,32 +12,39 @@ struct JobBook: Sendable {
     /// Failures the store could not record (a full or failing disk), shown in place of the
     /// stored state until the daemon restarts.
     let outcomes: UnrecordedFailures
+    /// Where the saves of jobs run, beside import chunks and edits (see
+    /// ``ThreadExecutor/writers()``).
+    let writers: ThreadExecutor
 
     /// Creates a job in state `uploading`; returns its ID.
     func create(name: String, format: ImportFormat?, chunkSize: Int) async throws -> String {
         let id = String(UUID().uuidString.prefix(8)).lowercased()
-        let context = stack.importerContext(name: "jobs")
-        await context.perform { context in
-            let job = context.insert(ImportJob.self)
-            job.jobID = id
-            job.name = name
-            job.format = format?.rawValue ?? "auto"
-            job.state = "uploading"
-            job.chunkSize = Int64(chunkSize)
-            job.created = Date()
+        try await withTaskExecutorPreference(writers) {
+            let context = stack.importerContext(name: "jobs")
+            await context.perform { context in
+                let job = context.insert(ImportJob.self)
+                job.jobID = id
+                job.name = name
+                job.format = format?.rawValue ?? "auto"
+                job.state = "uploading"
+                job.chunkSize = Int64(chunkSize)
+                job.created = Date()
+            }
+            try await context.save()
         }
-        try await context.save()
         return id
     }
 
     /// Changes a job in its own transaction.
     func update(_ id: String, _ change: @escaping @Sendable (ImportJob) -> Void) async throws {
-        let context = stack.importerContext(name: "jobs")
-        try await context.perform { context in
-            guard let job = try Self.find(id, in: context) else { throw jobNotFound(id) }
-            change(job)
+        try await withTaskExecutorPreference(writers) {
+            let context = stack.importerContext(name: "jobs")
+            try await context.perform { context in
+                guard let job = try Self.find(id, in: context) else { throw jobNotFound(id) }
+                change(job)
+            }
+            try await context.save()
         }
-        try await context.save()
     }
 
     /// Records that job `id` ended (`finished`, `failed` or `aborted`), with `error` saying why.
