@@ -133,10 +133,13 @@ public struct SquasherDaemon: Sendable {
         // Limits both sockets share: connections, and bytes of messages still arriving.
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
         let incomingBudget = IncomingMessageBudget(limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
-        let servers = [("read", readAddress, false), ("write", writeAddress, true)].map { name, address, mayWrite in
+        // The write socket's connections are served on the write threads, where their edits
+        // save: an edit then reaches the store without a hop from the cooperative pool to them,
+        // and an upload's spooling does not block that pool either.
+        let servers = [("read", readAddress, false, nil), ("write", writeAddress, true, writers)].map { name, address, mayWrite, executor in
             VarlinkServer(
                 name: name, address: address, mayWrite: mayWrite, service: service, maximumMessageSize: configuration.maximumMessageSize,
-                connectionLimit: connectionLimit, incomingBudget: incomingBudget, logger: logger
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, executor: executor, logger: logger
             )
         }
         let fileLoss = StoreFileLoss()

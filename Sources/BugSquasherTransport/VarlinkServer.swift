@@ -62,17 +62,23 @@ public final class VarlinkServer: Sendable {
     /// but the message size.
     public let incomingBudget: IncomingMessageBudget?
     private let budgetWarnings = WarningThrottle()
+    /// Where connections are served; `nil` for Swift's global concurrent executor.
+    public let executor: (any TaskExecutor)?
     private let service: VarlinkService
     private let group: any EventLoopGroup
     private let logger: Logger
     private let connections = Atomic<Int>(0)
 
-    /// Creates a server; nothing is bound until ``run(onBound:)``.
+    /// Creates a server; nothing is bound until ``run(onBound:)``. Each connection's task —
+    /// reading its calls, handling them, replying — runs on `executor` when one is given
+    /// (as a task executor preference, which its streaming calls inherit).
     public init(
         name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
         maximumMessageSize: Int = 8 * 1024 * 1024, connectionLimit: ConnectionLimit? = nil,
-        incomingBudget: IncomingMessageBudget? = nil, group: (any EventLoopGroup)? = nil, logger: Logger
+        incomingBudget: IncomingMessageBudget? = nil, group: (any EventLoopGroup)? = nil,
+        executor: (any TaskExecutor)? = nil, logger: Logger
     ) {
+        self.executor = executor
         self.connectionLimit = connectionLimit
         self.incomingBudget = incomingBudget
         self.name = name
@@ -143,7 +149,7 @@ public final class VarlinkServer: Sendable {
             try await server.executeThenClose { inbound in
                 for try await accepted in inbound {
                     let connection = accepted.take()
-                    group.addTask { await self.serve(connection) }
+                    group.addTask(executorPreference: executor) { await self.serve(connection) }
                 }
             }
         }
