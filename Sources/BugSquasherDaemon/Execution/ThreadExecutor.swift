@@ -13,10 +13,11 @@ import Glibc
 ///   make as slow as it likes (a `CONTAINS` over every bug, sorted): however many clients ask,
 ///   they share these threads and queue for them in order, and the daemon goes on answering
 ///   everyone else;
-/// - saves to the store: import chunks and edits (`write-N` threads, at the daemon's priority).
-///   A save blocks its thread while it waits for the store's one writer and while it holds it;
-///   on the cooperative pool, an edit waiting for a chunk's save left one thread of two for
-///   every request and notification, and the change feed of a 100-subscriber import fell behind.
+/// - saves to the store — import chunks, edits, job records — and the write socket's
+///   connections (`write-N` threads, at the daemon's priority). A save blocks its thread while
+///   it waits for the store's one writer and while it holds it; on the cooperative pool, a few
+///   edits waiting for the writer took every thread, and nothing else was answered until the
+///   writer was free.
 final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     /// Jobs waiting for a thread (guarded by `condition`).
