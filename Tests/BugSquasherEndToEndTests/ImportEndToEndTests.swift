@@ -428,7 +428,15 @@ struct AbortEndToEndTests {
         try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
             try reply.parameters(JobReply.self).job.imported < 100
         }
-        let aborted = try await harness.ctl(["abort", job])
+        // Hold the store's writer while the abort reaches the running job, so that the import
+        // cannot end first however slowly squasherctl starts; it stops after the chunk waiting.
+        let locker = try StoreLocker(store: harness.directory + "/state/bugs.sqlite")
+        try await locker.lock()
+        let abort = try harness.startCtl("squasherctl abort", ["abort", job])
+        try await harness.waitForDaemonLog("abort requested")
+        #expect(try await locker.release() == 0, "\(locker.errorOutput)")
+        #expect(try await abort.waitForExit(timeout: .seconds(60)) == 0, "\(abort.errorOutput)")
+        let aborted = abort.output
         let summary = try #require(aborted.first)
         #expect(summary.hasPrefix("job \(job) aborted: "), "\(aborted)")
         let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job

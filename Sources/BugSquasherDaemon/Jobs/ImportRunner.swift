@@ -78,7 +78,9 @@ final class ImportRunner: Service {
                 jobs.active?.abortWaiters.append(waiter)
                 return true
             }
-            if !registered {
+            if registered {
+                logger.info("abort requested: the import stops once its chunk in flight is saved", metadata: ["job.id": "\(id)"])
+            } else {
                 running = false
                 waiter.resume()
             }
