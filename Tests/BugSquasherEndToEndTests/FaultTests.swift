@@ -242,6 +242,45 @@ struct FaultTests {
         #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
     }
 
+    @Test("the spool directory deleted during an upload: the upload fails at its next write, saying so, while squasherctl still sends; the next upload goes through")
+    func spoolDeletedDuringUpload() async throws {
+        // squasherctl may exit while this test still writes to its input: a write then fails
+        // (EPIPE) instead of ending the test process.
+        signal(SIGPIPE, SIG_IGN)
+        let harness = try await DaemonHarness()
+        let input = Pipe()
+        let upload = try ChildProcess(name: "squasherctl import", executable: Products.squasherctl, arguments: ["import", "-", "--name", "cut", "--format", "bugsquasher-ndjson", "--wait"],
+                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.fileHandleForReading)
+        // Only squasherctl reads the input: once it exits, a write fails instead of blocking.
+        try input.fileHandleForReading.close()
+        let line = #"{"key":"SPL-%d","title":"spooled","details":"\#(String(repeating: "x", count: 1_000))","status":"Open","project":{"key":"SPL"}}"#
+        var next = 0
+        func send(_ count: Int) throws {
+            try input.fileHandleForWriting.write(contentsOf: Data((next..<next + count).map { String(format: line, $0) + "\n" }.joined().utf8))
+            next += count
+        }
+        // A MiB, so that squasherd has written to the spool file (every 256 KiB).
+        try send(1_000)
+        let spool = harness.directory + "/state/spool"
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ((try? FileManager.default.contentsOfDirectory(atPath: spool)) ?? []).allSatisfy({ (try? FileManager.default.attributesOfItem(atPath: spool + "/" + $0)[.size] as? Int) ?? 0 == 0 }) {
+            try #require(ContinuousClock.now < deadline, "squasherd wrote nothing to the spool")
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        try FileManager.default.removeItem(atPath: spool)
+        // The input stays open: the upload must end on squasherd's word, not at its end.
+        while upload.exitStatus == nil, ContinuousClock.now < deadline + .seconds(30) {
+            guard (try? send(100)) != nil else { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(try await upload.waitForExit(timeout: .seconds(30)) == 2, "the upload went on into a removed spool file")
+        #expect(upload.errorOutput.contains("was removed while the upload was written to it") && upload.errorOutput.contains("Nothing was imported"), "\(upload.errorOutput)")
+        try? input.fileHandleForWriting.close()
+        let records = try harness.writeRecords("after.ndjson", count: 10, prefix: "AFT", title: "after the spool went")
+        try await harness.ctl(["import", records.path, "--wait"])
+        #expect(try await harness.ctl(["status"]).joined().contains("bugs 10"))
+    }
+
     @Test("a store file deleted while squasherd runs: it stops with status 1, copies what the open store holds beside it, refuses to start on nothing while that copy waits, and goes on once the copy is moved into place")
     func storeDeletedWhileRunning() async throws {
         let harness = try await DaemonHarness()

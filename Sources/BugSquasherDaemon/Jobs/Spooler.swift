@@ -404,6 +404,13 @@ actor Spooler {
         }
         bytesWritten += Int64(output.count)
         output.removeAll(keepingCapacity: true)
+        // A spool file removed meanwhile (its directory deleted or cleaned by a tmp reaper) is
+        // still written to, through this handle, but nothing can read it: say so now rather
+        // than after the rest of the upload.
+        var status = stat()
+        if fstat(handle.fileDescriptor, &status) == 0, status.st_nlink == 0 {
+            throw DaemonError("The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported; submit the file again.")
+        }
     }
 
     /// The free space an upload leaves on the state directory's file system for the store and the
