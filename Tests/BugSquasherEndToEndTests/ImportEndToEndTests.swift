@@ -416,6 +416,72 @@ struct ImportEndToEndTests {
     }
 }
 
+@Suite("End to end: an import racing deletes")
+struct ImportRacingDeletesTests {
+    private struct IDParameter: Codable { var id: String }
+    private struct TokenReply: Codable { var token: Int64 }
+    private struct HistoryParameters: Codable { var after: Int64; var limit: Int }
+    private struct HistoryReply: Codable { var saves: [WireSave]; var token: Int64 }
+
+    /// Every bug's ID and title by key.
+    private func bugs(_ harness: DaemonHarness) throws -> [String: (id: String, title: String)] {
+        let rows = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", result: "rows"), as: FetchReply.self).rows ?? []
+        var bugs: [String: (id: String, title: String)] = [:]
+        for row in rows {
+            if case .string(let key)? = row.values["key"], case .string(let title)? = row.values["title"] { bugs[key] = (row.id, title) }
+        }
+        return bugs
+    }
+
+    @Test("an import updating bugs that another client deletes meanwhile, one chunk per record: each record ends in the store, or deleted after its chunk saved it, or rejected; none is counted imported and lost")
+    func importRacingDeletes() async throws {
+        let harness = try await DaemonHarness()
+        let count = 1_000
+        try await harness.ctl(["import", try harness.writeRecords("first.ndjson", count: count, prefix: "RD", title: "first").path, "--wait"])
+        let original = try bugs(harness)
+        try #require(original.count == count)
+        let start = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).token
+        let second = try harness.writeRecords("second.ndjson", count: count, prefix: "RD", title: "second")
+        let job = try #require(try await harness.ctl(["import", second.path, "--chunk-size", "1"]).last)
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+            try reply.parameters(JobReply.self).job.imported < 10
+        }
+        // From the last record down, while the import goes up: they meet on some bugs.
+        let deleter = try BlockingVarlinkClient(path: harness.writeSocket)
+        for n in stride(from: count, through: 1, by: -1) {
+            _ = try deleter.call("io.bugsquasher.Import.Delete", IDParameter(id: original["RD-\(n)"]!.id), as: TokenReply.self)
+        }
+        try await harness.ctl(["jobs", job, "--wait"])
+        let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+        #expect(ended.recordsRead == Int64(count) && ended.imported + ended.rejected == Int64(count), "\(ended)")
+        let rejected = Set(try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job), as: RejectsReply.self).rejects.map(\.line))
+        // The version each original bug was deleted at: 2 when the import had updated it first.
+        var deletedAt: [String: Int64] = [:]
+        var after = start
+        while true {
+            let page = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Changes.History", HistoryParameters(after: after, limit: 1_000), as: HistoryReply.self)
+            for save in page.saves { for change in save.deleted { deletedAt[change.id] = change.version } }
+            guard let last = page.saves.last?.token else { break }
+            after = last
+        }
+        let stored = try bugs(harness)
+        var recreated = 0
+        var lost: [String] = []
+        for n in 1...count {
+            let key = "RD-\(n)"
+            if let bug = stored[key] {
+                #expect(bug.title == "second \(n)", "\(key): \(bug.title)")
+                if bug.id != original[key]!.id { recreated += 1 }
+            } else if deletedAt[original[key]!.id] != 2, !rejected.contains(Int64(n)) {
+                lost.append(key)
+            }
+        }
+        #expect(lost.isEmpty, "deleted before their chunks saved them, and neither re-created nor rejected: \(lost)")
+        print("import racing deletes: \(recreated) bugs re-created by a chunk saved after their deletion, \(count - stored.count) deleted after theirs, \(rejected.count) rejected")
+        #expect(try await harness.stop() == 0)
+    }
+}
+
 @Suite("End to end: aborting an import")
 struct AbortEndToEndTests {
     @Test("squasherctl abort stops a running import after its chunk in flight: the job ends aborted, what it committed stays, its spool file goes, the daemon goes on editing (an empty value included) and importing")

@@ -155,4 +155,44 @@ struct MergeTests {
         let title = try await fixture.context().perform { (try $0.existingObject(with: ids[0]) as! Bug).title }
         #expect(title == "local draft")
     }
+
+    @Test("a save of an object deleted in the store meanwhile: the deletion wins by default; with failsOverStoreDeletions the save fails, naming it, and saves nothing", arguments: StoreKind.allCases)
+    func saveOverStoreDeletion(kind: StoreKind) async throws {
+        for fails in [false, true] {
+            let fixture = try StoreFixture(kind)
+            let ids = try await fixture.context().perform { try $0.seedBugs(2) }
+            let editor = fixture.context(.mergeByPropertyObjectTrump, name: "editor")
+            try await editor.perform { context in
+                context.failsOverStoreDeletions = fails
+                (try context.existingObject(with: ids[0]) as! Bug).title = "edited while deleted"
+                (try context.existingObject(with: ids[1]) as! Bug).title = "edited beside it"
+            }
+            try await fixture.context(name: "deleter").perform { context in
+                context.delete(try context.existingObject(with: ids[0]))
+                try context.saveToStore()
+            }
+            let failure: GraphError? = await editor.perform { context in
+                do {
+                    try context.saveToStore()
+                    return nil
+                } catch {
+                    return error as? GraphError
+                }
+            }
+            let stored = try await fixture.context(name: "check").perform { context in
+                try context.fetch(FetchRequest<Bug>()).map { [$0.objectID: $0.title] }.reduce(into: [ObjectID: String]()) { $0.merge($1) { a, _ in a } }
+            }
+            #expect(stored[ids[0]] == nil, "the deletion stays")
+            if fails {
+                let error = try #require(failure)
+                #expect(error.code == .mergeConflict)
+                #expect(error.conflicts.map(\.objectID) == [ids[0]])
+                #expect(error.message.contains("deleted in the store meanwhile"), "\(error.message)")
+                #expect(stored[ids[1]] == "Bug number 2", "a failed save saves nothing")
+            } else {
+                #expect(failure == nil, "\(String(describing: failure))")
+                #expect(stored[ids[1]] == "edited beside it")
+            }
+        }
+    }
 }

@@ -396,7 +396,7 @@ final class ImportRunner: Service {
                     continue
                 } catch let error as GraphError where [.constraintViolation, .validation, .mergeConflict].contains(error.code) {
                     let reason = switch error.code {
-                    case .mergeConflict: "The bug this record updates was edited at the same moment, \(Self.singleRecordAttempts) times in a row, so nothing of the record was saved. Import it again."
+                    case .mergeConflict: "The bug this record updates was edited or deleted at the same moment, \(Self.singleRecordAttempts) times in a row, so nothing of the record was saved. Import it again."
                     case .constraintViolation: "Another bug took a key of this record while it was imported (\(error.message)). Import the record again to update that bug."
                     default: error.message
                     }
@@ -423,6 +423,9 @@ final class ImportRunner: Service {
             return entry.reject.map { (entry.line, $0) }
         }
         let (written, job) = try await context.perform { context in
+            // A bug deleted between this upsert and the save fails the save instead of taking
+            // the record with it: the records are then saved one by one, re-creating it.
+            context.failsOverStoreDeletions = true
             _ = try upserter.upsert(records, keys: reads, in: context)
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.

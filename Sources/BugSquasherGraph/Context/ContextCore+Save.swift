@@ -108,14 +108,24 @@ extension ContextCore {
                 logger.debug("save met newer versions; resolving with the merge policy", metadata: [
                     "conflicts": "\(error.conflicts.count)", "merge.policy": "\(mergePolicy)",
                 ])
-                resolveSaveConflicts(error.conflicts)
+                try resolveSaveConflicts(error.conflicts)
                 coordinator.noteResolvedConflicts(error.conflicts.count)
             }
         }
     }
 
     /// Applies the merge policy to objects whose save met newer versions in the store.
-    private func resolveSaveConflicts(_ conflicts: [MergeConflict]) {
+    ///
+    /// - Throws: `GraphError` with code `mergeConflict`, listing them, when the context
+    ///   ``failsOverStoreDeletions`` and objects it changed were deleted in the store.
+    private func resolveSaveConflicts(_ conflicts: [MergeConflict]) throws {
+        if failsOverStoreDeletions {
+            let lost = conflicts.filter { $0.persisted == nil && registered[$0.objectID].map { !$0.isDeleted } == true }
+            if !lost.isEmpty {
+                let named = lost.prefix(3).map { "\($0.objectID)" }.joined(separator: ", ") + (lost.count > 3 ? ", …" : "")
+                throw GraphError(.mergeConflict, "\(lost.count) object(s) this context changed were deleted in the store meanwhile (\(named)); nothing was saved. Fetch them again to save them anew.", conflicts: lost)
+            }
+        }
         for conflict in conflicts {
             guard let object = registered[conflict.objectID] else { continue }
             guard let persisted = conflict.persisted else {

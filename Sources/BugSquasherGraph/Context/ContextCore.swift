@@ -10,6 +10,9 @@ final class ContextCore {
     let coordinator: StoreCoordinator
     let model: ManagedObjectModel
     var mergePolicy: MergePolicy
+    /// Whether a save fails when an object it changes was deleted in the store meanwhile,
+    /// instead of letting the deletion win (see ``ObjectContext/failsOverStoreDeletions``).
+    var failsOverStoreDeletions = false
     let logger: Logger
     /// The parent's unsaved changes as of this child's creation (child contexts only).
     let parentOverlay: ParentOverlay?

@@ -84,6 +84,15 @@ public actor ObjectContext {
     /// Sets the merge policy.
     public func setMergePolicy(_ policy: MergePolicy) { core.mergePolicy = policy }
 
+    /// Whether a save fails with ``GraphError/Code/mergeConflict`` when an object it changes
+    /// was deleted in the store meanwhile. By default (`false`) the deletion wins under every
+    /// merge policy and the object's changes are dropped, as in Core Data; an importer sets it,
+    /// since each of its records must end up saved or rejected, and saves the record again.
+    public var failsOverStoreDeletions: Bool {
+        get { core.failsOverStoreDeletions }
+        set { core.failsOverStoreDeletions = newValue }
+    }
+
     /// Refuses every save with ``GraphError/Code/readOnly`` and this reason; `nil` allows saves.
     public nonisolated func refuseSaves(because reason: String?) {
         readOnlyReason.withLock { $0 = reason }
