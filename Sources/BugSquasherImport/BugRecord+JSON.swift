@@ -80,7 +80,7 @@ extension BugRecord {
     static func date(_ reader: inout JSONReader) throws -> Date? {
         guard let text = try reader.optionalString() else { return nil }
         guard let date = ISO8601Date.parse(text) else {
-            throw ImportError(.invalidRecord, "'\(text)' is not an ISO 8601 date such as 2011-04-15T02:23:39Z")
+            throw ImportError(.invalidRecord, ISO8601Date.refusal(of: text, otherwise: "'\(text)' is not an ISO 8601 date such as 2011-04-15T02:23:39Z"))
         }
         return date
     }

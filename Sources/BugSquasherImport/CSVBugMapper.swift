@@ -194,38 +194,45 @@ public enum TrackerDate {
     private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
     /// Parses `15/Apr/11 2:23 AM` (Jira), `2011-04-15 02:23:39` or `2011-04-15 02:23` (Bugzilla,
-    /// UTC), or anything ``ISO8601Date`` reads; `nil` otherwise.
+    /// UTC; seconds may have a fraction, and a zone may follow: `UTC`, `GMT`, `Z` or `+0500`), or
+    /// anything ``ISO8601Date`` reads; `nil` otherwise. Nothing is rolled over or left out: a
+    /// second of 99, a garbled minute or a zone it does not know (`PST`) is `nil`, not a nearby
+    /// instant.
     public static func parse(_ text: String) -> Date? {
         let text = text.trimmingCharacters(in: .whitespaces)
         if let date = ISO8601Date.parse(text) { return date }
-        // 2011-04-15 02:23(:39)?( UTC| +0000)?
-        let parts = text.split(separator: " ")
-        if parts.count >= 2, let day = ISO8601Date.parse(String(parts[0])) {
-            let time = parts[1].split(separator: ":").compactMap { Int($0) }
-            if time.count >= 2, (0..<24).contains(time[0]), (0..<60).contains(time[1]) {
-                return day.addingTimeInterval(Double(time[0] * 3600 + time[1] * 60 + (time.count > 2 ? time[2] : 0)))
-            }
+        let parts = text.split(separator: " ", omittingEmptySubsequences: true)
+        // 2011-04-15 02:23(:39(.750)?)?( UTC| +0000)?: ISO 8601 with a space for the T.
+        if parts.count == 2 || parts.count == 3, parts[0].contains("-") {
+            let zone = parts.count == 2 ? "Z" : ["UTC", "GMT", "Z"].contains(parts[2].uppercased()) ? "Z" : String(parts[2])
+            guard zone == "Z" || zone.first == "+" || zone.first == "-" else { return nil }
+            // Two digits of hour, as ISO 8601 has them (2:23:39 is 02:23:39).
+            let time = parts[1].prefix { $0 != ":" }.count == 1 ? "0" + parts[1] : String(parts[1])
+            return ISO8601Date.parse("\(parts[0])T\(time)\(zone)")
         }
         // 15/Apr/11 2:23 AM
-        let slash = text.split(separator: "/")
-        guard slash.count == 3, let dayOfMonth = Int(slash[0]),
-              let month = months.firstIndex(of: slash[1].lowercased()),
-              let rest = Optional(slash[2].split(separator: " ")), rest.count >= 1, var year = Int(rest[0])
+        func number(_ text: Substring) -> Int? { text.allSatisfy(\.isASCII) && text.allSatisfy(\.isNumber) ? Int(text) : nil }
+        let slash = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard slash.count == 3, let dayOfMonth = number(slash[0]),
+              let month = months.firstIndex(of: slash[1].lowercased())
         else { return nil }
-        if year < 100 { year += year < 70 ? 2000 : 1900 }
+        let rest = slash[2].split(separator: " ")
+        guard (1...3).contains(rest.count), var year = number(rest[0]) else { return nil }
+        if rest[0].count <= 2 { year += year < 70 ? 2000 : 1900 }
         var hour = 0
         var minute = 0
         if rest.count >= 2 {
-            let hm = rest[1].split(separator: ":").compactMap { Int($0) }
-            guard hm.count == 2, (0..<60).contains(hm[1]) else { return nil }
-            hour = hm[0]
-            minute = hm[1]
-            if rest.count >= 3 {
+            let hm = rest[1].split(separator: ":", omittingEmptySubsequences: false)
+            guard hm.count == 2, let h = number(hm[0]), let m = number(hm[1]), hm[1].count == 2 else { return nil }
+            hour = h
+            minute = m
+            if rest.count == 3 {
                 let meridiem = rest[2].uppercased()
                 guard (1...12).contains(hour), meridiem == "AM" || meridiem == "PM" else { return nil }
                 hour = hour % 12 + (meridiem == "PM" ? 12 : 0)
             }
         }
+        guard (1...9999).contains(year) else { return nil }
         let iso = String(format: "%04d-%02d-%02dT%02d:%02d:00Z", year, month + 1, dayOfMonth, hour, minute)
         return ISO8601Date.parse(iso)
     }

@@ -83,7 +83,8 @@ public struct JiraIssueDecoder: Sendable {
         func date(_ text: String?, _ path: String) throws -> Date? {
             guard let text, !text.isEmpty else { return nil }
             guard let date = ISO8601Date.parse(text) else {
-                throw ImportError(.invalidRecord, "The issue's \(path) holds '\(text.prefix(60))', which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000). Fix or remove this line.", inputLine: line)
+                let problem = ISO8601Date.isOutsideFourDigitYears(text) ? "which is outside the years 0001 to 9999 (in UTC)" : "which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000)"
+                throw ImportError(.invalidRecord, "The issue's \(path) holds '\(text.prefix(60))', \(problem). Fix or remove this line.", inputLine: line)
             }
             return date
         }

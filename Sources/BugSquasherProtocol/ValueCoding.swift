@@ -37,9 +37,6 @@ public struct WireCoding: Sendable {
         }
     }
 
-    /// The dates ISO 8601 writes with a four-digit year: 0001-01-01 to 9999-12-31, UTC.
-    static let fourDigitYears = Date(timeIntervalSince1970: -62_135_596_800)...Date(timeIntervalSince1970: 253_402_300_799.999)
-
     /// A value from JSON, as the attribute's type.
     ///
     /// - Throws: ``GraphError/Code/invalidArgument`` naming the attribute when the JSON value
@@ -57,13 +54,11 @@ public struct WireCoding: Sendable {
         case (.bool(let b), .bool): return .bool(b)
         case (.string(let s), .date):
             // Strict: Foundation's parser would roll 2020-02-30 over to March 1st.
-            if let date = ISO8601Date.parse(s) {
-                // ISO 8601 writes years 0001 to 9999 with four digits: a date outside them would
-                // be written back in a form other programs do not read.
-                guard Self.fourDigitYears.contains(date) else {
-                    throw GraphError(.invalidArgument, "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999. Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z.")
-                }
-                return .date(date)
+            if let date = ISO8601Date.parse(s) { return .date(date) }
+            // ISO 8601 writes years 0001 to 9999 with four digits: a date outside them would
+            // be written back in a form other programs do not read.
+            if ISO8601Date.isOutsideFourDigitYears(s) {
+                throw GraphError(.invalidArgument, "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999. Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z.")
             }
         case (.string(let s), .data):
             if let data = Data(base64Encoded: s) { return .data(data) }

@@ -83,4 +83,39 @@ import Testing
     func rejectsInvalidText(_ text: String) {
         #expect(ISO8601Date.parse(text) == nil)
     }
+
+    @Test("instants outside the years 0001 to 9999 in UTC are refused, also when only the zone takes them there, and told apart from malformed text")
+    func refusesInstantsOutsideFourDigitYears() throws {
+        for text in ["0000-01-01T00:00:00.000+0000", "0000-12-31T23:59:59Z", "0001-01-01T00:00:00.000+0100", "9999-12-31T23:59:59.000-1400", "9999-12-31T23:00:00-02:00"] {
+            #expect(ISO8601Date.parse(text) == nil, "\(text)")
+            #expect(ISO8601Date.isOutsideFourDigitYears(text), "\(text)")
+        }
+        for text in ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-0100", "9999-12-31T23:59:59.999Z", "9999-12-31T23:00:00+0100"] {
+            let date = try #require(ISO8601Date.parse(text), "\(text)")
+            #expect(ISO8601Date.parse(ISO8601Date.format(date, fractionalSeconds: true)) != nil, "\(text) is written back in a form read again")
+            #expect(!ISO8601Date.isOutsideFourDigitYears(text))
+        }
+        #expect(!ISO8601Date.isOutsideFourDigitYears("2011-02-30"))
+        #expect(ISO8601Date.refusal(of: "0000-06-01", otherwise: "other").contains("outside the years 0001 to 9999"))
+        #expect(ISO8601Date.refusal(of: "2011-02-30", otherwise: "other") == "other")
+    }
+
+    @Test("CSV tracker dates: the forms Jira and Bugzilla write, with a zone when given; nothing rolled over, cut short or guessed")
+    func trackerDates() throws {
+        let accepted: [(String, String)] = [
+            ("2011-04-15 02:23:39", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23", "2011-04-15T02:23:00Z"),
+            ("2011-04-15 2:23:39", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23:39 UTC", "2011-04-15T02:23:39Z"),
+            ("2011-04-15 07:23:39 +0500", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23:39.750", "2011-04-15T02:23:39.750Z"),
+            ("15/Apr/11 2:23 AM", "2011-04-15T02:23:00Z"), ("15/Apr/11 2:23 PM", "2011-04-15T14:23:00Z"),
+            ("15/apr/2011 14:23", "2011-04-15T14:23:00Z"), ("15/Apr/11", "2011-04-15T00:00:00Z"),
+        ]
+        for (text, expected) in accepted {
+            #expect(TrackerDate.parse(text) == ISO8601Date.parse(expected), "\(text)")
+        }
+        for text in ["2011-04-15 02:23:99", "2011-04-15 02:xx:39", "2011-04-15 02:23:-30", "2011-04-15 1:2:3:4", "2011-04-15 02:23:39 PST",
+                     "2011-04-15 02:23:39 UTC extra", "2011-04-31 02:23:39", "15/Apr/11 2:xx AM", "15/Apr/11 2:-3 AM", "15/Apr/11 13:23 PM",
+                     "15/Apr/11 2:23 AM later", "+5/Apr/11", "15/Foo/11", "32/Apr/11"] {
+            #expect(TrackerDate.parse(text) == nil, "\(text) gave \(String(describing: TrackerDate.parse(text)))")
+        }
+    }
 }

@@ -140,7 +140,7 @@ extension ObjectPredicate {
         case (.null, _): return .null
         case (.string(let s), .date):
             guard let date = ISO8601Date.parse(s) else {
-                throw GraphError(.invalidArgument, "'\(keyPath)' is a date: \"\(s)\" is not a date and time that exists, written as ISO 8601 like \"2012-01-31T00:00:00Z\".")
+                throw GraphError(.invalidArgument, "'\(keyPath)' is a date: " + ISO8601Date.refusal(of: s, otherwise: "\"\(s)\" is not a date and time that exists, written as ISO 8601 like \"2012-01-31T00:00:00Z\"") + ".")
             }
             return .date(date)
         case (.int64(let i), .double): return .double(Double(i))

@@ -11,7 +11,9 @@ public import Foundation
 /// refuses what does not exist, where Foundation's parser rolls it over (`2020-02-30` to
 /// March 1st, `24:00` to the next day, the days 1582 skipped to ten days later).
 ///
-/// Accepted forms (proleptic Gregorian calendar, years 0000–9999):
+/// Accepted forms (proleptic Gregorian calendar; the instant, in UTC, in the years 0001–9999,
+/// which ISO 8601 writes with four digits: ``format(_:fractionalSeconds:)`` writes every date
+/// it accepts in a form it reads back, and other programs read):
 /// - `2011-04-15T02:23:39.000+0000` (Jira's own), any number of fractional digits or none;
 /// - the zone as `Z`, `+0100`, `+01:00` or `+01`;
 /// - `2011-04-15T02:23` (no seconds), still with a zone;
@@ -25,16 +27,36 @@ public import Foundation
 /// ISO8601Date.parse("2011-02-30")                    // nil
 /// ```
 public enum ISO8601Date {
-    /// Parses a Jira timestamp; `nil` when the text is not one of the accepted forms or names an
-    /// impossible date or time.
+    /// The instants ISO 8601 writes with a four-digit year: 0001-01-01 to 9999-12-31, UTC.
+    public static let fourDigitYears = Date(timeIntervalSince1970: -62_135_596_800)...Date(timeIntervalSince1970: 253_402_300_799.999)
+
+    /// Parses a Jira timestamp; `nil` when the text is not one of the accepted forms, names an
+    /// impossible date or time, or an instant outside ``fourDigitYears``
+    /// (`0000-06-01T00:00:00Z`, or `9999-12-31T23:00:00-0200`, which is in year 10000 in UTC).
     public static func parse(_ text: String) -> Date? {
-        if let date = text.utf8.withContiguousStorageIfAvailable({ parse(bytes: $0) }) {
-            return date
-        }
-        return Array(text.utf8).withUnsafeBufferPointer { parse(bytes: $0) }
+        parse(text, anyYear: false)
     }
 
-    /// Parses the UTF-8 bytes of a timestamp.
+    /// Whether `text` is a well-formed timestamp whose instant is outside ``fourDigitYears``:
+    /// what to tell someone ``parse(_:)`` refused it for.
+    public static func isOutsideFourDigitYears(_ text: String) -> Bool {
+        parse(text, anyYear: true).map { !fourDigitYears.contains($0) } ?? false
+    }
+
+    /// Why ``parse(_:)`` refuses `text`, for an error message: "'…' is outside the years 0001
+    /// to 9999 (in UTC)", or `otherwise`.
+    public static func refusal(of text: String, otherwise: @autoclosure () -> String) -> String {
+        isOutsideFourDigitYears(text) ? "'\(text.prefix(60))' is outside the years 0001 to 9999 (in UTC), which ISO 8601 writes with four digits" : otherwise()
+    }
+
+    private static func parse(_ text: String, anyYear: Bool) -> Date? {
+        let date = text.utf8.withContiguousStorageIfAvailable({ parse(bytes: $0) }) ?? Array(text.utf8).withUnsafeBufferPointer { parse(bytes: $0) }
+        guard let date, anyYear || fourDigitYears.contains(date) else { return nil }
+        return date
+    }
+
+    /// Parses the UTF-8 bytes of a timestamp, in any year from 0000 to 9999 (before its zone is
+    /// applied).
     static func parse(bytes: UnsafeBufferPointer<UInt8>) -> Date? {
         var scanner = Scanner(bytes: bytes)
         guard let year = scanner.digits(4), scanner.consume(UInt8(ascii: "-")),
