@@ -64,7 +64,9 @@ struct SQLQuery {
         case .or(let items):
             return items.isEmpty ? "0" : "(" + (try items.map { try condition($0) }).joined(separator: " OR ") + ")"
         case .not(let item):
-            return "NOT (\(try condition(item)))"
+            // Two-valued, as the in-memory evaluation: a comparison with null is false there,
+            // and its negation true, where SQL's NOT of unknown stays unknown.
+            return "NOT COALESCE(\(try condition(item)), 0)"
         case .isIn(let keyPath, let values):
             let column = try column(keyPath)
             let nonNull = values.filter { !$0.isNull }

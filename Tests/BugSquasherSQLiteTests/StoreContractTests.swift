@@ -63,6 +63,12 @@ struct StoreContractTests {
             (!Key("key").contains("TIMOB"), [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
             (Key("title").contains("NUMBER 1", caseInsensitive: true) && Key("project.key") == "TIMOB", [], nil, 0, ["TIMOB-1", "TIMOB-10"]),
             (Key("resolution") == Value.null && Key("key") == "ALOY-2", [], nil, 0, ["ALOY-2"]),
+            // NOT of a comparison with an empty value is true: a comparison with null is false,
+            // not SQL's unknown (`NOT resolution == "Fixed"` found no bug without a resolution).
+            (!(Key("resolution") == "Fixed") && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
+            (!(Key("resolution") < "G" || Key("resolution").contains("x")) && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
+            (!(Key("assignee.name") == "zz") && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
+            (!(!(Key("resolution") == "Fixed")) && Key("project.key") == "ALOY", [], nil, 0, []),
             (.all, [Key("priority").descending, Key("key").descending], 3, 0, ["TIMOB-7", "TIMOB-4", "TIMOB-10"]),
             (.all, [], 2, 3, ["ALOY-4", "TIMOB-1"]),
         ]
