@@ -70,7 +70,7 @@ public final class BlockingVarlinkClient: Sendable {
             close(fd)
             switch reason {
             case ENOENT, ECONNREFUSED: throw TransportError("squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path.")
-            case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).")
+            case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).", isPermissionDenied: true)
             case EAGAIN, EINPROGRESS:
                 throw TransportError("\(path) did not accept the connection within \(TransportError.seconds(timeout)): squasherd is overloaded or stuck (its backlog is full).")
             default: throw TransportError("Could not connect to \(path): \(String(cString: strerror(reason))).")

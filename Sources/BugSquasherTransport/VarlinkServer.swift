@@ -370,8 +370,14 @@ struct ChannelReplier: VarlinkReplier {
 public struct TransportError: Error, Sendable, CustomStringConvertible {
     /// What happened.
     public var message: String
+    /// Whether the socket refused this user (`EACCES`): squasherd is there, but this user may
+    /// not use that socket.
+    public var isPermissionDenied = false
     /// Creates an error.
-    public init(_ message: String) { self.message = message }
+    public init(_ message: String, isPermissionDenied: Bool = false) {
+        self.message = message
+        self.isPermissionDenied = isPermissionDenied
+    }
     public var description: String { message }
 
     /// Nothing came from `path` within `timeout` (`nil`: the time allowed).

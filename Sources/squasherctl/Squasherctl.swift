@@ -9,8 +9,8 @@ struct Squasherctl: AsyncParsableCommand {
         commandName: "squasherctl",
         abstract: "Import, query and watch a BugSquasher store through squasherd.",
         discussion: """
-            Exit status: 0 success, 2 the job failed or squasherd refused the request, 3 not \
-            found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
+            Exit status: 0 success, 2 the job failed or squasherd refused the request (or its \
+            socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
             answer that is not squasherd's), 64 usage error.
             """,
         subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
@@ -39,7 +39,8 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
     let client: BlockingVarlinkClient
     do { client = try endpoint.connect() } catch {
         printError("squasherctl: \(error)")
-        throw Exit.unreachable
+        // Refused to this user, not unreachable: trying again will not help.
+        throw (error as? TransportError)?.isPermissionDenied == true ? Exit.failed : Exit.unreachable
     }
     do { return try body(client) } catch let error as VarlinkError {
         throw refused(error)
