@@ -283,4 +283,11 @@ public final class RemoteStore: IncrementalStore {
         let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
         return HistoryToken(rawValue: info.token)
     }
+
+    /// The identifier of the store squasherd serves now: another than the one loaded when
+    /// squasherd was restarted on another store (or the store was recreated).
+    func servedStoreIdentifier() throws -> String {
+        let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
+        return info.storeIdentifier
+    }
 }

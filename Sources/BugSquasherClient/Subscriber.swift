@@ -128,6 +128,9 @@ public final class Subscriber: Sendable {
 
     /// Follows the change feed until the task is cancelled, reconnecting after failures.
     ///
+    /// - Throws: ``StoreReplaced`` when squasherd is back serving another store, which none of
+    ///   this subscriber's objects or tokens belong to.
+    ///
     /// - Parameter onRefresh: called with each event inside the context's isolation, right after
     ///   the merge, where the refreshed objects can be read at once: that saves a consumer of
     ///   ``refreshes`` its hop to its own task and back into the context for every event. With
@@ -147,6 +150,11 @@ public final class Subscriber: Sendable {
                 delay = .milliseconds(100)
             } catch is CancellationError {
                 break
+            } catch let error as StoreReplaced {
+                // Nothing held means anything in the other store: not retried.
+                logger.error("\(error)")
+                refreshContinuation.finish()
+                throw error
             } catch let error as VarlinkError where error.name == "io.bugsquasher.Changes.TokenAhead" {
                 // The daemon's store never issued this token (it was restored from an older
                 // backup): resuming would skip every save up to it. Follow the feed from now;
@@ -169,6 +177,12 @@ public final class Subscriber: Sendable {
     }
 
     private func followFeed(onRefresh: RefreshHandler?) async throws {
+        // squasherd may have come back on another store (another state directory, a store
+        // recreated): its IDs and tokens are not this context's.
+        let served = try store.servedStoreIdentifier()
+        guard served == context.coordinator.storeIdentifier else {
+            throw StoreReplaced(held: context.coordinator.storeIdentifier, served: served)
+        }
         let held = store.heldVersions()
         let heldVersions = Dictionary(held, uniquingKeysWith: max)
         let parameters = SubscribeParameters(
@@ -289,5 +303,25 @@ private final class Registrar: Sendable {
     var subscriber: Subscriber? {
         get { reference.withLock { $0?.value } }
         set { reference.withLock { $0 = WeakSubscriber(value: newValue) } }
+    }
+}
+
+/// squasherd serves another store than the one a ``Subscriber`` was created on (it was restarted
+/// on another state directory, or the store was recreated): the subscriber's objects and tokens
+/// mean nothing there, so it stops. Create a new subscriber to hold objects of the store served.
+public struct StoreReplaced: Error, Sendable, CustomStringConvertible {
+    /// The store the subscriber's objects belong to.
+    public var held: String
+    /// The store squasherd serves now.
+    public var served: String
+
+    /// Creates the error.
+    public init(held: String, served: String) {
+        self.held = held
+        self.served = served
+    }
+
+    public var description: String {
+        "squasherd now serves another store (\(served)) than the one this subscriber's objects and tokens belong to (\(held)); start the subscriber again to hold objects of the store it serves."
     }
 }

@@ -37,6 +37,7 @@ struct WatchCommand: AsyncParsableCommand {
 
     func run() async throws {
         let (path, since, json, values, verbose) = (sockets.read.path, since, json, values, verbose)
+        let endpoint = sockets.read
         // A daemon that takes the connection and never answers (stopped, wedged, or another
         // program on the path) ends the command after --timeout, as it ends every other one.
         let firstReply = FirstReplyDeadline(path: path, limit: sockets.read.timeout)
@@ -44,8 +45,23 @@ struct WatchCommand: AsyncParsableCommand {
             var position = since
             var connected = false
             var interrupted = false
+            // The store followed: a squasherd back on another one has tokens of its own.
+            var followed: String?
             while true {
+                if let followed {
+                    guard let served = try? endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self).storeIdentifier else {
+                        // Not back yet.
+                        if Task.isCancelled { return }
+                        try await Task.sleep(for: .milliseconds(200))
+                        continue
+                    }
+                    guard served == followed else {
+                        printError("squasherctl: squasherd now serves another store (\(served)) than the one this watch followed (\(followed)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history).")
+                        throw Exit.failed
+                    }
+                }
                 do {
+                    if followed == nil { followed = try endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self).storeIdentifier }
                     try await VarlinkStream.call(path: path, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: position, includeValues: values)) { replies in
                         for try await (event, _) in replies.decoding(SubscribeReply.self) {
                             switch event.event {
@@ -218,7 +234,11 @@ struct SubscribeCommand: AsyncParsableCommand {
                     if !added.isEmpty { emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
                 }
             }
-        } catch is CancellationError {}
+        } catch is CancellationError {
+        } catch let error as StoreReplaced {
+            printError("squasherctl: \(error.description.replacingOccurrences(of: "start the subscriber again", with: "run squasherctl subscribe again"))")
+            throw Exit.failed
+        }
         let stats = subscriber.store.statistics
         emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
     }

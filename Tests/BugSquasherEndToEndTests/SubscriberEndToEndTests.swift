@@ -461,4 +461,30 @@ struct SubscriberEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("squasherd back on another store (another state directory): subscribe and watch stop with status 2 and say so, instead of retrying for ever or printing that store's saves as if they continued the first's")
+    func storeReplacedUnderFollowers() async throws {
+        let harness = try await DaemonHarness()
+        try await harness.ctl(["import", try harness.writeRecords("a.ndjson", count: 5, prefix: "REP", title: "store A").path, "--wait"])
+        let watch = try harness.startCtl("squasherctl watch", ["watch"])
+        let subscribe = try harness.startCtl("squasherctl subscribe", ["subscribe", "REP-1", "--json"])
+        _ = try await subscribe.waitForLine { $0.contains(#""event":"ready""#) }
+        _ = try await watch.waitForLine { $0.hasPrefix("subscribed at token") }
+        #expect(try await harness.stop() == 0)
+        // Another store on the same sockets, with a bug of the same key and more saves than
+        // the first had.
+        let other = try ChildProcess(name: "squasherd on store B", executable: Products.squasherd,
+                                     arguments: ["--state-directory", harness.directory + "/state-b", "--runtime-directory", harness.directory + "/run"])
+        try await other.waitForErrorOutput(containing: " ready")
+        for round in 1...3 {
+            try await harness.ctl(["import", try harness.writeRecords("b\(round).ndjson", count: 5, prefix: "REP", title: "store B \(round)").path, "--wait"])
+        }
+        #expect(try await subscribe.waitForExit(timeout: .seconds(30)) == 2)
+        #expect(subscribe.errorOutput.contains("squasherd now serves another store"), "\(subscribe.errorOutput)")
+        #expect(try await watch.waitForExit(timeout: .seconds(30)) == 2)
+        #expect(watch.errorOutput.contains("squasherd now serves another store") && watch.errorOutput.contains("--since 0"), "\(watch.errorOutput)")
+        // Store A saved nothing after the watch began: every save printed would be store B's.
+        #expect(!watch.output.contains { $0.hasPrefix("token ") }, "\(watch.output)")
+        other.signal(SIGTERM)
+        #expect(try await other.waitForExit() == 0)
+    }
 }
