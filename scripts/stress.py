@@ -705,6 +705,9 @@ class ChurnClient:
         self.resyncs = 0
         self.status = None          # the control thread's connections
         self.control = None
+        # The token up to which the stream read on after the workload stopped: a save after it
+        # (the last import goes on) cannot be asked to reach a stream that has ended.
+        self.closed_at = None
 
     def token(self):
         """The current token, on a connection of the stream thread's own."""
@@ -725,8 +728,21 @@ class ChurnClient:
             except DISCONNECTED:
                 continue
 
+            drain = {}
+
             def idle():
-                if run.stop.is_set():
+                # After the workload stops, read on for up to 3 s, until the saves committed
+                # before the stop have come, so that none of them is missed for the stop.
+                if not run.stop.is_set():
+                    return
+                if "until" not in drain:
+                    try:
+                        drain["until"] = self.token()
+                    except DISCONNECTED + (VarlinkError,):
+                        drain["until"] = self.last or 0
+                    drain["deadline"] = time.monotonic() + 3
+                if time.monotonic() >= drain["deadline"]:
+                    self.closed_at = drain["until"]
                     raise Stopped()
             params = {"registeredOnly": True, "register": register}
             if self.last is not None:
@@ -756,13 +772,16 @@ class ChurnClient:
                         self.resyncs += 1
                         self.last = max(self.last or 0, reply.get("resyncFrom") or reply["token"])
             except Stopped:
-                pass
+                return
             except DISCONNECTED + (VarlinkError,):
                 pass
             finally:
                 with self.lock:
                     self.sub_id = None
                 conn.close()
+        # Stopped while disconnected: only what was received counts.
+        if self.closed_at is None:
+            self.closed_at = self.last or 0
 
     def control_loop(self):
         run = self.run
@@ -1534,8 +1553,10 @@ def churn_check(churn, index):
             elif i in open_:
                 tb, ta = open_.pop(i)
                 intervals[i].append((tb, ta, op["tb"], op["ta"]))
+    # Still registered when the stream ended: saves up to where it read on are checked.
+    closed = churn.closed_at if churn.closed_at is not None else float("inf")
     for i, (tb, ta) in open_.items():
-        intervals[i].append((tb, ta, float("inf"), float("inf")))
+        intervals[i].append((tb, ta, closed + 1, float("inf")))
     received = collections.defaultdict(list)
     for conn, token, i, version in churn.received:
         received[i].append((version, conn))

@@ -104,7 +104,12 @@ public final class Subscriber: Sendable {
         context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
         // A consumer that stops reading keeps the newest events only, not an unbounded backlog.
         (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self, bufferingPolicy: .bufferingNewest(10_000))
-        state = Mutex(State(token: try since ?? store.tokenAtLoad ?? store.currentHistoryToken()))
+        let current = try store.tokenAtLoad ?? store.currentHistoryToken()
+        if let since, since > current {
+            // A token this store never issued, as `run()` meets it on a reconnect (TokenAhead).
+            logger.error("squasherd's store is behind the token to resume from (restored from a backup?); following its feed from its current token", metadata: ["since": "\(since)", "token": "\(current)"])
+        }
+        state = Mutex(State(token: since.map { min($0, current) } ?? current))
         let registrar = Registrar()
         store.registrationSink.withLock { sink in
             sink = { [weak registrar] added, removed in registrar?.subscriber?.queue(added: added, removed: removed) }

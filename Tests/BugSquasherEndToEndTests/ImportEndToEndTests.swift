@@ -31,7 +31,9 @@ struct ImportEndToEndTests {
         for (call, said) in [(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","offset":-5}}"#, "offset must not be negative"),
                              (#"{"method":"io.bugsquasher.Changes.History","parameters":{"after":0,"limit":0}}"#, #""parameter":"limit""#),
                              (#"{"method":"io.bugsquasher.Jobs.List","parameters":{"limit":-1}}"#, #""parameter":"limit""#),
-                             (#"{"method":"io.bugsquasher.Jobs.Rejects","parameters":{"job":"x","limit":0}}"#, #""parameter":"limit""#)] {
+                             (#"{"method":"io.bugsquasher.Jobs.Rejects","parameters":{"job":"x","limit":0}}"#, #""parameter":"limit""#),
+                             // A token the store never issued is said, as Subscribe says it.
+                             (#"{"method":"io.bugsquasher.Changes.History","parameters":{"after":99999999}}"#, "io.bugsquasher.Changes.TokenAhead")] {
             let answer = try RawSocket.exchange(harness.readSocket, varlinkCall(call))
             #expect(answer.contains(said), "\(call): \(answer)")
         }

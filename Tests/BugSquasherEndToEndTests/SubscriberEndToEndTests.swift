@@ -221,12 +221,17 @@ struct SubscriberEndToEndTests {
             #expect(project.isFault)
             return (bug.objectID, project.objectID)
         }
-        // Versions come one per registered ID; anything else is refused.
-        let mismatched = SubscribeParameters(registeredOnly: true, register: [bugID.uriString, projectID.uriString], versions: [1])
-        let refusal = #expect(throws: VarlinkError.self) {
-            try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", mismatched) { _ in false }
+        // Versions come one per registered ID, none below 0; anything else is refused.
+        for wrong in [
+            SubscribeParameters(registeredOnly: true, register: [bugID.uriString, projectID.uriString], versions: [1]),
+            SubscribeParameters(registeredOnly: true, register: [bugID.uriString], versions: [-1]),
+            SubscribeParameters(registeredOnly: true, versions: [1]),
+        ] {
+            let refusal = #expect(throws: VarlinkError.self) {
+                try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Changes.Subscribe", wrong) { _ in false }
+            }
+            #expect(refusal?.name == "org.varlink.service.InvalidParameter" && refusal?.parameters["parameter"] == .string("versions"), "\(String(describing: refusal))")
         }
-        #expect(refusal?.name == "org.varlink.service.InvalidParameter" && refusal?.parameters["parameter"] == .string("versions"), "\(String(describing: refusal))")
         let feed = Task { try await subscriber.run() }
         defer { feed.cancel() }
         var refreshes = subscriber.refreshes.makeAsyncIterator()
@@ -469,6 +474,13 @@ struct SubscriberEndToEndTests {
         let subscribe = try harness.startCtl("squasherctl subscribe", ["subscribe", "REP-1", "--json"])
         _ = try await subscribe.waitForLine { $0.contains(#""event":"ready""#) }
         _ = try await watch.waitForLine { $0.hasPrefix("subscribed at token") }
+        // A token the store never issued: said, and followed from the store's own.
+        let ahead = try harness.startCtl("squasherctl subscribe --since", ["subscribe", "REP-1", "--json", "--since", "99999999"])
+        let ready = try await ahead.waitForLine { $0.contains(#""event":"ready""#) }.line
+        #expect(!ready.contains("99999999"), "\(ready)")
+        try await ahead.waitForErrorOutput(containing: "behind the token to resume from")
+        ahead.signal(SIGTERM)
+        #expect(try await ahead.waitForExit() == 0)
         #expect(try await harness.stop() == 0)
         // Another store on the same sockets, with a bug of the same key and more saves than
         // the first had.

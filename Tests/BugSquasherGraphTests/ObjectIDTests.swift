@@ -14,7 +14,8 @@ struct ObjectIDTests {
         #expect(temporary.primaryKey == nil)
         #expect(ObjectID(uri: temporary.uriString) == temporary)
         #expect(ObjectID.temporary(entity: "Comment") != temporary)
-        for bad in ["", "http://x/Bug/p1", "x-bugsquasher://S/Bug/q1", "x-bugsquasher://S/Bug/p", "x-bugsquasher://S/p1", "x-bugsquasher://temporary/Bug/p1", "x-bugsquasher://S/Bug/t1"] {
+        for bad in ["", "http://x/Bug/p1", "x-bugsquasher://S/Bug/q1", "x-bugsquasher://S/Bug/p", "x-bugsquasher://S/p1", "x-bugsquasher://temporary/Bug/p1", "x-bugsquasher://S/Bug/t1",
+                    "x-bugsquasher://S/Bug/p0", "x-bugsquasher://S/Bug/p-1", "x-bugsquasher://S/Bug/p01", "x-bugsquasher://S/Bug/p+1", "x-bugsquasher://S/Bug/p1 "] {
             #expect(ObjectID(uri: bad) == nil, "\(bad)")
         }
         let json = try JSONEncoder().encode([id])

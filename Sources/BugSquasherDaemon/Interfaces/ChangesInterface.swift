@@ -60,7 +60,13 @@ struct ChangesInterface: VarlinkInterface {
             if let cut = saves.firstIndex(where: { objects += $0.inserted.count + $0.updated.count + $0.deleted.count; return objects >= Self.historyObjectCap }) {
                 saves.removeSubrange((cut + 1)...)
             }
-            try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: try stack.store.currentHistoryToken().rawValue))
+            let token = try stack.store.currentHistoryToken()
+            // As for Subscribe: a token the store never issued (a client of a store restored
+            // from an older backup) is said, not answered with an empty page.
+            if saves.isEmpty, parameters.after > token.rawValue {
+                throw VarlinkError("io.bugsquasher.Changes.TokenAhead", ["since": .int(parameters.after), "token": .int(token.rawValue)])
+            }
+            try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
@@ -94,9 +100,10 @@ struct ChangesInterface: VarlinkInterface {
         }
     }
 
-    /// The IDs of a registration, checked against the versions sent with them (one per ID).
+    /// The IDs of a registration, checked against the versions sent with them (one per ID, 0
+    /// for a fault or a version a save gave).
     private func registrations(_ uris: [String], versions: [Int64]?) throws -> [ObjectID] {
-        if let versions, versions.count != uris.count { throw VarlinkError.invalidParameter("versions") }
+        if let versions, versions.count != uris.count || versions.contains(where: { $0 < 0 }) { throw VarlinkError.invalidParameter("versions") }
         return try parse(uris)
     }
 
@@ -148,6 +155,8 @@ struct ChangesInterface: VarlinkInterface {
             insertWatch: try insertWatch(parameters), startToken: since ?? .zero
         )
         var initialIDs: [ObjectID] = []
+        // Versions without the IDs they go with are a client's mistake, not nothing to register.
+        if parameters.register == nil, parameters.versions != nil { throw VarlinkError.invalidParameter("versions") }
         if let initial = parameters.register {
             initialIDs = try registrations(initial, versions: parameters.versions)
             _ = try register(initialIDs, versions: parameters.versions, on: subscription)

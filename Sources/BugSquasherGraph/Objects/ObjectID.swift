@@ -59,13 +59,15 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
             : "\(Self.scheme)://\(storeIdentifier)/\(entityName)/p\(key)"
     }
 
-    /// Parses the URI form; `nil` when the string is not an object ID URI.
+    /// Parses the URI form; `nil` when the string is not an object ID URI as ``uriString``
+    /// writes it: the number is 1 or more, in decimal digits without a sign or leading zeros, so
+    /// that one object has one URI (`p01` and `p+1` are not `p1`).
     public init?(uri: String) {
         let prefix = "\(Self.scheme)://"
         guard uri.hasPrefix(prefix) else { return nil }
         let parts = uri.dropFirst(prefix.count).split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty, let tag = parts[2].first,
-              let number = Int64(parts[2].dropFirst())
+              let number = Int64(parts[2].dropFirst()), number > 0, String(number) == parts[2].dropFirst()
         else { return nil }
         switch tag {
         case "p" where parts[0] != Self.temporaryStore:
