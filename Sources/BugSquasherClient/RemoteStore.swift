@@ -95,7 +95,7 @@ public final class RemoteStore: IncrementalStore {
     }
 
     public func loadMetadata(for model: ManagedObjectModel) throws -> StoreMetadata {
-        let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
+        let info = try storeInfo()
         guard info.modelVersionHash == model.versionHash else {
             throw GraphError(.incompatibleModel, "squasherd at \(socketPath) serves model \(info.modelVersionHash), this program has \(model.versionHash); update one of them.")
         }
@@ -280,14 +280,17 @@ public final class RemoteStore: IncrementalStore {
     public var tokenAtLoad: HistoryToken? { state.withLock { $0.loadedToken } }
 
     public func currentHistoryToken() throws -> HistoryToken {
-        let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
-        return HistoryToken(rawValue: info.token)
+        HistoryToken(rawValue: try storeInfo().token)
     }
 
     /// The identifier of the store squasherd serves now: another than the one loaded when
     /// squasherd was restarted on another store (or the store was recreated).
     func servedStoreIdentifier() throws -> String {
-        let info: StoreInfo = try call("io.bugsquasher.Store.Info", Empty())
-        return info.storeIdentifier
+        try storeInfo().storeIdentifier
+    }
+
+    /// What `Store.Info` says of the store squasherd serves now.
+    private func storeInfo() throws -> StoreInfo {
+        try call("io.bugsquasher.Store.Info", Empty())
     }
 }

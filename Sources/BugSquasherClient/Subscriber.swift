@@ -156,8 +156,8 @@ public final class Subscriber: Sendable {
             } catch is CancellationError {
                 break
             } catch let error as StoreReplaced {
-                // Nothing held means anything in the other store: not retried.
-                logger.error("\(error)")
+                // Nothing held means anything in the other store: not retried, but thrown to
+                // the caller, who says so.
                 refreshContinuation.finish()
                 throw error
             } catch let error as VarlinkError where error.name == "io.bugsquasher.Changes.TokenAhead" {

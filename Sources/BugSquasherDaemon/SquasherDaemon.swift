@@ -120,7 +120,7 @@ public struct SquasherDaemon: Sendable {
         let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits, readers: readers)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
-        let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), writers: writers)
+        let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
         let service = VarlinkService(
             vendor: "BugSquasher", product: "squasherd", version: "0.1.0", url: "https://github.com/bugsquasher/bugsquasher",
             interfaces: [changes, store, jobs, imports]
@@ -133,9 +133,9 @@ public struct SquasherDaemon: Sendable {
         // Limits both sockets share: connections, and bytes of messages still arriving.
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
         let incomingBudget = IncomingMessageBudget(limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
-        // The write socket's connections are served on the write threads, where their edits
-        // save: an edit then reaches the store without a hop from the cooperative pool to them,
-        // and an upload's spooling does not block that pool either.
+        // The write socket's connections are served on the write threads, and so are its edits
+        // and deletes: an edit reaches the store without a hop from the cooperative pool, and
+        // neither edits waiting for the writer nor an upload's spooling block that pool.
         let servers = [("read", readAddress, false, nil), ("write", writeAddress, true, writers)].map { name, address, mayWrite, executor in
             VarlinkServer(
                 name: name, address: address, mayWrite: mayWrite, service: service, maximumMessageSize: configuration.maximumMessageSize,

@@ -36,8 +36,8 @@ struct WatchCommand: AsyncParsableCommand {
     func validate() throws { try validateToken(since) }
 
     func run() async throws {
-        let (path, since, json, values, verbose) = (sockets.read.path, since, json, values, verbose)
-        let endpoint = sockets.read
+        let (endpoint, since, json, values, verbose) = (sockets.read, since, json, values, verbose)
+        let path = endpoint.path
         // A daemon that takes the connection and never answers (stopped, wedged, or another
         // program on the path) ends the command after --timeout, as it ends every other one.
         let firstReply = FirstReplyDeadline(path: path, limit: sockets.read.timeout)
@@ -48,20 +48,10 @@ struct WatchCommand: AsyncParsableCommand {
             // The store followed: a squasherd back on another one has tokens of its own.
             var followed: String?
             while true {
-                if let followed {
-                    guard let served = try? endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self).storeIdentifier else {
-                        // Not back yet.
-                        if Task.isCancelled { return }
-                        try await Task.sleep(for: .milliseconds(200))
-                        continue
-                    }
-                    guard served == followed else {
-                        printError("squasherctl: squasherd now serves another store (\(served)) than the one this watch followed (\(followed)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history).")
-                        throw Exit.failed
-                    }
-                }
                 do {
-                    if followed == nil { followed = try endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self).storeIdentifier }
+                    let served = try endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self).storeIdentifier
+                    if let followed, served != followed { throw StoreReplaced(held: followed, served: served) }
+                    followed = served
                     try await VarlinkStream.call(path: path, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: position, includeValues: values)) { replies in
                         for try await (event, _) in replies.decoding(SubscribeReply.self) {
                             switch event.event {
@@ -83,6 +73,9 @@ struct WatchCommand: AsyncParsableCommand {
                             try Self.print(event, json: json, verbose: verbose)
                         }
                     }
+                } catch let error as StoreReplaced {
+                    printError("squasherctl: squasherd now serves another store (\(error.served)) than the one this watch followed (\(error.held)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history).")
+                    throw Exit.failed
                 } catch let error as VarlinkError {
                     // Refused (a token ahead of the store, say): said plainly, exit 2.
                     throw refused(error)
@@ -201,12 +194,13 @@ struct SubscribeCommand: AsyncParsableCommand {
         let initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others, and \(missing.count == 1 ? "it" : "those") once created") }
-        emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
         do {
             // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
             // isolation only, where each event is handled as it is merged.
             let held = Mutex((missing: missing, keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })))
             try await untilSignal {
+                // Said once SIGTERM is trapped: a stop right after "ready" still ends with stats.
+                emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
                 try await subscriber.run { context, refresh in
                     let bugs = refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
                     // A held bug that is deleted is waited for again under its key.
@@ -236,7 +230,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             }
         } catch is CancellationError {
         } catch let error as StoreReplaced {
-            printError("squasherctl: \(error.description.replacingOccurrences(of: "start the subscriber again", with: "run squasherctl subscribe again"))")
+            printError("squasherctl: squasherd now serves another store (\(error.served)) than the one these bugs were held in (\(error.held)); run squasherctl subscribe again to hold them there.")
             throw Exit.failed
         }
         let stats = subscriber.store.statistics

@@ -63,7 +63,7 @@ struct ChangesInterface: VarlinkInterface {
             let token = try stack.store.currentHistoryToken()
             // As for Subscribe: a token the store never issued (a client of a store restored
             // from an older backup) is said, not answered with an empty page.
-            if saves.isEmpty, parameters.after > token.rawValue {
+            if parameters.after > token.rawValue {
                 throw VarlinkError("io.bugsquasher.Changes.TokenAhead", ["since": .int(parameters.after), "token": .int(token.rawValue)])
             }
             try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))

@@ -8,7 +8,9 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only.
+/// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only,
+/// whose connections run on the write threads (``ThreadExecutor/writers()``): its edits and
+/// deletes save there, beside import chunks.
 struct ImportInterface: VarlinkInterface {
     let name = InterfaceName.importing
     let writes = true
@@ -16,8 +18,6 @@ struct ImportInterface: VarlinkInterface {
     let runner: ImportRunner
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
-    /// Where edits are saved, beside import chunks (see ``ThreadExecutor/writers()``).
-    let writers: ThreadExecutor
 
     private struct IDParameter: Decodable { var id: String }
     private struct TokenReply: Encodable { var token: Int64 }
@@ -106,17 +106,14 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)
-            let reply = try await withTaskExecutorPreference(writers) { try await update(parameters.id, values: parameters.values) }
-            try await replier.reply(reply)
+            try await replier.reply(try await update(parameters.id, values: parameters.values))
         case "Delete":
             let id = try editableObjectID(try call.parameters(IDParameter.self).id)
             let editor = newEditor("varlink-delete")
-            let didSave = try await withTaskExecutorPreference(writers) {
-                try await mapGraphErrors {
-                    try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
-                }
-                return try await mapGraphErrors { try await editor.save() }
+            try await mapGraphErrors {
+                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
             }
+            let didSave = try await mapGraphErrors { try await editor.save() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
         default:
             throw VarlinkError.methodNotFound(call.method)
