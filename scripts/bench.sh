@@ -41,7 +41,7 @@ while (($#)); do
             (($# >= 2)) || usage
             # Sections a and e update 1,000 seeded bugs, and section b needs a round.
             minimum=$([[ $1 == --rounds ]] && echo 1 || echo 1000)
-            [[ $2 =~ ^[0-9]+$ ]] && (($2 >= minimum && $2 <= 100000000)) || {
+            [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] && (($2 >= minimum && $2 <= 100000000)) || {
                 echo "scripts/bench.sh: $1 takes a whole number from $minimum to 100000000, not '$2'" >&2; usage; }
             args+=("$1" "$2"); shift ;;
         --skip-postgres) skip_postgres=1 ;;

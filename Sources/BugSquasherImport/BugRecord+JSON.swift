@@ -6,10 +6,11 @@ extension BugRecord {
     /// Decodes a record from its JSON form — what `JSONEncoder` writes for a `BugRecord` with
     /// ISO 8601 dates, and the `bugsquasher-ndjson` import format — straight from the bytes.
     ///
-    /// `key` and `project` are required; `comments` defaults to empty; unknown fields are
-    /// skipped. Any other field left out is one the record does not carry (``absent``): an
-    /// existing bug keeps its value, and a new bug gets its key as title, `Unknown` as status,
-    /// and nothing for the rest.
+    /// `key` and `project` are required; `comments` defaults to empty. Any other field left out
+    /// is one the record does not carry (``absent``): an existing bug keeps its value, and a new
+    /// bug gets its key as title, `Unknown` as status, and nothing for the rest. A field the
+    /// format does not have (a misspelled `titel` would otherwise leave the title as it was), a
+    /// field given twice, and a blank `title` or `status` are refused.
     ///
     /// - Throws: ``ImportError`` with code `invalidJSON` or `invalidRecord` naming the field.
     public init(json bytes: UnsafeBufferPointer<UInt8>) throws {
@@ -24,7 +25,7 @@ extension BugRecord {
 
     /// Reads one record object at the reader's position.
     package static func read(from reader: inout JSONReader) throws -> BugRecord {
-        var key: String?, title: String?, status: String?, project: ProjectRecord?
+        var key: String?, title: String?, status: String?, project: ProjectRecord?, hasComments = false
         var record = BugRecord(key: "", title: "", status: "", project: ProjectRecord(key: ""))
         // Fields are walked without a closure: a struct a closure captures is copied out at the
         // end, retaining and releasing every string of the record.
@@ -34,29 +35,31 @@ extension BugRecord {
         while let field = try reader.nextKey(&fields) {
             do {
                 switch field {
-                case "key": key = try reader.string()
-                case "jiraID": record.jiraID = reader.null() ? nil : try reader.stringOrNumber(); record.absent.remove(.jiraID)
-                case "title": title = try reader.string(); record.absent.remove(.title)
-                case "details": record.details = try reader.optionalString(); record.absent.remove(.details)
-                case "status": status = try reader.string(); record.absent.remove(.status)
-                case "resolution": record.resolution = try reader.optionalString(); record.absent.remove(.resolution)
-                case "priority": record.priority = try reader.optionalString(); record.absent.remove(.priority)
-                case "type": record.type = try reader.optionalString(); record.absent.remove(.type)
-                case "labels": record.labels = reader.null() ? [] : try reader.strings(); record.absent.remove(.labels)
-                case "created": record.created = try date(&reader); record.absent.remove(.created)
-                case "updated": record.updated = try date(&reader); record.absent.remove(.updated)
-                case "resolved": record.resolved = try date(&reader); record.absent.remove(.resolved)
-                case "project": project = try ProjectRecord.read(from: &reader)
-                case "components": record.components = reader.null() ? [] : try reader.strings(); record.absent.remove(.components)
-                case "reporter": record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader); record.absent.remove(.reporter)
-                case "assignee": record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader); record.absent.remove(.assignee)
+                case "key": try once(key == nil, field); key = try reader.string()
+                case "jiraID": try record.take(.jiraID, field); record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
+                case "title": try record.take(.title, field); title = try reader.string()
+                case "details": try record.take(.details, field); record.details = try reader.optionalString()
+                case "status": try record.take(.status, field); status = try reader.string()
+                case "resolution": try record.take(.resolution, field); record.resolution = try reader.optionalString()
+                case "priority": try record.take(.priority, field); record.priority = try reader.optionalString()
+                case "type": try record.take(.type, field); record.type = try reader.optionalString()
+                case "labels": try record.take(.labels, field); record.labels = reader.null() ? [] : try reader.strings()
+                case "created": try record.take(.created, field); record.created = try date(&reader)
+                case "updated": try record.take(.updated, field); record.updated = try date(&reader)
+                case "resolved": try record.take(.resolved, field); record.resolved = try date(&reader)
+                case "project": try once(project == nil, field); project = try ProjectRecord.read(from: &reader)
+                case "components": try record.take(.components, field); record.components = reader.null() ? [] : try reader.strings()
+                case "reporter": try record.take(.reporter, field); record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case "assignee": try record.take(.assignee, field); record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
                 case "comments":
+                    try once(!hasComments, field)
+                    hasComments = true
                     var comments: [CommentRecord] = []
                     if !reader.null() {
                         try reader.array { comments.append(try CommentRecord.read(from: &$0)) }
                     }
                     record.comments = comments
-                default: try reader.skip()
+                default: try reader.skip(); throw unknownField(field, of: "a bug record", known: fieldNames)
                 }
             } catch let failure as JSONReader.Failure {
                 throw fieldError(field, failure)
@@ -65,10 +68,28 @@ extension BugRecord {
         guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
         guard let project else { throw ImportError(.invalidRecord, "missing field 'project'") }
         record.key = key
-        record.title = title ?? key
-        record.status = status ?? "Unknown"
+        record.title = try title.map { try notBlank($0, "title", leftOut: "keeps the bug's title (a new bug takes its key)") } ?? key
+        record.status = try status.map { try notBlank($0, "status", leftOut: "keeps the bug's status (a new bug gets Unknown)") } ?? "Unknown"
         record.project = project
         return record
+    }
+
+    /// The fields of a record, in the order ``encode(to:)`` writes them.
+    static let fieldNames = ["key", "jiraID", "title", "details", "status", "resolution", "priority", "type", "labels",
+                             "created", "updated", "resolved", "project", "components", "reporter", "assignee", "comments"]
+
+    /// Marks `field` as read, refusing it when the record carried it already.
+    private mutating func take(_ field: Fields, _ name: String) throws {
+        try once(absent.contains(field), name)
+        absent.remove(field)
+    }
+
+    /// `text`, refused when it is empty or only whitespace: a record that carries `field` sets it.
+    private static func notBlank(_ text: String, _ field: String, leftOut: String) throws -> String {
+        guard text.contains(where: { !$0.isWhitespace }) else {
+            throw ImportError(.invalidRecord, "field '\(field)' is blank; give it a value, or leave the field out, which \(leftOut).")
+        }
+        return text
     }
 
     /// A syntax or type error in `field`, naming it.
@@ -86,15 +107,48 @@ extension BugRecord {
     }
 }
 
+/// Refuses a field an object carries a second time (`first` is false then): JSON leaves the
+/// meaning of a repeated name open, and silently taking one of the values could lose the other.
+private func once(_ first: Bool, _ field: String) throws {
+    guard first else {
+        throw ImportError(.invalidRecord, "field '\(field)' appears twice in one object; keep the one value meant.")
+    }
+}
+
+/// A field `object` does not have, with the name meant when it is a near miss (`titel`). The
+/// caller skips the field's value first, so that broken JSON is reported as such.
+private func unknownField(_ field: String, of object: String, known: [String]) -> ImportError {
+    let guess = known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }
+    let hint = guess.map { " (did you mean '\($0)'?)" } ?? ""
+    return ImportError(.invalidRecord, "\(object) has no field '\(field)'\(hint); its fields are \(known.joined(separator: ", ")).")
+}
+
+/// The edit distance between two short strings: the fewest characters to insert, delete or
+/// replace, or neighbours to swap, to turn one into the other (`titel` is 1 from `title`).
+private func distance(_ a: String, _ b: String) -> Int {
+    let a = Array(a), b = Array(b)
+    // d[i][j]: the distance between the first i characters of a and the first j of b.
+    var d = (0...a.count).map { i in (0...b.count).map { j in i == 0 ? j : (j == 0 ? i : 0) } }
+    for i in a.indices {
+        for j in b.indices {
+            d[i + 1][j + 1] = min(d[i][j + 1] + 1, d[i + 1][j] + 1, d[i][j] + (a[i] == b[j] ? 0 : 1))
+            if i > 0, j > 0, a[i] == b[j - 1], a[i - 1] == b[j] {
+                d[i + 1][j + 1] = min(d[i + 1][j + 1], d[i - 1][j - 1] + 1)
+            }
+        }
+    }
+    return d[a.count][b.count]
+}
+
 extension ProjectRecord {
     /// Reads `{"key": …, "name": …}`.
     package static func read(from reader: inout JSONReader) throws -> ProjectRecord {
-        var key: String?, name: String?
+        var key: String?, name: String?, hasName = false
         try reader.object { reader, field in
             switch field {
-            case "key": key = try reader.string()
-            case "name": name = try reader.optionalString()
-            default: try reader.skip()
+            case "key": try once(key == nil, "project.key"); key = try reader.string()
+            case "name": try once(!hasName, "project.name"); hasName = true; name = try reader.optionalString()
+            default: try reader.skip(); throw unknownField(field, of: "a project", known: ["key", "name"])
             }
         }
         guard let key else { throw ImportError(.invalidRecord, "missing field 'project.key'") }
@@ -105,12 +159,12 @@ extension ProjectRecord {
 extension PersonRecord {
     /// Reads `{"name": …, "displayName": …}`.
     package static func read(from reader: inout JSONReader) throws -> PersonRecord {
-        var name: String?, displayName: String?
+        var name: String?, displayName: String?, hasDisplayName = false
         try reader.object { reader, field in
             switch field {
-            case "name": name = try reader.string()
-            case "displayName": displayName = try reader.optionalString()
-            default: try reader.skip()
+            case "name": try once(name == nil, "name"); name = try reader.string()
+            case "displayName": try once(!hasDisplayName, "displayName"); hasDisplayName = true; displayName = try reader.optionalString()
+            default: try reader.skip(); throw unknownField(field, of: "a person", known: ["name", "displayName"])
             }
         }
         guard let name else { throw ImportError(.invalidRecord, "missing field 'name' of a person") }
@@ -122,14 +176,16 @@ extension CommentRecord {
     /// Reads `{"jiraID": …, "body": …, "author": …, "created": …, "updated": …}`.
     package static func read(from reader: inout JSONReader) throws -> CommentRecord {
         var jiraID: String?, body: String?, author: PersonRecord?, created: Date?, updated: Date?
+        var seen = Set<String>()
         try reader.object { reader, field in
+            try once(seen.insert(field).inserted, "comments[].\(field)")
             switch field {
             case "jiraID": jiraID = try reader.stringOrNumber()
             case "body": body = try reader.string()
             case "author": author = reader.null() ? nil : try PersonRecord.read(from: &reader)
             case "created": created = try BugRecord.date(&reader)
             case "updated": updated = try BugRecord.date(&reader)
-            default: try reader.skip()
+            default: try reader.skip(); throw unknownField(field, of: "a comment", known: ["jiraID", "body", "author", "created", "updated"])
             }
         }
         guard let jiraID, let body else { throw ImportError(.invalidRecord, "a comment needs 'jiraID' and 'body'") }

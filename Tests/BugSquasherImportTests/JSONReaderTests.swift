@@ -26,10 +26,10 @@ struct JSONReaderTests {
         #expect(decoded == record)
     }
 
-    @Test("escapes, surrogate pairs, numbers as IDs, nulls, unknown fields and optional arrays")
+    @Test("escapes, surrogate pairs, numbers as IDs, nulls and optional arrays")
     func lenientWhereSafe() throws {
         let record = try decode(#"""
-            { "key" : "K-1", "jiraID": 123, "title": "a\u00e9\ud83d\udc1e\/", "status": "Open", "extra": {"deep": [1, 2.5e3, true, false, null]},
+            { "key" : "K-1", "jiraID": 123, "title": "a\u00e9\ud83d\udc1e\/", "status": "Open",
               "project": {"key": "K"}, "details": null, "labels": null }
             """#)
         #expect(record.title == "aé🐞/")
@@ -52,6 +52,30 @@ struct JSONReaderTests {
         (#"{"key":"K-\u12"}"#, "invalid \\u escape"),
     ])
     func errors(input: String, expected: String) {
+        #expect {
+            try decode(input)
+        } throws: { error in
+            "\(error)".contains(expected)
+        }
+    }
+
+    @Test("a field the format does not have, a field given twice, and a blank title or status are refused", arguments: [
+        (#"{"key":"K-1","titel":"t","project":{"key":"K"}}"#, "a bug record has no field 'titel' (did you mean 'title'?); its fields are key, jiraID, title,"),
+        (#"{"key":"K-1","Status":"Open","project":{"key":"K"}}"#, "no field 'Status' (did you mean 'status'?)"),
+        (#"{"key":"K-1","extra":{"deep":[1,2.5e3,true]},"project":{"key":"K"}}"#, "a bug record has no field 'extra'; its fields are"),
+        (#"{"key":"K-1","project":{"key":"K","nmae":"x"}}"#, "a project has no field 'nmae' (did you mean 'name'?)"),
+        (#"{"key":"K-1","project":{"key":"K"},"reporter":{"name":"u","display":"U"}}"#, "a person has no field 'display'"),
+        (#"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","auther":null}]}"#, "(did you mean 'author'?)"),
+        (#"{"key":"K-1","title":"a","title":"b","project":{"key":"K"}}"#, "field 'title' appears twice"),
+        (#"{"key":"K-1","key":"K-2","project":{"key":"K"}}"#, "field 'key' appears twice"),
+        (#"{"key":"K-1","project":{"key":"K"},"project":{"key":"L"}}"#, "field 'project' appears twice"),
+        (#"{"key":"K-1","project":{"key":"K"},"comments":[],"comments":[]}"#, "field 'comments' appears twice"),
+        (#"{"key":"K-1","project":{"key":"K","name":null,"name":"P"}}"#, "field 'project.name' appears twice"),
+        (#"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","body":"c"}]}"#, "field 'comments[].body' appears twice"),
+        (#"{"key":"K-1","title":"  ","project":{"key":"K"}}"#, "field 'title' is blank; give it a value, or leave the field out"),
+        (#"{"key":"K-1","status":"","project":{"key":"K"}}"#, "field 'status' is blank"),
+    ])
+    func strictFields(input: String, expected: String) {
         #expect {
             try decode(input)
         } throws: { error in
