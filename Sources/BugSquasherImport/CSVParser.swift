@@ -1,5 +1,6 @@
 /// A streaming RFC 4180 CSV parser: feed it bytes in any slices, get complete records back with
-/// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines. Lines
+/// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines; text
+/// after a field's closing quote (`"x"y`) makes the record ``Record/malformed(line:field:)``. Lines
 /// end with `\n`, `\r\n`, or a lone `\r` (classic Mac OS, Excel's "CSV (Macintosh)"). Memory
 /// holds one record at a time; a record longer than `maximumRecordBytes` is reported as
 /// oversized instead of being kept.
@@ -13,6 +14,10 @@ public struct CSVParser: Sendable {
         /// The input ended inside a quoted field that the record starting on `line` opened:
         /// every line after it was read into that field.
         case unterminated(line: Int)
+        /// A record that started on `line` whose quoted field `field` (1-based) is followed by
+        /// text before the next comma or line end (`"x"y`): its quoting is broken, so which
+        /// text belongs to which field is a guess.
+        case malformed(line: Int, field: Int)
     }
 
     /// The longest record kept, in bytes.
@@ -25,6 +30,10 @@ public struct CSVParser: Sendable {
     private var line = 1
     private var recordLine = 1
     private var oversized = false
+    /// The 1-based field of this record with text after its closing quote, if any.
+    private var malformedField: Int?
+    /// The current field's closing quote was just read: only a comma or a line end may follow.
+    private var afterClosingQuote = false
     private var atRecordStart = true
     /// The last byte was a `\r` that ended a line: a `\n` right after it ends nothing more.
     private var afterCarriageReturn = false
@@ -54,6 +63,7 @@ public struct CSVParser: Sendable {
                         continue
                     }
                     inQuotes = false
+                    afterClosingQuote = true
                     // Fall through: the byte after a closing quote is read unquoted.
                 } else if byte == UInt8(ascii: "\"") {
                     quoteInQuotes = true
@@ -62,6 +72,12 @@ public struct CSVParser: Sendable {
                     if byte == UInt8(ascii: "\n") { line += 1 }
                     append(byte)
                     continue
+                }
+            }
+            if afterClosingQuote {
+                afterClosingQuote = false
+                if byte != UInt8(ascii: ","), byte != UInt8(ascii: "\n"), byte != UInt8(ascii: "\r") {
+                    malformedField = malformedField ?? fields.count + 1
                 }
             }
             switch byte {
@@ -87,6 +103,7 @@ public struct CSVParser: Sendable {
     /// ``Record/unterminated(line:)`` when it ended inside a quoted field.
     public mutating func finish() -> [Record] {
         if quoteInQuotes { inQuotes = false; quoteInQuotes = false }
+        afterClosingQuote = false
         if inQuotes { return [.unterminated(line: recordLine)] }
         guard !atRecordStart || !field.isEmpty || !fields.isEmpty else { return [] }
         return endRecord().map { [$0] } ?? []
@@ -107,9 +124,11 @@ public struct CSVParser: Sendable {
             fields.removeAll(keepingCapacity: true)
             recordBytes = 0
             oversized = false
+            malformedField = nil
             atRecordStart = true
         }
         if oversized { return .oversized(line: recordLine) }
+        if let malformedField { return .malformed(line: recordLine, field: malformedField) }
         if fields.count == 1 && fields[0].isEmpty { return nil }
         return .fields(fields, line: recordLine)
     }

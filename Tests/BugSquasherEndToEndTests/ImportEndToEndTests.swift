@@ -81,13 +81,17 @@ struct ImportEndToEndTests {
             Second,CSV-2,Task,Closed,Low,CSV,,,not a date,
             "Multi
             line",CSV-3,Bug,Open,,CSV,Tooling,,2012-01-31 10:00,
+            "Broken "quote" here",CSV-4,Bug,Open,,CSV,,,,
 
             """
         try jiraCSV.write(toFile: dir + "/d.csv", atomically: true, encoding: .utf8)
         let csvResult = try await harness.ctl(["import", dir + "/d.csv", "--wait"])
-        #expect(summary(csvResult).contains("3 read, 2 imported, 1 rejected"), "\(csvResult)")
+        #expect(summary(csvResult).contains("4 read, 2 imported, 2 rejected"), "\(csvResult)")
         let csvJob = String(summary(csvResult).split(separator: " ")[1])
-        #expect(try await harness.ctl(["jobs", csvJob, "--rejects"]).first?.hasPrefix("line 3:") == true)
+        let csvRejects = try await harness.ctl(["jobs", csvJob, "--rejects"])
+        #expect(csvRejects.first?.hasPrefix("line 3:") == true)
+        #expect(csvRejects.last?.hasPrefix("line 6: field 1 has text after its closing quote") == true, "\(csvRejects)")
+        #expect(try await harness.ctlError(["get", "CSV-4"], expectStatus: 3).contains("no bug with key CSV-4"), "a row with broken quoting is not guessed at")
         let csv1 = try await harness.ctl(["get", "CSV-1"]).joined(separator: "\n")
         #expect(csv1.contains("title: Crash, on launch"))
         #expect(try await harness.ctl(["get", "CSV-3"]).joined(separator: "\n").contains(#"title: Multi\nline"#), "a newline in a value is shown escaped, on one line")
@@ -111,6 +115,12 @@ struct ImportEndToEndTests {
             .write(toFile: dir + "/g.ndjson", atomically: true, encoding: .utf8)
         let brokenFirst = try await harness.ctl(["import", dir + "/g.ndjson", "--wait"])
         #expect(summary(brokenFirst).contains("2 read, 1 imported, 1 rejected"), "\(brokenFirst)")
+        // A misspelled field is a reject that names the field meant, not a record imported without it.
+        try (#"{"key":"NB-1","titel":"renamed","project":{"key":"NB"}}"# + "\n").write(toFile: dir + "/m.ndjson", atomically: true, encoding: .utf8)
+        let misspelled = try await harness.ctl(["import", dir + "/m.ndjson", "--format", "bugsquasher-ndjson", "--wait"])
+        #expect(summary(misspelled).contains("1 read, 0 imported, 1 rejected"), "\(misspelled)")
+        let misspelledRejects = try await harness.ctl(["jobs", String(summary(misspelled).split(separator: " ")[1]), "--rejects"])
+        #expect(misspelledRejects.first?.contains("line 1: a bug record has no field 'titel' (did you mean 'title'?)") == true, "\(misspelledRejects)")
         try ("{\"key\":\"NB-2\",\"fields\":{\"summ\n" + good("NB-3") + "\n" + good("NB-4") + "\n").write(toFile: dir + "/h.ndjson", atomically: true, encoding: .utf8)
         let truncatedFirst = try await harness.ctl(["import", dir + "/h.ndjson", "--wait"])
         #expect(summary(truncatedFirst).contains("3 read, 2 imported, 1 rejected"), "\(truncatedFirst)")

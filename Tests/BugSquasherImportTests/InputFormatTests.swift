@@ -32,6 +32,13 @@ struct InputFormatTests {
         #expect(split.feed(Array("a,b\r".utf8)) == [.fields(["a", "b"], line: 1)])
         #expect(split.feed(Array("\nc,d\r\n".utf8)) == [.fields(["c", "d"], line: 2)])
         #expect(split.finish() == [])
+        // Text after a closing quote breaks the quoting: the record is reported, with the field,
+        // and the next record parses as before; a closing quote at the end of the input is fine.
+        var broken = CSVParser()
+        #expect(broken.feed(Array("a,b,c\n1,\"x\"y,3\n\"p\"\"q\",\"r\" ,s\n4,5,6\n\"t\"".utf8)) == [
+            .fields(["a", "b", "c"], line: 1), .malformed(line: 2, field: 2), .malformed(line: 3, field: 2), .fields(["4", "5", "6"], line: 4),
+        ])
+        #expect(broken.finish() == [.fields(["t"], line: 5)])
     }
 
     @Test("CSV exports map to records by header; dates in the trackers' formats")
