@@ -157,13 +157,15 @@ public struct CSVBugMapper: Sendable {
     }
 
     private func bugzillaRecord(_ fields: [String], line: Int) throws -> BugRecord {
-        guard let id = value(fields, "bug_id", "bug id", "id") else {
+        guard let cell = value(fields, "bug_id", "bug id", "id") else {
             throw ImportError(.missingKey, "The row has no 'bug_id'.", inputLine: line)
         }
         // Bugzilla numbers bugs from 1. Digits only: "-5" or "+5" would make keys no Bugzilla
         // bug has ("BZ--5"), and a number of any length is still a key.
-        guard !id.isEmpty, id.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), id.contains(where: { $0 != "0" }) else {
-            throw ImportError(.invalidRecord, "Column 'bug_id' holds '\(id)', which is not a Bugzilla bug number (a positive whole number).", inputLine: line)
+        // Leading zeros are dropped: "007" is bug 7, the key BZ-7, as Bugzilla itself reads it.
+        let id = String(cell.drop { $0 == "0" })
+        guard !id.isEmpty, id.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            throw ImportError(.invalidRecord, "Column 'bug_id' holds '\(cell)', which is not a Bugzilla bug number (a positive whole number).", inputLine: line)
         }
         let product = value(fields, "product") ?? "BUGZILLA"
         let projectKey = String(product.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20))

@@ -65,7 +65,9 @@ struct InputFormatTests {
         #expect(bug.key == "BZ-42")
         #expect(bug.project.key == "FIREFOXOS")
         #expect(bug.updated == TrackerDate.parse("2011-04-15T02:23:39Z"))
-        for id in ["-5", "+5", "0", "4.2", ""] {
+        // Bugzilla reads 007 as bug 7: one bug, one key.
+        #expect(try bugzilla.record(["007", "Firefox OS", "Boom", ""], line: 3).key == "BZ-7")
+        for id in ["-5", "+5", "0", "000", "4.2", "", "0x7"] {
             #expect(throws: ImportError.self, "\(id)") { _ = try bugzilla.record([id, "Firefox OS", "Boom", "2011-04-15 02:23:39"], line: 3) }
         }
         #expect(try bugzilla.record(["99999999999999999999999", "Firefox OS", "Big", ""], line: 4).key == "BZ-99999999999999999999999")
