@@ -47,6 +47,9 @@ public struct JSONArraySplitter: Sendable {
     private var offset = 0
     /// A comma ended the last element, and no other has started yet.
     private var afterComma = false
+    /// The current element is an object or array that has closed: a comma or the array's end
+    /// comes next.
+    private var elementClosed = false
 
     /// Creates a splitter.
     public init(layout: Layout, maximumElementBytes: Int = 1 << 20) {
@@ -96,6 +99,7 @@ public struct JSONArraySplitter: Sendable {
             }
             switch byte {
             case UInt8(ascii: "\""):
+                try requireSeparator()
                 inString = true
                 if !collecting && depth == 1 { keyBuffer.removeAll(keepingCapacity: true) }
                 startElementIfNeeded()
@@ -108,6 +112,7 @@ public struct JSONArraySplitter: Sendable {
                     arrayDepth = depth
                     continue
                 }
+                try requireSeparator()
                 startElementIfNeeded()
                 depth += 1
                 if collecting { add(byte) }
@@ -126,6 +131,7 @@ public struct JSONArraySplitter: Sendable {
                 guard depth >= 0 else { throw Failure(description: "unbalanced brackets") }
                 ended = depth == 0
                 if collecting { add(byte) }
+                if collecting && depth == arrayDepth { elementClosed = true }
             case UInt8(ascii: ","):
                 if collecting && depth == arrayDepth {
                     // An element dropped between two commas would vanish without a reject.
@@ -136,6 +142,7 @@ public struct JSONArraySplitter: Sendable {
             case 0x20, 0x0A, 0x0D, 0x09:
                 if collecting && elementStarted { add(0x20) }
             default:
+                try requireSeparator()
                 startElementIfNeeded()
                 if collecting { add(byte) }
             }
@@ -166,6 +173,13 @@ public struct JSONArraySplitter: Sendable {
         elementLine = line
     }
 
+    /// Refuses a value that starts right after an element closed, without a comma between them:
+    /// read on, the two would be one element, rejected as one, and the count would be short.
+    private func requireSeparator() throws(Failure) {
+        guard collecting, depth == arrayDepth, elementClosed else { return }
+        throw Failure(description: "a comma is missing after element \(number) of the array, at byte \(offset)")
+    }
+
     private mutating func add(_ byte: UInt8) {
         guard elementStarted else { return }
         if element.count >= maximumElementBytes { oversized = true; return }
@@ -176,6 +190,7 @@ public struct JSONArraySplitter: Sendable {
         defer {
             element.removeAll(keepingCapacity: true)
             elementStarted = false
+            elementClosed = false
             oversized = false
         }
         guard elementStarted else { return nil }

@@ -99,6 +99,14 @@ struct InputFormatTests {
             var array = JSONArraySplitter(layout: .array)
             #expect(throws: JSONArraySplitter.Failure.self, "\(broken)") { _ = try array.feed(Array(broken.utf8)); try array.finish() }
         }
+        // A missing comma would make two issues one element, rejected as one: the input is refused.
+        for missing in [#"[{"a":1} {"b":2}]"#, #"[{"a":1}"b"]"#, #"[[1]\n[2]]"#, #"[{"a":1}\n{"b":2}]"#] {
+            var array = JSONArraySplitter(layout: .array)
+            let failure = #expect(throws: JSONArraySplitter.Failure.self, "\(missing)") { _ = try array.feed(Array(missing.utf8)) }
+            #expect(failure?.description.contains("a comma is missing after element 1 of the array") == true, "\(String(describing: failure))")
+        }
+        var separated = JSONArraySplitter(layout: .array)
+        #expect(try separated.feed(Array(#"[ {"a":[1,{"b":2}]} , [3] ,"x"]"#.utf8)).count == 3)
         var twice = JSONArraySplitter(layout: .searchResponse)
         #expect(throws: JSONArraySplitter.Failure.self) { _ = try twice.feed(Array(#"{"issues":[{"key":"A-1"}],"issues":[{"key":"A-2"}]}"#.utf8)) }
         var empty = JSONArraySplitter(layout: .array)
