@@ -118,9 +118,11 @@ private func once(_ first: Bool, _ field: String) throws {
 /// A field `object` does not have, with the name meant when it is a near miss (`titel`). The
 /// caller skips the field's value first, so that broken JSON is reported as such.
 private func unknownField(_ field: String, of object: String, known: [String]) -> ImportError {
-    let guess = known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }
+    // A name far longer than any field is no near miss, and is cut short in the message.
+    let guess = field.count > 32 ? nil : known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }
     let hint = guess.map { " (did you mean '\($0)'?)" } ?? ""
-    return ImportError(.invalidRecord, "\(object) has no field '\(field)'\(hint); its fields are \(known.joined(separator: ", ")).")
+    let shown = field.count > 64 ? field.prefix(64) + "…" : field
+    return ImportError(.invalidRecord, "\(object) has no field '\(shown)'\(hint); its fields are \(known.joined(separator: ", ")).")
 }
 
 /// The edit distance between two short strings: the fewest characters to insert, delete or

@@ -66,6 +66,7 @@ struct JSONReaderTests {
         (#"{"key":"K-1","project":{"key":"K","nmae":"x"}}"#, "a project has no field 'nmae' (did you mean 'name'?)"),
         (#"{"key":"K-1","project":{"key":"K"},"reporter":{"name":"u","display":"U"}}"#, "a person has no field 'display'"),
         (#"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","auther":null}]}"#, "(did you mean 'author'?)"),
+        (#"{"key":"K-1",""# + String(repeating: "x", count: 100_000) + #"":1,"project":{"key":"K"}}"#, "a bug record has no field '" + String(repeating: "x", count: 64) + "…'; its"),
         (#"{"key":"K-1","title":"a","title":"b","project":{"key":"K"}}"#, "field 'title' appears twice"),
         (#"{"key":"K-1","key":"K-2","project":{"key":"K"}}"#, "field 'key' appears twice"),
         (#"{"key":"K-1","project":{"key":"K"},"project":{"key":"L"}}"#, "field 'project' appears twice"),
