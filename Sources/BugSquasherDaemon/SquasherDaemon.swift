@@ -191,21 +191,30 @@ public struct SquasherDaemon: Sendable {
     /// The suffix of the copy squasherd writes of a store whose file was deleted while it ran.
     static let rescueSuffix = ".rescued-"
 
-    /// A store file missing beside the copy squasherd rescued when it was deleted: starting would
-    /// create an empty store in its place (and systemd restarts squasherd at once).
+    /// A copy squasherd rescued when the store file or its write-ahead log was deleted while it
+    /// ran, beside a store that is missing or older than the copy: starting would serve an empty
+    /// store, or one without the saves the copy holds (and systemd restarts squasherd at once).
     private static func refuseStoreReplacedByRescue(at path: String) throws {
-        guard !FileManager.default.fileExists(atPath: path) else { return }
         let directory = (path as NSString).deletingLastPathComponent
         let prefix = (path as NSString).lastPathComponent + rescueSuffix
         guard let rescued = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.filter({ $0.hasPrefix(prefix) }).max() else { return }
-        throw DaemonError("Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran. Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory).")
+        func modified(_ file: String) -> Date? { (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date }
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw DaemonError("Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran. Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory).")
+        }
+        if let copy = modified(directory + "/" + rescued), let store = modified(path), copy > store {
+            throw DaemonError("Refusing to start: \(directory)/\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted while it ran, and it is newer than the store \(path), which may lack the saves since. Move the copy to \(path) to go on with it (keep the old file elsewhere until you are sure); or, to go on with the store as it is, move the copy out of \(directory).")
+        }
     }
 
     /// squasherd creates its store file when it is missing, and SQLite writes the file's header
     /// as it does; SQLite would read an existing file of 0 bytes as a new, empty store. Such a
     /// file is a store truncated to nothing (a failed copy, `> bugs.sqlite`), so it is refused
     /// rather than quietly replaced by an empty store.
-    private static func refuseEmptiedStore(at path: String) throws {
+    private static func refuseEmptiedStore(at configuredPath: String) throws {
+        // Through a symlink, the file it points to, with its -wal beside it, as SQLite sees it.
+        let path = SQLiteStore.resolvedPath(configuredPath)
+        if let problem = SQLiteStore.notFilesProblem(path) { throw DaemonError("Refusing to start: \(problem)") }
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
               !FileManager.default.fileExists(atPath: path + "-wal"),
               // squasherd was stopped while it created the store: it creates it again.

@@ -25,8 +25,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// Checkpoints the WAL beside the writer's commits (see ``BackgroundCheckpointer``).
     private let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
-    /// The file the store opened (see ``fileProblem()``).
+    /// The file SQLite opened: ``url`` with symlinks resolved.
+    private let file: String
+    /// The file the store opened, and its write-ahead log (see ``fileProblem()``).
     private let openedFile: FileIdentity?
+    private let openedLog: FileIdentity?
 
     private struct Loaded: Sendable {
         let model: ManagedObjectModel
@@ -103,27 +106,43 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     public init(url: URL, logger: Logger = Logger(label: "bugsquasher.sqlite")) throws {
         self.url = url
         self.logger = logger
-        let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
+        // SQLite opens the file a symlink points to and keeps the -wal and -shm beside it, so
+        // every check below looks there too.
+        let path = Self.resolvedPath(url.path)
+        file = path
+        if let problem = Self.notFilesProblem(path) { throw GraphError(.invalidStore, problem) }
+        let size = Self.fileSize(path) ?? 0
         // A store is created under a marker file, removed once its tables are committed: a
         // process killed while it created the store leaves the marker beside a file with no
         // tables (or none at all), which is then created again instead of refused.
-        let marker = Self.creationMarkerPath(for: url.path)
-        if !FileManager.default.fileExists(atPath: url.path) {
+        let marker = Self.creationMarkerPath(for: path)
+        if !FileManager.default.fileExists(atPath: path) {
             _ = FileManager.default.createFile(atPath: marker, contents: nil)
         }
         let interruptedCreation = FileManager.default.fileExists(atPath: marker)
         if interruptedCreation && size > 0 {
-            logger.notice("creating the store again: the process that began creating it stopped before it was done", metadata: ["store.path": "\(url.path)"])
+            logger.notice("creating the store again: the process that began creating it stopped before it was done", metadata: ["store.path": "\(path)"])
         }
         isNewFile = size == 0 || interruptedCreation
         // SQLite reads an empty file as an empty database and drops the log beside it: a store
         // file truncated to nothing would silently become a new store.
-        let logSize = (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0
+        let logSize = Self.fileSize(path + "-wal") ?? 0
         if size == 0 && logSize > 0 && !interruptedCreation {
-            throw GraphError(.invalidStore, "\(url.path) is empty, but its write-ahead log \(url.path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
+            throw GraphError(.invalidStore, "\(path) is empty, but its write-ahead log \(path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
         }
-        if logSize > Self.walHeaderSize, let problem = Self.walHeaderProblem(path: url.path + "-wal") {
-            throw GraphError(.invalidStore, "The write-ahead log \(url.path)-wal (\(logSize) bytes) \(problem). SQLite would ignore the whole log and discard every change it holds, which can be most of the store. Restore the store and its -wal from a backup; or, to accept losing what the log holds, move \(url.path)-wal away and start again.")
+        if logSize > 0 {
+            switch WriteAheadLog.check(path: path + "-wal") {
+            case .sound:
+                break
+            case .damagedHeader(let problem):
+                throw GraphError(.invalidStore, "The write-ahead log \(path)-wal (\(logSize) bytes) \(problem). SQLite would ignore the whole log and discard every change it holds, which can be most of the store. Restore the store and its -wal from a backup; or, to accept losing what the log holds, move \(path)-wal away and start again.")
+            case .damagedFrames(let problem):
+                throw GraphError(.invalidStore, "The write-ahead log \(path)-wal (\(logSize) bytes) \(problem). SQLite would apply the log only up to the damage and discard the commits after it. Restore the store and its -wal from a backup; or, to keep what comes before the damage and lose the rest, copy both files somewhere safe, run `sqlite3 \(path) 'PRAGMA wal_checkpoint(TRUNCATE)'`, and start again.")
+            case .endsMidFrame(let problem):
+                // A crash while SQLite wrote a frame, or a power loss, leaves a log cut short
+                // too: SQLite discards the unfinished transaction at its end, as it should.
+                logger.warning("The write-ahead log \(path)-wal \(problem): SQLite discards the incomplete transaction at its end. After a crash or power loss that is expected; otherwise the file was cut short and commits at its end are lost.", metadata: ["store.path": "\(path)"])
+            }
         }
         var configuration = Configuration()
         configuration.busyMode = .timeout(TimeInterval(Self.busyTimeoutSeconds))
@@ -135,13 +154,15 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             checkpointer.install(on: db)
         }
         do {
-            pool = try DatabasePool(path: url.path, configuration: configuration)
+            pool = try DatabasePool(path: path, configuration: configuration)
             openedFile = FileIdentity(path: url.path)
-            try checkpointer.open(path: url.path)
+            // Opening in WAL mode creates the log; SQLite keeps that file until it closes.
+            openedLog = FileIdentity(path: path + "-wal")
+            try checkpointer.open(path: path)
         } catch {
             // No store file was made: no creation is under way.
-            if !FileManager.default.fileExists(atPath: url.path) { try? FileManager.default.removeItem(atPath: marker) }
-            throw Self.openFailure(error, path: url.path)
+            if !FileManager.default.fileExists(atPath: path) { try? FileManager.default.removeItem(atPath: marker) }
+            throw Self.openFailure(error, path: path)
         }
     }
 
@@ -165,43 +186,54 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// How long a write waits for another program's write lock on the store.
     static let busyTimeoutSeconds = 30
 
-    /// The bytes of a write-ahead log's header.
-    static let walHeaderSize = 32
+    /// The file `path` names: a symlink's target (resolved also when the target does not exist
+    /// yet, so a store is created where its link points), or `path` itself.
+    public static func resolvedPath(_ path: String) -> String {
+        if let real = realpath(path, nil) {
+            defer { free(real) }
+            return String(cString: real)
+        }
+        // A dangling link: where it points, from the link's directory, with that resolved.
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: path) else { return path }
+        let directory = (path as NSString).deletingLastPathComponent
+        let absolute = target.hasPrefix("/") ? target : directory + "/" + target
+        let parent = (absolute as NSString).deletingLastPathComponent
+        guard let real = realpath(parent, nil) else { return absolute }
+        defer { free(real) }
+        return String(cString: real) + "/" + (absolute as NSString).lastPathComponent
+    }
 
-    /// Why a write-ahead log's header is not one SQLite would apply (a wrong magic number,
-    /// format version or page size, or a checksum that does not match), or `nil` for a sound
-    /// one. SQLite ignores a log whose header fails these checks, with every commit in it,
-    /// without a word. See https://www.sqlite.org/fileformat.html#the_write_ahead_log.
-    static func walHeaderProblem(path: String) -> String? {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
-        defer { try? handle.close() }
-        guard let header = try? handle.read(upToCount: walHeaderSize), header.count == walHeaderSize else {
-            return "has a header cut short"
+    /// The size of the file `path` names (through symlinks), or `nil` when there is none.
+    private static func fileSize(_ path: String) -> Int? {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        return Int(status.st_size)
+    }
+
+    /// Why the store at `path` (symlinks resolved) cannot be opened when it, its write-ahead
+    /// log or its shared-memory index exists and is not a regular file — a directory, a FIFO,
+    /// which SQLite would report as something else or block on — or `nil`.
+    public static func notFilesProblem(_ path: String) -> String? {
+        for (companion, what) in [(path, "the store"), (path + "-wal", "its write-ahead log"), (path + "-shm", "its shared-memory index")] {
+            if let kind = notRegularFile(companion) {
+                return "\(companion), \(what), is \(kind), not a file. Move it away, or point the store at another file."
+            }
         }
-        let bytes = [UInt8](header)
-        func bigEndian(_ offset: Int) -> UInt32 {
-            bytes[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
-        }
-        let magic = bigEndian(0)
-        guard magic == 0x377F_0682 || magic == 0x377F_0683 else { return "does not start with a write-ahead log's magic number (it is damaged)" }
-        guard bigEndian(4) == 3_007_000 else { return "has an unknown format version (it is damaged)" }
-        let pageSize = bigEndian(8)
-        guard pageSize >= 512 && pageSize <= 65_536 && pageSize & (pageSize - 1) == 0 else {
-            return "has an impossible page size (it is damaged)"
-        }
-        // Fibonacci-weighted sums of the first 24 bytes as 32-bit words, in the byte order the
-        // magic number's low bit names.
-        var s1: UInt32 = 0
-        var s2: UInt32 = 0
-        for offset in stride(from: 0, to: 24, by: 8) {
-            let (x0, x1) = magic & 1 == 1
-                ? (bigEndian(offset), bigEndian(offset + 4))
-                : (bigEndian(offset).byteSwapped, bigEndian(offset + 4).byteSwapped)
-            s1 = s1 &+ x0 &+ s2
-            s2 = s2 &+ x1 &+ s1
-        }
-        guard s1 == bigEndian(24), s2 == bigEndian(28) else { return "has a header whose checksum does not match (it is damaged)" }
         return nil
+    }
+
+    /// What `path` is when it exists and is not a regular file ("a directory", "a FIFO"), or `nil`.
+    private static func notRegularFile(_ path: String) -> String? {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        switch status.st_mode & S_IFMT {
+        case S_IFREG: return nil
+        case S_IFDIR: return "a directory"
+        case S_IFIFO: return "a FIFO (named pipe)"
+        case S_IFSOCK: return "a socket"
+        case S_IFCHR, S_IFBLK: return "a device"
+        default: return "not a regular file"
+        }
     }
 
     /// What to do when SQLite cannot open the store, by its result code.
@@ -256,7 +288,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                     // The new tables are committed (to the write-ahead log, which SQLite applies
                     // on every open): from here on, a store file without tables is one whose log
                     // was lost, and is refused.
-                    try? FileManager.default.removeItem(atPath: Self.creationMarkerPath(for: url.path))
+                    try? FileManager.default.removeItem(atPath: Self.creationMarkerPath(for: file))
                 }
                 let metadata = try readAndMigrate(model: model, db: db)
                 let expected = try SQLSchema.expected(model)
@@ -673,13 +705,20 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
     }
 
-    /// Why the store's path no longer names the file this store has open — the file was
-    /// deleted, or replaced by another — or `nil` while it does. SQLite goes on writing to the
-    /// file it has open, so saves made after that would be lost with it when the store closes.
+    /// Why the store's path no longer names the file this store has open — the file or its
+    /// write-ahead log was deleted, or replaced by another — or `nil` while it does. SQLite goes
+    /// on writing to the files it has open, so saves made after that would be lost with them
+    /// when the store closes.
     public func fileProblem() -> String? {
-        guard let openedFile else { return nil }
-        guard let now = FileIdentity(path: url.path) else { return "\(url.path) was deleted" }
-        return now == openedFile ? nil : "\(url.path) was replaced by another file"
+        if let openedFile {
+            guard let now = FileIdentity(path: url.path) else { return "\(url.path) was deleted" }
+            if now != openedFile { return "\(url.path) was replaced by another file" }
+        }
+        if let openedLog {
+            guard let now = FileIdentity(path: file + "-wal") else { return "the write-ahead log \(file)-wal was deleted" }
+            if now != openedLog { return "the write-ahead log \(file)-wal was replaced by another file" }
+        }
+        return nil
     }
 
     /// Writes a consistent copy of the open store to a new file at `path`, with SQLite's online

@@ -106,7 +106,8 @@ struct FaultTests {
         // -wal alone (the store file is a header).
         let harness = try await DaemonHarness()
         let records = try harness.writeRecords("small.ndjson", count: 200, prefix: "WAL", title: "kept in the log")
-        try await harness.ctl(["import", records.path, "--wait"])
+        // Chunks of 20: the log holds ten commits one after the other.
+        try await harness.ctl(["import", records.path, "--chunk-size", "20", "--wait"])
         harness.daemon.signal(SIGKILL)
         _ = try await harness.daemon.waitForExit()
         let state = harness.directory + "/state"
@@ -133,6 +134,44 @@ struct FaultTests {
         try await expectRefusal(state: flipped, run: harness.directory + "/r1", "has a header whose checksum does not match")
         // Refused before SQLite touched it: the log is still all there.
         #expect((try FileManager.default.attributesOfItem(atPath: flipped + "/bugs.sqlite-wal")[.size] as? Int) == flippedSize)
+
+        // A page in the middle of the log overwritten: SQLite would apply the commits before it
+        // and drop the ones after it without a word.
+        let logSize = try #require(try FileManager.default.attributesOfItem(atPath: log)[.size] as? Int)
+        let frameSize = 24 + 4096
+        let frames = (logSize - 32) / frameSize
+        let damaged = try copyState("damaged")
+        let middle = try #require(FileHandle(forUpdatingAtPath: damaged + "/bugs.sqlite-wal"))
+        try middle.seek(toOffset: UInt64(32 + frames / 2 * frameSize + 1000))
+        try middle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+        try middle.close()
+        try await expectRefusal(state: damaged, run: harness.directory + "/r3", "is damaged at frame \(frames / 2 + 1) (byte \(32 + frames / 2 * frameSize)), and frame")
+        #expect((try FileManager.default.attributesOfItem(atPath: damaged + "/bugs.sqlite-wal")[.size] as? Int) == logSize, "refused before SQLite touched the log")
+        // Cut partway through a frame (what a crash or power loss can leave too): SQLite drops
+        // the unfinished frame's transaction; squasherd starts and says so.
+        let cut = try copyState("cut")
+        let cutHandle = try #require(FileHandle(forUpdatingAtPath: cut + "/bugs.sqlite-wal"))
+        try cutHandle.truncate(atOffset: UInt64(32 + (frames - 1) * frameSize + 1000))
+        try cutHandle.close()
+        let cutDaemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", cut, "--runtime-directory", harness.directory + "/r4"])
+        try await cutDaemon.waitForErrorOutput(containing: "ready")
+        #expect(cutDaemon.errorOutput.contains("ends partway through frame \(frames) (1000 of its \(frameSize) bytes)"), "\(cutDaemon.errorOutput)")
+        cutDaemon.signal(SIGTERM)
+        #expect(try await cutDaemon.waitForExit() == 0)
+
+        // Through a symlink, the store and its log are the files it points to: the damaged log
+        // is refused there too, and left as it is (SQLite keeps the -wal beside the target).
+        let linked = harness.directory + "/linked"
+        try FileManager.default.createDirectory(atPath: linked, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: linked + "/bugs.sqlite", withDestinationPath: "../damaged/bugs.sqlite")
+        try await expectRefusal(state: linked, run: harness.directory + "/r5", "damaged/bugs.sqlite-wal (\(logSize) bytes) is damaged at frame")
+        #expect((try FileManager.default.attributesOfItem(atPath: damaged + "/bugs.sqlite-wal")[.size] as? Int) == logSize)
+        // A directory or a FIFO where the store or its log should be is named as such.
+        try FileManager.default.createDirectory(atPath: harness.directory + "/dir/bugs.sqlite", withIntermediateDirectories: true)
+        try await expectRefusal(state: harness.directory + "/dir", run: harness.directory + "/r6", "bugs.sqlite, the store, is a directory, not a file")
+        try FileManager.default.createDirectory(atPath: harness.directory + "/fifo", withIntermediateDirectories: true)
+        #expect(mkfifo(harness.directory + "/fifo/bugs.sqlite-wal", 0o600) == 0)
+        try await expectRefusal(state: harness.directory + "/fifo", run: harness.directory + "/r7", "bugs.sqlite-wal, its write-ahead log, is a FIFO (named pipe), not a file")
 
         // The store file copied without its log.
         let alone = try copyState("alone")
@@ -297,6 +336,27 @@ struct FaultTests {
         try await expectRefusal(state: state, run: harness.directory + "/run", "is the copy squasherd wrote when the store file was deleted")
         #expect(!FileManager.default.fileExists(atPath: state + "/bugs.sqlite"))
         // ... but on the copy, once it is moved back: every record is there.
+        try FileManager.default.moveItem(atPath: state + "/" + rescued, toPath: state + "/bugs.sqlite")
+        try await expectStart(state: state, harness: harness, listing: 300, titled: "survives the rm")
+    }
+
+    @Test("the store's write-ahead log deleted while squasherd runs: it stops with status 1 and copies what the open store holds, since later saves would go into a log no one can read; it does not start on the store without that copy")
+    func logDeletedWhileRunning() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("kept.ndjson", count: 300, prefix: "WLD", title: "survives the rm")
+        try await harness.ctl(["import", records.path, "--wait"])
+        let state = harness.directory + "/state"
+        try FileManager.default.removeItem(atPath: state + "/bugs.sqlite-wal")
+        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
+        #expect(harness.daemon.errorOutput.contains("the write-ahead log \(state)/bugs.sqlite-wal was deleted while squasherd ran"), "\(harness.daemon.errorOutput)")
+        let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
+        // The store file without its log is older than the copy: refused, naming the copy.
+        try await expectRefusal(state: state, run: harness.directory + "/run", "\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted")
+        // As the message says: the old file kept elsewhere, the copy moved into place.
+        try FileManager.default.createDirectory(atPath: harness.directory + "/old", withIntermediateDirectories: true)
+        for file in ["bugs.sqlite", "bugs.sqlite-shm"] where FileManager.default.fileExists(atPath: state + "/" + file) {
+            try FileManager.default.moveItem(atPath: state + "/" + file, toPath: harness.directory + "/old/" + file)
+        }
         try FileManager.default.moveItem(atPath: state + "/" + rescued, toPath: state + "/bugs.sqlite")
         try await expectStart(state: state, harness: harness, listing: 300, titled: "survives the rm")
     }

@@ -72,7 +72,7 @@ final class StoreFileLock: Sendable {
             let reason = String(cString: strerror(errno))
             close(fd)
             guard busy else { throw DaemonError("Cannot lock the store \(path): \(reason).") }
-            let through = resolved == path ? "" : " (\(path) leads to it through a symlink)"
+            let through = resolved == path ? "" : " (the file \(path) leads to)"
             throw DaemonError("Refusing to start: another squasherd is using the store file \(resolved)\(through), from another state directory. Two daemons on one store would each resume its import and tell only their own subscribers of their commits. Stop the other one, or give this daemon a store of its own.")
         }
         descriptor = fd
