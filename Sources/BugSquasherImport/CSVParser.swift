@@ -1,6 +1,7 @@
 /// A streaming RFC 4180 CSV parser: feed it bytes in any slices, get complete records back with
 /// the line each started on. Quoted fields may hold commas, quotes (`""`) and newlines; text
-/// after a field's closing quote (`"x"y`) makes the record ``Record/malformed(line:field:)``. Lines
+/// after a field's closing quote (`"x"y`), or a field that is not UTF-8, makes the record
+/// ``Record/malformed(line:reason:)``. Lines
 /// end with `\n`, `\r\n`, or a lone `\r` (classic Mac OS, Excel's "CSV (Macintosh)"). Memory
 /// holds one record at a time; a record longer than `maximumRecordBytes` is reported as
 /// oversized instead of being kept.
@@ -14,10 +15,11 @@ public struct CSVParser: Sendable {
         /// The input ended inside a quoted field that the record starting on `line` opened:
         /// every line after it was read into that field.
         case unterminated(line: Int)
-        /// A record that started on `line` whose quoted field `field` (1-based) is followed by
-        /// text before the next comma or line end (`"x"y`): its quoting is broken, so which
-        /// text belongs to which field is a guess.
-        case malformed(line: Int, field: Int)
+        /// A record that started on `line` and cannot be read as written: a quoted field followed
+        /// by text before the next comma or line end (`"x"y`: which text belongs to which field
+        /// is a guess), or a field that is not UTF-8 (a Latin-1 export: its bytes would be
+        /// replaced). `reason` names the first such field, 1-based.
+        case malformed(line: Int, reason: String)
     }
 
     /// The longest record kept, in bytes.
@@ -30,8 +32,8 @@ public struct CSVParser: Sendable {
     private var line = 1
     private var recordLine = 1
     private var oversized = false
-    /// The 1-based field of this record with text after its closing quote, if any.
-    private var malformedField: Int?
+    /// Why this record cannot be read as written, naming the field, if it cannot.
+    private var malformed: String?
     /// The current field's closing quote was just read: only a comma or a line end may follow.
     private var afterClosingQuote = false
     private var atRecordStart = true
@@ -77,7 +79,7 @@ public struct CSVParser: Sendable {
             if afterClosingQuote {
                 afterClosingQuote = false
                 if byte != UInt8(ascii: ","), byte != UInt8(ascii: "\n"), byte != UInt8(ascii: "\r") {
-                    malformedField = malformedField ?? fields.count + 1
+                    malformed = malformed ?? "field \(fields.count + 1) has text after its closing quote (a quote inside a quoted field is written \"\"), so which text belongs to which field is unclear; fix the quoting"
                 }
             }
             switch byte {
@@ -114,7 +116,14 @@ public struct CSVParser: Sendable {
     }
 
     private mutating func endField() {
-        fields.append(oversized ? "" : String(decoding: field, as: UTF8.self))
+        if oversized {
+            fields.append("")
+        } else if let text = String(validating: field, as: UTF8.self) {
+            fields.append(text)
+        } else {
+            malformed = malformed ?? "field \(fields.count + 1) is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)"
+            fields.append("")
+        }
         field.removeAll(keepingCapacity: true)
     }
 
@@ -124,11 +133,11 @@ public struct CSVParser: Sendable {
             fields.removeAll(keepingCapacity: true)
             recordBytes = 0
             oversized = false
-            malformedField = nil
+            malformed = nil
             atRecordStart = true
         }
         if oversized { return .oversized(line: recordLine) }
-        if let malformedField { return .malformed(line: recordLine, field: malformedField) }
+        if let malformed { return .malformed(line: recordLine, reason: malformed) }
         if fields.count == 1 && fields[0].isEmpty { return nil }
         return .fields(fields, line: recordLine)
     }

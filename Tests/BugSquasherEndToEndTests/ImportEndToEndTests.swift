@@ -91,6 +91,12 @@ struct ImportEndToEndTests {
         let csvRejects = try await harness.ctl(["jobs", csvJob, "--rejects"])
         #expect(csvRejects.first?.hasPrefix("line 3:") == true)
         #expect(csvRejects.last?.hasPrefix("line 6: field 1 has text after its closing quote") == true, "\(csvRejects)")
+        // A Latin-1 export: the row is a reject, not a title with its accents replaced.
+        try (Data("Summary,Issue key,Status\n".utf8) + Data([0x63, 0x61, 0x66, 0xE9]) + Data(",LAT-1,Open\nplain,LAT-2,Open\n".utf8)).write(to: URL(filePath: dir + "/l.csv"))
+        let latin1 = try await harness.ctl(["import", dir + "/l.csv", "--wait"])
+        #expect(summary(latin1).contains("2 read, 1 imported, 1 rejected"), "\(latin1)")
+        let latin1Rejects = try await harness.ctl(["jobs", String(summary(latin1).split(separator: " ")[1]), "--rejects"])
+        #expect(latin1Rejects.first?.hasPrefix("line 2: field 1 is not valid UTF-8") == true, "\(latin1Rejects)")
         #expect(try await harness.ctlError(["get", "CSV-4"], expectStatus: 3).contains("no bug with key CSV-4"), "a row with broken quoting is not guessed at")
         let csv1 = try await harness.ctl(["get", "CSV-1"]).joined(separator: "\n")
         #expect(csv1.contains("title: Crash, on launch"))
@@ -168,7 +174,7 @@ struct ImportEndToEndTests {
 
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
-        #expect(status.contains("bugs 16,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Bugzilla 2 + NDJSON 4
+        #expect(status.contains("bugs 17,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Latin-1 CSV 1 + Bugzilla 2 + NDJSON 4
         #expect(try await harness.stop() == 0)
     }
 

@@ -35,10 +35,16 @@ struct InputFormatTests {
         // Text after a closing quote breaks the quoting: the record is reported, with the field,
         // and the next record parses as before; a closing quote at the end of the input is fine.
         var broken = CSVParser()
+        let quoting = { (field: Int) in "field \(field) has text after its closing quote (a quote inside a quoted field is written \"\"), so which text belongs to which field is unclear; fix the quoting" }
         #expect(broken.feed(Array("a,b,c\n1,\"x\"y,3\n\"p\"\"q\",\"r\" ,s\n4,5,6\n\"t\"".utf8)) == [
-            .fields(["a", "b", "c"], line: 1), .malformed(line: 2, field: 2), .malformed(line: 3, field: 2), .fields(["4", "5", "6"], line: 4),
+            .fields(["a", "b", "c"], line: 1), .malformed(line: 2, reason: quoting(2)), .malformed(line: 3, reason: quoting(2)), .fields(["4", "5", "6"], line: 4),
         ])
         #expect(broken.finish() == [.fields(["t"], line: 5)])
+        // Latin-1 bytes are not replaced: the record is refused, naming the field.
+        var latin1 = CSVParser()
+        #expect(latin1.feed([UInt8]("k,caf".utf8) + [0xE9] + [UInt8]("\nok,\"cr\u{e8}me\"\n".utf8)) == [
+            .malformed(line: 1, reason: "field 2 is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)"), .fields(["ok", "crème"], line: 2),
+        ])
     }
 
     @Test("CSV exports map to records by header; dates in the trackers' formats")

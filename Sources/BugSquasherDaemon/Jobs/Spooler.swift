@@ -261,11 +261,11 @@ actor Spooler {
         switch record {
         case .oversized(let line):
             envelope = SpoolEnvelope(_line: line, record: nil, _reject: "record is longer than \(maximumRecordBytes) bytes")
-        case .malformed(let line, let field):
+        case .malformed(let line, let reason):
             guard mapper != nil else {
-                throw DaemonError("The CSV header on line \(line) has text after the closing quote of column \(field), so its column names cannot be trusted. Nothing was imported; fix the quoting (a quote inside a quoted field is written \"\") and submit the file again.")
+                throw DaemonError("The CSV header on line \(line) cannot be read: its \(reason). Nothing was imported; fix the header and submit the file again.")
             }
-            envelope = SpoolEnvelope(_line: line, record: nil, _reject: "field \(field) has text after its closing quote (a quote inside a quoted field is written \"\"), so which text belongs to which field is unclear; fix the quoting")
+            envelope = SpoolEnvelope(_line: line, record: nil, _reject: reason)
         case .unterminated(let line):
             // Every row after it was read as part of one field: none of them can be trusted.
             throw DaemonError("The CSV has a quoted field opened on line \(line) that is never closed, so every line after it was read as that one field. Nothing was imported; fix the quoting (a quote inside a quoted field is written \"\") and submit the file again.")
