@@ -121,6 +121,10 @@ struct ImportEndToEndTests {
             .write(toFile: dir + "/g.ndjson", atomically: true, encoding: .utf8)
         let brokenFirst = try await harness.ctl(["import", dir + "/g.ndjson", "--wait"])
         #expect(summary(brokenFirst).contains("2 read, 1 imported, 1 rejected"), "\(brokenFirst)")
+        // Blank lines (CRLF ones too) before the first issue and between issues are not records.
+        try ("\n\r\n\n" + good("BL-1") + "\n\n" + good("BL-2") + "\n").write(toFile: dir + "/n.ndjson", atomically: true, encoding: .utf8)
+        let blankFirst = try await harness.ctl(["import", dir + "/n.ndjson", "--wait"])
+        #expect(summary(blankFirst).contains("2 read, 2 imported, 0 rejected"), "\(blankFirst)")
         // A misspelled field is a reject that names the field meant, not a record imported without it.
         try (#"{"key":"NB-1","titel":"renamed","project":{"key":"NB"}}"# + "\n").write(toFile: dir + "/m.ndjson", atomically: true, encoding: .utf8)
         let misspelled = try await harness.ctl(["import", dir + "/m.ndjson", "--format", "bugsquasher-ndjson", "--wait"])
@@ -174,7 +178,7 @@ struct ImportEndToEndTests {
 
         // The daemon is still there and counts everything.
         let status = try await harness.ctl(["status"]).joined(separator: "\n")
-        #expect(status.contains("bugs 17,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Latin-1 CSV 1 + Bugzilla 2 + NDJSON 4
+        #expect(status.contains("bugs 19,"), "\(status)")  // JIRA 3 + array 2 + search 3 + CSV 2 + Latin-1 CSV 1 + Bugzilla 2 + NDJSON 6
         #expect(try await harness.stop() == 0)
     }
 

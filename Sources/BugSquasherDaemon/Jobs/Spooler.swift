@@ -300,12 +300,26 @@ actor Spooler {
     /// object (or an empty one when the first line is a whole object by its braces), which
     /// makes the input NDJSON; `nil` for a pretty-printed document, whose second line is a key.
     private static func ndjsonWithBrokenFirstLine(_ firstLine: [UInt8], in sniffed: [UInt8]) -> [String: Any]? {
-        let lines = sniffed.split(separator: 0x0A, maxSplits: 2, omittingEmptySubsequences: true)
+        let lines = contentLines(sniffed, count: 2)
         if lines.count > 1, let second = try? JSONSerialization.jsonObject(with: Data(lines[1])) as? [String: Any] {
             return second
         }
         guard firstLine.last(where: { ![0x20, 0x09, 0x0D].contains($0) }) == UInt8(ascii: "}") else { return nil }
         return String(decoding: firstLine, as: UTF8.self).contains("\"fields\"") ? ["fields": true] : [:]
+    }
+
+    /// The first `count` lines of `bytes` that hold more than whitespace: blank lines (CRLF ones
+    /// too) before or between records are not records.
+    static func contentLines(_ bytes: [UInt8], count: Int) -> [ArraySlice<UInt8>] {
+        var lines: [ArraySlice<UInt8>] = []
+        var start = bytes.startIndex
+        while lines.count < count, start < bytes.endIndex {
+            let end = bytes[start...].firstIndex(of: 0x0A) ?? bytes.endIndex
+            let line = bytes[start..<end]
+            if line.contains(where: { ![0x20, 0x0D, 0x09].contains($0) }) { lines.append(line) }
+            start = end + 1
+        }
+        return lines
     }
 
     /// The format of NDJSON whose first record cannot be parsed, from what it seems to hold: a
@@ -344,7 +358,9 @@ actor Spooler {
             if final { return }
             throw DaemonError("The input starts with blank lines only; there is nothing to import.")
         }
-        let firstLine = Array(sniffed.split(separator: 0x0A, maxSplits: 1, omittingEmptySubsequences: true).first ?? [])
+        let firstLine = Array(Self.contentLines(sniffed, count: 1).first ?? [])
+        // Nothing after the first line's content ends it (yet): one long line so far.
+        let firstLineUnended = !sniffed.drop(while: { $0 != first }).contains(0x0A)
         var detected: ImportFormat
         var layout: JSONArraySplitter.Layout?
         if first == UInt8(ascii: "[") {
@@ -359,7 +375,7 @@ actor Spooler {
                 layout = .searchResponse
             } else if let object, object["key"] != nil {
                 detected = .bugsquasherNDJSON
-            } else if object == nil, !sniffed.contains(0x0A), sniffed.count >= maximumRecordBytes {
+            } else if object == nil, firstLineUnended, sniffed.count >= maximumRecordBytes {
                 // The first line is longer than a record may be: its first keys tell a search
                 // response on one line from NDJSON whose first record is too long (a reject).
                 let head = String(decoding: firstLine.prefix(4096), as: UTF8.self)
@@ -369,7 +385,7 @@ actor Spooler {
                 } else {
                     detected = recordFormat(hasFields: head.contains("\"fields\""), hasKey: head.contains("\"key\""))
                 }
-            } else if object == nil, !sniffed.contains(0x0A), Self.opensIssuesArray(firstLine) {
+            } else if object == nil, firstLineUnended, Self.opensIssuesArray(firstLine) {
                 // A search response on one line, cut short: it must not pass for one broken
                 // NDJSON record (a job that "finished" with one reject).
                 detected = .jiraJSON
