@@ -124,6 +124,14 @@ public protocol VarlinkInterface: Sendable {
     /// ``VarlinkError``. Streaming methods reply with `continues: true` until they end or the
     /// task is cancelled (the peer went away).
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws
+    /// Whether `method` (its name without the interface) takes the connection over when called
+    /// with `upgrade: true`; a call of any other method with it is refused. None by default.
+    func upgrades(_ method: String) -> Bool
+}
+
+extension VarlinkInterface {
+    /// No method upgrades the connection.
+    public func upgrades(_ method: String) -> Bool { false }
 }
 
 /// The service: the interfaces it implements, `org.varlink.service`, and dispatch.
@@ -172,6 +180,10 @@ public struct VarlinkService: Sendable {
                 }
                 throw VarlinkError.interfaceNotFound(call.interface)
             }
+            // A call that asked for an upgrade its method does not make would hold the connection
+            // past its reply, unread: a streaming call made so would never notice its client
+            // leave, and would keep its subscription for good.
+            guard !call.upgrade || interface.upgrades(call.methodName) else { throw VarlinkError.invalidParameter("upgrade") }
             try await interface.handle(call, context: context, replier: replier)
         } catch is CancellationError {
             throw CancellationError()

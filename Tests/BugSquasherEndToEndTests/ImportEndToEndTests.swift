@@ -33,10 +33,14 @@ struct ImportEndToEndTests {
                              (#"{"method":"io.bugsquasher.Jobs.List","parameters":{"limit":-1}}"#, #""parameter":"limit""#),
                              (#"{"method":"io.bugsquasher.Jobs.Rejects","parameters":{"job":"x","limit":0}}"#, #""parameter":"limit""#),
                              // A token the store never issued is said, as Subscribe says it.
-                             (#"{"method":"io.bugsquasher.Changes.History","parameters":{"after":99999999}}"#, "io.bugsquasher.Changes.TokenAhead")] {
+                             (#"{"method":"io.bugsquasher.Changes.History","parameters":{"after":99999999}}"#, "io.bugsquasher.Changes.TokenAhead"),
+                             // An upgrade the method does not make: refused, instead of a
+                             // subscription held past its reply that outlived its client.
+                             (#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{},"more":true,"upgrade":true}"#, #""parameter":"upgrade""#)] {
             let answer = try RawSocket.exchange(harness.readSocket, varlinkCall(call))
             #expect(answer.contains(said), "\(call): \(answer)")
         }
+        #expect(try await harness.ctl(["status"]).joined().contains("subscribers 0,"), "no subscription outlived its connection")
         let named = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"a\nforged log line"}}"#))
         #expect(named.contains("control characters"), "\(named)")
         #expect(try await harness.stop() == 0)
@@ -409,12 +413,13 @@ struct ImportEndToEndTests {
         let abandoned = try final(dropped)
         #expect(abandoned?.state == "aborted" && abandoned?.imported == 0, "\(String(describing: abandoned))")
 
-        // Upload needs the upgrade flag; another method called with it answers, then the
-        // connection ends (it no longer speaks Varlink).
+        // Upload needs the upgrade flag; another method called with it is refused (it makes no
+        // upgrade), then the connection ends (the client meant to stop speaking Varlink).
         #expect(try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Upload","parameters":{"job":"\#(try begin("plain"))"}}"#)).contains("upgrade"))
         let status = try RawSocket(path: harness.writeSocket)
         status.send(varlinkCall(#"{"method":"io.bugsquasher.Jobs.Status","upgrade":true}"#))
-        #expect(status.receiveMessage().contains("storeIdentifier"))
+        let refused = status.receiveMessage()
+        #expect(refused.contains(#""error":"org.varlink.service.InvalidParameter""#) && refused.contains(#""parameters":{"parameter":"upgrade"}"#), "\(refused)")
         #expect(status.receiveAll().isEmpty)
         #expect(try await harness.stop() == 0)
     }

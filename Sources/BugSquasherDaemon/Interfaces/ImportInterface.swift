@@ -22,6 +22,9 @@ struct ImportInterface: VarlinkInterface {
     private struct IDParameter: Decodable { var id: String }
     private struct TokenReply: Encodable { var token: Int64 }
 
+    /// `Upload` takes the connection over for the file's bytes.
+    func upgrades(_ method: String) -> Bool { method == "Upload" }
+
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         let book = runner.book
         switch call.methodName {
