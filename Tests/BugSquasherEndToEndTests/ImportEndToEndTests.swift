@@ -227,6 +227,33 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("large records end a chunk before --chunk-size: a chunk holds about 8 MiB of input at most, so an import's memory is bounded by bytes, not only by records; and memory freed is given back when the job ends")
+    func chunksBoundedByBytes() async throws {
+        let harness = try await DaemonHarness()
+        let details = String(repeating: "Steps to reproduce, with a long log. ", count: 4_300_000 / 37)
+        let records = (1...3).map { #"{"key":"FAT-\#($0)","title":"fat \#($0)","details":"\#(details)","status":"Open","project":{"key":"FAT"}}"# }
+        try (records.joined(separator: "\n") + "\n").write(toFile: harness.directory + "/fat.ndjson", atomically: true, encoding: .utf8)
+        func token() async throws -> Int {
+            let status = try await harness.ctl(["status"]).joined()
+            let digits = try #require(status.firstMatch(of: /history token (\d+)/)?.1, "\(status)")
+            return try #require(Int(digits))
+        }
+        // The history tokens an import of three records takes: its job's own saves and one per chunk.
+        func saves(_ file: String) async throws -> Int {
+            let before = try await token()
+            let result = try await harness.ctl(["import", file, "--chunk-size", "1000", "--wait"])
+            #expect(summary(result).contains("3 read, 3 imported, 0 rejected"), "\(result)")
+            return try await token() - before
+        }
+        let small = try harness.writeRecords("small.ndjson", count: 3, prefix: "THIN", title: "thin")
+        let oneChunk = try await saves(small.path)
+        // 4.3 MB each: two records pass 8 MiB, so the chunks hold 2 and 1 records.
+        let fat = try await saves(harness.directory + "/fat.ndjson")
+        #expect(fat - oneChunk == 1, "\(fat) saves, against \(oneChunk) for one chunk")
+        #expect(try await harness.ctl(["get", "FAT-3"]).joined(separator: "\n").contains("title: fat 3"))
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("chunks prepared while the previous one saves: the last record of a key wins, and people, components and bugs are stored once")
     func chunksPreparedAhead() async throws {
         // Chunks of two: chunk n + 1 is upserted while chunk n is being saved, unless it reads

@@ -286,6 +286,7 @@ final class ImportRunner: Service {
         try await book.end(id, as: state, error: error)
         if state == "finished" { try? FileManager.default.removeItem(atPath: spool) }
         progressHandler(nil)
+        returnFreedMemory()
     }
 
     static func describe(_ error: DecodingError) -> String {
@@ -499,13 +500,22 @@ final class ChunkSource: Sendable {
         }
     }
 
-    /// Reads up to `size` records (non-empty lines), decoding each; undecodable ones become
-    /// rejects with their line and reason.
+    /// The input bytes past which a chunk ends before it has `size` records. An object graph
+    /// of records takes about ten times their bytes, and three chunks are in flight at once: a
+    /// thousand records of a megabyte each (many comments) would take tens of gigabytes, where
+    /// this bounds an import at a few hundred megabytes. Typical records (1 KB) never reach it.
+    static let maximumChunkBytes = 8 << 20
+
+    /// Reads up to `size` records (non-empty lines), or records of up to about
+    /// ``maximumChunkBytes``, decoding each; undecodable ones become rejects with their line and
+    /// reason.
     private static func readChunk(_ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int) throws -> ImportRunner.Chunk {
         var chunk = ImportRunner.Chunk()
         chunk.records.reserveCapacity(size)
         let decoder = JiraIssueDecoder()
-        while chunk.entries.count < size, let line = try reader.next() {
+        var bytes = 0
+        while chunk.entries.count < size, bytes < maximumChunkBytes, let line = try reader.next() {
+            bytes += line.bytes.count
             if line.isOversized {
                 chunk.entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(maximumRecordBytes) bytes"))
                 continue

@@ -776,8 +776,13 @@ final class NotificationHub: Sendable {
 
     /// Removes a subscriber and closes its mailbox.
     func remove(_ subscription: Subscription) {
-        subscriptions.withLock { $0[subscription.id] = nil }
+        let last = subscriptions.withLock {
+            $0[subscription.id] = nil
+            return $0.isEmpty
+        }
         subscription.close()
+        // The registrations and mailboxes of every subscriber are freed: give the memory back.
+        if last { returnFreedMemory() }
     }
 
     /// The subscriber with this ID.
