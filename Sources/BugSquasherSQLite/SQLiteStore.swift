@@ -773,7 +773,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             case .SQLITE_NOTADB, .SQLITE_CORRUPT:
                 throw GraphError(.invalidStore, "Could not \(action): \(url.path) is damaged (\(error.message ?? "corrupt")). Restore it from a backup, or re-import into a new store.", cause: error)
             case .SQLITE_FULL:
-                throw GraphError(.storeIO, "Could not \(action): the disk holding \(url.path) is full. Free space and retry; nothing of this save was written.", cause: error)
+                throw GraphError(.storeIO, "Could not \(action): the disk holding \(url.path) is full. Free space on that file system; this save was not written, and those before it are kept.", cause: error)
             case .SQLITE_BUSY, .SQLITE_LOCKED:
                 throw GraphError(.storeBusy, "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.", cause: error)
             case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:

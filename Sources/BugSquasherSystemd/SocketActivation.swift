@@ -20,9 +20,13 @@ public enum SocketActivation {
                 free(names)
             }
         }
-        return (0..<Int(count)).map { index in
-            (names?[index].map { String(cString: $0) } ?? "unknown", SD_LISTEN_FDS_START + CInt(index))
+        let sockets = (0..<Int(count)).map { index in
+            (name: names?[index].map { String(cString: $0) } ?? "unknown", descriptor: SD_LISTEN_FDS_START + CInt(index))
         }
+        for socket in sockets where sd_is_socket(socket.descriptor, AF_UNSPEC, 0, -1) <= 0 {
+            throw SystemdError("Descriptor \(socket.descriptor) passed by the service manager (LISTEN_FDS, name \(socket.name)) is not a socket. Pass sockets only: check ListenStream= in the .socket unit, or the file descriptors of whatever started squasherd.")
+        }
+        return sockets
     }
 
     /// The file system path a passed Unix socket is bound to, or `nil` for another kind of

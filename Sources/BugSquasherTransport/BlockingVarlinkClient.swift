@@ -69,6 +69,8 @@ public final class BlockingVarlinkClient: Sendable {
             let reason = errno
             close(fd)
             switch reason {
+            case ECONNREFUSED where !Self.isSocket(path):
+                throw TransportError("\(path) is not a socket; pass the path of squasherd's socket (squasherd.sock or squasherd-write.sock in its runtime directory).")
             case ENOENT, ECONNREFUSED: throw TransportError("squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path.")
             case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).", isPermissionDenied: true)
             case EAGAIN, EINPROGRESS:
@@ -77,6 +79,12 @@ public final class BlockingVarlinkClient: Sendable {
             }
         }
         return fd
+    }
+
+    /// Whether `path` names a socket (not a regular file given by mistake, say).
+    private static func isSocket(_ path: String) -> Bool {
+        var status = stat()
+        return stat(path, &status) == 0 && status.st_mode & S_IFMT == S_IFSOCK
     }
 
     /// Sets a socket's SO_SNDTIMEO or SO_RCVTIMEO; a zero duration waits as long as it takes.

@@ -98,6 +98,11 @@ struct FaultTests {
         #expect(!FileManager.default.fileExists(atPath: base + "/state6/bugs.sqlite"))
         try FileManager.default.createDirectory(atPath: base + "/run7/squasherd.sock", withIntermediateDirectories: true)
         try await expectRefusal(state: base + "/state7", run: base + "/run7", "/run7/squasherd.sock is a directory")
+        try await expectRefusal(state: "", run: base + "/run8", "--state-directory is empty; give a path")
+        // A client pointed at a file that is no socket is told so, not that squasherd is down.
+        let notSocket = try ChildProcess(name: "squasherctl status", executable: Products.squasherctl, arguments: ["status", "--socket", "/etc/passwd"])
+        #expect(try await notSocket.waitForExit() == 4)
+        #expect(notSocket.errorOutput.contains("/etc/passwd is not a socket"), "\(notSocket.errorOutput)")
     }
 
     @Test("a store whose write-ahead log is damaged, or that lost its log, is refused instead of being served as a new empty store")
@@ -385,7 +390,7 @@ struct FaultTests {
         // Nor through a symlink in another state directory to the first one's store file.
         try FileManager.default.createDirectory(atPath: harness.directory + "/state3", withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: harness.directory + "/state3/bugs.sqlite", withDestinationPath: harness.directory + "/state/bugs.sqlite")
-        try await expectRefusal(state: harness.directory + "/state3", run: harness.directory + "/run3", "another squasherd is using the store file \(harness.directory)/state/bugs.sqlite (\(harness.directory)/state3/bugs.sqlite leads to it through a symlink)")
+        try await expectRefusal(state: harness.directory + "/state3", run: harness.directory + "/run3", "another squasherd is using the store file \(harness.directory)/state/bugs.sqlite (the file \(harness.directory)/state3/bugs.sqlite leads to)")
         let status = try await harness.ctl(["status"])
         #expect(!status.isEmpty, "the first daemon stopped answering")
 

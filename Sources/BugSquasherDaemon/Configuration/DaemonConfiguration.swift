@@ -67,6 +67,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
         stateDirectory: String?, runtimeDirectory: String?, configFile: String?,
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws -> DaemonConfiguration {
+        for (flag, value) in [("--state-directory", stateDirectory), ("--runtime-directory", runtimeDirectory), ("--config", configFile)] where value?.isEmpty == true {
+            throw DaemonError("\(flag) is empty; give a path, or leave the option out for its default.")
+        }
         let path = configFile ?? "/etc/squasherd/squasherd.conf"
         var file: [String: String] = [:]
         var lineOf: [String: Int] = [:]
