@@ -130,7 +130,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if size == 0 && logSize > 0 && !interruptedCreation {
             throw GraphError(.invalidStore, "\(path) is empty, but its write-ahead log \(path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
         }
-        if logSize > 0 {
+        // A log no longer than its header holds no frame: SQLite reads it as empty.
+        if logSize > WriteAheadLog.headerSize {
             switch WriteAheadLog.check(path: path + "-wal") {
             case .sound:
                 break
