@@ -214,6 +214,8 @@ public struct SquasherDaemon: Sendable {
     private static func refuseEmptiedStore(at configuredPath: String) throws {
         // Through a symlink, the file it points to, with its -wal beside it, as SQLite sees it.
         let path = SQLiteStore.resolvedPath(configuredPath)
+        // Before the store lock opens the file, which would block on a FIFO (SQLiteStore checks
+        // again for its other users).
         if let problem = SQLiteStore.notFilesProblem(path) { throw DaemonError("Refusing to start: \(problem)") }
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
               !FileManager.default.fileExists(atPath: path + "-wal"),

@@ -75,8 +75,7 @@ extension BugRecord {
     }
 
     /// The fields of a record, in the order ``encode(to:)`` writes them.
-    static let fieldNames = ["key", "jiraID", "title", "details", "status", "resolution", "priority", "type", "labels",
-                             "created", "updated", "resolved", "project", "components", "reporter", "assignee", "comments"]
+    static let fieldNames = CodingKeys.allCases.map(\.stringValue)
 
     /// Marks `field` as read, refusing it when the record carried it already.
     private mutating func take(_ field: Fields, _ name: String) throws {

@@ -90,7 +90,8 @@ public struct BugRecord: Sendable, Hashable, Codable {
         public static let all = Fields(rawValue: (1 << 14) - 1)
     }
 
-    private enum CodingKeys: String, CodingKey {
+    /// The fields of the JSON form, in the order ``encode(to:)`` writes them.
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case key, jiraID, title, details, status, resolution, priority, type, labels, created, updated, resolved, project, components, reporter, assignee, comments
     }
 
