@@ -217,6 +217,19 @@ class Daemon:
             raise Broken(f"import of {path} (expected {expect} imported): status {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}")
         return out.stdout
 
+    def commit_times(self, tokens):
+        """When each of these saves committed (µs since 1970): `bs_history.committed_at`, the
+        time squasherd's writer appended the save to the history, in the save's transaction just
+        before its commit (read from the store file, which the daemon keeps open)."""
+        if not tokens:
+            return {}
+        db = sqlite3.connect(f"file:{self.dir}/state/bugs.sqlite?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT token, committed_at FROM bs_history WHERE token BETWEEN ? AND ?", (min(tokens), max(tokens)))
+            return {token: at * 1e6 for token, at in rows}
+        finally:
+            db.close()
+
     def hwm_kib(self):
         return proc_status(self.pid, "VmHWM")
 
@@ -327,12 +340,24 @@ class Subscribers:
         return self.stats
 
 
-def edit_round(editor, subscribers, marker, timeout=60):
+def edit_round(editor, subscribers, marker, timeout=60, rounds=None):
+    """Edits the bug to status `marker`; returns ms from the edit to the last subscriber's refresh
+    (to the reply, without subscribers). With `rounds`, appends the save's history token and when
+    the last subscriber refreshed (µs since 1970), for `from_commit`."""
     t0 = now_us()
-    editor.update(marker)
+    token = editor.update(marker)["token"]
     if subscribers is None:
         return (now_us() - t0) / 1000
-    return (subscribers.wait_mark(marker, timeout) - t0) / 1000
+    last = subscribers.wait_mark(marker, timeout)
+    if rounds is not None:
+        rounds.append((token, last))
+    return (last - t0) / 1000
+
+
+def from_commit(daemon, rounds):
+    """ms from each save's commit to the last subscriber's refresh of it (see `edit_round`)."""
+    committed = daemon.commit_times([token for token, _ in rounds])
+    return [(last - committed[token]) / 1000 for token, last in rounds]
 
 
 # MARK: - Baselines
@@ -867,14 +892,14 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
             subs.wait_ready()
         daemon.wait_subscribers(fast + slow + stalled)
         if fast:
-            idle = []
+            idle, idle_rounds = [], []
             for i in range(args.idle_edits):
                 tick = time.monotonic()
-                idle.append(edit_round(editor, subs, f"idle-{i}"))
+                idle.append(edit_round(editor, subs, f"idle-{i}", rounds=idle_rounds))
                 time.sleep(max(0, args.edit_interval / 1000 - (time.monotonic() - tick)))
             result["idle"] = idle
         # The import, with an edit of LATENCY-1 every --edit-interval ms and VmRSS sampled.
-        rss, during, ended = [], [], threading.Event()
+        rss, during, during_rounds, ended = [], [], [], threading.Event()
 
         def subscriber_cpu_ms():
             return sum(subs.cpu_ms() if subs else []) + sum(cpu_ms(p.pid) for p in procs)
@@ -901,7 +926,7 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
         i = 0
         while not ended.is_set():
             tick = time.monotonic()
-            during.append(edit_round(editor, subs, f"import-{i}") if fast else edit_round(editor, None, f"import-{i}"))
+            during.append(edit_round(editor, subs, f"import-{i}", rounds=during_rounds) if fast else edit_round(editor, None, f"import-{i}"))
             i += 1
             ended.wait(max(0, args.edit_interval / 1000 - (time.monotonic() - tick)))
         importer.join()
@@ -915,6 +940,7 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
         result["rows_per_s"] = count / result["seconds"]
         if fast:
             edit_round(editor, subs, "final", timeout=args.catch_up_timeout)  # a barrier: the fast ones processed everything
+            result["idle_commit"], result["during_commit"] = from_commit(daemon, idle_rounds), from_commit(daemon, during_rounds)
         editor.close()
         status = daemon.status()
         expected_bugs = count + 1
@@ -995,12 +1021,16 @@ def section_de(args, root, files, report):
         ["squasherd VmHWM", f"{mib(base['hwm']):.1f} MiB", f"{mib(loaded['hwm']):.1f} MiB", f"{loaded['hwm'] / base['hwm']:.2f}x"],
         ["VmRSS peak, 2nd half / 1st half of the import", f"{rss_growth(base['rss']):.2f}x", f"{growth:.2f}x", ""],
     ])
-    idle, during = loaded["idle"], loaded["during"]
-    print(f"\n    fast subscribers: edit of {LATENCY_KEY} -> last of {fast} refreshed (ms); "
-          f"{len(idle)} edits idle (all subscribers attached), {len(during)} during the import")
-    table(["", "p50", "p99", "max"], [
-        ["idle (their normal)", f"{pct(idle, .5):.2f}", f"{pct(idle, .99):.2f}", f"{max(idle):.2f}"],
-        ["during the import", f"{pct(during, .5):.2f}", f"{pct(during, .99):.2f}", f"{max(during):.2f}"]])
+    # The subscribers' latency is section b's: from the commit to the refresh. Timed from the
+    # edit it adds the edit's wait for the store's one writer, which an import chunk holds for
+    # tens of ms: the editor's latency, not the subscribers'. Both are shown.
+    idle, during = loaded["idle_commit"], loaded["during_commit"]
+    idle_edit, during_edit = loaded["idle"], loaded["during"]
+    print(f"\n    fast subscribers: an edit of {LATENCY_KEY} -> the last of {fast} printed it refreshed (ms), timed from the save's commit "
+          f"(bs_history.committed_at) and from the edit request;\n    {len(idle)} edits idle (all subscribers attached), {len(during)} during the import")
+    table(["", "commit: p50", "p99", "max", "edit: p50", "p99", "max"], [
+        [name] + [f"{pct(v, q):.2f}" for v in values for q in (.5, .99, 1)]
+        for name, values in [("idle (their normal)", (idle, idle_edit)), ("during the import", (during, during_edit))]])
     print(f"    ({loaded['fast_refreshes']:,} refresh events in all; edit round trips without subscribers during the import: p50 "
           f"{pct(base['during'], .5):.2f} ms, p99 {pct(base['during'], .99):.2f} ms)")
     print(f"\n    slow subscribers (after the import each caught up to token {loaded['token']:,})")
@@ -1018,8 +1048,10 @@ def section_de(args, root, files, report):
         ["sample checked against Store.Values (versions; values where the feed had them)", f"{st['sampled']} ({st['valuesCompared']} with values)"],
         ["problems", "; ".join(st["problems"]) or "none"]])
     report.target(f"e. import with {args.e_subscribers} subscribers / with none", ">= 0.80x", ratio_text(ratio, 0.8), ratio >= 0.8)
-    report.target("e. fast subscribers' p99 during the import / idle", "<= 1.00x",
+    report.target("e. fast subscribers' p99 during the import / idle, commit -> refreshed", "<= 1.00x",
                   f"{pct(during, .99) / pct(idle, .99):.2f}x ({pct(during, .99):.1f} / {pct(idle, .99):.1f} ms)", pct(during, .99) <= pct(idle, .99))
+    report.info("e. the same timed from the edit (with its wait for the writer)",
+                f"{pct(during_edit, .99) / pct(idle_edit, .99):.2f}x ({pct(during_edit, .99):.1f} / {pct(idle_edit, .99):.1f} ms)")
     report.target("e. squasherd VmRSS peak, 2nd half / 1st half of the import", "<= 1.10x (bounded)", f"{growth:.2f}x", growth <= 1.1)
     report.info("e. squasherd VmHWM with subscribers / without", f"{loaded['hwm'] / base['hwm']:.2f}x ({mib(loaded['hwm']):.0f} / {mib(base['hwm']):.0f} MiB)")
     report.check("e. stalled subscriber told to resync", st["resyncFrom"] is not None, f"resyncFrom {st['resyncFrom']}")
