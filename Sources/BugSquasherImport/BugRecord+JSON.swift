@@ -119,7 +119,11 @@ private func once(_ first: Bool, _ field: String) throws {
 private func unknownField(_ field: String, of object: String, known: [String]) -> ImportError {
     // A name far longer than any field is no near miss, and is cut short in the message.
     let guess = field.count > 32 ? nil : known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }
-    let hint = guess.map { " (did you mean '\($0)'?)" } ?? ""
+    var hint = guess.map { " (did you mean '\($0)'?)" } ?? ""
+    if object == "a bug record", field == "fields" {
+        // A Jira issue in a file read as BugSquasher's own format (detected from its first record).
+        hint = " (a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json)"
+    }
     let shown = field.count > 64 ? field.prefix(64) + "…" : field
     return ImportError(.invalidRecord, "\(object) has no field '\(shown)'\(hint); its fields are \(known.joined(separator: ", ")).")
 }

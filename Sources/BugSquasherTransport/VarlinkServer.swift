@@ -62,6 +62,7 @@ public final class VarlinkServer: Sendable {
     /// but the message size.
     public let incomingBudget: IncomingMessageBudget?
     private let budgetWarnings = WarningThrottle()
+    private let sizeWarnings = WarningThrottle()
     /// Where connections are served; `nil` for Swift's global concurrent executor.
     public let executor: (any TaskExecutor)?
     private let service: VarlinkService
@@ -223,6 +224,10 @@ public final class VarlinkServer: Sendable {
         } catch VarlinkFramingError.incomingBudgetExceeded(let limit) {
             budgetWarnings.warn(logger) { suppressed in
                 "Closed a connection whose incomplete message would have taken the bytes held for incomplete messages past \(limit)\(suppressed). Clients may be sending large messages without finishing them; raise max_incoming_bytes if such messages are expected."
+            }
+        } catch VarlinkFramingError.messageTooLarge(let limit) {
+            sizeWarnings.warn(logger) { suppressed in
+                "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). Raise max_message_bytes if clients send calls this large (a Register of very many IDs, say); otherwise a client is not speaking Varlink."
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])

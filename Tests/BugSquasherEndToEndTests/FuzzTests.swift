@@ -171,6 +171,8 @@ struct FuzzTests {
             }
             #expect(sent < 100 << 20, "squasherd took \(sent) bytes of one unterminated message")
         }
+        // The log says why the connection was closed, and what to raise if the call was meant.
+        try await harness.waitForDaemonLog("Closed a connection whose message grew past 16777216 bytes")
 
         // 5. Thousands of connections opened and dropped, some mid-message.
         for index in 0..<3_000 {

@@ -63,6 +63,7 @@ struct JSONReaderTests {
         (#"{"key":"K-1","titel":"t","project":{"key":"K"}}"#, "a bug record has no field 'titel' (did you mean 'title'?); its fields are key, jiraID, title,"),
         (#"{"key":"K-1","Status":"Open","project":{"key":"K"}}"#, "no field 'Status' (did you mean 'status'?)"),
         (#"{"key":"K-1","extra":{"deep":[1,2.5e3,true]},"project":{"key":"K"}}"#, "a bug record has no field 'extra'; its fields are"),
+        (#"{"key":"JRA-9","fields":{"summary":"s"}}"#, "a bug record has no field 'fields' (a Jira issue's field: this input is read as bugsquasher-ndjson"),
         (#"{"key":"K-1","project":{"key":"K","nmae":"x"}}"#, "a project has no field 'nmae' (did you mean 'name'?)"),
         (#"{"key":"K-1","project":{"key":"K"},"reporter":{"name":"u","display":"U"}}"#, "a person has no field 'display'"),
         (#"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","auther":null}]}"#, "(did you mean 'author'?)"),
