@@ -59,7 +59,10 @@ extension BugRecord {
                         try reader.array { comments.append(try CommentRecord.read(from: &$0)) }
                     }
                     record.comments = comments
-                default: try reader.skip(); throw unknownField(field, of: "a bug record", known: fieldNames)
+                default:
+                    try reader.skip()
+                    // A Jira issue in input read as BugSquasher's own format (detected from its first record).
+                    throw unknownField(field, of: "a bug record", known: fieldNames, hint: field == "fields" ? Self.jiraIssueHint : nil)
                 }
             } catch let failure as JSONReader.Failure {
                 throw fieldError(field, failure)
@@ -76,6 +79,9 @@ extension BugRecord {
 
     /// The fields of a record, in the order ``encode(to:)`` writes them.
     static let fieldNames = CodingKeys.allCases.map(\.stringValue)
+
+    /// Why a record has a Jira issue's `fields`.
+    static let jiraIssueHint = "a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json"
 
     /// Marks `field` as read, refusing it when the record carried it already.
     private mutating func take(_ field: Fields, _ name: String) throws {
@@ -114,18 +120,14 @@ private func once(_ first: Bool, _ field: String) throws {
     }
 }
 
-/// A field `object` does not have, with the name meant when it is a near miss (`titel`). The
-/// caller skips the field's value first, so that broken JSON is reported as such.
-private func unknownField(_ field: String, of object: String, known: [String]) -> ImportError {
+/// A field `object` does not have, with `hint` when the caller knows why it is there, or else
+/// the name meant when it is a near miss (`titel`). The caller skips the field's value first,
+/// so that broken JSON is reported as such.
+private func unknownField(_ field: String, of object: String, known: [String], hint: String? = nil) -> ImportError {
     // A name far longer than any field is no near miss, and is cut short in the message.
-    let guess = field.count > 32 ? nil : known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }
-    var hint = guess.map { " (did you mean '\($0)'?)" } ?? ""
-    if object == "a bug record", field == "fields" {
-        // A Jira issue in a file read as BugSquasher's own format (detected from its first record).
-        hint = " (a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json)"
-    }
+    let hint = hint ?? (field.count > 32 ? nil : known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }.map { "did you mean '\($0)'?" })
     let shown = field.count > 64 ? field.prefix(64) + "…" : field
-    return ImportError(.invalidRecord, "\(object) has no field '\(shown)'\(hint); its fields are \(known.joined(separator: ", ")).")
+    return ImportError(.invalidRecord, "\(object) has no field '\(shown)'\(hint.map { " (\($0))" } ?? ""); its fields are \(known.joined(separator: ", ")).")
 }
 
 /// The edit distance between two short strings: the fewest characters to insert, delete or
@@ -181,15 +183,16 @@ extension CommentRecord {
     /// Reads `{"jiraID": …, "body": …, "author": …, "created": …, "updated": …}`.
     package static func read(from reader: inout JSONReader) throws -> CommentRecord {
         var jiraID: String?, body: String?, author: PersonRecord?, created: Date?, updated: Date?
-        var seen = Set<String>()
+        // The fields that may be null, once read (a comment is decoded per comment of an
+        // import: no set of names is built for it).
+        var hasAuthor = false, hasCreated = false, hasUpdated = false
         try reader.object { reader, field in
-            try once(seen.insert(field).inserted, "comments[].\(field)")
             switch field {
-            case "jiraID": jiraID = try reader.stringOrNumber()
-            case "body": body = try reader.string()
-            case "author": author = reader.null() ? nil : try PersonRecord.read(from: &reader)
-            case "created": created = try BugRecord.date(&reader)
-            case "updated": updated = try BugRecord.date(&reader)
+            case "jiraID": try once(jiraID == nil, "comments[].jiraID"); jiraID = try reader.stringOrNumber()
+            case "body": try once(body == nil, "comments[].body"); body = try reader.string()
+            case "author": try once(!hasAuthor, "comments[].author"); hasAuthor = true; author = reader.null() ? nil : try PersonRecord.read(from: &reader)
+            case "created": try once(!hasCreated, "comments[].created"); hasCreated = true; created = try BugRecord.date(&reader)
+            case "updated": try once(!hasUpdated, "comments[].updated"); hasUpdated = true; updated = try BugRecord.date(&reader)
             default: try reader.skip(); throw unknownField(field, of: "a comment", known: ["jiraID", "body", "author", "created", "updated"])
             }
         }
