@@ -59,4 +59,6 @@ enum Exit {
     static let notFound = ExitCode(3)
     /// The daemon could not be reached.
     static let unreachable = ExitCode(4)
+    /// Standard output could not be written (`EX_IOERR`).
+    static let outputFailed = ExitCode(74)
 }

@@ -11,7 +11,7 @@ struct Squasherctl: AsyncParsableCommand {
         discussion: """
             Exit status: 0 success, 2 the job failed or squasherd refused the request (or its \
             socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
-            answer that is not squasherd's), 64 usage error.
+            answer that is not squasherd's), 64 usage error, 74 the output could not be written (a full disk).
             """,
         subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
     )
@@ -28,9 +28,23 @@ extension Squasherctl {
             } else {
                 try command.run()
             }
+            try flushOutput()
         } catch {
             exit(withError: error)
         }
+    }
+
+    /// Writes out what is still buffered for standard output and fails when any of the output
+    /// could not be written (a full disk, a closed pipe): a script must not take truncated
+    /// output for the whole of it.
+    static func flushOutput() throws {
+        // Every output stream (`stdout` itself is not reachable under Swift 6's strict
+        // concurrency checking). After a failed write glibc keeps the bytes it could not write,
+        // so this last flush fails too (checked with 100,000 lines to /dev/full).
+        guard fflush(nil) != 0 else { return }
+        let reason = String(cString: strerror(errno))
+        FileHandle.standardError.write(Data("squasherctl: could not write all of its output to standard output (\(reason)); what was written is incomplete. Make room where the output goes (a full disk?) and run the command again.\n".utf8))
+        throw Exit.outputFailed
     }
 }
 

@@ -454,4 +454,42 @@ struct FuzzTests {
         #expect(try await harness.ctl(["get", "P-1", "--json"]).joined().contains(#""status":"Open""#))
         #expect(try await harness.stop() == 0)
     }
+
+    @Test("clients that ask for the whole history and stop reading hold a page of it each, not all of it: squasherd's memory stays bounded, and a reading client still gets every save once, in order")
+    func stalledHistoryReplays() async throws {
+        let harness = try await DaemonHarness(chunkSize: 1_000)
+        let count = 100_000
+        let (path, _) = try harness.writeRecords("history.ndjson", count: count, prefix: "HR", title: "history")
+        _ = try await harness.ctl(["import", path, "--wait"])
+        let subscribe = varlinkCall(#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"since":0},"more":true}"#)
+        let memoryBefore = try residentMemory(of: harness.daemon.pid)
+        // Each client reads its first save and then nothing: squasherd has read the page that
+        // save came from and holds it while it waits for the client. Before pages followed their
+        // saves' size, each held 500 saves, here the whole history: about 9 MB per client.
+        var stalled: [RawSocket] = []
+        for _ in 0..<20 {
+            let socket = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+            socket.send(subscribe)
+            var sawSave = false
+            while !sawSave, let message = socket.nextMessage() {
+                sawSave = String(decoding: message, as: UTF8.self).contains(#""event":"save""#)
+            }
+            #expect(sawSave)
+            stalled.append(socket)
+        }
+        let growth = try residentMemory(of: harness.daemon.pid) - memoryBefore
+        #expect(growth < 60 << 20, "squasherd grew by \(growth >> 20) MiB for 20 stalled history replays")
+
+        // A client that reads gets every save of the history, once and in order.
+        let reader = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+        reader.send(subscribe)
+        let token = try #require(try await harness.ctl(["status"]).joined().firstMatch(of: /token (\d+)/).flatMap { Int($0.1) })
+        var tokens: [Int] = []
+        while tokens.last ?? 0 < token, let message = reader.nextMessage(readSize: 1 << 16) {
+            if let match = String(decoding: message, as: UTF8.self).firstMatch(of: /"event":"save","token":(\d+)/) { tokens.append(Int(match.1)!) }
+        }
+        #expect(tokens == Array(1...token), "\(tokens.prefix(5)) … \(tokens.suffix(5)) of \(token)")
+        withExtendedLifetime(stalled) {}
+        #expect(try await harness.stop() == 0)
+    }
 }

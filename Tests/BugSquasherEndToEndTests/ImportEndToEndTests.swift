@@ -792,7 +792,7 @@ struct PagingEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
-    @Test("squasherd caps a reply at 10,000 rows and says so; squasherctl list and a library fetch page past the cap to the whole result, and --limit still limits")
+    @Test("squasherd caps a reply at 10,000 rows and says so; squasherctl list and a library fetch page past the cap to the whole result, and --limit still limits; output that cannot be written exits 74")
     func pagesPastTheCap() async throws {
         let harness = try await DaemonHarness()
         let count = 10_050
@@ -824,6 +824,11 @@ struct PagingEndToEndTests {
         #expect(window.first?.hasPrefix("PG-00046 ") == true && window.last?.hasPrefix("PG-10047 ") == true)
         let json = try await harness.ctl(["list", "--json", "--sort", "key", "--limit", "20000", "--offset", "10040"]).joined()
         #expect(json.components(separatedBy: #""key":"PG-"#).count - 1 == 10, "\(json)")
+        // Output that cannot be written (a full disk) is an error, not a success with part of it.
+        let full = try ChildProcess(name: "squasherctl list > /dev/full", executable: "/bin/sh", arguments: ["-c", "exec \"$0\" list --limit 20000 > /dev/full", Products.squasherctl],
+                                    environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"])
+        #expect(try await full.waitForExit(timeout: .seconds(120)) == 74)
+        #expect(full.errorOutput.contains("could not write all of its output to standard output"), "\(full.errorOutput)")
 
         // The library's remote store pages too.
         let subscriber = try Subscriber(socketPath: harness.readSocket)

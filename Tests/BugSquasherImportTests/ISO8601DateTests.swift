@@ -64,6 +64,14 @@ import Testing
         let withFraction = try #require(ISO8601Date.parse("2024-02-29T23:59:59.250+01:00"))
         #expect(ISO8601Date.format(withFraction, fractionalSeconds: true) == "2024-02-29T22:59:59.250Z")
         #expect(ISO8601Date.format(Date(timeIntervalSince1970: -0.5), fractionalSeconds: true) == "1969-12-31T23:59:59.500Z")
+        // Milliseconds come back as written, not one less (a Double holds .003 as 0.00299…),
+        // so reading a date and writing it back changes nothing.
+        for text in ["2100-03-03T03:03:03.003Z", "2024-01-01T00:00:00.001Z", "2011-04-15T02:23:39.123Z", "1969-12-31T23:59:59.999Z",
+                     "1500-03-01T12:00:00.007Z", "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00.001Z"] {
+            let date = try #require(ISO8601Date.parse(text), "\(text)")
+            #expect(ISO8601Date.format(date, fractionalSeconds: true) == text)
+        }
+        #expect(ISO8601Date.format(Date(timeIntervalSince1970: 59.9996), fractionalSeconds: true) == "1970-01-01T00:01:00.000Z")
         // Day by day over 1,200 years around 1582 and 1970, and against Foundation after 1582.
         for day in stride(from: -700_000, through: 30_000, by: 37) {
             let date = Date(timeIntervalSince1970: Double(day) * 86_400 + 3_723)

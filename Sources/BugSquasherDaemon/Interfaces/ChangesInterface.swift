@@ -145,6 +145,10 @@ struct ChangesInterface: VarlinkInterface {
 
     /// The changed objects after which a `History` reply ends (after the save that passes it).
     static let historyObjectCap = 100_000
+    /// The objects a page of a subscriber's history replay aims at (one save may exceed it).
+    static let replayPageObjects = 10_000
+    /// The saves a page of a history replay holds at most.
+    static let replayPageSaves = 500
 
     private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         if let since = parameters.since, since < 0 { throw VarlinkError.invalidParameter("since") }
@@ -184,10 +188,17 @@ struct ChangesInterface: VarlinkInterface {
         // History after `since`, up to the token read before subscribing; the mailbox holds
         // everything committed since, and skips what was replayed.
         if var position = since, position < start {
+            // A page is decoded whole and held while it is sent, as slowly as the client reads:
+            // its size follows its saves' (a few import chunks, or hundreds of edits), so that a
+            // client that asks for the whole history and never reads holds a page of about
+            // `replayPageObjects` objects, not hundreds of chunks (36 MB each, measured).
+            var limit = 1
             while position < start {
-                let after = position
-                let page = try await readers.run { try stack.store.changes(after: after, limit: 500) }
+                let (after, count) = (position, limit)
+                let page = try await readers.run { try stack.store.changes(after: after, limit: count) }
                 guard let last = page.last else { break }
+                let objects = page.reduce(0) { $0 + $1.inserted.count + $1.updated.count + $1.deleted.count }
+                limit = max(1, min(Self.replayPageSaves, limit * Self.replayPageObjects / max(1, objects), limit * 2))
                 for save in page where save.token <= start {
                     let filtered = subscription.filtered(save)
                     if !filtered.isEmpty {

@@ -93,16 +93,20 @@ public enum ISO8601Date {
     /// written reads back as the same day (Foundation's formatter switches to the Julian
     /// calendar before 1582-10-15, and wrote the year-1 date this parser reads as 0001-01-03).
     public static func format(_ date: Date, fractionalSeconds: Bool = false) -> String {
-        let interval = date.timeIntervalSince1970
-        let whole = interval.rounded(.down)
-        let seconds = Int(whole)
+        // To the nearest millisecond, not down: a `Double` holds .003 s as 0.00299…, and cutting
+        // it wrote back .002, one less on every read and write. Kept within year 9999.
+        let milliseconds = min(Int((date.timeIntervalSince1970 * 1_000).rounded()), Self.lastMillisecond)
+        let seconds = milliseconds >= 0 ? milliseconds / 1_000 : (milliseconds - 999) / 1_000
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let time = seconds - days * 86_400
         let (year, month, day) = civilFromDays(days)
         var text = String(format: "%04d-%02d-%02dT%02d:%02d:%02d", year, month, day, time / 3_600, time / 60 % 60, time % 60)
-        if fractionalSeconds { text += String(format: ".%03d", min(999, Int(((interval - whole) * 1_000).rounded(.down)))) }
+        if fractionalSeconds { text += String(format: ".%03d", milliseconds - seconds * 1_000) }
         return text + "Z"
     }
+
+    /// 9999-12-31T23:59:59.999Z in milliseconds since 1970, the last instant ``format(_:fractionalSeconds:)`` writes.
+    static let lastMillisecond = (daysFromCivil(year: 9_999, month: 12, day: 31) * 86_400 + 86_399) * 1_000 + 999
 
     /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
     static func civilFromDays(_ days: Int) -> (year: Int, month: Int, day: Int) {
