@@ -35,7 +35,7 @@ extension Squasherctl {
     }
 
     /// Writes out what is still buffered for standard output and fails when any of the output
-    /// could not be written (a full disk, a closed pipe): a script must not take truncated
+    /// could not be written (a full disk): a script must not take truncated
     /// output for the whole of it.
     static func flushOutput() throws {
         // Every output stream (`stdout` itself is not reachable under Swift 6's strict
