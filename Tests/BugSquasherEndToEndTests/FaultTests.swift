@@ -30,6 +30,20 @@ struct FaultTests {
         #expect(try await daemon.waitForExit() == 0, "\(daemon.errorOutput)")
     }
 
+    /// Imports 300 bugs titled "survives the rm", deletes `files` from the state directory while
+    /// squasherd runs, and expects it to stop with status 1, logging `message` (given the state
+    /// directory), and to leave a rescued copy there; returns the directory and the copy's name.
+    func deleteWhileRunning(_ files: [String], harness: DaemonHarness, prefix: String, logging message: (String) -> String) async throws -> (state: String, rescued: String) {
+        let records = try harness.writeRecords("kept.ndjson", count: 300, prefix: prefix, title: "survives the rm")
+        try await harness.ctl(["import", records.path, "--wait"])
+        let state = harness.directory + "/state"
+        for file in files { try? FileManager.default.removeItem(atPath: state + "/" + file) }
+        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
+        #expect(harness.daemon.errorOutput.contains(message(state)), "\(harness.daemon.errorOutput)")
+        let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
+        return (state, rescued)
+    }
+
     @Test("a store that is not a database, a truncated or emptied store, an incompatible model, an unusable directory and unusable socket paths are refused with a reason")
     func untrustedStores() async throws {
         let base = try directory()
@@ -328,13 +342,7 @@ struct FaultTests {
     @Test("a store file deleted while squasherd runs: it stops with status 1, copies what the open store holds beside it, refuses to start on nothing while that copy waits, and goes on once the copy is moved into place")
     func storeDeletedWhileRunning() async throws {
         let harness = try await DaemonHarness()
-        let records = try harness.writeRecords("kept.ndjson", count: 300, prefix: "DEL", title: "survives the rm")
-        try await harness.ctl(["import", records.path, "--wait"])
-        let state = harness.directory + "/state"
-        for file in ["bugs.sqlite", "bugs.sqlite-wal", "bugs.sqlite-shm"] { try? FileManager.default.removeItem(atPath: state + "/" + file) }
-        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
-        #expect(harness.daemon.errorOutput.contains("bugs.sqlite was deleted while squasherd ran"), "\(harness.daemon.errorOutput)")
-        let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
+        let (state, rescued) = try await deleteWhileRunning(["bugs.sqlite", "bugs.sqlite-wal", "bugs.sqlite-shm"], harness: harness, prefix: "DEL") { _ in "bugs.sqlite was deleted while squasherd ran" }
         #expect(harness.daemon.errorOutput.contains("copied to \(state)/\(rescued)"), "\(harness.daemon.errorOutput)")
 
         // Not restarted on an empty store in its place...
@@ -348,13 +356,7 @@ struct FaultTests {
     @Test("the store's write-ahead log deleted while squasherd runs: it stops with status 1 and copies what the open store holds, since later saves would go into a log no one can read; it does not start on the store without that copy")
     func logDeletedWhileRunning() async throws {
         let harness = try await DaemonHarness()
-        let records = try harness.writeRecords("kept.ndjson", count: 300, prefix: "WLD", title: "survives the rm")
-        try await harness.ctl(["import", records.path, "--wait"])
-        let state = harness.directory + "/state"
-        try FileManager.default.removeItem(atPath: state + "/bugs.sqlite-wal")
-        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
-        #expect(harness.daemon.errorOutput.contains("the write-ahead log \(state)/bugs.sqlite-wal was deleted while squasherd ran"), "\(harness.daemon.errorOutput)")
-        let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
+        let (state, rescued) = try await deleteWhileRunning(["bugs.sqlite-wal"], harness: harness, prefix: "WLD") { "the write-ahead log \($0)/bugs.sqlite-wal was deleted while squasherd ran" }
         // The store file without its log is older than the copy: refused, naming the copy.
         try await expectRefusal(state: state, run: harness.directory + "/run", "\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted")
         // As the message says: the old file kept elsewhere, the copy moved into place.

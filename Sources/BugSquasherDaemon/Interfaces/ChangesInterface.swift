@@ -57,7 +57,7 @@ struct ChangesInterface: VarlinkInterface {
             // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
             // that passes the cap, and the client asks again from there.
             var objects = 0
-            if let cut = saves.firstIndex(where: { objects += $0.inserted.count + $0.updated.count + $0.deleted.count; return objects >= Self.historyObjectCap }) {
+            if let cut = saves.firstIndex(where: { objects += $0.objectCount; return objects >= Self.historyObjectCap }) {
                 saves.removeSubrange((cut + 1)...)
             }
             let token = try stack.store.currentHistoryToken()
@@ -197,7 +197,7 @@ struct ChangesInterface: VarlinkInterface {
                 let (after, count) = (position, limit)
                 let page = try await readers.run { try stack.store.changes(after: after, limit: count) }
                 guard let last = page.last else { break }
-                let objects = page.reduce(0) { $0 + $1.inserted.count + $1.updated.count + $1.deleted.count }
+                let objects = page.reduce(0) { $0 + $1.objectCount }
                 limit = max(1, min(Self.replayPageSaves, limit * Self.replayPageObjects / max(1, objects), limit * 2))
                 for save in page where save.token <= start {
                     let filtered = subscription.filtered(save)

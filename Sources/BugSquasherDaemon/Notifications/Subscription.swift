@@ -134,7 +134,7 @@ final class Subscription: Sendable {
             let replayed = state.pending.filter { $0.save.token <= token }
             guard !replayed.isEmpty else { return }
             state.pending.removeAll { $0.save.token <= token }
-            let objects = replayed.reduce(0) { $0 + $1.save.inserted.count + $1.save.updated.count + $1.save.deleted.count }
+            let objects = replayed.reduce(0) { $0 + $1.save.objectCount }
             state.pendingObjects = max(0, state.pendingObjects - objects)
         }
     }
@@ -251,7 +251,7 @@ final class Subscription: Sendable {
             // one holds IDs and versions, not rows.
             let queued = includeValues ? save : registeredOnly ? save.withoutValues : withoutValues()
             state.pending.append(QueuedSave(save: queued, encoding: registeredOnly ? nil : encodings?.of(includeValues: includeValues, idRuns: idRuns)))
-            state.pendingObjects += save.inserted.count + save.updated.count + save.deleted.count
+            state.pendingObjects += save.objectCount
             let unmerged = state.pendingObjects - (state.coalesced?.objectCount ?? 0)
             if state.pending.count > Self.mergeAfterSaves || (state.pendingObjects > pendingLimit && unmerged <= Self.mergeAtLimitObjects) {
                 state.mergePending()

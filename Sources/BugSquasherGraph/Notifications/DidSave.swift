@@ -72,6 +72,9 @@ public struct DidSave: Sendable, Hashable, Codable {
     /// Whether nothing changed.
     public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
 
+    /// How many objects changed: inserted, updated and deleted.
+    public var objectCount: Int { inserted.count + updated.count + deleted.count }
+
     /// Every changed object ID.
     public var objectIDs: [ObjectID] { (inserted + updated + deleted).map(\.objectID) }
 
