@@ -169,7 +169,7 @@ public struct SquasherDaemon: Sendable {
         let onShutdownStep = self.onShutdownStep
         let onStopping = self.onStopping
         services.append(.init(service: ShutdownAnnouncer {
-            imports.uploads.noteStopping()
+            imports.stopUploads()
             onStopping()
             onShutdownStep("Stopping: finishing the current import chunk", .seconds(30))
         }))

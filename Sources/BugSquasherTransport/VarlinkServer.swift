@@ -167,6 +167,14 @@ public final class VarlinkServer: Sendable {
         connections.add(1, ordering: .relaxed)
         defer { connections.subtract(1, ordering: .relaxed) }
         let context = VarlinkCallContext(socket: name, mayWrite: mayWrite, logger: logger)
+        let channel = connection.channel
+        context.connection.onEnd { message in
+            channel.eventLoop.execute {
+                channel.writeAndFlush(ChannelReplier.terminated(message, allocator: channel.allocator)).whenComplete { _ in
+                    channel.close(promise: nil)
+                }
+            }
+        }
         do {
             try await connection.executeThenClose { inbound, outbound in
                 let replier = ChannelReplier(outbound: outbound, channel: connection.channel)
@@ -199,7 +207,7 @@ public final class VarlinkServer: Sendable {
                                 logger.debug("call during a streaming call; closing the connection")
                                 break reading
                             }
-                            if call.more && !call.upgrade {
+                            if service.streams(call) {
                                 let number = streaming.begin()
                                 await Self.keepLittleInFlight(connection.channel)
                                 group.addTask {
@@ -348,26 +356,29 @@ struct ChannelReplier: VarlinkReplier {
     /// returned before its caller sends again.
     func sendNow(continuing message: Data) -> Bool {
         guard channel.isWritable, channel.isActive else { return false }
-        var buffer = channel.allocator.buffer(capacity: message.count + 1)
-        buffer.writeBytes(message)
-        buffer.writeInteger(UInt8(0))
-        let (channel, message) = (self.channel, buffer)
+        let (channel, message) = (self.channel, Self.terminated(message, allocator: channel.allocator))
         channel.eventLoop.execute { channel.writeAndFlush(message, promise: nil) }
         return true
     }
 
     func send(_ message: Data, continues: Bool) async throws {
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(message.count + 1)
-        buffer.writeBytes(message)
-        buffer.writeInteger(UInt8(0))
         do {
-            try await outbound.write(buffer)
+            try await outbound.write(Self.terminated(message, allocator: channel.allocator))
         } catch is CancellationError {
             throw CancellationError()
         } catch {
             throw VarlinkPeerGone(reason: "\(error)")
         }
+    }
+}
+
+extension ChannelReplier {
+    /// `message` with the NUL byte that ends a Varlink message.
+    static func terminated(_ message: Data, allocator: ByteBufferAllocator) -> ByteBuffer {
+        var buffer = allocator.buffer(capacity: message.count + 1)
+        buffer.writeBytes(message)
+        buffer.writeInteger(UInt8(0))
+        return buffer
     }
 }
 

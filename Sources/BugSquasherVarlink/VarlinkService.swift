@@ -75,6 +75,8 @@ public protocol VarlinkUpgradeHandler: Sendable {
 public final class VarlinkConnection: Sendable {
     private let state = Mutex<(closed: Bool, actions: [@Sendable () async -> Void])>((false, []))
     private let upgradeHandler = Mutex<(any VarlinkUpgradeHandler)?>(nil)
+    private let upgraded = Atomic<Bool>(false)
+    private let ender = Mutex<(@Sendable (Data) -> Void)?>(nil)
 
     /// Creates a connection handle; the transport calls ``close()`` when the peer is gone.
     public init() {}
@@ -83,7 +85,24 @@ public final class VarlinkConnection: Sendable {
     /// upgrade) has been sent. A call with `upgrade: true` whose handler does not call this ends
     /// the connection after its reply.
     public func upgrade(to handler: any VarlinkUpgradeHandler) {
+        upgraded.store(true, ordering: .releasing)
         upgradeHandler.withLock { $0 = handler }
+    }
+
+    /// Installs how ``endUpgrade(lastReply:)`` sends a last message and closes the connection
+    /// (for the transport).
+    public func onEnd(_ end: @escaping @Sendable (_ lastMessage: Data) -> Void) {
+        ender.withLock { $0 = end }
+    }
+
+    /// Ends a connection an upgrade handler took over, from outside it — an upload left idle, a
+    /// daemon stopping — sending `lastReply` first: its client sends bytes and reads nothing
+    /// but that last message, so without it the client would wait, or find the connection
+    /// closed without a reason. A connection that was not upgraded is left as it is: its
+    /// client is between calls, and its next call is answered.
+    public func endUpgrade(lastReply: @autoclosure () throws -> Data) {
+        guard upgraded.load(ordering: .acquiring), let message = try? lastReply() else { return }
+        ender.withLock { $0 }?(message)
     }
 
     /// The handler an upgraded call installed, once (for the transport).
@@ -127,11 +146,17 @@ public protocol VarlinkInterface: Sendable {
     /// Whether `method` (its name without the interface) takes the connection over when called
     /// with `upgrade: true`; a call of any other method with it is refused. None by default.
     func upgrades(_ method: String) -> Bool
+    /// Whether `method` (its name without the interface) may send several replies to a call with
+    /// `more: true`. Another method called so answers once, in order with the calls behind it.
+    /// None by default.
+    func streams(_ method: String) -> Bool
 }
 
 extension VarlinkInterface {
     /// No method upgrades the connection.
     public func upgrades(_ method: String) -> Bool { false }
+    /// No method streams.
+    public func streams(_ method: String) -> Bool { false }
 }
 
 /// The service: the interfaces it implements, `org.varlink.service`, and dispatch.
@@ -163,6 +188,13 @@ public struct VarlinkService: Sendable {
 
     /// The interface names, `org.varlink.service` first.
     public var interfaceNames: [String] { ["org.varlink.service"] + interfaces.keys.sorted() }
+
+    /// Whether `call` asks for several replies from a method that may send them: the transport
+    /// serves it beside the connection's reading, which then notices its client leave. Any
+    /// other call is answered once, in turn.
+    public func streams(_ call: VarlinkCall) -> Bool {
+        call.more && !call.upgrade && interfaces[call.interface]?.streams(call.methodName) == true
+    }
 
     /// Handles one call: `org.varlink.service` itself, or the interface's handler. Errors a
     /// handler throws are sent as error replies; only connection failures propagate.
@@ -216,7 +248,10 @@ public struct VarlinkService: Sendable {
     private func handleService(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
         case "GetInfo":
-            try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: interfaceNames))
+            // The interfaces this socket serves: a write interface is no use to a client of a
+            // read-only socket, whose calls to it are refused.
+            let served = interfaceNames.filter { interfaces[$0].map { !$0.writes || context.mayWrite } ?? true }
+            try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: served))
         case "GetInterfaceDescription":
             let name = try call.parameters(InterfaceParameter.self).interface
             guard let description = InterfaceDefinitions.text(of: name), name == "org.varlink.service" || interfaces[name] != nil else {

@@ -14,7 +14,8 @@ struct JobFollower {
     let socket: Endpoint
     let progress: ProgressBar
 
-    /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished. Ctrl-C stops the
+    /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished having imported
+    /// something or read nothing (every record rejected is a failure). Ctrl-C stops the
     /// watching, not the job, and says so.
     func follow(_ job: String) throws {
         let interrupt = Self.onInterrupt { [progress] in
@@ -73,6 +74,11 @@ struct JobFollower {
         if let error = job.error { printError("squasherctl: \(printable(error))") }
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
         if job.state != "finished" { throw Exit.failed }
+        if job.imported == 0 && job.rejected > 0 {
+            // A script must not take an import of nothing for a good one.
+            printError("squasherctl: every record of job \(job.id) was rejected; nothing was imported. The rejects say why.")
+            throw Exit.failed
+        }
     }
 
     /// Shows `job`'s progress, with the rate and time left measured from `first`, the job as this

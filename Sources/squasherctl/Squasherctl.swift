@@ -9,12 +9,19 @@ struct Squasherctl: AsyncParsableCommand {
         commandName: "squasherctl",
         abstract: "Import, query and watch a BugSquasher store through squasherd.",
         discussion: """
-            Exit status: 0 success, 2 the job failed or squasherd refused the request (or its \
+            Exit status: 0 success, 2 the job failed or rejected every record, or squasherd refused the request (or its \
             socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
-            answer that is not squasherd's), 64 usage error, 74 the output could not be written (a full disk).
+            answer that is not squasherd's), 64 usage error (no command, among others), 74 the output could not be written (a full disk).
             """,
         subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
     )
+
+    /// `squasherctl` without a command: the help, on standard error, and a usage error's status,
+    /// so that a script whose command went missing does not pass.
+    func run() async throws {
+        printError(Self.helpMessage())
+        throw ExitCode.validationFailure
+    }
 }
 
 extension Squasherctl {

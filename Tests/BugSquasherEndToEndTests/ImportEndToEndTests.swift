@@ -131,8 +131,11 @@ struct ImportEndToEndTests {
         #expect(summary(blankFirst).contains("2 read, 2 imported, 0 rejected"), "\(blankFirst)")
         // A misspelled field is a reject that names the field meant, not a record imported without it.
         try (#"{"key":"NB-1","titel":"renamed","project":{"key":"NB"}}"# + "\n").write(toFile: dir + "/m.ndjson", atomically: true, encoding: .utf8)
-        let misspelled = try await harness.ctl(["import", dir + "/m.ndjson", "--format", "bugsquasher-ndjson", "--wait"])
+        // An import whose every record is a reject fails (exit 2), so that a script notices.
+        let allRejected = try await harness.ctlProcess(["import", dir + "/m.ndjson", "--format", "bugsquasher-ndjson", "--wait"], expectStatus: 2)
+        let misspelled = allRejected.output
         #expect(summary(misspelled).contains("1 read, 0 imported, 1 rejected"), "\(misspelled)")
+        #expect(allRejected.errorOutput.contains("every record of job") && allRejected.errorOutput.contains("nothing was imported"), "\(allRejected.errorOutput)")
         let misspelledRejects = try await harness.ctl(["jobs", String(summary(misspelled).split(separator: " ")[1]), "--rejects"])
         #expect(misspelledRejects.first?.contains("line 1: a bug record has no field 'titel' (did you mean 'title'?)") == true, "\(misspelledRejects)")
         try ("{\"key\":\"NB-2\",\"fields\":{\"summ\n" + good("NB-3") + "\n" + good("NB-4") + "\n").write(toFile: dir + "/h.ndjson", atomically: true, encoding: .utf8)
@@ -629,6 +632,8 @@ struct AbortEndToEndTests {
         let cut = try await harness.ctlProcess(["jobs", "--limit", "1"], expectStatus: 0)
         #expect(cut.output.count == 1 && cut.errorOutput.contains("the 1 most recent jobs are shown; there are older ones"), "\(cut.output) \(cut.errorOutput)")
         try await harness.ctl(["abort", ""], expectStatus: 64)
+        // No command at all: the help, on stderr, as a usage error.
+        #expect(try await harness.ctlError([], expectStatus: 64).contains("SUBCOMMANDS"))
         try await harness.ctl(["import", harness.directory + "/small.ndjson", "--name", " "], expectStatus: 64)
         #expect(try await harness.stop() == 0)
     }
@@ -686,20 +691,23 @@ extension AbortEndToEndTests {
         #expect(refused?.name == "io.bugsquasher.Import.InvalidInput", "\(String(describing: refused))")
         #expect(refused?.parameters["message"]?.stringValue?.contains("is aborted: its upload has ended") == true, "\(String(describing: refused))")
 
-        // Over an upgraded connection, bytes after the abandonment are answered with its reason.
-        let upgraded = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "hangs too", format: nil, chunkSize: nil), as: JobParameter.self).job
+        // A client sending over an upgraded connection gets the reason as soon as the upload is
+        // abandoned, without sending anything more, and the connection ends.
+        // (Bounded: without that reply, the client would give up after 30 s.)
+        let sender = try BlockingVarlinkClient(path: harness.writeSocket, timeout: .seconds(30))
+        let upgraded = try sender.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "hangs too", format: nil, chunkSize: nil), as: JobParameter.self).job
         let upgradedWaiter = try harness.startCtl("jobs --wait", ["jobs", upgraded, "--wait"])
         let abandoned = DispatchSemaphore(value: 0)
         Task {
             _ = try? await upgradedWaiter.waitForExit(timeout: .seconds(30))
             abandoned.signal()
         }
-        let answer = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: upgraded)) { connection in
+        let answer = try sender.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: upgraded)) { connection in
             let bytes = Array(Data(base64Encoded: first)!)
             try (UploadFraming.header(bytes.count) + bytes).withUnsafeBytes { try connection.send($0) }
-            guard abandoned.wait(timeout: .now() + 30) == .success else { throw HarnessError("the idle upload was not abandoned within 30 s") }
-            try (UploadFraming.header(bytes.count) + bytes).withUnsafeBytes { try connection.send($0) }
-            return try connection.receiveReply()
+            let reply = try connection.receiveReply()
+            guard abandoned.wait(timeout: .now() + 30) == .success else { throw HarnessError("the idle upload's job did not end within 30 s") }
+            return reply
         }
         #expect(upgradedWaiter.exitStatus == 2, "\(upgradedWaiter.errorOutput)")
         #expect(answer.error?.parameters["message"]?.stringValue?.contains("No bytes arrived for 1 s") == true, "\(String(describing: answer.error))")
@@ -723,12 +731,30 @@ extension AbortEndToEndTests {
             return daemon
         }
         let (job, client) = try beginUpload()
+        // A client sending over an upgraded connection, waiting on its input when squasherd
+        // stops, is told why the upload ended instead of finding the connection closed.
+        let upgradedClient = try BlockingVarlinkClient(path: harness.writeSocket, timeout: .seconds(30))
+        let upgradedJob = try upgradedClient.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "cut too", format: nil, chunkSize: nil), as: JobParameter.self).job
+        let (sending, sendingSignal) = AsyncStream.makeStream(of: Void.self)
+        let cutReply = Task.detached {
+            try upgradedClient.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: upgradedJob)) { connection in
+                let bytes = Array(Data(base64Encoded: first)!)
+                try (UploadFraming.header(bytes.count) + bytes).withUnsafeBytes { try connection.send($0) }
+                sendingSignal.finish()
+                return try connection.receiveReply()
+            }
+        }
+        for await _ in sending {}
         #expect(try await harness.stop() == 0)
         withExtendedLifetime(client) {}
+        let cut = try await cutReply.value
+        #expect(cut.error?.name == "io.bugsquasher.Import.InvalidInput" && cut.error?.parameters["message"]?.stringValue?.contains("squasherd is stopping") == true, "\(String(describing: cut.error))")
         #expect(harness.daemon.errorOutput.contains("upload abandoned: squasherd is stopping"), "\(harness.daemon.errorOutput.suffix(2000))")
         let restarted = try await start(stateDirectory: "state")
-        let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
-        #expect(ended.state == "aborted" && ended.error?.contains("squasherd stopped before the upload was committed") == true, "\(ended)")
+        for job in [job, upgradedJob] {
+            let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+            #expect(ended.state == "aborted" && ended.error?.contains("squasherd stopped before the upload was committed") == true, "\(ended)")
+        }
         #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
 
         // A job left unfinished by a kill -9, and squasherd back on another state directory: the

@@ -1,5 +1,5 @@
 import BugSquasherProtocol
-import BugSquasherTransport
+@testable import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 import Logging
@@ -128,7 +128,9 @@ struct VarlinkTests {
             try await service.handle(try VarlinkCall(message: Data(json.utf8)), context: context, replier: recorder)
             return recorder.replies.withLock { $0.joined(separator: "|") }
         }
-        #expect(try await run(#"{"method":"org.varlink.service.GetInfo"}"#, read).contains(#""interfaces":["org.varlink.service","io.example.Echo"]"#))
+        #expect(try await run(#"{"method":"org.varlink.service.GetInfo"}"#, write).contains(#""interfaces":["org.varlink.service","io.example.Echo"]"#))
+        // A read-only socket lists only what it serves.
+        #expect(try await run(#"{"method":"org.varlink.service.GetInfo"}"#, read).contains(#""interfaces":["org.varlink.service"]"#))
         #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, write) == #"{"parameters":{"text":"hi"}}"#)
         #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, read).contains("PermissionDenied"))
         #expect(try await run(#"{"method":"io.example.Echo.Shout"}"#, write).contains("MethodNotFound"))
@@ -155,6 +157,7 @@ extension VarlinkTests {
         let name = "io.example.Countdown"
         let writes = false
         let release: AsyncStream<Void>
+        func streams(_ method: String) -> Bool { method == "Run" }
         func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
             switch call.methodName {
             case "Run":
@@ -169,38 +172,64 @@ extension VarlinkTests {
         }
     }
 
-    @Test("a call sent once a streaming call's last reply has arrived is served, even while the streaming handler is still ending")
-    func callAfterStreamingCall() async throws {
+    /// Serves `Countdown` on a socket in a fresh directory, and runs `client` with its path on a
+    /// thread of its own, off the pool serving the daemon side.
+    func withCountdownServer<R: Sendable>(release: AsyncStream<Void>, client: @escaping @Sendable (String) throws -> R) async throws -> R {
         let directory = NSTemporaryDirectory() + "varlink-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let path = directory + "/test.sock"
-        let (release, releaser) = AsyncStream.makeStream(of: Void.self)
         let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Countdown(release: release)])
         let server = VarlinkServer(name: "read", address: .path(path, permissions: 0o600), mayWrite: false, service: service, logger: Logger(label: "test"))
-        try await withThrowingTaskGroup { group in
+        return try await withThrowingTaskGroup { group in
             let (bound, boundSignal) = AsyncStream.makeStream(of: Void.self)
             group.addTask { try await server.run(onBound: { boundSignal.finish() }) }
             for await _ in bound {}
-            // The blocking client runs on a thread of its own, off the pool serving the daemon side.
-            let numbers = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[Int], any Error>) in
-                Thread.detachNewThread {
-                    continuation.resume(with: Result {
-                        let client = try BlockingVarlinkClient(path: path)
-                        var numbers: [Int] = []
-                        try client.stream("io.example.Countdown.Run", NoParameters()) { reply in
-                            numbers.append(try reply.parameters(Number.self).n)
-                            return true
-                        }
-                        // Run's handler has not returned yet: it waits for `release`.
-                        numbers.append(try client.call("io.example.Countdown.Ping", NoParameters(), as: Number.self).n)
-                        return numbers
-                    })
-                }
+            defer { group.cancelAll() }
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<R, any Error>) in
+                Thread.detachNewThread { continuation.resume(with: Result { try client(path) }) }
             }
-            releaser.finish()
-            #expect(numbers == [2, 1, 0])
-            group.cancelAll()
         }
+    }
+
+    @Test("a call sent once a streaming call's last reply has arrived is served, even while the streaming handler is still ending")
+    func callAfterStreamingCall() async throws {
+        let (release, releaser) = AsyncStream.makeStream(of: Void.self)
+        defer { releaser.finish() }
+        let numbers = try await withCountdownServer(release: release) { path in
+            let client = try BlockingVarlinkClient(path: path)
+            var numbers: [Int] = []
+            try client.stream("io.example.Countdown.Run", NoParameters()) { reply in
+                numbers.append(try reply.parameters(Number.self).n)
+                return true
+            }
+            // Run's handler has not returned yet: it waits for `release`.
+            numbers.append(try client.call("io.example.Countdown.Ping", NoParameters(), as: Number.self).n)
+            return numbers
+        }
+        #expect(numbers == [2, 1, 0])
+    }
+
+    @Test("a call with more to a method that does not stream is answered once, in turn with the calls pipelined behind it")
+    func moreOnAMethodThatDoesNotStream() async throws {
+        let (release, releaser) = AsyncStream.makeStream(of: Void.self)
+        defer { releaser.finish() }
+        let replies = try await withCountdownServer(release: release) { path in
+            let fd = try BlockingVarlinkClient.connect(path, timeout: .seconds(10))
+            defer { close(fd) }
+            let calls = #"{"method":"io.example.Countdown.Ping","more":true}\#0{"method":"io.example.Countdown.Ping"}\#0"#
+            try Array(calls.utf8).withUnsafeBytes { try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: .seconds(10)) }
+            // Both replies, then the end of the connection once this side has shut down its own.
+            shutdown(fd, CInt(SHUT_WR))
+            var received: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = read(fd, &chunk, chunk.count)
+                guard count > 0 else { break }
+                received += chunk[..<count]
+            }
+            return received.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        }
+        #expect(replies == [#"{"parameters":{"n":0}}"#, #"{"parameters":{"n":0}}"#, ""])
     }
 }

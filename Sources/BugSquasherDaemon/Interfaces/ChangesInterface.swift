@@ -31,6 +31,9 @@ struct ChangesInterface: VarlinkInterface {
         var token: Int64
     }
 
+    /// `Subscribe` streams.
+    func streams(_ method: String) -> Bool { method == "Subscribe" }
+
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
         case "Subscribe":

@@ -323,11 +323,23 @@ struct ImportInterface: VarlinkInterface {
     func abandonIdleUploads(logger: Logger) async {
         let timeout = configuration.uploadIdleTimeout
         let seconds = timeout.components.seconds
-        for spooler in uploads.removeIdle(longerThan: timeout) {
+        for (spooler, owner) in uploads.removeIdle(longerThan: timeout) {
             let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
             logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
             await fail(spooler.jobID, spooler, reason, as: "aborted", book: runner.book, logger: logger)
+            // A client sending the file over an upgraded connection waits on its input, and
+            // would otherwise learn nothing until it sends again.
+            owner.endUpgrade(lastReply: try VarlinkReply.encode(invalidInput(reason)))
         }
+    }
+
+    /// Tells the clients sending files over upgraded connections that squasherd is stopping,
+    /// and closes their connections (the others close as the servers stop): each upload then
+    /// ends aborted, as one whose client left, with the stop as its reason.
+    func stopUploads() {
+        uploads.noteStopping()
+        let message = "squasherd is stopping, so the upload was abandoned before it was committed; submit the file again once squasherd is back."
+        for owner in uploads.owners { owner.endUpgrade(lastReply: try VarlinkReply.encode(invalidInput(message))) }
     }
 
     fileprivate func invalidInput(_ message: String) -> VarlinkError {
@@ -403,13 +415,17 @@ final class UploadRegistry: Sendable {
     /// Notes that `job`'s upload received bytes.
     func touch(_ job: String) { uploads.withLock { $0[job]?.lastActivity = .now } }
 
-    /// Removes and returns the uploads that received nothing for longer than `timeout`.
-    func removeIdle(longerThan timeout: Duration) -> [Spooler] {
+    /// The connections that began the uploads in progress.
+    var owners: [VarlinkConnection] { uploads.withLock { $0.values.map(\.owner) } }
+
+    /// Removes and returns the uploads that received nothing for longer than `timeout`, with the
+    /// connections that began them.
+    func removeIdle(longerThan timeout: Duration) -> [(Spooler, owner: VarlinkConnection)] {
         let deadline = ContinuousClock.now - timeout
         return uploads.withLock { uploads in
             let idle = uploads.filter { $0.value.lastActivity < deadline }
             for job in idle.keys { uploads[job] = nil }
-            return idle.values.map(\.spooler)
+            return idle.values.map { ($0.spooler, $0.owner) }
         }
     }
 }

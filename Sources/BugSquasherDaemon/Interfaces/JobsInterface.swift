@@ -15,6 +15,9 @@ struct JobsInterface: VarlinkInterface {
     /// The jobs, with the failures the store could not record (the import runner's book).
     let book: JobBook
 
+    /// `Watch` streams.
+    func streams(_ method: String) -> Bool { method == "Watch" }
+
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
         case "List":
