@@ -1,5 +1,7 @@
 import ArgumentParser
+import BugSquasherGraph
 import BugSquasherJSON
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -99,9 +101,8 @@ struct GetCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        let escaped = key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         let reply = try withClient(sockets.read) { client in
-            try client.fetch(FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1, result: "rows"))
+            try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows"))
         }
         guard let row = reply.rows?.first else {
             printError("squasherctl: no bug with key \(printable(key))")
@@ -229,7 +230,7 @@ struct UpdateCommand: ParsableCommand {
     @Argument(help: "The bug's key.")
     var key: String
 
-    @Argument(help: "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute).")
+    @Argument(help: "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute or relationship; project, reporter and assignee take a project key, a person's name, or an object ID).")
     var assignments: [String]
 
     func run() throws {
@@ -242,12 +243,24 @@ struct UpdateCommand: ParsableCommand {
             }
             values[parts[0]] = parts[1] == "nil" ? .null : .string(parts[1])
         }
-        let escaped = key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-        let found = try withClient(sockets.read) { client in
-            try client.fetch(FetchParameters(entity: "Bug", predicate: "key == \"\(escaped)\"", limit: 1))
+        let id = try withClient(sockets.read) { client in
+            // A to-one relationship named by its destination's unique key (project=TIMOB)
+            // becomes that object's ID; an object ID goes as it is.
+            for (name, value) in values {
+                guard case .string(let text) = value, !text.hasPrefix("x-bugsquasher://"),
+                      let relationship = BugModel.model.entity(named: "Bug")?.relationship(named: name), !relationship.isToMany,
+                      let destination = BugModel.model.entity(named: relationship.destination), let unique = destination.uniqueKey
+                else { continue }
+                guard let target = try client.fetch(FetchParameters(entity: destination.name, predicate: equals(unique, text), limit: 1)).ids?.first else {
+                    printError("squasherctl: no \(destination.name) with \(unique) \(printable(text)); '\(name)' takes the \(unique) of an existing \(destination.name), its object ID, or nil to clear it")
+                    throw Exit.notFound
+                }
+                values[name] = .string(target)
+            }
+            return try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1)).ids?.first
         }
-        guard let id = found.ids?.first else {
-            printError("squasherctl: no bug with key \(key)")
+        guard let id else {
+            printError("squasherctl: no bug with key \(printable(key))")
             throw Exit.notFound
         }
         let reply = try withClient(sockets.write) { client in
@@ -255,6 +268,11 @@ struct UpdateCommand: ParsableCommand {
         }
         print("\(key) is now version \(reply.version) (token \(reply.token))")
     }
+}
+
+/// The predicate `attribute == "value"`, with the value's quotes and backslashes escaped.
+func equals(_ attribute: String, _ value: String) -> String {
+    "\(attribute) == \"\(value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\""
 }
 
 extension BlockingVarlinkClient {

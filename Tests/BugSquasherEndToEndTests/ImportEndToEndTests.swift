@@ -577,6 +577,18 @@ struct AbortEndToEndTests {
         try await harness.ctl(["update", "AB-1", "details="])
         let row = try await harness.ctl(["get", "AB-1", "--json"]).joined()
         #expect(row.contains(#""details":"""#), "\(row)")
+        // A to-one relationship takes its destination's unique key, or an object ID of one that
+        // exists; either of another object is refused, saying which.
+        let other = try harness.writeRecords("other.ndjson", count: 1, prefix: "OT", title: "other")
+        try await harness.ctl(["import", other.path, "--wait"])
+        try await harness.ctl(["update", "AB-1", "project=OT"])
+        #expect(try await harness.ctl(["list", "--where", #"project.key == "OT""#]).joined(separator: "\n").contains("AB-1"))
+        let unknownKey = try await harness.ctlError(["update", "AB-1", "project=NOPE"], expectStatus: 3)
+        #expect(unknownKey.contains("no Project with key NOPE; 'project' takes the key of an existing Project"), "\(unknownKey)")
+        let project = try #require(row.firstMatch(of: /"project":"(x-bugsquasher:[^"]*\/Project\/)p\d+"/)?.1, "\(row)")
+        let deletedProject = try await harness.ctlError(["update", "AB-1", "project=\(project)p999999"], expectStatus: 2)
+        #expect(deletedProject.contains("no Project has that ID (deleted, or never saved)"), "\(deletedProject)")
+        try await harness.ctl(["update", "AB-1", "project=AB"])
         // A value of the wrong type says which form the attribute takes.
         let date = try await harness.ctlError(["update", "AB-1", "created=yesterday"], expectStatus: 2)
         #expect(date.contains(#"'created' is date; "yesterday" cannot be one. Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z"#), "\(date)")

@@ -173,7 +173,11 @@ struct ImportInterface: VarlinkInterface {
                     guard targetID.entityName == destination else {
                         throw GraphError(.invalidArgument, "'\(key)' points to \(destination ?? "?") objects; \(target) is a \(targetID.entityName).")
                     }
-                    object.setRelated(try context.existingObject(with: targetID), for: key)
+                    let related: ManagedObject
+                    do { related = try context.existingObject(with: targetID) } catch let error as GraphError where error.code == .objectNotFound {
+                        throw GraphError(.invalidArgument, "'\(key)' names \(target), and no \(targetID.entityName) has that ID (deleted, or never saved); give the ID of one that exists.")
+                    }
+                    object.setRelated(related, for: key)
                 } else if json == .null {
                     object.setRelated(nil, for: key)
                 } else {
