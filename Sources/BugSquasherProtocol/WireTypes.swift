@@ -449,10 +449,13 @@ public struct RejectsParameters: Codable, Sendable {
     public var job: String
     /// At most this many.
     public var limit: Int?
+    /// Skip this many first (in input order), for the next page.
+    public var offset: Int?
     /// Creates parameters.
-    public init(job: String, limit: Int? = nil) {
+    public init(job: String, limit: Int? = nil, offset: Int? = nil) {
         self.job = job
         self.limit = limit
+        self.offset = offset
     }
 }
 

@@ -28,6 +28,9 @@ struct JobsCommand: ParsableCommand {
     @Option(help: "How many of the most recent jobs to list (1 to 999).")
     var limit = 20
 
+    /// Rejects asked for per call: the most squasherd answers at once.
+    static let rejectsPage = 100_000
+
     func validate() throws {
         if wait && (job == nil || rejects || json) { throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.") }
         if job?.trimmingCharacters(in: .whitespaces).isEmpty == true { throw ValidationError("The job ID is empty; squasherctl jobs lists the recent ones.") }
@@ -42,13 +45,16 @@ struct JobsCommand: ParsableCommand {
             if let job {
                 let reply = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self)
                 if rejects {
-                    // All of them, up to the most squasherd sends in one reply.
-                    let asked = Int(min(max(reply.job.rejected, 1), 100_000))
-                    let list = try client.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: asked), as: RejectsReply.self)
-                    if json { try printJSON(list) } else { for reject in list.rejects { print("line \(reject.line): \(printable(reject.reason))") } }
-                    if reply.job.rejected > list.rejects.count {
-                        printError("squasherctl: \(list.rejects.count) of the job's \(reply.job.rejected) rejects are shown (squasherd sends at most \(asked) at once).")
+                    // All of them, a page of up to the most squasherd sends in one reply at a time.
+                    var all: [WireReject] = []
+                    var shown = 0
+                    while true {
+                        let page = try client.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: Self.rejectsPage, offset: shown), as: RejectsReply.self).rejects
+                        if json { all += page } else { for reject in page { print("line \(reject.line): \(printable(reject.reason))") } }
+                        shown += page.count
+                        if page.count < Self.rejectsPage { break }
                     }
+                    if json { try printJSON(RejectsReply(rejects: all)) }
                 } else if json { try printJSON(reply) } else { print(describe(reply.job)) }
             } else {
                 // One more than shown: whether there are older ones to mention.

@@ -67,6 +67,11 @@ struct ImportEndToEndTests {
         #expect(rejects[0].hasPrefix("line 2:"))
         #expect(rejects[1].hasPrefix("line 3:") && rejects[1].contains("key"))
         #expect(rejects[2].hasPrefix("line 6:"))
+        // The report pages with limit and offset, in input order.
+        let reader = try BlockingVarlinkClient(path: harness.readSocket)
+        let pages = try [0, 2, 4].map { try reader.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: 2, offset: $0), as: RejectsReply.self).rejects.map(\.line) }
+        #expect(pages == [[2, 3], [6], []], "\(pages)")
+        #expect(throws: VarlinkError.invalidParameter("offset")) { try reader.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, offset: -1), as: RejectsReply.self) }
 
         // A JSON array and a pretty-printed search response.
         try ("[\n" + [good("ARR-1"), good("ARR-2")].joined(separator: ",\n") + "\n]\n").write(toFile: dir + "/b.json", atomically: true, encoding: .utf8)

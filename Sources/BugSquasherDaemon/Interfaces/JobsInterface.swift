@@ -15,6 +15,9 @@ struct JobsInterface: VarlinkInterface {
     /// The jobs, with the failures the store could not record (the import runner's book).
     let book: JobBook
 
+    /// The most rejects one `Rejects` call answers; `offset` pages past it.
+    static let maximumRejects = 100_000
+
     /// `Watch` streams.
     func streams(_ method: String) -> Bool { method == "Watch" }
 
@@ -32,8 +35,10 @@ struct JobsInterface: VarlinkInterface {
         case "Rejects":
             let parameters = try call.parameters(RejectsParameters.self)
             if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
+            if let offset = parameters.offset, offset < 0 { throw VarlinkError.invalidParameter("offset") }
             guard try await book.job(parameters.job) != nil else { throw jobNotFound(parameters.job) }
-            try await replier.reply(RejectsReply(rejects: try await book.rejects(parameters.job, limit: min(parameters.limit ?? 1_000, 100_000))))
+            let page = try await book.rejects(parameters.job, limit: min(parameters.limit ?? 1_000, Self.maximumRejects), offset: parameters.offset ?? 0)
+            try await replier.reply(RejectsReply(rejects: page))
         case "Watch":
             guard call.more else { throw VarlinkError.expectedMore }
             try await watch(try call.parameters(JobParameter.self).job, replier: replier)

@@ -79,9 +79,11 @@ struct JobBook: Sendable {
     }
 
     /// A job's rejects, in input order.
-    func rejects(_ id: String, limit: Int) async throws -> [WireReject] {
+    func rejects(_ id: String, limit: Int, offset: Int = 0) async throws -> [WireReject] {
         try await stack.temporaryContext(name: "jobs").perform { context in
-            var request = FetchRequest<ImportReject>(predicate: Key("job.jobID") == .string(id), sort: [Key("line").ascending], limit: limit)
+            // By line, then reason: the issues of a one-line JSON array share their line, and
+            // pages must neither repeat nor skip one of them.
+            var request = FetchRequest<ImportReject>(predicate: Key("job.jobID") == .string(id), sort: [Key("line").ascending, Key("reason").ascending], limit: limit, offset: offset)
             request.returnsObjectsAsFaults = false
             return try context.fetch(request).map { WireReject(line: $0.line, reason: $0.reason) }
         }
