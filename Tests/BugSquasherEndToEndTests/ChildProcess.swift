@@ -4,6 +4,15 @@ import Foundation
 import Synchronization
 import Testing
 
+/// Runs blocking work (a `BlockingVarlinkClient` waiting on squasherd) on a thread of its own,
+/// off Swift's cooperative pool, which has a thread per core: work blocking one of those would
+/// stall every test running beside it.
+func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}
+
 /// A process the test started: its stdout as lines to wait on, its stderr kept for failure
 /// messages. Every harness ends the processes it started, by PID, on success and on failure.
 ///
