@@ -240,6 +240,25 @@ public final class BlockingVarlinkClient: Sendable {
         public func receiveReply() throws -> VarlinkReply {
             try VarlinkReply(message: try client.receive(fd))
         }
+
+        /// Whether `input` can be read — waiting for it when `wait` is true — while watching the
+        /// connection: a reply squasherd sends meanwhile ends the upload early (it was abandoned,
+        /// or squasherd is stopping), and is thrown at once, as is a connection it closed
+        /// without one. A client waiting on a slow or stalled producer thus learns of it now,
+        /// not when its input next moves.
+        public func inputReady(_ input: CInt, wait: Bool) throws -> Bool {
+            var watched = [pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            while true {
+                let ready = poll(&watched, 2, wait ? -1 : 0)
+                if ready < 0 && errno == EINTR { continue }
+                guard ready >= 0 else { throw TransportError("Waiting for the input and \(client.path) failed: \(String(cString: strerror(errno))).") }
+                if watched[1].revents != 0 {
+                    let reply = try receiveReply()
+                    throw reply.error ?? TransportError("squasherd answered the upload on \(client.path) before it was sent whole; submit the file again.")
+                }
+                return watched[0].revents != 0
+            }
+        }
     }
 
     /// Closes the connection and drops what was read from it; the next call connects again.

@@ -70,7 +70,7 @@ struct ImportCommand: ParsableCommand {
                 var sent: Int64 = 0
                 var chunk = [UInt8](repeating: 0, count: 4 + 1 << 20)
                 while true {
-                    let count = try chunk.withUnsafeMutableBytes { try fill(UnsafeMutableRawBufferPointer(rebasing: $0[4...]), from: input.fileDescriptor) }
+                    let count = try chunk.withUnsafeMutableBytes { try fill(UnsafeMutableRawBufferPointer(rebasing: $0[4...]), from: input.fileDescriptor, for: connection) }
                     if count == 0 && sent < size {
                         // Ending here would import a part of the file as if it were all of it.
                         // Without the end of the upload, squasherd abandons it.
@@ -123,10 +123,13 @@ struct AbortCommand: ParsableCommand {
     }
 }
 
-/// Reads from `fd` until `buffer` is full or the input ends; returns the bytes read (0 at the end).
-private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt) throws -> Int {
+/// Reads from `fd` what it has, up to `buffer`'s size; returns the bytes read (0 at the end).
+/// The first bytes are waited for, watching `connection` meanwhile; more only while they are
+/// there already. A file fills the buffer; a slow pipe's bytes go out as they come, so that an
+/// upload fed steadily is never taken for idle (`upload_idle_timeout`).
+private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt, for connection: BlockingVarlinkClient.UpgradedConnection) throws -> Int {
     var filled = 0
-    while filled < buffer.count {
+    while filled < buffer.count, try connection.inputReady(fd, wait: filled == 0) {
         let n = read(fd, buffer.baseAddress! + filled, buffer.count - filled)
         if n < 0 && errno == EINTR { continue }
         guard n >= 0 else {

@@ -726,6 +726,31 @@ extension AbortEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("squasherctl import - sends a slow producer's lines as they come, so a steady one is not taken for idle, and reports an upload abandoned while its input stalls at once")
+    func slowAndStalledStandardInput() async throws {
+        let harness = try await DaemonHarness(configuration: "upload_idle_timeout = 2\n")
+        let line = { (n: Int) in Data(#"{"key":"SLOW-\#(n)","title":"t","status":"Open","project":{"key":"SLOW"}}"#.utf8 + [0x0A]) }
+        // A line every half second for 3 s: longer than the idle timeout in all, never idle.
+        let steady = Pipe()
+        let steadyImport = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: steady.fileHandleForReading)
+        for n in 1...6 {
+            steady.fileHandleForWriting.write(line(n))
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        try steady.fileHandleForWriting.close()
+        #expect(try await steadyImport.waitForExit(timeout: .seconds(60)) == 0, "\(steadyImport.errorOutput)")
+        #expect(steadyImport.output.first?.contains("finished: 6 read, 6 imported") == true, "\(steadyImport.output)")
+        // A producer that stalls with its pipe open: squasherctl says why the upload ended as
+        // soon as squasherd abandons it, not when the pipe next moves (here, never).
+        let stalled = Pipe()
+        let stalledImport = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: stalled.fileHandleForReading)
+        stalled.fileHandleForWriting.write(line(7))
+        #expect(try await stalledImport.waitForExit(timeout: .seconds(30)) == 2, "\(stalledImport.errorOutput)")
+        #expect(stalledImport.errorOutput.contains("No bytes arrived for 2 s, so the upload was abandoned"), "\(stalledImport.errorOutput)")
+        withExtendedLifetime(stalled) {}
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("an upload cut off by stopping squasherd is recorded as such, not as a client that went away; a `jobs --wait` that finds squasherd back on another store says so")
     func uploadCutOffByStop() async throws {
         let harness = try await DaemonHarness()
