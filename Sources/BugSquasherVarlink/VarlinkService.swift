@@ -245,16 +245,19 @@ public struct VarlinkService: Sendable {
     }
     private struct Description: Encodable { var description: String }
 
+    /// Whether the socket of `context` serves `interface`: a write interface is no use to a
+    /// client of a read-only socket, whose calls to it are refused.
+    private func serves(_ interface: String, _ context: VarlinkCallContext) -> Bool {
+        interfaces[interface].map { !$0.writes || context.mayWrite } ?? (interface == "org.varlink.service")
+    }
+
     private func handleService(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
         case "GetInfo":
-            // The interfaces this socket serves: a write interface is no use to a client of a
-            // read-only socket, whose calls to it are refused.
-            let served = interfaceNames.filter { interfaces[$0].map { !$0.writes || context.mayWrite } ?? true }
-            try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: served))
+            try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: interfaceNames.filter { serves($0, context) }))
         case "GetInterfaceDescription":
             let name = try call.parameters(InterfaceParameter.self).interface
-            guard let description = InterfaceDefinitions.text(of: name), name == "org.varlink.service" || interfaces[name] != nil else {
+            guard let description = InterfaceDefinitions.text(of: name), name == "org.varlink.service" || serves(name, context) else {
                 throw VarlinkError.interfaceNotFound(name)
             }
             try await replier.reply(Description(description: description))

@@ -106,6 +106,8 @@ struct GetCommand: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
+    func validate() throws { try validateKey(key) }
+
     func run() throws {
         let reply = try withClient(sockets.read) { client in
             try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows"))
@@ -155,6 +157,9 @@ struct ListCommand: ParsableCommand {
 
     func validate() throws {
         if limit < 0 || offset < 0 { throw ValidationError("--limit and --offset take a count, 0 or more.") }
+        guard BugModel.model.entity(named: entity) != nil else {
+            throw ValidationError("There is no entity '\(entity)'; give one of \(BugModel.entities.map(\.name).joined(separator: ", ")).")
+        }
     }
 
     /// The rows `list` asks for per call.
@@ -189,11 +194,16 @@ struct ListCommand: ParsableCommand {
         if json { try printJSON(rows) }
     }
 
+    /// One row on one line: its key (or name, job ID, comment ID), its status, and a title (or
+    /// state, the start of a comment's body, a display name, a project's name).
     private func printLine(_ row: WireRow) {
-        let label = ["key", "name", "jobID", "jiraID"].lazy.compactMap { row.values[$0].flatMap(\.stringValue) }.first ?? row.id
-        let title = row.values["title"]?.stringValue ?? row.values["state"]?.stringValue ?? row.values["body"]?.stringValue.map { String($0.prefix(60)) } ?? ""
-        let status = row.values["status"]?.stringValue.map { "[\($0)] " } ?? ""
-        print("\(printable(label, limit: 200))  \(printable(status, limit: 60))\(printable(title, limit: 200))")
+        let text = { (name: String) in row.values[name].flatMap(\.stringValue) }
+        let labelName = ["key", "name", "jobID", "jiraID"].first { text($0) != nil }
+        let label = labelName.flatMap(text) ?? row.id
+        let title = text("title") ?? text("state") ?? text("body").map { String($0.prefix(60)) } ?? text("displayName") ?? (labelName == "name" ? nil : text("name")) ?? ""
+        let status = text("status").map { "[\($0)] " } ?? ""
+        let rest = printable(status, limit: 60) + printable(title, limit: 200)
+        print(rest.isEmpty ? printable(label, limit: 200) : "\(printable(label, limit: 200))  \(rest)")
     }
 }
 
@@ -239,12 +249,18 @@ struct UpdateCommand: ParsableCommand {
     @Argument(help: "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute or relationship; project, reporter and assignee take a project key, a person's name, or an object ID).")
     var assignments: [String]
 
+    func validate() throws { try validateKey(key) }
+
     func run() throws {
         var values: [String: JSONValue] = [:]
         for assignment in assignments {
             let parts = assignment.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 2, !parts[0].isEmpty else {
                 printError("squasherctl: '\(assignment)' is not name=value")
+                throw ExitCode.validationFailure
+            }
+            guard values[parts[0]] == nil else {
+                printError("squasherctl: '\(parts[0])' is given twice; give each name once")
                 throw ExitCode.validationFailure
             }
             values[parts[0]] = parts[1] == "nil" ? .null : .string(parts[1])
@@ -274,6 +290,11 @@ struct UpdateCommand: ParsableCommand {
         }
         print("\(key) is now version \(reply.version) (token \(reply.token))")
     }
+}
+
+/// Refuses an empty or blank bug key: no bug has one, and "no bug with key " would not say why.
+func validateKey(_ key: String) throws {
+    if key.allSatisfy(\.isWhitespace) { throw ValidationError("The bug key is empty; give one such as TIMOB-100.") }
 }
 
 /// The predicate `attribute == "value"`, with the value's quotes and backslashes escaped.

@@ -27,6 +27,18 @@ struct ImportEndToEndTests {
             #expect(answer.contains("io.bugsquasher.Import.InvalidInput") && answer.contains("record of import jobs"), "\(answer)")
         }
         #expect(try await harness.ctl(["jobs"]).joined().contains("finished  three.ndjson"))
+        // The read socket neither lists nor describes the write interface.
+        let described = try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"io.bugsquasher.Import"}}"#))
+        #expect(described.contains("org.varlink.service.InterfaceNotFound"), "\(described)")
+        #expect(try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"io.bugsquasher.Import"}}"#)).contains("method Upload"))
+        // A project with bugs cannot be deleted (deny rule); the refusal says what to do, in a
+        // client's terms.
+        let projects = try JSONSerialization.jsonObject(with: Data(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Project","result":"ids"}}"#)).utf8)) as? [String: Any]
+        let project = try #require(((projects?["parameters"] as? [String: Any])?["ids"] as? [String])?.first)
+        let denied = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Delete","parameters":{"id":"\#(project)"}}"#))
+        #expect(denied.contains("The change was refused, and nothing was saved") && denied.contains("delete those objects, or point them elsewhere, first") && !denied.contains("roll back"), "\(denied)")
+        // A row without a title prints its label alone, without trailing blanks.
+        #expect(try await harness.ctl(["list", "--entity", "Project"]) == ["BK"])
         // Negative limits and offsets are refused the same way by every method, naming the parameter.
         for (call, said) in [(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","offset":-5}}"#, "offset must not be negative"),
                              (#"{"method":"io.bugsquasher.Changes.History","parameters":{"after":0,"limit":0}}"#, #""parameter":"limit""#),
@@ -594,6 +606,15 @@ struct AbortEndToEndTests {
         let deletedProject = try await harness.ctlError(["update", "AB-1", "project=\(project)p999999"], expectStatus: 2)
         #expect(deletedProject.contains("no Project has that ID (deleted, or never saved)"), "\(deletedProject)")
         try await harness.ctl(["update", "AB-1", "project=AB"])
+        let otherStore = try await harness.ctlError(["update", "AB-1", "project=x-bugsquasher://00000000-0000-0000-0000-000000000000/Project/p1"], expectStatus: 2)
+        #expect(otherStore.contains("which is not an object ID of this store"), "\(otherStore)")
+        // A required attribute cannot be cleared; the refusal says so as for a blank one.
+        let cleared = try await harness.ctlError(["update", "AB-1", "title=nil"], expectStatus: 2)
+        #expect(cleared.contains("'title' is required on a Bug and cannot be cleared (nil); give it a value"), "\(cleared)")
+        // Usage errors: an empty key, a name given twice, an entity the model does not have.
+        try await harness.ctl(["get", ""], expectStatus: 64)
+        #expect(try await harness.ctlError(["update", "AB-1", "status=Open", "status=Closed"], expectStatus: 64).contains("'status' is given twice"))
+        #expect(try await harness.ctlError(["list", "--entity", "Nope"], expectStatus: 64).contains("There is no entity 'Nope'"))
         // A value of the wrong type says which form the attribute takes.
         let date = try await harness.ctlError(["update", "AB-1", "created=yesterday"], expectStatus: 2)
         #expect(date.contains(#"'created' is date; "yesterday" cannot be one. Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z"#), "\(date)")
@@ -728,25 +749,22 @@ extension AbortEndToEndTests {
 
     @Test("squasherctl import - sends a slow producer's lines as they come, so a steady one is not taken for idle, and reports an upload abandoned while its input stalls at once")
     func slowAndStalledStandardInput() async throws {
-        let harness = try await DaemonHarness(configuration: "upload_idle_timeout = 2\n")
+        let harness = try await DaemonHarness(configuration: "upload_idle_timeout = 3\n")
         let line = { (n: Int) in Data(#"{"key":"SLOW-\#(n)","title":"t","status":"Open","project":{"key":"SLOW"}}"#.utf8 + [0x0A]) }
-        // A line every half second for 3 s: longer than the idle timeout in all, never idle.
-        let steady = Pipe()
-        let steadyImport = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: steady.fileHandleForReading)
-        for n in 1...6 {
-            steady.fileHandleForWriting.write(line(n))
-            try await Task.sleep(for: .milliseconds(500))
-        }
-        try steady.fileHandleForWriting.close()
+        // A line every half second for 5 s, from a process of its own: longer than the idle
+        // timeout in all, never idle for long.
+        let lines = harness.directory + "/slow.ndjson"
+        try (1...10).map(line).reduce(Data(), +).write(to: URL(filePath: lines))
+        let steadyImport = try ChildProcess(name: "slow producer | squasherctl import -", executable: "/bin/sh", arguments: ["-c", #"while IFS= read -r line; do printf '%s\n' "$line"; sleep 0.5; done < "$1" | "$2" import - --wait"#, "sh", lines, Products.squasherctl], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"])
         #expect(try await steadyImport.waitForExit(timeout: .seconds(60)) == 0, "\(steadyImport.errorOutput)")
-        #expect(steadyImport.output.first?.contains("finished: 6 read, 6 imported") == true, "\(steadyImport.output)")
+        #expect(steadyImport.output.first?.contains("finished: 10 read, 10 imported") == true, "\(steadyImport.output)")
         // A producer that stalls with its pipe open: squasherctl says why the upload ended as
         // soon as squasherd abandons it, not when the pipe next moves (here, never).
         let stalled = Pipe()
         let stalledImport = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: stalled.fileHandleForReading)
-        stalled.fileHandleForWriting.write(line(7))
+        stalled.fileHandleForWriting.write(line(11))
         #expect(try await stalledImport.waitForExit(timeout: .seconds(30)) == 2, "\(stalledImport.errorOutput)")
-        #expect(stalledImport.errorOutput.contains("No bytes arrived for 2 s, so the upload was abandoned"), "\(stalledImport.errorOutput)")
+        #expect(stalledImport.errorOutput.contains("No bytes arrived for 3 s, so the upload was abandoned"), "\(stalledImport.errorOutput)")
         withExtendedLifetime(stalled) {}
         #expect(try await harness.stop() == 0)
     }

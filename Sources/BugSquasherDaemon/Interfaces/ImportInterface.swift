@@ -129,6 +129,9 @@ struct ImportInterface: VarlinkInterface {
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
         }
+        for (key, value) in values where value == .null && entity.attribute(named: key)?.isOptional == false {
+            throw invalidInput("'\(key)' is required on a \(entity.name) and cannot be cleared (nil); give it a value")
+        }
         // A unique key or another required text left blank (`status=`) is as good as none.
         for (key, value) in values {
             guard let attribute = entity.attribute(named: key), !attribute.isOptional || key == entity.uniqueKey,
@@ -169,6 +172,9 @@ struct ImportInterface: VarlinkInterface {
                 if let attribute = entity.attribute(named: key) {
                     object.setValue(try WireCoding.decode(json, as: attribute), for: key)
                 } else if case .string(let target) = json, let targetID = ObjectID(uri: target) {
+                    guard stack.mainCoordinator.managedObjectID(forURIRepresentation: target) != nil else {
+                        throw GraphError(.invalidArgument, "'\(key)' names \(target), which is not an object ID of this store (another store's, or one recreated since); give an ID this store issued.")
+                    }
                     let destination = entity.relationship(named: key)?.destination
                     guard targetID.entityName == destination else {
                         throw GraphError(.invalidArgument, "'\(key)' points to \(destination ?? "?") objects; \(target) is a \(targetID.entityName).")
@@ -200,6 +206,9 @@ struct ImportInterface: VarlinkInterface {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
             case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
+            case .validation where !error.problems.isEmpty:
+                // Without the context's advice (roll back), which means nothing to a client.
+                throw invalidInput("The change was refused, and nothing was saved: \(error.problems.prefix(20).joined(separator: "; ")).")
             default: throw invalidInput(error.message)
             }
         }

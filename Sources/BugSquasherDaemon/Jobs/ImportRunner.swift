@@ -517,7 +517,7 @@ final class ChunkSource: Sendable {
         while chunk.entries.count < size, bytes < maximumChunkBytes, let line = try reader.next() {
             bytes += line.bytes.count
             if line.isOversized {
-                chunk.entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: "record is longer than \(maximumRecordBytes) bytes"))
+                chunk.entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: Spooler.tooLong(maximumRecordBytes)))
                 continue
             }
             if line.bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {

@@ -244,7 +244,7 @@ actor Spooler {
                 case .value(let value, let number, let line):
                     SpooledElement.append(value, line: line, issue: number, to: &output)
                 case .oversized(let number, let line):
-                    SpooledElement.appendReject("record is longer than \(maximumRecordBytes) bytes", line: line, issue: number, to: &output)
+                    SpooledElement.appendReject(Self.tooLong(maximumRecordBytes), line: line, issue: number, to: &output)
                 }
             }
         } else if var csv {
@@ -260,7 +260,7 @@ actor Spooler {
         let envelope: SpoolEnvelope
         switch record {
         case .oversized(let line):
-            envelope = SpoolEnvelope(_line: line, record: nil, _reject: "record is longer than \(maximumRecordBytes) bytes")
+            envelope = SpoolEnvelope(_line: line, record: nil, _reject: Self.tooLong(maximumRecordBytes))
         case .malformed(let line, let reason):
             guard mapper != nil else {
                 throw DaemonError("The CSV header on line \(line) cannot be read: its \(reason). Nothing was imported; fix the header and submit the file again.")
@@ -465,6 +465,13 @@ actor Spooler {
     /// Bytes as MiB, with a decimal below 10 MiB: a small file system's reserve is not "0 MiB".
     static func mebibytes(_ bytes: Int64) -> String {
         bytes >= 10 << 20 ? "\(bytes >> 20) MiB" : String(format: "%.1f MiB", Double(bytes) / 1_048_576)
+    }
+}
+
+extension Spooler {
+    /// The reject reason of a record longer than `limit` bytes.
+    static func tooLong(_ limit: Int) -> String {
+        "record is longer than \(limit) bytes (max_record_bytes); raise max_record_bytes in squasherd's configuration to import it, or fix the record"
     }
 }
 

@@ -19,12 +19,14 @@ extension ContextCore {
                     ? !members(of: object, slot: object.entity.toManyIndex[relationship.name]!).isEmpty
                     : object.toOne[object.entity.toOneIndex[relationship.name]!] != nil
                 if hasTargets {
-                    problems.append("\(object.objectID) cannot be deleted while its '\(relationship.name)' relationship is not empty (deny rule)")
+                    problems.append("\(object.objectID) cannot be deleted while its '\(relationship.name)' relationship is not empty (deny rule): delete those objects, or point them elsewhere, first")
                 }
             }
         }
         guard problems.isEmpty else {
-            throw GraphError(.validation, "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : ""). Fix these objects, or roll back.")
+            var error = GraphError(.validation, "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : ""). Fix these objects, or roll back.")
+            error.problems = problems
+            throw error
         }
     }
 

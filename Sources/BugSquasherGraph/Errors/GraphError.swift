@@ -58,6 +58,9 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
     public var cause: (any Error & Sendable)?
     /// The conflicts of a failed save under the `.error` merge policy; empty otherwise.
     public var conflicts: [MergeConflict]
+    /// What is wrong with each object of a save refused by validation (``Code/validation``),
+    /// one sentence each; empty otherwise.
+    public var problems: [String] = []
     /// Where the error was raised.
     public var location: SourceLocation
 
