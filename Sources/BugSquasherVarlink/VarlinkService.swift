@@ -257,7 +257,7 @@ public struct VarlinkService: Sendable {
             try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: interfaceNames.filter { serves($0, context) }))
         case "GetInterfaceDescription":
             let name = try call.parameters(InterfaceParameter.self).interface
-            guard let description = InterfaceDefinitions.text(of: name), name == "org.varlink.service" || serves(name, context) else {
+            guard let description = InterfaceDefinitions.text(of: name), serves(name, context) else {
                 throw VarlinkError.interfaceNotFound(name)
             }
             try await replier.reply(Description(description: description))

@@ -297,9 +297,10 @@ func validateKey(_ key: String) throws {
     if key.allSatisfy(\.isWhitespace) { throw ValidationError("The bug key is empty; give one such as TIMOB-100.") }
 }
 
-/// The predicate `attribute == "value"`, with the value's quotes and backslashes escaped.
+/// The predicate `attribute == "value"` in the text syntax, the value quoted as the parser
+/// reads it back (any character, a newline or a quote included).
 func equals(_ attribute: String, _ value: String) -> String {
-    "\(attribute) == \"\(value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\""
+    (Key(attribute) == .string(value)).text
 }
 
 extension BlockingVarlinkClient {

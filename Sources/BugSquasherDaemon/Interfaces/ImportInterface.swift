@@ -171,10 +171,10 @@ struct ImportInterface: VarlinkInterface {
             for (key, json) in values {
                 if let attribute = entity.attribute(named: key) {
                     object.setValue(try WireCoding.decode(json, as: attribute), for: key)
-                } else if case .string(let target) = json, let targetID = ObjectID(uri: target) {
-                    guard stack.mainCoordinator.managedObjectID(forURIRepresentation: target) != nil else {
-                        throw GraphError(.invalidArgument, "'\(key)' names \(target), which is not an object ID of this store (another store's, or one recreated since); give an ID this store issued.")
-                    }
+                } else if case .string(let target) = json, ObjectID(uri: target) != nil {
+                    // An ID of another store (or of this one before it was recreated) is refused
+                    // as one for `id` is.
+                    let targetID = try objectID(target)
                     let destination = entity.relationship(named: key)?.destination
                     guard targetID.entityName == destination else {
                         throw GraphError(.invalidArgument, "'\(key)' points to \(destination ?? "?") objects; \(target) is a \(targetID.entityName).")
