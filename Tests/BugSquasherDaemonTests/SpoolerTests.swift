@@ -173,4 +173,33 @@ struct SpoolerTests {
         #expect(try await spooler.finish().0 == .bugsquasherNDJSON)
     }
 
+    @Test("an NDJSON line longer than max_record_bytes is spooled cut to a few bytes over the limit, so an unending line costs no disk; it is still read as too long, in its place")
+    func oversizedLinesAreCut() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let limit = 4_096
+        let good = { (n: Int) in Array(#"{"key":"CUT-\#(n)","title":"kept","status":"Open"}"#.utf8) }
+        let spooler = try Spooler(jobID: "cut", directory: directory, format: nil, maximumRecordBytes: limit)
+        try await spooler.append(good(1) + [0x0A])
+        // 8 MiB of one line, in 64 KiB pieces, as a stream of zeros would arrive.
+        let piece = [UInt8](repeating: UInt8(ascii: "x"), count: 64 * 1024)
+        for _ in 0..<128 { try await spooler.append(piece) }
+        try await spooler.append([0x0A])
+        // A line exactly at the limit, ended by CRLF, is a record's length and stays whole; one
+        // whose byte past the limit is a carriage return is still too long once cut.
+        let atLimit = [UInt8](repeating: UInt8(ascii: " "), count: limit - good(3).count) + good(3)
+        try await spooler.append(atLimit + [0x0D, 0x0A])
+        try await spooler.append([UInt8](repeating: UInt8(ascii: "y"), count: limit) + [0x0D] + Array("more".utf8) + [0x0A])
+        try await spooler.append(good(5) + [0x0A])
+        let (format, spooled) = try await spooler.finish()
+        #expect(format == .bugsquasherNDJSON)
+        #expect(spooled < 4 * Int64(limit), "spooled \(spooled) bytes")
+
+        let reader = try OffsetLineReader(path: await spooler.path, maximumLineBytes: limit)
+        var lines: [(Int, Bool, Int)] = []
+        while let line = try reader.next() { lines.append((line.number, line.isOversized, line.bytes.count)) }
+        #expect(lines.map(\.0) == [1, 2, 3, 4, 5])
+        #expect(lines.map(\.1) == [false, true, false, true, false])
+        #expect(lines[2].2 == limit)
+    }
 }

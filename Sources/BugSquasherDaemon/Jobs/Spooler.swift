@@ -40,6 +40,8 @@ actor Spooler {
     private var csv: CSVParser?
     private var mapper: CSVBugMapper?
     private var failure: String?
+    /// The bytes of the NDJSON line being spooled, so far (see ``passThrough(_:)``).
+    private var lineBytes = 0
     /// Why the upload was abandoned (aborted, or idle too long), once it was.
     private var abandonment: String?
 
@@ -252,7 +254,33 @@ actor Spooler {
             self.csv = csv
             for record in records { try spool(record) }
         } else {
-            output += bytes
+            passThrough(bytes)
+        }
+    }
+
+    /// Spools NDJSON as it came, line for line, except that a line longer than a record may be
+    /// keeps only its first `maximumRecordBytes + 2` bytes and its newline: the import runner
+    /// rejects it as too long all the same (two bytes over, so that a carriage return it ends on
+    /// cannot bring it back under), and an unending line (`cat /dev/zero`) costs no disk.
+    private func passThrough(_ bytes: [UInt8]) {
+        let kept = maximumRecordBytes + 2
+        bytes.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return }
+            var start = 0
+            while start < buffer.count {
+                let newline = memchr(base + start, 0x0A, buffer.count - start).map { UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) - base }
+                let end = newline ?? buffer.count
+                let take = min(end - start, max(0, kept - lineBytes))
+                output.append(contentsOf: UnsafeBufferPointer(start: base + start, count: take))
+                if let newline {
+                    output.append(0x0A)
+                    lineBytes = 0
+                    start = newline + 1
+                } else {
+                    lineBytes = min(kept, lineBytes + end - start)
+                    start = end
+                }
+            }
         }
     }
 
