@@ -12,9 +12,12 @@ public import BugSquasherGraph
 /// - Comments are upserted by `jiraID` and attached to the bug; comments the record does not list
 ///   are kept (Jira exports often hold only the first page of an issue's comments).
 /// - A person's display name and a project's name are only set when the record has one.
-/// - When a chunk names the same key twice, the last record wins. Keys are the same when their
-///   bytes are: two Unicode forms of one text (`CAF\u{C9}-1`, `CAFE\u{301}-1`) are two bugs, as
-///   they are two rows in the store.
+/// - When a chunk names the same key more than once, its records are applied to that one bug in
+///   input order, exactly as if each came in a chunk of its own: a later record changes the fields
+///   it carries, keeps the others, and adds its comments to the earlier ones. So where chunk
+///   boundaries fall never changes what an import stores. Keys are the same when their bytes
+///   are: two Unicode forms of one text (`CAF\u{C9}-1`, `CAFE\u{301}-1`) are two bugs, as they
+///   are two rows in the store.
 ///
 /// The upserter does not save: the caller does, once per chunk.
 ///
@@ -47,26 +50,23 @@ public struct BugUpserter: Sendable {
         // pointer because a subscript's element, passed as an argument, is copied out.
         try records.withUnsafeBufferPointer { records in
             for index in records.indices { try Self.validate(records[index], at: index) }
-            // The superseded records name the same keys as the ones that replace them.
             let keys = keys ?? UpsertKeys(records)
-            // The key set tells whether a key repeats; only then is the last record per key
-            // looked for.
-            let superseded = records.count - (keys.byEntity["Bug"]?.count ?? 0)
-            var lastIndex: [StoredText: Int] = [:]
-            if superseded > 0 {
-                for index in records.indices { lastIndex[StoredText(records[index].key)] = index }
-            }
-
+            // The key set tells whether a key repeats; only then is each key's outcome merged
+            // over its records.
+            let repeated = records.count - (keys.byEntity["Bug"]?.count ?? 0)
             var pass = UpsertPass(inListLimit: Self.inListLimit)
             try pass.fetchExisting(keys, in: context)
-            var summary = UpsertSummary(superseded: superseded)
-            for index in records.indices where superseded == 0 || lastIndex[StoredText(records[index].key)] == index {
-                switch pass.apply(records.baseAddress! + index, in: context) {
-                case .inserted: summary.inserted += 1
-                case .updated: summary.updated += 1
-                case .unchanged: summary.unchanged += 1
-                }
+            var summary = UpsertSummary(repeated: repeated)
+            if repeated == 0 {
+                for index in records.indices { summary.count(pass.apply(records.baseAddress! + index, in: context)) }
+                return summary
             }
+            var outcomes: [StoredText: UpsertPass.Outcome] = [:]
+            for index in records.indices {
+                let outcome = pass.apply(records.baseAddress! + index, in: context)
+                outcomes[StoredText(records[index].key), default: outcome].merge(outcome)
+            }
+            for outcome in outcomes.values { summary.count(outcome) }
             return summary
         }
     }

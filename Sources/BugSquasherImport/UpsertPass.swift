@@ -8,7 +8,15 @@ import Foundation
 /// It lives inside one call of ``BugUpserter/upsert(_:in:)``, on the context's executor.
 struct UpsertPass {
     /// What happened to one bug.
-    enum Outcome { case inserted, updated, unchanged }
+    enum Outcome {
+        case inserted, updated, unchanged
+
+        /// What happened to a bug over two records of one chunk: inserted by the first, it stays
+        /// inserted; changed by either, it is updated.
+        mutating func merge(_ later: Outcome) {
+            if self == .unchanged { self = later }
+        }
+    }
 
     let inListLimit: Int
     private var bugs: [StoredText: Bug] = [:]

@@ -1,8 +1,8 @@
 /// What one ``BugUpserter/upsert(_:in:)`` call did to the bugs of its chunk.
 ///
 /// Each distinct key counts once: ``inserted`` + ``updated`` + ``unchanged`` is the number of
-/// distinct keys, and ``superseded`` counts the records dropped because a later record of the
-/// same chunk had the same key. Summaries add up across chunks:
+/// distinct keys, and ``repeated`` counts the records whose key an earlier record of the same
+/// chunk named (applied to the same bug, in order). Summaries add up across chunks:
 ///
 /// ```swift
 /// var total = UpsertSummary()
@@ -16,15 +16,16 @@ public struct UpsertSummary: Sendable, Hashable, CustomStringConvertible {
     public var updated: Int
     /// Existing bugs the records left exactly as they were.
     public var unchanged: Int
-    /// Records ignored because a later record in the same chunk had the same key.
-    public var superseded: Int
+    /// Records whose key an earlier record of the same chunk named: each was applied, in input
+    /// order, to the bug that earlier record inserted or updated.
+    public var repeated: Int
 
     /// Creates a summary; all counts default to zero.
-    public init(inserted: Int = 0, updated: Int = 0, unchanged: Int = 0, superseded: Int = 0) {
+    public init(inserted: Int = 0, updated: Int = 0, unchanged: Int = 0, repeated: Int = 0) {
         self.inserted = inserted
         self.updated = updated
         self.unchanged = unchanged
-        self.superseded = superseded
+        self.repeated = repeated
     }
 
     /// The number of distinct bugs the records named.
@@ -36,8 +37,17 @@ public struct UpsertSummary: Sendable, Hashable, CustomStringConvertible {
             inserted: lhs.inserted + rhs.inserted,
             updated: lhs.updated + rhs.updated,
             unchanged: lhs.unchanged + rhs.unchanged,
-            superseded: lhs.superseded + rhs.superseded
+            repeated: lhs.repeated + rhs.repeated
         )
+    }
+
+    /// Counts one bug's outcome.
+    mutating func count(_ outcome: UpsertPass.Outcome) {
+        switch outcome {
+        case .inserted: inserted += 1
+        case .updated: updated += 1
+        case .unchanged: unchanged += 1
+        }
     }
 
     /// Adds a summary to this one.
@@ -45,6 +55,6 @@ public struct UpsertSummary: Sendable, Hashable, CustomStringConvertible {
 
     /// The four counts, for logs.
     public var description: String {
-        "inserted \(inserted), updated \(updated), unchanged \(unchanged), superseded \(superseded)"
+        "inserted \(inserted), updated \(updated), unchanged \(unchanged), repeated \(repeated)"
     }
 }

@@ -195,18 +195,39 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(try await count(Component.self, in: context) == 3)  // "iOS" is kept, only unlinked
     }
 
-    @Test func lastRecordWinsForADuplicatedKey() async throws {
+    /// A key named twice in one chunk gets both records, in order, as it would from two chunks:
+    /// the later record's fields over the earlier's, the fields it lacks kept, and the comments
+    /// of both. Where chunk boundaries fall must not change what an import stores.
+    @Test func repeatedKeysAreAppliedInOrder() async throws {
         let context = try makeContext()
         let upserter = self.upserter
-        var duplicate = sampleRecords()[0]
-        duplicate.title = "Crash on launch (again)"
-        let chunk = sampleRecords() + [duplicate]
+        var first = sampleRecords()[0]
+        first.comments = [CommentRecord(jiraID: "rk-1", body: "first")]
+        var second = first
+        second.title = "Crash on launch (again)"
+        // Fields the second record does not carry: they keep the first record's values.
+        second.priority = nil
+        second.components = []
+        second.absent = [.priority, .components]
+        second.comments = [CommentRecord(jiraID: "rk-2", body: "second")]
+        let chunk = [first] + sampleRecords().dropFirst() + [second]
         let summary = try await context.perform { context in try upserter.upsert(chunk, in: context) }
-        #expect(summary == UpsertSummary(inserted: 3, superseded: 1))
-        let titles = try await context.perform { context in
-            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).map(\.title)
+        #expect(summary == UpsertSummary(inserted: 3, repeated: 1))
+        try await context.save()
+        let (title, priority, components, comments) = try await context.perform { context in
+            let bug = try #require(try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first)
+            return (bug.title, bug.priority, bug.components.map(\.name).sorted(), bug.comments.map(\.jiraID).sorted())
         }
-        #expect(titles == ["Crash on launch (again)"])
+        #expect(title == "Crash on launch (again)")
+        #expect(priority == "High")
+        #expect(components == first.components.sorted())
+        #expect(comments == ["rk-1", "rk-2"])
+
+        // Once stored, the same two records in one chunk update the bug once.
+        var third = second
+        third.title = "Crash on launch (third)"
+        let again = try await context.perform { [second, third] context in try upserter.upsert([second, third], in: context) }
+        #expect(again == UpsertSummary(updated: 1, repeated: 1))
     }
 
     /// "CAF\u{C9}-1" and "CAFE\u{301}-1" read the same, and Swift's `String` calls them equal,
