@@ -141,7 +141,10 @@ struct SubscribeCommand: AsyncParsableCommand {
     @OptionGroup var sockets: SocketOptions
 
     @Argument(help: "Bug keys to hold.")
-    var keys: [String]
+    var keys: [String] = []
+
+    @Option(name: .customLong("keys-from"), help: ArgumentHelp("Also hold the keys in this file, one per line ('-' reads standard input); for thousands of keys, which parse slowly as arguments.", valueName: "file"))
+    var keysFile: String?
 
     @Option(parsing: .unconditional, help: "Resume from this history token (a restarted subscriber passes its last one).")
     var since: Int64?
@@ -173,9 +176,54 @@ struct SubscribeCommand: AsyncParsableCommand {
         var at: Int64 = Int64(Date().timeIntervalSince1970 * 1_000_000)
     }
 
-    func validate() throws { try validateToken(since) }
+    func validate() throws {
+        try validateToken(since)
+        if keys.isEmpty && keysFile == nil { throw ValidationError("Give the keys of the bugs to hold, as arguments or with --keys-from FILE.") }
+        for key in keys { try Self.validate(key: key, at: nil) }
+    }
+
+    /// Refuses a key no bug can have: empty, or with spaces around it or a control character in
+    /// it (imports and `update` refuse such keys, so the subscriber would wait for good).
+    private static func validate(key: String, at line: Int?) throws {
+        let place = line.map { " (line \($0) of --keys-from)" } ?? ""
+        if key.isEmpty { throw ValidationError("A bug key is empty\(place); give keys such as TIMOB-100.") }
+        if EntityDescription.hasStrayCharacters(inKey: key) {
+            throw ValidationError("The key \(String(reflecting: key))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them.")
+        }
+    }
+
+    /// The keys given as arguments and those of `--keys-from`, in order, each once.
+    private func allKeys() throws -> [String] {
+        var keys = self.keys
+        if let keysFile {
+            let data: Data?
+            if keysFile == "-" {
+                data = try? FileHandle.standardInput.readToEnd() ?? Data()
+            } else {
+                data = FileManager.default.contents(atPath: keysFile)
+            }
+            guard let data else {
+                throw ValidationError("Cannot read --keys-from \(keysFile): \(FileManager.default.fileExists(atPath: keysFile) ? "permission denied, or not a file" : "no such file").")
+            }
+            // Blank lines and the spaces around a key (a pasted list) are not part of the keys.
+            for (index, line) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let key = line.trimmingCharacters(in: .whitespaces)
+                guard !key.isEmpty else { continue }
+                try Self.validate(key: key, at: index + 1)
+                keys.append(key)
+            }
+            if keys.isEmpty { throw ValidationError("--keys-from \(keysFile) holds no keys; give one per line.") }
+        }
+        var seen = Set<String>()
+        return keys.filter { seen.insert($0).inserted }
+    }
 
     func run() async throws {
+        let keys: [String]
+        do { keys = try allKeys() } catch let error as ValidationError {
+            printError("squasherctl: \(error.message)")
+            throw ExitCode.validationFailure
+        }
         var logger = Logger(label: "squasherctl")
         logger.logLevel = .warning
         let subscriber: Subscriber
@@ -190,10 +238,13 @@ struct SubscribeCommand: AsyncParsableCommand {
         }
         // The subscriber's feed starts at the token it connected at, before this fetch: a bug
         // created after it is among the feed's inserts, and is picked up there.
-        let keys = self.keys
         let initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
         let missing = Set(keys).subtracting(initial.map(\.key))
-        if !missing.isEmpty { printError("squasherctl: no bug with key \(missing.sorted().joined(separator: ", ")) (yet); holding the others, and \(missing.count == 1 ? "it" : "those") once created") }
+        if !missing.isEmpty {
+            let shown = missing.sorted().prefix(10).joined(separator: ", ") + (missing.count > 10 ? " and \(missing.count - 10) more" : "")
+            let others = initial.isEmpty ? "holding" : "holding the others, and"
+            printError("squasherctl: no bug with key \(shown) (yet); \(others) \(missing.count == 1 ? "it" : "those") once created")
+        }
         do {
             // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
             // isolation only, where each event is handled as it is merged.
