@@ -99,6 +99,17 @@ public struct SquasherDaemon: Sendable {
                 throw DaemonError("Refusing to start: the store \(configuration.storePath) is damaged (\(findings.prefix(3).joined(separator: "; "))). Restore it from a backup, or move it away to start with an empty store and re-import.")
             }
         }
+        // The store must be the one last saved to here, with every save committed (see
+        // SaveWatermark); a store without saves (created now, or again) starts the record over.
+        let watermark = try SaveWatermark(directory: configuration.stateDirectory)
+        let storeIdentifier = stack.mainCoordinator.storeIdentifier
+        let newestToken = try stack.store.currentHistoryToken()
+        if newestToken.rawValue > 0 {
+            try watermark.check(storeIdentifier: storeIdentifier, token: newestToken.rawValue, storePath: configuration.storePath)
+        } else if let (previous, token) = watermark.recorded(), previous != storeIdentifier {
+            logger.notice("a new store: the one squasherd last saved to here is gone", metadata: ["store.path": "\(configuration.storePath)", "store.previous": "\(previous)", "store.previous.token": "\(token)"])
+        }
+        watermark.record(storeIdentifier: storeIdentifier, token: newestToken)
         try await failInterruptedUploads(stack)
         try await removeSpoolsOfEndedJobs(stack)
 
@@ -109,7 +120,10 @@ public struct SquasherDaemon: Sendable {
         let runner = ImportRunner(stack: stack, configuration: configuration, writers: writers, logger: logger) { progress in status.update(progress) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
-            store.observeCommits { didSave in hub.publish(didSave) }
+            store.observeCommits { didSave in
+                watermark.record(storeIdentifier: didSave.storeIdentifier, token: didSave.token)
+                hub.publish(didSave)
+            }
         } else {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
         }

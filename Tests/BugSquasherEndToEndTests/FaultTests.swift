@@ -214,6 +214,42 @@ struct FaultTests {
         try? FileManager.default.removeItem(atPath: harness.directory)
     }
 
+    @Test("a store that went back (its -wal removed after a kill -9) or that is another store is refused, naming what happened and how to go on, instead of issuing its lost tokens again; removing the record accepts it")
+    func storeThatWentBackOrIsAnother() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("back.ndjson", count: 50, prefix: "BACK", title: "checkpointed")
+        try await harness.ctl(["import", records.path, "--wait"])
+        #expect(try await harness.stop() == 0)
+        let state = harness.directory + "/state"
+        // A save that only the log holds, then a kill -9 and the log removed.
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
+        try await daemon.waitForErrorOutput(containing: "ready")
+        // "BACK-1 is now version 2 (token T)"
+        let reply = try await harness.ctl(["update", "BACK-1", "title=only in the log"]).joined()
+        let token = try #require(Int64(reply.split(separator: " ").last?.dropLast() ?? ""), "\(reply)")
+        daemon.signal(SIGKILL)
+        _ = try await daemon.waitForExit()
+        for file in ["bugs.sqlite-wal", "bugs.sqlite-shm"] { try FileManager.default.removeItem(atPath: state + "/" + file) }
+        try await expectRefusal(state: state, run: harness.directory + "/r1", "holds saves up to token \(token - 1), but squasherd committed up to token \(token) here")
+
+        // Another store's file in its place.
+        let other = harness.directory + "/other"
+        let otherDaemon = try ChildProcess(name: "squasherd (other)", executable: Products.squasherd, arguments: ["--state-directory", other, "--runtime-directory", harness.directory + "/run"])
+        try await otherDaemon.waitForErrorOutput(containing: "ready")
+        let otherRecords = try harness.writeRecords("other.ndjson", count: 7, prefix: "OTHER", title: "another store")
+        try await harness.ctl(["import", otherRecords.path, "--wait"])
+        otherDaemon.signal(SIGTERM)
+        #expect(try await otherDaemon.waitForExit() == 0)
+        try FileManager.default.removeItem(atPath: state + "/bugs.sqlite")
+        try FileManager.default.copyItem(atPath: other + "/bugs.sqlite", toPath: state + "/bugs.sqlite")
+        try await expectRefusal(state: state, run: harness.directory + "/r2", "but squasherd last saved to store")
+        try await expectRefusal(state: state, run: harness.directory + "/r2", "remove \(state)/squasherd.last-save and start again")
+
+        // Taken as it is once the record is removed.
+        try FileManager.default.removeItem(atPath: state + "/squasherd.last-save")
+        try await expectStart(state: state, harness: harness, listing: 7, titled: "another store")
+    }
+
     @Test("a SIGTERM while squasherd starts (its store just created, its sockets not yet bound) stops it cleanly, exit 0, once it can, instead of the signal's default action ending it without a word")
     func stopDuringStartUp() async throws {
         let base = try directory()
