@@ -73,6 +73,9 @@ public struct SquasherDaemon: Sendable {
             }
         }
         guard FileManager.default.isWritableFile(atPath: configuration.stateDirectory) else {
+            if SQLiteStore.isOnReadOnlyFileSystem(configuration.stateDirectory) {
+                throw DaemonError("The state directory \(configuration.stateDirectory) is on a file system mounted read-only; remount it read-write, or choose another --state-directory.")
+            }
             throw DaemonError("The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one.")
         }
         // One daemon per store, held until this function returns.
@@ -323,11 +326,17 @@ private struct StoreService: Service {
         let path = store.url.path
         let copy = path + SquasherDaemon.rescueSuffix + Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.omitted))
         onShutdownStep("Stopping: copying the store whose file was deleted", .seconds(300))
+        // A directory moved or removed with the store: the copy goes where the store was, in the
+        // directory made again. A moved one still holds the store, every save included.
+        let directory = store.url.deletingLastPathComponent().path
+        let directoryGone = !FileManager.default.fileExists(atPath: directory)
+        if directoryGone { try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+        let moved = directoryGone ? " If the directory was moved rather than removed, the store in its new place holds every save too." : ""
         do {
             try store.writeCopy(to: copy)
-            fileLoss.rescued("What it held, every save included, is copied to \(copy). Move that copy to \(path) and start squasherd again.")
+            fileLoss.rescued("What it held, every save included, is copied to \(copy). Move that copy to \(path) and start squasherd again.\(moved)")
         } catch {
-            fileLoss.rescued("Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was deleted are lost. Restore the store from a backup.")
+            fileLoss.rescued("Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was lost are lost with it, unless the directory was moved rather than removed: then the store in its new place holds them. Otherwise restore the store from a backup.")
         }
     }
 }

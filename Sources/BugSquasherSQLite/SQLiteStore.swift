@@ -712,7 +712,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// when the store closes.
     public func fileProblem() -> String? {
         if let openedFile {
-            guard let now = FileIdentity(path: url.path) else { return "\(url.path) was deleted" }
+            guard let now = FileIdentity(path: url.path) else {
+                let directory = url.deletingLastPathComponent().path
+                if !FileManager.default.fileExists(atPath: directory) { return "the directory \(directory) was moved or removed, with \(url.lastPathComponent) in it," }
+                return "\(url.path) was deleted"
+            }
             if now != openedFile { return "\(url.path) was replaced by another file" }
         }
         if let openedLog {
@@ -720,6 +724,27 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             if now != openedLog { return "the write-ahead log \(file)-wal was replaced by another file" }
         }
         return nil
+    }
+
+    /// Why a file at `path` (the store, or a file beside it) cannot be written, as a person acts
+    /// on it: its directory is gone, its file system is mounted read-only, or this user lacks
+    /// the permission.
+    public static func whyNotWritable(_ path: String) -> String {
+        let directory = URL(filePath: path).deletingLastPathComponent().path
+        if !FileManager.default.fileExists(atPath: directory) {
+            return "its directory \(directory) no longer exists (moved or removed?); put it back, or restore the store there"
+        }
+        if isOnReadOnlyFileSystem(directory) {
+            return "\(path) is on a file system mounted read-only; remount it read-write, or move the state directory to a writable one"
+        }
+        return "\(path) is not writable by this user; fix the permissions of the file and its directory"
+    }
+
+    /// Whether `path` is on a file system mounted read-only (`ST_RDONLY`), where no permission
+    /// change would help.
+    public static func isOnReadOnlyFileSystem(_ path: String) -> Bool {
+        var status = statvfs()
+        return statvfs(path, &status) == 0 && status.f_flag & UInt(ST_RDONLY) != 0
     }
 
     /// Writes a consistent copy of the open store to a new file at `path`, with SQLite's online
@@ -778,7 +803,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             case .SQLITE_BUSY, .SQLITE_LOCKED:
                 throw GraphError(.storeBusy, "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.", cause: error)
             case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:
-                throw GraphError(.storeIO, "Could not \(action): \(url.path) is not writable by this user. Fix the permissions of the file and its directory.", cause: error)
+                throw GraphError(.storeIO, "Could not \(action): \(Self.whyNotWritable(url.path)).", cause: error)
             case .SQLITE_ERROR where error.message?.contains("too many SQL variables") == true:
                 // A request's fault, not the store's: said so, without the store's path.
                 throw GraphError(.invalidArgument, "Could not \(action): the request has more values than SQLite takes in one statement (an IN list of hundreds of thousands?). Split it into requests of at most 10,000 values each.", cause: error)

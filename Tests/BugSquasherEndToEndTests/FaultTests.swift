@@ -404,6 +404,21 @@ struct FaultTests {
         try await expectStart(state: state, harness: harness, listing: 300, titled: "survives the rm")
     }
 
+    @Test("the state directory removed while squasherd runs (rm -r): it stops with status 1, naming the directory rather than a permission problem, copies what the open store holds into the directory made again, and goes on from that copy")
+    func stateDirectoryRemovedWhileRunning() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("kept.ndjson", count: 300, prefix: "DIR", title: "survives the rm -r")
+        try await harness.ctl(["import", records.path, "--wait"])
+        let state = harness.directory + "/state"
+        try FileManager.default.removeItem(atPath: state)
+        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
+        #expect(harness.daemon.errorOutput.contains("the directory \(state) was moved or removed"), "\(harness.daemon.errorOutput)")
+        #expect(!harness.daemon.errorOutput.contains("not writable"), "\(harness.daemon.errorOutput)")
+        let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
+        try FileManager.default.moveItem(atPath: state + "/" + rescued, toPath: state + "/bugs.sqlite")
+        try await expectStart(state: state, harness: harness, listing: 300, titled: "survives the rm -r")
+    }
+
     @Test("the runtime directory removed while squasherd runs: it stops with status 1, saying which socket went, instead of running on unreachable; started again, it serves")
     func socketsRemovedWhileRunning() async throws {
         let harness = try await DaemonHarness()

@@ -64,6 +64,7 @@ struct ImportInterface: VarlinkInterface {
                     try? await book.end(job, as: "aborted", error: reason)
                 }
             } catch let error as DaemonError {
+                context.logger.error("upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
                 try await book.end(job, as: "failed", error: error.message)
                 throw invalidInput(error.message)
             }

@@ -1,5 +1,6 @@
 import BugSquasherImport
 import BugSquasherProtocol
+import BugSquasherSQLite
 import CompressNIO
 import Foundation
 import NIOCore
@@ -54,7 +55,7 @@ actor Spooler {
         self.directory = directory
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         guard FileManager.default.createFile(atPath: path, contents: nil) else {
-            throw DaemonError("Cannot create the spool file \(path): check that the state directory is writable.")
+            throw DaemonError("Cannot create the spool file: \(SQLiteStore.whyNotWritable(path)).")
         }
         guard let handle = FileHandle(forWritingAtPath: path) else {
             throw DaemonError("Cannot open the spool file \(path) for writing.")
