@@ -80,6 +80,12 @@ struct SQLiteMetadataTests {
             return try StoreCoordinator(model: try model(extra: [required]), store: SQLiteStore(url: url))
         }
         #expect(required?.code == .incompatibleModel)
+        #expect(required?.message.contains("newer version") == false)
+        // A store with an attribute this model lacks: a newer version's store, said so.
+        let newer = directory.appendingPathComponent("newer.sqlite")
+        _ = try StoreCoordinator(model: try model(extra: [AttributeDescription(name: "severity", type: .string)]), store: SQLiteStore(url: newer))
+        let older = #expect(throws: GraphError.self) { try StoreCoordinator(model: try model(), store: SQLiteStore(url: newer)) }
+        #expect(older?.message.contains("'Note.severity' was removed") == true && older?.message.contains("written by a newer version") == true, "\(String(describing: older))")
     }
 
     @Test("a file that is not a store is refused, and nothing is written to it")

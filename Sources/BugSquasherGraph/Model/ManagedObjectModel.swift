@@ -171,9 +171,13 @@ public struct ModelMigration: Sendable, Hashable {
             }
         }
         guard problems.isEmpty else {
+            // What the store has and the model lacks is most often a newer version's addition.
+            let newer = problems.contains { $0.hasSuffix("was removed") }
+                ? " The store has what this model lacks, so it was most likely written by a newer version of the software: run that version (or a later one) on it, since a store is never migrated back."
+                : ""
             throw GraphError(
                 .incompatibleModel,
-                "The store was written with an incompatible model: \(problems.joined(separator: "; ")). Only adding optional attributes (or attributes with a default) migrates automatically; open the store with the model it was written with, or export and re-import the data."
+                "The store was written with an incompatible model: \(problems.joined(separator: "; ")).\(newer) Only adding optional attributes (or attributes with a default) migrates automatically; open the store with the model it was written with, or export and re-import the data."
             )
         }
         return ModelMigration(addedAttributes: added)
