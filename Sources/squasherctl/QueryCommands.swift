@@ -62,7 +62,7 @@ struct JobsCommand: ParsableCommand {
                 let older = reply.jobs.count > limit
                 reply.jobs = Array(reply.jobs.prefix(limit))
                 if json { try printJSON(reply) } else { for job in reply.jobs { print(describe(job)) } }
-                if older { printError("squasherctl: the \(limit) most recent jobs are shown; there are older ones (--limit shows more).") }
+                if older { printError("squasherctl: \(limit == 1 ? "only the most recent job is" : "the \(limit) most recent jobs are") shown; there are older ones (--limit shows more).") }
             }
         }
     }
