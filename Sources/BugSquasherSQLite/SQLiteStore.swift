@@ -714,7 +714,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if let openedFile {
             guard let now = FileIdentity(path: url.path) else {
                 let directory = url.deletingLastPathComponent().path
-                if !FileManager.default.fileExists(atPath: directory) { return "the directory \(directory) was moved or removed, with \(url.lastPathComponent) in it," }
+                if !FileManager.default.fileExists(atPath: directory) { return "the directory \(directory) (with \(url.lastPathComponent) in it) was moved or removed" }
                 return "\(url.path) was deleted"
             }
             if now != openedFile { return "\(url.path) was replaced by another file" }

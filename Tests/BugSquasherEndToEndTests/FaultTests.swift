@@ -412,7 +412,7 @@ struct FaultTests {
         let state = harness.directory + "/state"
         try FileManager.default.removeItem(atPath: state)
         #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
-        #expect(harness.daemon.errorOutput.contains("the directory \(state) was moved or removed"), "\(harness.daemon.errorOutput)")
+        #expect(harness.daemon.errorOutput.contains("the directory \(state) (with bugs.sqlite in it) was moved or removed while squasherd ran"), "\(harness.daemon.errorOutput)")
         #expect(!harness.daemon.errorOutput.contains("not writable"), "\(harness.daemon.errorOutput)")
         let rescued = try #require(try FileManager.default.contentsOfDirectory(atPath: state).first { $0.hasPrefix("bugs.sqlite.rescued-") })
         try FileManager.default.moveItem(atPath: state + "/" + rescued, toPath: state + "/bugs.sqlite")

@@ -9,7 +9,7 @@ import Foundation
 /// its place. Opened as it is, the store would issue the lost tokens again, and a subscriber
 /// resuming from one of them would silently follow another history. The same happens when the
 /// log beside the store came from another store, or the store file itself did. At start-up,
-/// ``check(storeIdentifier:token:)`` compares the store with what was recorded and refuses a
+/// ``check(storeIdentifier:token:storePath:)`` compares the store with what was recorded and refuses a
 /// store that went back or that is another one, saying why and how to go on.
 ///
 /// The record is written without `fsync`: a commit reaches the log before its record, so after a
