@@ -179,17 +179,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     func validate() throws {
         try validateToken(since)
         if keys.isEmpty && keysFile == nil { throw ValidationError("Give the keys of the bugs to hold, as arguments or with --keys-from FILE.") }
-        for key in keys { try Self.validate(key: key, at: nil) }
-    }
-
-    /// Refuses a key no bug can have: empty, or with spaces around it or a control character in
-    /// it (imports and `update` refuse such keys, so the subscriber would wait for good).
-    private static func validate(key: String, at line: Int?) throws {
-        let place = line.map { " (line \($0) of --keys-from)" } ?? ""
-        if key.isEmpty { throw ValidationError("A bug key is empty\(place); give keys such as TIMOB-100.") }
-        if EntityDescription.hasStrayCharacters(inKey: key) {
-            throw ValidationError("The key \(String(reflecting: key))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them.")
-        }
+        for key in keys { try validateKey(key) }
     }
 
     /// The keys given as arguments and those of `--keys-from`, in order, each once.
@@ -209,7 +199,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             for (index, line) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 let key = line.trimmingCharacters(in: .whitespaces)
                 guard !key.isEmpty else { continue }
-                try Self.validate(key: key, at: index + 1)
+                try validateKey(key, place: " (line \(index + 1) of --keys-from)")
                 keys.append(key)
             }
             if keys.isEmpty { throw ValidationError("--keys-from \(keysFile) holds no keys; give one per line.") }

@@ -292,9 +292,14 @@ struct UpdateCommand: ParsableCommand {
     }
 }
 
-/// Refuses an empty or blank bug key: no bug has one, and "no bug with key " would not say why.
-func validateKey(_ key: String) throws {
-    if key.allSatisfy(\.isWhitespace) { throw ValidationError("The bug key is empty; give one such as TIMOB-100.") }
+/// Refuses a bug key no bug can have, which "no bug with key …" (or a subscriber waiting for it
+/// for good) would not explain: empty or blank, or with spaces around it or a control character
+/// in it (imports and `update` refuse such keys). `place` says where the key came from.
+func validateKey(_ key: String, place: String = "") throws {
+    if key.allSatisfy(\.isWhitespace) { throw ValidationError("The bug key is empty\(place); give one such as TIMOB-100.") }
+    if EntityDescription.hasStrayCharacters(inKey: key) {
+        throw ValidationError("The key \(String(reflecting: key))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them.")
+    }
 }
 
 /// The predicate `attribute == "value"` in the text syntax, the value quoted as the parser

@@ -437,7 +437,7 @@ struct SubscriberEndToEndTests {
         // (one per line, blank lines and the spaces around a key ignored, a repeated key once).
         for key in ["", " W-1", "W\t1"] {
             let error = try await harness.ctlError(["subscribe", key], expectStatus: 64)
-            #expect(error.contains(key.isEmpty ? "A bug key is empty" : "has spaces around it or a control character"), "\(error)")
+            #expect(error.contains(key.isEmpty ? "The bug key is empty" : "has spaces around it or a control character"), "\(error)")
         }
         let keysFile = harness.directory + "/keys.txt"
         try "  W-2 \n\nW-1\n".write(toFile: keysFile, atomically: true, encoding: .utf8)

@@ -146,7 +146,12 @@ public struct ModelMigration: Sendable, Hashable {
         var added: [String: [AttributeDescription]] = [:]
         let current = Dictionary(model.schema.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         let old = Dictionary(stored.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-        for name in Set(old.keys).subtracting(current.keys).sorted() { problems.append("entity '\(name)' was removed") }
+        // Entities or attributes the store has and the model lacks: most often a newer version's.
+        var storeHasMore = false
+        for name in Set(old.keys).subtracting(current.keys).sorted() {
+            problems.append("entity '\(name)' was removed")
+            storeHasMore = true
+        }
         for name in Set(current.keys).subtracting(old.keys).sorted() { problems.append("entity '\(name)' was added") }
         for (name, new) in current.sorted(by: { $0.key < $1.key }) {
             guard let was = old[name] else { continue }
@@ -156,6 +161,7 @@ public struct ModelMigration: Sendable, Hashable {
             for attribute in was.attributes {
                 guard let now = newAttributes[attribute.name] else {
                     problems.append("attribute '\(name).\(attribute.name)' was removed")
+                    storeHasMore = true
                     continue
                 }
                 if now.type != attribute.type { problems.append("attribute '\(name).\(attribute.name)' changed type from \(attribute.type) to \(now.type)") }
@@ -171,8 +177,7 @@ public struct ModelMigration: Sendable, Hashable {
             }
         }
         guard problems.isEmpty else {
-            // What the store has and the model lacks is most often a newer version's addition.
-            let newer = problems.contains { $0.hasSuffix("was removed") }
+            let newer = storeHasMore
                 ? " The store has what this model lacks, so it was most likely written by a newer version of the software: run that version (or a later one) on it, since a store is never migrated back."
                 : ""
             throw GraphError(
