@@ -85,9 +85,13 @@ public struct SquasherDaemon: Sendable {
         try Self.refuseStoreReplacedByRescue(at: configuration.storePath)
         // The store file too, before it is opened when it exists (or right after it is created).
         var storeLock = FileManager.default.fileExists(atPath: configuration.storePath) ? try StoreFileLock(path: configuration.storePath) : nil
+        // Imports give way to edits for a moment after each commits (decoding and upserting
+        // between records, and the store's chunk saves).
+        let editsFirst = EditsFirst(window: configuration.importYield)
         let stack: PersistentStack
         do {
-            stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: configuration.storePath), logger: logger)
+            let store = try SQLiteStore(url: URL(filePath: configuration.storePath), logger: logger, editsFirst: editsFirst)
+            stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
         } catch let error as GraphError {
             throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
         }
@@ -120,7 +124,7 @@ public struct SquasherDaemon: Sendable {
         let status = StatusReporter(hub: hub, onStatus: onStatus)
         // Saves to the store, off the cooperative pool (see ThreadExecutor).
         let writers = ThreadExecutor.writers()
-        let runner = ImportRunner(stack: stack, configuration: configuration, writers: writers, logger: logger) { progress in status.update(progress) }
+        let runner = ImportRunner(stack: stack, configuration: configuration, writers: writers, editsFirst: editsFirst, logger: logger) { progress in status.update(progress) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
             store.observeCommits { didSave in

@@ -32,8 +32,14 @@ public struct BugUpserter: Sendable {
     /// At most this many values go into one `IN` predicate; longer lists are fetched in parts.
     public static let inListLimit = 500
 
-    /// Creates an upserter.
-    public init() {}
+    /// When set, the upserter gives way to interactive saves before each record (see
+    /// ``EditsFirst/yieldToInteractiveSaves()``): it may then block its thread for a moment.
+    public var editsFirst: EditsFirst?
+
+    /// Creates an upserter; `editsFirst`, when given, is ``editsFirst``.
+    public init(editsFirst: EditsFirst? = nil) {
+        self.editsFirst = editsFirst
+    }
 
     /// Upserts one chunk of records into `context`, without saving it.
     ///
@@ -58,11 +64,15 @@ public struct BugUpserter: Sendable {
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(repeated: repeated)
             if repeated == 0 {
-                for index in records.indices { summary.count(pass.apply(records.baseAddress! + index, in: context)) }
+                for index in records.indices {
+                    editsFirst?.yieldToInteractiveSaves()
+                    summary.count(pass.apply(records.baseAddress! + index, in: context))
+                }
                 return summary
             }
             var outcomes: [StoredText: UpsertPass.Outcome] = [:]
             for index in records.indices {
+                editsFirst?.yieldToInteractiveSaves()
                 let outcome = pass.apply(records.baseAddress! + index, in: context)
                 outcomes[StoredText(records[index].key), default: outcome].merge(outcome)
             }

@@ -22,6 +22,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     public let url: URL
     private let logger: Logger
     private let pool: DatabasePool
+    /// Holds bulk saves back for a moment after an interactive one (see ``EditsFirst``).
+    private let editsFirst: EditsFirst?
     /// Checkpoints the WAL beside the writer's commits (see ``BackgroundCheckpointer``).
     private let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
@@ -101,11 +103,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// Opens (or creates) the store file. The model is checked by ``loadMetadata(for:)``, which a
     /// ``StoreCoordinator`` calls.
     ///
+    /// - Parameter editsFirst: when given, a bulk save (``SaveChanges/isBulk``) that gets the
+    ///   writer less than its window after an interactive save committed gives the writer back
+    ///   and waits for the window's end, so that the interactive save's subscribers are served
+    ///   first. Bulk saves then must not run on a cooperative thread (they may block for the
+    ///   window).
     /// - Throws: ``GraphError/Code/storeIO`` when the file cannot be opened (missing directory,
     ///   no permission), ``GraphError/Code/invalidStore`` when it is not an SQLite database.
-    public init(url: URL, logger: Logger = Logger(label: "bugsquasher.sqlite")) throws {
+    public init(url: URL, logger: Logger = Logger(label: "bugsquasher.sqlite"), editsFirst: EditsFirst? = nil) throws {
         self.url = url
         self.logger = logger
+        self.editsFirst = editsFirst
         // SQLite opens the file a symlink points to and keeps the -wal and -shm beside it, so
         // every check below looks there too.
         let path = Self.resolvedPath(url.path)
@@ -440,9 +448,27 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     private func save(_ changes: SaveChanges) throws -> DidSave {
         let state = try requireLoaded()
-        return try wrap("save") {
-            try pool.write { db in try write(changes, in: db, state: state) }
+        guard let editsFirst, changes.isBulk else {
+            return try interactive { try wrap("save") { try pool.write { db in try write(changes, in: db, state: state) } } }
         }
+        // A bulk save that gets the writer within an interactive save's window gives it back
+        // (an empty transaction) and waits outside it, so that edits are not held up meanwhile.
+        while true {
+            let didSave = try wrap("save") {
+                try pool.write { db -> DidSave? in
+                    editsFirst.pause() > 0 ? nil : try write(changes, in: db, state: state)
+                }
+            }
+            if let didSave { return didSave }
+            editsFirst.yieldToInteractiveSaves()
+        }
+    }
+
+    /// Runs an interactive save and starts its ``EditsFirst`` window once it committed.
+    private func interactive<T>(_ save: () throws -> T) rethrows -> T {
+        let result = try save()
+        editsFirst?.interactiveSaveCommitted()
+        return result
     }
 
     // One edit runs through far less here than a context's fetch and save: one transaction
@@ -465,7 +491,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             }
             changes.append((index, value))
         }
-        return try wrap("save") {
+        return try interactive { try wrap("save") {
             try pool.write { db -> DidSave? in
                 guard let current = try currentRow(id, sql: sql, store: store, model: state.model, db: db) else {
                     throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
@@ -480,7 +506,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 save.updated = [row]
                 return try write(save, in: db, state: state)
             }
-        }
+        } }
     }
 
     /// Writes a save's changes in the transaction of `db`: rows, links and the history row; the

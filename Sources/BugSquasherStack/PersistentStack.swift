@@ -106,9 +106,12 @@ public final class PersistentStack: Sendable {
 
     /// A new context on the writer coordinator for a background import (object-trump). Its saves
     /// are merged into ``mainContext``.
-    public func importerContext(name: String = "importer") -> ObjectContext {
+    ///
+    /// - Parameter bulk: whether its saves are bulk work, which a store with an ``EditsFirst``
+    ///   holds back for a moment after an interactive save (an import's chunks; not an edit).
+    public func importerContext(name: String = "importer", bulk: Bool = false) -> ObjectContext {
         ObjectContext(
-            coordinator: writerCoordinator, mergePolicy: .mergeByPropertyObjectTrump, name: name, logger: logger,
+            coordinator: writerCoordinator, mergePolicy: .mergeByPropertyObjectTrump, name: name, logger: logger, savesAreBulk: bulk,
             didSave: { [weak self] didSave in await self?.writerDidSave(didSave) }
         )
     }

@@ -438,12 +438,13 @@ struct SubscriptionTests {
     @Test("the configuration file is parsed strictly and loses to flags and systemd's variables")
     func configuration() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf").path
-        try "state_directory = /srv/state\n# comment\nchunk_size = 250\nimport_nice = 5\nwrite_socket_mode = 0640\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "state_directory = /srv/state\n# comment\nchunk_size = 250\nimport_nice = 5\nimport_yield_ms = 35\nwrite_socket_mode = 0640\n".write(toFile: path, atomically: true, encoding: .utf8)
         let fromFile = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:])
         #expect(fromFile.stateDirectory == "/srv/state")
         #expect(fromFile.runtimeDirectory == "run/sockets")
         #expect(fromFile.chunkSize == 250)
         #expect(fromFile.importPriority == 5)
+        #expect(fromFile.importYield == .milliseconds(35))
         #expect(fromFile.writeSocketMode == 0o640)
         let systemd = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: ["STATE_DIRECTORY": "/var/lib/squasherd", "RUNTIME_DIRECTORY": "/run/squasherd"])
         #expect(systemd.stateDirectory == "/var/lib/squasherd")
@@ -454,7 +455,7 @@ struct SubscriptionTests {
         #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         // Values that would not work are refused, not clamped: a message limit of 0 closed every
         // connection without a word.
-        for line in ["import_nice = 20", "chunk_size = 0", "chunk_size = 5000000", "max_message_bytes = 0", "max_record_bytes = 10", "subscriber_pending_limit = 0", "upload_idle_timeout = 0"] {
+        for line in ["import_nice = 20", "import_yield_ms = 1001", "chunk_size = 0", "chunk_size = 5000000", "max_message_bytes = 0", "max_record_bytes = 10", "subscriber_pending_limit = 0", "upload_idle_timeout = 0"] {
             try (line + "\n").write(toFile: path, atomically: true, encoding: .utf8)
             #expect(throws: DaemonError.self, "\(line)") { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         }

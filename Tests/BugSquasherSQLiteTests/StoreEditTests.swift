@@ -89,3 +89,35 @@ struct StoreLimitTests {
         #expect(error?.message.contains(fixture.directory.path) == false)
     }
 }
+
+@Suite("SQLite store: bulk saves give way to interactive ones")
+struct EditsFirstStoreTests {
+    @Test("with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over")
+    func bulkSavesGiveWayToInteractiveOnes() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-edits-first-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let window = Duration.milliseconds(200)
+        let store = try SQLiteStore(url: directory.appendingPathComponent("store.sqlite"), editsFirst: EditsFirst(window: window))
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        let commits = Mutex<[ContinuousClock.Instant]>([])
+        func insertBug(_ key: String, bulk: Bool) async throws {
+            let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: bulk)
+            await context.perform { context in
+                let project = context.insert(Project.self)
+                project.key = key
+                let bug = context.insert(BugSquasherModel.Bug.self)
+                bug.key = "\(key)-1"
+                bug.project = project
+            }
+            try await context.save()
+        }
+        store.observeCommits { _ in commits.withLock { $0.append(ContinuousClock.now) } }
+        try await insertBug("I", bulk: false)
+        try await insertBug("B", bulk: true)
+        let times = commits.withLock { $0 }
+        try #require(times.count == 2)
+        // The bulk save came right after the interactive one and waited for the window.
+        #expect(times[1] - times[0] >= window * 0.9, "the bulk save committed \(times[1] - times[0]) after the interactive one")
+    }
+}

@@ -18,6 +18,10 @@ public struct DaemonConfiguration: Sendable, Hashable {
     /// The `nice` value (0–19) of the threads that decode and upsert import chunks: above 0 the
     /// scheduler runs requests and subscribers first during an import.
     public var importPriority: Int = 10
+    /// How long an import gives the machine to an edit after the edit commits (`import_yield_ms`;
+    /// zero: never): its decoding, upserting and chunk saves pause meanwhile, so that the edit's
+    /// subscribers refresh sooner (see ``EditsFirst``).
+    public var importYield: Duration = .milliseconds(20)
     /// Permissions of the read socket (subscribe and read): everyone on the machine by default.
     public var readSocketMode: Int = 0o666
     /// Permissions of the write socket (import and write): owner and group only.
@@ -125,6 +129,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         }
         if let value = try integer("chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction") { configuration.chunkSize = value }
         if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest") { configuration.importPriority = value }
+        if let value = try integer("import_yield_ms", in: 0...1_000, meaning: "milliseconds an import pauses after an edit; 0 never pauses") { configuration.importYield = .milliseconds(value) }
         for key in ["read_socket_mode", "write_socket_mode"] {
             guard let value = try integer(key, radix: 8) else { continue }
             // Permission bits only: setuid, setgid and sticky mean nothing on a socket.
@@ -151,7 +156,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
     }
 
     static let keys: Set<String> = [
-        "state_directory", "runtime_directory", "chunk_size", "import_nice", "read_socket_mode", "write_socket_mode",
+        "state_directory", "runtime_directory", "chunk_size", "import_nice", "import_yield_ms", "read_socket_mode", "write_socket_mode",
         "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 

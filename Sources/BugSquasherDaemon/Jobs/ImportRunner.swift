@@ -30,6 +30,8 @@ final class ImportRunner: Service {
     private let executor: ThreadExecutor
     /// Where chunks are saved, beside edits (see ``ThreadExecutor/writers()``).
     private let writers: ThreadExecutor
+    /// What decoding and upserting give way to (the store holds chunk saves back with it).
+    private let editsFirst: EditsFirst?
     /// The job being imported with the callers of ``abort(_:)`` waiting for it to stop, and the
     /// jobs aborted before the runner took them up (never to be taken up).
     private let jobs = Mutex(Jobs())
@@ -45,9 +47,10 @@ final class ImportRunner: Service {
         var abortRequested: Bool { !abortWaiters.isEmpty }
     }
 
-    init(stack: PersistentStack, configuration: DaemonConfiguration, writers: ThreadExecutor, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
+    init(stack: PersistentStack, configuration: DaemonConfiguration, writers: ThreadExecutor, editsFirst: EditsFirst? = nil, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
         self.stack = stack
         self.writers = writers
+        self.editsFirst = editsFirst
         // Failures of jobs that the store could not record: the book shows them with the jobs.
         self.book = JobBook(stack: stack, outcomes: UnrecordedFailures(), writers: writers)
         self.configuration = configuration
@@ -228,7 +231,7 @@ final class ImportRunner: Service {
         progressHandler(progress)
         // Three stages overlap: decoding chunk n + 2, upserting chunk n + 1 into its importer
         // context, and saving chunk n on the writer. Saves stay one after another, in order.
-        let source = ChunkSource(reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes)
+        let source = ChunkSource(reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes, editsFirst: editsFirst)
         var saving: SavingChunk?
         do {
             var chunk = try source.next()
@@ -413,8 +416,8 @@ final class ImportRunner: Service {
     /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
     /// already built. The lines in `extraRejects` are rejected instead, with the reasons given.
     private func prepare(_ input: Chunk, job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
-        let context = stack.importerContext(name: "import")
-        let upserter = BugUpserter()
+        let context = stack.importerContext(name: "import", bulk: true)
+        let upserter = BugUpserter(editsFirst: editsFirst)
         let entries = input.entries
         let records = extraRejects.isEmpty
             ? input.records
@@ -485,18 +488,20 @@ final class ChunkSource: Sendable {
     private let format: ImportFormat
     private let size: Int
     private let maximumRecordBytes: Int
+    private let editsFirst: EditsFirst?
 
-    init(reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int) {
+    init(reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst? = nil) {
         self.reader = Mutex(reader)
         self.format = format
         self.size = size
         self.maximumRecordBytes = maximumRecordBytes
+        self.editsFirst = editsFirst
     }
 
     /// The next chunk; without entries at the end of the input.
     func next() throws -> ImportRunner.Chunk {
         try reader.withLock { reader in
-            try Self.readChunk(reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes)
+            try Self.readChunk(reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes, editsFirst: editsFirst)
         }
     }
 
@@ -508,13 +513,14 @@ final class ChunkSource: Sendable {
 
     /// Reads up to `size` records (non-empty lines), or records of up to about
     /// ``maximumChunkBytes``, decoding each; undecodable ones become rejects with their line and
-    /// reason.
-    private static func readChunk(_ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int) throws -> ImportRunner.Chunk {
+    /// reason. Before each line it gives way to interactive saves (see ``EditsFirst``).
+    private static func readChunk(_ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?) throws -> ImportRunner.Chunk {
         var chunk = ImportRunner.Chunk()
         chunk.records.reserveCapacity(size)
         let decoder = JiraIssueDecoder()
         var bytes = 0
         while chunk.entries.count < size, bytes < maximumChunkBytes, let line = try reader.next() {
+            editsFirst?.yieldToInteractiveSaves()
             bytes += line.bytes.count
             if line.isOversized {
                 chunk.entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: Spooler.tooLong(maximumRecordBytes)))

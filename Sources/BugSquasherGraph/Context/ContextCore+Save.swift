@@ -100,7 +100,8 @@ extension ContextCore {
             }
             try validate(inserted: inserted, updated: updated, deleted: deleted)
             try obtainPermanentIDs(for: inserted)
-            let changes = saveChanges(inserted: inserted, updated: updated, deleted: deleted)
+            var changes = saveChanges(inserted: inserted, updated: updated, deleted: deleted)
+            changes.isBulk = savesAreBulk
             do {
                 let didSave = try coordinator.save(changes)
                 if retiring { isRetired = true }

@@ -28,7 +28,11 @@ final class ContextCore {
     /// inserted were never registered with the coordinator, so a reset must not unregister them.
     var isRetired = false
 
-    init(coordinator: StoreCoordinator, mergePolicy: MergePolicy, parentOverlay: ParentOverlay?, logger: Logger) {
+    /// Whether this context's saves are bulk work (``SaveChanges/isBulk``).
+    let savesAreBulk: Bool
+
+    init(coordinator: StoreCoordinator, mergePolicy: MergePolicy, parentOverlay: ParentOverlay?, logger: Logger, savesAreBulk: Bool = false) {
+        self.savesAreBulk = savesAreBulk
         self.coordinator = coordinator
         self.model = coordinator.model
         self.mergePolicy = mergePolicy

@@ -35,6 +35,8 @@ public actor ObjectContext {
     /// Creates a context on a coordinator.
     ///
     /// - Parameters:
+    ///   - savesAreBulk: whether the context's saves are bulk work, such as an import's chunks
+    ///     (see ``EditsFirst``).
     ///   - didSave: called after each save that reached the store, with its did-save (a stack
     ///     uses it to merge the save into its main context).
     public init(
@@ -42,6 +44,7 @@ public actor ObjectContext {
         mergePolicy: MergePolicy = .error,
         name: String = "context",
         logger: Logger = Logger(label: "bugsquasher.graph"),
+        savesAreBulk: Bool = false,
         didSave: (@Sendable (DidSave) async -> Void)? = nil
     ) {
         self.name = name
@@ -50,7 +53,7 @@ public actor ObjectContext {
         self.didSaveHandler = didSave
         var logger = logger
         logger[metadataKey: "context"] = "\(name)"
-        self.core = ContextCore(coordinator: coordinator, mergePolicy: mergePolicy, parentOverlay: nil, logger: logger)
+        self.core = ContextCore(coordinator: coordinator, mergePolicy: mergePolicy, parentOverlay: nil, logger: logger, savesAreBulk: savesAreBulk)
     }
 
     private init(parent: ObjectContext, overlay: ParentOverlay, mergePolicy: MergePolicy, name: String, logger: Logger) {

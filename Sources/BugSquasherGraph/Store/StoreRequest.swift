@@ -121,6 +121,9 @@ public struct SaveChanges: StoreRequest {
     public var linksAdded: [Link] = []
     /// Many-to-many links to remove.
     public var linksRemoved: [Link] = []
+    /// Whether the save is bulk work (an import's chunk), which a store with an ``EditsFirst``
+    /// holds back for a moment after an interactive save.
+    public var isBulk = false
 
     /// Creates an empty save.
     public init() {}

@@ -1,0 +1,56 @@
+import BugSquasherGraph
+import Testing
+
+@Suite("EditsFirst: bulk work gives way to interactive saves")
+struct EditsFirstTests {
+    /// Milliseconds, as the gate's nanoseconds.
+    private func ms(_ value: UInt64) -> UInt64 { value * 1_000_000 }
+
+    @Test("bulk work waits until a window after the last interactive save, and every stage asking during a pause waits until the same moment")
+    func pausesForTheWindow() {
+        let gate = EditsFirst(window: .milliseconds(20))
+        #expect(gate.pause(at: ms(1_000)) == 0, "no interactive save yet")
+        gate.interactiveSaveCommitted(at: ms(1_000))
+        #expect(gate.pause(at: ms(1_005)) == ms(15))
+        // A second stage (the chunk save beside the upsert) waits until the same end.
+        #expect(gate.pause(at: ms(1_012)) == ms(8))
+        #expect(gate.pause(at: ms(1_020)) == 0, "the window is over")
+        #expect(gate.pause(at: ms(1_500)) == 0)
+    }
+
+    @Test("after a pause bulk work runs three windows before it pauses again, so a stream of edits cannot hold an import")
+    func boundedUnderAStreamOfEdits() {
+        let gate = EditsFirst(window: .milliseconds(20))
+        gate.interactiveSaveCommitted(at: ms(1_000))
+        #expect(gate.pause(at: ms(1_000)) == ms(20))
+        // Edits every 5 ms: no pause from the end of the first (1,020) until 1,080.
+        var paused: UInt64 = 0
+        var time = ms(1_020)
+        while time < ms(1_080) {
+            gate.interactiveSaveCommitted(at: time)
+            paused += gate.pause(at: time + ms(1))
+            time += ms(5)
+        }
+        #expect(paused == 0)
+        gate.interactiveSaveCommitted(at: ms(1_080))
+        #expect(gate.pause(at: ms(1_081)) == ms(19), "the next pause comes after three windows of running")
+        // Over a long stream of edits, bulk work is paused at most a quarter of the time.
+        var total: UInt64 = 0
+        var now = ms(2_000)
+        while now < ms(12_000) {
+            gate.interactiveSaveCommitted(at: now)
+            let wait = gate.pause(at: now)
+            total += wait
+            now += max(wait, ms(1))
+        }
+        #expect(total <= ms(10_000) / 4 + ms(20), "\(total / 1_000_000) ms paused in 10 s")
+        #expect(total >= ms(10_000) / 5, "\(total / 1_000_000) ms paused in 10 s: the gate should pause in each quiet period")
+    }
+
+    @Test("a window of zero never pauses")
+    func zeroWindow() {
+        let gate = EditsFirst(window: .zero)
+        gate.interactiveSaveCommitted(at: ms(1_000))
+        #expect(gate.pause(at: ms(1_000)) == 0)
+    }
+}
