@@ -109,18 +109,37 @@ struct GetCommand: ParsableCommand {
     func validate() throws { try validateKey(key) }
 
     func run() throws {
-        let reply = try withClient(sockets.read) { client in
-            try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows"))
+        let (row, labels) = try withClient(sockets.read) { client -> (WireRow?, [String: String]) in
+            let row = try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows")).rows?.first
+            guard let row, !json else { return (row, [:]) }
+            return (row, try Self.labels(ofToOnesOf: row, client: client))
         }
-        guard let row = reply.rows?.first else {
+        guard let row else {
             printError("squasherctl: no bug with key \(printable(key))")
             throw Exit.notFound
         }
         if json { try printJSON(row); return }
         print("\(row.id)  version \(row.version)")
         for (name, value) in row.values.sorted(by: { $0.key < $1.key }) where value != .null {
-            print("  \(name): \(display(value))")
+            print("  \(name): \(value.stringValue.flatMap { labels[$0] } ?? display(value))")
         }
+    }
+
+    /// What a person reads for the objects a bug's to-one relationships point to, by ID: a
+    /// project's key and name, a person's name and display name (`--json` keeps the IDs).
+    static func labels(ofToOnesOf row: WireRow, client: BlockingVarlinkClient) throws -> [String: String] {
+        let toOnes = Set(BugModel.model.entity(named: "Bug")?.toOneRelationships.map(\.name) ?? [])
+        let ids = Set(row.values.compactMap { toOnes.contains($0.key) ? $0.value.stringValue : nil })
+        guard !ids.isEmpty else { return [:] }
+        let targets = try client.call("io.bugsquasher.Store.Values", IDsParameters(ids: ids.sorted()), as: RowsReply.self).rows
+        var labels: [String: String] = [:]
+        for target in targets where ids.contains(target.id) {
+            let text = { (name: String) in target.values[name].flatMap(\.stringValue) }
+            guard let label = text("key") ?? text("name") else { continue }
+            let detail = (text("key") != nil ? text("name") : text("displayName")).flatMap { $0 == label ? nil : $0 }
+            labels[target.id] = printable(label, limit: 200) + (detail.map { " (\(printable($0, limit: 200)))" } ?? "")
+        }
+        return labels
     }
 }
 

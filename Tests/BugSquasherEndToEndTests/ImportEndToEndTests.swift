@@ -119,8 +119,10 @@ struct ImportEndToEndTests {
         let latin1Rejects = try await harness.ctl(["jobs", String(summary(latin1).split(separator: " ")[1]), "--rejects"])
         #expect(latin1Rejects.first?.hasPrefix("line 2: field 1 is not valid UTF-8") == true, "\(latin1Rejects)")
         #expect(try await harness.ctlError(["get", "CSV-4"], expectStatus: 3).contains("no bug with key CSV-4"), "a row with broken quoting is not guessed at")
-        let csv1 = try await harness.ctl(["get", "CSV-1"]).joined(separator: "\n")
+        let csv1Lines = try await harness.ctl(["get", "CSV-1"])
+        let csv1 = csv1Lines.joined(separator: "\n")
         #expect(csv1.contains("title: Crash, on launch"))
+        #expect(csv1Lines.contains("  project: CSV"), "a to-one is shown as its key, not an object ID: \(csv1)")
         #expect(try await harness.ctl(["get", "CSV-3"]).joined(separator: "\n").contains(#"title: Multi\nline"#), "a newline in a value is shown escaped, on one line")
 
         // Bugzilla CSV, gzipped, from standard input.
