@@ -112,7 +112,7 @@ struct GetCommand: ParsableCommand {
         let (row, labels) = try withClient(sockets.read) { client -> (WireRow?, [String: String]) in
             let row = try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows")).rows?.first
             guard let row, !json else { return (row, [:]) }
-            return (row, try Self.labels(ofToOnesOf: row, client: client))
+            return (row, Self.labels(ofToOnesOf: row, client: client))
         }
         guard let row else {
             printError("squasherctl: no bug with key \(printable(key))")
@@ -121,25 +121,27 @@ struct GetCommand: ParsableCommand {
         if json { try printJSON(row); return }
         print("\(row.id)  version \(row.version)")
         for (name, value) in row.values.sorted(by: { $0.key < $1.key }) where value != .null {
-            print("  \(name): \(value.stringValue.flatMap { labels[$0] } ?? display(value))")
+            print("  \(name): \(labels[name] ?? display(value))")
         }
     }
 
-    /// What a person reads for the objects a bug's to-one relationships point to, by ID: a
-    /// project's key and name, a person's name and display name (`--json` keeps the IDs).
-    static func labels(ofToOnesOf row: WireRow, client: BlockingVarlinkClient) throws -> [String: String] {
-        let toOnes = Set(BugModel.model.entity(named: "Bug")?.toOneRelationships.map(\.name) ?? [])
-        let ids = Set(row.values.compactMap { toOnes.contains($0.key) ? $0.value.stringValue : nil })
-        guard !ids.isEmpty else { return [:] }
-        let targets = try client.call("io.bugsquasher.Store.Values", IDsParameters(ids: ids.sorted()), as: RowsReply.self).rows
-        var labels: [String: String] = [:]
-        for target in targets where ids.contains(target.id) {
+    /// What a person reads for the objects a bug's to-one relationships point to, by
+    /// relationship name: a project's key and name, a person's name and display name (`--json`
+    /// keeps the IDs). Best effort: an object deleted meanwhile, or a failed call, leaves the ID.
+    static func labels(ofToOnesOf row: WireRow, client: BlockingVarlinkClient) -> [String: String] {
+        let toOnes = BugModel.model.entity(named: "Bug")?.toOneRelationships.map(\.name) ?? []
+        let ids = Dictionary(toOnes.compactMap { name in row.values[name]?.stringValue.map { (name, $0) } }, uniquingKeysWith: { a, _ in a })
+        guard !ids.isEmpty,
+              let targets = try? client.call("io.bugsquasher.Store.Values", IDsParameters(ids: Set(ids.values).sorted()), as: RowsReply.self).rows
+        else { return [:] }
+        var byID: [String: String] = [:]
+        for target in targets {
             let text = { (name: String) in target.values[name].flatMap(\.stringValue) }
             guard let label = text("key") ?? text("name") else { continue }
             let detail = (text("key") != nil ? text("name") : text("displayName")).flatMap { $0 == label ? nil : $0 }
-            labels[target.id] = printable(label, limit: 200) + (detail.map { " (\(printable($0, limit: 200)))" } ?? "")
+            byID[target.id] = printable(label, limit: 200) + (detail.map { " (\(printable($0, limit: 200)))" } ?? "")
         }
-        return labels
+        return ids.compactMapValues { byID[$0] }
     }
 }
 
