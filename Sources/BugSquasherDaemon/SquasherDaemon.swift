@@ -172,8 +172,8 @@ public struct SquasherDaemon: Sendable {
             // Returns when the store file is gone: the daemon then stops (see StoreFileGuard).
             services.append(.init(service: StoreFileGuard(store: store, loss: fileLoss, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
-        services += servers.map { .init(service: ServerService(server: $0, ready: ready)) }
         let socketGuard = SocketFileGuard(paths: [readAddress.path, writeAddress.path].compactMap { $0 }, ready: ready, logger: logger)
+        services += servers.map { .init(service: ServerService(server: $0, ready: ready, socketGuard: socketGuard)) }
         if !socketGuard.paths.isEmpty {
             // Returns when a socket file is gone: the daemon then stops (see SocketFileGuard).
             services.append(.init(service: socketGuard, successTerminationBehavior: .gracefullyShutdownGroup))
@@ -445,7 +445,8 @@ private final class SocketFileGuard: Service {
     let paths: [String]
     private let ready: ReadyLatch
     private let logger: Logger
-    /// The file each path named once the daemon was ready.
+    /// The file each path named once its server bound it (or, failing that, once the daemon was
+    /// ready).
     private let bound = Mutex<[String: [UInt64]]>([:])
     private let found = Mutex<String?>(nil)
 
@@ -458,11 +459,11 @@ private final class SocketFileGuard: Service {
     /// What happened to a socket file, once something did.
     var problem: String? { found.withLock { $0 } }
 
-    /// Which file a path names (device and inode), or `nil` when it names none.
-    private static func identity(_ path: String) -> [UInt64]? {
-        var status = stat()
-        guard lstat(path, &status) == 0 else { return nil }
-        return [UInt64(status.st_dev), UInt64(status.st_ino)]
+    /// Records the file `path` names now, just after its server bound it: a file put in its place
+    /// before the first check is then noticed too.
+    func bound(_ path: String) {
+        guard let identity = VarlinkServer.identity(path) else { return }
+        bound.withLock { $0[path] = identity }
     }
 
     func run() async throws {
@@ -470,7 +471,7 @@ private final class SocketFileGuard: Service {
             // The servers bind the files before the daemon is ready.
             guard ready.isReady else { return true }
             for path in paths {
-                let now = Self.identity(path)
+                let now = VarlinkServer.identity(path)
                 let first = bound.withLock { bound in
                     if bound[path] == nil { bound[path] = now }
                     return bound[path]
@@ -504,11 +505,15 @@ private struct UploadSweeper: Service {
 private struct ServerService: Service {
     let server: VarlinkServer
     let ready: ReadyLatch
+    let socketGuard: SocketFileGuard
 
     func run() async throws {
         do {
             try await cancelWhenGracefulShutdown {
-                try await server.run(onBound: { ready.arrive() })
+                try await server.run(onBound: {
+                    if let path = server.address.path { socketGuard.bound(path) }
+                    ready.arrive()
+                })
             }
         } catch is CancellationError {}
     }

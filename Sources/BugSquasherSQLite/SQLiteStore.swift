@@ -449,7 +449,10 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     private func save(_ changes: SaveChanges) throws -> DidSave {
         let state = try requireLoaded()
         guard let editsFirst, changes.isBulk else {
-            return try interactive { try wrap("save") { try pool.write { db in try write(changes, in: db, state: state) } } }
+            let didSave = try wrap("save") { try pool.write { db in try write(changes, in: db, state: state) } }
+            // It committed: bulk work gives way to its subscribers for a moment.
+            editsFirst?.interactiveSaveCommitted()
+            return didSave
         }
         // A bulk save that gets the writer within an interactive save's window gives it back
         // (an empty transaction) and waits outside it, so that edits are not held up meanwhile.
@@ -462,13 +465,6 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             if let didSave { return didSave }
             editsFirst.yieldToInteractiveSaves()
         }
-    }
-
-    /// Runs an interactive save and starts its ``EditsFirst`` window once it committed.
-    private func interactive<T>(_ save: () throws -> T) rethrows -> T {
-        let result = try save()
-        editsFirst?.interactiveSaveCommitted()
-        return result
     }
 
     // One edit runs through far less here than a context's fetch and save: one transaction
@@ -491,7 +487,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             }
             changes.append((index, value))
         }
-        return try interactive { try wrap("save") {
+        let didSave = try wrap("save") {
             try pool.write { db -> DidSave? in
                 guard let current = try currentRow(id, sql: sql, store: store, model: state.model, db: db) else {
                     throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
@@ -506,7 +502,10 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 save.updated = [row]
                 return try write(save, in: db, state: state)
             }
-        } }
+        }
+        // An edit that changed nothing committed nothing, and bulk work has nothing to give way to.
+        if didSave != nil { editsFirst?.interactiveSaveCommitted() }
+        return didSave
     }
 
     /// Writes a save's changes in the transaction of `db`: rows, links and the history row; the

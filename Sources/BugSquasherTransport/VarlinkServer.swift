@@ -117,6 +117,11 @@ public final class VarlinkServer: Sendable {
                 }
             }
         let server: NIOAsyncChannel<AcceptedConnection, Never>
+        // The socket file this server created, removed when it stops if the path still names it.
+        var created: (path: String, identity: [UInt64])?
+        defer {
+            if let created, Self.identity(created.path) == created.identity { unlink(created.path) }
+        }
         switch address.kind {
         case .path(let path, let permissions):
             try Self.checkSocketPath(path)
@@ -131,7 +136,12 @@ public final class VarlinkServer: Sendable {
             if Self.someoneListens(on: path) {
                 throw TransportError("Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory.")
             }
-            server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true, childChannelInitializer: initializer)
+            // Bound here rather than by NIO, which removes whatever socket file the path names when
+            // the server closes: a daemon stopping because its socket was replaced would remove
+            // the replacement, the socket of another daemon that serves there now.
+            let fd = try Self.bindListeningSocket(path)
+            created = Self.identity(path).map { (path, $0) }
+            server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
             guard chmod(path, mode_t(permissions)) == 0 else {
                 throw TransportError("Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno))).")
             }
@@ -277,6 +287,34 @@ public final class VarlinkServer: Sendable {
             let kind = status.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file that is not a socket"
             throw TransportError("\(path) is \(kind), where squasherd would create its socket; squasherd does not replace it. Move it away, or give another --runtime-directory.")
         }
+    }
+
+    /// A non-blocking Unix stream socket bound to `path` and listening; a socket file left at
+    /// `path` by a process that ended is replaced.
+    static func bindListeningSocket(_ path: String) throws -> CInt {
+        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw TransportError("Cannot create a socket for \(path): \(String(cString: strerror(errno))).") }
+        do {
+            var status = stat()
+            if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, unlink(path) != 0, errno != ENOENT {
+                throw TransportError("Cannot replace the stale socket file \(path): \(String(cString: strerror(errno))).")
+            }
+            let address = try SocketAddress(unixDomainSocketPath: path)
+            let bound = address.withSockAddr { pointer, size in bind(fd, pointer, socklen_t(size)) }
+            guard bound == 0 else { throw TransportError("Cannot bind the socket \(path): \(String(cString: strerror(errno))).") }
+            guard listen(fd, 512) == 0 else { throw TransportError("Cannot listen on the socket \(path): \(String(cString: strerror(errno))).") }
+            return fd
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Which file a path names (device and inode), or `nil` when it names none.
+    public static func identity(_ path: String) -> [UInt64]? {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return nil }
+        return [UInt64(status.st_dev), UInt64(status.st_ino)]
     }
 
     /// Whether a process accepts connections on the Unix socket at `path` (a connect succeeds);

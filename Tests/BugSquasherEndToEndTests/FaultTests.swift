@@ -431,6 +431,25 @@ struct FaultTests {
         try await expectStart(state: harness.directory + "/state", harness: harness, listing: 50, titled: "before the rm")
     }
 
+    @Test("a socket replaced while squasherd runs (another process listens there now): squasherd stops with status 1 and leaves the replacement in place")
+    func socketReplacedWhileRunning() async throws {
+        let harness = try await DaemonHarness()
+        let path = harness.directory + "/run/squasherd.sock"
+        try FileManager.default.removeItem(atPath: path)
+        let listener = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        try #require(withUnixAddress(path, { bind(listener, $0, $1) }) == 0 && listen(listener, 4) == 0, "\(String(cString: strerror(errno)))")
+        var before = stat()
+        try #require(lstat(path, &before) == 0)
+        #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)
+        #expect(harness.daemon.errorOutput.contains("the socket \(path) was"), "\(harness.daemon.errorOutput)")
+        // Stopping, squasherd removed its socket files: only those it created, not this one
+        // (NIO's own clean-up removed whatever socket the path named, another daemon's too).
+        var after = stat()
+        #expect(lstat(path, &after) == 0 && after.st_ino == before.st_ino, "the replacement socket was removed")
+        #expect(!FileManager.default.fileExists(atPath: harness.directory + "/run/squasherd-write.sock"), "squasherd's own write socket is removed when it stops")
+    }
+
     @Test("a second daemon on the same store or the same sockets refuses to start, naming the first; the first keeps serving; a kill -9 leaves no stale lock")
     func oneDaemonPerStore() async throws {
         let harness = try await DaemonHarness()

@@ -92,7 +92,7 @@ struct StoreLimitTests {
 
 @Suite("SQLite store: bulk saves give way to interactive ones")
 struct EditsFirstStoreTests {
-    @Test("with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over")
+    @Test("with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over; an edit that changes nothing holds none back")
     func bulkSavesGiveWayToInteractiveOnes() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-edits-first-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -119,5 +119,32 @@ struct EditsFirstStoreTests {
         try #require(times.count == 2)
         // The bulk save came right after the interactive one and waited for the window.
         #expect(times[1] - times[0] >= window * 0.9, "the bulk save committed \(times[1] - times[0]) after the interactive one")
+
+        // An edit that changes nothing commits nothing, and holds no bulk save back. (With a
+        // long window, so that a slow machine cannot make a bulk save look held.)
+        let patient = try SQLiteStore(url: directory.appendingPathComponent("patient.sqlite"), editsFirst: EditsFirst(window: .seconds(5)))
+        let patientCoordinator = try StoreCoordinator(model: BugModel.model, store: patient)
+        let seeded = ObjectContext(coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
+        await seeded.perform { context in
+            let project = context.insert(Project.self)
+            project.key = "N"
+            let bug = context.insert(BugSquasherModel.Bug.self)
+            bug.key = "N-1"
+            bug.status = "Open"
+            bug.project = project
+        }
+        try await seeded.save()
+        let bugID = try #require(try await seeded.perform { context in
+            try context.fetch(FetchRequest<BugSquasherModel.Bug>()).first?.objectID
+        })
+        #expect(try patient.edit(bugID, attributes: ["status": "Open"]) == nil)
+        let start = ContinuousClock.now
+        let bulk = ObjectContext(coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
+        await bulk.perform { context in
+            let project = context.insert(Project.self)
+            project.key = "M"
+        }
+        try await bulk.save()
+        #expect(ContinuousClock.now - start < .seconds(4), "a bulk save waited for an edit that changed nothing")
     }
 }
