@@ -445,8 +445,7 @@ private final class SocketFileGuard: Service {
     let paths: [String]
     private let ready: ReadyLatch
     private let logger: Logger
-    /// The file each path named once its server bound it (or, failing that, once the daemon was
-    /// ready).
+    /// The file each path named once its server bound it.
     private let bound = Mutex<[String: [UInt64]]>([:])
     private let found = Mutex<String?>(nil)
 
@@ -462,7 +461,7 @@ private final class SocketFileGuard: Service {
     /// Records the file `path` names now, just after its server bound it: a file put in its place
     /// before the first check is then noticed too.
     func bound(_ path: String) {
-        guard let identity = VarlinkServer.identity(path) else { return }
+        let identity = VarlinkServer.identity(path)
         bound.withLock { $0[path] = identity }
     }
 
@@ -472,11 +471,8 @@ private final class SocketFileGuard: Service {
             guard ready.isReady else { return true }
             for path in paths {
                 let now = VarlinkServer.identity(path)
-                let first = bound.withLock { bound in
-                    if bound[path] == nil { bound[path] = now }
-                    return bound[path]
-                }
-                guard first == nil || now != first else { continue }
+                // Recorded as its server bound it (none: it was gone at once).
+                if let first = bound.withLock({ $0[path] }), now == first { continue }
                 let problem = "the socket \(path) was \(now == nil ? "removed" : "replaced by another file")"
                 logger.critical("\(problem) while squasherd ran: no client can reach squasherd through it any more. Stopping, so that squasherd starts again and binds it anew (under systemd, Restart=on-failure does).")
                 found.withLock { $0 = problem }

@@ -130,7 +130,7 @@ struct GetCommand: ParsableCommand {
     /// keeps the IDs). Best effort: an object deleted meanwhile, or a failed call, leaves the ID.
     static func labels(ofToOnesOf row: WireRow, client: BlockingVarlinkClient) -> [String: String] {
         let toOnes = BugModel.model.entity(named: "Bug")?.toOneRelationships.map(\.name) ?? []
-        let ids = Dictionary(toOnes.compactMap { name in row.values[name]?.stringValue.map { (name, $0) } }, uniquingKeysWith: { a, _ in a })
+        let ids = Dictionary(uniqueKeysWithValues: toOnes.compactMap { name in row.values[name]?.stringValue.map { (name, $0) } })
         guard !ids.isEmpty,
               let targets = try? client.call("io.bugsquasher.Store.Values", IDsParameters(ids: Set(ids.values).sorted()), as: RowsReply.self).rows
         else { return [:] }
