@@ -32,8 +32,9 @@ public struct BugUpserter: Sendable {
     /// At most this many values go into one `IN` predicate; longer lists are fetched in parts.
     public static let inListLimit = 500
 
-    /// When set, the upserter gives way to interactive saves before each record (see
-    /// ``EditsFirst/yieldToInteractiveSaves()``): it may then block its thread for a moment.
+    /// When set, the upserter gives way to interactive saves before each record it checks or
+    /// applies and before each fetch (see ``EditsFirst/yieldToInteractiveSaves()``): it may then
+    /// block its thread for a moment.
     public var editsFirst: EditsFirst?
 
     /// Creates an upserter; `editsFirst`, when given, is ``editsFirst``.
@@ -55,12 +56,16 @@ public struct BugUpserter: Sendable {
         // every string of it, and this runs for every record of every chunk. `apply` takes a
         // pointer because a subscript's element, passed as an argument, is copied out.
         try records.withUnsafeBufferPointer { records in
-            for index in records.indices { try Self.validate(records[index], at: index) }
+            for index in records.indices {
+                editsFirst?.yieldToInteractiveSaves()
+                try Self.validate(records[index], at: index)
+            }
+            editsFirst?.yieldToInteractiveSaves()
             let keys = keys ?? UpsertKeys(records)
             // The key set tells whether a key repeats; only then is each key's outcome merged
             // over its records.
             let repeated = records.count - (keys.byEntity["Bug"]?.count ?? 0)
-            var pass = UpsertPass(inListLimit: Self.inListLimit)
+            var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst)
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(repeated: repeated)
             if repeated == 0 {

@@ -19,14 +19,17 @@ struct UpsertPass {
     }
 
     let inListLimit: Int
+    /// Bulk work gives way to interactive saves before each fetch (see ``BugUpserter/editsFirst``).
+    let editsFirst: EditsFirst?
     private var bugs: [StoredText: Bug] = [:]
     private var projects: [StoredText: Project] = [:]
     private var persons: [StoredText: Person] = [:]
     private var components: [StoredText: Component] = [:]
     private var comments: [StoredText: Comment] = [:]
 
-    init(inListLimit: Int) {
+    init(inListLimit: Int, editsFirst: EditsFirst? = nil) {
         self.inListLimit = inListLimit
+        self.editsFirst = editsFirst
     }
 
     /// Fetches the existing objects the records name, one `IN` fetch per entity and part.
@@ -164,6 +167,7 @@ struct UpsertPass {
         result.reserveCapacity(values.count)
         var start = 0
         while start < values.count {
+            editsFirst?.yieldToInteractiveSaves()
             let end = min(start + inListLimit, values.count)
             var request = FetchRequest<T>(predicate: Key(attribute).in(values[start..<end].map { Value.string($0.string) }))
             request.returnsObjectsAsFaults = false

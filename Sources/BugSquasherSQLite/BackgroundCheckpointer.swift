@@ -1,3 +1,4 @@
+import BugSquasherGraph
 import GRDB
 import GRDBSQLite
 import Logging
@@ -43,10 +44,14 @@ final class BackgroundCheckpointer: Sendable {
     /// The WAL's length, in pages, when the last background checkpoint ran.
     private let checkpointedFrames = Atomic<CInt>(0)
     private let logger: Logger
+    /// What a checkpoint waits for before it starts: the window after an interactive save, in
+    /// which its copy and fsync would share the machine with the save's subscribers.
+    private let editsFirst: EditsFirst?
 
     /// A checkpointer with no connection yet: requests are ignored until ``open(path:)``.
-    init(logger: Logger) {
+    init(logger: Logger, editsFirst: EditsFirst? = nil) {
         self.logger = logger
+        self.editsFirst = editsFirst
     }
 
     /// Opens the checkpointer's connection to the database at `path`.
@@ -94,6 +99,9 @@ final class BackgroundCheckpointer: Sendable {
         guard let queue = connection.withLock({ $0 }), !pending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         queue.asyncWriteWithoutTransaction { [self] db in
             defer { pending.store(false, ordering: .releasing) }
+            // Not while an edit's subscribers refresh (at most one window; the writer's own
+            // checkpoint past `writerFrames` still bounds the WAL meanwhile).
+            editsFirst?.yieldToInteractiveSaves()
             do {
                 var (walFrames, copied) = try db.checkpoint(.passive)
                 if walFrames >= Int(Self.restartFrames), copied == walFrames {

@@ -156,7 +156,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         var configuration = Configuration()
         configuration.busyMode = .timeout(TimeInterval(Self.busyTimeoutSeconds))
         configuration.label = "bugsquasher.sqlite"
-        let checkpointer = BackgroundCheckpointer(logger: logger)
+        let checkpointer = BackgroundCheckpointer(logger: logger, editsFirst: editsFirst)
         self.checkpointer = checkpointer
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")

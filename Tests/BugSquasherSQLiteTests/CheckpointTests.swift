@@ -40,6 +40,24 @@ struct CheckpointTests {
         #expect(notes.store.checkpointCounts().background >= 5)
     }
 
+    @Test("a background checkpoint requested within an interactive save's window (import_yield_ms) waits for the window's end")
+    func checkpointWaitsOutTheEditWindow() async throws {
+        // Right after an edit commits, its subscribers refresh; a checkpoint's copy and fsync
+        // would share the machine with them. A small save starts the window, a large one right
+        // after it requests a checkpoint: the checkpoint runs only once the window has passed.
+        let window = Duration.seconds(1)
+        let notes = try NotesStore(editsFirst: EditsFirst(window: window))
+        defer { notes.remove() }
+        try await notes.save(batch: 0, count: 1)
+        let windowStarted = ContinuousClock.now
+        try await notes.save(batch: 1, count: 1_200)
+        let counts = notes.store.checkpointCounts()  // waits for the checkpoint requested
+        let waited = ContinuousClock.now - windowStarted
+        #expect(counts.background >= 1)
+        // Without the wait, the checkpoint ended right after the large save, 0.1 to 0.3 s in.
+        #expect(waited >= window * 0.8, "the checkpoint ended \(waited) after the window started")
+    }
+
     /// 60 saves of 250 notes of 4 KB: about 60 MB, some 15,000 pages, over three times what the
     /// WAL may hold before the writer starts it over. Returns the checkpoint counts and the largest WAL
     /// seen after a save.
@@ -64,10 +82,10 @@ private struct NotesStore {
     let store: SQLiteStore
     let coordinator: StoreCoordinator
 
-    init() throws {
+    init(editsFirst: EditsFirst? = nil) throws {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         url = directory.appendingPathComponent("wal.sqlite")
-        store = try SQLiteStore(url: url)
+        store = try SQLiteStore(url: url, editsFirst: editsFirst)
         let model = try ManagedObjectModel(entities: [
             EntityDescription(name: "Note", uniqueKey: "key", attributes: [.attribute("key", .string), .attribute("body", .string)]),
         ])

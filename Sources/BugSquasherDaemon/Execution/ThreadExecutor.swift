@@ -24,10 +24,14 @@ final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
     private var jobs: [UnownedJob] = []
     /// Threads that could not lower their priority (guarded by `condition`).
     private var unlowered = 0
+    /// Runs on the job's thread before each job (a task's run up to its next suspension).
+    private let beforeEachJob: (@Sendable () -> Void)?
 
     /// Starts `threads` threads named `name-0`, `name-1`, … at `nice` `priority` (0: the
-    /// daemon's own).
-    init(name: String, threads: Int, priority: Int32 = 0) {
+    /// daemon's own). `beforeEachJob`, when given, runs on the job's thread before each job and
+    /// may block it (bulk work giving way to edits, ``EditsFirst``).
+    init(name: String, threads: Int, priority: Int32 = 0, beforeEachJob: (@Sendable () -> Void)? = nil) {
+        self.beforeEachJob = beforeEachJob
         let started = DispatchSemaphore(value: 0)
         for index in 0..<threads {
             let thread = Thread { [self] in
@@ -64,6 +68,7 @@ final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
                 while jobs.isEmpty { condition.wait() }
                 return jobs.removeFirst()
             }
+            beforeEachJob?()
             job.runSynchronously(on: asUnownedTaskExecutor())
         }
     }

@@ -56,7 +56,11 @@ final class ImportRunner: Service {
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
-        executor = ThreadExecutor(name: "import", threads: 2, priority: Int32(configuration.importPriority))
+        // Between two steps of decoding and upserting too (a fetch, a merge, the next chunk's
+        // keys), not only between records.
+        var giveWay: (@Sendable () -> Void)?
+        if let editsFirst { giveWay = { editsFirst.yieldToInteractiveSaves() } }
+        executor = ThreadExecutor(name: "import", threads: 2, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
         if !executor.isPriorityLowered {
             logger.warning("cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them", metadata: ["import.nice": "\(configuration.importPriority)"])
         }
@@ -254,7 +258,9 @@ final class ImportRunner: Service {
                 // Not on the import threads: the save holds the writer, which edits wait for.
                 saving = SavingChunk(chunk: prepared, save: Task(executorPreference: writers) { try await self.save(prepared, job: id) })
                 // The saved chunk's context and objects are freed while the next one saves, not
-                // between the two saves.
+                // between the two saves (and not while an edit's subscribers refresh: freeing a
+                // chunk's objects takes milliseconds).
+                editsFirst?.yieldToInteractiveSaves()
                 retired = nil
                 chunk = try await upcoming
             }
@@ -329,6 +335,7 @@ final class ImportRunner: Service {
     ) async throws -> PreparedChunk {
         guard let previous = saving else { return try await prepare(chunk, job: job) }
         retired = previous.chunk
+        editsFirst?.yieldToInteractiveSaves()
         let reads = UpsertKeys(chunk.records)
         if previous.chunk.written.overlaps(reads) {
             saving = nil
@@ -431,6 +438,7 @@ final class ImportRunner: Service {
             // the record with it: the records are then saved one by one, re-creating it.
             context.failsOverStoreDeletions = true
             _ = try upserter.upsert(records, keys: reads, in: context)
+            upserter.editsFirst?.yieldToInteractiveSaves()
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
@@ -443,6 +451,9 @@ final class ImportRunner: Service {
     /// transaction.
     private func save(_ chunk: PreparedChunk, job id: String) async throws -> DidSave? {
         let entries = chunk.input.entries
+        // Before the context readies the save (checks, permanent IDs, the rows): the store would
+        // hold back only its commit.
+        editsFirst?.yieldToInteractiveSaves()
         try await chunk.context.perform { context in
             guard let job = try context.existingObject(with: chunk.job) as? ImportJob else { throw jobNotFound(id) }
             for (line, reason) in chunk.rejects {

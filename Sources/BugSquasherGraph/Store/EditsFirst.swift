@@ -9,9 +9,16 @@ import Synchronization
 /// memory with the import's decoding, upserting and chunk saves, and the edit reaches them later.
 /// With an `EditsFirst` of window W, bulk work pauses at its next yield point until W has passed
 /// since the last interactive save committed:
-/// - decoding and upserting call ``yieldToInteractiveSaves()`` between records;
+/// - decoding and upserting call ``yieldToInteractiveSaves()`` between records, before each
+///   fetch, and between two steps of an import (its threads call it before each job they run);
+/// - an import's chunk save calls it before its context readies the save, and the import before
+///   it frees a saved chunk's objects;
 /// - a store gives a bulk save (``SaveChanges/isBulk``) that gets its writer within the window
-///   the writer back, waits for the window's end and tries again.
+///   the writer back, waits for the window's end and tries again;
+/// - a store's background checkpoint waits for the window's end before it starts.
+///
+/// Work already under way when the save commits (a checkpoint's copy, a step between two yield
+/// points) runs on: the gate keeps new bulk work out of the window, it does not stop work.
 ///
 /// Bulk work is never held for long: a pause lasts at most W, and after one, bulk work runs for
 /// at least three windows before it pauses again. Under a steady stream of edits the pauses take

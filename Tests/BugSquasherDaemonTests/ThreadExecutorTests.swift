@@ -1,0 +1,33 @@
+@testable import BugSquasherDaemon
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("Thread executor")
+struct ThreadExecutorTests {
+    @Test("beforeEachJob runs on the executor's thread before every job, and a job waits while it blocks")
+    func beforeEachJobGatesEveryJob() async throws {
+        // The import threads give way to edits here (EditsFirst): between any two steps of an
+        // import, not only where the import's code asks.
+        let calls = Atomic<Int>(0)
+        let hold = Atomic<Bool>(true)
+        let executor = ThreadExecutor(name: "gated", threads: 1, beforeEachJob: {
+            calls.add(1, ordering: .relaxed)
+            var spins = 0
+            while hold.load(ordering: .relaxed), spins < 10_000 {  // 10 s at most
+                usleep(1_000)
+                spins += 1
+            }
+        })
+        // Whether the hold was released when the job ran.
+        let job = Task { try await executor.run { !hold.load(ordering: .relaxed) } }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while calls.load(ordering: .relaxed) == 0, ContinuousClock.now < deadline { await Task.yield() }
+        try #require(calls.load(ordering: .relaxed) >= 1, "the hook did not run for the job")
+        hold.store(false, ordering: .relaxed)
+        #expect(try await job.value, "the job ran while the hook held its thread")
+        let before = calls.load(ordering: .relaxed)
+        for _ in 0..<5 { _ = try await executor.run { 0 } }
+        #expect(calls.load(ordering: .relaxed) >= before + 5)
+    }
+}
