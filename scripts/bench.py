@@ -1109,6 +1109,8 @@ def section_de(args, root, files, report):
                   f"{pct(during, .99) / pct(idle, .99):.2f}x ({pct(during, .99):.1f} / {pct(idle, .99):.1f} ms)", pct(during, .99) <= pct(idle, .99))
     report.info("e. the same timed from the edit (with its wait for the writer)",
                 f"{pct(during_edit, .99) / pct(idle_edit, .99):.2f}x ({pct(during_edit, .99):.1f} / {pct(idle_edit, .99):.1f} ms)")
+    within = sum(1 for v in during if v <= pct(idle, .99))
+    report.info("e. edits during the import refreshed within the idle p99", f"{100 * within / max(1, len(during)):.0f} % ({within} of {len(during)})")
     report.target("e. squasherd VmRSS peak, 2nd half / 1st half of the import", "<= 1.10x (bounded)", f"{growth:.2f}x", growth <= 1.1)
     report.info("e. squasherd VmHWM with subscribers / without", f"{loaded['hwm'] / base['hwm']:.2f}x ({mib(loaded['hwm']):.0f} / {mib(base['hwm']):.0f} MiB)")
     report.check("e. stalled subscriber told to resync", st["resyncFrom"] is not None, f"resyncFrom {st['resyncFrom']}")
