@@ -478,6 +478,21 @@ struct SubscriptionTests {
         try "chunk_size = 300\nimport_nice = 20\n".write(toFile: path, atomically: true, encoding: .utf8)
         let range = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         #expect(range?.message.hasPrefix("\(path):2: 'import_nice = 20' is out of range") == true, "\(String(describing: range))")
+        // Each kind of bad number is told apart: too large for any integer is out of range too,
+        // a fraction is not a whole number, and a key without a range says how large it may be.
+        for (line, said) in [
+            ("import_yield_ms = 99999999999999999999", "'import_yield_ms = 99999999999999999999' is out of range; use 0 to 1000"),
+            ("import_yield_ms = -5", "'import_yield_ms = -5' is out of range; use 0 to 1000"),
+            ("import_yield_ms = 20.5", "'import_yield_ms = 20.5' is not a whole number"),
+            ("import_yield_ms = 2e1", "'import_yield_ms = 2e1' is not a whole number"),
+            ("max_connections = 99999999999999999999", "'max_connections = 99999999999999999999' is too large"),
+            ("max_connections = -1", "'max_connections = -1' is not a non-negative number"),
+            ("import_yield_ms = soon", "'import_yield_ms = soon' is not a non-negative number"),
+        ] {
+            try (line + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+            let refused = #expect(throws: DaemonError.self, "\(line)") { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+            #expect(refused?.message.contains(said) == true, "\(String(describing: refused))")
+        }
         try "read_socket_mode = 0999\n".write(toFile: path, atomically: true, encoding: .utf8)
         let mode = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         #expect(mode?.message.contains("is not an octal mode like 0660") == true, "\(String(describing: mode))")

@@ -111,19 +111,25 @@ public struct DaemonConfiguration: Sendable, Hashable {
         )
         // Where a key's value is, for its error: the file and the line.
         func at(_ key: String) -> String { lineOf[key].map { "\(path):\($0)" } ?? path }
-        func integer(_ key: String, radix: Int = 10) throws -> Int? {
+        func integer(_ key: String, radix: Int = 10, in range: ClosedRange<Int>? = nil, meaning: String = "") throws -> Int? {
             guard let text = file[key] else { return nil }
-            guard let value = Int(text.hasPrefix("0o") ? String(text.dropFirst(2)) : text, radix: radix), value >= 0 else {
-                throw DaemonError("\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number").")
+            let body = text.hasPrefix("0o") ? String(text.dropFirst(2)) : text
+            let value = Int(body, radix: radix)
+            let digits = body.hasPrefix("-") || body.hasPrefix("+") ? body.dropFirst() : Substring(body)
+            let isWhole = radix == 10 && !digits.isEmpty && digits.allSatisfy { $0.isASCII && $0.isNumber }
+            // A value outside the range would not work (a message limit of 0 closes every
+            // connection), so it is refused rather than clamped; so is one too large for any.
+            if let range, isWhole, value.map({ !range.contains($0) }) ?? true {
+                throw DaemonError("\(at(key)): '\(key) = \(text)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning)).")
             }
-            return value
-        }
-        /// A number that must lie in `range`: a value outside it would not work (a message limit
-        /// of 0 closes every connection), so it is refused rather than clamped.
-        func integer(_ key: String, in range: ClosedRange<Int>, meaning: String) throws -> Int? {
-            guard let value = try integer(key) else { return nil }
-            guard range.contains(value) else {
-                throw DaemonError("\(at(key)): '\(key) = \(value)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning)).")
+            if isWhole, value == nil {
+                throw DaemonError("\(at(key)): '\(key) = \(text)' is too large; use at most \(Int.max).")
+            }
+            if radix == 10, value == nil, let number = Double(body), number.isFinite {
+                throw DaemonError("\(at(key)): '\(key) = \(text)' is not a whole number; write it without a fraction or exponent.")
+            }
+            guard let value, value >= 0 else {
+                throw DaemonError("\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number").")
             }
             return value
         }
