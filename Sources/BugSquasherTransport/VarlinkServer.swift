@@ -131,11 +131,6 @@ public final class VarlinkServer: Sendable {
             } catch {
                 throw TransportError("Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)); create it, or give another --runtime-directory.")
             }
-            // A socket file left by a process that ended is replaced; one a live process
-            // listens on is not taken over (that would cut its clients off).
-            if Self.someoneListens(on: path) {
-                throw TransportError("Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory.")
-            }
             // Bound here rather than by NIO, which removes whatever socket file the path names when
             // the server closes: a daemon stopping because its socket was replaced would remove
             // the replacement, the socket of another daemon that serves there now.
@@ -273,9 +268,10 @@ public final class VarlinkServer: Sendable {
     /// The longest path a Unix socket address holds (`sun_path` less its terminating NUL).
     public static let maximumSocketPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
 
-    /// Refuses a socket path the kernel cannot bind, or one where a file that is not a socket
-    /// would be replaced, with what to do instead of NIO's bare error. ``run(onBound:)`` checks
-    /// its own; a daemon checks them before it creates anything.
+    /// Refuses a socket path the kernel cannot bind, one where a file that is not a socket would
+    /// be replaced, or one a live process listens on (taking it over would cut that process's
+    /// clients off), with what to do instead of NIO's bare error. ``run(onBound:)`` checks its
+    /// own; a daemon checks them before it creates anything (a store file it would then leave).
     public static func checkSocketPath(_ path: String) throws {
         let bytes = path.utf8.count
         guard bytes <= maximumSocketPathBytes else {
@@ -286,6 +282,11 @@ public final class VarlinkServer: Sendable {
         guard status.st_mode & S_IFMT == S_IFSOCK else {
             let kind = status.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file that is not a socket"
             throw TransportError("\(path) is \(kind), where squasherd would create its socket; squasherd does not replace it. Move it away, or give another --runtime-directory.")
+        }
+        // A socket file left by a process that ended is replaced at bind; one a live process
+        // listens on is not.
+        if someoneListens(on: path) {
+            throw TransportError("Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory.")
         }
     }
 

@@ -459,6 +459,8 @@ struct FaultTests {
         // Rebinding the sockets of a live daemon would cut its clients off. (The two servers
         // start together: whichever checks first names its socket.)
         try await expectRefusal(state: harness.directory + "/state2", run: harness.directory + "/run", "Another process is listening on \(harness.directory)/run/squasherd")
+        // Refused before it created anything: no empty store is left behind in its state directory.
+        #expect(!FileManager.default.fileExists(atPath: harness.directory + "/state2/bugs.sqlite"), "the refused daemon created a store file")
         // Nor through a symlink in another state directory to the first one's store file.
         try FileManager.default.createDirectory(atPath: harness.directory + "/state3", withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: harness.directory + "/state3/bugs.sqlite", withDestinationPath: harness.directory + "/state/bugs.sqlite")
