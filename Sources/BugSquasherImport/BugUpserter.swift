@@ -60,7 +60,6 @@ public struct BugUpserter: Sendable {
                 editsFirst?.yieldToInteractiveSaves()
                 try Self.validate(records[index], at: index)
             }
-            editsFirst?.yieldToInteractiveSaves()
             let keys = keys ?? UpsertKeys(records)
             // The key set tells whether a key repeats; only then is each key's outcome merged
             // over its records.

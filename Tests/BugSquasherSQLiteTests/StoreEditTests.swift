@@ -9,10 +9,9 @@ import Testing
 struct StoreEditTests {
     @Test("an edit reads, changes and writes one row in one transaction: version bumped, only changed keys named, a history row and the commit observers, as a save; nothing written when nothing changes; a context holding the object sees it as a change made elsewhere")
     func edits() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-edit-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try SQLiteStore(url: directory.appendingPathComponent("store.sqlite"))
+        let directory = try TemporaryDirectory(prefix: "bs-edit")
+        defer { directory.remove() }
+        let store = try SQLiteStore(url: directory.file("store.sqlite"))
         let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
         let observed = Mutex<[DidSave]>([])
         store.observeCommits { didSave in observed.withLock { $0.append(didSave) } }
@@ -94,11 +93,10 @@ struct StoreLimitTests {
 struct EditsFirstStoreTests {
     @Test("with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over; an edit that changes nothing holds none back")
     func bulkSavesGiveWayToInteractiveOnes() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-edits-first-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory(prefix: "bs-edits-first")
+        defer { directory.remove() }
         let window = Duration.milliseconds(200)
-        let store = try SQLiteStore(url: directory.appendingPathComponent("store.sqlite"), editsFirst: EditsFirst(window: window))
+        let store = try SQLiteStore(url: directory.file("store.sqlite"), editsFirst: EditsFirst(window: window))
         let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
         let commits = Mutex<[ContinuousClock.Instant]>([])
         func insertBug(_ key: String, bulk: Bool) async throws {
@@ -122,7 +120,7 @@ struct EditsFirstStoreTests {
 
         // An edit that changes nothing commits nothing, and holds no bulk save back. (With a
         // long window, so that a slow machine cannot make a bulk save look held.)
-        let patient = try SQLiteStore(url: directory.appendingPathComponent("patient.sqlite"), editsFirst: EditsFirst(window: .seconds(5)))
+        let patient = try SQLiteStore(url: directory.file("patient.sqlite"), editsFirst: EditsFirst(window: .seconds(5)))
         let patientCoordinator = try StoreCoordinator(model: BugModel.model, store: patient)
         let seeded = ObjectContext(coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
         await seeded.perform { context in

@@ -10,6 +10,23 @@ enum StoreKind: String, CaseIterable, Sendable {
 }
 
 
+/// A fresh directory under the system's temporary directory; ``remove()`` it when done (a
+/// `defer` right after creating it: a deinit could run as soon as its last use).
+struct TemporaryDirectory: Sendable {
+    let url: URL
+
+    init(prefix: String) throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    /// The path of `name` in the directory.
+    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+
+    /// Removes the directory and everything in it.
+    func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
 /// A fresh store of one kind, wrapped in a ``CountingStore``, with a temporary directory that
 /// goes away with the fixture.
 final class StoreFixture: Sendable {
