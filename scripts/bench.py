@@ -27,7 +27,7 @@ daemon that does not exit cleanly); a missed performance target is only reported
 Also the child processes of the benchmark: `bench.py child ROLE ...` (slow and stalled Varlink
 subscribers, PostgreSQL listeners, raw fan-out readers).
 """
-import argparse, json, os, platform, queue, random, re, select, selectors, shutil, signal, socket, sqlite3, statistics, subprocess, sys, tempfile, threading, time
+import argparse, gc, json, os, platform, queue, random, re, select, selectors, shutil, signal, socket, sqlite3, statistics, subprocess, sys, tempfile, threading, time
 
 HERE = os.path.abspath(__file__)
 PYTHON = sys.executable
@@ -72,12 +72,20 @@ def mib(kib):
     return kib / 1024
 
 
+def hold_seconds(readers):
+    """How long the script reads no child's output after starting a measured fan-out to
+    `readers` processes: longer than the fan-out takes on 2 cores (100 subscribers: about 10 ms,
+    during an import up to 13)."""
+    return 0.004 + 0.00015 * readers
+
+
 class PipeReader:
     """One thread that reads the stdout of every child process the script watches, line by line,
     so that pipes never fill. One thread for all, at `nice` 10: a thread per child, each woken by
     its line and taking the GIL, cost the script 3 ms of CPU per fan-out to 89 subscribers, CPU
     that the subscribers it times were waiting for. The times it reports are the children's own
-    (printed by them), so reading them later changes no figure."""
+    (printed by them), so reading them later changes no figure: `hold` keeps it off the cores
+    while a measured fan-out runs (squasherd's and PostgreSQL's alike)."""
 
     _shared = None
     _lock = threading.Lock()
@@ -86,6 +94,7 @@ class PipeReader:
         self.selector = selectors.DefaultSelector()
         self.pending = queue.Queue()
         self.wake_r, self.wake_w = os.pipe()
+        self.quiet_until = 0.0
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         threading.Thread(target=self._run, daemon=True, name="pipe reader").start()
 
@@ -104,11 +113,19 @@ class PipeReader:
         self.pending.put((os.dup(proc.stdout.fileno()), on_line, on_end))
         os.write(self.wake_w, b"x")
 
+    def hold(self, seconds):
+        """Reads nothing for `seconds` from now: call it right before a measured fan-out, so that
+        the lines it makes are read after it. Pipes hold them meanwhile."""
+        self.quiet_until = time.monotonic() + seconds
+
     def _run(self):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         partial = {}
         while True:
-            for key, _ in self.selector.select():
+            ready = self.selector.select()
+            if (quiet := self.quiet_until - time.monotonic()) > 0:
+                time.sleep(quiet)
+            for key, _ in ready:
                 fd = key.fd
                 if fd == self.wake_r:
                     os.read(fd, 4096)
@@ -401,6 +418,8 @@ def edit_round(editor, subscribers, marker, timeout=60, rounds=None):
     """Edits the bug to status `marker`; returns ms from the edit to the last subscriber's refresh
     (to the reply, without subscribers). With `rounds`, appends the save's history token and when
     the last subscriber refreshed (µs since 1970), for `from_commit`."""
+    if subscribers is not None:
+        PipeReader.shared().hold(hold_seconds(len(subscribers.procs)))
     t0 = now_us()
     token = editor.update(marker)["token"]
     if subscribers is None:
@@ -458,6 +477,7 @@ def raw_fanout(n, rounds, warmup, pause):
     message = b"x" * 200
     try:
         for i in range(warmup + rounds):
+            PipeReader.shared().hold(hold_seconds(n))
             t0 = now_us()
             for c in conns:
                 c.sendall(message)
@@ -503,6 +523,7 @@ def pg_latency(socket_dir, n, rounds, warmup, pause):
                 raise Broken("PostgreSQL listener: unexpected output")
         with pg_connect(socket_dir) as db:
             for i in range(warmup + rounds):
+                PipeReader.shared().hold(hold_seconds(n))
                 t0 = now_us()
                 db.execute("UPDATE bug SET status = %s WHERE id = 1", (f"S{i}-{n}",))
                 db.execute("SELECT pg_notify('bench', %s)", (f"S{i}-{n}",))
@@ -619,18 +640,25 @@ class Feed(Connection):
 def child_slow(path, delay_ms):
     """An unfiltered subscriber that sleeps `delay_ms` after each message; resubscribes with
     `since` when told to resync. Asks for runs of IDs (`idRuns`): an import chunk's 1,000 new
-    bugs are one change with a count. Prints its token after each save; on "stop" on stdin, a
-    summary."""
+    bugs are one change with a count. Prints a summary once it has read up to the token of
+    "until TOKEN" on stdin (at once if it has), or on "stop". It prints nothing per save: the
+    script would read 10 lines per import chunk, on the cores the fast subscribers it times
+    share."""
     feed = Feed(path, registeredOnly=False, idRuns=True)
     first = feed.next()
     token, subscribed = first["token"], first["token"]
     print(json.dumps({"event": "subscribed", "token": token}), flush=True)
     saves = objects = coalesced = resyncs = 0
-    while True:
+    until = None
+    while until is None or token < until:
         if not feed.pending():
             readable = select.select([feed.sock, sys.stdin], [], [], 60)[0]
-            if sys.stdin in readable and sys.stdin.readline().strip() in ("stop", ""):
-                break
+            if sys.stdin in readable:
+                command = sys.stdin.readline().split()
+                if command[:1] != ["until"]:
+                    break  # "stop", or the script ended
+                until = int(command[1])
+                continue
             if feed.sock not in readable:
                 continue
         event = feed.next()
@@ -644,7 +672,6 @@ def child_slow(path, delay_ms):
             token = save["token"]
             saves += 1
             objects += sum(change.get("count", 1) for change in save["inserted"] + save["updated"] + save["deleted"])
-            print(json.dumps({"event": "token", "token": token}), flush=True)
             time.sleep(delay_ms / 1000)
         elif event["event"] == "resync":
             resyncs += 1
@@ -1007,16 +1034,14 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
         result["token"] = target
         # Slow subscribers catch up, then report.
         slow_results = []
-        for p, lines in slow_readers:
-            deadline = time.monotonic() + args.catch_up_timeout
-            while True:
-                event = json.loads(lines.get(max(1, deadline - time.monotonic())))
-                if event["event"] == "token" and event["token"] >= target:
-                    break
-            p.stdin.write("stop\n")
+        for p, _ in slow_readers:
+            p.stdin.write(f"until {target}\n")
             p.stdin.flush()
-            while (event := json.loads(lines.get(60)))["event"] != "summary":
-                pass
+        deadline = time.monotonic() + args.catch_up_timeout
+        for p, lines in slow_readers:
+            event = json.loads(lines.get(max(1, deadline - time.monotonic())))
+            if event["event"] != "summary":
+                raise Broken(f"a slow subscriber printed {event} before its summary")
             slow_results.append(event)
         result["slow"] = slow_results
         if stalled_reader:
@@ -1146,6 +1171,9 @@ def main():
         except (KeyboardInterrupt, BrokenPipeError):
             pass
         return 0
+    # No garbage collection of the script's own while it measures: a full one took 4 ms of CPU
+    # inside a measured fan-out, from the subscribers timed. The script makes few cycles.
+    gc.disable()
     def terminated(*_):
         raise SystemExit(143)  # runs the finally blocks: daemons, subscribers and files go
     signal.signal(signal.SIGTERM, terminated)

@@ -138,7 +138,7 @@ public struct SquasherDaemon: Sendable {
         let registrationLimits = RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
         // Clients' store reads, off the cooperative pool (see ThreadExecutor).
         let readers = ThreadExecutor.readers()
-        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits, readers: readers)
+        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits, readers: readers, editsFirst: editsFirst)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
         let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())

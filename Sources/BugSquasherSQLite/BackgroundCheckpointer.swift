@@ -47,6 +47,13 @@ final class BackgroundCheckpointer: Sendable {
     /// What a checkpoint waits for before it starts: the window after an interactive save, in
     /// which its copy and fsync would share the machine with the save's subscribers.
     private let editsFirst: EditsFirst?
+    /// Whether a `PASSIVE` copy is running that ``giveWay()`` may interrupt. An interrupt must
+    /// reach the connection only then: between checkpoints it would end the next one at once.
+    private let interruptible = Mutex<Bool>(false)
+    /// Checkpoints interrupted by an interactive save.
+    private let interrupted = Atomic<Int>(0)
+    /// Whether the last checkpoint was interrupted: the next one is not.
+    private let lastInterrupted = Atomic<Bool>(false)
 
     /// A checkpointer with no connection yet: requests are ignored until ``open(path:)``.
     init(logger: Logger, editsFirst: EditsFirst? = nil) {
@@ -93,17 +100,47 @@ final class BackgroundCheckpointer: Sendable {
         if frames - last >= Self.requestFrames || frames >= Self.restartFrames { request() }
     }
 
+    /// An interactive save got the writer: a checkpoint copying now stops (SQLite checks for an
+    /// interrupt between two pages) and is run again after the save's window, so that its copy
+    /// and fsync do not share the machine with the save's subscribers. The pages it copied are
+    /// copied again then; a checkpoint that follows an interrupted one is not interrupted, so
+    /// every checkpoint ends within two tries.
+    func giveWay() {
+        guard editsFirst != nil else { return }
+        interruptible.withLock { copying in
+            if copying { connection.withLock { $0 }?.interrupt() }
+        }
+    }
+
     /// Runs a `PASSIVE` checkpoint on the checkpointer's thread, unless one is already waiting
     /// or running.
     private func request() {
         guard let queue = connection.withLock({ $0 }), !pending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         queue.asyncWriteWithoutTransaction { [self] db in
-            defer { pending.store(false, ordering: .releasing) }
+            var again = false
+            defer {
+                pending.store(false, ordering: .releasing)
+                if again { request() }
+            }
             // Not while an edit's subscribers refresh (at most one window; the writer's own
             // checkpoint past `writerFrames` still bounds the WAL meanwhile).
             editsFirst?.yieldToInteractiveSaves()
             do {
-                var (walFrames, copied) = try db.checkpoint(.passive)
+                // A statement clears an interrupt that arrived as the last copy ended.
+                try db.execute(sql: "SELECT 1")
+                let mayInterrupt = editsFirst != nil && !lastInterrupted.exchange(false, ordering: .relaxed)
+                interruptible.withLock { $0 = mayInterrupt }
+                let passive: (Int, Int)
+                do {
+                    defer { interruptible.withLock { $0 = false } }
+                    passive = try db.checkpoint(.passive)
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT {
+                    interrupted.add(1, ordering: .relaxed)
+                    lastInterrupted.store(true, ordering: .relaxed)
+                    again = true
+                    return
+                }
+                var (walFrames, copied) = passive
                 if walFrames >= Int(Self.restartFrames), copied == walFrames {
                     // Everything is copied: start the WAL over now, if no transaction is running
                     // (this connection does not wait: SQLITE_BUSY otherwise, tried again at the
@@ -131,12 +168,23 @@ final class BackgroundCheckpointer: Sendable {
         var restarts: Int
         /// Checkpoints the writer ran in its commit, past ``BackgroundCheckpointer/writerFrames``.
         var writer: Int
+        /// Background checkpoints interrupted by an interactive save (and run again after it).
+        var interrupted = 0
     }
 
-    /// Waits for the checkpoints requested so far; returns how many of each kind have run.
+    /// Waits for the checkpoints requested so far, and for the new tries of those interrupted;
+    /// returns how many of each kind have run.
     func drain() -> Counts {
-        connection.withLock { $0 }?.writeWithoutTransaction { _ in }
-        return Counts(background: completed.load(ordering: .relaxed), restarts: restarts.load(ordering: .relaxed), writer: writerCheckpoints.load(ordering: .relaxed))
+        if let queue = connection.withLock({ $0 }) {
+            // A try interrupted before this call queues its next try behind it: wait for that
+            // one too (not for checkpoints that later saves request).
+            for _ in 0..<2 {
+                queue.writeWithoutTransaction { _ in }
+                if !pending.load(ordering: .acquiring) { break }
+            }
+        }
+        return Counts(background: completed.load(ordering: .relaxed), restarts: restarts.load(ordering: .relaxed), writer: writerCheckpoints.load(ordering: .relaxed),
+                      interrupted: interrupted.load(ordering: .relaxed))
     }
 
     /// Closes the checkpointer's connection once the checkpoints requested so far have run.

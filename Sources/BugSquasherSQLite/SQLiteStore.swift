@@ -25,7 +25,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// Holds bulk saves back for a moment after an interactive one (see ``EditsFirst``).
     private let editsFirst: EditsFirst?
     /// Checkpoints the WAL beside the writer's commits (see ``BackgroundCheckpointer``).
-    private let checkpointer: BackgroundCheckpointer
+    let checkpointer: BackgroundCheckpointer
     private let isNewFile: Bool
     /// The file SQLite opened: ``url`` with symlinks resolved.
     private let file: String
@@ -449,10 +449,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     private func save(_ changes: SaveChanges) throws -> DidSave {
         let state = try requireLoaded()
         guard let editsFirst, changes.isBulk else {
-            let didSave = try wrap("save") { try pool.write { db in try write(changes, in: db, state: state) } }
-            // It committed: bulk work gives way to its subscribers for a moment.
-            editsFirst?.interactiveSaveCommitted()
-            return didSave
+            // Bulk work gives way from the start of the transaction (see `write`).
+            return try wrap("save") { try pool.write { db in try write(changes, in: db, state: state) } }
         }
         // A bulk save that gets the writer within an interactive save's window gives it back
         // (an empty transaction) and waits outside it, so that edits are not held up meanwhile.
@@ -503,14 +501,20 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 return try write(save, in: db, state: state)
             }
         }
-        // An edit that changed nothing committed nothing, and bulk work has nothing to give way to.
-        if didSave != nil { editsFirst?.interactiveSaveCommitted() }
+        // An edit that changes nothing writes nothing, and bulk work has nothing to give way to.
         return didSave
     }
 
     /// Writes a save's changes in the transaction of `db`: rows, links and the history row; the
     /// commit observers are called once it commits.
     private func write(_ changes: SaveChanges, in db: Database, state: Loaded) throws -> DidSave {
+        // An interactive save: bulk work gives way from now, so that the import steps under way
+        // reach a yield point before the did-save goes out, and again from the commit (below).
+        let interactive = changes.isBulk ? nil : editsFirst
+        if let interactive {
+            interactive.interactiveSaveBegins()
+            checkpointer.giveWay()
+        }
         let model = state.model
         let store = state.metadata.storeIdentifier
         var didSave = DidSave(token: .zero, storeIdentifier: store)
@@ -573,11 +577,15 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             .execute(arguments: [Date().timeIntervalSince1970, HistoryCoding.encode(didSave)])
         didSave.token = HistoryToken(rawValue: db.lastInsertedRowID)
         let handlers = commitHandlers.withLock { $0 }
-        if !handlers.isEmpty {
+        if !handlers.isEmpty || interactive != nil {
             // Runs on the writer after the commit, serialized with every other write: the
-            // observers see saves in token order; a rollback hands off nothing.
+            // observers see saves in token order; a rollback hands off nothing. The window
+            // bulk work gives way for starts before the did-save goes to the subscribers.
             let committed = didSave
-            db.afterNextTransaction(onCommit: { _ in for handler in handlers { handler(committed) } })
+            db.afterNextTransaction(onCommit: { _ in
+                interactive?.interactiveSaveCommitted()
+                for handler in handlers { handler(committed) }
+            })
         }
         return didSave
     }

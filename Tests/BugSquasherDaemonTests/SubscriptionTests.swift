@@ -19,6 +19,30 @@ struct SubscriptionTests {
         )
     }
 
+    @Test("a subscriber that fell behind (more than eight saves pending) is caught up after an interactive save's window; one that keeps up is not held")
+    func behindWaitsOutTheWindow() async throws {
+        let window = Duration.milliseconds(400)
+        let editsFirst = EditsFirst(window: window)
+        let keepingUp = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 1_000, startToken: .zero)
+        let behind = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 1_000, startToken: .zero)
+        keepingUp.offer(save(1, inserted: [1]))
+        for token in Int64(1)...9 { behind.offer(save(token, inserted: [token])) }
+        #expect(!keepingUp.isBehind)
+        #expect(behind.isBehind)
+        editsFirst.interactiveSaveCommitted()
+        let start = ContinuousClock.now
+        await keepingUp.catchUpAfterInteractiveSaves(editsFirst)
+        #expect(ContinuousClock.now - start < window / 2, "a subscriber that keeps up was held")
+        await behind.catchUpAfterInteractiveSaves(editsFirst)
+        #expect(ContinuousClock.now - start >= window * 0.9, "a subscriber behind was caught up inside the window")
+        // Once the window is over, nothing waits.
+        let after = ContinuousClock.now
+        await behind.catchUpAfterInteractiveSaves(editsFirst)
+        #expect(ContinuousClock.now - after < window / 2)
+        guard case .save(let merged, _)? = await behind.next() else { Issue.record("no save"); return }
+        #expect(merged.token.rawValue == 9)
+    }
+
     @Test("a registered-only subscriber gets only its registered updates and deletes")
     func filtering() async throws {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)

@@ -47,6 +47,19 @@ struct EditsFirstTests {
         #expect(total >= ms(10_000) / 5, "\(total / 1_000_000) ms paused in 10 s: the gate should pause in each quiet period")
     }
 
+    @Test("windowRemaining says how long the window after the last interactive save still runs, and grants no pause")
+    func windowRemaining() {
+        let gate = EditsFirst(window: .milliseconds(20))
+        #expect(gate.windowRemaining(at: ms(1_000)) == 0, "no interactive save yet")
+        gate.interactiveSaveBegins(at: ms(1_000))
+        #expect(gate.windowRemaining(at: ms(1_005)) == ms(15))
+        gate.interactiveSaveCommitted(at: ms(1_002))
+        #expect(gate.windowRemaining(at: ms(1_005)) == ms(17), "the commit counts the window again")
+        // Asking granted no pause: bulk work asking now still gets the whole window.
+        #expect(gate.pause(at: ms(1_010)) == ms(12))
+        #expect(gate.windowRemaining(at: ms(1_022)) == 0)
+    }
+
     @Test("a window of zero never pauses")
     func zeroWindow() {
         let gate = EditsFirst(window: .zero)

@@ -145,4 +145,40 @@ struct EditsFirstStoreTests {
         try await bulk.save()
         #expect(ContinuousClock.now - start < .seconds(4), "a bulk save waited for an edit that changed nothing")
     }
+
+    @Test("the window bulk work gives way for opens when an interactive save gets the writer, and again at its commit, before the store's observers see the did-save (they send it to the subscribers)")
+    func windowOpensBeforeTheDidSaveGoesOut() async throws {
+        let directory = try TemporaryDirectory(prefix: "bs-edits-first")
+        defer { directory.remove() }
+        let window = Duration.seconds(5)
+        let editsFirst = EditsFirst(window: window)
+        let store = try SQLiteStore(url: directory.file("store.sqlite"), editsFirst: editsFirst)
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        func insertProject(_ key: String) async throws {
+            let context = ObjectContext(coordinator: coordinator, mergePolicy: .error)
+            await context.perform { context in context.insert(Project.self).key = key }
+            try await context.save()
+        }
+        // Published before the window opened, the did-save reached the subscribers while the
+        // import ran on: the window was still closed when the observers ran.
+        let remainingAtPublish = Mutex<[UInt64]>([])
+        store.observeCommits { _ in remainingAtPublish.withLock { $0.append(editsFirst.windowRemaining()) } }
+        try await insertProject("P")
+        let remaining = try #require(remainingAtPublish.withLock { $0 }.first)
+        #expect(remaining > 0, "the window was closed when the did-save went out")
+
+        // A save that gets the writer and then rolls back (a second project "Q") still opened
+        // it: an import step under way meanwhile has time to reach its yield point.
+        let fresh = EditsFirst(window: window)
+        let other = try SQLiteStore(url: directory.file("other.sqlite"), editsFirst: fresh)
+        let otherCoordinator = try StoreCoordinator(model: BugModel.model, store: other)
+        let seed = ObjectContext(coordinator: otherCoordinator, mergePolicy: .error, savesAreBulk: true)
+        await seed.perform { context in context.insert(Project.self).key = "Q" }
+        try await seed.save()
+        #expect(fresh.windowRemaining() == 0, "a bulk save opened the window")
+        let clash = ObjectContext(coordinator: otherCoordinator, mergePolicy: .error)
+        await clash.perform { context in context.insert(Project.self).key = "Q" }
+        await #expect(throws: GraphError.self) { try await clash.save() }
+        #expect(fresh.windowRemaining() > 0, "the window did not open when the save got the writer")
+    }
 }

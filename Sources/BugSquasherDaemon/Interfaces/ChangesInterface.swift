@@ -20,6 +20,9 @@ struct ChangesInterface: VarlinkInterface {
     let readers: ThreadExecutor
     /// Saves already encoded for one subscriber, reused for the others that get the same one.
     let encodedSaves = EncodedSaveCache()
+    /// When given, a subscriber that fell behind is caught up after an edit's window (see
+    /// ``Subscription/catchUpAfterInteractiveSaves(_:)``).
+    var editsFirst: EditsFirst? = nil
 
     private struct HistoryParameters: Decodable {
         var after: Int64
@@ -218,7 +221,9 @@ struct ChangesInterface: VarlinkInterface {
             guard let message = try? liveMessage(save, for: subscription) else { return false }
             return replier.sendNow(continuing: message)
         }
-        while let event = await subscription.next() {
+        while true {
+            if let editsFirst { await subscription.catchUpAfterInteractiveSaves(editsFirst) }
+            guard let event = await subscription.next() else { return }
             try await send(event, subscription: subscription, replier: replier)
             if case .resync = event { return }
         }

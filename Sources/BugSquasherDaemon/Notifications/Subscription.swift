@@ -301,6 +301,22 @@ final class Subscription: Sendable {
         waiter?.resume(returning: .refresh(changes))
     }
 
+    /// Whether the subscriber fell behind: ``next()`` would merge its pending saves into one
+    /// (more than eight of them, or some merged already).
+    var isBehind: Bool {
+        state.withLock { $0.pending.count > 8 || $0.coalesced != nil }
+    }
+
+    /// When the subscriber fell behind, waits for the end of the window after the last
+    /// interactive save (see ``EditsFirst``), at most one window: merging and encoding its
+    /// backlog would share the machine with the subscribers refreshing that save, and it is
+    /// behind anyway. A subscriber that keeps up never waits.
+    func catchUpAfterInteractiveSaves(_ editsFirst: EditsFirst) async {
+        guard isBehind else { return }
+        let wait = editsFirst.windowRemaining()
+        if wait > 0 { try? await Task.sleep(nanoseconds: wait) }
+    }
+
     /// The next event; `nil` when the subscription was closed or the task cancelled.
     func next() async -> Event? {
         await withTaskCancellationHandler {

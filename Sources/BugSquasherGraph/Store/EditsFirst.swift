@@ -7,8 +7,10 @@ import Synchronization
 /// Right after an edit commits, its did-save goes to every subscriber process, and each
 /// refreshes what it holds. During a bulk import those processes share the cores, caches and
 /// memory with the import's decoding, upserting and chunk saves, and the edit reaches them later.
-/// With an `EditsFirst` of window W, bulk work pauses at its next yield point until W has passed
-/// since the last interactive save committed:
+/// With an `EditsFirst` of window W, bulk work pauses at its next yield point from the moment an
+/// interactive save gets the store's writer until W has passed since it committed (the store
+/// records both: ``interactiveSaveBegins(at:)``, then ``interactiveSaveCommitted(at:)`` before it
+/// publishes the save, so that no new bulk work starts while the did-save goes out):
 /// - decoding and upserting call ``yieldToInteractiveSaves()`` between records, before each
 ///   fetch, and between two steps of an import (its threads call it before each job they run);
 /// - an import's chunk save calls it before its context readies the save, and the import before
@@ -17,7 +19,7 @@ import Synchronization
 ///   the writer back, waits for the window's end and tries again;
 /// - a store's background checkpoint waits for the window's end before it starts.
 ///
-/// Work already under way when the save commits (a checkpoint's copy, a step between two yield
+/// Work already under way when the save begins (a checkpoint's copy, a step between two yield
 /// points) runs on: the gate keeps new bulk work out of the window, it does not stop work.
 ///
 /// Bulk work is never held for long: a pause lasts at most W, and after one, bulk work runs for
@@ -55,10 +57,19 @@ public final class EditsFirst: Sendable {
     /// The monotonic clock the gate reads, in nanoseconds.
     public static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    /// Records that an interactive save committed at `time` (now, unless given).
+    /// Records that an interactive save committed at `time` (now, unless given). A store calls
+    /// it right after the commit, before the save's did-save goes to its subscribers.
     public func interactiveSaveCommitted(at time: UInt64 = EditsFirst.now()) {
         guard windowNanoseconds > 0 else { return }
         lastInteractiveSave.store(time, ordering: .relaxed)
+    }
+
+    /// Records that an interactive save got the writer at `time` (now, unless given): bulk work
+    /// gives way from then, so that a step under way has reached its next yield point by the
+    /// time the save commits and its subscribers refresh. The window is counted again from
+    /// ``interactiveSaveCommitted(at:)``; a save that rolls back ends its pause after one window.
+    public func interactiveSaveBegins(at time: UInt64 = EditsFirst.now()) {
+        interactiveSaveCommitted(at: time)
     }
 
     /// How many nanoseconds bulk work asking at `time` should wait (0: go on). Granting a pause
@@ -76,6 +87,17 @@ public final class EditsFirst: Sendable {
         // Another stage granted a pause at the same moment: wait for that one.
         let granted = exchanged ? newEnd : current
         return granted > time ? granted - time : 0
+    }
+
+    /// Nanoseconds until the window after the last interactive save ends (0: none is open), for
+    /// work that is not bulk but can wait without harm — catching up a subscriber that fell
+    /// behind — and must not block its thread. Asking grants no pause: it neither waits for nor
+    /// starts one of bulk work's pauses.
+    public func windowRemaining(at time: UInt64 = EditsFirst.now()) -> UInt64 {
+        guard windowNanoseconds > 0 else { return 0 }
+        let last = lastInteractiveSave.load(ordering: .relaxed)
+        guard last > 0, time < last + windowNanoseconds else { return 0 }
+        return last + windowNanoseconds - time
     }
 
     /// Blocks the calling thread while bulk work should give way (at most one window). Call it
