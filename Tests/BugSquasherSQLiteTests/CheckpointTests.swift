@@ -69,7 +69,8 @@ struct CheckpointTests {
         try await notes.save(batch: 0, count: 1_200)  // past 1,000 WAL pages: a checkpoint
         let counts = notes.store.checkpointCounts()
         interrupter.stop()
-        // Without the interrupt: 0 interrupted. Without the bound: the tries never end.
+        // Without the interrupt: 0 interrupted. Without the bound every try is interrupted, and
+        // none runs to its end.
         #expect(counts.interrupted == 1)
         #expect(counts.background == 1, "the checkpoint did not run again after its interrupt")
         try notes.store.checkpoint()
