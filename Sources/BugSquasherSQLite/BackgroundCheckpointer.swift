@@ -106,7 +106,6 @@ final class BackgroundCheckpointer: Sendable {
     /// copied again then; a checkpoint that follows an interrupted one is not interrupted, so
     /// every checkpoint ends within two tries.
     func giveWay() {
-        guard editsFirst != nil else { return }
         interruptible.withLock { copying in
             if copying { connection.withLock { $0 }?.interrupt() }
         }

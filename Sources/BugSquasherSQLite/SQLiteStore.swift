@@ -512,7 +512,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         // reach a yield point before the did-save goes out, and again from the commit (below).
         let interactive = changes.isBulk ? nil : editsFirst
         if let interactive {
-            interactive.interactiveSaveBegins()
+            interactive.openWindow()
             checkpointer.giveWay()
         }
         let model = state.model
@@ -583,7 +583,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             // bulk work gives way for starts before the did-save goes to the subscribers.
             let committed = didSave
             db.afterNextTransaction(onCommit: { _ in
-                interactive?.interactiveSaveCommitted()
+                interactive?.openWindow()
                 for handler in handlers { handler(committed) }
             })
         }

@@ -29,7 +29,7 @@ struct SubscriptionTests {
         for token in Int64(1)...9 { behind.offer(save(token, inserted: [token])) }
         #expect(!keepingUp.isBehind)
         #expect(behind.isBehind)
-        editsFirst.interactiveSaveCommitted()
+        editsFirst.openWindow()
         let start = ContinuousClock.now
         await keepingUp.catchUpAfterInteractiveSaves(editsFirst)
         #expect(ContinuousClock.now - start < window / 2, "a subscriber that keeps up was held")

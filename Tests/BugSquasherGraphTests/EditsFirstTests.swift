@@ -10,7 +10,7 @@ struct EditsFirstTests {
     func pausesForTheWindow() {
         let gate = EditsFirst(window: .milliseconds(20))
         #expect(gate.pause(at: ms(1_000)) == 0, "no interactive save yet")
-        gate.interactiveSaveCommitted(at: ms(1_000))
+        gate.openWindow(at: ms(1_000))
         #expect(gate.pause(at: ms(1_005)) == ms(15))
         // A second stage (the chunk save beside the upsert) waits until the same end.
         #expect(gate.pause(at: ms(1_012)) == ms(8))
@@ -21,24 +21,24 @@ struct EditsFirstTests {
     @Test("after a pause bulk work runs three windows before it pauses again, so a stream of edits cannot hold an import")
     func boundedUnderAStreamOfEdits() {
         let gate = EditsFirst(window: .milliseconds(20))
-        gate.interactiveSaveCommitted(at: ms(1_000))
+        gate.openWindow(at: ms(1_000))
         #expect(gate.pause(at: ms(1_000)) == ms(20))
         // Edits every 5 ms: no pause from the end of the first (1,020) until 1,080.
         var paused: UInt64 = 0
         var time = ms(1_020)
         while time < ms(1_080) {
-            gate.interactiveSaveCommitted(at: time)
+            gate.openWindow(at: time)
             paused += gate.pause(at: time + ms(1))
             time += ms(5)
         }
         #expect(paused == 0)
-        gate.interactiveSaveCommitted(at: ms(1_080))
+        gate.openWindow(at: ms(1_080))
         #expect(gate.pause(at: ms(1_081)) == ms(19), "the next pause comes after three windows of running")
         // Over a long stream of edits, bulk work is paused at most a quarter of the time.
         var total: UInt64 = 0
         var now = ms(2_000)
         while now < ms(12_000) {
-            gate.interactiveSaveCommitted(at: now)
+            gate.openWindow(at: now)
             let wait = gate.pause(at: now)
             total += wait
             now += max(wait, ms(1))
@@ -51,9 +51,9 @@ struct EditsFirstTests {
     func windowRemaining() {
         let gate = EditsFirst(window: .milliseconds(20))
         #expect(gate.windowRemaining(at: ms(1_000)) == 0, "no interactive save yet")
-        gate.interactiveSaveBegins(at: ms(1_000))
+        gate.openWindow(at: ms(1_000))
         #expect(gate.windowRemaining(at: ms(1_005)) == ms(15))
-        gate.interactiveSaveCommitted(at: ms(1_002))
+        gate.openWindow(at: ms(1_002))
         #expect(gate.windowRemaining(at: ms(1_005)) == ms(17), "the commit counts the window again")
         // Asking granted no pause: bulk work asking now still gets the whole window.
         #expect(gate.pause(at: ms(1_010)) == ms(12))
@@ -63,7 +63,7 @@ struct EditsFirstTests {
     @Test("a window of zero never pauses")
     func zeroWindow() {
         let gate = EditsFirst(window: .zero)
-        gate.interactiveSaveCommitted(at: ms(1_000))
+        gate.openWindow(at: ms(1_000))
         #expect(gate.pause(at: ms(1_000)) == 0)
     }
 }

@@ -438,7 +438,7 @@ final class ImportRunner: Service {
             // the record with it: the records are then saved one by one, re-creating it.
             context.failsOverStoreDeletions = true
             _ = try upserter.upsert(records, keys: reads, in: context)
-            upserter.editsFirst?.yieldToInteractiveSaves()
+            editsFirst?.yieldToInteractiveSaves()
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }

@@ -183,6 +183,9 @@ final class Subscription: Sendable {
 
     // MARK: Mailbox
 
+    /// A subscriber with more saves pending than this fell behind: ``next()`` merges them into
+    /// one, and catching it up waits for interactive saves (see ``catchUpAfterInteractiveSaves(_:)``).
+    private static let behindAfterSaves = 8
     /// How many pending saves are merged before more are queued, so that a mailbox of many
     /// tiny saves stays small too.
     private static let mergeAfterSaves = 1_024
@@ -302,9 +305,9 @@ final class Subscription: Sendable {
     }
 
     /// Whether the subscriber fell behind: ``next()`` would merge its pending saves into one
-    /// (more than eight of them, or some merged already).
+    /// (more than ``behindAfterSaves`` of them, or some merged already).
     var isBehind: Bool {
-        state.withLock { $0.pending.count > 8 || $0.coalesced != nil }
+        state.withLock { $0.pending.count > Self.behindAfterSaves || $0.coalesced != nil }
     }
 
     /// When the subscriber fell behind, waits for the end of the window after the last
@@ -336,7 +339,7 @@ final class Subscription: Sendable {
                     // up gets each save on its own, so it sees every token.
                     let delivered = state.delivered
                     state.pending.removeAll { $0.save.token <= delivered }
-                    if state.pending.count > 8 { state.mergePending() }
+                    if state.pending.count > Self.behindAfterSaves { state.mergePending() }
                     if var coalesced = state.coalesced {
                         for save in state.pending { coalesced.add(save) }
                         state.coalesced = nil

@@ -9,8 +9,8 @@ import Synchronization
 /// memory with the import's decoding, upserting and chunk saves, and the edit reaches them later.
 /// With an `EditsFirst` of window W, bulk work pauses at its next yield point from the moment an
 /// interactive save gets the store's writer until W has passed since it committed (the store
-/// records both: ``interactiveSaveBegins(at:)``, then ``interactiveSaveCommitted(at:)`` before it
-/// publishes the save, so that no new bulk work starts while the did-save goes out):
+/// calls ``openWindow(at:)`` at both, the second time before it publishes the save, so that no
+/// new bulk work starts while the did-save goes out):
 /// - decoding and upserting call ``yieldToInteractiveSaves()`` between records, before each
 ///   fetch, and between two steps of an import (its threads call it before each job they run);
 /// - an import's chunk save calls it before its context readies the save, and the import before
@@ -57,47 +57,44 @@ public final class EditsFirst: Sendable {
     /// The monotonic clock the gate reads, in nanoseconds.
     public static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    /// Records that an interactive save committed at `time` (now, unless given). A store calls
-    /// it right after the commit, before the save's did-save goes to its subscribers.
-    public func interactiveSaveCommitted(at time: UInt64 = EditsFirst.now()) {
+    /// Opens the window from `time` (now, unless given), or opens it again: a store calls it
+    /// when an interactive save gets the writer, so that a step of bulk work under way reaches
+    /// its next yield point by the time the save commits, and again at the commit, before the
+    /// save's did-save goes to its subscribers. A save that rolls back ends its pause after one
+    /// window.
+    public func openWindow(at time: UInt64 = EditsFirst.now()) {
         guard windowNanoseconds > 0 else { return }
         lastInteractiveSave.store(time, ordering: .relaxed)
     }
 
-    /// Records that an interactive save got the writer at `time` (now, unless given): bulk work
-    /// gives way from then, so that a step under way has reached its next yield point by the
-    /// time the save commits and its subscribers refresh. The window is counted again from
-    /// ``interactiveSaveCommitted(at:)``; a save that rolls back ends its pause after one window.
-    public func interactiveSaveBegins(at time: UInt64 = EditsFirst.now()) {
-        interactiveSaveCommitted(at: time)
+    /// When the open window ends (`nil`: none is open at `time`).
+    private func windowEnd(at time: UInt64) -> UInt64? {
+        guard windowNanoseconds > 0 else { return nil }
+        let last = lastInteractiveSave.load(ordering: .relaxed)
+        guard last > 0, time < last + windowNanoseconds else { return nil }
+        return last + windowNanoseconds
     }
 
     /// How many nanoseconds bulk work asking at `time` should wait (0: go on). Granting a pause
     /// is recorded, so every bulk stage asking during it waits until the same moment.
     public func pause(at time: UInt64 = EditsFirst.now()) -> UInt64 {
-        guard windowNanoseconds > 0 else { return 0 }
-        let last = lastInteractiveSave.load(ordering: .relaxed)
-        guard last > 0, time < last + windowNanoseconds else { return 0 }
+        guard let newEnd = windowEnd(at: time) else { return 0 }
         let ends = pauseEnds.load(ordering: .relaxed)
         if time < ends { return ends - time }
         // Bulk work runs after each pause before it can pause again.
         if ends > 0, time < ends + Self.runningWindows * windowNanoseconds { return 0 }
-        let newEnd = last + windowNanoseconds
         let (exchanged, current) = pauseEnds.compareExchange(expected: ends, desired: newEnd, ordering: .relaxed)
         // Another stage granted a pause at the same moment: wait for that one.
         let granted = exchanged ? newEnd : current
         return granted > time ? granted - time : 0
     }
 
-    /// Nanoseconds until the window after the last interactive save ends (0: none is open), for
-    /// work that is not bulk but can wait without harm — catching up a subscriber that fell
-    /// behind — and must not block its thread. Asking grants no pause: it neither waits for nor
-    /// starts one of bulk work's pauses.
+    /// Nanoseconds until the open window ends (0: none is open), for work that is not bulk but
+    /// can wait without harm — catching up a subscriber that fell behind — and must not block
+    /// its thread. Asking grants no pause: it neither waits for nor starts one of bulk work's
+    /// pauses.
     public func windowRemaining(at time: UInt64 = EditsFirst.now()) -> UInt64 {
-        guard windowNanoseconds > 0 else { return 0 }
-        let last = lastInteractiveSave.load(ordering: .relaxed)
-        guard last > 0, time < last + windowNanoseconds else { return 0 }
-        return last + windowNanoseconds - time
+        windowEnd(at: time).map { $0 - time } ?? 0
     }
 
     /// Blocks the calling thread while bulk work should give way (at most one window). Call it
