@@ -289,6 +289,29 @@ package struct JSONReader {
         }
     }
 
+    /// Skips one value as ``skip()`` does, refusing besides what JSON's grammar allows but its
+    /// readers disagree on (RFC 8259, sections 4 and 6): an object holding a key twice (which one
+    /// counts differs from reader to reader; keys are compared as Swift strings, so two Unicode
+    /// forms of one text, one key to a dictionary, are refused too) and a number beyond a
+    /// `Double`'s range (`1e400`).
+    /// A message checked this way means the same to every reader that takes it.
+    package mutating func validate() throws {
+        switch try peek() {
+        case .object:
+            var keys = Set<String>()
+            var fields = try beginObject()
+            while let key = try nextKey(&fields) {
+                guard keys.insert(key).inserted else {
+                    throw Failure(message: "the key '\(key.prefix(60))' twice in one object", offset: index, field: key)
+                }
+                try validate()
+            }
+        case .array: try array { try $0.validate() }
+        case .number: _ = try number()
+        default: try skip()
+        }
+    }
+
     /// Checks that only whitespace follows the document.
     package mutating func end() throws {
         skipWhitespace()

@@ -188,8 +188,8 @@ public final class VarlinkServer: Sendable {
                 try await withThrowingDiscardingTaskGroup { group in
                     reading: for try await item in inbound {
                         switch item {
-                        case .malformed:
-                            try? await replier.send(try VarlinkReply.encode(VarlinkError.invalidParameter("method")), continues: false)
+                        case .malformed(let error):
+                            try? await replier.send(try VarlinkReply.encode(error), continues: false)
                             logger.debug("malformed message; closing the connection")
                             break reading
                         case .raw(let bytes):

@@ -24,8 +24,14 @@ public struct VarlinkCall: Sendable {
 
     /// Reads a call from one message.
     ///
-    /// - Throws: ``VarlinkError`` `org.varlink.service.InvalidParameter` naming `method` when
-    ///   the message is not a JSON object with a string `method`.
+    /// The whole message is checked here, parameters included, with
+    /// ``JSONReader/validate()``: a key given twice (at any depth) or a number beyond a
+    /// `Double`'s range is refused, so that no parameter is read one way here and another way
+    /// by a proxy or a logger in front of the daemon.
+    ///
+    /// - Throws: ``VarlinkError`` `org.varlink.service.InvalidParameter` naming the parameter
+    ///   whose value is not valid JSON (a lone surrogate, invalid UTF-8, a key twice, `1e400`),
+    ///   or `method` when the message is not a JSON object with a string `method`.
     public init(message: Data) throws {
         var method: String?
         var more = false
@@ -33,18 +39,23 @@ public struct VarlinkCall: Sendable {
         var upgrade = false
         do {
             try JSONReader.read(message) { reader in
+                var keys = Set<String>()
                 try reader.object { reader, key in
+                    guard keys.insert(key).inserted else {
+                        throw JSONReader.Failure(message: "the key '\(key.prefix(60))' twice in the message", offset: 0, field: key)
+                    }
                     switch key {
-                    case "method": method = try reader.string()
+                    case "method": method = try reader.field("method") { try $0.string() }
                     case "more": more = reader.null() ? false : try reader.bool()
                     case "oneway": oneway = reader.null() ? false : try reader.bool()
                     case "upgrade": upgrade = reader.null() ? false : try reader.bool()
-                    default: try reader.skip()
+                    case "parameters": try Self.validateParameters(&reader)
+                    default: try reader.validate()
                     }
                 }
             }
-        } catch {
-            throw VarlinkError.invalidParameter("method")
+        } catch let failure as JSONReader.Failure {
+            throw VarlinkError.invalidParameter(failure.field ?? "method")
         }
         guard let method else { throw VarlinkError.invalidParameter("method") }
         self.method = method
@@ -52,6 +63,32 @@ public struct VarlinkCall: Sendable {
         self.oneway = oneway
         self.upgrade = upgrade
         self.message = message
+    }
+
+    /// Checks the `parameters` value: a failure names the parameter it is in (`values` for a
+    /// key given twice inside `values`), or `parameters` when it is not an object.
+    private static func validateParameters(_ reader: inout JSONReader) throws {
+        guard try reader.peek() == .object else {
+            do {
+                return try reader.validate()
+            } catch var failure as JSONReader.Failure {
+                failure.field = "parameters"
+                throw failure
+            }
+        }
+        var keys = Set<String>()
+        var fields = try reader.beginObject()
+        while let key = try reader.nextKey(&fields) {
+            do {
+                guard keys.insert(key).inserted else {
+                    throw JSONReader.Failure(message: "the parameter '\(key.prefix(60))' twice", offset: 0)
+                }
+                try reader.validate()
+            } catch var failure as JSONReader.Failure {
+                failure.field = key
+                throw failure
+            }
+        }
     }
 
     /// The interface part of the method name.

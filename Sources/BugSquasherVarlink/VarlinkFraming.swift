@@ -40,8 +40,9 @@ public struct VarlinkFrameDecoder: NIOSingleStepByteToMessageDecoder {
 public enum VarlinkServerInbound: Sendable {
     /// A method call.
     case call(VarlinkCall)
-    /// A message that is not a call; nothing after it is read.
-    case malformed
+    /// A message that is not a call, with the error to answer it with (naming the parameter
+    /// at fault); nothing after it is read.
+    case malformed(VarlinkError)
     /// Bytes sent after a call with `upgrade: true`: the Varlink protocol has ended on the
     /// connection and these belong to the method's own protocol, unsplit.
     case raw(ByteBuffer)
@@ -74,9 +75,12 @@ public struct VarlinkServerDecoder: NIOSingleStepByteToMessageDecoder {
                 return nil
             }
             charge?.release()
-            guard let call = try? VarlinkCall(message: Data(frame.readableBytesView)) else {
+            let call: VarlinkCall
+            do {
+                call = try VarlinkCall(message: Data(frame.readableBytesView))
+            } catch {
                 mode = .ignoring
-                return .malformed
+                return .malformed(error as? VarlinkError ?? .invalidParameter("method"))
             }
             if call.upgrade { mode = .raw }
             return .call(call)

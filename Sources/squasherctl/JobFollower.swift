@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherGraph
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -70,10 +71,14 @@ struct JobFollower {
         }
         progress.clear()
         guard let job = final else { throw Exit.failed }
-        print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected")
+        print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))")
         if let error = job.error { printError("squasherctl: \(printable(error))") }
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
         if job.state != "finished" { throw Exit.failed }
+        if job.recordsRead == 0 {
+            // Not a failure (an export of a quiet week is empty), but nothing to take for data.
+            printError("squasherctl: job \(job.id) read no record: the input held a header or an empty list only; nothing was imported.")
+        }
         if job.imported == 0 && job.rejected > 0 {
             // A script must not take an import of nothing for a good one.
             printError("squasherctl: every record of job \(job.id) was rejected; nothing was imported. The rejects say why.")
@@ -129,4 +134,13 @@ struct ProgressBar {
         guard enabled else { return }
         FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
     }
+}
+
+/// How long `job` took, from its upload to its end, and its rate — ` in 12.3 s (81,300
+/// records/s)` — or nothing while it runs.
+func took(_ job: WireJob) -> String {
+    guard let finished = job.finished.flatMap(ISO8601Date.parse), let created = ISO8601Date.parse(job.created) else { return "" }
+    let seconds = finished.timeIntervalSince(created)
+    guard seconds > 0 else { return " in 0.0 s" }
+    return " in \(String(format: "%.1f", seconds)) s (\((Double(job.recordsRead) / seconds).rounded().formatted(.number.grouping(.automatic))) records/s)"
 }

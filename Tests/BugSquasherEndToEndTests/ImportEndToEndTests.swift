@@ -163,7 +163,16 @@ struct ImportEndToEndTests {
         // A one-record file, without a final newline, imports its record.
         try #"{"key":"ONE-1","title":"t","status":"Open","project":{"key":"ONE"}}"#.write(toFile: dir + "/k.ndjson", atomically: true, encoding: .utf8)
         let single = try await harness.ctl(["import", dir + "/k.ndjson", "--wait"])
-        #expect(summary(single).contains("1 read, 1 imported, 0 rejected"), "\(single)")
+        #expect(summary(single).contains("1 read, 1 imported, 0 rejected in "), "\(single)")
+        // The summary says how long the job took and at what rate, here and in the job list.
+        #expect(summary(single).contains(" records/s)"), "\(single)")
+        #expect(try await harness.ctl(["jobs", "--limit", "1"]).first?.contains(" records/s)") == true)
+        // A CSV holding its header only reads no record: not a failure (an export of a quiet
+        // week), but said, so that nobody takes it for data.
+        try "Summary,Issue key,Issue id,Status\n".write(toFile: dir + "/header.csv", atomically: true, encoding: .utf8)
+        let headerOnly = try await harness.ctlProcess(["import", dir + "/header.csv", "--wait"], expectStatus: 0)
+        #expect(summary(headerOnly.output).contains("0 read, 0 imported, 0 rejected"), "\(headerOnly.output)")
+        #expect(headerOnly.errorOutput.contains("read no record"), "\(headerOnly.errorOutput)")
         // Text after a JSON array fails the job instead of being dropped.
         try ("[" + good("AR-9") + "]\n" + good("AR-10") + "\n").write(toFile: dir + "/i.json", atomically: true, encoding: .utf8)
         let trailing = try ChildProcess(name: "import trailing", executable: Products.squasherctl, arguments: ["import", dir + "/i.json", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])

@@ -74,8 +74,27 @@ struct JSONStreamingTests {
             let message = #"{"method":"m","parameters":{"entity":"Bug","offset":0,"limit":"# + number + "}}"
             #expect(throws: VarlinkError.invalidParameter("limit")) { try VarlinkCall(message: Data(message.utf8)).parameters(FetchParameters.self) }
         }
-        for message in [#"{"more":true}"#, #"{"method":1}"#, #"{"method":"m","more":"yes"}"#, #"["method"]"#, #"{"method":"m"} trailing"#] {
+        for message in [#"{"more":true}"#, #"{"method":1}"#, #"{"method":"m","more":"yes"}"#, #"["method"]"#, #"{"method":"m"} trailing"#,
+                        #"{"method":"m","method":"n"}"#, #"{"method":"m\ud800"}"#] {
             #expect(throws: VarlinkError.invalidParameter("method")) { try VarlinkCall(message: Data(message.utf8)) }
+        }
+        // What JSON allows but readers disagree on is refused as the call arrives, naming the
+        // parameter it is in: a key twice (at any depth: which one counts differs from reader
+        // to reader), a number no Double holds, a lone surrogate. Each of these was accepted
+        // before (the last key won) or named `method`.
+        for (parameters, field) in [(#"{"entity":"Bug","entity":"Project"}"#, "entity"),
+                                    (#"{"id":"x","values":{"title":"a","title":"b"}}"#, "values"),
+                                    (#"{"id":"x","values":{"n":[{"a":1,"a":2}]}}"#, "values"),
+                                    (#"{"entity":"Bug","limit":1e400}"#, "limit"),
+                                    (#"{"entity":"Bug","predicate":"title == \"\udc00\""}"#, "predicate"),
+                                    (#"[{"a":1,"a":2}]"#, "parameters")] {
+            let message = #"{"method":"m","parameters":"# + parameters + "}"
+            #expect(throws: VarlinkError.invalidParameter(field), "\(parameters)") { try VarlinkCall(message: Data(message.utf8)) }
+        }
+        // Keys in two Unicode forms of one text are one key to a Swift dictionary, which holds
+        // the values the daemon reads: refused as twice too, not one silently dropped.
+        #expect(throws: VarlinkError.invalidParameter("values")) {
+            try VarlinkCall(message: Data(#"{"method":"m","parameters":{"id":"x","values":{"caf\u00e9":1,"cafe\u0301":2}}}"#.utf8))
         }
     }
 

@@ -64,8 +64,14 @@ struct VarlinkTests {
         // Something that is not a call ends the reading: nothing after it is decoded.
         var broken = VarlinkServerDecoder(maximumMessageSize: 1024)
         var garbage = ByteBuffer(string: "[1,2]\0" + #"{"method":"a.b.C"}"# + "\0")
-        guard case .malformed? = try broken.decode(buffer: &garbage) else { Issue.record("not malformed"); return }
+        guard case .malformed(let error)? = try broken.decode(buffer: &garbage) else { Issue.record("not malformed"); return }
+        #expect(error == .invalidParameter("method"))
         #expect(try broken.decode(buffer: &garbage) == nil)
+        // The error names the parameter at fault, which the server answers with.
+        var twice = VarlinkServerDecoder(maximumMessageSize: 1024)
+        var duplicate = ByteBuffer(string: #"{"method":"a.b.C","parameters":{"job":"1","job":"2"}}"# + "\0")
+        guard case .malformed(let named)? = try twice.decode(buffer: &duplicate) else { Issue.record("a key twice was taken"); return }
+        #expect(named == .invalidParameter("job"))
     }
 
     @Test("upload chunks are read however the bytes are split; a bad length or bytes after the end are refused")

@@ -101,12 +101,13 @@ struct JobBook: Sendable {
     }
 
     static func wire(_ job: ImportJob) -> WireJob {
-        let iso = Date.ISO8601FormatStyle()
+        // With milliseconds: a job's duration is read from them (`squasherctl jobs`).
+        let iso = { (date: Date) in ISO8601Date.format(date, fractionalSeconds: true) }
         return WireJob(
             id: job.jobID, name: job.name, format: job.format, state: job.state,
             recordsRead: job.recordsRead, imported: job.imported, rejected: job.rejected,
             bytesDone: job.byteOffset, bytesTotal: job.bytesTotal,
-            created: job.created.map { iso.format($0) } ?? "", finished: job.finished.map { iso.format($0) }, error: job.error
+            created: job.created.map(iso) ?? "", finished: job.finished.map(iso), error: job.error
         )
     }
 }
