@@ -154,15 +154,21 @@ public struct SquasherDaemon: Sendable {
         // Limits both sockets share: connections, and bytes of messages still arriving.
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
         let incomingBudget = IncomingMessageBudget(limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
-        // The write socket's connections are served on the write threads, and so are its edits
-        // and deletes: an edit reaches the store without a hop from the cooperative pool, and
-        // neither edits waiting for the writer nor an upload's spooling block that pool.
-        let servers = [("read", readAddress, false, nil), ("write", writeAddress, true, writers)].map { name, address, mayWrite, executor in
+        // The write socket has a thread of its own, its event loop, on which its connections
+        // are served, and so are its edits and deletes: an edit is read, saved and answered on
+        // one thread, without hops to a write thread and back; neither edits waiting for the
+        // writer nor an upload's spooling block the cooperative pool or the read socket's loops.
+        let writeSocketThread = EventLoopExecutor()
+        let servers = [
             VarlinkServer(
-                name: name, address: address, mayWrite: mayWrite, service: service, maximumMessageSize: configuration.maximumMessageSize,
-                connectionLimit: connectionLimit, incomingBudget: incomingBudget, executor: executor, logger: logger
-            )
-        }
+                name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize,
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, logger: logger
+            ),
+            VarlinkServer(
+                name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize,
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
+            ),
+        ]
         let fileLoss = StoreFileLoss()
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: StoreService(stack: stack, fileLoss: fileLoss, logger: logger, onShutdownStep: onShutdownStep)),
@@ -199,7 +205,13 @@ public struct SquasherDaemon: Sendable {
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger
         ))
-        try await group.run()
+        do {
+            try await group.run()
+        } catch {
+            try? await writeSocketThread.shutdown()
+            throw error
+        }
+        try? await writeSocketThread.shutdown()
         if let loss = fileLoss.problem {
             throw DaemonError("Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)")
         }

@@ -878,7 +878,9 @@ struct PagingEndToEndTests {
         #expect(status == 0, "\(importer.output) \(importer.errorOutput)")
         let line = importer.output.first { $0.hasPrefix("job ") } ?? importer.output.joined(separator: "\n")
         #expect(line.contains("finished: \(count) read"), "\(line)")
-        let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+        // Read, imported, rejected: the last three numbers before the duration (" in 1.2 s …").
+        let counts = line.components(separatedBy: " in ").first ?? line
+        let numbers = counts.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
         #expect(numbers.suffix(3).count == 3 && numbers.suffix(2).reduce(0, +) == count, "imported + rejected = read: \(line)")
         #expect(renames.load(ordering: .relaxed) > 0)
         #expect(!harness.daemon.errorOutput.contains("import failed"), "\(harness.daemon.errorOutput.suffix(2_000))")

@@ -158,11 +158,13 @@ extension VarlinkTests {
     struct Number: Codable { var n: Int }
     struct NoParameters: Codable {}
 
-    /// `Run` streams 2, then 1, then waits for `release` before it returns; `Ping` answers 0.
+    /// `Run` streams 2, then 1, then waits for `release` before it returns; `Ping` answers 0;
+    /// `Where` answers 1 when its handler runs on `loop`'s thread, 0 elsewhere.
     struct Countdown: VarlinkInterface {
         let name = "io.example.Countdown"
         let writes = false
         let release: AsyncStream<Void>
+        var loop: (any EventLoop)?
         func streams(_ method: String) -> Bool { method == "Run" }
         func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
             switch call.methodName {
@@ -172,6 +174,8 @@ extension VarlinkTests {
                 for await _ in release {}
             case "Ping":
                 try await replier.reply(Number(n: 0))
+            case "Where":
+                try await replier.reply(Number(n: loop?.inEventLoop == true ? 1 : 0))
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
@@ -180,13 +184,14 @@ extension VarlinkTests {
 
     /// Serves `Countdown` on a socket in a fresh directory, and runs `client` with its path on a
     /// thread of its own, off the pool serving the daemon side.
-    func withCountdownServer<R: Sendable>(release: AsyncStream<Void>, client: @escaping @Sendable (String) throws -> R) async throws -> R {
+    /// With `thread`, the server is bound to its loop and serves its connections on it.
+    func withCountdownServer<R: Sendable>(release: AsyncStream<Void>, on thread: EventLoopExecutor? = nil, client: @escaping @Sendable (String) throws -> R) async throws -> R {
         let directory = NSTemporaryDirectory() + "varlink-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let path = directory + "/test.sock"
-        let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Countdown(release: release)])
-        let server = VarlinkServer(name: "read", address: .path(path, permissions: 0o600), mayWrite: false, service: service, logger: Logger(label: "test"))
+        let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Countdown(release: release, loop: thread?.loop)])
+        let server = VarlinkServer(name: "read", address: .path(path, permissions: 0o600), mayWrite: false, service: service, group: thread?.loop, executor: thread, logger: Logger(label: "test"))
         return try await withThrowingTaskGroup { group in
             let (bound, boundSignal) = AsyncStream.makeStream(of: Void.self)
             group.addTask { try await server.run(onBound: { boundSignal.finish() }) }
@@ -214,6 +219,19 @@ extension VarlinkTests {
             return numbers
         }
         #expect(numbers == [2, 1, 0])
+    }
+
+    @Test("a server on an EventLoopExecutor reads, handles and answers a call on that one thread")
+    func servedOnItsOwnThread() async throws {
+        let (release, releaser) = AsyncStream.makeStream(of: Void.self)
+        defer { releaser.finish() }
+        let thread = EventLoopExecutor()
+        let answers = try await withCountdownServer(release: release, on: thread) { path in
+            let client = try BlockingVarlinkClient(path: path)
+            return try (0..<3).map { _ in try client.call("io.example.Countdown.Where", NoParameters(), as: Number.self).n }
+        }
+        #expect(answers == [1, 1, 1])
+        try await thread.shutdown()
     }
 
     @Test("a call with more to a method that does not stream is answered once, in turn with the calls pipelined behind it")

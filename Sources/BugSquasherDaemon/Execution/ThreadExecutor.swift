@@ -13,11 +13,11 @@ import Glibc
 ///   make as slow as it likes (a `CONTAINS` over every bug, sorted): however many clients ask,
 ///   they share these threads and queue for them in order, and the daemon goes on answering
 ///   everyone else;
-/// - saves to the store — import chunks, edits, job records — and the write socket's
-///   connections (`write-N` threads, at the daemon's priority). A save blocks its thread while
-///   it waits for the store's one writer and while it holds it; on the cooperative pool, a few
-///   edits waiting for the writer took every thread, and nothing else was answered until the
-///   writer was free.
+/// - saves to the store — import chunks and job records (`write-N` threads, at the daemon's
+///   priority; the write socket's edits run on that socket's own thread, an
+///   `EventLoopExecutor`). A save blocks its thread while it waits for the store's one writer
+///   and while it holds it; on the cooperative pool, a few edits waiting for the writer took
+///   every thread, and nothing else was answered until the writer was free.
 final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     /// Jobs waiting for a thread (guarded by `condition`).
@@ -82,8 +82,8 @@ extension ThreadExecutor {
         ThreadExecutor(name: "read", threads: min(4, max(2, ProcessInfo.processInfo.activeProcessorCount / 2)))
     }
 
-    /// The threads saves to the store run on: two, so that an edit waits for the chunk being
-    /// saved on the store's writer, not for a thread behind it.
+    /// The threads import chunks and job records are saved on: two, so that a job's record
+    /// waits for the chunk being saved on the store's writer, not for a thread behind it.
     static func writers() -> ThreadExecutor {
         ThreadExecutor(name: "write", threads: 2)
     }

@@ -9,8 +9,9 @@ import NIOCore
 import Synchronization
 
 /// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only,
-/// whose connections run on the write threads (``ThreadExecutor/writers()``): its edits and
-/// deletes save there, beside import chunks.
+/// whose connections run on that socket's own thread (an `EventLoopExecutor`): its edits and
+/// deletes save there, while import chunks save on the write threads
+/// (``ThreadExecutor/writers()``).
 struct ImportInterface: VarlinkInterface {
     let name = InterfaceName.importing
     let writes = true

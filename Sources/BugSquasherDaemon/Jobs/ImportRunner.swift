@@ -28,7 +28,7 @@ final class ImportRunner: Service {
     /// save is not: it holds the store's writer, which edits wait for, so it runs at the
     /// daemon's own priority, on ``writers``.
     private let executor: ThreadExecutor
-    /// Where chunks are saved, beside edits (see ``ThreadExecutor/writers()``).
+    /// Where chunks are saved, beside job records (see ``ThreadExecutor/writers()``).
     private let writers: ThreadExecutor
     /// What decoding and upserting give way to (the store holds chunk saves back with it).
     private let editsFirst: EditsFirst?
