@@ -65,6 +65,20 @@ package struct JSONReader {
         }
     }
 
+    /// Reads an object as ``object(_:)`` does, refusing a key it holds twice (a failure naming
+    /// that key as its field). Keys are compared as Swift strings: two Unicode forms of one
+    /// text, one key to a dictionary, are the same key.
+    package mutating func uniqueKeysObject(_ field: (inout JSONReader, String) throws -> Void) throws {
+        var keys = Set<String>()
+        var fields = try beginObject()
+        while let key = try nextKey(&fields) {
+            guard keys.insert(key).inserted else {
+                throw Failure(message: "the key '\(key.prefix(60))' twice in one object", offset: index, field: key)
+            }
+            try field(&self, key)
+        }
+    }
+
     /// Where a walk over an object's fields stands; see ``beginObject()``.
     package struct Fields {
         fileprivate var started = false
@@ -297,15 +311,7 @@ package struct JSONReader {
     /// A message checked this way means the same to every reader that takes it.
     package mutating func validate() throws {
         switch try peek() {
-        case .object:
-            var keys = Set<String>()
-            var fields = try beginObject()
-            while let key = try nextKey(&fields) {
-                guard keys.insert(key).inserted else {
-                    throw Failure(message: "the key '\(key.prefix(60))' twice in one object", offset: index, field: key)
-                }
-                try validate()
-            }
+        case .object: try uniqueKeysObject { reader, _ in try reader.validate() }
         case .array: try array { try $0.validate() }
         case .number: _ = try number()
         default: try skip()

@@ -485,7 +485,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             }
             changes.append((index, value))
         }
-        let didSave = try wrap("save") {
+        return try wrap("save") {
             try pool.write { db -> DidSave? in
                 guard let current = try currentRow(id, sql: sql, store: store, model: state.model, db: db) else {
                     throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
@@ -495,14 +495,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                     row.attributes[index] = value
                     row.changedKeys.append(entity.attributes[index].name)
                 }
+                // Nothing changes: nothing is written, and no window opens for bulk work.
                 guard !row.changedKeys.isEmpty else { return nil }
                 var save = SaveChanges()
                 save.updated = [row]
                 return try write(save, in: db, state: state)
             }
         }
-        // An edit that changes nothing writes nothing, and bulk work has nothing to give way to.
-        return didSave
     }
 
     /// Writes a save's changes in the transaction of `db`: rows, links and the history row; the

@@ -39,11 +39,7 @@ public struct VarlinkCall: Sendable {
         var upgrade = false
         do {
             try JSONReader.read(message) { reader in
-                var keys = Set<String>()
-                try reader.object { reader, key in
-                    guard keys.insert(key).inserted else {
-                        throw JSONReader.Failure(message: "the key '\(key.prefix(60))' twice in the message", offset: 0, field: key)
-                    }
+                try reader.uniqueKeysObject { reader, key in
                     switch key {
                     case "method": method = try reader.field("method") { try $0.string() }
                     case "more": more = reader.null() ? false : try reader.bool()
@@ -68,26 +64,17 @@ public struct VarlinkCall: Sendable {
     /// Checks the `parameters` value: a failure names the parameter it is in (`values` for a
     /// key given twice inside `values`), or `parameters` when it is not an object.
     private static func validateParameters(_ reader: inout JSONReader) throws {
-        guard try reader.peek() == .object else {
-            do {
-                return try reader.validate()
-            } catch var failure as JSONReader.Failure {
-                failure.field = "parameters"
-                throw failure
-            }
-        }
-        var keys = Set<String>()
-        var fields = try reader.beginObject()
-        while let key = try reader.nextKey(&fields) {
-            do {
-                guard keys.insert(key).inserted else {
-                    throw JSONReader.Failure(message: "the parameter '\(key.prefix(60))' twice", offset: 0)
-                }
-                try reader.validate()
-            } catch var failure as JSONReader.Failure {
-                failure.field = key
-                throw failure
-            }
+        guard try reader.peek() == .object else { return try validate(&reader, naming: "parameters") }
+        try reader.uniqueKeysObject { reader, key in try validate(&reader, naming: key) }
+    }
+
+    /// Checks one value; a failure inside it names `parameter`, whatever field inside it named.
+    private static func validate(_ reader: inout JSONReader, naming parameter: String) throws {
+        do {
+            try reader.validate()
+        } catch var failure as JSONReader.Failure {
+            failure.field = parameter
+            throw failure
         }
     }
 
