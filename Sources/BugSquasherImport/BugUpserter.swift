@@ -61,6 +61,8 @@ public struct BugUpserter: Sendable {
                 try Self.validate(records[index], at: index)
             }
             let keys = keys ?? UpsertKeys(records)
+            // Each record's bug and comments, and a few projects, people and components.
+            context.reserveCapacity(records.reduce(records.count) { $0 + $1.comments.count } + 64)
             // The key set tells whether a key repeats; only then is each key's outcome merged
             // over its records.
             let repeated = records.count - (keys.byEntity["Bug"]?.count ?? 0)
@@ -126,6 +128,9 @@ public struct BugUpserter: Sendable {
     /// Whether `key` is empty or only whitespace: no key names a bug, project, person, component
     /// or comment that way, and such keys are mistakes (a column shifted, a field left blank).
     private static func isBlank(_ key: String) -> Bool {
-        key.allSatisfy(\.isWhitespace)  // stops at the first other character: cheap for real keys
+        // A key that starts with a printable ASCII character (nearly every key) is not blank,
+        // decided without Unicode's tables; the others are checked character by character.
+        if let first = key.utf8.first, first > 0x20, first < 0x7F { return false }
+        return key.allSatisfy(\.isWhitespace)
     }
 }

@@ -302,7 +302,7 @@ private typealias Comment = BugSquasherModel.Comment
 
     @Test("a key with spaces around it or a control character in it is refused (no lookup would find the bug); one inside it is a key")
     func refusesKeysNoLookupWouldFind() throws {
-        for key in [" TIMOB-1", "TIMOB-1\t", "TIMOB\u{1}-1", "TIMOB-1\u{85}", "TIMOB-1\u{3000}"] {
+        for key in [" TIMOB-1", "TIMOB-1\t", "\u{A0}TIMOB-1", "TIMOB\u{1}-1", "TIMOB-1\u{85}", "TIMOB-1\u{3000}"] {
             let record = BugRecord(key: key, title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"))
             let error = #expect(throws: ImportError.self, "\(key.debugDescription)") { try BugUpserter.validate(record, at: 4) }
             #expect(error?.message.contains("Record 4 has the key \(String(reflecting: key)), with spaces around it or a control character") == true, "\(String(describing: error))")

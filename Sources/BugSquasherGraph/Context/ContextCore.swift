@@ -302,6 +302,12 @@ final class ContextCore {
     }
 
     /// Forgets every object: registrations end, objects become detached faults.
+    /// See ``ObjectContext/reserveCapacity(_:)``.
+    func reserveCapacity(_ count: Int) {
+        registered.reserveCapacity(registered.count + count)
+        inserted.reserveCapacity(inserted.count + count)
+    }
+
     func reset() {
         // Read before the objects are cleared below.
         let ids = registered.values

@@ -113,6 +113,11 @@ public actor ObjectContext {
         return core.insert(entity: entity!) as! T
     }
 
+    /// Makes room for about `count` more registered objects, as a bulk upsert does before it
+    /// inserts or fetches a chunk's worth: the context's tables are then not grown (and rehashed)
+    /// step by step as the objects arrive.
+    public func reserveCapacity(_ count: Int) { core.reserveCapacity(count) }
+
     /// Inserts a new object of the named entity.
     public func insert(entityNamed name: String) throws -> ManagedObject {
         core.insert(entity: try core.model.requireEntity(name))

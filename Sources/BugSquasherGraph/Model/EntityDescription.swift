@@ -60,8 +60,13 @@ public final class EntityDescription: Sendable {
     /// wherever they come in (an import, an edit).
     public static func hasStrayCharacters(inKey key: String) -> Bool {
         guard let first = key.unicodeScalars.first, let last = key.unicodeScalars.last else { return false }
-        return first.properties.isWhitespace || last.properties.isWhitespace
+        return isWhitespace(first) || isWhitespace(last)
             || key.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+    }
+
+    /// Unicode's whitespace property, answered without its tables for ASCII (nearly every key).
+    private static func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.isASCII ? scalar == " " || (0x09...0x0D).contains(scalar.value) : scalar.properties.isWhitespace
     }
 
     /// The attribute with this name, if any.
