@@ -128,8 +128,9 @@ public struct SquasherDaemon: Sendable {
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
             store.observeCommits { didSave in
-                watermark.record(storeIdentifier: didSave.storeIdentifier, token: didSave.token)
+                // Subscribers first: the record is a write to a file that no one waits for.
                 hub.publish(didSave)
+                watermark.record(storeIdentifier: didSave.storeIdentifier, token: didSave.token)
             }
         } else {
             stack.observeDidSaves { didSave in hub.publish(didSave) }

@@ -179,6 +179,21 @@ struct StoreContractTests {
         }
     }
 
+    @Test("a sort that names a key path again and again over a join sorts by it once (SQLite 3.40 crashed the process on 64 such terms); past 32 distinct key paths a sort is refused")
+    func repeatedSortKeys() async throws {
+        let fixture = try StoreFixture(.sqlite)
+        let context = fixture.context()
+        _ = try await context.perform { try $0.seedBugs(3) }
+        _ = try await context.save()
+        try await context.perform { context in
+            let repeated = Array(repeating: [Key("project.key").ascending, Key("key").descending], count: 40).flatMap { $0 }
+            let keys = try context.fetch(FetchRequest<Bug>(sort: repeated)).map(\.key)
+            #expect(keys == ["TIMOB-3", "TIMOB-2", "TIMOB-1"])
+            let error = #expect(throws: GraphError.self) { try context.fetch(FetchRequest<Bug>(sort: (1...33).map { Key("title\($0)").ascending })) }
+            #expect(error?.message.contains("sorts by 33 key paths; give at most 32") == true, "\(String(describing: error))")
+        }
+    }
+
     @Test("prefetching returns loaded objects; batch faulting loads a batch per request", arguments: StoreKind.allCases)
     func prefetchAndBatches(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
