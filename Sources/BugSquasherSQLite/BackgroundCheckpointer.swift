@@ -152,6 +152,10 @@ final class BackgroundCheckpointer: Sendable {
                 }
                 checkpointedFrames.store(CInt(clamping: walFrames), ordering: .relaxed)
                 completed.add(1, ordering: .relaxed)
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+                // Another checkpoint runs (the writer's own, past `writerFrames`, after a large
+                // save): it does this one's work; the next commit asks again.
+                logger.debug("background checkpoint skipped: another checkpoint runs", metadata: ["error": "\(error)"])
             } catch {
                 // The writer's own checkpoint past `writerFrames` still bounds the WAL.
                 logger.warning("background checkpoint failed", metadata: ["error": "\(error)"])
