@@ -301,13 +301,13 @@ final class ContextCore {
         (Array(inserted), updated.filter { !$0.isDeleted && !$0.changedKeys.isEmpty }, Array(deleted))
     }
 
-    /// Forgets every object: registrations end, objects become detached faults.
     /// See ``ObjectContext/reserveCapacity(_:)``.
     func reserveCapacity(_ count: Int) {
         registered.reserveCapacity(registered.count + count)
         inserted.reserveCapacity(inserted.count + count)
     }
 
+    /// Forgets every object: registrations end, objects become detached faults.
     func reset() {
         // Read before the objects are cleared below.
         let ids = registered.values
