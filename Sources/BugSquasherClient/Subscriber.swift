@@ -129,12 +129,19 @@ public final class Subscriber: Sendable {
     public var lastToken: HistoryToken? { state.withLock { $0.token } }
 
     /// Called with each event inside the context's isolation, right after the merge that made it.
-    public typealias RefreshHandler = @Sendable (_ context: isolated ObjectContext, _ event: RefreshEvent) -> Void
+    /// An error it throws ends ``run(onRefresh:)`` with that error (a consumer that can no longer
+    /// take events: its output failed, say), rather than a reconnect.
+    public typealias RefreshHandler = @Sendable (_ context: isolated ObjectContext, _ event: RefreshEvent) throws -> Void
+
+    /// What a ``RefreshHandler`` threw, carried out of the feed past its reconnects.
+    private struct HandlerFailure: Error {
+        let error: any Error
+    }
 
     /// Follows the change feed until the task is cancelled, reconnecting after failures.
     ///
     /// - Throws: ``StoreReplaced`` when squasherd is back serving another store, which none of
-    ///   this subscriber's objects or tokens belong to.
+    ///   this subscriber's objects or tokens belong to; whatever `onRefresh` threw.
     ///
     /// - Parameter onRefresh: called with each event inside the context's isolation, right after
     ///   the merge, where the refreshed objects can be read at once: that saves a consumer of
@@ -155,6 +162,9 @@ public final class Subscriber: Sendable {
                 delay = .milliseconds(100)
             } catch is CancellationError {
                 break
+            } catch let failure as HandlerFailure {
+                refreshContinuation.finish()
+                throw failure.error
             } catch let error as StoreReplaced {
                 // Nothing held means anything in the other store: not retried, but thrown to
                 // the caller, who says so.
@@ -215,11 +225,11 @@ public final class Subscriber: Sendable {
                     store.noteVersions(didSave)
                     let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
                     let isCatchUp = event.event == "refresh"
-                    let refresh = await context.perform { context -> RefreshEvent? in
+                    let refresh = try await context.perform { context -> RefreshEvent? in
                         let result = context.merge(didSave)
                         guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty else { return nil }
                         let refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
-                        onRefresh?(context, refresh)
+                        do { try onRefresh?(context, refresh) } catch { throw HandlerFailure(error: error) }
                         return refresh
                     }
                     if !isCatchUp { state.withLock { $0.token = didSave.token } }

@@ -759,15 +759,25 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     }
 
     /// Why a file at `path` (the store, or a file beside it) cannot be written, as a person acts
-    /// on it: its directory is gone, its file system is mounted read-only, or this user lacks
-    /// the permission.
+    /// on it: its directory is gone, its file system is mounted read-only or has no room left
+    /// (no free blocks, or no free inodes for a new file), or this user lacks the permission.
     public static func whyNotWritable(_ path: String) -> String {
         let directory = URL(filePath: path).deletingLastPathComponent().path
         if !FileManager.default.fileExists(atPath: directory) {
             return "its directory \(directory) no longer exists (moved or removed?); put it back, or restore the store there"
         }
-        if isOnReadOnlyFileSystem(directory) {
+        var status = statvfs()
+        guard statvfs(directory, &status) == 0 else {
+            return "\(path) is not writable by this user; fix the permissions of the file and its directory"
+        }
+        if status.f_flag & UInt(ST_RDONLY) != 0 {
             return "\(path) is on a file system mounted read-only; remount it read-write, or move the state directory to a writable one"
+        }
+        if status.f_files > 0, status.f_favail == 0 {
+            return "the file system holding \(directory) has no free inodes left (too many files on it), so no file can be created there; delete files on it, or move the state directory to another file system"
+        }
+        if status.f_bavail == 0 {
+            return "the file system holding \(directory) is full; free space on it, or move the state directory to another file system"
         }
         return "\(path) is not writable by this user; fix the permissions of the file and its directory"
     }

@@ -12,22 +12,37 @@ public import Foundation
 /// ```
 public struct SystemdNotifier: Sendable {
     /// Whether a service manager listens (`NOTIFY_SOCKET` is set).
-    public let isEnabled: Bool
+    public var isEnabled: Bool { socket != nil }
+    /// `NOTIFY_SOCKET`: where the service manager listens.
+    private let socket: String?
 
     /// Reads `NOTIFY_SOCKET` from the environment.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
-        isEnabled = environment["NOTIFY_SOCKET"] != nil
+        socket = environment["NOTIFY_SOCKET"]
     }
 
     /// Sends `KEY=value` lines; returns whether they were sent.
     @discardableResult
     public func notify(_ lines: String...) -> Bool {
-        guard isEnabled else { return false }
-        return sd_notify(0, lines.joined(separator: "\n")) > 0
+        isEnabled && send(lines) == nil
     }
 
-    /// `READY=1`, with a status line.
-    public func ready(status: String) { notify("READY=1", "STATUS=\(status)") }
+    /// Sends `KEY=value` lines; returns why they could not be sent, or `nil` when they were
+    /// (or when there is no `NOTIFY_SOCKET` to send them to).
+    private func send(_ lines: [String]) -> String? {
+        guard isEnabled else { return nil }
+        let result = sd_notify(0, lines.joined(separator: "\n"))
+        return result < 0 ? String(cString: strerror(-result)) : nil
+    }
+
+    /// `READY=1`, with a status line. Returns what to log when the service manager could not
+    /// be told (a `NOTIFY_SOCKET` naming no socket): a `Type=notify` unit would then time out
+    /// starting, with nothing from squasherd to say why.
+    @discardableResult
+    public func ready(status: String) -> String? {
+        guard let failure = send(["READY=1", "STATUS=\(status)"]) else { return nil }
+        return "Could not tell the service manager that squasherd is ready: sending READY=1 to NOTIFY_SOCKET=\(socket ?? "") failed (\(failure)). Under systemd (Type=notify) the start will time out and squasherd be stopped; outside systemd, unset NOTIFY_SOCKET or point it at a datagram socket that listens."
+    }
 
     /// `STATUS=…`: what the daemon is doing, for `systemctl status`.
     public func status(_ text: String) { notify("STATUS=\(text.replacingOccurrences(of: "\n", with: " "))") }

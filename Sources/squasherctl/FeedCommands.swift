@@ -73,6 +73,9 @@ struct WatchCommand: AsyncParsableCommand {
                             try Self.print(event, json: json, verbose: verbose)
                         }
                     }
+                } catch let exit as ExitCode {
+                    // The output failed (said already): nothing to resume.
+                    throw exit
                 } catch let error as StoreReplaced {
                     printError("squasherctl: squasherd now serves another store (\(error.served)) than the one this watch followed (\(error.held)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history).")
                     throw Exit.failed
@@ -125,7 +128,8 @@ struct WatchCommand: AsyncParsableCommand {
                 }
             }
         }
-        fflush(nil)
+        // Each save is out before the next one is read; a full disk ends the watch.
+        try Squasherctl.flushOutput()
     }
 }
 
@@ -241,7 +245,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             let held = Mutex((missing: missing, keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })))
             try await untilSignal {
                 // Said once SIGTERM is trapped: a stop right after "ready" still ends with stats.
-                emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
+                try emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
                 try await subscriber.run { context, refresh in
                     let bugs = refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
                     // A held bug that is deleted is waited for again under its key.
@@ -250,7 +254,7 @@ struct SubscribeCommand: AsyncParsableCommand {
                         return held.missing
                     }
                     if !bugs.isEmpty || !refresh.deleted.isEmpty {
-                        emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+                        try emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
                     }
                     guard !waiting.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) else { return }
                     let added: [BugState]
@@ -266,7 +270,7 @@ struct SubscribeCommand: AsyncParsableCommand {
                             held.keysByID[bug.id] = bug.key
                         }
                     }
-                    if !added.isEmpty { emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
+                    if !added.isEmpty { try emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
                 }
             }
         } catch is CancellationError {
@@ -275,7 +279,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             throw Exit.failed
         }
         let stats = subscriber.store.statistics
-        emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
+        try emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
     }
 
     /// Fetches the bugs with these keys into the subscriber's context, which registers them with
@@ -290,9 +294,10 @@ struct SubscribeCommand: AsyncParsableCommand {
         BugState(id: bug.objectID.uriString, key: bug.key, version: bug.snapshotVersion, status: bug.status, title: bug.title)
     }
 
-    private func emit(_ event: Event) {
+    /// Prints an event and flushes it; a full disk ends the command (``Squasherctl/flushOutput()``).
+    private func emit(_ event: Event) throws {
         if json {
-            try? printJSON(event)
+            try printJSON(event)
         } else {
             switch event.event {
             case "stats": print("loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; \(event.bytesReceived ?? 0) bytes of change feed; last token \(event.token.map(String.init) ?? "-")")
@@ -302,7 +307,7 @@ struct SubscribeCommand: AsyncParsableCommand {
                 for id in event.deleted ?? [] { print("  deleted \(id)") }
             }
         }
-        fflush(nil)
+        try Squasherctl.flushOutput()
     }
 }
 

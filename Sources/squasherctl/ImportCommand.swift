@@ -46,6 +46,10 @@ struct ImportCommand: ParsableCommand {
         let input: FileHandle
         var size: Int64 = 0
         if file == "-" {
+            guard !StandardStreams.inputWasClosed else {
+                printError("squasherctl: standard input is closed, so there is no export to read from it; pipe the export in (… | squasherctl import -), or give the file's path.")
+                throw ExitCode.validationFailure
+            }
             input = .standardInput
         } else {
             var isDirectory: ObjCBool = false

@@ -101,7 +101,9 @@ struct Squasherd: AsyncParsableCommand {
             }
         }
         defer { notices.cancel() }
-        daemon.onReady = { notifier.ready(status: "Ready") }
+        daemon.onReady = {
+            if let failure = notifier.ready(status: "Ready") { logger.warning("\(failure)") }
+        }
         daemon.onStatus = { notifier.status($0) }
         daemon.onStopping = { notifier.stopping(status: "Stopping") }
         daemon.onShutdownStep = { step, budget in notifier.extendTimeout(budget, status: step) }

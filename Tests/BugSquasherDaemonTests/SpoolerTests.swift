@@ -173,6 +173,35 @@ struct SpoolerTests {
         #expect(try await spooler.finish().0 == .bugsquasherNDJSON)
     }
 
+    @Test("bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, are named with a command that unpacks them, instead of a generic unsupported format")
+    func archivesNamed() async throws {
+        let text = #"{"key":"A-1","title":"t","status":"Open","project":{"key":"A"}}"# + "\n"
+        var plain = ByteBuffer(string: text)
+        var once = try plain.compress(with: .gzip())
+        let twice = Array(try once.compress(with: .gzip()).readableBytesView)
+        let filler = (0..<200).map { UInt8(truncatingIfNeeded: $0 &* 37) }
+        let cases: [([UInt8], String, String)] = [
+            (Array("BZh91AY&SY".utf8) + filler, "bzip2-compressed", "bunzip2 -c FILE"),
+            ([0xFD, 0x37, 0x7A, 0x58, 0x5A, 0x00] + filler, "xz-compressed", "xz -dc FILE"),
+            ([0x28, 0xB5, 0x2F, 0xFD] + filler, "zstd-compressed", "zstd -dc FILE"),
+            ([0x50, 0x4B, 0x03, 0x04] + filler, "a zip archive", "unzip -p FILE"),
+            ([0x37, 0x7A, 0xBC, 0xAF, 0x27, 0x1C] + filler, "a 7-Zip archive", "7z x -so FILE"),
+            (twice, "gzip-compressed, inside the gzip compression", "gunzip -c FILE"),
+        ]
+        for (bytes, kind, command) in cases {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let spooler = try Spooler(jobID: "archive", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+            let error = await #expect(throws: DaemonError.self) {
+                try await spooler.append(bytes)
+                _ = try await spooler.finish()
+            }
+            #expect(error?.message.contains("The input is \(kind);") == true && error?.message.contains(command) == true, "\(kind): \(String(describing: error))")
+        }
+        // Text that starts like bzip2's name, without its block size, is still read as text.
+        #expect(Spooler.archiveKind(of: Array("BZh,title\n".utf8)) == nil)
+    }
+
     @Test("an NDJSON line longer than max_record_bytes is spooled cut to a few bytes over the limit, so an unending line costs no disk; it is still read as too long, in its place")
     func oversizedLinesAreCut() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path

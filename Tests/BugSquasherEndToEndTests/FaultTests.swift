@@ -571,13 +571,37 @@ struct FaultTests {
         }
     }
 
-    /// Runs `body` with a size-limited tmpfs mounted in a fresh directory (`mountPoint`, inside
-    /// `base`), and unmounts it afterwards; skips, saying so, where tmpfs cannot be mounted.
-    private func onSmallDisk(size: String, _ body: (_ mountPoint: String, _ base: String) async throws -> Void) async throws {
+    @Test("an upload onto a file system out of inodes (not of bytes) fails saying so, not blaming permissions; the daemon goes on, and imports once a file is freed")
+    func uploadWithoutFreeInodes() async throws {
+        try await onSmallDisk(size: "12m", inodes: 64) { mountPoint, base in
+            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
+            try await daemon.waitForErrorOutput(containing: " ready")
+            var fillers = 0
+            while FileManager.default.createFile(atPath: mountPoint + "/filler-\(fillers)", contents: nil) { fillers += 1 }
+            #expect(fillers > 0 && fillers < 64)
+            try #"{"key":"INODE-1","title":"t","status":"Open","project":{"key":"INODE"}}"#.appending("\n").write(toFile: base + "/one.ndjson", atomically: true, encoding: .utf8)
+            let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
+            let refused = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
+            #expect(try await refused.waitForExit(timeout: .seconds(60)) == 2)
+            #expect(refused.errorOutput.contains("no free inodes"), "\(refused.errorOutput)")
+            #expect(!refused.errorOutput.contains("permissions"), "\(refused.errorOutput)")
+            for filler in 0..<min(2, fillers) { try FileManager.default.removeItem(atPath: mountPoint + "/filler-\(filler)") }
+            let accepted = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
+            #expect(try await accepted.waitForExit(timeout: .seconds(60)) == 0, "\(accepted.errorOutput)")
+            daemon.signal(SIGTERM)
+            #expect(try await daemon.waitForExit() == 0)
+        }
+    }
+
+    /// Runs `body` with a size-limited tmpfs (and, given `inodes`, one limited to that many
+    /// files) mounted in a fresh directory (`mountPoint`, inside `base`), and unmounts it
+    /// afterwards; skips, saying so, where tmpfs cannot be mounted.
+    private func onSmallDisk(size: String, inodes: Int? = nil, _ body: (_ mountPoint: String, _ base: String) async throws -> Void) async throws {
         let base = try directory()
         let mountPoint = base + "/small"
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint])
+        let options = "size=\(size)" + (inodes.map { ",nr_inodes=\($0)" } ?? "")
+        let mount = try ChildProcess(name: "mount", executable: "/bin/mount", arguments: ["-t", "tmpfs", "-o", options, "tmpfs", mountPoint])
         guard try await mount.waitForExit() == 0 else {
             print("skipped: cannot mount a size-limited tmpfs here (\(mount.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
             return

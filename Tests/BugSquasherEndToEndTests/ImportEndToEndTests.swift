@@ -62,6 +62,21 @@ struct ImportEndToEndTests {
         #expect(tooLarge.errorOutput.contains("--chunk-size must be between 1 and 100000"), "\(tooLarge.errorOutput)")
     }
 
+    @Test("squasherctl started with standard input or output closed says so (import - without an input, status without an output) instead of reading or writing a socket of its own that took the descriptor's number")
+    func closedStandardStreams() async throws {
+        let harness = try await DaemonHarness()
+        let environment = ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"]
+        let noInput = try ChildProcess(name: "squasherctl import - <&-", executable: "/bin/sh", arguments: ["-c", "exec \"$0\" import - --wait <&-", Products.squasherctl], environment: environment)
+        #expect(try await noInput.waitForExit(timeout: .seconds(30)) == 64)
+        #expect(noInput.errorOutput.contains("standard input is closed"), "\(noInput.errorOutput)")
+        let noOutput = try ChildProcess(name: "squasherctl status >&-", executable: "/bin/sh", arguments: ["-c", "exec \"$0\" status >&-", Products.squasherctl], environment: environment)
+        #expect(try await noOutput.waitForExit(timeout: .seconds(30)) == 74)
+        #expect(noOutput.errorOutput.contains("to standard output (it is closed)"), "\(noOutput.errorOutput)")
+        // No job was begun for the missing input.
+        #expect(try await harness.ctl(["jobs"]).isEmpty)
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("every format imports; bad records go to the reject report with line and reason; imported + rejected = read")
     func formatsAndRejects() async throws {
         let harness = try await DaemonHarness(chunkSize: 2)

@@ -509,4 +509,18 @@ struct SubscriberEndToEndTests {
         other.signal(SIGTERM)
         #expect(try await other.waitForExit() == 0)
     }
+
+    @Test("watch and subscribe whose output cannot be written (a full disk) stop with status 74 and say so, instead of following on and dropping every event")
+    func followersWithUnwritableOutput() async throws {
+        let harness = try await DaemonHarness()
+        try await harness.ctl(["import", try harness.writeRecords("a.ndjson", count: 3, prefix: "FULL", title: "t").path, "--wait"])
+        let environment = ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"]
+        for command in [["watch"], ["watch", "--json"], ["subscribe", "FULL-1"], ["subscribe", "FULL-1", "--json"]] {
+            let name = "squasherctl \(command.joined(separator: " ")) > /dev/full"
+            let follower = try ChildProcess(name: name, executable: "/bin/sh", arguments: ["-c", "exec \"$0\" \"$@\" > /dev/full", Products.squasherctl] + command, environment: environment)
+            #expect(try await follower.waitForExit(timeout: .seconds(30)) == 74, "\(name)")
+            #expect(follower.errorOutput.contains("could not write all of its output to standard output"), "\(name): \(follower.errorOutput)")
+        }
+        #expect(try await harness.stop() == 0)
+    }
 }

@@ -145,6 +145,21 @@ struct SystemdEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("a NOTIFY_SOCKET that names no socket is said in a warning (a Type=notify start would time out otherwise unexplained); the daemon serves on")
+    func notifySocketMissing() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
+            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
+        ], environment: ["NOTIFY_SOCKET": directory + "/no-such-notify-socket"])
+        try await daemon.waitForErrorOutput(containing: "Could not tell the service manager that squasherd is ready")
+        #expect(daemon.errorOutput.contains("no-such-notify-socket") && daemon.errorOutput.contains("No such file or directory"), "\(daemon.errorOutput)")
+        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        #expect(try await status.waitForExit() == 0, "\(status.errorOutput)")
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0)
+    }
+
     @Test("systemd-socket-activate hands the daemon its sockets and a client connects through them")
     func socketActivation() async throws {
         let directory = try tempDirectory()
@@ -200,6 +215,26 @@ struct SystemdEndToEndTests {
             #expect(try await activator.waitForExit() == 1, "\(names): \(activator.errorOutput)")
             #expect(activator.errorOutput.contains(refusal), "\(names): \(activator.errorOutput)")
         }
+    }
+
+    @Test("datagram sockets passed by the service manager are refused, saying to use stream sockets")
+    func datagramSocketsRefused() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
+        let activator = try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: [
+            "--datagram", "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=read:write",
+            Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
+        ])
+        // The activator binds the sockets, then starts squasherd on the first datagram.
+        let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(sender) }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while withUnixAddress(directory + "/run/squasherd.sock", { sendto(sender, "x", 1, 0, $0, $1) }) != 1, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(try await activator.waitForExit(timeout: .seconds(60)) == 1, "\(activator.errorOutput)")
+        #expect(activator.errorOutput.contains("is a datagram or packet socket") && activator.errorOutput.contains("ListenStream="), "\(activator.errorOutput)")
     }
 
     @Test("logs go to journald natively with structured fields when JOURNAL_STREAM names stderr")

@@ -288,13 +288,14 @@ final class ImportRunner: Service {
     /// `jobs --wait`) finds the spool gone; should squasherd die in between, the job resumes,
     /// finds no spool, and fails for that. A finished job is recorded first: resumed without its
     /// spool, it would fail although every record was imported (a spool left behind is swept
-    /// at the next start).
+    /// at the next start). The daemon's status stops showing the job before that: a `status`
+    /// right after `jobs --wait` said it ended must not show it still importing.
     private func end(_ id: String, state: String, error: String? = nil) async throws {
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
         if state != "finished" { try? FileManager.default.removeItem(atPath: spool) }
+        progressHandler(nil)
         try await book.end(id, as: state, error: error)
         if state == "finished" { try? FileManager.default.removeItem(atPath: spool) }
-        progressHandler(nil)
         returnFreedMemory()
     }
 

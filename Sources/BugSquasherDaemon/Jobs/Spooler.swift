@@ -58,7 +58,7 @@ actor Spooler {
             throw DaemonError("Cannot create the spool file: \(SQLiteStore.whyNotWritable(path)).")
         }
         guard let handle = FileHandle(forWritingAtPath: path) else {
-            throw DaemonError("Cannot open the spool file \(path) for writing.")
+            throw DaemonError("Cannot open the spool file for writing: \(SQLiteStore.whyNotWritable(path)).")
         }
         self.handle = handle
     }
@@ -374,6 +374,23 @@ actor Spooler {
         }
     }
 
+    /// The kind of archive or compressed file `bytes` start like, and a command that unpacks it
+    /// to standard output; `nil` for anything else.
+    static func archiveKind(of bytes: [UInt8]) -> (kind: String, decompress: String)? {
+        let kinds: [(magic: [UInt8], kind: String, decompress: String)] = [
+            ([0x1F, 0x8B], "gzip-compressed", "gunzip -c FILE"),
+            ([0xFD, 0x37, 0x7A, 0x58, 0x5A, 0x00], "xz-compressed", "xz -dc FILE"),
+            ([0x28, 0xB5, 0x2F, 0xFD], "zstd-compressed", "zstd -dc FILE"),
+            ([0x50, 0x4B, 0x03, 0x04], "a zip archive", "unzip -p FILE"),
+            ([0x37, 0x7A, 0xBC, 0xAF, 0x27, 0x1C], "a 7-Zip archive", "7z x -so FILE"),
+        ]
+        // bzip2: "BZh" and a block size of 1 to 9 (text may start with "BZh" too).
+        if bytes.count > 3, bytes.starts(with: Array("BZh".utf8)), (0x31...0x39).contains(bytes[3]) {
+            return ("bzip2-compressed", "bunzip2 -c FILE")
+        }
+        return kinds.first { bytes.starts(with: $0.magic) }.map { ($0.kind, $0.decompress) }
+    }
+
     /// Decides the format from the first bytes (or checks the declared one against them).
     private func decide(final: Bool) throws {
         decided = true
@@ -382,6 +399,10 @@ actor Spooler {
         if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
         if let encoding = Self.wideEncoding(of: sniffed) {
             throw DaemonError("The input is \(encoding) text; BugSquasher reads UTF-8 (and plain ASCII). Convert it first, for instance: iconv -f \(encoding) -t UTF-8 FILE > FILE.utf8")
+        }
+        if let (kind, decompress) = Self.archiveKind(of: sniffed) {
+            let inside = gzip == nil ? "" : ", inside the gzip compression"
+            throw DaemonError("The input is \(kind)\(inside); squasherd reads exports as they are or gzip-compressed (once). Unpack it first, for instance: \(decompress) | squasherctl import -")
         }
         guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09].contains($0) }) else {
             if final { return }
