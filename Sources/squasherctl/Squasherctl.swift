@@ -2,7 +2,6 @@ import ArgumentParser
 import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
-import Synchronization
 
 /// squasherctl: the command line of BugSquasher (started by `main.swift`).
 struct Squasherctl: AsyncParsableCommand {
@@ -50,8 +49,10 @@ extension Squasherctl {
         // concurrency checking). After a failed write glibc keeps the bytes it could not write,
         // so this last flush fails too (checked with 100,000 lines to /dev/full).
         guard fflush(nil) != 0 else { return }
-        let reason = StandardStreams.outputWasClosed ? "it is closed" : String(cString: strerror(errno))
-        FileHandle.standardError.write(Data("squasherctl: could not write all of its output to standard output (\(reason)); what was written is incomplete. Make room where the output goes (a full disk?) and run the command again.\n".utf8))
+        let message = StandardStreams.outputWasClosed
+            ? "squasherctl: could not write its output: standard output is closed. Run the command with its output open (a terminal, a file or a pipe)."
+            : "squasherctl: could not write all of its output to standard output (\(String(cString: strerror(errno)))); what was written is incomplete. Make room where the output goes (a full disk?) and run the command again."
+        FileHandle.standardError.write(Data((message + "\n").utf8))
         throw Exit.outputFailed
     }
 }
@@ -104,28 +105,4 @@ func refusal(_ error: VarlinkError) -> String {
 /// Writes a line to standard error.
 func printError(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
-}
-
-/// The standard streams the command was started without (`squasherctl import - <&-`).
-enum StandardStreams {
-    private static let closed = Mutex<Set<CInt>>([])
-
-    /// Opens a stand-in on each of descriptors 0, 1 and 2 that is closed, and remembers which:
-    /// `/dev/null` for input and errors, `/dev/full` for output, so that output written to a
-    /// closed standard output still fails (``Squasherctl/flushOutput()``). Call it first, before
-    /// anything opens a descriptor that would take a closed one's number.
-    static func reopenClosed() {
-        for descriptor in CInt(0)...2 where fcntl(descriptor, F_GETFD) == -1 && errno == EBADF {
-            // The lowest free number: the closed descriptor itself.
-            let standIn = descriptor == 0 ? open("/dev/null", O_RDONLY) : open(descriptor == 1 ? "/dev/full" : "/dev/null", O_WRONLY)
-            guard standIn == descriptor else { continue }
-            closed.withLock { _ = $0.insert(descriptor) }
-        }
-    }
-
-    /// Whether standard input was closed when the command started.
-    static var inputWasClosed: Bool { closed.withLock { $0.contains(0) } }
-
-    /// Whether standard output was closed when the command started.
-    static var outputWasClosed: Bool { closed.withLock { $0.contains(1) } }
 }

@@ -1,6 +1,6 @@
 import BugSquasherTransport
 
-// Before anything opens a file: a closed standard stream gets /dev/null, so that no socket or
+// Before anything opens a file: a closed standard stream gets a stand-in, so that no socket or
 // file of the command takes its number (and is read as its input, or written as its output).
 StandardStreams.reopenClosed()
 

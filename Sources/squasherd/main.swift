@@ -41,6 +41,9 @@ struct Squasherd: AsyncParsableCommand {
     var logLevel: String?
 
     func run() async throws {
+        // A closed standard stream gets a stand-in before any descriptor is opened: the log
+        // must not go into a socket or the lock file that took descriptor 2 (`squasherd 2>&-`).
+        StandardStreams.reopenClosed()
         // Before anything else: a SIGTERM from here on stops the daemon cleanly once it runs.
         let startupSignals = await StartupSignals()
         var configuration: DaemonConfiguration
