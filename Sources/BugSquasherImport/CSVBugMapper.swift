@@ -30,6 +30,9 @@ public struct CSVBugMapper: Sendable {
     /// The record fields no column of the header holds: an export of some columns only leaves
     /// the others as the bug has them.
     private let absent: BugRecord.Fields
+    /// Columns the header has more than once that a record takes one value from, with their
+    /// positions: a row that holds different values in them is refused.
+    private let repeated: [(name: String, indexes: [Int])]
 
     /// The columns each record field may come from, per flavor.
     private static let fieldColumns: [Flavor: [(BugRecord.Fields, [String])]] = [
@@ -59,6 +62,12 @@ public struct CSVBugMapper: Sendable {
             columns[name.trimmingCharacters(in: .whitespaces).lowercased(), default: []].append(index)
         }
         self.columns = columns
+        // Jira repeats the columns of lists (labels, components, comments); the others hold one
+        // value each, and so do all of Bugzilla's.
+        let lists: BugRecord.Fields = flavor == .jira ? [.labels, .components] : []
+        let single = Set(Self.fieldColumns[flavor, default: []].filter { !lists.contains($0.0) }.flatMap(\.1))
+            .union(flavor == .jira ? ["issue key", "project key", "project name"] : ["bug_id", "bug id", "id", "product"])
+        repeated = columns.filter { single.contains($0.key) && $0.value.count > 1 }.map { ($0.key, $0.value) }.sorted { $0.name < $1.name }
         absent = Self.fieldColumns[flavor, default: []].reduce(into: []) { absent, entry in
             if !entry.1.contains(where: { columns[$0] != nil }) { absent.insert(entry.0) }
         }
@@ -109,6 +118,11 @@ public struct CSVBugMapper: Sendable {
     public func record(_ fields: [String], line: Int) throws -> BugRecord {
         guard fields.count == width else {
             throw ImportError(.invalidRecord, "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.", inputLine: line)
+        }
+        for (name, indexes) in repeated {
+            let values = indexes.map { fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+            guard Set(values).count > 1 else { continue }
+            throw ImportError(.invalidRecord, "Column '\(name)' is in the header \(indexes.count) times, and this row holds different values in them (\(values.prefix(3).map { "'\($0.prefix(40))'" }.joined(separator: ", "))): which one is meant cannot be told. Keep one of those columns, or export the file again.", inputLine: line)
         }
         var record = switch flavor {
         case .jira: try jiraRecord(fields, line: line)

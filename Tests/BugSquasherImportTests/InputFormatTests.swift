@@ -65,6 +65,15 @@ struct InputFormatTests {
             #expect(error?.message.contains("the header has 7") == true, "\(String(describing: error))")
             #expect(error?.inputLine == 4)
         }
+        // A column a record takes one value from, given twice: the same value (or one left
+        // empty) is read; two different values are refused, naming the column. Repeated columns
+        // the importer does not read (Jira's Sprint) are left alone.
+        let twice = try CSVBugMapper(header: ["Issue key", "Summary", "Sprint", "Summary", "Sprint"], flavor: .jira)
+        #expect(try twice.record(["T-1", "Crash", "S1", "Crash", "S2"], line: 2).title == "Crash")
+        #expect(try twice.record(["T-2", "", "S1", "Hang", "S2"], line: 3).title == "Hang")
+        let clash = #expect(throws: ImportError.self) { try twice.record(["T-3", "Crash", "S1", "Hang", "S1"], line: 4) }
+        #expect(clash?.message.contains("Column 'summary' is in the header 2 times") == true && clash?.message.contains("'Crash', 'Hang'") == true, "\(String(describing: clash))")
+        #expect(clash?.inputLine == 4)
         #expect(CSVBugMapper.detect(header: ["bug_id", "short_desc"]) == .bugzilla)
         let bugzilla = try CSVBugMapper(header: ["bug_id", "product", "short_desc", "changeddate"], flavor: .bugzilla)
         let bug = try bugzilla.record(["42", "Firefox OS", "Boom", "2011-04-15 02:23:39"], line: 2)
