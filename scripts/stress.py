@@ -1060,6 +1060,16 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def rejects_of(conn, job):
+    """Every reject of a job, page by page (squasherd answers 10,000 at most per call)."""
+    rejects = []
+    while True:
+        reply = conn.call("io.bugsquasher.Jobs.Rejects", job=job, limit=10000, offset=len(rejects))
+        rejects += reply["rejects"]
+        if not reply.get("more") or not reply["rejects"]:
+            return rejects
+
+
 def fetch_history(conn, on_save):
     after, pages = 0, 0
     while True:
@@ -1300,7 +1310,7 @@ def execute(run, daemon, report, args):
 
     # ---- collect from the daemon.
     jobs = {j["id"]: j for j in conn.call("io.bugsquasher.Jobs.List", limit=1000)["jobs"]}
-    rejects = {job: conn.call("io.bugsquasher.Jobs.Rejects", job=job, limit=100000)["rejects"] for job in jobs}
+    rejects = {job: rejects_of(conn, job) for job in jobs}
     edited_ids = {e["id"] for e in acked}
     finals = {}
     ids = sorted(edited_ids)

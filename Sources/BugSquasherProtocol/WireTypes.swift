@@ -463,8 +463,14 @@ public struct RejectsParameters: Codable, Sendable {
 public struct RejectsReply: Codable, Sendable {
     /// The rejects, in input order.
     public var rejects: [WireReject]
+    /// `true` when more rejects follow this page (ask again with `offset` past it); absent
+    /// after the last page.
+    public var more: Bool?
     /// Creates a reply.
-    public init(rejects: [WireReject]) { self.rejects = rejects }
+    public init(rejects: [WireReject], more: Bool? = nil) {
+        self.rejects = rejects
+        self.more = more
+    }
 }
 
 /// The reply of `io.bugsquasher.Jobs.Status`.

@@ -10,15 +10,23 @@ import Synchronization
 /// client can connect and the store cannot open what it needs. Past ``maximum``, a server closes
 /// each new connection at once and logs a warning (at most every ten seconds), keeping a reserve
 /// of descriptors for the store; connections already open are not affected.
+///
+/// The last ``reservedForWriters`` places are for the servers that may write: connections
+/// to the read socket, which every local user may open, cannot take them, so that a user who
+/// holds many of those open still leaves room for imports and edits.
 public final class ConnectionLimit: Sendable {
     /// The most connections served at once, over every server sharing this limit.
     public let maximum: Int
+    /// Places only connections to a server that may write can take: a tenth of ``maximum``,
+    /// at most 64.
+    public let reservedForWriters: Int
     private let open = Atomic<Int>(0)
     private let refusals = WarningThrottle()
 
     /// A limit of `maximum` connections (at least 1).
     public init(maximum: Int) {
         self.maximum = max(1, maximum)
+        reservedForWriters = min(64, self.maximum / 10)
     }
 
     /// Descriptors kept for everything that is not a client connection: half the descriptor
@@ -39,12 +47,15 @@ public final class ConnectionLimit: Sendable {
         ConnectionLimit(maximum: descriptorLimit - reservedDescriptors(descriptorLimit: descriptorLimit))
     }
 
-    /// Takes a place for a new connection; `false` (and a throttled warning) when none is left.
-    func acquire(socket: String, logger: Logger) -> Bool {
-        if open.wrappingAdd(1, ordering: .relaxed).newValue <= maximum { return true }
+    /// Takes a place for a new connection to a server that may write (`writer`) or not; `false`
+    /// (and a throttled warning) when none is left for it.
+    func acquire(socket: String, writer: Bool, logger: Logger) -> Bool {
+        let limit = writer ? maximum : maximum - reservedForWriters
+        if open.wrappingAdd(1, ordering: .relaxed).newValue <= limit { return true }
         open.subtract(1, ordering: .relaxed)
         refusals.warn(logger) { suppressed in
-            "Refused a connection on the \(socket) socket: \(self.maximum) connections are open, the most this daemon serves at once\(suppressed). A client may be opening connections without closing them; raise max_connections (and the descriptor limit, LimitNOFILE=) if this load is expected."
+            let kept = writer ? "" : " (the last \(self.reservedForWriters) are kept for the write socket)"
+            return "Refused a connection on the \(socket) socket: \(limit) connections are open, the most this daemon serves there at once\(kept)\(suppressed). A client may be opening connections without closing them; raise max_connections (and the descriptor limit, LimitNOFILE=) if this load is expected."
         }
         return false
     }

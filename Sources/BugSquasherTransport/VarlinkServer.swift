@@ -163,7 +163,7 @@ public final class VarlinkServer: Sendable {
 
     private func serve(_ connection: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) async {
         if let connectionLimit {
-            guard connectionLimit.acquire(socket: name, logger: logger) else {
+            guard connectionLimit.acquire(socket: name, writer: mayWrite, logger: logger) else {
                 try? await connection.executeThenClose { _, _ in }
                 return
             }
@@ -300,8 +300,7 @@ public final class VarlinkServer: Sendable {
             if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, unlink(path) != 0, errno != ENOENT {
                 throw TransportError("Cannot replace the stale socket file \(path): \(String(cString: strerror(errno))).")
             }
-            let address = try SocketAddress(unixDomainSocketPath: path)
-            let bound = address.withSockAddr { pointer, size in bind(fd, pointer, socklen_t(size)) }
+            let bound = try BlockingVarlinkClient.withUnixAddress(path) { bind(fd, $0, $1) }
             guard bound == 0 else { throw TransportError("Cannot bind the socket \(path): \(String(cString: strerror(errno))).") }
             guard listen(fd, 512) == 0 else { throw TransportError("Cannot listen on the socket \(path): \(String(cString: strerror(errno))).") }
             return fd

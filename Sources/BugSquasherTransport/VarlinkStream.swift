@@ -32,14 +32,24 @@ public enum VarlinkStream {
             return try await body(Replies(source: .polling(connection)))
         }
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+        // Connected here rather than by NIO, whose socket address stops short of the longest
+        // path a Unix socket takes, and whose failure says less (missing, refused, forbidden).
+        let fd = try BlockingVarlinkClient.connect(path)
         do {
+            guard fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0 else {
+                let reason = String(cString: strerror(errno))
+                close(fd)
+                throw TransportError("Could not use the connection to squasherd at \(path) (\(reason)).")
+            }
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                .connect(unixDomainSocketPath: path) { channel in
+                .withConnectedSocket(fd) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)))
                         return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                     }
                 }
+        } catch let error as TransportError {
+            throw error
         } catch {
             throw TransportError("Could not connect to squasherd at \(path) (\(error)). Is it running?")
         }

@@ -29,7 +29,7 @@ struct JobsCommand: ParsableCommand {
     var limit = 20
 
     /// Rejects asked for per call: the most squasherd answers at once.
-    static let rejectsPage = 100_000
+    static let rejectsPage = 10_000
 
     func validate() throws {
         if wait && (job == nil || rejects || json) { throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.") }
@@ -49,10 +49,10 @@ struct JobsCommand: ParsableCommand {
                     var all: [WireReject] = []
                     var shown = 0
                     while true {
-                        let page = try client.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: Self.rejectsPage, offset: shown), as: RejectsReply.self).rejects
-                        if json { all += page } else { for reject in page { print("line \(reject.line): \(printable(reject.reason))") } }
-                        shown += page.count
-                        if page.count < Self.rejectsPage { break }
+                        let reply = try client.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: Self.rejectsPage, offset: shown), as: RejectsReply.self)
+                        if json { all += reply.rejects } else { for reject in reply.rejects { print("line \(reject.line): \(printable(reject.reason))") } }
+                        shown += reply.rejects.count
+                        if reply.more != true || reply.rejects.isEmpty { break }
                     }
                     if json { try printJSON(RejectsReply(rejects: all)) }
                 } else if json { try printJSON(reply) } else { print(describe(reply.job)) }

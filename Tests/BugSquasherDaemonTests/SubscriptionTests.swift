@@ -493,6 +493,10 @@ struct SubscriptionTests {
         try "chunk_size = 300\n\nchunk_size = 400\n".write(toFile: path, atomically: true, encoding: .utf8)
         let twice = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
         #expect(twice?.message.contains(":3: 'chunk_size' is set twice (first on line 1)") == true, "\(String(describing: twice))")
+        // A control character (a NUL a program wrote) is named, not shown as nothing.
+        try "chunk_size = 5\u{0}\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let control = #expect(throws: DaemonError.self) { try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:]) }
+        #expect(control?.message.contains(":1: the line has a control character (U+0000)") == true, "\(String(describing: control))")
         // A log level the daemon does not know is refused with the file it is in; so is a mode
         // that is not octal.
         try "# quiet\nlog_level = loud\n".write(toFile: path, atomically: true, encoding: .utf8)

@@ -98,6 +98,15 @@ struct FaultTests {
         #expect(try await misconfigured.waitForExit() == 1)
         #expect(misconfigured.errorOutput.contains("critical") && misconfigured.errorOutput.contains("'chunk_size = -1' is out of range; use 1 to"), "\(misconfigured.errorOutput)")
         #expect(!misconfigured.errorOutput.contains("USAGE"), "\(misconfigured.errorOutput)")
+        // A configuration "file" that would block the start (a FIFO no one writes to), or take
+        // every byte of memory (/dev/zero), or is far too large: refused before it is read.
+        #expect(mkfifo(base + "/fifo.conf", 0o600) == 0)
+        try String(repeating: "# padding\n", count: 200_000).write(toFile: base + "/huge.conf", atomically: true, encoding: .utf8)
+        for (config, refusal) in [(base + "/fifo.conf", "is a FIFO (named pipe)"), ("/dev/zero", "is a device"), (base + "/huge.conf", "more than the 1048576 a configuration file may have")] {
+            let refused = try ChildProcess(name: "squasherd --config \(config)", executable: Products.squasherd, arguments: ["--config", config, "--state-directory", base + "/state8", "--runtime-directory", base + "/run8"])
+            #expect(try await refused.waitForExit(timeout: .seconds(30)) == 1, "\(config)")
+            #expect(refused.errorOutput.contains(refusal), "\(config): \(refused.errorOutput)")
+        }
 
         // A state directory that cannot be created.
         try await expectRefusal(state: "/dev/null/state", run: base + "/run4", "Cannot create /dev/null/state")
@@ -110,6 +119,21 @@ struct FaultTests {
         try await expectRefusal(state: base + "/state6", run: long, "a Unix socket path holds at most 107")
         // ... before anything is created: no store is left behind.
         #expect(!FileManager.default.fileExists(atPath: base + "/state6/bugs.sqlite"))
+        // The longest path a Unix socket takes (107 bytes) is served, and reached by squasherctl
+        // and by the library's change feed (NIO's own socket address stops at 103).
+        let longest = base + "/" + String(repeating: "r", count: 107 - base.utf8.count - "//squasherd-write.sock".utf8.count)
+        #expect((longest + "/squasherd-write.sock").utf8.count == 107)
+        let served = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", base + "/state6", "--runtime-directory", longest])
+        try await served.waitForErrorOutput(containing: " ready")
+        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": longest])
+        #expect(try await status.waitForExit() == 0, "\(status.errorOutput)")
+        let first = try await VarlinkStream.call(path: longest + "/squasherd.sock", method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters()) { replies -> String? in
+            for try await (event, _) in replies.decoding(SubscribeReply.self) { return event.event }
+            return nil
+        }
+        #expect(first == "subscribed")
+        served.signal(SIGTERM)
+        #expect(try await served.waitForExit() == 0)
         try FileManager.default.createDirectory(atPath: base + "/run7/squasherd.sock", withIntermediateDirectories: true)
         try await expectRefusal(state: base + "/state7", run: base + "/run7", "/run7/squasherd.sock is a directory")
         try await expectRefusal(state: "", run: base + "/run8", "--state-directory is empty; give a path")

@@ -96,8 +96,18 @@ struct ImportEndToEndTests {
         #expect(rejects[2].hasPrefix("line 6:"))
         // The report pages with limit and offset, in input order.
         let reader = try BlockingVarlinkClient(path: harness.readSocket)
-        let pages = try [0, 2, 4].map { try reader.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: 2, offset: $0), as: RejectsReply.self).rejects.map(\.line) }
-        #expect(pages == [[2, 3], [6], []], "\(pages)")
+        let pages = try [0, 2, 4].map { try reader.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: 2, offset: $0), as: RejectsReply.self) }
+        #expect(pages.map { $0.rejects.map(\.line) } == [[2, 3], [6], []], "\(pages)")
+        #expect(pages.map(\.more) == [true, nil, nil])
+        // One reply holds 10,000 rejects at most, whatever the limit asked (any local user may
+        // ask, and an unread reply is held); squasherctl pages past it.
+        let bad = (1...10_050).map { #"{"key":"","title":"no key \#($0)"}"# }.joined(separator: "\n") + "\n"
+        try bad.write(toFile: harness.directory + "/bad.ndjson", atomically: true, encoding: .utf8)
+        let badJob = try #require(try await harness.ctlProcess(["import", harness.directory + "/bad.ndjson", "--wait"], expectStatus: 2).output.first?.split(separator: " ").dropFirst().first.map(String.init))
+        let capped = try reader.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: badJob, limit: 100_000), as: RejectsReply.self)
+        #expect(capped.rejects.count == 10_000 && capped.more == true)
+        let allBad = try await harness.ctl(["jobs", badJob, "--rejects"])
+        #expect(allBad.count == 10_050 && allBad.last?.hasPrefix("line 10050:") == true, "\(allBad.count) \(allBad.suffix(1))")
         #expect(throws: VarlinkError.invalidParameter("offset")) { try reader.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, offset: -1), as: RejectsReply.self) }
 
         // A JSON array and a pretty-printed search response.
@@ -747,6 +757,7 @@ extension AbortEndToEndTests {
         }
         _ = try write.call("io.bugsquasher.Import.Append", AppendParameters(job: owned, data: first), as: BytesReply.self)
         _ = try intruder.call("io.bugsquasher.Import.Abort", JobParameter(job: owned), as: JSONValue.self)
+        try await harness.waitForDaemonLog("upload aborted on request")
         // The hung client's next bytes are refused, saying the upload has ended, on a connection
         // that still works.
         let refused = #expect(throws: VarlinkError.self) {

@@ -63,6 +63,49 @@ public struct DaemonConfiguration: Sendable, Hashable {
         self.runtimeDirectory = runtimeDirectory
     }
 
+    /// The most a configuration file may hold: a few `key = value` lines take a few KiB.
+    static let maximumFileBytes = 1 << 20
+
+    /// Reads a configuration file: a regular file of at most ``maximumFileBytes``, or `/dev/null`
+    /// (an empty configuration). Anything else is refused before it is opened or read: a FIFO
+    /// would block the start until someone writes to it, `/dev/zero` would be read until memory
+    /// runs out.
+    static func readConfigurationFile(_ path: String) throws -> Data {
+        var status = stat()
+        var null = stat()
+        guard stat(path, &status) == 0 else {
+            throw DaemonError("Cannot read the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
+        }
+        let kind = status.st_mode & S_IFMT
+        let isNull = kind == S_IFCHR && stat("/dev/null", &null) == 0 && status.st_rdev == null.st_rdev
+        guard kind == S_IFREG || isNull else {
+            let what = switch kind {
+            case S_IFIFO: "a FIFO (named pipe)"
+            case S_IFSOCK: "a socket"
+            case S_IFCHR, S_IFBLK: "a device"
+            default: "not a regular file"
+            }
+            throw DaemonError("The configuration file \(path) is \(what); pass a regular file of key = value lines, or /dev/null for an empty configuration.")
+        }
+        guard status.st_size <= maximumFileBytes else {
+            throw DaemonError("The configuration file \(path) holds \(status.st_size) bytes, more than the \(maximumFileBytes) a configuration file may have (a few key = value lines); is it the right file?")
+        }
+        // Read through a file handle, which also reads /dev/null (String(contentsOfFile:)
+        // refuses a character device with a misleading "no permission"); no more than the limit
+        // even if the file grew since.
+        do {
+            guard let handle = FileHandle(forReadingAtPath: path) else {
+                throw DaemonError("Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
+            }
+            defer { try? handle.close() }
+            return try handle.read(upToCount: maximumFileBytes) ?? Data()
+        } catch let error as DaemonError {
+            throw error
+        } catch {
+            throw DaemonError("Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user.")
+        }
+    }
+
     /// Resolves the configuration from flags, environment, file and defaults.
     ///
     /// - Throws: ``DaemonError`` when the configuration file exists but has a line that is not
@@ -82,20 +125,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
             guard !isDirectory.boolValue else {
                 throw DaemonError("The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf).")
             }
-            // Read through a file handle, which also reads /dev/null (String(contentsOfFile:)
-            // refuses a character device with a misleading "no permission").
-            let data: Data
-            do {
-                guard let handle = FileHandle(forReadingAtPath: path) else {
-                    throw DaemonError("Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
-                }
-                defer { try? handle.close() }
-                data = try handle.readToEnd() ?? Data()
-            } catch let error as DaemonError {
-                throw error
-            } catch {
-                throw DaemonError("Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user.")
-            }
+            let data = try readConfigurationFile(path)
             guard let text = String(data: data, encoding: .utf8) else {
                 throw DaemonError("The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
             }
@@ -174,6 +204,10 @@ public struct DaemonConfiguration: Sendable, Hashable {
         for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
             guard !line.isEmpty else { continue }
+            // Shown in a message, a NUL or another control character would be invisible.
+            if let control = line.unicodeScalars.first(where: { $0.properties.generalCategory == .control && $0 != "\t" }) {
+                throw DaemonError("\(path):\(index + 1): the line has a control character (U+\(String(format: "%04X", control.value))), which no value may hold; remove it (the file may have been written by a program, not an editor).")
+            }
             let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
             guard parts.count == 2, !parts[0].isEmpty else {
                 throw DaemonError("\(path):\(index + 1): expected 'key = value', found '\(line)'.")

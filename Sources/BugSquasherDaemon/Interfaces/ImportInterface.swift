@@ -91,7 +91,10 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(JobParameter(job: job))
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
-            if let spooler = uploads.remove(job) { await spooler.discard(reason: "The upload was aborted on request.") }
+            if let spooler = uploads.remove(job) {
+                context.logger.notice("upload aborted on request; its spool file is removed", metadata: ["job.id": "\(job)"])
+                await spooler.discard(reason: "The upload was aborted on request.")
+            }
             guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
             guard !current.isFinal else {
                 throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
@@ -105,6 +108,7 @@ struct ImportInterface: VarlinkInterface {
                 return
             }
             // The runner had not taken it up, and now never will.
+            if current.state == "queued" { context.logger.notice("queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"]) }
             try await book.end(job, as: "aborted", error: "Aborted on request before it started; nothing was imported.")
             // A queued job's upload is spooled already; nothing reads it any more.
             try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))

@@ -15,8 +15,9 @@ struct JobsInterface: VarlinkInterface {
     /// The jobs, with the failures the store could not record (the import runner's book).
     let book: JobBook
 
-    /// The most rejects one `Rejects` call answers; `offset` pages past it.
-    static let maximumRejects = 100_000
+    /// The most rejects one `Rejects` call answers (a reply of a few MB); `offset` pages past
+    /// it. Any local user may call it on the read socket, and every unread reply is held.
+    static let maximumRejects = 10_000
 
     /// `Watch` streams.
     func streams(_ method: String) -> Bool { method == "Watch" }
@@ -37,8 +38,12 @@ struct JobsInterface: VarlinkInterface {
             if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
             if let offset = parameters.offset, offset < 0 { throw VarlinkError.invalidParameter("offset") }
             guard try await book.job(parameters.job) != nil else { throw jobNotFound(parameters.job) }
-            let page = try await book.rejects(parameters.job, limit: min(parameters.limit ?? 1_000, Self.maximumRejects), offset: parameters.offset ?? 0)
-            try await replier.reply(RejectsReply(rejects: page))
+            let limit = min(parameters.limit ?? 1_000, Self.maximumRejects)
+            // One more than sent: whether a next page follows.
+            var page = try await book.rejects(parameters.job, limit: limit + 1, offset: parameters.offset ?? 0)
+            let more = page.count > limit
+            if more { page.removeLast() }
+            try await replier.reply(RejectsReply(rejects: page, more: more ? true : nil))
         case "Watch":
             guard call.more else { throw VarlinkError.expectedMore }
             try await watch(try call.parameters(JobParameter.self).job, replier: replier)
