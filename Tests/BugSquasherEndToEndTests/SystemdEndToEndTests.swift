@@ -160,15 +160,22 @@ struct SystemdEndToEndTests {
         #expect(try await daemon.waitForExit() == 0)
     }
 
+    /// `systemd-socket-activate` binding squasherd's two sockets in `directory/run` (named
+    /// `names`, with its `options`), which starts squasherd on them at the first connection
+    /// (or datagram); squasherd's own runtime directory is `directory/unused`.
+    func socketActivated(in directory: String, names: String = "read:write", options: [String] = []) throws -> ChildProcess {
+        try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: options + [
+            "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=" + names,
+            Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
+        ])
+    }
+
     @Test("systemd-socket-activate hands the daemon its sockets and a client connects through them")
     func socketActivation() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
-        let activator = try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: [
-            "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=read:write",
-            Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
-        ])
+        let activator = try socketActivated(in: directory)
         // The activator binds the sockets, then starts squasherd on the first connection.
         let deadline = ContinuousClock.now + .seconds(30)
         while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
@@ -203,10 +210,7 @@ struct SystemdEndToEndTests {
         ] {
             try? FileManager.default.removeItem(atPath: directory + "/run/squasherd.sock")
             try? FileManager.default.removeItem(atPath: directory + "/run/squasherd-write.sock")
-            let activator = try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: [
-                "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=" + names,
-                Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
-            ])
+            let activator = try socketActivated(in: directory, names: names)
             // The activator binds the sockets, then starts squasherd on the first connection.
             let deadline = ContinuousClock.now + .seconds(30)
             while !connectable(directory + "/run/squasherd.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
@@ -222,10 +226,7 @@ struct SystemdEndToEndTests {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
-        let activator = try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: [
-            "--datagram", "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=read:write",
-            Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
-        ])
+        let activator = try socketActivated(in: directory, options: ["--datagram"])
         // The activator binds the sockets, then starts squasherd on the first datagram.
         let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(sender) }
