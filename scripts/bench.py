@@ -1192,10 +1192,15 @@ def main():
                         "of the import without subscribers, i.e. it reads at half that rate)")
     parser.add_argument("--idle-edits", type=int, default=100)
     parser.add_argument("--edit-interval", type=int, default=200, help="ms between edits during section d/e imports")
-    parser.add_argument("--pending-limit", type=int, default=100_000, help="squasherd's subscriber_pending_limit")
+    parser.add_argument("--pending-limit", type=int, help="squasherd's subscriber_pending_limit (default: a tenth of --big-rows, "
+                        "at most 100,000, so that section e's stalled subscriber overflows its mailbox and is told to resync)")
     parser.add_argument("--catch-up-timeout", type=int, default=600)
     parser.add_argument("--skip-graph", action="store_true")
     args = parser.parse_args()
+    if args.big_rows < args.rows:
+        parser.error(f"--big-rows ({args.big_rows:,}) must be at least --rows ({args.rows:,}): sections 1 and d compare the two")
+    if args.pending_limit is None:
+        args.pending_limit = min(100_000, max(100, args.big_rows // 10))
     args.counts = [int(x) for x in args.counts.split(",")]
     report = Report()
     machine()

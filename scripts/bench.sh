@@ -38,7 +38,7 @@ while (($#)); do
                         --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120) ;;
         --debug) config=debug ;;
         --rows|--big-rows|--rounds)
-            (($# >= 2)) || usage
+            (($# >= 2)) || { echo "scripts/bench.sh: $1 needs a value" >&2; usage; }
             # Sections a and e update 1,000 seeded bugs, and section b needs a round.
             minimum=$([[ $1 == --rounds ]] && echo 1 || echo 1000)
             [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] && (($2 >= minimum && $2 <= 100000000)) || {
@@ -68,6 +68,9 @@ bench_pid=""
 # PostgreSQL refuses to run as root: as root, initdb and start it as the postgres system user.
 as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 cleanup() {
+    # A second signal (a double Ctrl-C, `timeout` passing its own) must not cut the cleanup short
+    # and leave PostgreSQL running.
+    trap '' INT TERM
     if [[ -n $bench_pid ]] && kill -0 "$bench_pid" 2>/dev/null; then
         kill -TERM "$bench_pid" 2>/dev/null || true   # it stops its daemons and subscribers
         wait "$bench_pid" 2>/dev/null || true
@@ -78,7 +81,8 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 pg_args=()
 if ((!skip_postgres)); then

@@ -7,6 +7,7 @@
 #      generated issues) in chunks with a progress bar, and edits one held bug meanwhile;
 #   5. stops the subscriber and the daemon gracefully (SIGTERM) and prints the job summary.
 # Options: --fresh (delete ./run first), --records N (generated data size, default 20000).
+# RUN_NO_BUILD=1 uses the release binaries already built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fresh=0
@@ -17,14 +18,17 @@ while (($#)); do
         --records)
             [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "scripts/run.sh: --records takes a positive number of records" >&2; exit 2; }
             records=$2; shift ;;
-        *) echo "usage: scripts/run.sh [--fresh] [--records N]" >&2; exit 2 ;;
+        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "usage: scripts/run.sh [--fresh] [--records N]  (--help for more)" >&2; exit 2 ;;
     esac
     shift
 done
 scripts/setup.sh
-swift build -c release --static-swift-stdlib --product squasherd
-swift build -c release --static-swift-stdlib --product squasherctl
-swift build -c release --static-swift-stdlib --product bugsquasher-demo
+if [[ ${RUN_NO_BUILD:-0} != 1 ]]; then
+    swift build -c release --static-swift-stdlib --product squasherd
+    swift build -c release --static-swift-stdlib --product squasherctl
+    swift build -c release --static-swift-stdlib --product bugsquasher-demo
+fi
 bin=.build/release
 [[ $fresh == 1 ]] && rm -rf run
 mkdir -p run
@@ -32,10 +36,18 @@ export SQUASHERD_RUNTIME_DIRECTORY=$PWD/run/sockets
 
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    trap '' INT TERM
+    # Every process this script started and that still runs: the daemon, the subscriber, and a
+    # client interrupted in the foreground (an import --wait), which would otherwise wait on for
+    # a daemon that is gone.
+    local children
+    children=$(pgrep -P $$ 2>/dev/null || true)
+    for pid in "${pids[@]}" $children; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 echo "== starting squasherd (store run/state/bugs.sqlite, sockets run/sockets)"
 $bin/squasherd --state-directory run/state --runtime-directory run/sockets >run/squasherd.log 2>&1 &

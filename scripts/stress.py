@@ -1166,13 +1166,13 @@ def check_arguments(parser, args):
             bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
             parser.error(f"{name} must be {bound}, not {value:g}")
     need("--duration", args.duration, 1, 86_400)
-    need("--records", args.records, 10)
-    need("--real-records", args.real_records, 0)
+    need("--records", args.records, 10, 10_000_000)
+    need("--real-records", args.real_records, 0, 10_000_000)
     need("--chunk", args.chunk, 1, 100_000)
     need("--subscribers", args.subscribers, 0, 200)
     need("--editors", args.editors, 0, 64)
     need("--edit-rate", args.edit_rate, 0.1, 1_000)
-    need("--hot", args.hot, 1)
+    need("--hot", args.hot, 1, 100_000)
     need("--churn-every", args.churn_every, 0.1)
     need("--kill-every", args.kill_every, 1)
     need("--term-limit", args.term_limit, 0.1)
@@ -1199,11 +1199,14 @@ def main():
     parser.add_argument("--sample-every", type=float, default=5, help="seconds between samples of throughput and memory in the report")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice, to repeat a run")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (store, logs) even when every invariant passes")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes and short timings, for the test suite")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and short timings, for the test suite (flags given with it win)")
     args = parser.parse_args()
     if args.smoke:
-        args.duration, args.records, args.real_records, args.chunk = 18, 1500, 200, 100
-        args.subscribers, args.editors, args.hot, args.kill_every, args.sample_every, args.churn_every = 3, 2, 8, 4, 1, 1.5
+        smoke = dict(duration=18, records=1500, real_records=200, chunk=100, subscribers=3, editors=2, hot=8, kill_every=4, sample_every=1, churn_every=1.5)
+        given = {arg.split("=")[0].lstrip("-").replace("-", "_") for arg in sys.argv[1:] if arg.startswith("--")}
+        for name, value in smoke.items():
+            if name not in given:
+                setattr(args, name, value)
     check_arguments(parser, args)
     args.hot = min(args.hot, args.records)
 
@@ -1248,7 +1251,7 @@ def main():
 def execute(run, daemon, report, args):
     real = RealData(run)
     run.log(f"run directory {run.dir}; binaries {args.bin}; real data: "
-            + (f"{len(real.lines)} issues of {real.source}" if real.lines else "ABSENT (generated data only)"))
+            + (f"{len(real.lines)} issues of {real.source}" if real.lines else f"ABSENT: no titanium-jira export in {args.data} (generated data only)"))
     daemon.start()
     follower = Follower(run, daemon)
     threads = [run.thread("follower", follower.loop)]
@@ -1348,7 +1351,7 @@ def execute(run, daemon, report, args):
     total_read = sum(j["recordsRead"] for j in jobs.values())
     total_imported = sum(j["imported"] for j in jobs.values())
     total_rejected = sum(j["rejected"] for j in jobs.values())
-    report.figure("real data", f"{len(real.lines)} issues of {real.source} per real import" if real.lines else "ABSENT: generated data only")
+    report.figure("real data", f"{len(real.lines)} issues of {real.source} per real import" if real.lines else f"ABSENT: no titanium-jira export in {args.data}; generated data only")
     report.figure("imports", f"{len(importer.jobs)} jobs ({len(generated)} generated x {args.records} records, {len(reals)} real x {len(real.lines)}), chunks of {args.chunk}")
     report.figure("records", f"{total_read} read, {total_imported} imported, {total_rejected} rejected; store: {bug_count} bugs, {c_count} comments; history {h_count} saves")
 

@@ -6,7 +6,7 @@
 # status 0 only when all pass. See docs/STRESS.md.
 # Usage: scripts/stress.sh [--smoke] [--debug] [--duration S] [--records N] [--real-records N]
 #        [--subscribers N] [--editors N] [--kill-every S] [--chunk N] [--seed N] [--keep] ...
-#   --smoke   ~25 s in a debug build, tiny sizes, still one kill -9 and one SIGTERM restart
+#   --smoke   ~20 s, tiny sizes (flags given with it win), still one kill -9 and one SIGTERM restart
 #   --debug   use .build/debug (no build); otherwise release, built first unless STRESS_NO_BUILD=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,8 @@ args=()
 for arg in "$@"; do
     case $arg in
         --debug) config=debug ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exec .build/venv/bin/python3 scripts/stress.py --help ;;
+        # The usage needs no venv (stress.py's imports are the standard library's).
+        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exec "$( [[ -x .build/venv/bin/python3 ]] && echo .build/venv/bin/python3 || command -v python3)" scripts/stress.py --help ;;
         *) args+=("$arg") ;;
     esac
 done

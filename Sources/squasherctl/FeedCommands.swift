@@ -33,7 +33,10 @@ struct WatchCommand: AsyncParsableCommand {
     @Flag(name: .shortAndLong, help: "List the object IDs of each save.")
     var verbose = false
 
-    func validate() throws { try validateToken(since) }
+    func validate() throws {
+        try validateToken(since)
+        if values && !json { throw ValidationError("--values adds the new values to the JSON lines: give it with --json.") }
+    }
 
     func run() async throws {
         let (endpoint, since, json, values, verbose) = (sockets.read, since, json, values, verbose)
@@ -236,8 +239,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty {
             let shown = missing.sorted().prefix(10).joined(separator: ", ") + (missing.count > 10 ? " and \(missing.count - 10) more" : "")
-            let others = initial.isEmpty ? "holding" : "holding the others, and"
-            printError("squasherctl: no bug with key \(shown) (yet); \(others) \(missing.count == 1 ? "it" : "those") once created")
+            let others = initial.isEmpty ? "" : "; the other keys are held from now"
+            printError("squasherctl: no bug with key \(shown) (yet); \(missing.count == 1 ? "it is" : "they are") held once created\(others)")
         }
         do {
             // Keys waited for, and the held bugs' keys by ID; read and changed in the context's

@@ -97,7 +97,7 @@ struct ImportCommand: ParsableCommand {
             print(job)
             return
         }
-        try JobFollower(socket: sockets.read, progress: progress).follow(job)
+        try JobFollower(socket: sockets.read, progress: progress).follow(job, reachedDaemon: true)
     }
 }
 

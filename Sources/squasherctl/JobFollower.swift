@@ -18,7 +18,12 @@ struct JobFollower {
     /// Watches `job` until it ends; throws ``Exit/failed`` unless it finished having imported
     /// something or read nothing (every record rejected is a failure). Ctrl-C stops the
     /// watching, not the job, and says so.
-    func follow(_ job: String) throws {
+    ///
+    /// - Parameter reachedDaemon: whether squasherd answered this command already (an import
+    ///   that just uploaded the job). Otherwise a squasherd that cannot be reached at the first
+    ///   try ends the command with ``Exit/unreachable``, as every other command does, rather
+    ///   than waiting for it to come back.
+    func follow(_ job: String, reachedDaemon: Bool = false) throws {
         let interrupt = Self.onInterrupt { [progress] in
             progress.clear()
             printError("squasherctl: stopped waiting; job \(job) goes on in squasherd. Follow it with: squasherctl jobs \(job) --wait; stop it with: squasherctl abort \(job)")
@@ -29,9 +34,11 @@ struct JobFollower {
         var lostAt: ContinuousClock.Instant?
         // The store the job was followed in, and the one squasherd serves now.
         var (jobStore, servedStore): (String?, String?) = (nil, nil)
+        var reached = reachedDaemon
         while !(final?.isFinal ?? false) {
             do {
                 let client = try socket.connect()
+                reached = true
                 servedStore = try client.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).storeIdentifier
                 if jobStore == nil { jobStore = servedStore }
                 try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
@@ -53,6 +60,9 @@ struct JobFollower {
                     throw Exit.notFound
                 }
                 throw refused(error)
+            } catch let error as TransportError where !reached {
+                printError("squasherctl: \(error.message)")
+                throw Exit.unreachable
             } catch let error as TransportError {
                 // squasherd stopped or restarts: the job resumes when it is back.
                 let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message

@@ -22,7 +22,7 @@ struct JobsCommand: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
-    @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd).")
+    @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd; exit 4 at once if squasherd cannot be reached at the start).")
     var wait = false
 
     @Option(help: "How many of the most recent jobs to list (1 to 999).")
@@ -34,6 +34,7 @@ struct JobsCommand: ParsableCommand {
     func validate() throws {
         if wait && (job == nil || rejects || json) { throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.") }
         if job?.trimmingCharacters(in: .whitespaces).isEmpty == true { throw ValidationError("The job ID is empty; squasherctl jobs lists the recent ones.") }
+        if rejects && job == nil { throw ValidationError("--rejects prints one job's rejects: give its ID (squasherctl jobs lists the recent ones).") }
         guard (1...999).contains(limit) else { throw ValidationError("--limit takes a count from 1 to 999.") }
     }
 

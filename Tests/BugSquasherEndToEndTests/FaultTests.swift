@@ -141,6 +141,11 @@ struct FaultTests {
         let notSocket = try ChildProcess(name: "squasherctl status", executable: Products.squasherctl, arguments: ["status", "--socket", "/etc/passwd"])
         #expect(try await notSocket.waitForExit() == 4)
         #expect(notSocket.errorOutput.contains("/etc/passwd is not a socket"), "\(notSocket.errorOutput)")
+        // No squasherd at all: following a job ends at once with status 4, as every command does
+        // (it waited for a daemon it had never reached).
+        let noDaemon = try ChildProcess(name: "squasherctl jobs --wait", executable: Products.squasherctl, arguments: ["jobs", "somejob", "--wait", "--socket", base + "/run8/squasherd.sock"])
+        #expect(try await noDaemon.waitForExit(timeout: .seconds(30)) == 4)
+        #expect(noDaemon.errorOutput.contains("run8/squasherd.sock") && !noDaemon.errorOutput.contains("lost squasherd"), "\(noDaemon.errorOutput)")
     }
 
     @Test("a store whose write-ahead log is damaged, or that lost its log, is refused instead of being served as a new empty store")

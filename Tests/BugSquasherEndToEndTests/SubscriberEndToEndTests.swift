@@ -446,7 +446,7 @@ struct SubscriberEndToEndTests {
         #expect(SubscriberEvent.parse(ready.line)?.bugs?.map(\.key) == ["W-1"])
         // Said on stderr before "ready" on stdout, but read from another pipe: awaited, not
         // taken as already read.
-        try await subscriber.waitForErrorOutput(containing: "no bug with key W-2 (yet); holding the others", timeout: .seconds(10))
+        try await subscriber.waitForErrorOutput(containing: "no bug with key W-2 (yet); it is held once created; the other keys are held from now", timeout: .seconds(10))
 
         // Created: held from then on.
         try await importBugs(["W-2", "W-3"], title: "created")
