@@ -48,6 +48,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# Runs a client to its end, in the background so that Ctrl-C or SIGTERM runs the traps at once
+# (bash holds a trap until a foreground command ends: a whole import).
+foreground() { "$@" & wait $!; }
 
 echo "== starting squasherd (store run/state/bugs.sqlite, sockets run/sockets)"
 $bin/squasherd --state-directory run/state --runtime-directory run/sockets >run/squasherd.log 2>&1 &
@@ -69,7 +72,7 @@ else
 fi
 
 echo "== importing the first issues ($first)"
-$bin/squasherctl import "$first" --wait
+foreground $bin/squasherctl import "$first" --wait
 keys=$($bin/squasherctl list --sort key --limit 5 | awk '{print $1}')
 
 echo "== a subscriber process holds: $(echo $keys) (its lines are marked 'refresh')"
@@ -81,7 +84,7 @@ echo "== importing $everything (chunks of 1,000; progress below)"
 first_key=$(echo "$keys" | head -n 1)
 ( sleep 1; $bin/squasherctl update "$first_key" status=Triaged "title=Edited while the import runs" ) &
 editor=$!
-$bin/squasherctl import "$everything" --wait
+foreground $bin/squasherctl import "$everything" --wait
 wait "$editor" || true
 sleep 0.5
 
