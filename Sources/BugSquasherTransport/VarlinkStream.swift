@@ -34,6 +34,8 @@ public enum VarlinkStream {
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
         // Connected here rather than by NIO, whose socket address stops short of the longest
         // path a Unix socket takes, and whose failure says less (missing, refused, forbidden).
+        // Blocking, as `PollingConnection`'s: a Unix connect waits only while squasherd's
+        // backlog is full.
         let fd = try BlockingVarlinkClient.connect(path)
         do {
             guard fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0 else {

@@ -102,7 +102,7 @@ struct FaultTests {
         // every byte of memory (/dev/zero), or is far too large: refused before it is read.
         #expect(mkfifo(base + "/fifo.conf", 0o600) == 0)
         try String(repeating: "# padding\n", count: 200_000).write(toFile: base + "/huge.conf", atomically: true, encoding: .utf8)
-        for (config, refusal) in [(base + "/fifo.conf", "is a FIFO (named pipe)"), ("/dev/zero", "is a device"), (base + "/huge.conf", "more than the 1048576 a configuration file may have")] {
+        for (config, refusal) in [(base + "/fifo.conf", "is a FIFO (named pipe)"), ("/dev/zero", "is a device"), (base + "/huge.conf", "more than the 1048576 a configuration file may have"), (base, "is a directory; pass the file itself")] {
             let refused = try ChildProcess(name: "squasherd --config \(config)", executable: Products.squasherd, arguments: ["--config", config, "--state-directory", base + "/state8", "--runtime-directory", base + "/run8"])
             #expect(try await refused.waitForExit(timeout: .seconds(30)) == 1, "\(config)")
             #expect(refused.errorOutput.contains(refusal), "\(config): \(refused.errorOutput)")

@@ -67,7 +67,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
     static let maximumFileBytes = 1 << 20
 
     /// Reads a configuration file: a regular file of at most ``maximumFileBytes``, or `/dev/null`
-    /// (an empty configuration). Anything else is refused before it is opened or read: a FIFO
+    /// (an empty configuration). Anything else (a directory too) is refused before it is opened
+    /// or read: a FIFO
     /// would block the start until someone writes to it, `/dev/zero` would be read until memory
     /// runs out.
     static func readConfigurationFile(_ path: String) throws -> Data {
@@ -79,6 +80,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
         let kind = status.st_mode & S_IFMT
         let isNull = kind == S_IFCHR && stat("/dev/null", &null) == 0 && status.st_rdev == null.st_rdev
         guard kind == S_IFREG || isNull else {
+            if kind == S_IFDIR {
+                throw DaemonError("The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf).")
+            }
             let what = switch kind {
             case S_IFIFO: "a FIFO (named pipe)"
             case S_IFSOCK: "a socket"
@@ -120,11 +124,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         let path = configFile ?? "/etc/squasherd/squasherd.conf"
         var file: [String: String] = [:]
         var lineOf: [String: Int] = [:]
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
-            guard !isDirectory.boolValue else {
-                throw DaemonError("The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf).")
-            }
+        if FileManager.default.fileExists(atPath: path) {
             let data = try readConfigurationFile(path)
             guard let text = String(data: data, encoding: .utf8) else {
                 throw DaemonError("The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
