@@ -229,15 +229,17 @@ struct ListCommand: ParsableCommand {
     }
 }
 
+/// Prints a value that writes itself, such as the events `watch` and `subscribe` print for every
+/// save: written by hand, keys sorted, without `JSONEncoder` or a dynamic cast (throws nothing;
+/// it throws as the other overload does, for call sites that take either).
+func printJSON<T: Encodable & JSONWritable>(_ value: T) throws {
+    var writer = JSONWriter()
+    value.write(to: &writer)
+    print(String(decoding: writer.bytes, as: UTF8.self))
+}
+
 /// Prints a value as JSON on one line.
 func printJSON<T: Encodable>(_ value: T) throws {
-    if let writable = value as? any JSONWritable {
-        // Events printed for every save: written by hand, keys sorted as below.
-        var writer = JSONWriter()
-        writable.write(to: &writer)
-        print(String(decoding: writer.bytes, as: UTF8.self))
-        return
-    }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     print(String(decoding: try encoder.encode(value), as: UTF8.self))

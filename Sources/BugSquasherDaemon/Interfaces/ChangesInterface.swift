@@ -265,7 +265,7 @@ extension ChangesInterface {
     /// subscriber, encoded once for every subscriber that receives the same one.
     private func liveMessage(_ save: DidSave, for subscription: Subscription) throws -> Data {
         let key: EncodedSaveCache.Key = subscription.registeredOnly
-            ? .filtered(save, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+            ? .filtered(save.token, changes: EncodedSaveCache.ChangeIdentity.of(save), includeValues: subscription.includeValues, idRuns: subscription.idRuns)
             : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
         return try encodedSaves.message(for: key) { try saveMessage(save, for: subscription) }
     }
@@ -279,8 +279,28 @@ final class EncodedSaveCache: Sendable {
         /// A whole committed save, by its token: every unfiltered subscriber gets the same one,
         /// so the token is the key (no hashing of the save).
         case published(HistoryToken, includeValues: Bool, idRuns: Bool)
-        /// A save filtered to some registrations: small, keyed by its contents.
-        case filtered(DidSave, includeValues: Bool, idRuns: Bool)
+        /// A save filtered to some registrations, by its token and the changes it kept, each
+        /// named by its object and version: a filtered save takes its changes whole from a
+        /// committed one, and one version of an object has one set of values. (Keyed by the
+        /// save itself, every value was hashed for each subscriber.)
+        case filtered(HistoryToken, changes: [ChangeIdentity], includeValues: Bool, idRuns: Bool)
+    }
+
+    /// One change of a save, by the object and the version it brought the object to; inserts,
+    /// updates and deletions are told apart by `kind`.
+    struct ChangeIdentity: Hashable {
+        var objectID: ObjectID
+        var version: Int64
+        var kind: UInt8
+
+        static func of(_ save: DidSave) -> [ChangeIdentity] {
+            var changes: [ChangeIdentity] = []
+            changes.reserveCapacity(save.inserted.count + save.updated.count + save.deleted.count)
+            for change in save.inserted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: 0)) }
+            for change in save.updated { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: 1)) }
+            for change in save.deleted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: 2)) }
+            return changes
+        }
     }
 
     /// Fan-out happens right after each commit, so a few recent saves are enough; large saves

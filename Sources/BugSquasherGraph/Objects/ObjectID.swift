@@ -63,21 +63,43 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
     /// writes it: the number is 1 or more, in decimal digits without a sign or leading zeros, so
     /// that one object has one URI (`p01` and `p+1` are not `p1`).
     public init?(uri: String) {
-        let prefix = "\(Self.scheme)://"
-        guard uri.hasPrefix(prefix) else { return nil }
-        let parts = uri.dropFirst(prefix.count).split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty, let tag = parts[2].first,
-              let number = Int64(parts[2].dropFirst()), number > 0, String(number) == parts[2].dropFirst()
-        else { return nil }
-        switch tag {
-        case "p" where parts[0] != Self.temporaryStore:
-            self.init(store: String(parts[0]), entity: String(parts[1]), primaryKey: number)
-        case "t" where parts[0] == Self.temporaryStore:
-            self.init(temporaryFor: String(parts[1]), number: number)
+        // Read byte by byte: every change of the feed carries an ID, parsed on the daemon's
+        // write path and by each subscriber (splitting the string cost each a few microseconds).
+        let utf8 = uri.utf8
+        guard utf8.starts(with: Self.uriPrefix) else { return nil }
+        let storeStart = utf8.index(utf8.startIndex, offsetBy: Self.uriPrefix.count)
+        let slash = UInt8(ascii: "/")
+        guard let storeEnd = utf8[storeStart...].firstIndex(of: slash), storeEnd > storeStart else { return nil }
+        let entityStart = utf8.index(after: storeEnd)
+        guard let entityEnd = utf8[entityStart...].firstIndex(of: slash), entityEnd > entityStart else { return nil }
+        let tagIndex = utf8.index(after: entityEnd)
+        guard tagIndex < utf8.endIndex else { return nil }
+        var number: Int64 = 0
+        var digits = 0
+        for byte in utf8[utf8.index(after: tagIndex)...] {
+            // Decimal digits only (no sign, no further "/"), without a leading zero.
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits > 0 || byte != UInt8(ascii: "0") else { return nil }
+            let (shifted, overflowed) = number.multipliedReportingOverflow(by: 10)
+            let (sum, overflowedAgain) = shifted.addingReportingOverflow(Int64(byte - UInt8(ascii: "0")))
+            guard !overflowed, !overflowedAgain else { return nil }
+            number = sum
+            digits += 1
+        }
+        guard digits > 0 else { return nil }
+        let store = String(uri[storeStart..<storeEnd])
+        let entity = String(uri[entityStart..<entityEnd])
+        switch utf8[tagIndex] {
+        case UInt8(ascii: "p") where store != Self.temporaryStore:
+            self.init(store: store, entity: entity, primaryKey: number)
+        case UInt8(ascii: "t") where store == Self.temporaryStore:
+            self.init(temporaryFor: entity, number: number)
         default:
             return nil
         }
     }
+
+    /// `x-bugsquasher://`, the start of every ID's URI.
+    private static let uriPrefix = Array("\(scheme)://".utf8)
 
     public var description: String { uriString }
 
