@@ -5,7 +5,7 @@
 #   a. import rows/s through squasherd vs raw SQLite prepared-statement inserts, chunks of 1,000
 #      (median of 3 runs of each, alternating);
 #   b. commit -> subscriber refreshed p50/p99 for 1, 10, 100 subscribers vs PostgreSQL
-#      LISTEN/NOTIFY (and a raw Unix-socket fan-out);
+#      LISTEN/NOTIFY, their rounds alternating (and a raw Unix-socket fan-out);
 #   c. bytes and work per subscriber, filtered by squasherd vs unfiltered;
 #   d. peak squasherd RSS after importing --rows vs --big-rows records;
 #   e. --big-rows import with 100 subscribers (89 fast, 10 slow, 1 stalled) vs none; the stalled
