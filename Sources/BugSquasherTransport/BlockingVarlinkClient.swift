@@ -43,26 +43,6 @@ public final class BlockingVarlinkClient: Sendable {
 
     deinit { fd.withLock { if $0 >= 0 { _ = close($0) } } }
 
-    /// Calls `body` with the Unix socket address of `path` (any length a `sun_path` holds,
-    /// unlike NIO's `SocketAddress`, which stops 4 bytes short of Linux's limit).
-    ///
-    /// - Throws: ``TransportError`` for a path longer than that.
-    static func withUnixAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws -> T {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count <= VarlinkServer.maximumSocketPathBytes else {
-            throw TransportError("The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes)).")
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-    }
-
     /// A blocking Unix stream socket connected to `path`, with `timeout` on its sends and
     /// receives.
     static func connect(_ path: String, timeout: Duration? = nil) throws -> CInt {

@@ -300,7 +300,7 @@ public final class VarlinkServer: Sendable {
             if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, unlink(path) != 0, errno != ENOENT {
                 throw TransportError("Cannot replace the stale socket file \(path): \(String(cString: strerror(errno))).")
             }
-            let bound = try BlockingVarlinkClient.withUnixAddress(path) { bind(fd, $0, $1) }
+            let bound = try withUnixAddress(path) { bind(fd, $0, $1) }
             guard bound == 0 else { throw TransportError("Cannot bind the socket \(path): \(String(cString: strerror(errno))).") }
             guard listen(fd, 512) == 0 else { throw TransportError("Cannot listen on the socket \(path): \(String(cString: strerror(errno))).") }
             return fd

@@ -467,7 +467,7 @@ struct FaultTests {
         try FileManager.default.removeItem(atPath: path)
         let listener = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
         defer { close(listener) }
-        try #require(withUnixAddress(path, { bind(listener, $0, $1) }) == 0 && listen(listener, 4) == 0, "\(String(cString: strerror(errno)))")
+        try #require(try withUnixAddress(path, { bind(listener, $0, $1) }) == 0 && listen(listener, 4) == 0, "\(String(cString: strerror(errno)))")
         var before = stat()
         try #require(lstat(path, &before) == 0)
         #expect(try await harness.daemon.waitForExit(timeout: .seconds(30)) == 1)

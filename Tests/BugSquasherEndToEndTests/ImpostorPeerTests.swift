@@ -1,3 +1,4 @@
+import BugSquasherTransport
 import Foundation
 import Testing
 
@@ -11,7 +12,7 @@ private final class ImpostorPeer: Sendable {
         self.path = path
         let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
         listener = fd
-        guard withUnixAddress(path, { bind(fd, $0, $1) }) == 0, listen(fd, 16) == 0 else {
+        guard try withUnixAddress(path, { bind(fd, $0, $1) }) == 0, listen(fd, 16) == 0 else {
             throw HarnessError("could not listen on \(path): \(String(cString: strerror(errno)))")
         }
         guard let answer else { return }

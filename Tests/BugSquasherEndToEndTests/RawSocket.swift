@@ -1,3 +1,4 @@
+import BugSquasherTransport
 import Foundation
 
 /// A plain Unix stream socket, for sending squasherd arbitrary bytes (hostile-client tests).
@@ -11,7 +12,7 @@ final class RawSocket {
         // time — by then perhaps another thread's.
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
-        guard withUnixAddress(path, { connect(fd, $0, $1) }) == 0 else {
+        guard (try? withUnixAddress(path, { connect(fd, $0, $1) })) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw HarnessError("connect(\(path)): \(reason)")
@@ -107,24 +108,11 @@ final class RawSocket {
     }
 }
 
-/// Calls `body` with the `sockaddr_un` of a Unix socket path (for bind and connect).
-func withUnixAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-        raw.copyBytes(from: Array(path.utf8))
-        raw[path.utf8.count] = 0
-    }
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
-}
-
 /// Whether a path is a listening Unix socket of this type.
 func connectable(_ path: String, type: Int32) -> Bool {
     let fd = socket(AF_UNIX, type, 0)
     defer { close(fd) }
-    return withUnixAddress(path) { connect(fd, $0, $1) } == 0
+    return (try? withUnixAddress(path) { connect(fd, $0, $1) }) == 0
 }
 
 /// A Varlink call as bytes: the JSON text and its NUL terminator.

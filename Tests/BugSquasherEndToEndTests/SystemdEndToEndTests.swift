@@ -1,3 +1,4 @@
+import BugSquasherTransport
 import Foundation
 import Synchronization
 import Testing
@@ -13,7 +14,7 @@ final class NotifyRecorder: Sendable {
         path = directory + "/notify.sock"
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         self.fd = fd
-        guard withUnixAddress(path, { bind(fd, $0, $1) }) == 0 else { throw HarnessError("cannot bind \(path)") }
+        guard try withUnixAddress(path, { bind(fd, $0, $1) }) == 0 else { throw HarnessError("cannot bind \(path)") }
         Thread.detachNewThread { [weak self] in
             var buffer = [UInt8](repeating: 0, count: 4096)
             while true {
@@ -231,7 +232,7 @@ struct SystemdEndToEndTests {
         let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(sender) }
         let deadline = ContinuousClock.now + .seconds(30)
-        while withUnixAddress(directory + "/run/squasherd.sock", { sendto(sender, "x", 1, 0, $0, $1) }) != 1, ContinuousClock.now < deadline {
+        while try withUnixAddress(directory + "/run/squasherd.sock", { sendto(sender, "x", 1, 0, $0, $1) }) != 1, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
         #expect(try await activator.waitForExit(timeout: .seconds(60)) == 1, "\(activator.errorOutput)")

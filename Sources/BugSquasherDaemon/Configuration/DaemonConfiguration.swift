@@ -67,14 +67,14 @@ public struct DaemonConfiguration: Sendable, Hashable {
     static let maximumFileBytes = 1 << 20
 
     /// Reads a configuration file: a regular file of at most ``maximumFileBytes``, or `/dev/null`
-    /// (an empty configuration). Anything else (a directory too) is refused before it is opened
-    /// or read: a FIFO
-    /// would block the start until someone writes to it, `/dev/zero` would be read until memory
-    /// runs out.
-    static func readConfigurationFile(_ path: String) throws -> Data {
+    /// (an empty configuration); `nil` when there is no file at `path`. Anything else (a
+    /// directory too) is refused before it is opened or read: a FIFO would block the start
+    /// until someone writes to it, `/dev/zero` would be read until memory runs out.
+    static func readConfigurationFile(_ path: String) throws -> Data? {
         var status = stat()
         var null = stat()
         guard stat(path, &status) == 0 else {
+            if errno == ENOENT || errno == ENOTDIR { return nil }
             throw DaemonError("Cannot read the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
         }
         let kind = status.st_mode & S_IFMT
@@ -124,8 +124,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         let path = configFile ?? "/etc/squasherd/squasherd.conf"
         var file: [String: String] = [:]
         var lineOf: [String: Int] = [:]
-        if FileManager.default.fileExists(atPath: path) {
-            let data = try readConfigurationFile(path)
+        if let data = try readConfigurationFile(path) {
             guard let text = String(data: data, encoding: .utf8) else {
                 throw DaemonError("The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
             }

@@ -286,19 +286,21 @@ final class EncodedSaveCache: Sendable {
         case filtered(HistoryToken, changes: [ChangeIdentity], includeValues: Bool, idRuns: Bool)
     }
 
-    /// One change of a save, by the object and the version it brought the object to; inserts,
-    /// updates and deletions are told apart by `kind`.
+    /// One change of a save, by the object and the version it brought the object to.
     struct ChangeIdentity: Hashable {
+        /// Which list of the save the change is in.
+        enum Kind: UInt8 { case inserted, updated, deleted }
+
         var objectID: ObjectID
         var version: Int64
-        var kind: UInt8
+        var kind: Kind
 
         static func of(_ save: DidSave) -> [ChangeIdentity] {
             var changes: [ChangeIdentity] = []
             changes.reserveCapacity(save.inserted.count + save.updated.count + save.deleted.count)
-            for change in save.inserted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: 0)) }
-            for change in save.updated { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: 1)) }
-            for change in save.deleted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: 2)) }
+            for change in save.inserted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .inserted)) }
+            for change in save.updated { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .updated)) }
+            for change in save.deleted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .deleted)) }
             return changes
         }
     }
