@@ -1202,7 +1202,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--big-rows", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--a-runs", type=int, default=3, help="runs of each path in section a (the medians are compared)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--pause", type=float, default=0.02, help="seconds between latency rounds")

@@ -18,7 +18,7 @@
 # Usage: scripts/bench.sh [--smoke] [--debug] [--rows N] [--big-rows N] [--rounds N] [--skip-postgres]
 #   --rows N        import size of sections 1, a, c, d (default 100,000)
 #   --big-rows N    the large import of sections 1 (RSS), d and e (default 1,000,000)
-#   --rounds N      edits per subscriber count in section b (default 200)
+#   --rounds N      edits per subscriber count in section b (default 500)
 #   --smoke         tiny sizes, to check that the benchmark works (figures mean nothing)
 #   --debug         use the debug build in .build/debug (and build nothing)
 #   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)

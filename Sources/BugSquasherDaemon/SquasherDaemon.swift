@@ -144,7 +144,7 @@ public struct SquasherDaemon: Sendable {
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
         let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
         let service = VarlinkService(
-            vendor: "BugSquasher", product: "squasherd", version: "0.1.0", url: "https://github.com/bugsquasher/bugsquasher",
+            vendor: "BugSquasher", product: "squasherd", version: BugSquasherVersion.current, url: "https://github.com/bugsquasher/bugsquasher",
             interfaces: [changes, store, jobs, imports]
         )
         let ready = ReadyLatch(count: 2) {
@@ -152,9 +152,11 @@ public struct SquasherDaemon: Sendable {
             onReady()
             status.publish()
         }
-        // Limits both sockets share: connections, and bytes of messages still arriving.
+        // Limits both sockets share: connections, bytes of messages still arriving, and bytes of
+        // large replies not yet read (whose memory goes back to the system once they are written).
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
         let incomingBudget = IncomingMessageBudget(limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
+        let outgoingBudget = OutgoingReplyBudget(limit: configuration.maximumOutgoingBytes) { returnFreedMemory() }
         // The write socket has a thread of its own, its event loop, on which its connections
         // are served, and so are its edits and deletes: an edit is read, saved and answered on
         // one thread, without hops to a write thread and back; neither edits waiting for the
@@ -163,11 +165,11 @@ public struct SquasherDaemon: Sendable {
         let servers = [
             VarlinkServer(
                 name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize,
-                connectionLimit: connectionLimit, incomingBudget: incomingBudget, logger: logger
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget, logger: logger
             ),
             VarlinkServer(
                 name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize,
-                connectionLimit: connectionLimit, incomingBudget: incomingBudget, group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget, group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
             ),
         ]
         let fileLoss = StoreFileLoss()
@@ -252,7 +254,8 @@ public struct SquasherDaemon: Sendable {
         // again for its other users).
         if let problem = SQLiteStore.notFilesProblem(path) { throw DaemonError("Refusing to start: \(problem)") }
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
-              !FileManager.default.fileExists(atPath: path + "-wal"),
+              // A log with commits rebuilds the store; an empty one left beside it does not.
+              !SQLiteStore.logMayHoldCommits(path),
               // squasherd was stopped while it created the store: it creates it again.
               !FileManager.default.fileExists(atPath: SQLiteStore.creationMarkerPath(for: path)) else { return }
         throw DaemonError("Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it.")

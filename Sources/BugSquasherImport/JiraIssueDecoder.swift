@@ -113,8 +113,13 @@ public struct JiraIssueDecoder: Sendable {
             components: unique((fields?.components ?? []).compactMap { $0?.name }.filter { !$0.isEmpty }),
             reporter: person(fields?.reporter),
             assignee: person(fields?.assignee),
-            comments: try (fields?.comment?.comments ?? []).compactMap { comment in
-                guard let comment, let id = comment.id, !id.isEmpty else { return nil }
+            comments: try (fields?.comment?.comments ?? []).enumerated().compactMap { index, comment in
+                // A null entry holds nothing; a comment without its id cannot be keyed, and
+                // leaving it out would lose it without a word.
+                guard let comment else { return nil }
+                guard let id = comment.id, !id.isEmpty else {
+                    throw ImportError(.invalidRecord, "The issue's fields.comment.comments[\(index)] has no \"id\"; BugSquasher keys comments by their Jira id, so that a re-import updates them instead of adding copies. Give each comment its id, or remove the comment from this line.", inputLine: line)
+                }
                 return CommentRecord(
                     jiraID: id,
                     body: comment.body ?? "",

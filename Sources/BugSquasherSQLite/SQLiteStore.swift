@@ -192,6 +192,14 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// it is a creation that was interrupted, not a store whose write-ahead log was lost.
     public static func creationMarkerPath(for path: String) -> String { path + "-creating" }
 
+    /// Whether the write-ahead log beside the store at `path` is long enough to hold a frame,
+    /// and so perhaps a commit: its header, a frame's header and the smallest page. SQLite
+    /// leaves an empty log behind at times, which holds nothing.
+    public static func logMayHoldCommits(_ path: String) -> Bool {
+        let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal"))?[.size] as? Int ?? 0
+        return size >= WriteAheadLog.headerSize + WriteAheadLog.frameHeaderSize + 512
+    }
+
     /// How long a write waits for another program's write lock on the store.
     static let busyTimeoutSeconds = 30
 

@@ -61,7 +61,11 @@ public final class VarlinkServer: Sendable {
     /// The bytes of incomplete messages this server shares with others; `nil` for no limit
     /// but the message size.
     public let incomingBudget: IncomingMessageBudget?
+    /// The bytes of large replies not yet written that this server shares with others; `nil`
+    /// for no limit.
+    public let outgoingBudget: OutgoingReplyBudget?
     private let budgetWarnings = WarningThrottle()
+    private let outgoingWarnings = WarningThrottle()
     private let sizeWarnings = WarningThrottle()
     /// Where connections are served; `nil` for Swift's global concurrent executor.
     public let executor: (any TaskExecutor)?
@@ -76,12 +80,13 @@ public final class VarlinkServer: Sendable {
     public init(
         name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
         maximumMessageSize: Int = 8 * 1024 * 1024, connectionLimit: ConnectionLimit? = nil,
-        incomingBudget: IncomingMessageBudget? = nil, group: (any EventLoopGroup)? = nil,
+        incomingBudget: IncomingMessageBudget? = nil, outgoingBudget: OutgoingReplyBudget? = nil, group: (any EventLoopGroup)? = nil,
         executor: (any TaskExecutor)? = nil, logger: Logger
     ) {
         self.executor = executor
         self.connectionLimit = connectionLimit
         self.incomingBudget = incomingBudget
+        self.outgoingBudget = outgoingBudget
         self.name = name
         self.address = address
         self.mayWrite = mayWrite
@@ -182,7 +187,11 @@ public final class VarlinkServer: Sendable {
         }
         do {
             try await connection.executeThenClose { inbound, outbound in
-                let replier = ChannelReplier(outbound: outbound, channel: connection.channel)
+                let replier = ChannelReplier(outbound: outbound, channel: connection.channel, budget: outgoingBudget) { bytes, limit in
+                    self.outgoingWarnings.warn(self.logger) { suppressed in
+                        "Closed a connection instead of sending it a reply of \(bytes) bytes: the replies not yet read by their clients would have held more than \(limit) bytes\(suppressed). Clients may be asking for large replies (pages of rows) without reading them; raise max_outgoing_bytes if many clients read large pages at once."
+                    }
+                }
                 let streaming = StreamingCall()
                 var upgraded: (any VarlinkUpgradeHandler)?
                 try await withThrowingDiscardingTaskGroup { group in
@@ -384,8 +393,13 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
 /// Writes replies to a connection, each terminated by NUL; waits while the peer does not read.
 struct ChannelReplier: VarlinkReplier {
     let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
-    /// The connection under `outbound`, written to directly by ``sendNow(continuing:)``.
+    /// The connection under `outbound`, written to directly by ``sendNow(continuing:)`` and
+    /// for large replies.
     let channel: any Channel
+    /// What large replies are charged to, until they are written.
+    var budget: OutgoingReplyBudget?
+    /// Told the size of a reply the budget refused, and the budget's limit.
+    var onRefused: @Sendable (_ bytes: Int, _ limit: Int) -> Void = { _, _ in }
 
     /// Hands the message to the channel (its event loop writes it) when the channel is
     /// writable: below its high water mark, so a slow reader holds a few messages at most.
@@ -400,8 +414,12 @@ struct ChannelReplier: VarlinkReplier {
     }
 
     func send(_ message: Data, continues: Bool) async throws {
+        let buffer = Self.terminated(message, allocator: channel.allocator)
+        if let budget, buffer.readableBytes >= OutgoingReplyBudget.smallestCharged {
+            return try await sendCharged(buffer, to: budget)
+        }
         do {
-            try await outbound.write(Self.terminated(message, allocator: channel.allocator))
+            try await outbound.write(buffer)
         } catch is CancellationError {
             throw CancellationError()
         } catch {
@@ -411,6 +429,30 @@ struct ChannelReplier: VarlinkReplier {
 }
 
 extension ChannelReplier {
+    /// Writes a large reply charged to `budget` until its last byte is in the socket (a peer
+    /// that does not read holds it), or closes the connection, sending nothing, when the budget
+    /// cannot take it. Ordered with the other sends: each returns before its caller sends again.
+    private func sendCharged(_ buffer: ByteBuffer, to budget: OutgoingReplyBudget) async throws {
+        let bytes = buffer.readableBytes
+        guard budget.take(bytes) else {
+            onRefused(bytes, budget.limit)
+            throw VarlinkPeerGone(reason: "a reply of \(bytes) bytes was over the budget for replies not yet read")
+        }
+        defer { budget.giveBack(bytes) }
+        let channel = self.channel
+        do {
+            // A future's wait does not end on cancellation (a stopping daemon, a streaming call
+            // ended): closing the connection fails the write, which ends it.
+            try await withTaskCancellationHandler {
+                try await channel.writeAndFlush(buffer).get()
+            } onCancel: {
+                channel.close(promise: nil)
+            }
+        } catch {
+            throw VarlinkPeerGone(reason: "\(error)")
+        }
+    }
+
     /// `message` with the NUL byte that ends a Varlink message.
     static func terminated(_ message: Data, allocator: ByteBufferAllocator) -> ByteBuffer {
         var buffer = allocator.buffer(capacity: message.count + 1)

@@ -202,8 +202,9 @@ struct SubscribeCommand: AsyncParsableCommand {
             guard let data else {
                 throw ValidationError("Cannot read --keys-from \(keysFile): \(FileManager.default.fileExists(atPath: keysFile) ? "permission denied, or not a file" : "no such file").")
             }
-            // Blank lines and the spaces around a key (a pasted list) are not part of the keys.
-            for (index, line) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            // Blank lines and the spaces around a key (a pasted list) are not part of the keys;
+            // lines end in LF or CRLF (a list saved on Windows), which is one Character.
+            for (index, line) in String(decoding: data, as: UTF8.self).split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
                 let key = line.trimmingCharacters(in: .whitespaces)
                 guard !key.isEmpty else { continue }
                 try validateKey(key, place: " (line \(index + 1) of --keys-from)")

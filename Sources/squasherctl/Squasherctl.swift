@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
@@ -13,6 +14,7 @@ struct Squasherctl: AsyncParsableCommand {
             socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
             answer that is not squasherd's), 64 usage error (no command, among others), 74 the output could not be written (a full disk).
             """,
+        version: BugSquasherVersion.current,
         subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
     )
 

@@ -22,7 +22,8 @@ struct Squasherd: AsyncParsableCommand {
             "read" and "write" (FileDescriptorName=), and native journald logging when stderr is \
             the journal. Stop with SIGTERM or SIGINT: the current import chunk finishes, the \
             store is checkpointed, exit status 0.
-            """
+            """,
+        version: BugSquasherVersion.current
     )
 
     @Option(help: "Directory of the store (bugs.sqlite) and the import spool.")

@@ -90,6 +90,10 @@ struct FaultTests {
         try FileManager.default.removeItem(atPath: base + "/emptied/bugs.sqlite-wal")
         try await expectRefusal(state: base + "/emptied", run: base + "/run5", "is an empty file (0 bytes)")
         #expect((try FileManager.default.attributesOfItem(atPath: base + "/emptied/bugs.sqlite")[.size] as? Int) == 0)
+        // ... and with an empty log beside it, as SQLite leaves one at times: no commits either.
+        #expect(FileManager.default.createFile(atPath: base + "/emptied/bugs.sqlite-wal", contents: Data()))
+        try await expectRefusal(state: base + "/emptied", run: base + "/run5", "is an empty file (0 bytes)")
+        #expect((try FileManager.default.attributesOfItem(atPath: base + "/emptied/bugs.sqlite")[.size] as? Int) == 0)
 
         // A configuration file it cannot use: exit 1 and a critical line, like every other
         // refusal to start (not the usage text of a command-line mistake, status 64).

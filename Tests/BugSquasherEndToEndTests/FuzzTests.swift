@@ -352,6 +352,35 @@ struct FuzzTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("pages of rows asked for and left unread: squasherd holds at most max_outgoing_bytes of them, closes the connection whose reply would go past, and serves the others")
+    func unreadReplies() async throws {
+        let harness = try await DaemonHarness(chunkSize: 1000, configuration: "max_outgoing_bytes = 5242880\n")
+        // 3,000 bugs of a 1,000-character title: a page of all of them is 3 to 4 MB.
+        let padding = String(repeating: "x", count: 1000)
+        let records = try harness.writeRecords("wide.ndjson", count: 3000, prefix: "WIDE", title: padding)
+        try await harness.ctl(["import", records.path, "--wait"])
+        let page = varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","result":"rows","limit":10000}}"#)
+        // One client asks and does not read: its reply waits in the daemon, charged, once its
+        // first bytes have come.
+        let stalled = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+        stalled.send(page)
+        var arrival = pollfd(fd: stalled.fd, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&arrival, 1, 60_000) == 1, "no reply began within 60 s")
+        // A second one would take the total past 5 MB: closed, sent nothing.
+        let refused = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+        refused.send(page)
+        #expect(refused.receiveAll().count == 0, "a reply past max_outgoing_bytes was sent")
+        try await harness.waitForDaemonLog("Closed a connection instead of sending it a reply of")
+        // Small replies are not charged, and go out meanwhile.
+        #expect(try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Jobs.Status"}"#)).contains(#""bugs":3000"#))
+        // Once the first client reads its page, the next page goes out whole.
+        let first = stalled.receiveMessage()
+        #expect(first.hasPrefix(#"{"parameters":{"rows":"#) && first.utf8.count > 3_000_000, "\(first.prefix(200)) (\(first.utf8.count) bytes)")
+        let next = try RawSocket.exchange(harness.readSocket, page)
+        #expect(next.hasPrefix(#"{"parameters":{"rows":"#) && next.utf8.count == first.utf8.count, "\(next.prefix(200)) (\(next.utf8.count) bytes)")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("slow queries of many read clients wait for the read threads among themselves: an edit and Jobs.Status are answered at once, before most of them")
     func slowQueriesDoNotHoldUpOthers() async throws {
         let harness = try await DaemonHarness(chunkSize: 1000)

@@ -434,13 +434,14 @@ struct SubscriberEndToEndTests {
         }
         try await importBugs(["W-1"], title: "first")
         // Keys no bug can have are refused rather than waited for; keys may come from a file
-        // (one per line, blank lines and the spaces around a key ignored, a repeated key once).
+        // (one per line, LF or CRLF, blank lines and the spaces around a key ignored, a repeated
+        // key once).
         for key in ["", " W-1", "W\t1"] {
             let error = try await harness.ctlError(["subscribe", key], expectStatus: 64)
             #expect(error.contains(key.isEmpty ? "The bug key is empty" : "has spaces around it or a control character"), "\(error)")
         }
         let keysFile = harness.directory + "/keys.txt"
-        try "  W-2 \n\nW-1\n".write(toFile: keysFile, atomically: true, encoding: .utf8)
+        try "  W-2 \r\n\r\nW-1\r\n".write(toFile: keysFile, atomically: true, encoding: .utf8)
         let subscriber = try harness.startCtl("subscriber waiting", ["subscribe", "--json", "W-1", "--keys-from", keysFile])
         let ready = try await subscriber.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
         #expect(SubscriberEvent.parse(ready.line)?.bugs?.map(\.key) == ["W-1"])

@@ -1,3 +1,4 @@
+import BugSquasherProtocol
 import Foundation
 import Testing
 
@@ -29,6 +30,7 @@ struct VarlinkInteropTests {
                 with client.open("org.varlink.service") as service:
                     info = service.GetInfo()
                     out["interfaces"] = info["interfaces"]
+                    out["version"] = info["version"]
                     out["description"] = service.GetInterfaceDescription("io.bugsquasher.Changes")["description"]
                 with client.open("io.bugsquasher.Store") as store:
                     out["fetch"] = store.Fetch("Bug", 'key BEGINSWITH "INTEROP"', ["key"], None, None, "rows")
@@ -55,6 +57,13 @@ struct VarlinkInteropTests {
         #expect(replies.first?["event"] as? String == "subscribed")
         #expect(replies.last?["event"] as? String == "save")
         #expect(result["error"] as? String == "io.bugsquasher.Store.InvalidRequest")
+        // The daemon's GetInfo, `squasherd --version` and `squasherctl --version` name one release.
+        #expect(result["version"] as? String == BugSquasherVersion.current)
+        for binary in [Products.squasherd, Products.squasherctl] {
+            let version = try ChildProcess(name: "--version", executable: binary, arguments: ["--version"])
+            #expect(try await version.waitForExit() == 0)
+            #expect(version.output == [BugSquasherVersion.current], "\(binary) --version printed \(version.output)")
+        }
         #expect(try await harness.stop() == 0)
     }
 

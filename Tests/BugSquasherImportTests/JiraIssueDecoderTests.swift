@@ -24,7 +24,7 @@ import Testing
       "comment":{"comments":[
         {"id":"100","author":{"name":"user-2b3c4d5e","displayName":"User Two"},"body":"Seen on iOS 5.","created":"2011-04-15T03:00:00.000+0000","updated":"2011-04-15T03:00:00.000+0000"},
         {"id":"101","created":"2011-04-15T04:00:00.000+0000","updated":null},
-        {"body":"no id, dropped"}
+        null
       ],"maxResults":3,"total":5,"startAt":0}
     }}
     """#
@@ -94,6 +94,19 @@ import Testing
         #expect(error?.inputLine == 3)
         #expect(error?.message.contains("no \"fields\" object") == true)
         #expect(error?.message.contains("--format bugsquasher-ndjson") == true)
+    }
+
+    @Test("a comment without its id rejects the issue, naming the comment; a null entry is passed over")
+    func rejectsACommentWithoutID() throws {
+        for comment in [#"{"body":"no id"}"#, #"{"id":"","body":"empty id"}"#] {
+            let text = #"{"key":"C-1","fields":{"comment":{"comments":[{"id":"9001","body":"x"},"# + comment + "]}}}"
+            let error = #expect(throws: ImportError.self) { _ = try decoder.decode(Data(text.utf8), line: 7) }
+            #expect(error?.code == .invalidRecord)
+            #expect(error?.inputLine == 7)
+            #expect(error?.message.contains("comments[1] has no \"id\"") == true, "\(String(describing: error))")
+        }
+        let record = try decoder.decode(Data(#"{"key":"C-1","fields":{"comment":{"comments":[null,{"id":"9001","body":"x"}]}}}"#.utf8))
+        #expect(record.comments.map(\.jiraID) == ["9001"])
     }
 
     @Test(arguments: [

@@ -31,6 +31,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     /// The bytes of incomplete Varlink messages held at once over all connections (at least
     /// ``maximumMessageSize``): a connection whose message would take the total further is closed.
     public var maximumIncomingBytes: Int = 256 * 1024 * 1024
+    /// The bytes of large replies (64 KiB and more) not yet read by their clients, over all
+    /// connections: a connection whose reply would take the total further is closed instead.
+    public var maximumOutgoingBytes: Int = 256 * 1024 * 1024
     /// The longest input record (line) accepted; longer ones are rejected.
     public var maximumRecordBytes: Int = 8 << 20
     /// Changed objects a subscriber may have pending before it is told to resync.
@@ -175,6 +178,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         }
         if let value = try integer("max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message") { configuration.maximumMessageSize = value }
         if let value = try integer("max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once") { configuration.maximumIncomingBytes = value }
+        if let value = try integer("max_outgoing_bytes", in: 65_536...(1 << 40), meaning: "bytes of large replies not yet read, held at once") { configuration.maximumOutgoingBytes = value }
         if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") { configuration.maximumRecordBytes = value }
         if let value = try integer("subscriber_pending_limit", in: 1...(1 << 40), meaning: "objects queued for one subscriber") { configuration.subscriberPendingLimit = value }
         if let value = try integer("upload_idle_timeout", in: 1...86_400, meaning: "seconds an upload may wait for its next bytes") { configuration.uploadIdleTimeout = .seconds(value) }
@@ -192,7 +196,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     static let keys: Set<String> = [
         "state_directory", "runtime_directory", "chunk_size", "import_nice", "import_yield_ms", "read_socket_mode", "write_socket_mode",
-        "max_message_bytes", "max_incoming_bytes", "max_record_bytes", "subscriber_pending_limit", "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
+        "max_message_bytes", "max_incoming_bytes", "max_outgoing_bytes", "max_record_bytes", "subscriber_pending_limit", "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 
     /// The `key = value` lines of a configuration file: the values, and the line each is on.

@@ -26,17 +26,23 @@ struct StoreInterface: VarlinkInterface {
                     modelVersionHash: model.versionHash, token: try store.currentHistoryToken().rawValue,
                     entities: model.entities.map(\.name)
                 ))
+            // Replies of rows are encoded on the read threads too, where they were read: a page of
+            // 10,000 rows takes as long to encode as to read, and encoded on the cooperative
+            // pool, the pages of a few dozen clients held up `Jobs.Status` and the watchdog's
+            // health check for seconds.
             case "Fetch":
                 let parameters = try call.parameters(FetchParameters.self)
-                try await replier.reply(try await readers.run { try fetch(parameters) })
+                try await replier.send(try await readers.run { try VarlinkReply.encode(fetch(parameters), continues: false) }, continues: false)
             case "Values":
                 let ids = try parse(try call.parameters(IDsParameters.self).ids)
                 guard ids.count <= 10_000 else { throw invalid("ask for at most 10,000 IDs at once") }
-                let rows = try await readers.run { try store.newValues(for: ids) }
-                try await replier.reply(RowsReply(rows: ids.compactMap { id in
-                    guard let row = rows[id], let entity = model.entity(named: id.entityName) else { return nil }
-                    return WireRow(id: id.uriString, version: row.version, values: coding.encode(row, entity: entity))
-                }))
+                try await replier.send(try await readers.run {
+                    let rows = try store.newValues(for: ids)
+                    return try VarlinkReply.encode(RowsReply(rows: ids.compactMap { id in
+                        guard let row = rows[id], let entity = model.entity(named: id.entityName) else { return nil }
+                        return WireRow(id: id.uriString, version: row.version, values: coding.encode(row, entity: entity))
+                    }), continues: false)
+                }, continues: false)
             case "Related":
                 let parameters = try call.parameters(RelatedParameters.self)
                 guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
