@@ -413,8 +413,10 @@ struct ChannelReplier: VarlinkReplier {
         return true
     }
 
-    func send(_ message: Data, continues: Bool) async throws {
+    func send(_ message: consuming Data, continues: Bool) async throws {
         let buffer = Self.terminated(message, allocator: channel.allocator)
+        // Copied: a large reply is held once while its peer reads it, not twice.
+        _ = consume message
         if let budget, buffer.readableBytes >= OutgoingReplyBudget.smallestCharged {
             return try await sendCharged(buffer, to: budget)
         }
@@ -525,7 +527,7 @@ private struct StreamingReplier<Base: VarlinkReplier>: VarlinkReplier {
     let call: StreamingCall
     let number: Int
 
-    func send(_ message: Data, continues: Bool) async throws {
+    func send(_ message: consuming Data, continues: Bool) async throws {
         if !continues { call.end(number) }
         try await base.send(message, continues: continues)
     }

@@ -18,8 +18,9 @@ public struct VarlinkPeerGone: Error, Sendable, CustomStringConvertible {
 public protocol VarlinkReplier: Sendable {
     /// Sends one encoded reply message (without its NUL terminator). `continues` is what the
     /// message says: whether more replies to the same `more` call follow it. After a reply that
-    /// does not continue, the client may send its next call.
-    func send(_ message: Data, continues: Bool) async throws
+    /// does not continue, the client may send its next call. The message is consumed: a
+    /// replier that copies it into its own buffer frees it before waiting for its peer.
+    func send(_ message: consuming Data, continues: Bool) async throws
 
     /// Sends one encoded reply message that continues (without its NUL terminator) at once,
     /// from any thread, without waiting: for a fan-out that must not wake a task per
@@ -271,7 +272,7 @@ public struct VarlinkService: Sendable {
 private struct OnewayFilter<Base: VarlinkReplier>: VarlinkReplier {
     let base: Base
     let oneway: Bool
-    func send(_ message: Data, continues: Bool) async throws {
+    func send(_ message: consuming Data, continues: Bool) async throws {
         if !oneway { try await base.send(message, continues: continues) }
     }
 

@@ -110,7 +110,10 @@ struct VarlinkTests {
     /// Collects replies in memory.
     final class Recorder: VarlinkReplier, Sendable {
         let replies = Mutex<[String]>([])
-        func send(_ message: Data, continues: Bool) async throws { replies.withLock { $0.append(String(decoding: message, as: UTF8.self)) } }
+        func send(_ message: consuming Data, continues: Bool) async throws {
+            let text = String(decoding: message, as: UTF8.self)
+            replies.withLock { $0.append(text) }
+        }
         func sendNow(continuing message: Data) -> Bool { false }
     }
 
