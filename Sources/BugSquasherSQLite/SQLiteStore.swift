@@ -260,8 +260,19 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         case .SQLITE_FULL: "The disk is full: free space on the file system of \(path)."
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_AUTH:
             "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
-        default: "Check that the directory exists and is writable by this user, and that the disk is sound."
+        // A full disk fails the open of a store whose log or index cannot grow as an I/O error.
+        default: isOnFullFileSystem(path)
+            ? "The disk is full: free space on the file system of \(path), or move the state directory to another one."
+            : "Check that the directory exists and is writable by this user, and that the disk is sound."
         }
+    }
+
+    /// Whether the file system holding `path` (or its directory, when the file is not there
+    /// yet) has no block left for this user.
+    static func isOnFullFileSystem(_ path: String) -> Bool {
+        var status = statvfs()
+        let existing = FileManager.default.fileExists(atPath: path) ? path : (path as NSString).deletingLastPathComponent
+        return statvfs(existing, &status) == 0 && status.f_blocks > 0 && status.f_bavail == 0
     }
 
     deinit {

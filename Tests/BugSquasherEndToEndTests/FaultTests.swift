@@ -577,6 +577,31 @@ struct FaultTests {
         }
     }
 
+    @Test("a store on a disk filled while squasherd was stopped: the start is refused saying the disk is full, and goes through once there is room")
+    func startOnFullDisk() async throws {
+        try await onSmallDisk(size: "12m") { mountPoint, base in
+            let arguments = ["--state-directory", mountPoint, "--runtime-directory", base + "/run"]
+            let first = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: arguments)
+            try await first.waitForErrorOutput(containing: " ready")
+            first.signal(SIGTERM)
+            #expect(try await first.waitForExit() == 0)
+            #expect(FileManager.default.createFile(atPath: mountPoint + "/filler", contents: nil))
+            let filler = try #require(FileHandle(forWritingAtPath: mountPoint + "/filler"))
+            while (try? filler.write(contentsOf: Data(count: 64 << 10))) != nil {}
+            while (try? filler.write(contentsOf: Data(count: 512))) != nil {}
+            let refused = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: arguments)
+            #expect(try await refused.waitForExit() == 1)
+            #expect(refused.errorOutput.contains("full"), "\(refused.errorOutput)")
+            #expect(!refused.errorOutput.contains("disk is sound"), "\(refused.errorOutput)")
+            try filler.close()
+            try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+            let again = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: arguments)
+            try await again.waitForErrorOutput(containing: " ready")
+            again.signal(SIGTERM)
+            #expect(try await again.waitForExit() == 0)
+        }
+    }
+
     @Test("a disk so full that even the job's failure cannot be recorded: the job shows failed, with both reasons, and whoever waits on it is told instead of waiting for good")
     func failureThatCannotBeRecorded() async throws {
         try await onSmallDisk(size: "12m") { mountPoint, base in
