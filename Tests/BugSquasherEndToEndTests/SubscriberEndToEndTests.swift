@@ -336,8 +336,11 @@ struct SubscriberEndToEndTests {
         #expect(first.event == "subscribed")
         let importer = try harness.startCtl("import", ["import", path, "--wait"])
 
-        // Read like a slow consumer: 40 ms per message, until every new bug was seen. (At 5 ms,
-        // an import slowed by the tests running beside this one let the reader keep up.)
+        // Read like a slow consumer: 100 ms per message, until every new bug was seen. (At 5 ms,
+        // and at 40 ms in a CI run, an import slowed by the tests running beside this one, to 25
+        // saves a second, let the reader keep up; a mailbox then has nothing to coalesce. The
+        // reader's backlog stays far below the pending limit: an idle import makes about 250
+        // objects in 100 ms.)
         var bugs = Set<String>()
         var messages = 0
         var coalesced = 0
@@ -353,7 +356,7 @@ struct SubscriberEndToEndTests {
             if save.token > token + 1 { coalesced += 1 }
             token = save.token
             bugs.formUnion(save.inserted.map(\.id).filter { $0.contains("/Bug/") })
-            try await Task.sleep(for: .milliseconds(40))
+            try await Task.sleep(for: .milliseconds(100))
         }
         #expect(try await importer.waitForExit(timeout: .seconds(120)) == 0)
         let saves = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self).token - first.token
