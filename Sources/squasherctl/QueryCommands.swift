@@ -182,6 +182,10 @@ struct ListCommand: ParsableCommand {
         guard BugModel.model.entity(named: entity) != nil else {
             throw ValidationError("There is no entity '\(entity)'; give one of \(BugModel.entities.map(\.name).joined(separator: ", ")).")
         }
+        // An empty key path (`--sort ''`, `--sort a,,b`) would sort by nothing without a word.
+        if let sort, sort.split(separator: ",", omittingEmptySubsequences: false).contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty || $0.trimmingCharacters(in: .whitespaces) == "-" }) {
+            throw ValidationError("--sort '\(sort)' has an empty key path; give comma-separated key paths such as -created,key (a - before one sorts it descending).")
+        }
     }
 
     /// The rows `list` asks for per call.

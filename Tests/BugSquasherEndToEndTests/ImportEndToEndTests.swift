@@ -55,6 +55,10 @@ struct ImportEndToEndTests {
         #expect(try await harness.ctl(["status"]).joined().contains("subscribers 0,"), "no subscription outlived its connection")
         let named = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"a\nforged log line"}}"#))
         #expect(named.contains("control characters"), "\(named)")
+        for blank in ["", "   "] {
+            let unnamed = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"\#(blank)"}}"#))
+            #expect(unnamed.contains("the job name is empty"), "\(unnamed)")
+        }
         #expect(try await harness.stop() == 0)
 
         let tooLarge = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--chunk-size", "5000000", "--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
@@ -689,6 +693,11 @@ struct AbortEndToEndTests {
         let descending = try await harness.ctl(["list", "--where", #"key BEGINSWITH "AB-""#, "--sort", "-key", "--limit", "3"])
         #expect(descending.count == 3 && descending == descending.sorted(by: >), "\(descending)")
         try await harness.ctl(["list", "--limit", "-1"], expectStatus: 64)
+        // An empty key path among the sort keys is a usage error, not a sort by nothing.
+        for sort in ["", ",,", "key,", "-"] {
+            let empty = try await harness.ctlError(["list", "--sort", sort], expectStatus: 64)
+            #expect(empty.contains("has an empty key path"), "--sort '\(sort)': \(empty)")
+        }
         try await harness.ctl(["watch", "--since", "-5"], expectStatus: 64)
         let negativeTimeout = try await harness.ctlError(["status", "--timeout", "-1"], expectStatus: 64)
         #expect(negativeTimeout.contains("--timeout takes seconds"), "\(negativeTimeout)")

@@ -44,6 +44,9 @@ struct ImportInterface: VarlinkInterface {
             }
             // A job's name is for people: kept (and logged) to its first 500 characters, and on
             // one line (a newline in it would forge a line of the log).
+            guard !parameters.name.allSatisfy(\.isWhitespace) else {
+                throw invalidInput("the job name is empty; give the job a name people will know it by (squasherctl uses the file's name)")
+            }
             guard !parameters.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
                 throw invalidInput("the job name holds control characters (a newline, an escape…); give a name of printable characters")
             }
