@@ -261,18 +261,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_AUTH:
             "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
         // A full disk fails the open of a store whose log or index cannot grow as an I/O error.
-        default: isOnFullFileSystem(path)
-            ? "The disk is full: free space on the file system of \(path), or move the state directory to another one."
-            : "Check that the directory exists and is writable by this user, and that the disk is sound."
+        default: fileSystemProblem(path).map { "The store cannot grow: \($0)." }
+            ?? "Check that the directory exists and is writable by this user, and that the disk is sound."
         }
-    }
-
-    /// Whether the file system holding `path` (or its directory, when the file is not there
-    /// yet) has no block left for this user.
-    static func isOnFullFileSystem(_ path: String) -> Bool {
-        var status = statvfs()
-        let existing = FileManager.default.fileExists(atPath: path) ? path : (path as NSString).deletingLastPathComponent
-        return statvfs(existing, &status) == 0 && status.f_blocks > 0 && status.f_bavail == 0
     }
 
     deinit {
@@ -785,10 +776,15 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if !FileManager.default.fileExists(atPath: directory) {
             return "its directory \(directory) no longer exists (moved or removed?); put it back, or restore the store there"
         }
+        return fileSystemProblem(path) ?? "\(path) is not writable by this user; fix the permissions of the file and its directory"
+    }
+
+    /// What keeps the file system holding `path` from taking writes, as a person acts on it:
+    /// mounted read-only, no free inodes, or no free blocks; `nil` when none of these.
+    static func fileSystemProblem(_ path: String) -> String? {
+        let directory = URL(filePath: path).deletingLastPathComponent().path
         var status = statvfs()
-        guard statvfs(directory, &status) == 0 else {
-            return "\(path) is not writable by this user; fix the permissions of the file and its directory"
-        }
+        guard statvfs(directory, &status) == 0 else { return nil }
         if status.f_flag & UInt(ST_RDONLY) != 0 {
             return "\(path) is on a file system mounted read-only; remount it read-write, or move the state directory to a writable one"
         }
@@ -798,7 +794,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if status.f_bavail == 0 {
             return "the file system holding \(directory) is full; free space on it, or move the state directory to another file system"
         }
-        return "\(path) is not writable by this user; fix the permissions of the file and its directory"
+        return nil
     }
 
     /// Whether `path` is on a file system mounted read-only (`ST_RDONLY`), where no permission

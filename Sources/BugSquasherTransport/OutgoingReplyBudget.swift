@@ -24,9 +24,6 @@ public final class OutgoingReplyBudget: Sendable {
         self.onDrained = onDrained
     }
 
-    /// The bytes charged now.
-    public var current: Int { held.load(ordering: .relaxed) }
-
     /// Charges `bytes`; `false`, charging nothing, when that would take the total past the limit.
     func take(_ bytes: Int) -> Bool {
         let total = held.add(bytes, ordering: .relaxed).newValue

@@ -183,16 +183,21 @@ struct ListCommand: ParsableCommand {
             throw ValidationError("There is no entity '\(entity)'; give one of \(BugModel.entities.map(\.name).joined(separator: ", ")).")
         }
         // An empty key path (`--sort ''`, `--sort a,,b`) would sort by nothing without a word.
-        if let sort, sort.split(separator: ",", omittingEmptySubsequences: false).contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty || $0.trimmingCharacters(in: .whitespaces) == "-" }) {
-            throw ValidationError("--sort '\(sort)' has an empty key path; give comma-separated key paths such as -created,key (a - before one sorts it descending).")
+        if let sortKeys, sortKeys.contains(where: { $0.isEmpty || $0 == "-" }) {
+            throw ValidationError("--sort '\(sort ?? "")' has an empty key path; give comma-separated key paths such as -created,key (a - before one sorts it descending).")
         }
+    }
+
+    /// The key paths of `--sort`, in order, as given (empty ones too, which validation refuses).
+    private var sortKeys: [String]? {
+        sort?.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
     }
 
     /// The rows `list` asks for per call.
     static let pageSize = 1_000
 
     func run() throws {
-        let sortKeys = sort?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let sortKeys = self.sortKeys
         if count {
             let reply = try withClient(sockets.read) { client in
                 try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, offset: offset, result: "count"))
