@@ -53,12 +53,16 @@ let package = Package(
             name: "BugSquasherSQLite",
             dependencies: [
                 "BugSquasherGraph",
+                "CSQLiteTuning",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
+        // sqlite3_config, which is variadic (Swift cannot call it): SQLiteStore turns SQLite's
+        // memory statistics off before the first connection opens.
+        .target(name: "CSQLiteTuning", linkerSettings: [.linkedLibrary("sqlite3")]),
         // The bug model: Bug, Comment, Component, Person, Project.
         .target(
             name: "BugSquasherModel",

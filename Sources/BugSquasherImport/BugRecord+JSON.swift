@@ -34,24 +34,24 @@ extension BugRecord {
         var fields = try reader.beginObject()
         while let field = try reader.nextKey(&fields) {
             do {
-                switch field {
-                case "key": try once(key == nil, field); key = try reader.string()
-                case "jiraID": try record.take(.jiraID, field); record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
-                case "title": try record.take(.title, field); title = try reader.string()
-                case "details": try record.take(.details, field); record.details = try reader.optionalString()
-                case "status": try record.take(.status, field); status = try reader.string()
-                case "resolution": try record.take(.resolution, field); record.resolution = try reader.optionalString()
-                case "priority": try record.take(.priority, field); record.priority = try reader.optionalString()
-                case "type": try record.take(.type, field); record.type = try reader.optionalString()
-                case "labels": try record.take(.labels, field); record.labels = reader.null() ? [] : try reader.strings()
-                case "created": try record.take(.created, field); record.created = try date(&reader)
-                case "updated": try record.take(.updated, field); record.updated = try date(&reader)
-                case "resolved": try record.take(.resolved, field); record.resolved = try date(&reader)
-                case "project": try once(project == nil, field); project = try ProjectRecord.read(from: &reader)
-                case "components": try record.take(.components, field); record.components = reader.null() ? [] : try reader.strings()
-                case "reporter": try record.take(.reporter, field); record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
-                case "assignee": try record.take(.assignee, field); record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
-                case "comments":
+                switch Self.field(named: field) {
+                case .key?: try once(key == nil, field); key = try reader.string()
+                case .jiraID?: try record.take(.jiraID, field); record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
+                case .title?: try record.take(.title, field); title = try reader.string()
+                case .details?: try record.take(.details, field); record.details = try reader.optionalString()
+                case .status?: try record.take(.status, field); status = try reader.string()
+                case .resolution?: try record.take(.resolution, field); record.resolution = try reader.optionalString()
+                case .priority?: try record.take(.priority, field); record.priority = try reader.optionalString()
+                case .type?: try record.take(.type, field); record.type = try reader.optionalString()
+                case .labels?: try record.take(.labels, field); record.labels = reader.null() ? [] : try reader.strings()
+                case .created?: try record.take(.created, field); record.created = try date(&reader)
+                case .updated?: try record.take(.updated, field); record.updated = try date(&reader)
+                case .resolved?: try record.take(.resolved, field); record.resolved = try date(&reader)
+                case .project?: try once(project == nil, field); project = try ProjectRecord.read(from: &reader)
+                case .components?: try record.take(.components, field); record.components = reader.null() ? [] : try reader.strings()
+                case .reporter?: try record.take(.reporter, field); record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case .assignee?: try record.take(.assignee, field); record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case .comments?:
                     try once(!hasComments, field)
                     hasComments = true
                     var comments: [CommentRecord] = []
@@ -79,6 +79,23 @@ extension BugRecord {
 
     /// The fields of a record, in the order ``encode(to:)`` writes them.
     static let fieldNames = CodingKeys.allCases.map(\.stringValue)
+
+    /// The field `name` names, if any. Every field of every record imported is looked up: by
+    /// its length first, so that a name is compared with one or a few names of that length
+    /// (a `switch` over the names compares it with each name before its own, most of them in
+    /// a slower comparison than that of two equal names).
+    static func field(named name: String) -> CodingKeys? {
+        switch name.utf8.count {
+        case 3: return name == "key" ? .key : nil
+        case 4: return name == "type" ? .type : nil
+        case 5: return name == "title" ? .title : nil
+        case 6: return name == "status" ? .status : name == "labels" ? .labels : name == "jiraID" ? .jiraID : nil
+        case 7: return name == "details" ? .details : name == "project" ? .project : name == "created" ? .created : name == "updated" ? .updated : nil
+        case 8: return name == "priority" ? .priority : name == "comments" ? .comments : name == "reporter" ? .reporter : name == "assignee" ? .assignee : name == "resolved" ? .resolved : nil
+        case 10: return name == "components" ? .components : name == "resolution" ? .resolution : nil
+        default: return nil
+        }
+    }
 
     /// Why a record has a Jira issue's `fields`.
     static let jiraIssueHint = "a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json"

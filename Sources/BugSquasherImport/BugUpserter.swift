@@ -58,7 +58,7 @@ public struct BugUpserter: Sendable {
         try records.withUnsafeBufferPointer { records in
             for index in records.indices {
                 editsFirst?.yieldToInteractiveSaves()
-                try Self.validate(records[index], at: index)
+                try Self.validate(records.baseAddress! + index, at: index)
             }
             let keys = keys ?? UpsertKeys(records)
             // Each record's bug and comments, and a few projects, people and components.
@@ -91,16 +91,22 @@ public struct BugUpserter: Sendable {
     /// key, project key, person name, component name or comment ID); `index` is named in the
     /// message.
     public static func validate(_ record: BugRecord, at index: Int) throws {
+        try withUnsafePointer(to: record) { try validate($0, at: index) }
+    }
+
+    /// ``validate(_:at:)`` of a record read in place: an element of the chunk passed by value
+    /// would be copied out of it, retaining each of its strings, for every record imported.
+    static func validate(_ record: UnsafePointer<BugRecord>, at index: Int) throws {
         if let what = emptyUniqueKey(of: record) {
             throw ImportError(
                 .invalidRecord,
-                "Record \(index) (key \"\(record.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
+                "Record \(index) (key \"\(record.pointee.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
             )
         }
         // Two checks, not a loop over an array of the keys: this runs for every record imported.
         // (CSV cells are trimmed before they get here.)
-        if EntityDescription.hasStrayCharacters(inKey: record.key) { throw strayCharacters(in: "key", record.key, record: index) }
-        if EntityDescription.hasStrayCharacters(inKey: record.project.key) { throw strayCharacters(in: "project key", record.project.key, record: index) }
+        if EntityDescription.hasStrayCharacters(inKey: record.pointee.key) { throw strayCharacters(in: "key", record.pointee.key, record: index) }
+        if EntityDescription.hasStrayCharacters(inKey: record.pointee.project.key) { throw strayCharacters(in: "project key", record.pointee.project.key, record: index) }
     }
 
     private static func strayCharacters(in what: String, _ key: String, record index: Int) -> ImportError {
@@ -113,12 +119,13 @@ public struct BugUpserter: Sendable {
     /// What in `record` is an empty or blank (whitespace only) unique key, if anything. (No
     /// closure captures the record: that would copy it, retaining each of its strings, for every
     /// record imported.)
-    private static func emptyUniqueKey(of record: BugRecord) -> String? {
-        if isBlank(record.key) { return "key" }
-        if isBlank(record.project.key) { return "project key" }
-        if record.components.contains(where: isBlank) { return "component name" }
-        if record.reporter.map({ isBlank($0.name) }) == true || record.assignee.map({ isBlank($0.name) }) == true { return "person name" }
-        for comment in record.comments {
+    private static func emptyUniqueKey(of record: UnsafePointer<BugRecord>) -> String? {
+        if isBlank(record.pointee.key) { return "key" }
+        if isBlank(record.pointee.project.key) { return "project key" }
+        if record.pointee.components.contains(where: isBlank) { return "component name" }
+        if let reporter = record.pointee.reporter?.name, isBlank(reporter) { return "person name" }
+        if let assignee = record.pointee.assignee?.name, isBlank(assignee) { return "person name" }
+        for comment in record.pointee.comments {
             if isBlank(comment.jiraID) { return "comment jiraID" }
             if comment.author.map({ isBlank($0.name) }) == true { return "comment author name" }
         }

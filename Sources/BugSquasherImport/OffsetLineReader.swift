@@ -52,7 +52,7 @@ public final class OffsetLineReader {
         var oversized = false
         var lineStartOffset = offset
         while true {
-            if let newline = buffer[start...].firstIndex(of: 0x0A) {
+            if let newline = Self.firstNewline(in: buffer, from: start) {
                 var end = newline
                 if end > start, buffer[end - 1] == 0x0D { end -= 1 }
                 let length = newline + 1 - start
@@ -90,6 +90,18 @@ public final class OffsetLineReader {
                 throw ImportError(.io, "Reading the input failed at byte \(offset).", cause: error)
             }
             if chunk.isEmpty { reachedEnd = true } else { buffer.append(contentsOf: chunk) }
+        }
+    }
+
+    /// The index of the first line feed at or after `start`: `memchr`, which scans a word or a
+    /// vector at a time (a generic `firstIndex(of:)` went byte by byte, a few percent of an
+    /// import's CPU).
+    private static func firstNewline(in buffer: [UInt8], from start: Int) -> Int? {
+        buffer.withUnsafeBufferPointer { bytes in
+            guard start < bytes.count, let base = bytes.baseAddress,
+                  let found = memchr(base + start, 0x0A, bytes.count - start)
+            else { return nil }
+            return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
         }
     }
 }

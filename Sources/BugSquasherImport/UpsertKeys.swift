@@ -20,7 +20,7 @@ public struct UpsertKeys: Sendable, Equatable {
     /// The keys of every object upserting `records` looks up; reads the records in place (a copy
     /// of a record retains every string of it).
     init(_ records: UnsafeBufferPointer<BugRecord>) {
-        var bugs = Set<StoredText>(), projects = Set<StoredText>(), persons = Set<StoredText>()
+        var bugs = Set<StoredText>(minimumCapacity: records.count), projects = Set<StoredText>(), persons = Set<StoredText>()
         var components = Set<StoredText>(), comments = Set<StoredText>()
         for index in records.indices {
             bugs.insert(StoredText(records[index].key))

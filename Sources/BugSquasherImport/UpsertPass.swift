@@ -162,7 +162,9 @@ struct UpsertPass {
     private func fetch<T: ManagedObject>(
         _ type: T.Type, by attribute: String, in values: Set<StoredText>, context: isolated ObjectContext
     ) throws -> [StoredText: T] {
-        let values = values.sorted()
+        // In no particular order: SQLite sorts an `IN` list itself, and sorting a chunk's keys
+        // here cost more than the fetch's statement.
+        let values = Array(values)
         var result: [StoredText: T] = [:]
         result.reserveCapacity(values.count)
         var start = 0

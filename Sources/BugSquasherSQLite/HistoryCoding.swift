@@ -17,13 +17,14 @@ enum HistoryCoding {
         appendPairs(didSave.inserted, to: &out)
         out += ",\"u\":{"
         var first = true
-        for (entity, changes) in grouped(didSave.updated) {
+        for (entity, positions) in grouped(didSave.updated) {
             if !first { out += "," }
             first = false
             appendString(entity, to: &out)
             out += ":["
-            for (index, change) in changes.enumerated() {
+            for (index, position) in positions.enumerated() {
                 if index > 0 { out += "," }
+                let change = didSave.updated[position]
                 out += "[\(change.objectID.key),\(change.version)"
                 for key in change.changedKeys {
                     out += ","
@@ -61,25 +62,33 @@ enum HistoryCoding {
         return DidSave(token: token, storeIdentifier: store, inserted: pairs("i"), updated: updated, deleted: pairs("d"))
     }
 
-    private static func grouped(_ changes: [ObjectChange]) -> [(String, [ObjectChange])] {
-        var order: [String] = []
-        var groups: [String: [ObjectChange]] = [:]
-        for change in changes {
-            if groups[change.objectID.entityName] == nil { order.append(change.objectID.entityName) }
-            groups[change.objectID.entityName, default: []].append(change)
+    /// The positions of `changes` by entity, entities in order of appearance. Positions, not
+    /// the changes: a change copied into a group retains its ID's strings and its values (a
+    /// chunk's did-save has a change per object); a save names a few entities, found by a scan.
+    private static func grouped(_ changes: [ObjectChange]) -> [(entity: String, positions: [Int])] {
+        var groups: [(entity: String, positions: [Int])] = []
+        for position in changes.indices {
+            let entity = changes[position].objectID.entityName
+            if let group = groups.firstIndex(where: { $0.entity == entity }) {
+                groups[group].positions.append(position)
+            } else {
+                groups.append((entity, [position]))
+            }
         }
-        return order.map { ($0, groups[$0]!) }
+        return groups
     }
 
     private static func appendPairs(_ changes: [ObjectChange], to out: inout String) {
         out += "{"
-        for (index, (entity, group)) in grouped(changes).enumerated() {
+        for (index, (entity, positions)) in grouped(changes).enumerated() {
             if index > 0 { out += "," }
             appendString(entity, to: &out)
             out += ":["
-            for (position, change) in group.enumerated() {
-                if position > 0 { out += "," }
-                out += "\(change.objectID.key),\(change.version)"
+            for (count, position) in positions.enumerated() {
+                if count > 0 { out += "," }
+                out += String(changes[position].objectID.key)
+                out += ","
+                out += String(changes[position].version)
             }
             out += "]"
         }

@@ -1,5 +1,6 @@
 public import BugSquasherGraph
 public import Foundation
+import CSQLiteTuning
 import GRDB
 public import Logging
 import Synchronization
@@ -111,6 +112,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// - Throws: ``GraphError/Code/storeIO`` when the file cannot be opened (missing directory,
     ///   no permission), ``GraphError/Code/invalidStore`` when it is not an SQLite database.
     public init(url: URL, logger: Logger = Logger(label: "bugsquasher.sqlite"), editsFirst: EditsFirst? = nil) throws {
+        Self.tuneSQLite
         self.url = url
         self.logger = logger
         self.editsFirst = editsFirst
@@ -176,6 +178,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     }
 
     /// What opening the store file failed with, said for the user.
+    /// Turns SQLite's memory statistics off, once, before this process opens its first
+    /// connection: with them on, every allocation SQLite makes takes a global mutex, which
+    /// the writer and the readers share (nothing here reads the statistics).
+    private static let tuneSQLite: Void = {
+        _ = bugsquasher_sqlite_disable_memory_statistics()
+    }()
+
     private static func openFailure(_ error: any Error, path: String) -> GraphError {
         switch error {
         case let error as DatabaseError where error.resultCode == .SQLITE_NOTADB:
@@ -564,14 +573,24 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         guard conflicts.isEmpty else {
             throw GraphError(.mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.", conflicts: conflicts)
         }
+        // Each entity's insert statement is looked up once per save, not once per row (GRDB's
+        // statement cache hashes the whole SQL text); a save inserts rows of a few entities.
+        var inserts: [(entity: EntityDescription, statement: Statement)] = []
         for row in changes.inserted {
-            let sql = try statements(for: row.objectID, in: state)
-            let entity = sql.entity
-            var statement = BoundStatement(try db.cachedStatement(sql: sql.insert))
+            let entityName = row.objectID.entityName
+            let insert: (entity: EntityDescription, statement: Statement)
+            if let known = inserts.first(where: { $0.entity.name == entityName }) {
+                insert = known
+            } else {
+                let sql = try statements(for: row.objectID, in: state)
+                insert = (sql.entity, try db.cachedStatement(sql: sql.insert))
+                inserts.append(insert)
+            }
+            var statement = BoundStatement(insert.statement)
             statement.bind(row.objectID.key)
             for value in row.attributes { statement.bind(value) }
             for target in row.toOne { statement.bind(target?.key) }
-            try Self.executeKeepingKeysUnique(statement, entity: entity, attributes: row.attributes, updating: false)
+            try Self.executeKeepingKeysUnique(statement, entity: insert.entity, attributes: row.attributes, updating: false)
             didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
         }
         for link in changes.linksRemoved {
@@ -668,24 +687,29 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
         let state = try requireLoaded()
-        var counts: [String: Int64] = [:]
-        for id in objectIDs { counts[id.entityName, default: 0] += 1 }
-        let firstKeys: [String: Int64] = try wrap("allocate primary keys") {
-            try pool.write { db in
-                var first: [String: Int64] = [:]
-                for (entity, count) in counts {
-                    try db.execute(sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING", arguments: [entity])
-                    let next = try Int64.fetchOne(db, sql: "UPDATE bs_sequence SET next = next + ? WHERE entity = ? RETURNING next", arguments: [count, entity]) ?? count + 1
-                    first[entity] = next - count
-                }
-                return first
+        // A few entities for thousands of IDs: found by a scan of the entities, not by hashing
+        // each ID's entity name.
+        var counts: [(entity: String, count: Int64)] = []
+        for id in objectIDs {
+            if let slot = counts.firstIndex(where: { $0.entity == id.entityName }) {
+                counts[slot].count += 1
+            } else {
+                counts.append((id.entityName, 1))
             }
         }
-        var offsets: [String: Int64] = [:]
+        var nextKeys: [(entity: String, key: Int64)] = try wrap("allocate primary keys") {
+            try pool.write { db in
+                try counts.map { entity, count in
+                    try db.execute(sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING", arguments: [entity])
+                    let next = try Int64.fetchOne(db, sql: "UPDATE bs_sequence SET next = next + ? WHERE entity = ? RETURNING next", arguments: [count, entity]) ?? count + 1
+                    return (entity, next - count)
+                }
+            }
+        }
         return objectIDs.map { id in
-            let offset = offsets[id.entityName, default: 0]
-            offsets[id.entityName] = offset + 1
-            return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: firstKeys[id.entityName]! + offset)
+            let slot = nextKeys.firstIndex { $0.entity == id.entityName }!
+            defer { nextKeys[slot].key += 1 }
+            return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[slot].key)
         }
     }
 

@@ -26,6 +26,47 @@ struct JSONReaderTests {
         #expect(decoded == record)
     }
 
+    @Test("a string's quote, backslash, control character or non-ASCII byte is found wherever it falls in an 8-byte word of a long string")
+    func longStrings() throws {
+        let plain = "Steps to reproduce: open the app, rotate the device. "
+        for position in 0..<24 {
+            let prefix = String(plain.prefix(position))
+            for (inside, expected) in [("\\\"", "\""), ("\\\\", "\\"), ("\\n", "\n"), ("é", "é"), ("🐞", "🐞"), ("", "")] {
+                let text = prefix + inside + plain
+                let json = "\"" + text + "\""
+                let read = try Array(json.utf8).withUnsafeBufferPointer { bytes in
+                    var reader = JSONReader(bytes)
+                    return try reader.string()
+                }
+                #expect(read == prefix + expected + plain, "at \(position): \(json)")
+            }
+            // A raw control character is refused, at its offset.
+            let broken = Array(("\"" + prefix + "\u{1}" + plain + "\"").utf8)
+            #expect(throws: JSONReader.Failure.self) {
+                try broken.withUnsafeBufferPointer { bytes in
+                    var reader = JSONReader(bytes)
+                    return try reader.string()
+                }
+            }
+            // Invalid UTF-8 after a long ASCII run is refused, not repaired.
+            let invalid = Array(("\"" + prefix + plain).utf8) + [0xFF] + Array("\"".utf8)
+            #expect(throws: JSONReader.Failure.self) {
+                try invalid.withUnsafeBufferPointer { bytes in
+                    var reader = JSONReader(bytes)
+                    return try reader.string()
+                }
+            }
+            // Unterminated: the scan stops at the end.
+            let open = Array(("\"" + prefix + plain).utf8)
+            #expect(throws: JSONReader.Failure.self) {
+                try open.withUnsafeBufferPointer { bytes in
+                    var reader = JSONReader(bytes)
+                    return try reader.string()
+                }
+            }
+        }
+    }
+
     @Test("escapes, surrogate pairs, numbers as IDs, nulls and optional arrays")
     func lenientWhereSafe() throws {
         let record = try decode(#"""

@@ -58,11 +58,15 @@ extension AttributeDescription {
     /// if anything: a nil in a required attribute, or a value of another type (an integer in a
     /// double attribute is fine). Saves refuse such values, naming the problem.
     public func problem(storing value: Value, in entity: String, of id: ObjectID) -> String? {
-        if value.isNull {
-            return isOptional ? nil : "\(entity).\(name) is required but nil on \(id)"
-        }
-        guard value.type != type, !(type == .double && value.type == .int64) else { return nil }
+        if accepts(value) { return nil }
+        if value.isNull { return "\(entity).\(name) is required but nil on \(id)" }
         return "\(entity).\(name) is \(type) but holds \(value) on \(id)"
+    }
+
+    /// Whether `value` may be stored in this attribute: ``problem(storing:in:of:)`` is `nil`.
+    public func accepts(_ value: Value) -> Bool {
+        guard let stored = value.type else { return isOptional }
+        return stored == type || (type == .double && stored == .int64)
     }
 }
 

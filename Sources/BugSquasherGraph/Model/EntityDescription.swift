@@ -20,18 +20,18 @@ public final class EntityDescription: Sendable {
     public let objectType: ManagedObject.Type
 
     /// The position of each attribute in ``attributes`` (and in a ``RowSnapshot``'s attributes).
-    public let attributeIndex: [String: Int]
+    public let attributeIndex: NameIndex
     /// The position of each relationship in ``relationships``.
-    public let relationshipIndex: [String: Int]
+    public let relationshipIndex: NameIndex
     /// The to-one relationships, in declaration order; a ``RowSnapshot`` holds one object ID for
     /// each, in this order.
     public let toOneRelationships: [RelationshipDescription]
     /// The position of each to-one relationship in ``toOneRelationships``.
-    public let toOneIndex: [String: Int]
+    public let toOneIndex: NameIndex
     /// The to-many relationships, in declaration order.
     public let toManyRelationships: [RelationshipDescription]
     /// The position of each to-many relationship in ``toManyRelationships``.
-    public let toManyIndex: [String: Int]
+    public let toManyIndex: NameIndex
 
     /// Creates an entity.
     public init(
@@ -46,12 +46,12 @@ public final class EntityDescription: Sendable {
         self.uniqueKey = uniqueKey
         self.attributes = attributes
         self.relationships = relationships
-        attributeIndex = Dictionary(attributes.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
-        relationshipIndex = Dictionary(relationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        attributeIndex = NameIndex(attributes.map(\.name))
+        relationshipIndex = NameIndex(relationships.map(\.name))
         toOneRelationships = relationships.filter { !$0.isToMany }
-        toOneIndex = Dictionary(toOneRelationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        toOneIndex = NameIndex(toOneRelationships.map(\.name))
         toManyRelationships = relationships.filter(\.isToMany)
-        toManyIndex = Dictionary(toManyRelationships.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        toManyIndex = NameIndex(toManyRelationships.map(\.name))
         defaultValues = attributes.map(\.defaultValue)
     }
 
@@ -59,6 +59,17 @@ public final class EntityDescription: Sendable {
     /// object stored under " TIMOB-1" is found by no lookup of TIMOB-1, so such keys are refused
     /// wherever they come in (an import, an edit).
     public static func hasStrayCharacters(inKey key: String) -> Bool {
+        // An ASCII key (nearly every one) is answered from its bytes, without decoding scalars.
+        let ascii: Bool?? = key.utf8.withContiguousStorageIfAvailable { bytes in
+            guard let first = bytes.first, let last = bytes.last else { return false }
+            var stray = first == 0x20 || (0x09...0x0D).contains(first) || last == 0x20 || (0x09...0x0D).contains(last)
+            for byte in bytes {
+                if byte >= 0x80 { return nil }
+                stray = stray || byte < 0x20 || byte == 0x7F
+            }
+            return stray
+        }
+        if let ascii, let ascii { return ascii }
         guard let first = key.unicodeScalars.first, let last = key.unicodeScalars.last else { return false }
         return isWhitespace(first) || isWhitespace(last)
             || key.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
