@@ -123,9 +123,9 @@ public final class BlockingVarlinkClient: Sendable {
         let reply = try fd.withLock { fd -> Data in
             if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             do {
-                try send(fd, message)
+                try sendOrReadRefusal(fd, message, method: method)
                 return try receive(fd)
-            } catch let error as TransportError {
+            } catch {
                 // The connection is broken: the next call opens a new one (this call is not
                 // retried, since it may have been executed).
                 disconnect(&fd)
@@ -157,7 +157,7 @@ public final class BlockingVarlinkClient: Sendable {
                             exhausted = true
                             break
                         }
-                        try send(fd, try VarlinkCall.encode(method: method, parameters: parameters))
+                        try sendOrReadRefusal(fd, try VarlinkCall.encode(method: method, parameters: parameters), method: method)
                         unanswered += 1
                     }
                     guard unanswered > 0 else { return }
@@ -261,6 +261,22 @@ public final class BlockingVarlinkClient: Sendable {
         close(fd)
         fd = -1
         buffer.withLock { $0.removeAll() }
+    }
+
+    /// Sends a call; when squasherd closes the connection meanwhile, throws what it answered
+    /// before closing, if anything (such as ``VarlinkError/messageTooLarge(limit:)`` for a call
+    /// over its `max_message_bytes`: the answer arrives while the call is still being sent),
+    /// rather than a bare "closed".
+    private func sendOrReadRefusal(_ fd: CInt, _ message: Data, method: String) throws {
+        do {
+            try send(fd, message)
+        } catch let error as TransportError where error.isClosedByPeer {
+            // The connection is closed: reading returns what came before the close, then ends.
+            if let reply = try? receive(fd), let refusal = try? decodeReply(reply, of: method).error {
+                throw refusal
+            }
+            throw error
+        }
     }
 
     private func send(_ fd: CInt, _ message: Data) throws {

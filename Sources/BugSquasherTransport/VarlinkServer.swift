@@ -201,6 +201,12 @@ public final class VarlinkServer: Sendable {
                             try? await replier.send(try VarlinkReply.encode(error), continues: false)
                             logger.debug("malformed message; closing the connection")
                             break reading
+                        case .tooLarge(let limit):
+                            sizeWarnings.warn(logger) { suppressed in
+                                "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). Raise max_message_bytes if clients send calls this large (a Register of very many IDs, say); otherwise a client is not speaking Varlink."
+                            }
+                            try? await replier.send(try VarlinkReply.encode(.messageTooLarge(limit: limit)), continues: false)
+                            break reading
                         case .raw(let bytes):
                             // Bytes after an upgrade nobody took over end the connection.
                             guard let handler = upgraded else { break reading }
@@ -246,10 +252,6 @@ public final class VarlinkServer: Sendable {
         } catch VarlinkFramingError.incomingBudgetExceeded(let limit) {
             budgetWarnings.warn(logger) { suppressed in
                 "Closed a connection whose incomplete message would have taken the bytes held for incomplete messages past \(limit)\(suppressed). Clients may be sending large messages without finishing them; raise max_incoming_bytes if such messages are expected."
-            }
-        } catch VarlinkFramingError.messageTooLarge(let limit) {
-            sizeWarnings.warn(logger) { suppressed in
-                "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). Raise max_message_bytes if clients send calls this large (a Register of very many IDs, say); otherwise a client is not speaking Varlink."
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
@@ -471,10 +473,14 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     /// Whether the socket refused this user (`EACCES`): squasherd is there, but this user may
     /// not use that socket.
     public var isPermissionDenied = false
+    /// Whether squasherd closed the connection while a call was being sent or before it was
+    /// answered (``closedBeforeAnswering(_:)``).
+    public var isClosedByPeer = false
     /// Creates an error.
-    public init(_ message: String, isPermissionDenied: Bool = false) {
+    public init(_ message: String, isPermissionDenied: Bool = false, isClosedByPeer: Bool = false) {
         self.message = message
         self.isPermissionDenied = isPermissionDenied
+        self.isClosedByPeer = isClosedByPeer
     }
     public var description: String { message }
 
@@ -492,7 +498,7 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
 
     /// squasherd closed the connection at `path` before answering a call.
     public static func closedBeforeAnswering(_ path: String) -> TransportError {
-        TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.")
+        TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.", isClosedByPeer: true)
     }
 }
 

@@ -28,6 +28,15 @@ public struct VarlinkError: Error, Sendable, Hashable, CustomStringConvertible {
     public static var permissionDenied: Self { .init("org.varlink.service.PermissionDenied") }
     /// The method streams and must be called with `more`.
     public static var expectedMore: Self { .init("org.varlink.service.ExpectedMore") }
+    /// A message longer than the server's `limit` bytes: the server answers it with this error,
+    /// whatever the message was, and closes the connection. (Not an error of one interface: the
+    /// message was not read, so no method is known.)
+    public static func messageTooLarge(limit: Int) -> Self {
+        .init("io.bugsquasher.MessageTooLarge", [
+            "limit": .int(Int64(limit)),
+            "message": .string("squasherd refused a message longer than its limit of \(limit) bytes (max_message_bytes) and closed the connection. Send less in one call (fewer IDs or keys, smaller values), or raise max_message_bytes in squasherd's configuration."),
+        ])
+    }
 
     public var description: String {
         parameters.isEmpty ? name : "\(name) \(parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"

@@ -46,6 +46,9 @@ public enum VarlinkServerInbound: Sendable {
     /// Bytes sent after a call with `upgrade: true`: the Varlink protocol has ended on the
     /// connection and these belong to the method's own protocol, unsplit.
     case raw(ByteBuffer)
+    /// A message that grew past the limit (in bytes) without its terminator; nothing after it
+    /// is read (what arrives is dropped unbuffered until the connection is closed).
+    case tooLarge(limit: Int)
 }
 
 /// Splits a server connection's bytes into calls, and hands over everything after a call that
@@ -70,7 +73,18 @@ public struct VarlinkServerDecoder: NIOSingleStepByteToMessageDecoder {
     public mutating func decode(buffer: inout ByteBuffer) throws -> VarlinkServerInbound? {
         switch mode {
         case .calls:
-            guard let frame = try frames.decode(buffer: &buffer) else {
+            let decoded: ByteBuffer?
+            do {
+                decoded = try frames.decode(buffer: &buffer)
+            } catch VarlinkFramingError.messageTooLarge(let limit) {
+                // Answered (``VarlinkError/messageTooLarge(limit:)``) before the connection is
+                // closed, rather than closed on a client that would not know why.
+                charge?.release()
+                mode = .ignoring
+                buffer.moveReaderIndex(to: buffer.writerIndex)
+                return .tooLarge(limit: limit)
+            }
+            guard let frame = decoded else {
                 try charge?.hold(buffer.readableBytes)
                 return nil
             }

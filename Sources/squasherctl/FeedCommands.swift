@@ -236,7 +236,13 @@ struct SubscribeCommand: AsyncParsableCommand {
         }
         // The subscriber's feed starts at the token it connected at, before this fetch: a bug
         // created after it is among the feed's inserts, and is picked up there.
-        let initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
+        let initial: [BugState]
+        do {
+            initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
+        } catch let error as GraphError {
+            printError("squasherctl: could not fetch the bugs of the \(keys.count) key(s) given: \(error.message)")
+            throw Exit.failed
+        }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty {
             let shown = missing.sorted().prefix(10).joined(separator: ", ") + (missing.count > 10 ? " and \(missing.count - 10) more" : "")

@@ -170,6 +170,9 @@ struct FuzzTests {
                 if n < block.count { break }
             }
             #expect(sent < 100 << 20, "squasherd took \(sent) bytes of one unterminated message")
+            // What it answered before closing says why, with the limit to raise.
+            let answer = socket.receiveMessage()
+            #expect(answer.contains("io.bugsquasher.MessageTooLarge") && answer.contains("max_message_bytes"), "\(answer.prefix(300))")
         }
         // The log says why the connection was closed, and what to raise if the call was meant.
         try await harness.waitForDaemonLog("Closed a connection whose message grew past 16777216 bytes")
@@ -349,6 +352,21 @@ struct FuzzTests {
             if socket.receiveMessage().contains(#""interfaces""#) { answered.append(index) }
         }
         #expect(answered == [0, 1, 2, 3])
+        #expect(try await harness.stop() == 0)
+    }
+
+    @Test("a call past max_message_bytes from squasherctl is answered with the limit before the connection closes, and squasherctl says so instead of blaming a full daemon")
+    func oversizedCall() async throws {
+        let harness = try await DaemonHarness(configuration: "max_message_bytes = 1048576\n")
+        // 100,000 keys: the fetch of their bugs is a call of about 2 MB.
+        let keysFile = harness.directory + "/many-keys.txt"
+        try (1...100_000).map { "MISSING-\($0)" }.joined(separator: "\n").write(toFile: keysFile, atomically: true, encoding: .utf8)
+        let error = try await harness.ctlError(["subscribe", "--keys-from", keysFile], expectStatus: 2)
+        #expect(error.contains("could not fetch the bugs of the 100000 key(s) given: squasherd refused io.bugsquasher.Store.Fetch: squasherd refused a message longer than its limit of 1048576 bytes (max_message_bytes)"), "\(error)")
+        #expect(!error.contains("connection limit"), "\(error)")
+        try await harness.waitForDaemonLog("Closed a connection whose message grew past 1048576 bytes")
+        // The daemon goes on serving.
+        #expect(try await harness.ctl(["status"]).joined().contains("history token"))
         #expect(try await harness.stop() == 0)
     }
 

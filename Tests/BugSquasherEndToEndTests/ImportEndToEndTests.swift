@@ -522,8 +522,9 @@ struct ImportEndToEndTests {
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":7}}"#)).contains("InvalidParameter"))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"x"}}"#)).contains("PermissionDenied"))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Changes.Subscribe"}"#)).contains("ExpectedMore"))
-        // 17 MiB without a terminator (the limit is 16 MiB): closed without a reply.
-        #expect(try exchange(harness.readSocket, [UInt8](repeating: 0x41, count: 17 << 20)) == "")
+        // 17 MiB without a terminator (the limit is 16 MiB): answered with the limit, then closed.
+        let oversized = try exchange(harness.readSocket, [UInt8](repeating: 0x41, count: 17 << 20))
+        #expect(oversized.contains(#""error":"io.bugsquasher.MessageTooLarge""#) && oversized.contains(#""limit":16777216"#), "\(oversized.prefix(300))")
         // The daemon still answers a well-behaved client.
         #expect(try await harness.ctl(["status"]).joined().contains("history token"))
         #expect(try await harness.stop() == 0)

@@ -44,6 +44,22 @@ struct VarlinkTests {
         #expect(budget.current == 0)
     }
 
+    @Test("a server connection's message past the limit is reported once, holds nothing, and nothing after it is read")
+    func serverMessageTooLarge() throws {
+        let budget = IncomingMessageBudget(limit: 10_000)
+        var decoder = VarlinkServerDecoder(maximumMessageSize: 100, budget: budget)
+        var buffer = ByteBuffer(string: #"{"method":"a.b.C","parameters":{"x":""# + String(repeating: "x", count: 40))
+        #expect(try decoder.decode(buffer: &buffer) == nil)
+        buffer.writeString(String(repeating: "x", count: 40))
+        guard case .tooLarge(let limit)? = try decoder.decode(buffer: &buffer) else { Issue.record("not refused as too large"); return }
+        #expect(limit == 100)
+        #expect(budget.current == 0, "the refused message holds none of the budget")
+        #expect(buffer.readableBytes == 0)
+        var after = ByteBuffer(string: #"{"method":"a.b.C"}"# + "\0")
+        #expect(try decoder.decode(buffer: &after) == nil, "a call after the refused message was read")
+        #expect(VarlinkError.messageTooLarge(limit: 100).parameters["limit"] == .int(100))
+    }
+
     @Test("a server connection switches to raw bytes right after a call asking for an upgrade, even within one read")
     func upgradeDecoding() throws {
         var decoder = VarlinkServerDecoder(maximumMessageSize: 1024)
