@@ -44,19 +44,23 @@ public struct BugUpserter: Sendable {
 
     /// Upserts one chunk of records into `context`, without saving it.
     ///
-    /// - Parameter keys: `UpsertKeys(records)`, when the caller already built them (an importer
-    ///   that checks them against the chunk being saved); built here otherwise.
+    /// - Parameters:
+    ///   - keys: `UpsertKeys(records)`, when the caller already built them (an importer that
+    ///     checks them against the chunk being saved); built here otherwise.
+    ///   - validated: whether the caller ran ``validate(_:at:)`` on every record already (an
+    ///     importer that decodes the next chunk while this one is upserted); they are not
+    ///     checked again then.
     /// - Returns: how many bugs were inserted, updated or left unchanged.
     /// - Throws: ``ImportError`` with ``ImportError/Code/invalidRecord`` before changing anything
     ///   when a record has an empty or blank key, project key, person name, component name or
     ///   comment ID;
     ///   `GraphError` when a fetch fails.
-    public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, in context: isolated ObjectContext) throws -> UpsertSummary {
+    public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, in context: isolated ObjectContext) throws -> UpsertSummary {
         // Records are read in place (through the buffer), not copied: a copy of a record retains
         // every string of it, and this runs for every record of every chunk. `apply` takes a
         // pointer because a subscript's element, passed as an argument, is copied out.
         try records.withUnsafeBufferPointer { records in
-            for index in records.indices {
+            for index in records.indices where !validated {
                 editsFirst?.yieldToInteractiveSaves()
                 try Self.validate(records.baseAddress! + index, at: index)
             }

@@ -188,7 +188,11 @@ final class ImportRunner: Service {
     /// the upsert reads as it is: copying a record retains every string of it.
     struct Chunk: Sendable {
         var entries: [Entry] = []
+        /// The records decoded, each checked with ``BugUpserter/validate(_:at:)`` already.
         var records: [BugRecord] = []
+        /// `UpsertKeys(records)`, built where the chunk is decoded (beside the upsert of the
+        /// chunk before it) rather than between that upsert and this one's.
+        var reads: UpsertKeys?
 
         /// A chunk of one entry of this one, for importing record by record.
         func single(_ entry: Entry) -> Chunk {
@@ -258,10 +262,12 @@ final class ImportRunner: Service {
                 // Not on the import threads: the save holds the writer, which edits wait for.
                 saving = SavingChunk(chunk: prepared, save: Task(executorPreference: writers) { try await self.save(prepared, job: id) })
                 // The saved chunk's context and objects are freed while the next one saves, not
-                // between the two saves (and not while an edit's subscribers refresh: freeing a
-                // chunk's objects takes milliseconds).
-                editsFirst?.yieldToInteractiveSaves()
-                retired = nil
+                // between the two saves, and beside the next upsert rather than before it: by a
+                // task of their own on the import threads (which give way to interactive saves
+                // before each job: freeing a chunk's objects takes milliseconds).
+                if let done = retired.take() {
+                    Task(executorPreference: executor) { withExtendedLifetime(done) {} }
+                }
                 chunk = try await upcoming
             }
             if let last = saving {
@@ -337,7 +343,7 @@ final class ImportRunner: Service {
         guard let previous = saving else { return try await prepare(chunk, job: job) }
         retired = previous.chunk
         editsFirst?.yieldToInteractiveSaves()
-        let reads = UpsertKeys(chunk.records)
+        let reads = chunk.reads ?? UpsertKeys(chunk.records)
         if previous.chunk.written.overlaps(reads) {
             saving = nil
             try await settle(previous, progress: &progress, logger: logger)
@@ -438,7 +444,7 @@ final class ImportRunner: Service {
             // A bug deleted between this upsert and the save fails the save instead of taking
             // the record with it: the records are then saved one by one, re-creating it.
             context.failsOverStoreDeletions = true
-            _ = try upserter.upsert(records, keys: reads, in: context)
+            _ = try upserter.upsert(records, keys: reads, validated: true, in: context)
             editsFirst?.yieldToInteractiveSaves()
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.
@@ -588,6 +594,7 @@ final class ChunkSource: Sendable {
             }
             chunk.entries.append(entry)
         }
+        chunk.reads = UpsertKeys(chunk.records)
         return chunk
     }
 
