@@ -111,6 +111,9 @@ public struct SquasherDaemon: Sendable {
         let watermark = try SaveWatermark(directory: configuration.stateDirectory)
         let storeIdentifier = stack.mainCoordinator.storeIdentifier
         let newestToken = try stack.store.currentHistoryToken()
+        if let content = watermark.unreadableContent() {
+            logger.warning("\(watermark.path) holds no record of the last save (it begins \(content.debugDescription)), so this start could not check that the store kept every save and is the one squasherd saved to here; the record is written anew from the store. If the store's files were not replaced or restored, nothing is lost.", metadata: ["store.path": "\(configuration.storePath)"])
+        }
         if newestToken.rawValue > 0 {
             try watermark.check(storeIdentifier: storeIdentifier, token: newestToken.rawValue, storePath: configuration.storePath)
         } else if let (previous, token) = watermark.recorded(), previous != storeIdentifier {

@@ -247,7 +247,7 @@ struct FaultTests {
         try? FileManager.default.removeItem(atPath: harness.directory)
     }
 
-    @Test("a store that went back (its -wal removed after a kill -9) or that is another store is refused, naming what happened and how to go on, instead of issuing its lost tokens again; removing the record accepts it")
+    @Test("a store that went back (its -wal removed after a kill -9) or that is another store is refused, naming what happened and how to go on, instead of issuing its lost tokens again; removing the record accepts it; a record damaged into garbage is written anew, with a warning that the check could not be made")
     func storeThatWentBackOrIsAnother() async throws {
         let harness = try await DaemonHarness()
         let records = try harness.writeRecords("back.ndjson", count: 50, prefix: "BACK", title: "checkpointed")
@@ -281,6 +281,17 @@ struct FaultTests {
         // Taken as it is once the record is removed.
         try FileManager.default.removeItem(atPath: state + "/squasherd.last-save")
         try await expectStart(state: state, harness: harness, listing: 7, titled: "another store")
+
+        // A record damaged into garbage: the start goes on, saying that it could not check the
+        // store, and the record is written anew.
+        try "\u{0}\u{0}garbage, not a record\n".write(toFile: state + "/squasherd.last-save", atomically: false, encoding: .utf8)
+        let damaged = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", state, "--runtime-directory", harness.directory + "/run"])
+        try await damaged.waitForErrorOutput(containing: "ready")
+        #expect(damaged.errorOutput.contains("squasherd.last-save holds no record of the last save"), "\(damaged.errorOutput)")
+        damaged.signal(SIGTERM)
+        #expect(try await damaged.waitForExit() == 0)
+        let record = try String(contentsOfFile: state + "/squasherd.last-save", encoding: .utf8).split(whereSeparator: \.isWhitespace)
+        #expect(record.count == 2 && Int64(record[1]) != nil, "\(record)")
     }
 
     @Test("a SIGTERM while squasherd starts (its store just created, its sockets not yet bound) stops it cleanly, exit 0, once it can, instead of the signal's default action ending it without a word")

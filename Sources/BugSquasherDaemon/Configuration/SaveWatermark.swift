@@ -38,14 +38,28 @@ final class SaveWatermark: Sendable {
         close(descriptor)
     }
 
-    /// What the file records: `nil` for a new (empty) file.
+    /// What the file records: `nil` for a new (empty) file, or one that holds no record (see
+    /// ``unreadableContent()``).
     func recorded() -> (storeIdentifier: String, token: Int64)? {
+        let text = content()
+        let fields = text.split(whereSeparator: \.isWhitespace)
+        guard fields.count == 2, let token = Int64(fields[1]), token >= 0 else { return nil }
+        return (String(fields[0]), token)
+    }
+
+    /// The start of the file, when it is neither empty nor a record (damaged, or written by
+    /// something else): the check against a store that went back cannot be made then.
+    func unreadableContent() -> String? {
+        let text = content()
+        guard !text.isEmpty, recorded() == nil else { return nil }
+        return String(text.prefix(40))
+    }
+
+    /// The file's first bytes, as text.
+    private func content() -> String {
         var buffer = [UInt8](repeating: 0, count: 128)
         let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
-        guard count > 0 else { return nil }
-        let fields = String(decoding: buffer[..<count], as: UTF8.self).split(whereSeparator: \.isWhitespace)
-        guard fields.count == 2, let token = Int64(fields[1]) else { return nil }
-        return (String(fields[0]), token)
+        return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
     }
 
     /// Refuses a store that is not the one squasherd last saved to here, or that lost saves since.
