@@ -64,18 +64,13 @@ enum HistoryCoding {
 
     /// The positions of `changes` by entity, entities in order of appearance. Positions, not
     /// the changes: a change copied into a group retains its ID's strings and its values (a
-    /// chunk's did-save has a change per object); a save names a few entities, found by a scan.
-    private static func grouped(_ changes: [ObjectChange]) -> [(entity: String, positions: [Int])] {
-        var groups: [(entity: String, positions: [Int])] = []
+    /// chunk's did-save has a change per object).
+    private static func grouped(_ changes: [ObjectChange]) -> [(entity: String, value: [Int])] {
+        var groups = ByEntity<[Int]>()
         for position in changes.indices {
-            let entity = changes[position].objectID.entityName
-            if let group = groups.firstIndex(where: { $0.entity == entity }) {
-                groups[group].positions.append(position)
-            } else {
-                groups.append((entity, [position]))
-            }
+            groups[groups.index(of: changes[position].objectID.entityName) { [] }].append(position)
         }
-        return groups
+        return groups.entries
     }
 
     private static func appendPairs(_ changes: [ObjectChange], to out: inout String) {

@@ -177,7 +177,6 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
     }
 
-    /// What opening the store file failed with, said for the user.
     /// Turns SQLite's memory statistics off, once, before this process opens its first
     /// connection: with them on, every allocation SQLite makes takes a global mutex, which
     /// the writer and the readers share (nothing here reads the statistics).
@@ -185,6 +184,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         _ = bugsquasher_sqlite_disable_memory_statistics()
     }()
 
+    /// What opening the store file failed with, said for the user.
     private static func openFailure(_ error: any Error, path: String) -> GraphError {
         switch error {
         case let error as DatabaseError where error.resultCode == .SQLITE_NOTADB:
@@ -574,18 +574,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             throw GraphError(.mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.", conflicts: conflicts)
         }
         // Each entity's insert statement is looked up once per save, not once per row (GRDB's
-        // statement cache hashes the whole SQL text); a save inserts rows of a few entities.
-        var inserts: [(entity: EntityDescription, statement: Statement)] = []
+        // statement cache hashes the whole SQL text).
+        var inserts = ByEntity<(entity: EntityDescription, statement: Statement)>()
         for row in changes.inserted {
-            let entityName = row.objectID.entityName
-            let insert: (entity: EntityDescription, statement: Statement)
-            if let known = inserts.first(where: { $0.entity.name == entityName }) {
-                insert = known
-            } else {
+            let insert = inserts[try inserts.index(of: row.objectID.entityName) {
                 let sql = try statements(for: row.objectID, in: state)
-                insert = (sql.entity, try db.cachedStatement(sql: sql.insert))
-                inserts.append(insert)
-            }
+                return (sql.entity, try db.cachedStatement(sql: sql.insert))
+            }]
             var statement = BoundStatement(insert.statement)
             statement.bind(row.objectID.key)
             for value in row.attributes { statement.bind(value) }
@@ -687,29 +682,22 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
         let state = try requireLoaded()
-        // A few entities for thousands of IDs: found by a scan of the entities, not by hashing
-        // each ID's entity name.
-        var counts: [(entity: String, count: Int64)] = []
-        for id in objectIDs {
-            if let slot = counts.firstIndex(where: { $0.entity == id.entityName }) {
-                counts[slot].count += 1
-            } else {
-                counts.append((id.entityName, 1))
-            }
-        }
-        var nextKeys: [(entity: String, key: Int64)] = try wrap("allocate primary keys") {
+        var counts = ByEntity<Int64>()
+        for id in objectIDs { counts[counts.index(of: id.entityName) { 0 }] += 1 }
+        // Each entity's first key, then the next one to hand out; in the order of `counts`.
+        var nextKeys: [Int64] = try wrap("allocate primary keys") {
             try pool.write { db in
-                try counts.map { entity, count in
+                try counts.entries.map { entity, count in
                     try db.execute(sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING", arguments: [entity])
                     let next = try Int64.fetchOne(db, sql: "UPDATE bs_sequence SET next = next + ? WHERE entity = ? RETURNING next", arguments: [count, entity]) ?? count + 1
-                    return (entity, next - count)
+                    return next - count
                 }
             }
         }
         return objectIDs.map { id in
-            let slot = nextKeys.firstIndex { $0.entity == id.entityName }!
-            defer { nextKeys[slot].key += 1 }
-            return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[slot].key)
+            let slot = counts.index(of: id.entityName) { 0 }
+            defer { nextKeys[slot] += 1 }
+            return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[slot])
         }
     }
 

@@ -41,18 +41,22 @@ final class SaveWatermark: Sendable {
     /// What the file records: `nil` for a new (empty) file, or one that holds no record (see
     /// ``unreadableContent()``).
     func recorded() -> (storeIdentifier: String, token: Int64)? {
-        let text = content()
-        let fields = text.split(whereSeparator: \.isWhitespace)
-        guard fields.count == 2, let token = Int64(fields[1]), token >= 0 else { return nil }
-        return (String(fields[0]), token)
+        Self.record(in: content())
     }
 
     /// The start of the file, when it is neither empty nor a record (damaged, or written by
     /// something else): the check against a store that went back cannot be made then.
     func unreadableContent() -> String? {
         let text = content()
-        guard !text.isEmpty, recorded() == nil else { return nil }
+        guard !text.isEmpty, Self.record(in: text) == nil else { return nil }
         return String(text.prefix(40))
+    }
+
+    /// The record `text` holds: the store identifier and the token, separated by whitespace.
+    private static func record(in text: String) -> (storeIdentifier: String, token: Int64)? {
+        let fields = text.split(whereSeparator: \.isWhitespace)
+        guard fields.count == 2, let token = Int64(fields[1]), token >= 0 else { return nil }
+        return (String(fields[0]), token)
     }
 
     /// The file's first bytes, as text.

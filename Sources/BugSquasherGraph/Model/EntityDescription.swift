@@ -62,12 +62,12 @@ public final class EntityDescription: Sendable {
         // An ASCII key (nearly every one) is answered from its bytes, without decoding scalars.
         let ascii: Bool?? = key.utf8.withContiguousStorageIfAvailable { bytes in
             guard let first = bytes.first, let last = bytes.last else { return false }
-            var stray = first == 0x20 || (0x09...0x0D).contains(first) || last == 0x20 || (0x09...0x0D).contains(last)
+            if first == 0x20 || (0x09...0x0D).contains(first) || last == 0x20 || (0x09...0x0D).contains(last) { return true }
             for byte in bytes {
                 if byte >= 0x80 { return nil }
-                stray = stray || byte < 0x20 || byte == 0x7F
+                if byte < 0x20 || byte == 0x7F { return true }
             }
-            return stray
+            return false
         }
         if let ascii, let ascii { return ascii }
         guard let first = key.unicodeScalars.first, let last = key.unicodeScalars.last else { return false }

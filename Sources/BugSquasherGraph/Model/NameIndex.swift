@@ -2,12 +2,11 @@
 ///
 /// Every typed property of an object (`bug.title = …`) looks its name up here, several times
 /// per record an import writes. An entity has a handful of names, so a scan that compares
-/// lengths first and then the strings (equal literals compare by their bits) answers sooner
-/// than hashing the name for a dictionary; entities with many names use one. Names that differ
+/// lengths first and then the bytes answers sooner than hashing the name for a dictionary; entities with many names use one. Names that differ
 /// in their bytes are different names, as the store's columns are (`"cafe\u{301}"` does not
 /// find `"café"` written with U+00E9).
-public struct NameIndex: Sendable, Equatable {
-    private struct Entry: Sendable, Equatable {
+public struct NameIndex: Sendable {
+    private struct Entry: Sendable {
         var length: Int
         var name: String
     }
@@ -30,9 +29,7 @@ public struct NameIndex: Sendable, Equatable {
         if let byName { return byName[StoredText(name)] }
         let length = name.utf8.count
         return entries.withUnsafeBufferPointer { entries in
-            // `==` first: equal literals compare by their bits, at once.
-            for index in entries.indices where entries[index].length == length && entries[index].name == name
-                && StoredText.bytesEqual(entries[index].name, name) {
+            for index in entries.indices where entries[index].length == length && StoredText.bytesEqual(entries[index].name, name) {
                 return index
             }
             return nil

@@ -1,0 +1,20 @@
+/// Values for the few entities one save touches (a chunk's bugs, comments, people), found by a
+/// scan of the entity names rather than by hashing each object's entity name: a save of
+/// thousands of objects names a handful of entities.
+struct ByEntity<Value> {
+    /// The entities in order of first appearance, with their values.
+    private(set) var entries: [(entity: String, value: Value)] = []
+
+    /// The position of `entity`, added with `make()` when it is not there yet.
+    mutating func index(of entity: String, orAdd make: () throws -> Value) rethrows -> Int {
+        if let index = entries.firstIndex(where: { $0.entity == entity }) { return index }
+        entries.append((entity, try make()))
+        return entries.count - 1
+    }
+
+    /// The value at `index`.
+    subscript(index: Int) -> Value {
+        get { entries[index].value }
+        set { entries[index].value = newValue }
+    }
+}
