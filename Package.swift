@@ -224,7 +224,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherVarlinkTests",
-            dependencies: ["BugSquasherVarlink", "BugSquasherTransport", "BugSquasherJSON", "BugSquasherProtocol", .product(name: "NIOCore", package: "swift-nio"), .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BugSquasherVarlink", "BugSquasherTransport", "BugSquasherJSON", "BugSquasherProtocol", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(

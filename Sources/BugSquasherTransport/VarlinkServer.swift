@@ -405,13 +405,18 @@ struct ChannelReplier: VarlinkReplier {
 
     /// Hands the message to the channel (its event loop writes it) when the channel is
     /// writable: below its high water mark, so a slow reader holds a few messages at most.
-    /// Ordered with ``send(_:continues:)``: both reach the event loop through its task queue
-    /// (this one even when called on the loop), and a send that waited for writability has
-    /// returned before its caller sends again.
+    /// Inside ``ChannelWriteBatch/collecting(_:)`` it is handed over when that fan-out ends,
+    /// with the other messages for the same event loop. Ordered with ``send(_:continues:)``:
+    /// both reach the event loop through its task queue (this one even when called on the
+    /// loop), and a send that waited for writability has returned before its caller sends again.
     func sendNow(continuing message: Data) -> Bool {
         guard channel.isWritable, channel.isActive else { return false }
         let (channel, message) = (self.channel, Self.terminated(message, allocator: channel.allocator))
-        channel.eventLoop.execute { channel.writeAndFlush(message, promise: nil) }
+        if let batch = ChannelWriteBatch.current {
+            batch.add(message, to: channel)
+        } else {
+            channel.eventLoop.execute { channel.writeAndFlush(message, promise: nil) }
+        }
         return true
     }
 

@@ -4,6 +4,7 @@ import BugSquasherVarlink
 import Foundation
 import Logging
 import NIOCore
+import NIOEmbedded
 import Synchronization
 import Testing
 
@@ -58,6 +59,32 @@ struct VarlinkTests {
         var after = ByteBuffer(string: #"{"method":"a.b.C"}"# + "\0")
         #expect(try decoder.decode(buffer: &after) == nil, "a call after the refused message was read")
         #expect(VarlinkError.messageTooLarge(limit: 100).parameters["limit"] == .int(100))
+    }
+
+    @Test("saves written at once during a fan-out reach each connection when the fan-out ends, in one task per event loop; outside one, at once")
+    func writeBatch() throws {
+        let loop = EmbeddedEventLoop()
+        let channels = [EmbeddedChannel(loop: loop), EmbeddedChannel(loop: loop)]
+        for channel in channels { try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait() }
+        let repliers = channels.map { ChannelReplier(outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>.makeTestingWriter().0, channel: $0) }
+        let written = { (channel: EmbeddedChannel) in try channel.readOutbound(as: ByteBuffer.self).map { String(buffer: $0) } }
+        ChannelWriteBatch.collecting {
+            #expect(repliers[0].sendNow(continuing: Data("first".utf8)))
+            #expect(repliers[1].sendNow(continuing: Data("second".utf8)))
+            #expect(repliers[0].sendNow(continuing: Data("third".utf8)))
+            loop.run()
+            #expect((try? written(channels[0])) == .some(nil), "handed to the event loop before the fan-out ended")
+        }
+        #expect(ChannelWriteBatch.current == nil)
+        loop.run()
+        #expect(try written(channels[0]) == "first\0")
+        #expect(try written(channels[0]) == "third\0")
+        #expect(try written(channels[1]) == "second\0")
+        // Outside a fan-out, a write is handed over at once.
+        #expect(repliers[1].sendNow(continuing: Data("alone".utf8)))
+        loop.run()
+        #expect(try written(channels[1]) == "alone\0")
+        for channel in channels { _ = try channel.finish() }
     }
 
     @Test("a server connection switches to raw bytes right after a call asking for an upgrade, even within one read")

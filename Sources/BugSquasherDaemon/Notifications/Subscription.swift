@@ -1,5 +1,6 @@
 import BugSquasherGraph
 import BugSquasherProtocol
+import BugSquasherTransport
 import Foundation
 import Synchronization
 
@@ -815,19 +816,23 @@ final class NotificationHub: Sendable {
     /// How many clients follow an import job (`Jobs.Watch`).
     var jobFollowerCount: Int { subscriptions.withLock { $0.values.count(where: \.followsJob) } }
 
-    /// Hands a committed save to every subscriber's mailbox; never waits for one.
+    /// Hands a committed save to every subscriber's mailbox; never waits for one. The saves
+    /// written at once to live subscribers reach each event loop in one task, after the last
+    /// subscriber's (``ChannelWriteBatch``).
     func publish(_ didSave: DidSave) {
         let all = subscriptions.withLock { Array($0.values) }
         var withoutValues: DidSave?
         let encodings = SharedEncodings()
         let index = SaveIndex(didSave)
-        for subscription in all {
-            subscription.offer(didSave, withoutValues: {
-                if let withoutValues { return withoutValues }
-                let stripped = didSave.withoutValues
-                withoutValues = stripped
-                return stripped
-            }, encodings: encodings, index: index)
+        ChannelWriteBatch.collecting {
+            for subscription in all {
+                subscription.offer(didSave, withoutValues: {
+                    if let withoutValues { return withoutValues }
+                    let stripped = didSave.withoutValues
+                    withoutValues = stripped
+                    return stripped
+                }, encodings: encodings, index: index)
+            }
         }
     }
 }
