@@ -5,9 +5,14 @@ struct ByEntity<Value> {
     /// The entities in order of first appearance, with their values.
     private(set) var entries: [(entity: String, value: Value)] = []
 
+    /// The position of `entity`; `nil` when it was never added.
+    func index(of entity: String) -> Int? {
+        entries.firstIndex { $0.entity == entity }
+    }
+
     /// The position of `entity`, added with `make()` when it is not there yet.
     mutating func index(of entity: String, orAdd make: () throws -> Value) rethrows -> Int {
-        if let index = entries.firstIndex(where: { $0.entity == entity }) { return index }
+        if let index = index(of: entity) { return index }
         entries.append((entity, try make()))
         return entries.count - 1
     }

@@ -695,7 +695,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             }
         }
         return objectIDs.map { id in
-            let slot = counts.index(of: id.entityName) { 0 }
+            // Every entity was counted above.
+            let slot = counts.index(of: id.entityName)!
             defer { nextKeys[slot] += 1 }
             return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[slot])
         }

@@ -2,9 +2,9 @@
 ///
 /// Every typed property of an object (`bug.title = …`) looks its name up here, several times
 /// per record an import writes. An entity has a handful of names, so a scan that compares
-/// lengths first and then the bytes answers sooner than hashing the name for a dictionary; entities with many names use one. Names that differ
-/// in their bytes are different names, as the store's columns are (`"cafe\u{301}"` does not
-/// find `"café"` written with U+00E9).
+/// lengths first and then the bytes answers sooner than hashing the name for a dictionary;
+/// entities with many names use one. Names that differ in their bytes are different names, as
+/// the store's columns are (`"cafe\u{301}"` does not find `"café"` written with U+00E9).
 public struct NameIndex: Sendable {
     private struct Entry: Sendable {
         var length: Int
