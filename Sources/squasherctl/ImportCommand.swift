@@ -137,8 +137,10 @@ private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt, for co
         let n = read(fd, buffer.baseAddress! + filled, buffer.count - filled)
         if n < 0 && errno == EINTR { continue }
         guard n >= 0 else {
-            printError("squasherctl: reading the input failed: \(String(cString: strerror(errno))); the upload is abandoned.")
-            throw Exit.failed
+            // An input that cannot be read to its end is an unreadable input file, as one that
+            // cannot be opened is (a usage error, 64).
+            printError("squasherctl: reading the input failed after \(filled) bytes of this piece: \(String(cString: strerror(errno))). The upload is abandoned and nothing was imported; check the file (or what feeds the pipe) and import it again.")
+            throw ExitCode.validationFailure
         }
         if n == 0 { break }
         filled += n

@@ -236,6 +236,13 @@ struct ImportEndToEndTests {
         let directory = try ChildProcess(name: "import directory", executable: Products.squasherctl, arguments: ["import", dir], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
         #expect(try await directory.waitForExit() == 64)
         #expect(directory.errorOutput.contains("is a directory"), "\(directory.errorOutput)")
+        // An input that fails while it is read (here a directory on standard input: its first
+        // read fails) is an unreadable input file too, and nothing of it is imported.
+        let directoryInput = try #require(FileHandle(forReadingAtPath: dir))
+        let unreadable = try ChildProcess(name: "import unreadable stdin", executable: Products.squasherctl, arguments: ["import", "-", "--format", "bugsquasher-ndjson"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"], stdin: directoryInput)
+        #expect(try await unreadable.waitForExit() == 64)
+        #expect(unreadable.errorOutput.contains("reading the input failed") && unreadable.errorOutput.contains("Is a directory") && unreadable.errorOutput.contains("nothing was imported"), "\(unreadable.errorOutput)")
+        try directoryInput.close()
         let unknown = try ChildProcess(name: "jobs unknown", executable: Products.squasherctl, arguments: ["jobs", "nosuchjob"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": dir + "/run"])
         #expect(try await unknown.waitForExit() == 3)
         #expect(unknown.errorOutput.contains("no job nosuchjob"), "\(unknown.errorOutput)")
