@@ -139,7 +139,7 @@ private func fill(_ buffer: UnsafeMutableRawBufferPointer, from fd: CInt, for co
         guard n >= 0 else {
             // An input that cannot be read to its end is an unreadable input file, as one that
             // cannot be opened is (a usage error, 64).
-            printError("squasherctl: reading the input failed after \(filled) bytes of this piece: \(String(cString: strerror(errno))). The upload is abandoned and nothing was imported; check the file (or what feeds the pipe) and import it again.")
+            printError("squasherctl: reading the input failed: \(String(cString: strerror(errno))). The upload is abandoned and nothing was imported; check the file (or what feeds the pipe) and import it again.")
             throw ExitCode.validationFailure
         }
         if n == 0 { break }
