@@ -54,9 +54,7 @@ done
 scripts/setup.sh
 bin=${BENCH_BIN:-.build/$config}
 if [[ $config == release && -z ${BENCH_NO_BUILD:-} && -z ${BENCH_BIN:-} ]]; then
-    for product in squasherd squasherctl bugsquasher-bench; do
-        swift build -c release --static-swift-stdlib --product "$product"
-    done
+    scripts/build-release.sh squasherd squasherctl bugsquasher-bench
 fi
 for tool in squasherd squasherctl bugsquasher-bench; do
     [[ -x $bin/$tool ]] || { echo "scripts/bench.sh: $bin/$tool is missing (build it, or leave out BENCH_NO_BUILD)" >&2; exit 1; }

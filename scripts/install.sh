@@ -16,8 +16,7 @@ while (($#)); do
     shift
 done
 scripts/setup.sh
-swift build -c release --static-swift-stdlib --product squasherd
-swift build -c release --static-swift-stdlib --product squasherctl
+scripts/build-release.sh squasherd squasherctl
 install -d "$destdir$prefix/bin" "$destdir/etc/systemd/system" "$destdir/etc/squasherd" \
     "$destdir/usr/lib/sysusers.d" "$destdir/usr/lib/tmpfiles.d"
 install -m 0755 .build/release/squasherd .build/release/squasherctl "$destdir$prefix/bin/"

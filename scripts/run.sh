@@ -25,9 +25,7 @@ while (($#)); do
 done
 scripts/setup.sh
 if [[ ${RUN_NO_BUILD:-0} != 1 ]]; then
-    swift build -c release --static-swift-stdlib --product squasherd
-    swift build -c release --static-swift-stdlib --product squasherctl
-    swift build -c release --static-swift-stdlib --product bugsquasher-demo
+    scripts/build-release.sh squasherd squasherctl bugsquasher-demo
 fi
 bin=.build/release
 [[ $fresh == 1 ]] && rm -rf run

@@ -24,10 +24,7 @@ fi
 
 command -v swift >/dev/null || { echo "setup: the Swift toolchain is not on PATH (expected swift 6.x)" >&2; exit 1; }
 
-# The scripts build release binaries with --static-swift-stdlib: the Swift runtime and Foundation
-# linked in, as a deployed service runs best (no shared-library indirection on every runtime
-# call: squasherd spent 30 % less CPU per edit, docs/BENCHMARKS.md). Every script passes the
-# same flags, so that one does not rebuild what another built.
+# The scripts build release binaries with scripts/build-release.sh (the flags, and why).
 
 # The `varlink` package from PyPI, for the interoperability test (a client nobody here wrote),
 # and `psycopg` (with its bundled libpq), for the PostgreSQL LISTEN/NOTIFY baseline of

@@ -24,8 +24,7 @@ if [[ ! -x .build/venv/bin/python3 ]] || ! .build/venv/bin/python3 -c "import va
     scripts/setup.sh
 fi
 if [[ $config == release && ${STRESS_NO_BUILD:-0} != 1 ]]; then
-    swift build -c release --static-swift-stdlib --product squasherd
-    swift build -c release --static-swift-stdlib --product squasherctl
+    scripts/build-release.sh squasherd squasherctl
 fi
 for product in squasherd squasherctl; do
     [[ -x .build/$config/$product ]] || { echo "stress: .build/$config/$product is missing; build it first" >&2; exit 2; }
