@@ -8,7 +8,8 @@
 # edit, docs/BENCHMARKS.md).
 # -use-ld=lld, with the toolchain's lld when it has one: GNU ld warns at every link that the
 # static Foundation refers to mktemp ("the use of `mktemp' is dangerous"), which squasherd
-# never calls; lld links the same binary without that warning.
+# never calls; lld links the binaries without that warning (the figures of docs/BENCHMARKS.md
+# are the same either way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (( $# > 0 )) || { echo "usage: scripts/build-release.sh PRODUCT..." >&2; exit 2; }
