@@ -412,9 +412,7 @@ struct ChannelReplier: VarlinkReplier {
     func sendNow(continuing message: Data) -> Bool {
         guard channel.isWritable, channel.isActive else { return false }
         let (channel, message) = (self.channel, Self.terminated(message, allocator: channel.allocator))
-        if let batch = ChannelWriteBatch.current {
-            batch.add(message, to: channel)
-        } else {
+        if ChannelWriteBatch.current?.add(message, to: channel) != true {
             channel.eventLoop.execute { channel.writeAndFlush(message, promise: nil) }
         }
         return true

@@ -85,6 +85,16 @@ struct VarlinkTests {
         #expect(repliers[1].sendNow(continuing: Data("alone".utf8)))
         loop.run()
         #expect(try written(channels[1]) == "alone\0")
+        // A write through a collector whose fan-out has ended (a task that inherited it and
+        // outlived it) is not held, where it would never be handed over, but written at once.
+        var late: ChannelWriteBatch.Collector?
+        ChannelWriteBatch.collecting { late = ChannelWriteBatch.current }
+        let ended = try #require(late)
+        ChannelWriteBatch.$current.withValue(ended) {
+            #expect(repliers[0].sendNow(continuing: Data("late".utf8)))
+        }
+        loop.run()
+        #expect(try written(channels[0]) == "late\0")
         for channel in channels { _ = try channel.finish() }
     }
 
