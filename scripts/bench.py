@@ -27,7 +27,7 @@ daemon that does not exit cleanly); a missed performance target is only reported
 Also the child processes of the benchmark: `bench.py child ROLE ...` (slow and stalled Varlink
 subscribers, PostgreSQL listeners, raw fan-out readers).
 """
-import argparse, gc, json, os, platform, queue, random, re, select, selectors, shutil, signal, socket, sqlite3, statistics, subprocess, sys, tempfile, threading, time
+import argparse, gc, json, math, os, platform, queue, random, re, select, selectors, shutil, signal, socket, sqlite3, statistics, subprocess, sys, tempfile, threading, time
 
 HERE = os.path.abspath(__file__)
 PYTHON = sys.executable
@@ -384,11 +384,11 @@ class Subscribers:
                 raise Broken(f"{self.name}s: {self.ready} of {len(self.procs)} ready after {timeout} s")
 
     def wait_mark(self, status, timeout=60):
-        """When the last subscriber printed LATENCY-1 with this status (µs since 1970)."""
+        """When each subscriber printed LATENCY-1 with this status (µs since 1970), once all have."""
         with self.cond:
             if not self.cond.wait_for(lambda: len(self.marks.get(status, {})) == len(self.procs), timeout):
                 raise Broken(f"{self.name}s: {len(self.marks.get(status, {}))} of {len(self.procs)} refreshed '{status}' within {timeout} s")
-            return max(self.marks.pop(status).values())
+            return list(self.marks.pop(status).values())
 
     def cpu_ms(self):
         return [cpu_ms(p.pid) for p in self.procs]
@@ -419,7 +419,7 @@ class Subscribers:
 def edit_round(editor, subscribers, marker, timeout=60, rounds=None):
     """Edits the bug to status `marker`; returns ms from the edit to the last subscriber's refresh
     (to the reply, without subscribers). With `rounds`, appends the save's history token and when
-    the last subscriber refreshed (µs since 1970), for `from_commit`."""
+    each subscriber refreshed (µs since 1970), for `from_commit`."""
     if subscribers is not None:
         PipeReader.shared().hold(hold_seconds(len(subscribers.procs)))
     t0 = now_us()
@@ -430,16 +430,19 @@ def edit_round(editor, subscribers, marker, timeout=60, rounds=None):
     # waited for the store's writer (behind an import's chunk) would otherwise outlast the hold,
     # and the script would read the subscribers' lines while they are still being timed.
     PipeReader.shared().hold(hold_seconds(len(subscribers.procs)))
-    last = subscribers.wait_mark(marker, timeout)
+    refreshed = subscribers.wait_mark(marker, timeout)
     if rounds is not None:
-        rounds.append((token, last))
-    return (last - t0) / 1000
+        rounds.append((token, refreshed))
+    return (max(refreshed) - t0) / 1000
 
 
 def from_commit(daemon, rounds):
-    """ms from each save's commit to the last subscriber's refresh of it (see `edit_round`)."""
+    """ms from each save's commit to its refreshes (see `edit_round`): per save, the last
+    subscriber's; and every subscriber's refresh of every save, one figure each."""
     committed = daemon.commit_times([token for token, _ in rounds])
-    return [(last - committed[token]) / 1000 for token, last in rounds]
+    last = [(max(refreshed) - committed[token]) / 1000 for token, refreshed in rounds]
+    each = [(at - committed[token]) / 1000 for token, refreshed in rounds for at in refreshed]
+    return last, each
 
 
 # MARK: - Baselines
@@ -1130,19 +1133,26 @@ def section_de(args, root, files, report):
         ["CPU seconds of squasherd during the import", f"{base['daemon_cpu']:.1f}", f"{loaded['daemon_cpu']:.1f}", f"{loaded['daemon_cpu'] / base['daemon_cpu']:.2f}x"],
         ["CPU seconds of the subscriber processes", "-", f"{loaded['subscriber_cpu']:.1f}", ""],
         ["squasherd VmHWM", f"{mib(base['hwm']):.1f} MiB", f"{mib(loaded['hwm']):.1f} MiB", f"{loaded['hwm'] / base['hwm']:.2f}x"],
-        ["VmRSS peak, 2nd half / 1st half of the import", f"{rss_growth(base['rss']):.2f}x", f"{growth:.2f}x", ""],
+        ["VmRSS peak, 2nd half / 1st half of the import"] + ["-" if math.isnan(g) else f"{g:.2f}x" for g in (rss_growth(base["rss"]), growth)] + [""],
     ])
     # The subscribers' latency is section b's: from the commit to the refresh. Timed from the
     # edit it adds the edit's wait for the store's one writer, which an import chunk holds for
-    # tens of ms: the editor's latency, not the subscribers'. Both are shown.
-    idle, during = loaded["idle_commit"], loaded["during_commit"]
+    # tens of ms: the editor's latency, not the subscribers'. Both are shown. The target is on
+    # every fast subscriber's refresh of every edit (about 9,000 per phase); the last of the 89
+    # per edit is shown too, but with about 100 edits a phase its p99 is the second-highest
+    # edit, which moves by 10 % between runs of one binary (docs/BENCHMARKS.md).
+    (idle_last, idle), (during_last, during) = loaded["idle_commit"], loaded["during_commit"]
     idle_edit, during_edit = loaded["idle"], loaded["during"]
-    print(f"\n    fast subscribers: an edit of {LATENCY_KEY} -> the last of {fast} printed it refreshed (ms), timed from the save's commit "
-          f"(bs_history.committed_at) and from the edit request;\n    {len(idle)} edits idle (all subscribers attached), {len(during)} during the import")
-    table(["", "commit: p50", "p99", "max", "edit: p50", "p99", "max"], [
-        [name] + [f"{pct(v, q):.2f}" for v in values for q in (.5, .99, 1)]
-        for name, values in [("idle (their normal)", (idle, idle_edit)), ("during the import", (during, during_edit))]])
-    print(f"    ({loaded['fast_refreshes']:,} refresh events in all; edit round trips without subscribers during the import: p50 "
+    print(f"\n    fast subscribers: an edit of {LATENCY_KEY} every {args.edit_interval} ms -> each of the {fast} printed it refreshed (ms), "
+          f"timed from the save's commit (bs_history.committed_at);\n    {len(idle_last)} edits idle (all subscribers attached), "
+          f"{len(during_last)} during the import; the last of the {fast} per edit also timed from the edit request")
+    table(["", "refreshes", "commit: p50", "p90", "p99", "max", "edit: p50", "p99", "max"], [
+        [name, f"{len(values):,}"] + [f"{pct(values, q):.2f}" for q in (.5, .9, .99, 1)]
+        + ([f"{pct(edits, q):.2f}" for q in (.5, .99, 1)] if edits else ["", "", ""])
+        for name, values, edits in [("idle (their normal), each", idle, None), ("during the import, each", during, None),
+                                    (f"idle, the last of {fast} per edit", idle_last, idle_edit),
+                                    (f"during, the last of {fast} per edit", during_last, during_edit)]])
+    print(f"    ({loaded['fast_refreshes']:,} refresh events in all, with the import's; edit round trips without subscribers during the import: p50 "
           f"{pct(base['during'], .5):.2f} ms, p99 {pct(base['during'], .99):.2f} ms)")
     print(f"\n    slow subscribers (after the import each caught up to token {loaded['token']:,})")
     table(["reader", "saves", "coalesced", "objects", "bytes", "resyncs", "CPU ms"],
@@ -1161,11 +1171,16 @@ def section_de(args, root, files, report):
     report.target(f"e. import with {args.e_subscribers} subscribers / with none", ">= 0.80x", ratio_text(ratio, 0.8), ratio >= 0.8)
     report.target("e. fast subscribers' p99 during the import / idle, commit -> refreshed", "<= 1.00x",
                   f"{pct(during, .99) / pct(idle, .99):.2f}x ({pct(during, .99):.1f} / {pct(idle, .99):.1f} ms)", pct(during, .99) <= pct(idle, .99))
+    within = sum(1 for v in during if v <= pct(idle, .99))
+    report.info("e. their refreshes during the import within the idle p99", f"{100 * within / max(1, len(during)):.1f} % ({within:,} of {len(during):,})")
+    report.info(f"e. the same p99 for the last of {fast} per edit", f"{pct(during_last, .99) / pct(idle_last, .99):.2f}x "
+                f"({pct(during_last, .99):.1f} / {pct(idle_last, .99):.1f} ms)")
     report.info("e. the same timed from the edit (with its wait for the writer)",
                 f"{pct(during_edit, .99) / pct(idle_edit, .99):.2f}x ({pct(during_edit, .99):.1f} / {pct(idle_edit, .99):.1f} ms)")
-    within = sum(1 for v in during if v <= pct(idle, .99))
-    report.info("e. edits during the import refreshed within the idle p99", f"{100 * within / max(1, len(during)):.0f} % ({within} of {len(during)})")
-    report.target("e. squasherd VmRSS peak, 2nd half / 1st half of the import", "<= 1.10x (bounded)", f"{growth:.2f}x", growth <= 1.1)
+    if not math.isnan(growth):  # the import lasted long enough for four samples
+        report.target("e. squasherd VmRSS peak, 2nd half / 1st half of the import", "<= 1.10x (bounded)", f"{growth:.2f}x", growth <= 1.1)
+    else:
+        report.info("e. squasherd VmRSS peak, 2nd half / 1st half of the import", f"not measured: the import took {loaded['seconds']:.1f} s, under a second of samples")
     report.info("e. squasherd VmHWM with subscribers / without", f"{loaded['hwm'] / base['hwm']:.2f}x ({mib(loaded['hwm']):.0f} / {mib(base['hwm']):.0f} MiB)")
     report.check("e. stalled subscriber told to resync", st["resyncFrom"] is not None, f"resyncFrom {st['resyncFrom']}")
     ok = not st["problems"] and st["contiguous"] and st["token"] == st["daemonToken"] and st["bugsSeen"] == st["storeBugs"]
