@@ -43,10 +43,10 @@ public enum ChannelWriteBatch {
             writes.withLock { writes in
                 guard writes != nil else { return false }
                 // A daemon has a loop per core: a scan of two or four beats hashing.
-                if let index = writes!.firstIndex(where: { $0.loop === channel.eventLoop }) {
-                    writes![index].messages.append((channel, message))
+                if let index = writes?.firstIndex(where: { $0.loop === channel.eventLoop }) {
+                    writes?[index].messages.append((channel, message))
                 } else {
-                    writes!.append((channel.eventLoop, [(channel, message)]))
+                    writes?.append((channel.eventLoop, [(channel, message)]))
                 }
                 return true
             }
