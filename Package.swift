@@ -124,7 +124,8 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         // For SingleThreadedRuntime: sets the Swift runtime's global-executor hook, which a
-        // statically linked binary does not export to dlsym, and names its thread.
+        // statically linked binary does not export to dlsym, names its thread, and makes its
+        // wake-up pipe with pipe2 (close-on-exec from the start; the tests' child pipes too).
         .target(name: "CConcurrencyHook"),
         // Unix-socket servers and clients that speak Varlink: the only module on NIOPosix.
         .target(
@@ -244,7 +245,7 @@ let package = Package(
         // End-to-end: real squasherd and squasherctl processes on real sockets.
         .testTarget(
             name: "BugSquasherEndToEndTests",
-            dependencies: ["BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel"],
+            dependencies: ["BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "CConcurrencyHook"],
             swiftSettings: strictSettings
         ),
         .testTarget(

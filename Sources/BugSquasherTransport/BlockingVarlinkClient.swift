@@ -44,9 +44,10 @@ public final class BlockingVarlinkClient: Sendable {
     deinit { fd.withLock { if $0 >= 0 { _ = close($0) } } }
 
     /// A blocking Unix stream socket connected to `path`, with `timeout` on its sends and
-    /// receives.
+    /// receives. Close-on-exec, so that a process the caller spawns does not keep the
+    /// connection open after the client closed it.
     static func connect(_ path: String, timeout: Duration? = nil) throws -> CInt {
-        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TransportError("Could not create a socket: \(String(cString: strerror(errno))).") }
         // SO_SNDTIMEO bounds connect(2) on a Unix socket too (a listener whose backlog is full).
         if let timeout {

@@ -75,11 +75,7 @@ private final class PollLoop: Sendable {
 
     static func start() -> PollLoop? {
         var pipeFDs: [CInt] = [0, 0]
-        guard pipe(&pipeFDs) == 0 else { return nil }
-        for fd in pipeFDs {
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        }
+        guard bugsquasher_pipe2(&pipeFDs, O_NONBLOCK | O_CLOEXEC) == 0 else { return nil }
         let loop = PollLoop(wakeRead: pipeFDs[0], wakeWrite: pipeFDs[1])
         Thread {
             // Named by itself: corelibs Foundation's `Thread.name` names the thread only when

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <unistd.h>
 
 // The Swift runtime's hook (swift/Runtime/Concurrency.h): when set, swift_task_enqueueGlobal
 // calls it with the job and the runtime's own implementation, in the Swift calling convention.
@@ -27,4 +28,8 @@ bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job)) {
 
 void bugsquasher_name_current_thread(const char *name) {
     pthread_setname_np(pthread_self(), name);
+}
+
+int bugsquasher_pipe2(int descriptors[2], int flags) {
+    return pipe2(descriptors, flags);
 }

@@ -1,5 +1,6 @@
 import BugSquasherProtocol
 import BugSquasherTransport
+import CConcurrencyHook
 import Foundation
 import Synchronization
 import Testing
@@ -36,14 +37,14 @@ final class ChildProcess: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment
         for (key, value) in environment { env[key] = value }
         process.environment = env
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
+        let out = try ChildPipe()
+        let err = try ChildPipe()
+        process.standardOutput = out.writing
+        process.standardError = err.writing
         if let stdin { process.standardInput = stdin }
         // One blocking reader thread per pipe, until end of file: simple and reliable.
-        let outHandle = out.fileHandleForReading
-        let errHandle = err.fileHandleForReading
+        let outHandle = out.reading
+        let errHandle = err.reading
         Thread.detachNewThread { [weak self] in
             while true {
                 let data = outHandle.availableData
@@ -62,6 +63,12 @@ final class ChildProcess: @unchecked Sendable {
         }
         process.terminationHandler = { [weak self] process in
             self?.exited.withLock { $0 = process.terminationStatus }
+        }
+        // The child has its own copies of the write ends now (or never started): the readers
+        // see end of file once it exits.
+        defer {
+            try? out.writing.close()
+            try? err.writing.close()
         }
         try process.run()
     }
@@ -167,6 +174,37 @@ func waitForChild(_ process: Process, timeout: Duration = .seconds(30)) async th
         try await Task.sleep(for: .milliseconds(10))
     }
     throw HarnessError("pid \(process.processIdentifier) did not exit within \(timeout).")
+}
+
+/// A pipe for a child's standard input or output whose two ends are closed on `exec`, so that
+/// only the child it is handed to holds a copy.
+///
+/// Foundation's `Pipe` makes inheritable descriptors, and corelibs Foundation's `Process.run()`
+/// keeps its other descriptors out of the child by closing those open when it *lists* them,
+/// just before it spawns. A `Pipe` that another test made in that moment went into that child
+/// too: when the child was a daemon of another test, it held the pipe's write end for as long
+/// as it ran, and the reader of a short-lived process (an `sqlite3` that had long exited)
+/// waited 30 s for an end of file. The child gets its end through `dup2`, which does not copy
+/// the close-on-exec flag; the process that made the pipe closes that end once the child is
+/// started.
+struct ChildPipe {
+    /// The end to read from.
+    let reading: FileHandle
+    /// The end to write to.
+    let writing: FileHandle
+
+    init() throws {
+        var descriptors: [Int32] = [-1, -1]
+        guard bugsquasher_pipe2(&descriptors, O_CLOEXEC) == 0 else { throw HarnessError("pipe2: \(String(cString: strerror(errno)))") }
+        reading = FileHandle(fileDescriptor: descriptors[0], closeOnDealloc: true)
+        writing = FileHandle(fileDescriptor: descriptors[1], closeOnDealloc: true)
+    }
+}
+
+/// A Unix socket of `type` that no child process inherits (see ``ChildPipe`` for why a test
+/// process's descriptors must not leak into the children of tests running beside it).
+func unixSocket(_ type: Int32) -> Int32 {
+    socket(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0)
 }
 
 /// A harness failure with what was seen.

@@ -312,17 +312,15 @@ struct FaultTests {
     func uploadEndsWhileTheStoreIsLocked() async throws {
         let harness = try await DaemonHarness()
         let records = try harness.writeRecords("locked.ndjson", count: 50, prefix: "LCK", title: "never queued")
-        // The program that will lock the store starts first, so that it holds no copy of the
-        // upload's input pipe (which would keep squasherctl from ever reading its end).
         let locker = try StoreLocker(store: harness.directory + "/state/bugs.sqlite")
-        let input = Pipe()
+        let input = try ChildPipe()
         let upload = try ChildProcess(name: "squasherctl import", executable: Products.squasherctl, arguments: ["import", "-", "--name", "locked", "--format", "bugsquasher-ndjson", "--wait"],
-                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.fileHandleForReading)
-        try input.fileHandleForWriting.write(contentsOf: try Data(contentsOf: URL(filePath: records.path)))
+                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.reading)
+        try input.writing.write(contentsOf: try Data(contentsOf: URL(filePath: records.path)))
         try await harness.waitForDaemonLog("upload started")
         // Another program takes the write lock, for longer than squasherd's 30 s busy timeout.
         try await locker.lock()
-        try input.fileHandleForWriting.close()
+        try input.writing.close()
         #expect(try await upload.waitForExit(timeout: .seconds(90)) == 2)
         #expect(upload.errorOutput.contains("The upload arrived whole, but the job could not be queued"), "\(upload.errorOutput)")
         #expect(upload.errorOutput.contains("has held the write lock"), "\(upload.errorOutput)")
@@ -386,15 +384,15 @@ struct FaultTests {
         // (EPIPE) instead of ending the test process.
         signal(SIGPIPE, SIG_IGN)
         let harness = try await DaemonHarness()
-        let input = Pipe()
+        let input = try ChildPipe()
         let upload = try ChildProcess(name: "squasherctl import", executable: Products.squasherctl, arguments: ["import", "-", "--name", "cut", "--format", "bugsquasher-ndjson", "--wait"],
-                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.fileHandleForReading)
+                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.reading)
         // Only squasherctl reads the input: once it exits, a write fails instead of blocking.
-        try input.fileHandleForReading.close()
+        try input.reading.close()
         let line = #"{"key":"SPL-%d","title":"spooled","details":"\#(String(repeating: "x", count: 1_000))","status":"Open","project":{"key":"SPL"}}"#
         var next = 0
         func send(_ count: Int) throws {
-            try input.fileHandleForWriting.write(contentsOf: Data((next..<next + count).map { String(format: line, $0) + "\n" }.joined().utf8))
+            try input.writing.write(contentsOf: Data((next..<next + count).map { String(format: line, $0) + "\n" }.joined().utf8))
             next += count
         }
         // A MiB, so that squasherd has written to the spool file (every 256 KiB).
@@ -413,7 +411,7 @@ struct FaultTests {
         }
         #expect(try await upload.waitForExit(timeout: .seconds(30)) == 2, "the upload went on into a removed spool file")
         #expect(upload.errorOutput.contains("was removed while the upload was written to it") && upload.errorOutput.contains("Nothing was imported"), "\(upload.errorOutput)")
-        try? input.fileHandleForWriting.close()
+        try? input.writing.close()
         let records = try harness.writeRecords("after.ndjson", count: 10, prefix: "AFT", title: "after the spool went")
         try await harness.ctl(["import", records.path, "--wait"])
         #expect(try await harness.ctl(["status"]).joined().contains("bugs 10"))
@@ -480,7 +478,7 @@ struct FaultTests {
         let harness = try await DaemonHarness()
         let path = harness.directory + "/run/squasherd.sock"
         try FileManager.default.removeItem(atPath: path)
-        let listener = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+        let listener = unixSocket(CInt(SOCK_STREAM.rawValue))
         defer { close(listener) }
         try #require(try withUnixAddress(path, { bind(listener, $0, $1) }) == 0 && listen(listener, 4) == 0, "\(String(cString: strerror(errno)))")
         var before = stat()
@@ -740,24 +738,24 @@ struct FaultTests {
 
 /// An `sqlite3` process that takes a store's write lock when told and keeps it until released,
 /// as another program on the same file might (a shell left in a transaction, a backup tool).
-/// Started before any pipe a test hands to another process, so that it holds no copy of one.
 struct StoreLocker {
-    private let input = Pipe()
+    private let input: ChildPipe
     private let process: ChildProcess
 
     init(store: String) throws {
-        process = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [store], stdin: input.fileHandleForReading)
+        input = try ChildPipe()
+        process = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: [store], stdin: input.reading)
     }
 
     /// Takes the write lock, waiting for a transaction of squasherd's in progress to end.
     func lock() async throws {
-        try input.fileHandleForWriting.write(contentsOf: Data(".timeout 30000\nBEGIN EXCLUSIVE;\n.print locked\n".utf8))
+        try input.writing.write(contentsOf: Data(".timeout 30000\nBEGIN EXCLUSIVE;\n.print locked\n".utf8))
         _ = try await process.waitForLine { $0 == "locked" }
     }
 
     /// Releases the lock and ends the process; its exit status.
     func release() async throws -> Int32 {
-        try input.fileHandleForWriting.write(contentsOf: Data("COMMIT;\n.quit\n".utf8))
+        try input.writing.write(contentsOf: Data("COMMIT;\n.quit\n".utf8))
         return try await process.waitForExit(timeout: .seconds(60))
     }
 

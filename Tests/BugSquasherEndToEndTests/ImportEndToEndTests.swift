@@ -814,9 +814,9 @@ extension AbortEndToEndTests {
         #expect(steadyImport.output.first?.contains("finished: 10 read, 10 imported") == true, "\(steadyImport.output)")
         // A producer that stalls with its pipe open: squasherctl says why the upload ended as
         // soon as squasherd abandons it, not when the pipe next moves (here, never).
-        let stalled = Pipe()
-        let stalledImport = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: stalled.fileHandleForReading)
-        stalled.fileHandleForWriting.write(line(11))
+        let stalled = try ChildPipe()
+        let stalledImport = try ChildProcess(name: "squasherctl import -", executable: Products.squasherctl, arguments: ["import", "-", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: stalled.reading)
+        stalled.writing.write(line(11))
         #expect(try await stalledImport.waitForExit(timeout: .seconds(30)) == 2, "\(stalledImport.errorOutput)")
         #expect(stalledImport.errorOutput.contains("No bytes arrived for 3 s, so the upload was abandoned"), "\(stalledImport.errorOutput)")
         withExtendedLifetime(stalled) {}

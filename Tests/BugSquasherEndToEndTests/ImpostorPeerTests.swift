@@ -10,7 +10,7 @@ private final class ImpostorPeer: Sendable {
 
     init(path: String, answer: [UInt8]?) throws {
         self.path = path
-        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+        let fd = unixSocket(CInt(SOCK_STREAM.rawValue))
         listener = fd
         guard try withUnixAddress(path, { bind(fd, $0, $1) }) == 0, listen(fd, 16) == 0 else {
             throw HarnessError("could not listen on \(path): \(String(cString: strerror(errno)))")
@@ -22,6 +22,7 @@ private final class ImpostorPeer: Sendable {
             while true {
                 let connection = accept(listener, nil, nil)
                 guard connection >= 0 else { return }
+                _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
                 // A thread per connection: the next client is answered while this one is held.
                 Thread.detachNewThread {
                     var byte: UInt8 = 1

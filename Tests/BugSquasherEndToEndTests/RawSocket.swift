@@ -10,7 +10,7 @@ final class RawSocket {
         // `self.fd` is set only once connected: a class whose stored properties are all set
         // runs its deinit when its init throws, which would close the descriptor a second
         // time — by then perhaps another thread's.
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = unixSocket(Int32(SOCK_STREAM.rawValue))
         guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
         guard (try? withUnixAddress(path, { connect(fd, $0, $1) })) == 0 else {
             let reason = String(cString: strerror(errno))
@@ -110,7 +110,7 @@ final class RawSocket {
 
 /// Whether a path is a listening Unix socket of this type.
 func connectable(_ path: String, type: Int32) -> Bool {
-    let fd = socket(AF_UNIX, type, 0)
+    let fd = unixSocket(type)
     defer { close(fd) }
     return (try? withUnixAddress(path) { connect(fd, $0, $1) }) == 0
 }

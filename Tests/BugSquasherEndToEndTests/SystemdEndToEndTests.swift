@@ -12,7 +12,7 @@ final class NotifyRecorder: Sendable {
 
     init(directory: String) throws {
         path = directory + "/notify.sock"
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        let fd = unixSocket(Int32(SOCK_DGRAM.rawValue))
         self.fd = fd
         guard try withUnixAddress(path, { bind(fd, $0, $1) }) == 0 else { throw HarnessError("cannot bind \(path)") }
         Thread.detachNewThread { [weak self] in
@@ -229,7 +229,7 @@ struct SystemdEndToEndTests {
         try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
         let activator = try socketActivated(in: directory, options: ["--datagram"])
         // The activator binds the sockets, then starts squasherd on the first datagram.
-        let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        let sender = unixSocket(Int32(SOCK_DGRAM.rawValue))
         defer { close(sender) }
         let deadline = ContinuousClock.now + .seconds(30)
         while try withUnixAddress(directory + "/run/squasherd.sock", { sendto(sender, "x", 1, 0, $0, $1) }) != 1, ContinuousClock.now < deadline {
@@ -254,18 +254,19 @@ struct SystemdEndToEndTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // stderr is a pipe we create; JOURNAL_STREAM names that pipe, as systemd would name its
         // stream socket.
-        let pipe = Pipe()
+        let pipe = try ChildPipe()
         var info = stat()
-        fstat(pipe.fileHandleForWriting.fileDescriptor, &info)
+        fstat(pipe.writing.fileDescriptor, &info)
         let process = Process()
         process.executableURL = URL(filePath: Products.squasherd)
         process.arguments = ["--state-directory", directory + "/state", "--runtime-directory", directory + "/run"]
         var environment = ProcessInfo.processInfo.environment
         environment["JOURNAL_STREAM"] = "\(info.st_dev):\(info.st_ino)"
         process.environment = environment
-        process.standardError = pipe
+        process.standardError = pipe.writing
         process.standardOutput = FileHandle.nullDevice
         try process.run()
+        try pipe.writing.close()
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
         let pid = process.processIdentifier
         let deadline = ContinuousClock.now + .seconds(30)
@@ -301,7 +302,7 @@ struct SystemdEndToEndTests {
         #expect(entries.contains { ($0["MESSAGE"] as? String) == "import started" && ($0["MESSAGE_ID"] as? String) == "8a3c2f6e1b7d4e9a9c0f5d2b6e4a1c37" })
         #expect(entries.contains { ($0["MESSAGE"] as? String) == "listening" && ($0["SOCKET"] as? String) == "read" })
         // Nothing went to stderr as text.
-        #expect(pipe.fileHandleForReading.availableData.isEmpty)
+        #expect(pipe.reading.availableData.isEmpty)
     }
 }
 

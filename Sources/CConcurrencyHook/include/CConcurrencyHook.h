@@ -15,4 +15,9 @@ bool bugsquasher_install_global_enqueue_hook(void (*enqueue)(void *job));
 /// Names the calling thread (as `ps -L` and `/proc/PID/task/TID/comm` show it; 15 bytes at most).
 void bugsquasher_name_current_thread(const char *name);
 
+/// `pipe2(2)`: a pipe made with `flags` (`O_CLOEXEC`, `O_NONBLOCK`) set from the start, so that
+/// no process another thread spawns in between inherits it. Swift's Glibc module does not
+/// declare `pipe2`, a GNU extension. Returns 0, or -1 with `errno` set.
+int bugsquasher_pipe2(int descriptors[2], int flags);
+
 #endif
