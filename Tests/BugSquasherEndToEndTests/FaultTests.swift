@@ -611,6 +611,42 @@ struct FaultTests {
         }
     }
 
+    @Test("edits onto a full disk are refused with the reason, and the log says so once for the lot; the bug keeps its last saved values, and the next edit once there is room goes through")
+    func editOntoFullDisk() async throws {
+        try await onSmallDisk(size: "12m") { mountPoint, base in
+            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
+            try await daemon.waitForErrorOutput(containing: " ready")
+            let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
+            try #"{"key":"EDIT-1","title":"saved","status":"Open","project":{"key":"EDIT"}}"#.appending("\n").write(toFile: base + "/one.ndjson", atomically: true, encoding: .utf8)
+            let imported = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
+            #expect(try await imported.waitForExit(timeout: .seconds(60)) == 0, "\(imported.errorOutput)")
+            #expect(FileManager.default.createFile(atPath: mountPoint + "/filler", contents: nil))
+            let filler = try #require(FileHandle(forWritingAtPath: mountPoint + "/filler"))
+            while (try? filler.write(contentsOf: Data(count: 64 << 10))) != nil {}
+            while (try? filler.write(contentsOf: Data(count: 512))) != nil {}
+            try filler.close()
+            // Titles of 48 KB: more pages than the write-ahead log has room for already.
+            let title = String(repeating: "full disk ", count: 4_800)
+            for attempt in 1...3 {
+                let edit = try ChildProcess(name: "update", executable: Products.squasherctl, arguments: ["update", "EDIT-1", "title=\(title)\(attempt)"], environment: environment)
+                #expect(try await edit.waitForExit(timeout: .seconds(60)) == 2, "\(edit.errorOutput)")
+                #expect(edit.errorOutput.contains("is full"), "\(edit.errorOutput)")
+            }
+            // The operator learns it from the log too, once for the three (within ten seconds).
+            try await daemon.waitForErrorOutput(containing: "an edit could not be saved")
+            #expect(daemon.errorOutput.components(separatedBy: "an edit could not be saved").count == 2, "\(daemon.errorOutput.suffix(3000))")
+            #expect(daemon.errorOutput.contains("is full"), "\(daemon.errorOutput.suffix(3000))")
+            let kept = try ChildProcess(name: "get", executable: Products.squasherctl, arguments: ["get", "EDIT-1"], environment: environment)
+            #expect(try await kept.waitForExit() == 0)
+            #expect(kept.output.contains("  title: saved"), "\(kept.output)")
+            try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+            let accepted = try ChildProcess(name: "update", executable: Products.squasherctl, arguments: ["update", "EDIT-1", "title=\(title)"], environment: environment)
+            #expect(try await accepted.waitForExit(timeout: .seconds(60)) == 0, "\(accepted.errorOutput)")
+            daemon.signal(SIGTERM)
+            #expect(try await daemon.waitForExit() == 0)
+        }
+    }
+
     @Test("a disk so full that even the job's failure cannot be recorded: the job shows failed, with both reasons, and whoever waits on it is told instead of waiting for good")
     func failureThatCannotBeRecorded() async throws {
         try await onSmallDisk(size: "12m") { mountPoint, base in

@@ -2,6 +2,7 @@ import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherStack
+import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 import Logging
@@ -19,6 +20,9 @@ struct ImportInterface: VarlinkInterface {
     let runner: ImportRunner
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
+    /// Edits the store could not write (a full disk, an I/O error): each client is told, and the
+    /// operator is told in the log, at most every ten seconds.
+    private let unsavedEdits = WarningThrottle()
 
     private struct IDParameter: Decodable { var id: String }
     private struct TokenReply: Encodable { var token: Int64 }
@@ -118,21 +122,22 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)
-            try await replier.reply(try await update(parameters.id, values: parameters.values))
+            try await replier.reply(try await update(parameters.id, values: parameters.values, logger: context.logger))
         case "Delete":
             let id = try editableObjectID(try call.parameters(IDParameter.self).id)
             let editor = newEditor("varlink-delete")
-            try await mapGraphErrors {
+            let logger = context.logger
+            try await mapGraphErrors(logger) {
                 try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
             }
-            let didSave = try await mapGraphErrors { try await editor.save() }
+            let didSave = try await mapGraphErrors(logger) { try await editor.save() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
     }
 
-    private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
+    private func update(_ uri: String, values: [String: JSONValue], logger: Logger) async throws -> UpdateReply {
         let id = try editableObjectID(uri)
         guard let entity = stack.model.entity(named: id.entityName) else { throw invalidInput("unknown entity in \(uri)") }
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
@@ -157,12 +162,12 @@ struct ImportInterface: VarlinkInterface {
         if let store = stack.store as? any AttributeEditable, attributes.count == values.count {
             // Attributes only: read, changed and written in one write transaction of the store,
             // without a context.
-            let changes = try await mapGraphErrors {
+            let changes = try await mapGraphErrors(logger) {
                 try Dictionary(uniqueKeysWithValues: attributes.map { ($0.name, try WireCoding.decode(values[$0.name]!, as: $0)) })
             }
-            didSave = try await mapGraphErrors { try store.edit(id, attributes: changes) }
+            didSave = try await mapGraphErrors(logger) { try store.edit(id, attributes: changes) }
         } else {
-            didSave = try await editInContext(id, entity: entity, values: values)
+            didSave = try await editInContext(id, entity: entity, values: values, logger: logger)
         }
         guard let didSave else {
             // The values were already the stored ones: nothing was saved.
@@ -173,9 +178,9 @@ struct ImportInterface: VarlinkInterface {
 
     /// Applies `values` (attributes and to-one relationships) to one object in a fresh editor
     /// context and saves it, which also updates the other side of each relationship changed.
-    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue]) async throws -> DidSave? {
+    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue], logger: Logger) async throws -> DidSave? {
         let editor = newEditor("varlink-update")
-        try await mapGraphErrors { try await editor.perform { context in
+        try await mapGraphErrors(logger) { try await editor.perform { context in
             let object = try context.existingObject(with: id)
             for (key, json) in values {
                 if let attribute = entity.attribute(named: key) {
@@ -200,7 +205,7 @@ struct ImportInterface: VarlinkInterface {
                 }
             }
         } }
-        return try await mapGraphErrors { try await editor.save() }
+        return try await mapGraphErrors(logger) { try await editor.save() }
     }
 
     /// A fresh writer-side context (object-trump, like an editor) for one edit: an edit that
@@ -211,8 +216,13 @@ struct ImportInterface: VarlinkInterface {
         stack.importerContext(name: name)
     }
 
-    private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
+    private func mapGraphErrors<T>(_ logger: Logger, _ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
+            if error.code == .storeIO {
+                // Not the client's doing, and not for it alone to know: the next edits fail the
+                // same way until the operator frees the disk or mends the file system.
+                unsavedEdits.warn(logger) { "an edit could not be saved: \(error.message)\($0)" }
+            }
             switch error.code {
             case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
             case .validation where !error.problems.isEmpty:
