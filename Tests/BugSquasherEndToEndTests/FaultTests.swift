@@ -611,7 +611,7 @@ struct FaultTests {
         }
     }
 
-    @Test("edits onto a full disk are refused with the reason, and the log says so once for the lot; the bug keeps its last saved values, and the next edit once there is room goes through")
+    @Test("edits onto a full disk are refused as StoreUnavailable (squasherctl: 75, retry later) with the reason, and the log says so once for the lot; the bug keeps its last saved values, and the next edit once there is room goes through")
     func editOntoFullDisk() async throws {
         try await onSmallDisk(size: "12m") { mountPoint, base in
             let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
@@ -629,10 +629,14 @@ struct FaultTests {
             let title = String(repeating: "full disk ", count: 4_800)
             for attempt in 1...3 {
                 let edit = try ChildProcess(name: "update", executable: Products.squasherctl, arguments: ["update", "EDIT-1", "title=\(title)\(attempt)"], environment: environment)
-                #expect(try await edit.waitForExit(timeout: .seconds(60)) == 2, "\(edit.errorOutput)")
+                #expect(try await edit.waitForExit(timeout: .seconds(60)) == 75, "\(edit.errorOutput)")
                 #expect(edit.errorOutput.contains("is full"), "\(edit.errorOutput)")
             }
-            // The operator learns it from the log too, once for the three (within ten seconds).
+            // Over the wire: an error a client can tell from a request it must change.
+            let id = try #require(try BlockingVarlinkClient(path: base + "/run/squasherd.sock").call("io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: #"key == "EDIT-1""#, limit: 1), as: FetchReply.self).ids?.first)
+            let raw = try RawSocket.exchange(base + "/run/squasherd-write.sock", varlinkCall(#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"\#(id)","values":{"title":"\#(title)4"}}}"#))
+            #expect(raw.contains(#""error":"io.bugsquasher.Import.StoreUnavailable""#) && raw.contains("is full"), "\(raw)")
+            // The operator learns it from the log too, once for the four (within ten seconds).
             try await daemon.waitForErrorOutput(containing: "an edit could not be saved")
             #expect(daemon.errorOutput.components(separatedBy: "an edit could not be saved").count == 2, "\(daemon.errorOutput.suffix(3000))")
             #expect(daemon.errorOutput.contains("is full"), "\(daemon.errorOutput.suffix(3000))")
@@ -769,6 +773,27 @@ struct FaultTests {
         #expect(Int(count.output.joined()) == job["imported"] as? Int, "bugs \(count.output) vs job \(job)")
         daemon.signal(SIGTERM)
         _ = try await daemon.waitForExit()
+    }
+}
+
+/// Apart from the serialized suite of disk faults, since it waits out squasherd's 30 s busy
+/// timeout.
+@Suite("End to end: an edit behind another program's write lock")
+struct LockedEditTests {
+    @Test("an edit that waits out the 30 s busy timeout behind another program's write lock is refused as StoreUnavailable (squasherctl: 75) with the reason, and logged; once the lock is gone the edit goes through")
+    func editBehindForeignLock() async throws {
+        let harness = try await DaemonHarness()
+        let records = try harness.writeRecords("locked-edit.ndjson", count: 1, prefix: "LOCKED", title: "before")
+        try await harness.ctl(["import", records.path, "--wait"])
+        let locker = try StoreLocker(store: harness.directory + "/state/bugs.sqlite")
+        try await locker.lock()
+        let refused = try await harness.ctlError(["update", "LOCKED-1", "title=during"], expectStatus: 75)
+        #expect(refused.contains("has held the write lock"), "\(refused)")
+        try await harness.waitForDaemonLog("an edit could not be saved")
+        #expect(try await locker.release() == 0, "\(locker.errorOutput)")
+        try await harness.ctl(["update", "LOCKED-1", "title=after"])
+        #expect(try await harness.ctl(["get", "LOCKED-1"]).contains("  title: after"))
+        #expect(try await harness.stop() == 0)
     }
 }
 

@@ -218,12 +218,13 @@ struct ImportInterface: VarlinkInterface {
 
     private func mapGraphErrors<T>(_ logger: Logger, _ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
-            if error.code == .storeIO {
-                // Not the client's doing, and not for it alone to know: the next edits fail the
-                // same way until the operator frees the disk or mends the file system.
-                unsavedEdits.warn(logger) { "an edit could not be saved: \(error.message)\($0)" }
-            }
             switch error.code {
+            case .storeIO, .storeBusy:
+                // Not the client's doing, and not for it alone to know: the next edits fail the
+                // same way until the operator frees the disk, mends the file system or ends the
+                // other program's transaction. A client may retry later.
+                unsavedEdits.warn(logger) { "an edit could not be saved: \(error.message)\($0)" }
+                throw VarlinkError("io.bugsquasher.Import.StoreUnavailable", ["message": .string(error.message)])
             case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
