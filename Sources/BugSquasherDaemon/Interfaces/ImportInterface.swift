@@ -20,8 +20,8 @@ struct ImportInterface: VarlinkInterface {
     let runner: ImportRunner
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
-    /// Edits the store could not write (a full disk, an I/O error): each client is told, and the
-    /// operator is told in the log, at most every ten seconds.
+    /// Edits the store could not write (a full disk, an I/O error, another program's write
+    /// lock): each client is told, and the operator in the log, at most every ten seconds.
     private let unsavedEdits = WarningThrottle()
 
     private struct IDParameter: Decodable { var id: String }
@@ -216,6 +216,9 @@ struct ImportInterface: VarlinkInterface {
         stack.importerContext(name: name)
     }
 
+    /// Runs an edit's step, answering its graph errors as this interface's Varlink errors:
+    /// `Conflict` for a unique key or a merge, `StoreUnavailable` (and a throttled warning in
+    /// `logger`) for a store that cannot write now, `InvalidInput` for the rest.
     private func mapGraphErrors<T>(_ logger: Logger, _ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
