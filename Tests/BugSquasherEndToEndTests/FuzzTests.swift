@@ -413,7 +413,10 @@ struct FuzzTests {
         let query = varlinkCall(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","predicate":"title CONTAINS[c] \"zz\" OR details CONTAINS \"q\"","sort":["-title","-details"],"result":"rows","limit":10000}}"#)
         let row = try JSONSerialization.jsonObject(with: Data(try await harness.ctl(["get", SampleIssues.record(1).key, "--json"]).joined().utf8)) as? [String: Any]
         let id = try #require(row?["id"] as? String)
-        let readers = try (0..<(4 * ProcessInfo.processInfo.activeProcessorCount + 4)).map { _ in try RawSocket(path: harness.readSocket, receiveTimeout: 120) }
+        // Many, so that the half of them still waiting when the edit and the status call are
+        // answered is a wide margin even on a loaded machine (with 12 on 2 cores, a CI run saw 6
+        // answered first; queued behind them, the two calls would come after nearly all).
+        let readers = try (0..<(8 * ProcessInfo.processInfo.activeProcessorCount + 8)).map { _ in try RawSocket(path: harness.readSocket, receiveTimeout: 120) }
         for reader in readers { reader.send(query) }
         let edit = try RawSocket.exchange(harness.writeSocket, varlinkCall(#"{"method":"io.bugsquasher.Import.Update","parameters":{"id":"\#(id)","values":{"status":"Busy"}}}"#))
         let status = try RawSocket.exchange(harness.readSocket, varlinkCall(#"{"method":"io.bugsquasher.Jobs.Status"}"#))
