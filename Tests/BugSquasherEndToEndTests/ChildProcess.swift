@@ -201,12 +201,6 @@ struct ChildPipe {
     }
 }
 
-/// A Unix socket of `type` that no child process inherits (see ``ChildPipe`` for why a test
-/// process's descriptors must not leak into the children of tests running beside it).
-func unixSocket(_ type: Int32) -> Int32 {
-    socket(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0)
-}
-
 /// A harness failure with what was seen.
 struct HarnessError: Error, CustomStringConvertible {
     var description: String

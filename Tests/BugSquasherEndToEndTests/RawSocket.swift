@@ -108,6 +108,12 @@ final class RawSocket {
     }
 }
 
+/// A Unix socket of `type` that no child process inherits (see ``ChildPipe`` for why a test
+/// process's descriptors must not leak into the children of tests running beside it).
+func unixSocket(_ type: Int32) -> Int32 {
+    socket(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0)
+}
+
 /// Whether a path is a listening Unix socket of this type.
 func connectable(_ path: String, type: Int32) -> Bool {
     let fd = unixSocket(type)

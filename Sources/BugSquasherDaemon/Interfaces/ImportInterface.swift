@@ -122,22 +122,23 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)
-            try await replier.reply(try await update(parameters.id, values: parameters.values, logger: context.logger))
+            try await replier.reply(try await loggingUnsaved(context.logger) { try await update(parameters.id, values: parameters.values) })
         case "Delete":
             let id = try editableObjectID(try call.parameters(IDParameter.self).id)
             let editor = newEditor("varlink-delete")
-            let logger = context.logger
-            try await mapGraphErrors(logger) {
-                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
+            let didSave = try await loggingUnsaved(context.logger) {
+                try await mapGraphErrors {
+                    try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
+                }
+                return try await mapGraphErrors { try await editor.save() }
             }
-            let didSave = try await mapGraphErrors(logger) { try await editor.save() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
     }
 
-    private func update(_ uri: String, values: [String: JSONValue], logger: Logger) async throws -> UpdateReply {
+    private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
         let id = try editableObjectID(uri)
         guard let entity = stack.model.entity(named: id.entityName) else { throw invalidInput("unknown entity in \(uri)") }
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
@@ -162,12 +163,12 @@ struct ImportInterface: VarlinkInterface {
         if let store = stack.store as? any AttributeEditable, attributes.count == values.count {
             // Attributes only: read, changed and written in one write transaction of the store,
             // without a context.
-            let changes = try await mapGraphErrors(logger) {
+            let changes = try await mapGraphErrors {
                 try Dictionary(uniqueKeysWithValues: attributes.map { ($0.name, try WireCoding.decode(values[$0.name]!, as: $0)) })
             }
-            didSave = try await mapGraphErrors(logger) { try store.edit(id, attributes: changes) }
+            didSave = try await mapGraphErrors { try store.edit(id, attributes: changes) }
         } else {
-            didSave = try await editInContext(id, entity: entity, values: values, logger: logger)
+            didSave = try await editInContext(id, entity: entity, values: values)
         }
         guard let didSave else {
             // The values were already the stored ones: nothing was saved.
@@ -178,9 +179,9 @@ struct ImportInterface: VarlinkInterface {
 
     /// Applies `values` (attributes and to-one relationships) to one object in a fresh editor
     /// context and saves it, which also updates the other side of each relationship changed.
-    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue], logger: Logger) async throws -> DidSave? {
+    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue]) async throws -> DidSave? {
         let editor = newEditor("varlink-update")
-        try await mapGraphErrors(logger) { try await editor.perform { context in
+        try await mapGraphErrors { try await editor.perform { context in
             let object = try context.existingObject(with: id)
             for (key, json) in values {
                 if let attribute = entity.attribute(named: key) {
@@ -205,7 +206,7 @@ struct ImportInterface: VarlinkInterface {
                 }
             }
         } }
-        return try await mapGraphErrors(logger) { try await editor.save() }
+        return try await mapGraphErrors { try await editor.save() }
     }
 
     /// A fresh writer-side context (object-trump, like an editor) for one edit: an edit that
@@ -216,18 +217,27 @@ struct ImportInterface: VarlinkInterface {
         stack.importerContext(name: name)
     }
 
+    /// Runs an edit, and logs it (throttled) when the store could not write it: not the
+    /// client's doing, and not for it alone to know, since the next edits fail the same way until
+    /// the operator frees the disk, mends the file system or ends the other program's
+    /// transaction.
+    private func loggingUnsaved<T>(_ logger: Logger, _ edit: () async throws -> T) async throws -> T {
+        do { return try await edit() } catch let error as VarlinkError where error.name == Self.storeUnavailable {
+            unsavedEdits.warn(logger) { "an edit could not be saved: \(error.parameters["message"]?.stringValue ?? "")\($0)" }
+            throw error
+        }
+    }
+
+    /// The error of an edit the store cannot write now (a client may retry it later).
+    private static let storeUnavailable = "io.bugsquasher.Import.StoreUnavailable"
+
     /// Runs an edit's step, answering its graph errors as this interface's Varlink errors:
-    /// `Conflict` for a unique key or a merge, `StoreUnavailable` (and a throttled warning in
-    /// `logger`) for a store that cannot write now, `InvalidInput` for the rest.
-    private func mapGraphErrors<T>(_ logger: Logger, _ body: () async throws -> T) async throws -> T {
+    /// `Conflict` for a unique key or a merge, `StoreUnavailable` for a store that cannot write
+    /// now, `InvalidInput` for the rest.
+    private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
-            case .storeIO, .storeBusy:
-                // Not the client's doing, and not for it alone to know: the next edits fail the
-                // same way until the operator frees the disk, mends the file system or ends the
-                // other program's transaction. A client may retry later.
-                unsavedEdits.warn(logger) { "an edit could not be saved: \(error.message)\($0)" }
-                throw VarlinkError("io.bugsquasher.Import.StoreUnavailable", ["message": .string(error.message)])
+            case .storeIO, .storeBusy: throw VarlinkError(Self.storeUnavailable, ["message": .string(error.message)])
             case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
