@@ -61,8 +61,8 @@ enum Exit {
     static let unreachable = ExitCode(4)
     /// Standard output could not be written (`EX_IOERR`).
     static let outputFailed = ExitCode(74)
-    /// squasherd could not save the change now, for a reason on its side (a full disk, its store
-    /// locked by another program); nothing was changed, and the same command may succeed later
-    /// (`EX_TEMPFAIL`).
+    /// squasherd could not carry out the command now, for a reason on its side (a full disk, its
+    /// store locked by another program, as many uploads in progress as it takes, a stop); nothing
+    /// was changed, and the same command may succeed later (`EX_TEMPFAIL`).
     static let unavailable = ExitCode(75)
 }

@@ -13,7 +13,8 @@ struct Squasherctl: AsyncParsableCommand {
             Exit status: 0 success, 2 the job failed or rejected every record, or squasherd refused the request (or its \
             socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
             answer that is not squasherd's), 64 usage error (no command, among others), 74 the output could not be written (a full disk), \
-            75 squasherd could not save the change now (its disk full, its store locked by another program): nothing was changed; retry later.
+            75 squasherd could not carry out the command now (its disk full, its store locked by another program, 64 uploads in progress, \
+            or it is stopping): nothing was changed; retry later.
             """,
         version: BugSquasherVersion.current,
         subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
@@ -78,12 +79,13 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
 
 /// Prints what a refused call says to a person and returns the exit status to end with:
 /// ``Exit/unreachable`` when the peer does not know squasherd's methods (it is not squasherd),
-/// ``Exit/notFound`` for an unknown job, ``Exit/unavailable`` for a change the store could not
-/// write now, ``Exit/failed`` otherwise.
+/// ``Exit/notFound`` for an unknown job, ``Exit/unavailable`` for a call squasherd could not carry
+/// out now (its store or spool cannot write, or it takes no more uploads), ``Exit/failed``
+/// otherwise.
 func refused(_ error: VarlinkError) -> ExitCode {
     printError("squasherctl: \(refusal(error))")
     if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) { return Exit.unreachable }
-    if error.name == "io.bugsquasher.Import.StoreUnavailable" { return Exit.unavailable }
+    if ["io.bugsquasher.Import.StoreUnavailable", "io.bugsquasher.Import.Busy"].contains(error.name) { return Exit.unavailable }
     return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
 }
 

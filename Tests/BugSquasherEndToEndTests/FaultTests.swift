@@ -308,7 +308,7 @@ struct FaultTests {
         #expect(!FileManager.default.fileExists(atPath: base + "/state/bugs.sqlite-creating"))
     }
 
-    @Test("a store that another program keeps locked when an upload ends: the job fails with the reason instead of staying uploading, its spool goes, and a wait on it returns")
+    @Test("a store that another program keeps locked when an upload ends: the job fails with the reason instead of staying uploading, the upload is answered StoreUnavailable (squasherctl: 75), its spool goes, and a wait on it returns")
     func uploadEndsWhileTheStoreIsLocked() async throws {
         let harness = try await DaemonHarness()
         let records = try harness.writeRecords("locked.ndjson", count: 50, prefix: "LCK", title: "never queued")
@@ -321,7 +321,7 @@ struct FaultTests {
         // Another program takes the write lock, for longer than squasherd's 30 s busy timeout.
         try await locker.lock()
         try input.writing.close()
-        #expect(try await upload.waitForExit(timeout: .seconds(90)) == 2)
+        #expect(try await upload.waitForExit(timeout: .seconds(90)) == 75, "\(upload.errorOutput)")
         #expect(upload.errorOutput.contains("The upload arrived whole, but the job could not be queued"), "\(upload.errorOutput)")
         #expect(upload.errorOutput.contains("has held the write lock"), "\(upload.errorOutput)")
         #expect(try await locker.release() == 0, "\(locker.errorOutput)")
@@ -378,7 +378,7 @@ struct FaultTests {
         #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
     }
 
-    @Test("the spool directory deleted during an upload: the upload fails at its next write, saying so, while squasherctl still sends; the next upload goes through")
+    @Test("the spool directory deleted during an upload: the upload fails at its next write, saying so (StoreUnavailable, squasherctl: 75), while squasherctl still sends; the next upload goes through")
     func spoolDeletedDuringUpload() async throws {
         // squasherctl may exit while this test still writes to its input: a write then fails
         // (EPIPE) instead of ending the test process.
@@ -409,7 +409,7 @@ struct FaultTests {
             guard (try? send(100)) != nil else { break }
             try await Task.sleep(for: .milliseconds(5))
         }
-        #expect(try await upload.waitForExit(timeout: .seconds(30)) == 2, "the upload went on into a removed spool file")
+        #expect(try await upload.waitForExit(timeout: .seconds(30)) == 75, "the upload went on into a removed spool file, or was refused as bad input: \(upload.errorOutput)")
         #expect(upload.errorOutput.contains("was removed while the upload was written to it") && upload.errorOutput.contains("Nothing was imported"), "\(upload.errorOutput)")
         try? input.writing.close()
         let records = try harness.writeRecords("after.ndjson", count: 10, prefix: "AFT", title: "after the spool went")
@@ -559,7 +559,7 @@ struct FaultTests {
         try await onSmallDisk(size: "24m", uploadBomb)
     }
 
-    @Test("an upload onto a disk that is nearly full already is refused before its first write takes the room kept for the store, with the reason; once there is room it goes through")
+    @Test("an upload onto a disk that is nearly full already is refused before its first write takes the room kept for the store, with the reason (StoreUnavailable, squasherctl: 75); once there is room it goes through")
     func uploadOntoFullDisk() async throws {
         try await onSmallDisk(size: "12m") { mountPoint, base in
             let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
@@ -575,7 +575,7 @@ struct FaultTests {
             try ((1...100).map { String(format: record, $0) }.joined(separator: "\n") + "\n").write(toFile: base + "/one.ndjson", atomically: true, encoding: .utf8)
             let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
             let refused = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
-            #expect(try await refused.waitForExit(timeout: .seconds(60)) == 2)
+            #expect(try await refused.waitForExit(timeout: .seconds(60)) == 75)
             #expect(refused.errorOutput.contains("squasherd keeps free for the store"), "\(refused.errorOutput)")
             #expect(!refused.errorOutput.contains("Error Domain"), "\(refused.errorOutput)")
             try FileManager.default.removeItem(atPath: mountPoint + "/filler")
@@ -611,7 +611,7 @@ struct FaultTests {
         }
     }
 
-    @Test("edits onto a full disk are refused as StoreUnavailable (squasherctl: 75, retry later) with the reason, and the log says so once for the lot; the bug keeps its last saved values, and the next edit once there is room goes through")
+    @Test("edits and uploads onto a full disk are refused as StoreUnavailable (squasherctl: 75, retry later) with the reason, and the log says so once for the edits; the bug keeps its last saved values, and the next edit once there is room goes through")
     func editOntoFullDisk() async throws {
         try await onSmallDisk(size: "12m") { mountPoint, base in
             let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
@@ -642,6 +642,10 @@ struct FaultTests {
             let warnings = daemon.errorOutput.components(separatedBy: "an edit could not be saved").count - 1
             #expect((1...2).contains(warnings), "\(warnings) warnings for 4 refused edits: \(daemon.errorOutput.suffix(3000))")
             #expect(daemon.errorOutput.contains("is full"), "\(daemon.errorOutput.suffix(3000))")
+            // An upload is refused the same way: the fault is the disk's, not the file's.
+            let upload = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
+            #expect(try await upload.waitForExit(timeout: .seconds(60)) == 75, "\(upload.errorOutput)")
+            #expect(upload.errorOutput.contains("is full") || upload.errorOutput.contains("keeps free for the store"), "\(upload.errorOutput)")
             let kept = try ChildProcess(name: "get", executable: Products.squasherctl, arguments: ["get", "EDIT-1"], environment: environment)
             #expect(try await kept.waitForExit() == 0)
             #expect(kept.output.contains("  title: saved"), "\(kept.output)")
@@ -680,7 +684,7 @@ struct FaultTests {
         }
     }
 
-    @Test("an upload onto a file system out of inodes (not of bytes) fails saying so, not blaming permissions; the daemon goes on, and imports once a file is freed")
+    @Test("an upload onto a file system out of inodes (not of bytes) fails saying so (StoreUnavailable, squasherctl: 75), not blaming permissions; the daemon goes on, and imports once a file is freed")
     func uploadWithoutFreeInodes() async throws {
         try await onSmallDisk(size: "12m", inodes: 64) { mountPoint, base in
             let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", mountPoint, "--runtime-directory", base + "/run"])
@@ -691,7 +695,7 @@ struct FaultTests {
             try #"{"key":"INODE-1","title":"t","status":"Open","project":{"key":"INODE"}}"#.appending("\n").write(toFile: base + "/one.ndjson", atomically: true, encoding: .utf8)
             let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
             let refused = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", base + "/one.ndjson", "--wait"], environment: environment)
-            #expect(try await refused.waitForExit(timeout: .seconds(60)) == 2)
+            #expect(try await refused.waitForExit(timeout: .seconds(60)) == 75)
             #expect(refused.errorOutput.contains("no free inodes"), "\(refused.errorOutput)")
             #expect(!refused.errorOutput.contains("permissions"), "\(refused.errorOutput)")
             for filler in 0..<min(2, fillers) { try FileManager.default.removeItem(atPath: mountPoint + "/filler-\(filler)") }
@@ -734,7 +738,7 @@ struct FaultTests {
         try await daemon.waitForErrorOutput(containing: " ready")
         let environment = ["SQUASHERD_RUNTIME_DIRECTORY": base + "/run"]
         let ctl = try ChildProcess(name: "import bomb", executable: Products.squasherctl, arguments: ["import", base + "/bomb.ndjson.gz", "--wait"], environment: environment)
-        #expect(try await ctl.waitForExit(timeout: .seconds(120)) == 2)
+        #expect(try await ctl.waitForExit(timeout: .seconds(120)) == 75)
         #expect(ctl.errorOutput.contains("The upload was stopped after spooling"), "\(ctl.errorOutput)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: mountPoint + "/spool").isEmpty)
         // The store still has room, and the daemon goes on.

@@ -823,6 +823,28 @@ extension AbortEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("at most 64 uploads at once: a Begin beyond them is answered Busy (squasherctl: 75, retry later) and creates no job; once one is aborted, the next upload goes through")
+    func uploadsBeyondTheLimitAreBusy() async throws {
+        let harness = try await DaemonHarness()
+        let write = try BlockingVarlinkClient(path: harness.writeSocket)
+        let held = try (1...64).map { try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "held \($0)", format: nil, chunkSize: nil), as: JobParameter.self).job }
+        let refused = #expect(throws: VarlinkError.self) {
+            _ = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "one too many", format: nil, chunkSize: nil), as: JobParameter.self)
+        }
+        #expect(refused?.name == "io.bugsquasher.Import.Busy", "\(String(describing: refused))")
+        #expect(refused?.parameters["message"]?.stringValue?.contains("64 uploads are in progress") == true, "\(String(describing: refused))")
+        let records = try harness.writeRecords("busy.ndjson", count: 5, prefix: "BSY", title: "after the limit")
+        let error = try await harness.ctlError(["import", records.path, "--wait"], expectStatus: 75)
+        #expect(error.contains("64 uploads are in progress") && error.contains("once one of them is committed or aborted"), "\(error)")
+        // Refused before any job was made: the 64 held ones are all there is.
+        let listed = try await harness.ctl(["jobs", "--limit", "100"])
+        #expect(listed.count == 64 && !listed.joined().contains("one too many"), "\(listed)")
+        _ = try write.call("io.bugsquasher.Import.Abort", JobParameter(job: held[0]), as: JSONValue.self)
+        let done = try await harness.ctl(["import", records.path, "--wait"])
+        #expect(done.last?.contains("finished: 5 read, 5 imported") == true, "\(done)")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("an upload cut off by stopping squasherd is recorded as such, not as a client that went away; a `jobs --wait` that finds squasherd back on another store says so")
     func uploadCutOffByStop() async throws {
         let harness = try await DaemonHarness()
@@ -859,7 +881,7 @@ extension AbortEndToEndTests {
         #expect(try await harness.stop() == 0)
         withExtendedLifetime(client) {}
         let cut = try await cutReply.value
-        #expect(cut.error?.name == "io.bugsquasher.Import.InvalidInput" && cut.error?.parameters["message"]?.stringValue?.contains("squasherd is stopping") == true, "\(String(describing: cut.error))")
+        #expect(cut.error?.name == "io.bugsquasher.Import.Busy" && cut.error?.parameters["message"]?.stringValue?.contains("squasherd is stopping") == true, "\(String(describing: cut.error))")
         #expect(harness.daemon.errorOutput.contains("upload abandoned: squasherd is stopping"), "\(harness.daemon.errorOutput.suffix(2000))")
         let restarted = try await start(stateDirectory: "state")
         for job in [job, upgradedJob] {

@@ -232,7 +232,14 @@ public struct DaemonConfiguration: Sendable, Hashable {
 public struct DaemonError: Error, Sendable, CustomStringConvertible {
     /// What happened and what to do.
     public var message: String
-    /// Creates an error.
-    public init(_ message: String) { self.message = message }
+    /// Whether the failure is on squasherd's side, not in the input or the request: a disk it
+    /// writes to is full or failing. The same request succeeds once the operator has dealt with
+    /// what ``message`` names, so a client is told to retry later rather than to change it.
+    public var isUnavailable: Bool
+    /// Creates an error; `unavailable` marks one on squasherd's side (see ``isUnavailable``).
+    public init(_ message: String, unavailable: Bool = false) {
+        self.message = message
+        self.isUnavailable = unavailable
+    }
     public var description: String { message }
 }

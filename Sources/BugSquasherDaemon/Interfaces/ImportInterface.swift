@@ -20,8 +20,9 @@ struct ImportInterface: VarlinkInterface {
     let runner: ImportRunner
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
-    /// Edits the store could not write (a full disk, an I/O error, another program's write
-    /// lock): each client is told, and the operator in the log, at most every ten seconds.
+    /// Edits and job records the store could not write (a full disk, an I/O error, another
+    /// program's write lock): each client is told, and the operator in the log, at most every
+    /// ten seconds.
     private let unsavedEdits = WarningThrottle()
 
     private struct IDParameter: Decodable { var id: String }
@@ -31,6 +32,17 @@ struct ImportInterface: VarlinkInterface {
     func upgrades(_ method: String) -> Bool { method == "Upload" }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        do {
+            try await dispatch(call, context: context, replier: replier)
+        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+            // A job's record the store could not write (Begin creating it, Abort ending it): not
+            // the request's fault, and the next calls fail the same way until the operator acts.
+            unsavedEdits.warn(context.logger) { "\(call.methodName) could not be carried out: \(error.message)\($0)" }
+            throw Self.unavailable(error.message)
+        }
+    }
+
+    private func dispatch(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         let book = runner.book
         switch call.methodName {
         case "Begin":
@@ -44,7 +56,7 @@ struct ImportInterface: VarlinkInterface {
             let sizes = ImportChunkSize.allowed
             guard sizes.contains(chunkSize) else { throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)") }
             guard uploads.count < UploadRegistry.maximumUploads else {
-                throw invalidInput("\(UploadRegistry.maximumUploads) uploads are in progress; commit or abort one first")
+                throw Self.busy("\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once; begin this one again once one of them is committed or aborted")
             }
             // A job's name is for people: kept (and logged) to its first 500 characters, and on
             // one line (a newline in it would forge a line of the log).
@@ -74,7 +86,7 @@ struct ImportInterface: VarlinkInterface {
             } catch let error as DaemonError {
                 context.logger.error("upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
                 try await book.end(job, as: "failed", error: error.message)
-                throw invalidInput(error.message)
+                throw refusal(error)
             }
             context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(name)"])
             try await replier.reply(JobParameter(job: job))
@@ -228,7 +240,7 @@ struct ImportInterface: VarlinkInterface {
         }
     }
 
-    /// The error of an edit the store cannot write now (a client may retry it later).
+    /// The name of the error for a call the store cannot write now (a client may retry it later).
     private static let storeUnavailable = "io.bugsquasher.Import.StoreUnavailable"
 
     /// Runs an edit's step, answering its graph errors as this interface's Varlink errors:
@@ -237,7 +249,7 @@ struct ImportInterface: VarlinkInterface {
     private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
-            case .storeIO, .storeBusy: throw VarlinkError(Self.storeUnavailable, ["message": .string(error.message)])
+            case .storeIO, .storeBusy: throw Self.unavailable(error.message)
             case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
@@ -298,7 +310,7 @@ struct ImportInterface: VarlinkInterface {
             throw invalidInput(error.message)
         } catch let error as DaemonError {
             await fail(spooler.jobID, spooler, error.message, book: book, logger: logger)
-            throw invalidInput(error.message)
+            throw refusal(error)
         }
     }
 
@@ -313,7 +325,7 @@ struct ImportInterface: VarlinkInterface {
             throw invalidInput(error.message)
         } catch let error as DaemonError {
             await fail(job, spooler, error.message, book: book, logger: logger)
-            throw invalidInput(error.message)
+            throw refusal(error)
         }
         // Out of the uploads first, so that the idle timeout cannot abandon it while the write
         // waits for the store.
@@ -333,7 +345,7 @@ struct ImportInterface: VarlinkInterface {
             // Not waiting for the store a second time: the client is answered, and the job shows
             // failed, now; the record follows once the store can be written.
             await fail(job, spooler, message, book: book, logger: logger, recordLater: true)
-            throw GraphError((error as? GraphError)?.code ?? .storeIO, message, cause: error)
+            throw Self.unavailable(message)
         }
         runner.enqueue()
         logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
@@ -385,11 +397,29 @@ struct ImportInterface: VarlinkInterface {
     func stopUploads() {
         uploads.noteStopping()
         let message = "squasherd is stopping, so the upload was abandoned before it was committed; submit the file again once squasherd is back."
-        for owner in uploads.owners { owner.endUpgrade(lastReply: try VarlinkReply.encode(invalidInput(message))) }
+        for owner in uploads.owners { owner.endUpgrade(lastReply: try VarlinkReply.encode(Self.busy(message))) }
     }
 
     fileprivate func invalidInput(_ message: String) -> VarlinkError {
         VarlinkError("io.bugsquasher.Import.InvalidInput", ["message": .string(message)])
+    }
+
+    /// The error for a call the store (or an upload's spool) cannot write now, for a reason on
+    /// squasherd's side: the same call succeeds once the operator has dealt with `message`.
+    private static func unavailable(_ message: String) -> VarlinkError {
+        VarlinkError(storeUnavailable, ["message": .string(message)])
+    }
+
+    /// The error for a call squasherd does not take now (as many uploads as it takes are in
+    /// progress, or it is stopping): nothing was changed, and the same call succeeds later.
+    private static func busy(_ message: String) -> VarlinkError {
+        VarlinkError("io.bugsquasher.Import.Busy", ["message": .string(message)])
+    }
+
+    /// How an upload's failure is answered: `StoreUnavailable` for one on squasherd's side (a
+    /// full or failing disk under the spool), `InvalidInput` for one in the file or the request.
+    private func refusal(_ error: DaemonError) -> VarlinkError {
+        error.isUnavailable ? Self.unavailable(error.message) : invalidInput(error.message)
     }
 }
 

@@ -40,7 +40,7 @@ actor Spooler {
     private var splitter: JSONArraySplitter?
     private var csv: CSVParser?
     private var mapper: CSVBugMapper?
-    private var failure: String?
+    private var failure: DaemonError?
     /// The bytes of the NDJSON line being spooled, so far (see ``passThrough(_:)``).
     private var lineBytes = 0
     /// Why the upload was abandoned (aborted, or idle too long), once it was.
@@ -53,12 +53,14 @@ actor Spooler {
         self.declared = format
         self.maximumRecordBytes = maximumRecordBytes
         self.directory = directory
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
+            throw DaemonError("Cannot create the spool directory \(directory): \(Self.reason(error)).", unavailable: true)
+        }
         guard FileManager.default.createFile(atPath: path, contents: nil) else {
-            throw DaemonError("Cannot create the spool file: \(SQLiteStore.whyNotWritable(path)).")
+            throw DaemonError("Cannot create the spool file: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
         }
         guard let handle = FileHandle(forWritingAtPath: path) else {
-            throw DaemonError("Cannot open the spool file for writing: \(SQLiteStore.whyNotWritable(path)).")
+            throw DaemonError("Cannot open the spool file for writing: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
         }
         self.handle = handle
     }
@@ -80,7 +82,7 @@ actor Spooler {
     /// - Throws: ``DaemonError`` when the input is not what it claims to be; the job fails.
     func append(_ bytes: [UInt8]) throws {
         if let abandonment { throw UploadAbandoned(message: abandonment) }
-        if let failure { throw DaemonError(failure) }
+        if let failure { throw failure }
         var bytes = bytes
         do {
             if let held = leadingBytes {
@@ -105,12 +107,13 @@ actor Spooler {
             }
             try flush(force: false)
         } catch let error as DaemonError {
-            failure = error.message
+            failure = error
             throw error
         } catch {
             let message = gzip != nil ? "The input is not valid gzip data (\(error)); upload the file as it is, or decompress it first." : "The input could not be read: \(error)."
-            failure = message
-            throw DaemonError(message)
+            let failed = DaemonError(message)
+            failure = failed
+            throw failed
         }
     }
 
@@ -165,7 +168,7 @@ actor Spooler {
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (ImportFormat, Int64) {
         if let abandonment { throw UploadAbandoned(message: abandonment) }
-        if let failure { throw DaemonError(failure) }
+        if let failure { throw failure }
         if let held = leadingBytes, !held.isEmpty {
             // A one-byte upload: not gzip.
             leadingBytes = nil
@@ -202,7 +205,7 @@ actor Spooler {
         // On disk before the job is queued: the store records the job as committed, and a
         // power loss must not leave a queued job whose input the page cache held.
         do { try handle.synchronize() } catch {
-            throw DaemonError("Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported; check the disk of \(directory), then submit the file again.")
+            throw DaemonError("Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported; check the disk of \(directory), then submit the file again.", unavailable: true)
         }
         try handle.close()
         return (format, bytesWritten)
@@ -471,7 +474,7 @@ actor Spooler {
         guard force ? !output.isEmpty : output.count >= 256 * 1024 else { return }
         try checkFreeSpace(for: Int64(output.count))
         do { try handle.write(contentsOf: output) } catch {
-            throw DaemonError("Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported; check the disk of \(directory) (is it full?), then submit the file again.")
+            throw DaemonError("Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported; check the disk of \(directory) (is it full?), then submit the file again.", unavailable: true)
         }
         bytesWritten += Int64(output.count)
         output.removeAll(keepingCapacity: true)
@@ -480,7 +483,7 @@ actor Spooler {
         // than after the rest of the upload.
         var status = stat()
         if fstat(handle.fileDescriptor, &status) == 0, status.st_nlink == 0 {
-            throw DaemonError("The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported; submit the file again.")
+            throw DaemonError("The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported; submit the file again.", unavailable: true)
         }
     }
 
@@ -499,7 +502,7 @@ actor Spooler {
         let reserve = Self.reserve(fileSystemBytes: Int64(status.f_blocks) * blockSize)
         guard free - bytes < reserve else { return }
         let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(Self.mebibytes(Int64(inflatedBytes))) so far)" : ""
-        throw DaemonError("The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.")
+        throw DaemonError("The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.", unavailable: true)
     }
 
     /// What a failed file write says to a person: the system's reason ("No space left on
