@@ -15,6 +15,9 @@ public struct VarlinkCall: Sendable {
     public var upgrade: Bool
     /// The whole message, JSON.
     public var message: Data
+    /// The names of the parameters given, in the order sent (none when `parameters` is absent
+    /// or not an object): what ``VarlinkService`` checks against the method's declaration.
+    public var parameterNames: [String] = []
 
     private struct Parameters<P: Decodable>: Decodable {
         var parameters: P?
@@ -37,15 +40,16 @@ public struct VarlinkCall: Sendable {
         var more = false
         var oneway = false
         var upgrade = false
+        var parameterNames: [String] = []
         do {
             try JSONReader.read(message) { reader in
                 try reader.uniqueKeysObject { reader, key in
                     switch key {
                     case "method": method = try reader.field("method") { try $0.string() }
-                    case "more": more = reader.null() ? false : try reader.bool()
-                    case "oneway": oneway = reader.null() ? false : try reader.bool()
-                    case "upgrade": upgrade = reader.null() ? false : try reader.bool()
-                    case "parameters": try Self.validateParameters(&reader)
+                    case "more": more = try Self.flag(&reader, key)
+                    case "oneway": oneway = try Self.flag(&reader, key)
+                    case "upgrade": upgrade = try Self.flag(&reader, key)
+                    case "parameters": parameterNames = try Self.validateParameters(&reader)
                     default: try reader.validate()
                     }
                 }
@@ -59,13 +63,29 @@ public struct VarlinkCall: Sendable {
         self.oneway = oneway
         self.upgrade = upgrade
         self.message = message
+        self.parameterNames = parameterNames
     }
 
-    /// Checks the `parameters` value: a failure names the parameter it is in (`values` for a
-    /// key given twice inside `values`), or `parameters` when it is not an object.
-    private static func validateParameters(_ reader: inout JSONReader) throws {
-        guard try reader.peek() == .object else { return try validate(&reader, naming: "parameters") }
-        try reader.uniqueKeysObject { reader, key in try validate(&reader, naming: key) }
+    /// Reads one of the call's flags (`more`, `oneway`, `upgrade`): a boolean or null; a value of
+    /// another type is refused naming the flag.
+    private static func flag(_ reader: inout JSONReader, _ name: String) throws -> Bool {
+        reader.null() ? false : try reader.field(name) { try $0.bool() }
+    }
+
+    /// Checks the `parameters` value and returns its keys: a failure names the parameter it is
+    /// in (`values` for a key given twice inside `values`), or `parameters` when it is not an
+    /// object.
+    private static func validateParameters(_ reader: inout JSONReader) throws -> [String] {
+        guard try reader.peek() == .object else {
+            try validate(&reader, naming: "parameters")
+            return []
+        }
+        var names: [String] = []
+        try reader.uniqueKeysObject { reader, key in
+            names.append(key)
+            try validate(&reader, naming: key)
+        }
+        return names
     }
 
     /// Checks one value; a failure inside it names `parameter`, whatever field inside it named.

@@ -177,6 +177,8 @@ public struct VarlinkService: Sendable {
     /// The URL `GetInfo` reports.
     public var url: String
     private let interfaces: [String: any VarlinkInterface]
+    /// The parameters each method declares in its interface's IDL, by `interface.Method`.
+    private let declaredParameters: [String: Set<String>]
 
     /// Creates a service over interfaces.
     public init(vendor: String, product: String, version: String, url: String, interfaces: [any VarlinkInterface]) {
@@ -185,6 +187,14 @@ public struct VarlinkService: Sendable {
         self.version = version
         self.url = url
         self.interfaces = Dictionary(interfaces.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        var declared: [String: Set<String>] = [:]
+        for name in ["org.varlink.service"] + interfaces.map(\.name) {
+            guard let idl = InterfaceDefinitions.text(of: name) else { continue }
+            for (method, parameters) in InterfaceDefinitions.methodParameters(in: idl) {
+                declared[name + "." + method] = parameters
+            }
+        }
+        self.declaredParameters = declared
     }
 
     /// The interface names, `org.varlink.service` first.
@@ -203,6 +213,7 @@ public struct VarlinkService: Sendable {
         let replier = OnewayFilter(base: replier, oneway: call.oneway)
         do {
             if call.interface == "org.varlink.service" {
+                try checkDeclared(call)
                 try await handleService(call, context: context, replier: replier)
                 return
             }
@@ -217,6 +228,7 @@ public struct VarlinkService: Sendable {
             // past its reply, unread: a streaming call made so would never notice its client
             // leave, and would keep its subscription for good.
             guard !call.upgrade || interface.upgrades(call.methodName) else { throw VarlinkError.invalidParameter("upgrade") }
+            try checkDeclared(call)
             try await interface.handle(call, context: context, replier: replier)
         } catch is CancellationError {
             throw CancellationError()
@@ -228,6 +240,15 @@ public struct VarlinkService: Sendable {
             // A handler's failure answers this call; the connection stays usable.
             try await replier.send(try Self.errorReply(error, method: call.method, logger: context.logger), continues: false)
         }
+    }
+
+    /// Refuses a call with a parameter its method does not declare, naming it: a misspelt
+    /// `sortBy` for `sort` would otherwise be ignored without a word, and the call answered as if
+    /// it were not there. (A method without a declaration is the interface's to refuse.)
+    private func checkDeclared(_ call: VarlinkCall) throws {
+        guard let declared = declaredParameters[call.method],
+              let unknown = call.parameterNames.first(where: { !declared.contains($0) }) else { return }
+        throw VarlinkError.invalidParameter(unknown)
     }
 
     /// The error reply for what a handler threw: a ``VarlinkError`` as it is, anything else as
@@ -285,5 +306,55 @@ public enum InterfaceDefinitions {
     public static func text(of interface: String) -> String? {
         guard let url = Bundle.module.url(forResource: interface, withExtension: "varlink", subdirectory: "Interfaces") else { return nil }
         return try? String(contentsOf: url, encoding: .utf8)
+    }
+
+    /// The names of the input parameters of each method an IDL text declares, by method name:
+    /// `method Fetch(entity: string, sort: ?[]string) -> (…)` gives `Fetch: [entity, sort]`.
+    public static func methodParameters(in idl: String) -> [String: Set<String>] {
+        // Comments run from `#` to the end of the line (none is inside a declaration's names).
+        let text = idl.split(separator: "\n", omittingEmptySubsequences: false)
+            .map { line in line.firstIndex(of: "#").map { line[..<$0] } ?? line }
+            .joined(separator: "\n")
+        var methods: [String: Set<String>] = [:]
+        var rest = Substring(text)
+        while let keyword = rest.range(of: "method ") {
+            rest = rest[keyword.upperBound...]
+            guard let open = rest.firstIndex(of: "(") else { break }
+            let name = rest[..<open].trimmingCharacters(in: .whitespacesAndNewlines)
+            // The input struct: up to the parenthesis that closes this one; a parameter's name
+            // is what comes before the colon in each field at its top level.
+            var depth = 0
+            var field = ""
+            var names: Set<String> = []
+            var index = open
+            scan: while index < rest.endIndex {
+                let character = rest[index]
+                switch character {
+                case "(":
+                    depth += 1
+                    if depth > 1 { field.append(character) }
+                case ")":
+                    depth -= 1
+                    if depth == 0 { break scan }
+                    field.append(character)
+                case "," where depth == 1:
+                    names.insert(Self.fieldName(field))
+                    field = ""
+                default:
+                    field.append(character)
+                }
+                index = rest.index(after: index)
+            }
+            names.insert(Self.fieldName(field))
+            names.remove("")
+            methods[name] = names
+            rest = index < rest.endIndex ? rest[rest.index(after: index)...] : ""
+        }
+        return methods
+    }
+
+    /// The name of one `name: type` field of a struct.
+    private static func fieldName(_ field: String) -> String {
+        String(field.prefix { $0 != ":" }).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

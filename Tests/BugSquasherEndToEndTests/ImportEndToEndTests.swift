@@ -527,6 +527,10 @@ struct ImportEndToEndTests {
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Nope"}"#)).contains("MethodNotFound"))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{}}"#)).contains(#""parameter":"entity""#))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":7}}"#)).contains("InvalidParameter"))
+        // A parameter the method does not declare (a misspelt sort) is named, not ignored.
+        let misspelt = try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","sortBy":["-key"]}}"#))
+        #expect(misspelt.contains("InvalidParameter") && misspelt.contains(#""parameter":"sortBy""#), "\(misspelt)")
+        #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","sort":["-key"]}}"#)).contains(#""ids""#))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Import.Begin","parameters":{"name":"x"}}"#)).contains("PermissionDenied"))
         #expect(try exchange(harness.readSocket, call(#"{"method":"io.bugsquasher.Changes.Subscribe"}"#)).contains("ExpectedMore"))
         // 17 MiB without a terminator (the limit is 16 MiB): answered with the limit, then closed.

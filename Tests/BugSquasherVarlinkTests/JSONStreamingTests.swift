@@ -74,7 +74,8 @@ struct JSONStreamingTests {
             let message = #"{"method":"m","parameters":{"entity":"Bug","offset":0,"limit":"# + number + "}}"
             #expect(throws: VarlinkError.invalidParameter("limit")) { try VarlinkCall(message: Data(message.utf8)).parameters(FetchParameters.self) }
         }
-        for message in [#"{"more":true}"#, #"{"method":1}"#, #"{"method":"m","more":"yes"}"#, #"["method"]"#, #"{"method":"m"} trailing"#,
+        #expect(throws: VarlinkError.invalidParameter("more")) { try VarlinkCall(message: Data(#"{"method":"m","more":"yes"}"#.utf8)) }
+        for message in [#"{"more":true}"#, #"{"method":1}"#, #"["method"]"#, #"{"method":"m"} trailing"#,
                         #"{"method":"m","method":"n"}"#, #"{"method":"m\ud800"}"#] {
             #expect(throws: VarlinkError.invalidParameter("method")) { try VarlinkCall(message: Data(message.utf8)) }
         }

@@ -154,6 +154,9 @@ struct VarlinkTests {
         #expect(call.methodName == "Fetch")
         #expect(call.more)
         #expect(try call.parameters(Parameters.self).entity == "Bug")
+        #expect(call.parameterNames == ["entity"])
+        // A flag of another type is refused naming the flag, not the method.
+        #expect(throws: VarlinkError.invalidParameter("more")) { try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","more":"yes"}"#.utf8)) }
         let missing = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch"}"#.utf8))
         #expect(throws: VarlinkError.invalidParameter("entity")) { try missing.parameters(Parameters.self) }
         let wrong = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","parameters":{"entity":3}}"#.utf8))
@@ -201,6 +204,31 @@ struct VarlinkTests {
         #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"},"oneway":true}"#, write) == "")
         let description = try await run(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service"}}"#, read)
         #expect(description.contains("interface org.varlink.service"))
+        // A parameter the method does not declare is refused, naming it, rather than ignored.
+        let misspelt = try await run(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service","interfaces":[]}}"#, read)
+        #expect(misspelt == #"{"error":"org.varlink.service.InvalidParameter","parameters":{"parameter":"interfaces"}}"# || misspelt == #"{"parameters":{"parameter":"interfaces"},"error":"org.varlink.service.InvalidParameter"}"#, "\(misspelt)")
+    }
+
+    @Test("the parameters each method declares are read from the IDL, nested types and comments included")
+    func declaredParameters() throws {
+        let store = InterfaceDefinitions.methodParameters(in: try #require(InterfaceDefinitions.text(of: "io.bugsquasher.Store")))
+        #expect(store["Fetch"] == ["entity", "predicate", "sort", "limit", "offset", "result"])
+        #expect(store["Info"] == [])
+        #expect(store["Values"] == ["ids"])
+        let changes = InterfaceDefinitions.methodParameters(in: try #require(InterfaceDefinitions.text(of: "io.bugsquasher.Changes")))
+        #expect(changes["Subscribe"] == ["since", "registeredOnly", "includeValues", "register", "versions", "idRuns", "insertsOf", "insertsMatching"])
+        #expect(changes["History"] == ["after", "limit"])
+        let nested = InterfaceDefinitions.methodParameters(in: """
+            interface io.example.Nested
+            # method Commented(x: int) -> ()
+            method Deep(
+              # a comment, with a comma
+              outer: (inner: int, other: ?[]string),
+              plain: string # trailing
+            ) -> (result: (a: int, b: int))
+            method Bare() -> ()
+            """)
+        #expect(nested == ["Deep": ["outer", "plain"], "Bare": []])
     }
 
     @Test("every shipped interface definition names itself and is served")
