@@ -23,7 +23,7 @@ struct ImportInterface: VarlinkInterface {
     /// Edits and job records the store could not write (a full disk, an I/O error, another
     /// program's write lock): each client is told, and the operator in the log, at most every
     /// ten seconds.
-    private let unsavedEdits = WarningThrottle()
+    private let unsavedWrites = WarningThrottle()
 
     private struct IDParameter: Decodable { var id: String }
     private struct TokenReply: Encodable { var token: Int64 }
@@ -37,7 +37,7 @@ struct ImportInterface: VarlinkInterface {
         } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
             // A job's record the store could not write (Begin creating it, Abort ending it): not
             // the request's fault, and the next calls fail the same way until the operator acts.
-            unsavedEdits.warn(context.logger) { "\(call.methodName) could not be carried out: \(error.message)\($0)" }
+            unsavedWrites.warn(context.logger) { "\(call.methodName) could not be carried out: \(error.message)\($0)" }
             throw Self.unavailable(error.message)
         }
     }
@@ -235,7 +235,7 @@ struct ImportInterface: VarlinkInterface {
     /// transaction.
     private func loggingUnsaved<T>(_ logger: Logger, _ edit: () async throws -> T) async throws -> T {
         do { return try await edit() } catch let error as VarlinkError where error.name == Self.storeUnavailable {
-            unsavedEdits.warn(logger) { "an edit could not be saved: \(error.parameters["message"]?.stringValue ?? "")\($0)" }
+            unsavedWrites.warn(logger) { "an edit could not be saved: \(error.parameters["message"]?.stringValue ?? "")\($0)" }
             throw error
         }
     }
