@@ -68,6 +68,10 @@ public struct SquasherDaemon: Sendable {
                 if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue {
                     throw DaemonError("Cannot use \(directory) as a directory: a file is there. Move it away, or point --state-directory/--runtime-directory elsewhere.")
                 }
+                if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: directory) {
+                    // The system's "file exists" would send the operator looking for a file.
+                    throw DaemonError("Cannot use \(directory) as a directory: it is a symbolic link to \(target), which leads to no directory (a missing place, or a loop of links). Mend the link, or point --state-directory/--runtime-directory elsewhere.")
+                }
                 let reason = error.localizedDescription.trimmingCharacters(in: CharacterSet(charactersIn: ". "))
                 throw DaemonError("Cannot create \(directory): \(reason). Create it, or point --state-directory/--runtime-directory elsewhere.")
             }

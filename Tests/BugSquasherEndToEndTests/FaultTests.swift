@@ -117,6 +117,12 @@ struct FaultTests {
         // A file where the state directory goes.
         #expect(FileManager.default.createFile(atPath: base + "/statefile", contents: Data("x".utf8)))
         try await expectRefusal(state: base + "/statefile", run: base + "/run5", "Cannot use \(base)/statefile as a directory: a file is there")
+        // A symbolic link that leads nowhere, or round in a loop: named as such, not as a file
+        // that exists.
+        try FileManager.default.createSymbolicLink(atPath: base + "/loop", withDestinationPath: base + "/loop")
+        try await expectRefusal(state: base + "/loop", run: base + "/run-loop", "is a symbolic link to \(base)/loop, which leads to no directory")
+        try FileManager.default.createSymbolicLink(atPath: base + "/dangling", withDestinationPath: base + "/gone/state")
+        try await expectRefusal(state: base + "/dangling", run: base + "/run-dangling", "is a symbolic link to \(base)/gone/state, which leads to no directory")
 
         // Socket paths the kernel cannot bind, or where a file that is not a socket sits.
         let long = base + "/" + String(repeating: "r", count: 120)
