@@ -165,6 +165,11 @@ public final class Subscriber: Sendable {
             } catch let failure as HandlerFailure {
                 refreshContinuation.finish()
                 throw failure.error
+            } catch let error as VarlinkError where error.name == "io.bugsquasher.MessageTooLarge" {
+                // The Subscribe call itself is past squasherd's max_message_bytes (its
+                // insertsMatching predicate): sending it again would be refused again.
+                refreshContinuation.finish()
+                throw error
             } catch let error as StoreReplaced {
                 // Nothing held means anything in the other store: not retried, but thrown to
                 // the caller, who says so.
@@ -198,7 +203,12 @@ public final class Subscriber: Sendable {
         guard served == context.coordinator.storeIdentifier else {
             throw StoreReplaced(held: context.coordinator.storeIdentifier, served: served)
         }
-        let held = store.heldVersions()
+        let allHeld = store.heldVersions()
+        // The Subscribe call carries the first registrations, and Register calls the rest once
+        // subscribed: hundreds of thousands of IDs in one call would pass squasherd's
+        // max_message_bytes, and be refused at every reconnect.
+        let held = Array(allHeld.prefix(Self.registrationBatch))
+        let heldLater = Array(allHeld.dropFirst(Self.registrationBatch))
         let heldVersions = Dictionary(held, uniquingKeysWith: max)
         let parameters = SubscribeParameters(
             since: lastToken?.rawValue, registeredOnly: registeredOnly, includeValues: includeValues,
@@ -218,7 +228,7 @@ public final class Subscriber: Sendable {
                         state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
                     }
                     // Versions held now may be older than the store's: ask for a catch-up.
-                    try sendRegistrations(added: held.filter { $0.1 > 0 }, removed: [])
+                    try sendRegistrations(added: held.filter { $0.1 > 0 } + heldLater, removed: [])
                 case "save", "refresh":
                     guard let wire = event.save else { continue }
                     let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
@@ -287,6 +297,10 @@ public final class Subscriber: Sendable {
         }
     }
 
+    /// How many object IDs one call registers or unregisters: about 750 kB, well within
+    /// squasherd's max_message_bytes (16 MiB by default).
+    static let registrationBatch = 10_000
+
     private func sendRegistrations(added: [(ObjectID, Int64)], removed: [ObjectID]) throws {
         guard let subscription = state.withLock({ $0.subscription }), !(added.isEmpty && removed.isEmpty) else { return }
         let client = try registrationClient.withLock { client in
@@ -296,11 +310,13 @@ public final class Subscriber: Sendable {
             return connected
         }
         do {
-            if !added.isEmpty {
-                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: added.map { $0.0.uriString }, versions: added.map { $0.1 }))
+            for start in stride(from: 0, to: added.count, by: Self.registrationBatch) {
+                let batch = added[start..<min(start + Self.registrationBatch, added.count)]
+                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: batch.map { $0.0.uriString }, versions: batch.map { $0.1 }))
             }
-            if !removed.isEmpty {
-                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: removed.map(\.uriString)))
+            for start in stride(from: 0, to: removed.count, by: Self.registrationBatch) {
+                let batch = removed[start..<min(start + Self.registrationBatch, removed.count)]
+                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: batch.map(\.uriString)))
             }
         } catch {
             // A broken connection is replaced on the next use; the feed reconnects and re-registers.

@@ -147,6 +147,9 @@ final class PollingConnection {
     private var fd: CInt
     private var buffer = ByteBuffer()
     private var decoder: VarlinkFrameDecoder
+    /// Why the call could not be sent whole: the daemon closed the connection meanwhile. What it
+    /// answered before closing (a refusal such as `MessageTooLarge`) is read first.
+    private var sendFailure: TransportError?
 
     /// Connects to `path` (blocking, for the connect only).
     ///
@@ -159,7 +162,12 @@ final class PollingConnection {
 
     /// Sends the call (before any reply is read, while the socket still blocks).
     func send(_ message: Data) throws {
-        try message.withUnsafeBytes { try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: nil) }
+        do {
+            try message.withUnsafeBytes { try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: nil) }
+        } catch let error as TransportError where error.isClosedByPeer {
+            // Refused as it arrived (too long, say): the answer is in the socket, unread.
+            sendFailure = error
+        }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     }
 
@@ -184,6 +192,7 @@ final class PollingConnection {
             // End of file, or a reset: the daemon closed the connection.
             if received == 0 || failure == ECONNRESET {
                 guard buffer.readableBytes == 0 else { throw TransportError("squasherd at \(path) closed the connection in the middle of a message.") }
+                if let sendFailure { throw sendFailure }
                 return nil
             }
             throw TransportError("Reading from \(path) failed: \(String(cString: strerror(failure))).")

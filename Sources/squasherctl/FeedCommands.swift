@@ -203,11 +203,17 @@ struct SubscribeCommand: AsyncParsableCommand {
                 throw ValidationError("Cannot read --keys-from \(keysFile): \(FileManager.default.fileExists(atPath: keysFile) ? "permission denied, or not a file" : "no such file").")
             }
             // Blank lines and the spaces around a key (a pasted list) are not part of the keys;
-            // lines end in LF or CRLF (a list saved on Windows), which is one Character.
-            for (index, line) in String(decoding: data, as: UTF8.self).split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
-                let key = line.trimmingCharacters(in: .whitespaces)
+            // lines end in LF or CRLF (a list saved on Windows). Split as bytes, and each line
+            // checked as it comes: a binary file given by mistake is refused at its first line,
+            // not after its whole length was decoded as text.
+            for (index, line) in data.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+                let place = " (line \(index + 1) of --keys-from)"
+                guard let text = String(validating: line, as: UTF8.self) else {
+                    throw ValidationError("Line \(index + 1) of --keys-from \(keysFile) is not UTF-8 text (is it the list of keys, one per line?).")
+                }
+                let key = text.trimmingCharacters(in: .whitespaces.union(CharacterSet(charactersIn: "\r")))
                 guard !key.isEmpty else { continue }
-                try validateKey(key, place: " (line \(index + 1) of --keys-from)")
+                try validateKey(key, place: place)
                 keys.append(key)
             }
             if keys.isEmpty { throw ValidationError("--keys-from \(keysFile) holds no keys; give one per line.") }
@@ -271,7 +277,8 @@ struct SubscribeCommand: AsyncParsableCommand {
                     do {
                         added = try Self.hold(Array(waiting), in: context)
                     } catch {
-                        printError("squasherctl: could not fetch the bugs created for \(waiting.sorted().joined(separator: ", ")): \(error)")
+                        let keys = waiting.sorted()
+                        printError("squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error)")
                         return
                     }
                     held.withLock { held in
@@ -284,6 +291,9 @@ struct SubscribeCommand: AsyncParsableCommand {
                 }
             }
         } catch is CancellationError {
+        } catch let error as VarlinkError {
+            // Refused for good (the keys' predicate past max_message_bytes): retrying would not help.
+            throw refused(error)
         } catch let error as StoreReplaced {
             printError("squasherctl: squasherd now serves another store (\(error.served)) than the one these bugs were held in (\(error.held)); run squasherctl subscribe again to hold them there.")
             throw Exit.failed
@@ -295,10 +305,20 @@ struct SubscribeCommand: AsyncParsableCommand {
     /// Fetches the bugs with these keys into the subscriber's context, which registers them with
     /// squasherd: their changes reach the subscriber from then on.
     private static func hold(_ keys: [String], in context: isolated ObjectContext) throws -> [BugState] {
-        var request = FetchRequest<Bug>(predicate: Key("key").in(keys.map { .string($0) }), sort: [Key("key").ascending])
-        request.returnsObjectsAsFaults = false
-        return try context.fetch(request).map { Self.state($0) }
+        // In batches: hundreds of thousands of keys in one IN list are more values than SQLite
+        // takes in one statement.
+        var held: [BugState] = []
+        for start in stride(from: 0, to: keys.count, by: holdBatch) {
+            var request = FetchRequest<Bug>(predicate: Key("key").in(keys[start..<min(start + holdBatch, keys.count)].map { .string($0) }))
+            request.returnsObjectsAsFaults = false
+            held += try context.fetch(request).map { Self.state($0) }
+        }
+        // In the store's order of keys (byte by byte), as one fetch sorted by key gave them.
+        return held.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
     }
+
+    /// How many keys one fetch of ``hold(_:in:)`` asks for.
+    private static let holdBatch = 10_000
 
     private static func state(_ bug: Bug) -> BugState {
         BugState(id: bug.objectID.uriString, key: bug.key, version: bug.snapshotVersion, status: bug.status, title: bug.title)

@@ -331,7 +331,8 @@ struct UpdateCommand: ParsableCommand {
 func validateKey(_ key: String, place: String = "") throws {
     if key.allSatisfy(\.isWhitespace) { throw ValidationError("The bug key is empty\(place); give one such as TIMOB-100.") }
     if EntityDescription.hasStrayCharacters(inKey: key) {
-        throw ValidationError("The key \(String(reflecting: key))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them.")
+        let shown = key.count > 80 ? String(key.prefix(80)) + "…" : key
+        throw ValidationError("The key \(String(reflecting: shown))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them.")
     }
 }
 

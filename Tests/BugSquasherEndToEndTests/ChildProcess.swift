@@ -76,6 +76,13 @@ final class ChildProcess: @unchecked Sendable {
     private func receive(_ data: Data) {
         guard !data.isEmpty else { return }
         let complete = partial.withLock { buffer -> [String] in
+            // Only the new bytes are searched for line ends: a line of megabytes (a subscriber's
+            // "ready" with 30,000 bugs) arrives in many reads, and searching it from its start
+            // after each one is quadratic.
+            guard data.contains(0x0A) else {
+                buffer += data
+                return []
+            }
             buffer += data
             var out: [String] = []
             while let newline = buffer.firstIndex(of: 0x0A) {

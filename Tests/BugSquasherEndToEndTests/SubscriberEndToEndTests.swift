@@ -426,6 +426,37 @@ struct SubscriberEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("a subscriber holding more objects than one call of max_message_bytes takes registers them in batches: it subscribes, refreshes the last of them, and subscribes again after a restart, instead of being refused at every attempt")
+    func subscriberHoldingManyObjects() async throws {
+        // 30,000 held IDs are about 2.3 MB in one call; squasherd here takes 2 MiB.
+        let harness = try await DaemonHarness(configuration: "max_message_bytes = 2097152\n")
+        let records = try harness.writeRecords("many.ndjson", count: 30_000, prefix: "MANY", title: "held")
+        _ = try await harness.ctl(["import", records.path, "--wait"])
+        let keysFile = harness.directory + "/keys.txt"
+        try (1...30_000).map { "MANY-\($0)" }.joined(separator: "\n").write(toFile: keysFile, atomically: true, encoding: .utf8)
+        let subscriber = try harness.startCtl("subscriber of 30,000", ["subscribe", "--json", "--keys-from", keysFile])
+        let ready = try await subscriber.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
+        #expect(SubscriberEvent.parse(ready.line)?.bugs?.count == 30_000)
+        // The last key sorts in the middle, and its ID was registered in a later batch.
+        _ = try await harness.ctl(["update", "MANY-29999", "title=changed"])
+        let refreshed = try await subscriber.waitForLine(from: ready.index + 1) { line in
+            SubscriberEvent.parse(line)?.bugs?.contains { $0.key == "MANY-29999" && $0.title == "changed" } == true
+        }
+        // Restarted: the subscriber subscribes again with all it holds, and goes on refreshing.
+        #expect(try await harness.stop() == 0)
+        let restarted = try ChildProcess(name: "squasherd again", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run", "--config", harness.directory + "/squasherd.conf"])
+        try await restarted.waitForErrorOutput(containing: " ready")
+        _ = try await harness.ctl(["update", "MANY-29999", "title=after the restart"])
+        _ = try await subscriber.waitForLine(from: refreshed.index + 1) { line in
+            SubscriberEvent.parse(line)?.bugs?.contains { $0.key == "MANY-29999" && $0.title == "after the restart" } == true
+        }
+        #expect(!restarted.errorOutput.contains("grew past"), "\(restarted.errorOutput.suffix(2000))")
+        subscriber.signal(SIGTERM)
+        _ = try await subscriber.waitForExit()
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.waitForExit() == 0)
+    }
+
     @Test("subscribe waits for a key no bug has yet: the bug is held from the save that creates it on, refreshes after that, and is waited for again once deleted")
     func subscriberWaitsForMissingKeys() async throws {
         let harness = try await DaemonHarness()
