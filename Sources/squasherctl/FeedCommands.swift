@@ -200,13 +200,20 @@ struct SubscribeCommand: AsyncParsableCommand {
                 data = FileManager.default.contents(atPath: keysFile)
             }
             guard let data else {
-                throw ValidationError("Cannot read --keys-from \(keysFile): \(FileManager.default.fileExists(atPath: keysFile) ? "permission denied, or not a file" : "no such file").")
+                var status = stat()
+                let reason = stat(keysFile, &status) != 0 ? "no such file"
+                    : status.st_mode & S_IFMT == S_IFDIR ? "it is a directory"
+                    : status.st_mode & S_IFMT != S_IFREG ? "it is not a regular file (a device or a socket?)"
+                    : "permission denied"
+                throw ValidationError("Cannot read --keys-from \(keysFile): \(reason).")
             }
             // Blank lines and the spaces around a key (a pasted list) are not part of the keys;
             // lines end in LF or CRLF (a list saved on Windows). Split as bytes, and each line
             // checked as it comes: a binary file given by mistake is refused at its first line,
             // not after its whole length was decoded as text.
-            for (index, line) in data.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+            // A byte-order mark (a list saved by some Windows editors) is not part of the first key.
+            let bytes = data.starts(with: [0xEF, 0xBB, 0xBF]) ? data.dropFirst(3) : data[...]
+            for (index, line) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
                 let place = " (line \(index + 1) of --keys-from)"
                 guard let text = String(validating: line, as: UTF8.self) else {
                     throw ValidationError("Line \(index + 1) of --keys-from \(keysFile) is not UTF-8 text (is it the list of keys, one per line?).")

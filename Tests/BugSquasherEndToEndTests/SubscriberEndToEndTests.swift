@@ -475,7 +475,7 @@ struct SubscriberEndToEndTests {
             #expect(error.contains(key.isEmpty ? "The bug key is empty" : "has spaces around it or a control character"), "\(error)")
         }
         let keysFile = harness.directory + "/keys.txt"
-        try "  W-2 \r\n\r\nW-1\r\n".write(toFile: keysFile, atomically: true, encoding: .utf8)
+        try "\u{FEFF}  W-2 \r\n\r\nW-1\r\n".write(toFile: keysFile, atomically: true, encoding: .utf8)
         let subscriber = try harness.startCtl("subscriber waiting", ["subscribe", "--json", "W-1", "--keys-from", keysFile])
         let ready = try await subscriber.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
         #expect(SubscriberEvent.parse(ready.line)?.bugs?.map(\.key) == ["W-1"])
