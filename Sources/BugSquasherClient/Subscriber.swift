@@ -209,7 +209,7 @@ public final class Subscriber: Sendable {
         // max_message_bytes, and be refused at every reconnect.
         let held = Array(allHeld.prefix(Self.registrationBatch))
         let heldLater = Array(allHeld.dropFirst(Self.registrationBatch))
-        let heldVersions = Dictionary(held, uniquingKeysWith: max)
+        let heldVersions = Dictionary(allHeld, uniquingKeysWith: max)
         let parameters = SubscribeParameters(
             since: lastToken?.rawValue, registeredOnly: registeredOnly, includeValues: includeValues,
             register: held.map { $0.0.uriString }, versions: held.map(\.1),
@@ -223,8 +223,9 @@ public final class Subscriber: Sendable {
                     state.withLock { state in
                         state.subscription = event.subscription
                         if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
-                        // Everything held was in the Subscribe call; only later changes (a
-                        // registration, a fault that loaded since) are pending.
+                        // Everything held is in the Subscribe call or the Register calls just
+                        // below; only later changes (a registration, a fault that loaded since)
+                        // are pending.
                         state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
                     }
                     // Versions held now may be older than the store's: ask for a catch-up.

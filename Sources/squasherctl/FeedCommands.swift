@@ -214,13 +214,12 @@ struct SubscribeCommand: AsyncParsableCommand {
             // A byte-order mark (a list saved by some Windows editors) is not part of the first key.
             let bytes = data.starts(with: [0xEF, 0xBB, 0xBF]) ? data.dropFirst(3) : data[...]
             for (index, line) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
-                let place = " (line \(index + 1) of --keys-from)"
                 guard let text = String(validating: line, as: UTF8.self) else {
                     throw ValidationError("Line \(index + 1) of --keys-from \(keysFile) is not UTF-8 text (is it the list of keys, one per line?).")
                 }
                 let key = text.trimmingCharacters(in: .whitespaces.union(CharacterSet(charactersIn: "\r")))
                 guard !key.isEmpty else { continue }
-                try validateKey(key, place: place)
+                try validateKey(key, place: " (line \(index + 1) of --keys-from)")
                 keys.append(key)
             }
             if keys.isEmpty { throw ValidationError("--keys-from \(keysFile) holds no keys; give one per line.") }

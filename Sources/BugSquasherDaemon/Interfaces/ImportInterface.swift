@@ -20,9 +20,9 @@ struct ImportInterface: VarlinkInterface {
     let runner: ImportRunner
     let configuration: DaemonConfiguration
     let uploads: UploadRegistry
-    /// Edits and job records the store could not write (a full disk, an I/O error, another
-    /// program's write lock): each client is told, and the operator in the log, at most every
-    /// ten seconds.
+    /// Calls whose edit or job record the store could not write (a full disk, an I/O error,
+    /// another program's write lock): each client is told, and the operator in the log at most
+    /// every ten seconds.
     private let unsavedWrites = WarningThrottle()
 
     private struct IDParameter: Decodable { var id: String }
@@ -35,9 +35,12 @@ struct ImportInterface: VarlinkInterface {
         do {
             try await dispatch(call, context: context, replier: replier)
         } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
-            // A job's record the store could not write (Begin creating it, Abort ending it): not
-            // the request's fault, and the next calls fail the same way until the operator acts.
-            unsavedWrites.warn(context.logger) { "\(call.methodName) could not be carried out: \(error.message)\($0)" }
+            // What the call had to write (an edit, a job's record) the store could not: not the
+            // client's doing, and not for it alone to know, since the next calls fail the same
+            // way until the operator frees the disk, mends the file system or ends the other
+            // program's transaction.
+            let what = ["Update", "Delete"].contains(call.methodName) ? "an edit could not be saved" : "\(call.methodName) could not be carried out"
+            unsavedWrites.warn(context.logger) { "\(what): \(error.message)\($0)" }
             throw Self.unavailable(error.message)
         }
     }
@@ -134,16 +137,14 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(Empty())
         case "Update":
             let parameters = try call.parameters(UpdateParameters.self)
-            try await replier.reply(try await loggingUnsaved(context.logger) { try await update(parameters.id, values: parameters.values) })
+            try await replier.reply(try await update(parameters.id, values: parameters.values))
         case "Delete":
             let id = try editableObjectID(try call.parameters(IDParameter.self).id)
             let editor = newEditor("varlink-delete")
-            let didSave = try await loggingUnsaved(context.logger) {
-                try await mapGraphErrors {
-                    try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
-                }
-                return try await mapGraphErrors { try await editor.save() }
+            try await mapGraphErrors {
+                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
             }
+            let didSave = try await mapGraphErrors { try await editor.save() }
             try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
         default:
             throw VarlinkError.methodNotFound(call.method)
@@ -229,27 +230,13 @@ struct ImportInterface: VarlinkInterface {
         stack.importerContext(name: name)
     }
 
-    /// Runs an edit, and logs it (throttled) when the store could not write it: not the
-    /// client's doing, and not for it alone to know, since the next edits fail the same way until
-    /// the operator frees the disk, mends the file system or ends the other program's
-    /// transaction.
-    private func loggingUnsaved<T>(_ logger: Logger, _ edit: () async throws -> T) async throws -> T {
-        do { return try await edit() } catch let error as VarlinkError where error.name == Self.storeUnavailable {
-            unsavedWrites.warn(logger) { "an edit could not be saved: \(error.parameters["message"]?.stringValue ?? "")\($0)" }
-            throw error
-        }
-    }
-
-    /// The name of the error for a call the store cannot write now (a client may retry it later).
-    private static let storeUnavailable = "io.bugsquasher.Import.StoreUnavailable"
-
     /// Runs an edit's step, answering its graph errors as this interface's Varlink errors:
-    /// `Conflict` for a unique key or a merge, `StoreUnavailable` for a store that cannot write
-    /// now, `InvalidInput` for the rest.
+    /// `Conflict` for a unique key or a merge, `InvalidInput` for the rest but a store that
+    /// cannot write now, which ``handle(_:context:replier:)`` answers and logs for every call.
     private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
-            case .storeIO, .storeBusy: throw Self.unavailable(error.message)
+            case .storeIO, .storeBusy: throw error
             case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
@@ -407,7 +394,7 @@ struct ImportInterface: VarlinkInterface {
     /// The error for a call the store (or an upload's spool) cannot write now, for a reason on
     /// squasherd's side: the same call succeeds once the operator has dealt with `message`.
     private static func unavailable(_ message: String) -> VarlinkError {
-        VarlinkError(storeUnavailable, ["message": .string(message)])
+        VarlinkError("io.bugsquasher.Import.StoreUnavailable", ["message": .string(message)])
     }
 
     /// The error for a call squasherd does not take now (as many uploads as it takes are in
