@@ -21,6 +21,9 @@ public final class ConnectionLimit: Sendable {
     /// at most 64.
     public let reservedForWriters: Int
     private let open = Atomic<Int>(0)
+    /// The most connections open at once since ``manyClosedSinceLastAsked(atLeast:)`` last
+    /// said so.
+    private let peak = Atomic<Int>(0)
     private let refusals = WarningThrottle()
 
     /// A limit of `maximum` connections (at least 1).
@@ -51,7 +54,11 @@ public final class ConnectionLimit: Sendable {
     /// (and a throttled warning) when none is left for it.
     func acquire(socket: String, writer: Bool, logger: Logger) -> Bool {
         let limit = writer ? maximum : maximum - reservedForWriters
-        if open.wrappingAdd(1, ordering: .relaxed).newValue <= limit { return true }
+        let opened = open.wrappingAdd(1, ordering: .relaxed).newValue
+        if opened <= limit {
+            peak.max(opened, ordering: .relaxed)
+            return true
+        }
         open.subtract(1, ordering: .relaxed)
         refusals.warn(logger) { suppressed in
             let kept = writer ? "" : " (the last \(self.reservedForWriters) are kept for the write socket)"
@@ -63,6 +70,20 @@ public final class ConnectionLimit: Sendable {
     /// Gives back the place of a connection that ended.
     func release() {
         open.subtract(1, ordering: .relaxed)
+    }
+
+    /// Whether many connections closed since this last said so: the open ones fell by at least
+    /// `count` from their peak since, and to half of it or less. Each connection held about
+    /// 10 kB, which the allocator keeps once freed, so that after a burst of clients (or one
+    /// client that opened thousands) the caller gives it back to the system.
+    public func manyClosedSinceLastAsked(atLeast count: Int = 1_000) -> Bool {
+        let now = open.load(ordering: .relaxed)
+        let high = peak.load(ordering: .relaxed)
+        guard high - now >= count, now <= high / 2 else { return false }
+        // A connection opened meanwhile may raise the peak it replaces: the next burst is
+        // then measured from a little lower, which only makes it count sooner.
+        peak.store(now, ordering: .relaxed)
+        return true
     }
 }
 

@@ -329,6 +329,37 @@ struct FuzzTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("thousands of connections held at once and then closed: squasherd serves them all, and gives their memory back once they are gone")
+    func connectionBurstMemory() async throws {
+        let harness = try await DaemonHarness()
+        let getInfo = varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#)
+        #expect(try RawSocket.exchange(harness.readSocket, getInfo).contains(#""interfaces""#))
+        let before = try residentMemory(of: harness.daemon.pid)
+        var held: [RawSocket] = []
+        for _ in 0..<4_000 {
+            let socket = try RawSocket(path: harness.readSocket, receiveTimeout: 10)
+            socket.send(getInfo)
+            held.append(socket)
+        }
+        #expect(held.allSatisfy { $0.receiveMessage().contains(#""interfaces""#) })
+        let peak = try residentMemory(of: harness.daemon.pid)
+        print("squasherd VmRSS: \(before >> 20) MiB before, \(peak >> 20) MiB with 4,000 connections")
+        // The test means something only if the connections took memory worth giving back.
+        #expect(peak - before > 16 << 20)
+        held.removeAll()
+        // glibc keeps freed memory in its arenas: without a trim, all of it stays resident.
+        var after = peak
+        let deadline = ContinuousClock.now + .seconds(30)
+        while after - before > (peak - before) / 3, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(200))
+            after = try residentMemory(of: harness.daemon.pid)
+        }
+        print("squasherd VmRSS: \(after >> 20) MiB once they closed")
+        #expect(after - before <= (peak - before) / 3, "VmRSS \(before >> 20) MiB before, \(peak >> 20) MiB at the peak, still \(after >> 20) MiB after")
+        #expect(try RawSocket.exchange(harness.readSocket, getInfo).contains(#""interfaces""#))
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("large messages left unfinished on many connections: squasherd holds at most max_incoming_bytes of them, closes each connection that would go past, and serves the others")
     func unfinishedMessages() async throws {
         let harness = try await DaemonHarness(configuration: "max_message_bytes = 1048576\nmax_incoming_bytes = 4194304\n")

@@ -184,6 +184,25 @@ struct VarlinkTests {
         }
     }
 
+    @Test("the connection limit tells when many connections closed since it last said so: a fall of at least 1,000 from the peak, to half of it or less")
+    func connectionLimitNoticesClosedBursts() {
+        let limit = ConnectionLimit(maximum: 10_000)
+        let logger = Logger(label: "test")
+        for _ in 0..<3_000 { #expect(limit.acquire(socket: "read", writer: false, logger: logger)) }
+        #expect(!limit.manyClosedSinceLastAsked())
+        for _ in 0..<1_400 { limit.release() }
+        // 1,400 closed, but 1,600 of the 3,000 are still open.
+        #expect(!limit.manyClosedSinceLastAsked())
+        for _ in 0..<100 { limit.release() }
+        #expect(limit.manyClosedSinceLastAsked())
+        // Measured from the 1,500 open when it said so.
+        #expect(!limit.manyClosedSinceLastAsked())
+        for _ in 0..<900 { limit.release() }
+        #expect(!limit.manyClosedSinceLastAsked(), "only 900 closed since")
+        for _ in 0..<100 { limit.release() }
+        #expect(limit.manyClosedSinceLastAsked())
+    }
+
     @Test("the service answers org.varlink.service, dispatches, maps errors and guards writes")
     func service() async throws {
         let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Echo(writes: true)])
