@@ -173,6 +173,31 @@ struct SpoolerTests {
         #expect(try await spooler.finish().0 == .bugsquasherNDJSON)
     }
 
+    @Test("a Jira or Bugzilla CSV export separated by semicolons, tabs or vertical bars is named, with a command that converts it to commas")
+    func otherSeparatorsNamed() async throws {
+        let cases: [(String, String, String)] = [
+            ("Issue key;Summary;Status\nS-1;one;Open\n", "Jira CSV export whose fields are separated by semicolons", #"delimiter=";""#),
+            ("\"Issue key\"\t\"Summary\"\r\nS-1\tone\r\n", "Jira CSV export whose fields are separated by tabs", #"delimiter="\t""#),
+            ("bug_id|short_desc\n1|one\n", "Bugzilla CSV export whose fields are separated by vertical bars", #"delimiter="|""#),
+        ]
+        for (text, named, command) in cases {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let spooler = try Spooler(jobID: "separated", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+            let error = await #expect(throws: DaemonError.self) {
+                try await spooler.append(Array(text.utf8))
+                _ = try await spooler.finish()
+            }
+            #expect(error?.message.contains(named) == true && error?.message.contains(command) == true, "\(String(describing: error))")
+        }
+        // A header with a semicolon inside a column name is still read as comma-separated.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let spooler = try Spooler(jobID: "commas", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+        try await spooler.append(Array("Issue key,Summary,\"Notes; more\"\nS-1,one,x\n".utf8))
+        #expect(try await spooler.finish().0 == .jiraCSV)
+    }
+
     @Test("bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, are named with a command that unpacks them, instead of a generic unsupported format")
     func archivesNamed() async throws {
         let text = #"{"key":"A-1","title":"t","status":"Open","project":{"key":"A"}}"# + "\n"

@@ -328,6 +328,21 @@ actor Spooler {
         return splitter.foundArray
     }
 
+    /// The separator and flavor of a Jira or Bugzilla CSV header whose fields are separated by
+    /// semicolons, tabs or vertical bars instead of commas; `nil` when `firstLine` is no such header.
+    private static func headerWithOtherSeparator(_ firstLine: [UInt8]) -> (separator: (name: String, escaped: String), flavor: CSVBugMapper.Flavor)? {
+        let separators: [(byte: UInt8, name: String, escaped: String)] = [
+            (UInt8(ascii: ";"), "semicolons", ";"), (UInt8(ascii: "\t"), "tabs", "\\t"), (UInt8(ascii: "|"), "vertical bars", "|"),
+        ]
+        for separator in separators where firstLine.contains(separator.byte) {
+            let names = firstLine.split(separator: separator.byte, omittingEmptySubsequences: false).map {
+                String(decoding: $0, as: UTF8.self).trimmingCharacters(in: CharacterSet(charactersIn: "\"\r").union(.whitespaces))
+            }
+            if let flavor = CSVBugMapper.detect(header: names) { return ((separator.name, separator.escaped), flavor) }
+        }
+        return nil
+    }
+
     /// When the first line does not parse: the record on the second line if that is a JSON
     /// object (or an empty one when the first line is a whole object by its braces), which
     /// makes the input NDJSON; `nil` for a pretty-printed document, whose second line is a key.
@@ -457,6 +472,9 @@ actor Spooler {
             var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
             let header = (probe.feed(sniffed) + (final ? probe.finish() : [])).first
             guard case .fields(let names, _)? = header, let flavor = CSVBugMapper.detect(header: names) else {
+                if let (separator, flavor) = Self.headerWithOtherSeparator(firstLine) {
+                    throw DaemonError("The input looks like a \(flavor == .jira ? "Jira" : "Bugzilla") CSV export whose fields are separated by \(separator.name) rather than commas (as spreadsheet programs save CSV in some locales). BugSquasher reads comma-separated exports: export it again, save it as CSV with commas, or convert it, for instance: python3 -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader(sys.stdin, delimiter=\"\(separator.escaped)\"))' < FILE > FILE.csv")
+                }
                 let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map { $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0) }.joined()
                 throw DaemonError("The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names).")
             }
