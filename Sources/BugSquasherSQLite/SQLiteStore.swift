@@ -789,7 +789,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if !FileManager.default.fileExists(atPath: directory) {
             return "its directory \(directory) no longer exists (moved or removed?); put it back, or restore the store there"
         }
-        return fileSystemProblem(path) ?? "\(path) is not writable by this user; fix the permissions of the file and its directory"
+        return fileSystemProblem(path) ?? attributeProblem(path) ?? "\(path) is not writable by this user; fix the permissions of the file and its directory"
     }
 
     /// What keeps the file system holding `path` from taking writes, as a person acts on it:
@@ -807,6 +807,36 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if status.f_bavail == 0 {
             return "the file system holding \(directory) is full; free space on it, or move the state directory to another file system"
         }
+        return nil
+    }
+
+    /// Why the system failed a read or write of the store at `path` (SQLite's `SQLITE_IOERR`,
+    /// extended result `code`), as a person acts on it: its file system read-only (remounted so
+    /// after disk errors), full or out of inodes, or one of its files marked immutable or
+    /// append-only; otherwise the disk itself, with where to look.
+    static func whyInputOutputFailed(_ path: String, code: Int32) -> String {
+        if let problem = fileSystemProblem(path) ?? attributeProblem(path) { return problem }
+        return "the system failed a read or write of \(path) (SQLite's disk I/O error, extended code \(code)); the kernel log (journalctl -k, or dmesg) tells whether the disk or its file system failed. This save was not written; those before it are kept"
+    }
+
+    /// A file of the store at `path` marked immutable or append-only (`chattr +i`, `+a`), which
+    /// not even root may write; `nil` when none is, or when the file system has no such marks.
+    static func attributeProblem(_ path: String) -> String? {
+        #if os(Linux)
+        let getFlags: UInt = 0x8008_6601 // FS_IOC_GETFLAGS
+        let (immutable, appendOnly) = (0x10, 0x20) // FS_IMMUTABLE_FL, FS_APPEND_FL
+        for file in [path, path + "-wal", path + "-shm", URL(filePath: path).deletingLastPathComponent().path] {
+            let fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            var flags = 0
+            guard withUnsafeMutablePointer(to: &flags, { ioctl(fd, getFlags, $0) }) == 0 else { continue }
+            if flags & (immutable | appendOnly) != 0 {
+                let mark = flags & immutable != 0 ? "immutable (chattr +i)" : "append-only (chattr +a)"
+                return "\(file) is marked \(mark), so not even root may change it; clear the mark with chattr -\(flags & immutable != 0 ? "i" : "a") \(file) (lsattr shows the marks)"
+            }
+        }
+        #endif
         return nil
     }
 
@@ -892,6 +922,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 throw GraphError(.storeBusy, "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.", cause: error)
             case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:
                 throw GraphError(.storeIO, "Could not \(action): \(Self.whyNotWritable(url.path)).", cause: error)
+            case .SQLITE_IOERR:
+                throw GraphError(.storeIO, "Could not \(action): \(Self.whyInputOutputFailed(url.path, code: error.extendedResultCode.rawValue)).", cause: error)
             case .SQLITE_ERROR where error.message?.contains("too many SQL variables") == true:
                 // A request's fault, not the store's: said so, without the store's path.
                 throw GraphError(.invalidArgument, "Could not \(action): the request has more values than SQLite takes in one statement (an IN list of hundreds of thousands?). Split it into requests of at most 10,000 values each.", cause: error)

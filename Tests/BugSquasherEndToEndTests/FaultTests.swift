@@ -1,6 +1,7 @@
 import BugSquasherImport
 import BugSquasherProtocol
 import BugSquasherTransport
+import BugSquasherVarlink
 import Foundation
 import Testing
 
@@ -688,6 +689,62 @@ struct FaultTests {
             daemon.signal(SIGTERM)
             #expect(try await daemon.waitForExit() == 0)
         }
+    }
+
+    @Test("the store's files made immutable (chattr +i) during an import, so that neither the chunk nor the job's failure can be saved: squasherd names the mark and how to clear it, keeps the job's spool, and at its next start resumes the job from its last committed chunk to every record once; an edit meanwhile is refused as StoreUnavailable")
+    func importOntoImmutableStore() async throws {
+        let harness = try await DaemonHarness(chunkSize: 500)
+        let store = harness.directory + "/state/bugs.sqlite"
+        let marked = [store, store + "-wal"]
+        func mark(_ flag: String) async throws -> ChildProcess {
+            let chattr = try ChildProcess(name: "chattr", executable: "/usr/bin/chattr", arguments: [flag] + marked)
+            _ = try await chattr.waitForExit()
+            return chattr
+        }
+        // Cleared whatever happens: the harness could not remove the directory otherwise.
+        defer {
+            let clear = Process()
+            clear.executableURL = URL(filePath: "/usr/bin/chattr")
+            clear.arguments = ["-i"] + marked
+            try? clear.run()
+            clear.waitUntilExit()
+        }
+        let count = 60_000
+        let records = try harness.writeRecords("immutable.ndjson", count: count, prefix: "IMM", title: "immutable")
+        guard let job = try await harness.ctl(["import", records.path]).first?.split(separator: " ").last.map(String.init) else {
+            Issue.record("squasherctl import printed no job")
+            return
+        }
+        // Once a few chunks are in, the store's files are marked.
+        var read: Int64 = 0
+        try BlockingVarlinkClient(path: harness.readSocket).stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
+            read = try reply.parameters(JobReply.self).job.recordsRead
+            return read < 2_000
+        }
+        let marking = try await mark("+i")
+        guard marking.exitStatus == 0 else {
+            print("skipped: this file system takes no immutable mark (\(marking.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines)))")
+            return
+        }
+        #expect(read < Int64(count), "the import ended before the store was marked")
+        let failed = try await harness.ctlError(["jobs", job, "--wait"], expectStatus: 2)
+        #expect(failed.contains("is marked immutable (chattr +i)") && failed.contains("chattr -i"), "\(failed)")
+        #expect(failed.contains("could not be recorded in the store either") && failed.contains("retries it from its last committed chunk"), "\(failed)")
+        let edit = try await harness.ctlError(["update", "IMM-1", "title=during"], expectStatus: 75)
+        #expect(edit.contains("is marked immutable"), "\(edit)")
+        // What the message promises needs the input: the spool stays.
+        #expect(FileManager.default.fileExists(atPath: harness.directory + "/state/spool/\(job).spool"))
+
+        #expect(try await mark("-i").exitStatus == 0)
+        #expect(try await harness.stop() == 0)
+        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: ["--state-directory", harness.directory + "/state", "--runtime-directory", harness.directory + "/run"])
+        defer { daemon.signal(SIGKILL) }
+        try await daemon.waitForErrorOutput(containing: " ready")
+        let finished = try await harness.ctl(["jobs", job, "--wait"])
+        #expect(finished.first?.contains("finished: ") == true && finished.first?.contains("\(count) imported, 0 rejected") == true, "\(finished)")
+        #expect(try await harness.ctl(["status"]).joined(separator: "\n").contains("bugs \(count),"))
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0)
     }
 
     @Test("an upload onto a file system out of inodes (not of bytes) fails saying so (StoreUnavailable, squasherctl: 75), not blaming permissions; the daemon goes on, and imports once a file is freed")

@@ -290,18 +290,28 @@ final class ImportRunner: Service {
 
     /// Records that job `id` ended in `state` and removes its spooled input.
     ///
-    /// A job that did not finish loses its spool first, so that whoever is told it ended (a
-    /// `jobs --wait`) finds the spool gone; should squasherd die in between, the job resumes,
-    /// finds no spool, and fails for that. A finished job is recorded first: resumed without its
-    /// spool, it would fail although every record was imported (a spool left behind is swept
-    /// at the next start). The daemon's status stops showing the job before that: a `status`
-    /// right after `jobs --wait` said it ended must not show it still importing.
+    /// A job that did not finish has its spool moved aside first, so that whoever is told it
+    /// ended (a `jobs --wait`) finds it gone; should squasherd die in between, the job resumes,
+    /// finds no spool, and fails for that (the one moved aside is swept at the next start, as a
+    /// job the store does not know). When the end cannot be recorded (the store cannot write),
+    /// the spool is put back: the job is still running in the store, and at the next start it
+    /// resumes from its last committed chunk, with its input. A finished job is recorded
+    /// first: resumed without its spool, it would fail although every record was imported (a
+    /// spool left behind is swept at the next start). The daemon's status stops showing the
+    /// job before that: a `status` right after `jobs --wait` said it ended must not show it
+    /// still importing.
     private func end(_ id: String, state: String, error: String? = nil) async throws {
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
-        if state != "finished" { try? FileManager.default.removeItem(atPath: spool) }
+        let aside = Spooler.path(job: id + ".ending", in: configuration.spoolDirectory)
+        let movedAside = state != "finished" && rename(spool, aside) == 0
         progressHandler(nil)
-        try await book.end(id, as: state, error: error)
-        if state == "finished" { try? FileManager.default.removeItem(atPath: spool) }
+        do {
+            try await book.end(id, as: state, error: error)
+        } catch {
+            if movedAside { rename(aside, spool) }
+            throw error
+        }
+        try? FileManager.default.removeItem(atPath: movedAside ? aside : spool)
         returnFreedMemory()
     }
 
