@@ -80,6 +80,9 @@ public struct SquasherDaemon: Sendable {
             if SQLiteStore.isOnReadOnlyFileSystem(configuration.stateDirectory) {
                 throw DaemonError("The state directory \(configuration.stateDirectory) is on a file system mounted read-only; remount it read-write, or choose another --state-directory.")
             }
+            if let problem = SQLiteStore.markProblem(of: [configuration.stateDirectory]) {
+                throw DaemonError("The state directory cannot be written: \(problem).")
+            }
             throw DaemonError("The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one.")
         }
         // One daemon per store, held until this function returns.

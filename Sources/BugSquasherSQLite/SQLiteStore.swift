@@ -268,9 +268,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         case .SQLITE_CORRUPT: "The file is damaged: restore it from a backup, or move it away to start with an empty store and re-import."
         case .SQLITE_FULL: "The disk is full: free space on the file system of \(path)."
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_AUTH:
-            "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
+            attributeProblem(path).map { "\($0.prefix(1).uppercased())\($0.dropFirst())." }
+                ?? "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
         // A full disk fails the open of a store whose log or index cannot grow as an I/O error.
         default: fileSystemProblem(path).map { "The store cannot grow: \($0)." }
+            ?? attributeProblem(path).map { "\($0.prefix(1).uppercased())\($0.dropFirst())." }
             ?? "Check that the directory exists and is writable by this user, and that the disk is sound."
         }
     }
@@ -819,13 +821,20 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         return "the system failed a read or write of \(path) (SQLite's disk I/O error, extended code \(code)); the kernel log (journalctl -k, or dmesg) tells whether the disk or its file system failed. This save was not written; those before it are kept"
     }
 
-    /// A file of the store at `path` marked immutable or append-only (`chattr +i`, `+a`), which
-    /// not even root may write; `nil` when none is, or when the file system has no such marks.
+    /// A file of the store at `path` (or its directory) marked immutable or append-only, as
+    /// ``markProblem(of:)`` says it.
     static func attributeProblem(_ path: String) -> String? {
+        markProblem(of: [path, path + "-wal", path + "-shm", URL(filePath: path).deletingLastPathComponent().path])
+    }
+
+    /// The first of `files` marked immutable or append-only (`chattr +i`, `+a`), which not even
+    /// root may change, with the command that clears the mark; `nil` when none is, or when the
+    /// file system has no such marks.
+    public static func markProblem(of files: [String]) -> String? {
         #if os(Linux)
         let getFlags: UInt = 0x8008_6601 // FS_IOC_GETFLAGS
         let (immutable, appendOnly) = (0x10, 0x20) // FS_IMMUTABLE_FL, FS_APPEND_FL
-        for file in [path, path + "-wal", path + "-shm", URL(filePath: path).deletingLastPathComponent().path] {
+        for file in files {
             let fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
             guard fd >= 0 else { continue }
             defer { close(fd) }

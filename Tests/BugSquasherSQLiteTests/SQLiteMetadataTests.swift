@@ -88,6 +88,32 @@ struct SQLiteMetadataTests {
         #expect(older?.message.contains("'Note.severity' was removed") == true && older?.message.contains("written by a newer version") == true, "\(String(describing: older))")
     }
 
+    @Test("a store file marked immutable or append-only (chattr) is refused naming the mark and the command that clears it, not this user's permissions")
+    func markedStoreNamed() throws {
+        let url = directory.appendingPathComponent("marked.sqlite")
+        do { _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url)) }
+        func chattr(_ arguments: [String]) throws -> Int32 {
+            let process = Process()
+            process.executableURL = URL(filePath: "/usr/bin/chattr")
+            process.arguments = arguments
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            return process.terminationStatus
+        }
+        for (flag, named) in [("+i", "immutable (chattr +i)"), ("+a", "append-only (chattr +a)")] {
+            guard try chattr([flag, url.path]) == 0 else {
+                print("skipped: this file system takes no chattr marks")
+                return
+            }
+            defer { _ = try? chattr(["-i", "-a", url.path]) }
+            #expect(SQLiteStore.markProblem(of: [directory.path, url.path])?.contains("\(url.path) is marked \(named)") == true)
+            let error = #expect(throws: GraphError.self) { _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url)) }
+            #expect(error?.message.contains("is marked \(named)") == true && error?.message.contains("chattr -\(flag.dropFirst()) \(url.path)") == true, "\(String(describing: error))")
+        }
+        #expect(SQLiteStore.markProblem(of: [directory.path, url.path]) == nil)
+    }
+
     @Test("a file that is not a store is refused, and nothing is written to it")
     func notAStore() throws {
         let garbage = directory.appendingPathComponent("garbage.sqlite")
