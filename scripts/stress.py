@@ -1165,7 +1165,9 @@ def check_arguments(parser, args):
         if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
             bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
             parser.error(f"{name} must be {bound}, not {value:g}")
-    need("--duration", args.duration, 1, 86_400)
+    # Shorter, the run can end before a kill -9 and a SIGTERM land mid-import, and their
+    # invariants fail for want of them.
+    need("--duration", args.duration, 10, 86_400)
     need("--records", args.records, 10, 10_000_000)
     need("--real-records", args.real_records, 0, 10_000_000)
     need("--chunk", args.chunk, 1, 100_000)
@@ -1184,7 +1186,7 @@ def main():
     parser = argparse.ArgumentParser(prog="scripts/stress.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--bin", default=os.environ.get("BIN", ".build/release"), help="directory with squasherd and squasherctl (default: $BIN or .build/release)")
     parser.add_argument("--data", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")), help="directory of the real Jira export (default: ../shared/data; real imports are skipped, with a message, when it is absent)")
-    parser.add_argument("--duration", type=float, default=300, help="seconds of mixed workload before the run stops and checks (default: 300)")
+    parser.add_argument("--duration", type=float, default=300, help="seconds of mixed workload before the run stops and checks, at least 10, so that a kill -9 and a SIGTERM land mid-import (default: 300)")
     parser.add_argument("--records", type=int, default=20000, help="records per generated import")
     parser.add_argument("--real-records", type=int, default=5000, help="issues of the real export per real import (0: none)")
     parser.add_argument("--chunk", type=int, default=500, help="records per import chunk (one transaction each)")
@@ -1505,6 +1507,8 @@ def execute(run, daemon, report, args):
             detail.append(f"job {r['job']} did not resume after {r['kind']} at {r['at']:.0f}s")
         elif r["job"] is None:
             detail.append(f"{r['kind']} at {r['at']:.0f}s found no running import")
+    if not kills:
+        detail.append("no kill -9 landed mid-import: the run ended before one could (a longer --duration, or a shorter --kill-every)")
     not_finished = [f"{j['id']} {j['state']}" for j in jobs.values() if j["state"] != "finished"]
     if not_finished:
         detail.append("jobs not finished: " + ", ".join(not_finished[:5]))
@@ -1515,7 +1519,8 @@ def execute(run, daemon, report, args):
     if code != 0 or term_s > args.term_limit:
         bad.append((code, term_s))
     report.check("SIGTERM exits 0 and fast", not bad and terms, f"{len(term_times)} SIGTERM, slowest {max(term_times):.2f} s (limit {args.term_limit:g} s)"
-                 + ("; bad: " + ", ".join(f"exit {c} in {t:.2f} s" for c, t in bad) if bad else ""))
+                 + ("; bad: " + ", ".join(f"exit {c} in {t:.2f} s" for c, t in bad) if bad else "")
+                 + ("" if terms else "; none landed mid-import: the run ended before one could (a longer --duration)"))
     # 7. memory
     report.check("daemon memory bounded", max(hwms) <= args.max_rss_mb, f"peak VmHWM {max(hwms)} MiB over {len(hwms)} lifetimes (limit {args.max_rss_mb} MiB)")
     # 8. no lost update
