@@ -1163,16 +1163,19 @@ def check_arguments(parser, args):
     before anything starts (a zero kill period would never stop, a negative count is no run)."""
     def need(name, value, low, high=None):
         if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
-            bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
-            parser.error(f"{name} must be {bound}, not {value:g}")
+            def show(number):
+                return f"{int(number):,}" if math.isfinite(number) and float(number).is_integer() else f"{number:g}"
+            bound = f"from {show(low)} to {show(high)}" if high is not None else f"at least {show(low)}"
+            parser.error(f"{name} must be {bound}, not {show(value)}")
     # Shorter, the run can end before a kill -9 and a SIGTERM land mid-import, and their
     # invariants fail for want of them.
     need("--duration", args.duration, 10, 86_400)
-    need("--records", args.records, 10, 10_000_000)
+    need("--records", args.records, 1_000, 10_000_000)
     need("--real-records", args.real_records, 0, 10_000_000)
     need("--chunk", args.chunk, 1, 100_000)
     need("--subscribers", args.subscribers, 0, 200)
-    need("--editors", args.editors, 0, 64)
+    # Without edits, the no-lost-update and refresh invariants would have nothing to check.
+    need("--editors", args.editors, 1, 64)
     need("--edit-rate", args.edit_rate, 0.1, 1_000)
     need("--hot", args.hot, 1, 100_000)
     need("--churn-every", args.churn_every, 0.1)
@@ -1180,6 +1183,9 @@ def check_arguments(parser, args):
     need("--term-limit", args.term_limit, 0.1)
     need("--max-rss-mb", args.max_rss_mb, 1)
     need("--sample-every", args.sample_every, 0.1)
+    if args.records < 4 * args.chunk:
+        # One or two chunks end before a kill -9 can land mid-import.
+        parser.error(f"--records ({args.records}) must be at least 4 x --chunk ({args.chunk}), so that a kill -9 can land mid-import")
 
 
 def main():
@@ -1187,11 +1193,11 @@ def main():
     parser.add_argument("--bin", default=os.environ.get("BIN", ".build/release"), help="directory with squasherd and squasherctl (default: $BIN or .build/release)")
     parser.add_argument("--data", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")), help="directory of the real Jira export (default: ../shared/data; real imports are skipped, with a message, when it is absent)")
     parser.add_argument("--duration", type=float, default=300, help="seconds of mixed workload before the run stops and checks, at least 10, so that a kill -9 and a SIGTERM land mid-import (default: 300)")
-    parser.add_argument("--records", type=int, default=20000, help="records per generated import")
+    parser.add_argument("--records", type=int, default=20000, help="records per generated import, at least 1,000 and 4 x --chunk (default: 20000)")
     parser.add_argument("--real-records", type=int, default=5000, help="issues of the real export per real import (0: none)")
     parser.add_argument("--chunk", type=int, default=500, help="records per import chunk (one transaction each)")
     parser.add_argument("--subscribers", type=int, default=8, help="squasherctl subscribe processes at a time (they join and leave)")
-    parser.add_argument("--editors", type=int, default=3, help="clients editing hot bugs through Import.Update while imports run")
+    parser.add_argument("--editors", type=int, default=3, help="clients editing hot bugs through Import.Update while imports run, at least 1 (default: 3)")
     parser.add_argument("--edit-rate", type=float, default=10, help="edits per second per editor (about)")
     parser.add_argument("--hot", type=int, default=20, help="hot bugs: edited often, held by subscribers")
     parser.add_argument("--churn-every", type=float, default=3, help="seconds, about, between a subscriber leaving and another joining (with Register/Unregister churn)")
@@ -1508,7 +1514,7 @@ def execute(run, daemon, report, args):
         elif r["job"] is None:
             detail.append(f"{r['kind']} at {r['at']:.0f}s found no running import")
     if not kills:
-        detail.append("no kill -9 landed mid-import: the run ended before one could (a longer --duration, or a shorter --kill-every)")
+        detail.append("no kill -9 landed mid-import: the run ended before an import was under way when one was due (a longer --duration, or more --records)")
     not_finished = [f"{j['id']} {j['state']}" for j in jobs.values() if j["state"] != "finished"]
     if not_finished:
         detail.append("jobs not finished: " + ", ".join(not_finished[:5]))
@@ -1520,7 +1526,7 @@ def execute(run, daemon, report, args):
         bad.append((code, term_s))
     report.check("SIGTERM exits 0 and fast", not bad and terms, f"{len(term_times)} SIGTERM, slowest {max(term_times):.2f} s (limit {args.term_limit:g} s)"
                  + ("; bad: " + ", ".join(f"exit {c} in {t:.2f} s" for c, t in bad) if bad else "")
-                 + ("" if terms else "; none landed mid-import: the run ended before one could (a longer --duration)"))
+                 + ("" if terms else "; none landed mid-import: the run ended before an import was under way when one was due (a longer --duration, or more --records)"))
     # 7. memory
     report.check("daemon memory bounded", max(hwms) <= args.max_rss_mb, f"peak VmHWM {max(hwms)} MiB over {len(hwms)} lifetimes (limit {args.max_rss_mb} MiB)")
     # 8. no lost update
