@@ -400,7 +400,11 @@ private struct StoreFileGuard: Service {
 
     func run() async throws {
         await repeatUntilShutdown(every: .seconds(1)) {
-            guard let problem = store.fileProblem() else { return true }
+            guard var problem = store.fileProblem() else { return true }
+            // An `rm -r` of the state directory removes its files one by one: once it is
+            // through, what went is the directory, not the log it happened to remove first.
+            try? await Task.sleep(for: .milliseconds(250))
+            problem = store.fileProblem() ?? problem
             logger.critical("\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it.")
             loss.lost(problem)
             return false

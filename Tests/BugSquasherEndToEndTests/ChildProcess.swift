@@ -110,7 +110,9 @@ final class ChildProcess: @unchecked Sendable {
     /// output line that satisfies `predicate`, starting at line `from`.
     func waitForLine(from start: Int = 0, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) async throws -> (index: Int, line: String) {
         let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        // Checked once more after the deadline: a test task starved of threads past it (tests
+        // beside it blocking the pool) must not fail what happened in time.
+        while true {
             let current = output
             if start < current.count {
                 for index in start..<current.count where predicate(current[index]) { return (index, current[index]) }
@@ -118,6 +120,7 @@ final class ChildProcess: @unchecked Sendable {
             if exitStatus != nil, output.count == current.count {
                 throw HarnessError("\(name) exited with status \(exitStatus!) before printing the expected line.\nstderr:\n\(errorOutput.suffix(3000))")
             }
+            guard ContinuousClock.now < deadline else { break }
             try await Task.sleep(for: .milliseconds(10))
         }
         throw HarnessError("\(name) did not print the expected line within \(timeout).\nstdout:\n\(output.suffix(20).joined(separator: "\n"))\nstderr:\n\(errorOutput.suffix(3000))")
@@ -127,9 +130,10 @@ final class ChildProcess: @unchecked Sendable {
     /// it exits first or the time runs out.
     func waitForErrorOutput(containing text: String, timeout: Duration = .seconds(60)) async throws {
         let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        while true {
             if errorOutput.contains(text) { return }
             if let status = exitStatus { throw HarnessError("\(name) exited with \(status):\n\(errorOutput.suffix(3000))") }
+            guard ContinuousClock.now < deadline else { break }
             try await Task.sleep(for: .milliseconds(10))
         }
         throw HarnessError("\(name) did not log '\(text)' within \(timeout):\n\(errorOutput.suffix(3000))")
@@ -143,8 +147,9 @@ final class ChildProcess: @unchecked Sendable {
     /// Waits for the process to exit (bounded) and returns its status.
     func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        while true {
             if let status = exitStatus { return status }
+            guard ContinuousClock.now < deadline else { break }
             try await Task.sleep(for: .milliseconds(10))
         }
         throw HarnessError("\(name) (pid \(pid)) did not exit within \(timeout) (exited: \(exited.withLock { $0 }.map(String.init) ?? "no"), pipes at end of file: \(drained.withLock { $0 }) of 2).")
@@ -175,9 +180,10 @@ func childExitStatus(_ pid: pid_t) -> Int32? {
 /// Once Foundation has reaped the child, its status comes from `Process`.
 func waitForChild(_ process: Process, timeout: Duration = .seconds(30)) async throws -> Int32 {
     let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
+    while true {
         if !process.isRunning { return process.terminationStatus }
         if let status = childExitStatus(process.processIdentifier) { return status }
+        guard ContinuousClock.now < deadline else { break }
         try await Task.sleep(for: .milliseconds(10))
     }
     throw HarnessError("pid \(process.processIdentifier) did not exit within \(timeout).")

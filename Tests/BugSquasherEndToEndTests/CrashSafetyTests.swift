@@ -81,8 +81,11 @@ struct CrashSafetyTests {
                 // SIGTERM mid-chunk: the chunk commits whole, the daemon exits 0, quickly.
                 let asked = ContinuousClock.now
                 daemon.signal(SIGTERM)
-                #expect(try await daemon.waitForExit(timeout: .seconds(10)) == 0, "\(daemon.errorOutput.suffix(2000))")
+                let status = try? await daemon.waitForExit(timeout: .seconds(10))
                 print("SIGTERM during the import: squasherd exited after \(ContinuousClock.now - asked)")
+                // Its log says where a slow stop spent its time.
+                #expect(status == 0, "squasherd did not exit 0 within 10 s of SIGTERM (\(status.map { "status \($0)" } ?? "still running")):\n\(daemon.errorOutput.suffix(3000))")
+                if status == nil { _ = try await daemon.waitForExit(timeout: .seconds(60)) }
             } else {
                 daemon.signal(SIGKILL)
                 _ = try await daemon.waitForExit()
