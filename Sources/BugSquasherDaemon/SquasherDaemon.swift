@@ -413,9 +413,9 @@ private struct StoreFileGuard: Service {
 }
 
 /// Gives the memory of many connections that closed back to the system, checking every two
-/// seconds: glibc keeps what they held (about 10 kB each) in its arenas, so that a burst of
-/// 10,000 clients, or one client that opened and dropped them, would leave squasherd's resident
-/// size about 100 MB above where it idles, for good.
+/// seconds: glibc keeps what they held (about 10 kB each) in its arenas, so that 10,000 clients
+/// connected at once (or one client that opened 10,000 connections and held them) would leave
+/// squasherd's resident size about 100 MB above where it idles, for good, once they closed.
 private struct ClosedConnectionsTrimmer: Service {
     let limit: ConnectionLimit
 

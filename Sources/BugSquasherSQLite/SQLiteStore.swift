@@ -818,7 +818,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// append-only; otherwise the disk itself, with where to look.
     static func whyInputOutputFailed(_ path: String, code: Int32) -> String {
         if let problem = fileSystemProblem(path) ?? attributeProblem(path) { return problem }
-        return "the system failed a read or write of \(path) (SQLite's disk I/O error, extended code \(code)); the kernel log (journalctl -k, or dmesg) tells whether the disk or its file system failed. This save was not written; those before it are kept"
+        return "the system failed a read or write of \(path) (SQLite's disk I/O error, extended code \(code)); the kernel log (journalctl -k, or dmesg) tells whether the disk or its file system failed"
     }
 
     /// A file of the store at `path` (or its directory) marked immutable or append-only, as

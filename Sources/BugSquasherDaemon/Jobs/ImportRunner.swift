@@ -293,9 +293,9 @@ final class ImportRunner: Service {
     /// A job that did not finish has its spool moved aside first, so that whoever is told it
     /// ended (a `jobs --wait`) finds it gone; should squasherd die in between, the job resumes,
     /// finds no spool, and fails for that (the one moved aside is swept at the next start, as a
-    /// job the store does not know). When the end cannot be recorded (the store cannot write),
-    /// the spool is put back: the job is still running in the store, and at the next start it
-    /// resumes from its last committed chunk, with its input. A finished job is recorded
+    /// job the store does not know). When a failure cannot be recorded (the store cannot
+    /// write), the spool is put back: the job is still running in the store, and at the next
+    /// start it resumes from its last committed chunk, with its input. A finished job is recorded
     /// first: resumed without its spool, it would fail although every record was imported (a
     /// spool left behind is swept at the next start). The daemon's status stops showing the
     /// job before that: a `status` right after `jobs --wait` said it ended must not show it
@@ -308,7 +308,8 @@ final class ImportRunner: Service {
         do {
             try await book.end(id, as: state, error: error)
         } catch {
-            if movedAside { rename(aside, spool) }
+            // An aborted job must not resume: its input goes all the same.
+            if movedAside { _ = state == "failed" ? rename(aside, spool) : unlink(aside) }
             throw error
         }
         try? FileManager.default.removeItem(atPath: movedAside ? aside : spool)
