@@ -29,6 +29,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", exact: "7.10.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-algorithms", from: "1.2.1"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -44,6 +45,7 @@ let package = Package(
             dependencies: [
                 "BugSquasherJSON",
                 .product(name: "OrderedCollections", package: "swift-collections"),
+                .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -54,6 +56,7 @@ let package = Package(
             dependencies: [
                 "BugSquasherGraph",
                 "CSQLiteTuning",
+                .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -89,7 +92,7 @@ let package = Package(
         // Bug-data readers (Jira REST JSON) and the chunked upsert into importer contexts.
         .target(
             name: "BugSquasherImport",
-            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherJSON"],
+            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherJSON", .product(name: "Algorithms", package: "swift-algorithms")],
             swiftSettings: strictSettings
         ),
         // Varlink: message framing, call/reply envelopes, org.varlink.service and the interface
@@ -158,6 +161,7 @@ let package = Package(
             name: "BugSquasherClient",
             dependencies: [
                 "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -178,6 +182,7 @@ let package = Package(
             name: "squasherctl",
             dependencies: [
                 "BugSquasherClient", "BugSquasherGraph", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -188,6 +193,7 @@ let package = Package(
             name: "BugSquasherDemo",
             dependencies: [
                 "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherImport",
+                .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings

@@ -1,3 +1,4 @@
+import Algorithms
 public import BugSquasherGraph
 import BugSquasherProtocol
 import BugSquasherTransport
@@ -185,9 +186,7 @@ public final class RemoteStore: IncrementalStore {
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
         let coding = try coding()
         var result: [ObjectID: RowSnapshot] = [:]
-        var start = 0
-        while start < objectIDs.count {
-            let slice = objectIDs[start..<min(objectIDs.count, start + 5_000)]
+        for slice in objectIDs.chunks(ofCount: 5_000) {
             let reply: RowsReply = try call("io.bugsquasher.Store.Values", IDsParameters(ids: slice.map(\.uriString)))
             state.withLock { $0.statistics.valueRequests += 1 }
             var rows: [StoreRow] = []
@@ -199,7 +198,6 @@ public final class RemoteStore: IncrementalStore {
                 rows.append(StoreRow(objectID: id, snapshot: snapshot))
             }
             record(rows)
-            start += 5_000
         }
         return result
     }

@@ -1,3 +1,4 @@
+import Algorithms
 public import BugSquasherGraph
 public import BugSquasherModel
 import BugSquasherProtocol
@@ -311,12 +312,10 @@ public final class Subscriber: Sendable {
             return connected
         }
         do {
-            for start in stride(from: 0, to: added.count, by: Self.registrationBatch) {
-                let batch = added[start..<min(start + Self.registrationBatch, added.count)]
+            for batch in added.chunks(ofCount: Self.registrationBatch) {
                 let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: batch.map { $0.0.uriString }, versions: batch.map { $0.1 }))
             }
-            for start in stride(from: 0, to: removed.count, by: Self.registrationBatch) {
-                let batch = removed[start..<min(start + Self.registrationBatch, removed.count)]
+            for batch in removed.chunks(ofCount: Self.registrationBatch) {
                 let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: batch.map(\.uriString)))
             }
         } catch {

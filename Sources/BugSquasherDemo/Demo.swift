@@ -1,3 +1,4 @@
+import Algorithms
 import ArgumentParser
 import BugSquasherGraph
 import BugSquasherImport
@@ -119,16 +120,15 @@ struct Demo: AsyncParsableCommand {
 
     private func importAll(_ records: [BugRecord], into stack: PersistentStack, label: String) async throws -> UpsertSummary {
         var total = UpsertSummary()
-        var start = 0
         let upserter = BugUpserter()
         let clock = ContinuousClock.now
-        while start < records.count {
-            let chunk = Array(records[start..<min(records.count, start + self.chunk)])
+        for slice in records.chunks(ofCount: self.chunk) {
+            let chunk = Array(slice)
             let importer = stack.importerContext()
             total += try await importer.perform { context in try upserter.upsert(chunk, in: context) }
             let didSave = try await importer.save()
-            start += chunk.count
-            print("  \(label): \(start)/\(records.count) records, token \(didSave.map { "\($0.token)" } ?? "-"), \(String(format: "%.1f", Double(start) / max((ContinuousClock.now - clock) / .seconds(1), 0.001))) records/s")
+            let done = slice.endIndex
+            print("  \(label): \(done)/\(records.count) records, token \(didSave.map { "\($0.token)" } ?? "-"), \(String(format: "%.1f", Double(done) / max((ContinuousClock.now - clock) / .seconds(1), 0.001))) records/s")
         }
         return total
     }

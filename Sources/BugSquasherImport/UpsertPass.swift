@@ -1,3 +1,4 @@
+import Algorithms
 import BugSquasherGraph
 import BugSquasherModel
 import Foundation
@@ -167,16 +168,13 @@ struct UpsertPass {
         let values = Array(values)
         var result: [StoredText: T] = [:]
         result.reserveCapacity(values.count)
-        var start = 0
-        while start < values.count {
+        for batch in values.chunks(ofCount: inListLimit) {
             editsFirst?.yieldToInteractiveSaves()
-            let end = min(start + inListLimit, values.count)
-            var request = FetchRequest<T>(predicate: Key(attribute).in(values[start..<end].map { Value.string($0.string) }))
+            var request = FetchRequest<T>(predicate: Key(attribute).in(batch.map { Value.string($0.string) }))
             request.returnsObjectsAsFaults = false
             for object in try context.fetch(request) {
                 if let key = object.get(attribute, as: String.self) { result[StoredText(key)] = object }
             }
-            start = end
         }
         return result
     }

@@ -1,3 +1,4 @@
+import Algorithms
 public import BugSquasherGraph
 public import Foundation
 import CSQLiteTuning
@@ -644,9 +645,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                     guard let sql = state.statements[name] else {
                         throw GraphError(.invalidArgument, "\(ids[0]) names entity '\(name)', which the model does not have.")
                     }
-                    var start = 0
-                    while start < ids.count {
-                        let slice = ids[start..<min(ids.count, start + 500)]
+                    for slice in ids.chunks(ofCount: 500) {
                         // A fault (one row) and a full batch reuse prepared statements.
                         let text = slice.count == 1 ? sql.selectByKey + " = ?" : sql.selectByKey + " IN (" + String(repeating: "?,", count: slice.count - 1) + "?)"
                         let statement = slice.count == 1 || slice.count == 500 ? try db.cachedStatement(sql: text) : try db.makeStatement(sql: text)
@@ -655,7 +654,6 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                             let decoded = Self.decode(row, entity: sql.entity, store: store, model: state.model)
                             result[decoded.objectID] = decoded.snapshot
                         }
-                        start += 500
                     }
                 }
                 return result

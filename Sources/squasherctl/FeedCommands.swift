@@ -1,3 +1,4 @@
+import Algorithms
 import ArgumentParser
 import BugSquasherClient
 import BugSquasherGraph
@@ -314,8 +315,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         // In batches: hundreds of thousands of keys in one IN list are more values than SQLite
         // takes in one statement.
         var held: [BugState] = []
-        for start in stride(from: 0, to: keys.count, by: holdBatch) {
-            var request = FetchRequest<Bug>(predicate: Key("key").in(keys[start..<min(start + holdBatch, keys.count)].map { .string($0) }))
+        for batch in keys.chunks(ofCount: holdBatch) {
+            var request = FetchRequest<Bug>(predicate: Key("key").in(batch.map { .string($0) }))
             request.returnsObjectsAsFaults = false
             held += try context.fetch(request).map { Self.state($0) }
         }

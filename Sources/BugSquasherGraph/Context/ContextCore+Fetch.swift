@@ -1,3 +1,4 @@
+import Algorithms
 import Logging
 import OrderedCollections
 
@@ -77,13 +78,9 @@ extension ContextCore {
         case .objectIDs(let ids):
             let objects = ids.map(self.object(for:))
             if request.batchSize > 0 {
-                var start = 0
-                while start < ids.count {
-                    let batch = FaultBatch(Array(ids[start..<min(ids.count, start + request.batchSize)]))
-                    for object in objects[start..<min(ids.count, start + request.batchSize)] where object.isFault {
-                        object.faultBatch = batch
-                    }
-                    start += request.batchSize
+                for (batchIDs, batchObjects) in zip(ids.chunks(ofCount: request.batchSize), objects.chunks(ofCount: request.batchSize)) {
+                    let batch = FaultBatch(Array(batchIDs))
+                    for object in batchObjects where object.isFault { object.faultBatch = batch }
                 }
             }
             flushRegistrations()
