@@ -269,11 +269,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         case .SQLITE_CORRUPT: "The file is damaged: restore it from a backup, or move it away to start with an empty store and re-import."
         case .SQLITE_FULL: "The disk is full: free space on the file system of \(path)."
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_AUTH:
-            attributeProblem(path).map { "\($0.prefix(1).uppercased())\($0.dropFirst())." }
+            attributeProblem(path).map { $0 + "." }
                 ?? "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
         // A full disk fails the open of a store whose log or index cannot grow as an I/O error.
         default: fileSystemProblem(path).map { "The store cannot grow: \($0)." }
-            ?? attributeProblem(path).map { "\($0.prefix(1).uppercased())\($0.dropFirst())." }
+            ?? attributeProblem(path).map { $0 + "." }
             ?? "Check that the directory exists and is writable by this user, and that the disk is sound."
         }
     }
