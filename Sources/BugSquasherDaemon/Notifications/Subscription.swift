@@ -216,8 +216,11 @@ final class Subscription: Sendable {
         }
         if case .wake(let waiter, let event) = delivery { waiter.resume(returning: event) }
         if case .dropped(let pending, let coalesced) = delivery {
-            // Freed off the writer: 100,000 queued changes took 132 ms to free.
-            DispatchQueue.global(qos: .background).async { withExtendedLifetime((pending, coalesced)) {} }
+            // Freed off the writer (100,000 queued changes took 132 ms to free), and given back
+            // to the system: an overflowing mailbox is the most squasherd holds for one client
+            // (about 120 MB for 100,000 changes with values), and glibc would keep it resident.
+            let mailbox = DroppedMailbox((pending, coalesced))
+            DispatchQueue.global(qos: .background).async { mailbox.free() }
         }
     }
 
@@ -783,6 +786,22 @@ struct DisjointSaves: Sendable {
     let saves: [QueuedSave]
     /// The updates, merged: the newest version of each object, changed keys merged.
     let updated: [ObjectChange]
+}
+
+/// A mailbox a subscriber overflowed: freed off the thread that dropped it, then returned to
+/// the system.
+private final class DroppedMailbox: Sendable {
+    private let saves: Mutex<([QueuedSave], CoalescedSaves?)?>
+
+    init(_ saves: ([QueuedSave], CoalescedSaves?)) {
+        self.saves = Mutex(saves)
+    }
+
+    /// Frees the saves and trims the allocator's free memory.
+    func free() {
+        saves.withLock { $0 = nil }
+        returnFreedMemory()
+    }
 }
 
 /// The subscribers of the change feed, and the fan-out of every committed save to them.
