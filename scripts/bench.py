@@ -18,8 +18,10 @@ Every figure is a ratio against a baseline measured in the same run on the same 
  d. peak RSS (VmHWM) of squasherd after an import of --rows vs --big-rows records;
  e. slow subscribers: the --big-rows import with 100 subscribers (89 fast, 10 slow, 1 stalled)
     vs the same import with none (the mean of the --big-rows run of d and one more run after
-    the one with subscribers, against the VM's drift); the stalled one must be told to
-    resync and end consistent after resuming with `since`.
+    the one with subscribers, against the VM's drift); the fast ones' latency during the import
+    vs when idle (edits before and after the import, with every subscriber attached, against
+    the same drift); the stalled one must be told to resync and end consistent after resuming
+    with `since`.
 
 Exits 1 when something is broken (wrong counts, a subscriber that does not end consistent, a
 daemon that does not exit cleanly); a missed performance target is only reported.
@@ -436,6 +438,17 @@ def edit_round(editor, subscribers, marker, timeout=60, rounds=None):
     return (max(refreshed) - t0) / 1000
 
 
+def idle_edits(args, editor, subscribers, name, rounds):
+    """--idle-edits edits, one every --edit-interval ms, with nothing else running; returns each
+    one's ms from the edit to the last refresh, and appends its round (see `edit_round`)."""
+    times = []
+    for i in range(args.idle_edits):
+        tick = time.monotonic()
+        times.append(edit_round(editor, subscribers, f"{name}-{i}", rounds=rounds))
+        time.sleep(max(0, args.edit_interval / 1000 - (time.monotonic() - tick)))
+    return times
+
+
 def from_commit(daemon, rounds):
     """ms from each save's commit to its refreshes (see `edit_round`): per save, the last
     subscriber's; and every subscriber's refresh of every save, one figure each."""
@@ -674,7 +687,8 @@ def child_slow(path, delay_ms):
     """An unfiltered subscriber that sleeps `delay_ms` after each message; resubscribes with
     `since` when told to resync. Asks for runs of IDs (`idRuns`): an import chunk's 1,000 new
     bugs are one change with a count. Prints a summary once it has read up to the token of
-    "until TOKEN" on stdin (at once if it has), or on "stop". It prints nothing per save: the
+    "until TOKEN" on stdin (at once if it has), and reads on until "stop" (or prints it then,
+    if it has not yet). It prints nothing per save: the
     script would read 10 lines per import chunk, on the cores the fast subscribers it times
     share."""
     feed = Feed(path, registeredOnly=False, idRuns=True)
@@ -683,7 +697,17 @@ def child_slow(path, delay_ms):
     print(json.dumps({"event": "subscribed", "token": token}), flush=True)
     saves = objects = coalesced = resyncs = 0
     until = None
-    while until is None or token < until:
+    summarized = False
+
+    def summarize():
+        print(json.dumps({"event": "summary", "subscribed": subscribed, "token": token, "saves": saves, "objects": objects,
+                          "coalesced": coalesced, "resyncs": resyncs, "bytes": feed.bytes, "cpuMs": cpu_ms(os.getpid())}), flush=True)
+    # It follows on after its summary, as before the import, until "stop": the script measures
+    # the fast subscribers' idle latency again after the import, with every subscriber attached.
+    while True:
+        if not summarized and until is not None and token >= until:
+            summarize()
+            summarized = True
         if not feed.pending():
             readable = select.select([feed.sock, sys.stdin], [], [], 60)[0]
             if sys.stdin in readable:
@@ -712,14 +736,15 @@ def child_slow(path, delay_ms):
             feed = Feed(path, registeredOnly=False, idRuns=True, since=event["resyncFrom"])
             feed.next()
             token = event["resyncFrom"]
-    print(json.dumps({"event": "summary", "subscribed": subscribed, "token": token, "saves": saves, "objects": objects,
-                      "coalesced": coalesced, "resyncs": resyncs, "bytes": feed.bytes, "cpuMs": cpu_ms(os.getpid())}), flush=True)
+    if not summarized:
+        summarize()
 
 
 def child_stalled(path, sample_size):
     """Subscribes (unfiltered, with values) and reads nothing until "go TOKEN" arrives on stdin;
     then reads what squasherd kept for it, expects "resync", resubscribes with since = resyncFrom
-    and reads up to TOKEN; checks what it saw against the store; prints the result as JSON."""
+    and reads up to TOKEN; checks what it saw against the store; prints the result as JSON.
+    Then subscribes once more and reads nothing again, until its input ends."""
     import varlink
     feed = Feed(path, registeredOnly=False, includeValues=True)
     first = feed.next()
@@ -818,6 +843,11 @@ def child_stalled(path, sample_size):
     print(json.dumps({"event": "result", "resyncFrom": resync, "savesBeforeResync": state["before"], "replayed": state["replayed"], "contiguous": state["contiguous"],
                       "token": token, "target": target, "daemonToken": status["token"], "bugsSeen": len(bugs), "storeBugs": status["bugs"],
                       "sampled": len(sample), "valuesCompared": compared, "problems": problems[:10]}), flush=True)
+    # Stalled again, as before the import, while the script measures the idle latency once more.
+    again = Feed(path, registeredOnly=False, includeValues=True)
+    again.next()
+    print(json.dumps({"event": "stalled again"}), flush=True)
+    sys.stdin.readline()
 
 
 # MARK: - Sections
@@ -978,7 +1008,8 @@ def section_c(args, daemon, root, report):
 def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=0):
     """A fresh squasherd and store; seeds 1,000 bugs the import updates (and LATENCY-1); attaches
     the subscribers; measures idle edit latency; imports `count` records while editing LATENCY-1
-    every --edit-interval ms; returns throughput, memory and latency figures."""
+    every --edit-interval ms; with subscribers, checks they caught up and measures idle edit
+    latency again; returns throughput, memory and latency figures."""
     daemon = Daemon(root, label, args.pending_limit)
     result = {"count": count}
     procs = []
@@ -1008,12 +1039,8 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
             subs.wait_ready()
         daemon.wait_subscribers(fast + slow + stalled)
         if fast:
-            idle, idle_rounds = [], []
-            for i in range(args.idle_edits):
-                tick = time.monotonic()
-                idle.append(edit_round(editor, subs, f"idle-{i}", rounds=idle_rounds))
-                time.sleep(max(0, args.edit_interval / 1000 - (time.monotonic() - tick)))
-            result["idle"] = idle
+            idle_rounds = []
+            result["idle"] = idle_edits(args, editor, subs, "idle", idle_rounds)
         # The import, with an edit of LATENCY-1 every --edit-interval ms and VmRSS sampled.
         rss, during, during_rounds, ended = [], [], [], threading.Event()
 
@@ -1057,7 +1084,6 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
         if fast:
             edit_round(editor, subs, "final", timeout=args.catch_up_timeout)  # a barrier: the fast ones processed everything
             result["idle_commit"], result["during_commit"] = from_commit(daemon, idle_rounds), from_commit(daemon, during_rounds)
-        editor.close()
         status = daemon.status()
         expected_bugs = count + 1
         if status["bugs"] != expected_bugs:
@@ -1081,6 +1107,18 @@ def import_run(args, root, files, count, report, label, fast=0, slow=0, stalled=
             p.stdin.write(f"go {target}\n")
             p.stdin.flush()
             result["stalled"] = json.loads(lines.get(args.catch_up_timeout))
+            if json.loads(lines.get(120))["event"] != "stalled again":
+                raise Broken("the stalled subscriber did not subscribe again")
+        if fast:
+            # Their normal once more, after the import: this VM's speed drifts by 20 % or more
+            # over minutes, and a phase of it before the import alone could land in a slow or a
+            # fast spell (idle p99 from 8.3 to 19.0 ms in runs of one binary). Every subscriber
+            # is attached as before: the slow ones following, the stalled one not reading.
+            daemon.wait_subscribers(fast + slow + stalled)
+            idle_after_rounds = []
+            result["idle_after"] = idle_edits(args, editor, subs, "after", idle_after_rounds)
+            result["idle_after_commit"] = from_commit(daemon, idle_after_rounds)
+        editor.close()
         if subs:
             subs.check_consistent()
             result["fast_refreshes"] = sum(subs.refreshes)
@@ -1141,15 +1179,20 @@ def section_de(args, root, files, report):
     # every fast subscriber's refresh of every edit (about 9,000 per phase); the last of the 89
     # per edit is shown too, but with about 100 edits a phase its p99 is the second-highest
     # edit, which moves by 10 % between runs of one binary (docs/BENCHMARKS.md).
-    (idle_last, idle), (during_last, during) = loaded["idle_commit"], loaded["during_commit"]
-    idle_edit, during_edit = loaded["idle"], loaded["during"]
+    # Their normal is the idle phases before and after the import together, as the throughput's
+    # baseline is the imports before and after.
+    (before_last, before), (after_last, after_each) = loaded["idle_commit"], loaded["idle_after_commit"]
+    idle_last, idle = before_last + after_last, before + after_each
+    during_last, during = loaded["during_commit"]
+    idle_edit, during_edit = loaded["idle"] + loaded["idle_after"], loaded["during"]
     print(f"\n    fast subscribers: an edit of {LATENCY_KEY} every {args.edit_interval} ms -> each of the {fast} printed it refreshed (ms), "
-          f"timed from the save's commit (bs_history.committed_at);\n    {len(idle_last)} edits idle (all subscribers attached), "
-          f"{len(during_last)} during the import; the last of the {fast} per edit also timed from the edit request")
+          f"timed from the save's commit (bs_history.committed_at);\n    {len(before_last)} edits idle before the import and {len(after_last)} after "
+          f"(all subscribers attached), {len(during_last)} during it; the last of the {fast} per edit also timed from the edit request")
     table(["", "refreshes", "commit: p50", "p90", "p99", "max", "edit: p50", "p99", "max"], [
         [name, f"{len(values):,}"] + [f"{pct(values, q):.2f}" for q in (.5, .9, .99, 1)]
         + ([f"{pct(edits, q):.2f}" for q in (.5, .99, 1)] if edits else ["", "", ""])
-        for name, values, edits in [("idle (their normal), each", idle, None), ("during the import, each", during, None),
+        for name, values, edits in [("idle before the import, each", before, None), ("idle after the import, each", after_each, None),
+                                    ("idle, both (their normal), each", idle, None), ("during the import, each", during, None),
                                     (f"idle, the last of {fast} per edit", idle_last, idle_edit),
                                     (f"during, the last of {fast} per edit", during_last, during_edit)]])
     print(f"    ({loaded['fast_refreshes']:,} refresh events in all, with the import's; edit round trips without subscribers during the import: p50 "
