@@ -109,10 +109,7 @@ final class ChildProcess: @unchecked Sendable {
     /// Waits (polling the collected output every few milliseconds, bounded by `timeout`) for an
     /// output line that satisfies `predicate`, starting at line `from`.
     func waitForLine(from start: Int = 0, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) async throws -> (index: Int, line: String) {
-        let deadline = ContinuousClock.now + timeout
-        // Checked once more after the deadline: a test task starved of threads past it (tests
-        // beside it blocking the pool) must not fail what happened in time.
-        while true {
+        let found = try await poll(for: timeout) { () throws -> (index: Int, line: String)? in
             let current = output
             if start < current.count {
                 for index in start..<current.count where predicate(current[index]) { return (index, current[index]) }
@@ -120,22 +117,21 @@ final class ChildProcess: @unchecked Sendable {
             if exitStatus != nil, output.count == current.count {
                 throw HarnessError("\(name) exited with status \(exitStatus!) before printing the expected line.\nstderr:\n\(errorOutput.suffix(3000))")
             }
-            guard ContinuousClock.now < deadline else { break }
-            try await Task.sleep(for: .milliseconds(10))
+            return nil
         }
+        if let found { return found }
         throw HarnessError("\(name) did not print the expected line within \(timeout).\nstdout:\n\(output.suffix(20).joined(separator: "\n"))\nstderr:\n\(errorOutput.suffix(3000))")
     }
 
     /// Waits until the process's stderr contains `text` (a log line of a daemon); throws when
     /// it exits first or the time runs out.
     func waitForErrorOutput(containing text: String, timeout: Duration = .seconds(60)) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            if errorOutput.contains(text) { return }
+        let logged = try await poll(for: timeout) { () throws -> Bool? in
+            if errorOutput.contains(text) { return true }
             if let status = exitStatus { throw HarnessError("\(name) exited with \(status):\n\(errorOutput.suffix(3000))") }
-            guard ContinuousClock.now < deadline else { break }
-            try await Task.sleep(for: .milliseconds(10))
+            return nil
         }
+        if logged != nil { return }
         throw HarnessError("\(name) did not log '\(text)' within \(timeout):\n\(errorOutput.suffix(3000))")
     }
 
@@ -146,12 +142,7 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Waits for the process to exit (bounded) and returns its status.
     func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            if let status = exitStatus { return status }
-            guard ContinuousClock.now < deadline else { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        if let status = try await poll(for: timeout, { exitStatus }) { return status }
         throw HarnessError("\(name) (pid \(pid)) did not exit within \(timeout) (exited: \(exited.withLock { $0 }.map(String.init) ?? "no"), pipes at end of file: \(drained.withLock { $0 }) of 2).")
     }
 
@@ -176,16 +167,23 @@ func childExitStatus(_ pid: pid_t) -> Int32? {
     return info.si_code == CLD_EXITED ? code : 128 + code
 }
 
+/// Calls `check` every 10 ms until it returns a value or `timeout` has passed, and once more
+/// after that: a test task starved of pool threads past its deadline (tests beside it blocking
+/// the pool) must not fail what happened in time. `nil` when the time ran out.
+func poll<T>(for timeout: Duration, _ check: () throws -> T?) async throws -> T? {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        if let value = try check() { return value }
+        guard ContinuousClock.now < deadline else { return nil }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
+
 /// Waits (polling, bounded) for a child started with `Process` to exit; see ``childExitStatus(_:)``.
 /// Once Foundation has reaped the child, its status comes from `Process`.
 func waitForChild(_ process: Process, timeout: Duration = .seconds(30)) async throws -> Int32 {
-    let deadline = ContinuousClock.now + timeout
-    while true {
-        if !process.isRunning { return process.terminationStatus }
-        if let status = childExitStatus(process.processIdentifier) { return status }
-        guard ContinuousClock.now < deadline else { break }
-        try await Task.sleep(for: .milliseconds(10))
-    }
+    let status = try await poll(for: timeout) { process.isRunning ? childExitStatus(process.processIdentifier) : process.terminationStatus }
+    if let status { return status }
     throw HarnessError("pid \(process.processIdentifier) did not exit within \(timeout).")
 }
 
