@@ -1185,7 +1185,7 @@ def check_arguments(parser, args):
     need("--sample-every", args.sample_every, 0.1)
     if args.records < 4 * args.chunk:
         # One or two chunks end before a kill -9 can land mid-import.
-        parser.error(f"--records ({args.records}) must be at least 4 x --chunk ({args.chunk}), so that a kill -9 can land mid-import")
+        parser.error(f"--records ({args.records:,}) must be at least 4 x --chunk ({args.chunk:,}), so that a kill -9 can land mid-import")
 
 
 def main():
@@ -1254,6 +1254,10 @@ def main():
         else:
             shutil.rmtree(run.dir, ignore_errors=True)
     sys.exit(0 if ok else 1)
+
+
+# Why a kill -9 or SIGTERM check had nothing to check, and what to change.
+NO_IMPORT_UNDER_WAY = "the run ended before an import was under way when one was due (a longer --duration, or more --records)"
 
 
 def execute(run, daemon, report, args):
@@ -1514,7 +1518,7 @@ def execute(run, daemon, report, args):
         elif r["job"] is None:
             detail.append(f"{r['kind']} at {r['at']:.0f}s found no running import")
     if not kills:
-        detail.append("no kill -9 landed mid-import: the run ended before an import was under way when one was due (a longer --duration, or more --records)")
+        detail.append(f"no kill -9 landed mid-import: {NO_IMPORT_UNDER_WAY}")
     not_finished = [f"{j['id']} {j['state']}" for j in jobs.values() if j["state"] != "finished"]
     if not_finished:
         detail.append("jobs not finished: " + ", ".join(not_finished[:5]))
@@ -1526,7 +1530,7 @@ def execute(run, daemon, report, args):
         bad.append((code, term_s))
     report.check("SIGTERM exits 0 and fast", not bad and terms, f"{len(term_times)} SIGTERM, slowest {max(term_times):.2f} s (limit {args.term_limit:g} s)"
                  + ("; bad: " + ", ".join(f"exit {c} in {t:.2f} s" for c, t in bad) if bad else "")
-                 + ("" if terms else "; none landed mid-import: the run ended before an import was under way when one was due (a longer --duration, or more --records)"))
+                 + ("" if terms else f"; none landed mid-import: {NO_IMPORT_UNDER_WAY}"))
     # 7. memory
     report.check("daemon memory bounded", max(hwms) <= args.max_rss_mb, f"peak VmHWM {max(hwms)} MiB over {len(hwms)} lifetimes (limit {args.max_rss_mb} MiB)")
     # 8. no lost update
