@@ -341,6 +341,22 @@ struct SubscriptionTests {
         #expect(await subscription.next() == nil)
     }
 
+    @Test("a mailbox that overflows during a history replay resyncs from the last save the replay sent, not from where the replay stood when it overflowed")
+    func resyncAfterReplay() async {
+        // Subscribed with since = 0 while the store was at token 9: saves 1 to 9 come from the
+        // history replay, which the client reads slowly.
+        let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 5, startToken: .zero)
+        subscription.replays(through: HistoryToken(rawValue: 9))
+        for token in Int64(1)...3 { subscription.markDelivered(HistoryToken(rawValue: token)) }
+        // An import commits meanwhile and the mailbox overflows with the replay at token 3 ...
+        for token in Int64(10)...20 { subscription.offer(save(token, updated: [token, token + 100])) }
+        // ... and the replay goes on sending saves 4 to 9.
+        for token in Int64(4)...9 { subscription.markDelivered(HistoryToken(rawValue: token)) }
+        guard case .resync(let from)? = await subscription.next() else { Issue.record("no resync"); return }
+        // Resuming after 9 yields 10 to 20 once each; after 3 it would deliver 4 to 9 twice.
+        #expect(from.rawValue == 9)
+    }
+
     @Test("a slow subscriber's pending saves are counted by distinct objects: the same few objects changing often never force a resync")
     func coalescedCount() async {
         let subscription = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 10, startToken: .zero)

@@ -370,6 +370,55 @@ struct SubscriberEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("a subscriber whose mailbox overflows during its history replay resumes from the resync token with every save exactly once")
+    func resyncDuringReplayDeliversEverySaveOnce() async throws {
+        let harness = try await DaemonHarness(chunkSize: 100, configuration: "subscriber_pending_limit = 2000\n")
+        // Nine saves of 1,000 bugs: a history replay larger than the socket buffers hold.
+        let first = try harness.writeRecords("first.ndjson", count: 9_000, prefix: "RP", title: "replayed")
+        _ = try await harness.ctl(["import", first.path, "--wait", "--chunk-size", "1000"])
+        let feed = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+        var small: Int32 = 4_096
+        setsockopt(feed.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        feed.send(Array(#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"since":0,"includeValues":true},"more":true}"#.utf8) + [0])
+        // Not read while 2,500 more bugs are imported in 25 saves: the mailbox overflows while
+        // the replay of the first nine saves is still being sent.
+        let second = try harness.writeRecords("second.ndjson", count: 2_500, prefix: "LV", title: "live")
+        _ = try await harness.ctl(["import", second.path, "--wait"])
+        let current = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self).token
+
+        var tokens: [Int64] = []
+        var inserted: [String] = []
+        /// Reads saves until the stream ends (a resync) or reaches the current token.
+        func follow(_ socket: RawSocket) throws -> Int64? {
+            while let message = socket.nextMessage(readSize: 4_096) {
+                let reply = try VarlinkReply(message: Data(message)).parameters(SubscribeReply.self)
+                switch reply.event {
+                case "save":
+                    let save = try #require(reply.save)
+                    tokens.append(save.token)
+                    inserted += save.inserted.map(\.id).filter { $0.contains("/Bug/") }
+                    if save.token >= current { return nil }
+                case "resync":
+                    guard let from = reply.resyncFrom else { throw HarnessError("a resync without resyncFrom") }
+                    return from
+                default:
+                    continue
+                }
+            }
+            throw HarnessError("the feed ended without a resync or the current token \(current); tokens so far \(tokens.suffix(5))")
+        }
+        let resyncFrom = try #require(try follow(feed), "the stalled subscriber was not told to resync")
+        #expect(resyncFrom == tokens.last, "resync from \(resyncFrom), but the last save sent was \(String(describing: tokens.last))")
+        let resumed = try RawSocket(path: harness.readSocket, receiveTimeout: 60)
+        resumed.send(Array(#"{"method":"io.bugsquasher.Changes.Subscribe","parameters":{"since":\#(resyncFrom)},"more":true}"#.utf8) + [0])
+        #expect(try follow(resumed) == nil)
+        // Every save once, in token order (coalesced ones leave gaps in the numbers, never
+        // overlaps), and every bug inserted once.
+        #expect(zip(tokens, tokens.dropFirst()).allSatisfy { $0 < $1 }, "tokens out of order or repeated: \(tokens)")
+        #expect(inserted.count == 11_500 && Set(inserted).count == 11_500, "\(inserted.count) inserts of \(Set(inserted).count) bugs")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("Subscribe refuses a token ahead of the store, a negative one and another store's IDs; a subscriber holding a token from ahead follows the feed from now")
     func subscribeRefusesWhatItCannotHonour() async throws {
         let harness = try await DaemonHarness(chunkSize: 50)

@@ -37,7 +37,8 @@ final class Subscription: Sendable {
         case disjoint(DisjointSaves)
         /// Objects a registration found stale: their current versions and values.
         case refresh([ObjectChange])
-        /// The subscriber fell behind; it must reconnect with `since` = this token.
+        /// The subscriber fell behind; it must reconnect with `since` = this token, the last one
+        /// it was sent, so that resuming from it yields every save exactly once.
         case resync(HistoryToken)
     }
 
@@ -78,7 +79,10 @@ final class Subscription: Sendable {
         /// (which may count an object twice).
         var pendingObjects = 0
         var refreshes: [ObjectChange] = []
-        var resync: HistoryToken?
+        /// The mailbox overflowed: the next event is a resync, from the token delivered by then.
+        /// Not the token delivered when it overflowed: a history replay may still be sending
+        /// older saves, and a resync from before those would deliver them twice.
+        var mustResync = false
         var delivered: HistoryToken
         /// Saves up to here come from a history replay, never from the mailbox.
         var replayedThrough: HistoryToken = .zero
@@ -239,7 +243,7 @@ final class Subscription: Sendable {
 
     private func deliver(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings?, index: SaveIndex?, directly: Bool) -> Delivery {
         state.withLock { state -> Delivery in
-            guard !state.closed, state.resync == nil, didSave.token > state.delivered, didSave.token > state.replayedThrough else { return .none }
+            guard !state.closed, !state.mustResync, didSave.token > state.delivered, didSave.token > state.replayedThrough else { return .none }
             let save = registeredOnly ? Self.filter(didSave, to: state.registered, inserts: insertWatch, index: index) : didSave
             if save.isEmpty {
                 // Nothing for this subscriber; its position still moves on.
@@ -268,7 +272,7 @@ final class Subscription: Sendable {
                 state.pending = []
                 state.coalesced = nil
                 state.pendingObjects = 0
-                state.resync = state.delivered
+                state.mustResync = true
             }
             return .dropped(state.pending, state.coalesced)
         }
@@ -301,7 +305,7 @@ final class Subscription: Sendable {
             state.refreshes += changes
             if state.refreshes.count > pendingLimit {
                 state.refreshes.removeAll()
-                state.resync = state.delivered
+                state.mustResync = true
             }
             return nil
         }
@@ -334,9 +338,9 @@ final class Subscription: Sendable {
                         defer { state.refreshes.removeAll() }
                         return .some(.refresh(state.refreshes))
                     }
-                    if let token = state.resync {
+                    if state.mustResync {
                         state.closed = true
-                        return .some(.resync(token))
+                        return .some(.resync(state.delivered))
                     }
                     // Saves a history replay already delivered are dropped. A subscriber that
                     // fell behind gets everything pending merged into one save; one that keeps
