@@ -181,7 +181,8 @@ let package = Package(
         .executableTarget(
             name: "squasherctl",
             dependencies: [
-                "BugSquasherClient", "BugSquasherGraph", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                "BugSquasherClient", "BugSquasherGraph", "BugSquasherImport", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport",
+                "BugSquasherProtocol",
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

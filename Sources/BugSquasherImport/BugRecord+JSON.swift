@@ -116,8 +116,20 @@ extension BugRecord {
 
     /// A syntax or type error in `field`, naming it.
     static func fieldError(_ field: String, _ failure: JSONReader.Failure) -> ImportError {
-        ImportError(.invalidRecord, "field '\(field)': \(failure.description)")
+        // A field of the wrong shape (a project given as its key alone) is shown the right one.
+        let shape = fieldShapes[field].map { "; it is written \"\(field)\": \($0) (docs/IMPORTS.md)" } ?? ""
+        return ImportError(.invalidRecord, "field '\(field)': \(failure.description)\(shape)")
     }
+
+    /// How the fields of a record that are not plain strings are written, for messages.
+    static let fieldShapes: [String: String] = [
+        "project": #"{"key": "TIMOB", "name": "Titanium Mobile"}"#,
+        "reporter": #"{"name": "jdoe", "displayName": "Jane Doe"}"#,
+        "assignee": #"{"name": "jdoe", "displayName": "Jane Doe"}"#,
+        "labels": #"["crash", "ios"]"#,
+        "components": #"["Android", "iOS"]"#,
+        "comments": #"[{"jiraID": "10001", "body": "Seen again", "author": {"name": "jdoe"}, "created": "2011-04-15T02:23:39Z"}]"#,
+    ]
 
     /// Reads an ISO 8601 date string (or `null`).
     static func date(_ reader: inout JSONReader) throws -> Date? {

@@ -1,20 +1,28 @@
 import BugSquasherGraph
 public import Foundation
 
-/// Maps CSV exports of Jira and Bugzilla to ``BugRecord``s by their header row.
+/// Maps CSV exports of Jira and Bugzilla, and CSV files with other column names, to
+/// ``BugRecord``s by their header row.
 ///
-/// - **Jira** ("Export → CSV"): `Issue key`, `Summary`, `Description`, `Status`, `Resolution`,
-///   `Priority`, `Issue Type`, `Project key`, `Project name`, `Reporter`, `Assignee`, `Created`,
-///   `Updated`, `Resolved`, repeated `Component/s` and `Labels` columns, and repeated `Comment`
-///   columns (`date;author;body`). Dates as Jira writes them (`15/Apr/11 2:23 AM`) or ISO 8601.
+/// - **Jira** ("Export → CSV"): `Issue key`, `Issue id`, `Summary`, `Description`, `Status`,
+///   `Resolution`, `Priority`, `Issue Type`, `Project key`, `Project name`, `Reporter`,
+///   `Assignee`, `Created`, `Updated`, `Resolved`, repeated `Component/s` and `Labels` columns,
+///   and repeated `Comment` columns (`date;author;body`). Dates as Jira writes them
+///   (`15/Apr/11 2:23 AM`) or ISO 8601. An export with `Issue id` but no `Issue key` needs the
+///   project (``CSVColumnMapping/project``): the key is `PROJECT-<id>`.
 /// - **Bugzilla** (`buglist.cgi?ctype=csv`): `bug_id`, `product`, `component`, `bug_status`,
 ///   `resolution`, `short_desc`, `priority`, `bug_severity`, `assigned_to`, `reporter`,
-///   `opendate`, `changeddate`, `keywords`; long names (`Bug ID`, `Product`, `Summary`, …) too.
-///   The key is `BZ-<bug_id>` and the project is the product.
+///   `opendate`, `changeddate`, `cf_last_resolved`, `keywords`; the long names (`Bug ID`,
+///   `Product`, `Summary`, `Status`, `Opened`, `Created`, `Changed`, `Updated`, `Resolved`, …)
+///   too. The key is `BZ-<bug_id>` (or `PROJECT-<bug_id>` with a project) and the project is the
+///   product.
+/// - **Any other CSV**: a ``CSVColumnMapping`` names the columns (`--map key="Ticket"`); the
+///   fields it leaves out are looked for under the names above.
 ///
-/// Header names are matched without regard to case.
+/// Header names are matched without regard to case. A field no column holds is left as the bug
+/// has it; a date that is there but cannot be read rejects its row, never becomes "no date".
 public struct CSVBugMapper: Sendable {
-    /// The export's origin.
+    /// The export's origin: the column names looked for, and the defaults of a record.
     public enum Flavor: String, Sendable, CaseIterable {
         /// A Jira CSV export.
         case jira
@@ -22,9 +30,16 @@ public struct CSVBugMapper: Sendable {
         case bugzilla
     }
 
+    typealias Field = CSVColumnMapping.Field
+
     /// The flavor in use.
     public let flavor: Flavor
-    private let columns: [String: [Int]]
+    /// The columns each field is read from, as positions in the header.
+    private let fieldColumns: [Field: [Int]]
+    /// The header's names, as written.
+    private let header: [String]
+    /// The project key the mapping gives every bug, if any.
+    private let project: String?
     /// How many fields the header has, and so every row.
     private let width: Int
     /// The record fields no column of the header holds: an export of some columns only leaves
@@ -34,87 +49,150 @@ public struct CSVBugMapper: Sendable {
     /// positions: a row that holds different values in them is refused.
     private let repeated: [(name: String, indexes: [Int])]
 
-    /// The columns each record field may come from, per flavor.
-    private static let fieldColumns: [Flavor: [(BugRecord.Fields, [String])]] = [
+    /// The names each field is looked for under, per flavor, when no mapping names its column.
+    static let synonyms: [Flavor: [Field: [String]]] = [
         .jira: [
-            (.jiraID, ["issue id"]), (.title, ["summary"]), (.details, ["description"]), (.status, ["status"]),
-            (.resolution, ["resolution"]), (.priority, ["priority"]), (.type, ["issue type"]), (.labels, ["labels"]),
-            (.created, ["created"]), (.updated, ["updated"]), (.resolved, ["resolved"]), (.components, ["component/s", "components"]),
-            (.reporter, ["reporter"]), (.assignee, ["assignee"]),
+            .key: ["issue key"], .id: ["issue id"], .summary: ["summary"], .description: ["description"],
+            .status: ["status"], .resolution: ["resolution"], .priority: ["priority"], .type: ["issue type"],
+            .labels: ["labels"], .created: ["created"], .updated: ["updated"], .resolved: ["resolved"],
+            .project: ["project key"], .projectName: ["project name"], .components: ["component/s", "components"],
+            .reporter: ["reporter"], .assignee: ["assignee"], .comments: ["comment"],
         ],
         .bugzilla: [
-            (.title, ["short_desc", "summary"]), (.details, ["long_desc", "description"]), (.status, ["bug_status", "status"]),
-            (.resolution, ["resolution"]), (.priority, ["priority"]), (.type, ["bug_severity", "severity"]), (.labels, ["keywords"]),
-            (.created, ["opendate", "opened", "creation_ts"]), (.updated, ["changeddate", "changed", "delta_ts"]), (.resolved, []),
-            (.components, ["component"]), (.reporter, ["reporter"]), (.assignee, ["assigned_to", "assignee"]),
+            .id: ["bug_id", "bug id", "id", "issue id"], .summary: ["short_desc", "summary"],
+            .description: ["long_desc", "description"], .status: ["bug_status", "status"], .resolution: ["resolution"],
+            .priority: ["priority"], .type: ["bug_severity", "severity"], .labels: ["keywords"],
+            .created: ["opendate", "opened", "creation_ts", "created"], .updated: ["changeddate", "changed", "delta_ts", "updated", "last changed"],
+            .resolved: ["cf_last_resolved", "resolved", "last resolved"], .projectName: ["product"], .components: ["component"],
+            .reporter: ["reporter"], .assignee: ["assigned_to", "assignee", "assigned to"],
         ],
     ]
 
-    /// Reads a header row.
+    /// The fields whose columns may repeat, one value each (Jira's lists).
+    private static let listFields: [Flavor: Set<Field>] = [.jira: [.labels, .components, .comments], .bugzilla: []]
+
+    /// The record field each mapped field fills, for those a source may leave out.
+    private static let recordFields: [Field: BugRecord.Fields] = [
+        .id: .jiraID, .summary: .title, .description: .details, .status: .status, .resolution: .resolution,
+        .priority: .priority, .type: .type, .labels: .labels, .created: .created, .updated: .updated,
+        .resolved: .resolved, .components: .components, .reporter: .reporter, .assignee: .assignee,
+    ]
+
+    /// Reads a header row, with the columns a user mapped.
     ///
-    /// - Throws: ``ImportError`` (`invalidRecord`) when the header lacks the key column of the
-    ///   flavor, with the columns it did find.
-    public init(header: [String], flavor: Flavor) throws {
+    /// - Throws: ``ImportError`` (`invalidRecord`) when a mapped column is not in the header, or
+    ///   the header has no column for the key (or only numeric IDs and no project to make keys
+    ///   of them); the message lists the header's columns.
+    public init(header: [String], flavor: Flavor, mapping: CSVColumnMapping = CSVColumnMapping()) throws {
         self.flavor = flavor
+        self.header = header
+        project = mapping.project
         width = header.count
-        var columns: [String: [Int]] = [:]
+        var byName: [String: [Int]] = [:]
         for (index, name) in header.enumerated() {
-            columns[name.trimmingCharacters(in: .whitespaces).lowercased(), default: []].append(index)
+            byName[Self.normalized(name), default: []].append(index)
         }
-        self.columns = columns
-        // Jira repeats the columns of lists (labels, components, comments); the others hold one
-        // value each, and so do all of Bugzilla's.
-        let lists: BugRecord.Fields = flavor == .jira ? [.labels, .components] : []
-        let single = Set(Self.fieldColumns[flavor, default: []].filter { !lists.contains($0.0) }.flatMap(\.1))
-            .union(flavor == .jira ? ["issue key", "project key", "project name"] : ["bug_id", "bug id", "id", "product"])
-        repeated = columns.filter { single.contains($0.key) && $0.value.count > 1 }.map { ($0.key, $0.value) }.sorted { $0.name < $1.name }
-        absent = Self.fieldColumns[flavor, default: []].reduce(into: []) { absent, entry in
-            if !entry.1.contains(where: { columns[$0] != nil }) { absent.insert(entry.0) }
+        var fieldColumns: [Field: [Int]] = [:]
+        var repeated: [(String, [Int])] = []
+        let synonyms = Self.synonyms[flavor, default: [:]]
+        for field in Field.allCases {
+            if let column = mapping.columns[field] {
+                guard let indexes = byName[Self.normalized(column)] else {
+                    throw ImportError(.invalidRecord, "--map \(field.rawValue)=\(CSVColumnMapping.quoted(column)): the header has no column '\(column)'. \(Self.listing(header)) Name one of them, as the header writes it.")
+                }
+                fieldColumns[field] = indexes
+            } else if let name = synonyms[field]?.first(where: { byName[$0] != nil }) {
+                // Under the first of its usual names the header has (every column of that name).
+                fieldColumns[field] = byName[name]
+            }
+            if let indexes = fieldColumns[field], indexes.count > 1, !Self.listFields[flavor, default: []].contains(field) {
+                repeated.append((header[indexes[0]].trimmingCharacters(in: .whitespaces).lowercased(), indexes))
+            }
         }
-        let keyColumns = flavor == .jira ? ["issue key"] : ["bug_id", "bug id", "id"]
-        guard keyColumns.contains(where: { columns[$0] != nil }) else {
-            throw ImportError(.invalidRecord, "This is not a \(flavor.rawValue) CSV export: its header has no \(keyColumns.map { "'\($0)'" }.joined(separator: " or ")) column (it has \(header.prefix(8).joined(separator: ", "))). Export with the key column, or pick the right --format.")
+        self.fieldColumns = fieldColumns
+        self.repeated = repeated.sorted { $0.0 < $1.0 }
+        absent = Self.recordFields.reduce(into: []) { absent, entry in
+            if fieldColumns[entry.key] == nil { absent.insert(entry.value) }
+        }
+        guard fieldColumns[.key] != nil || fieldColumns[.id] != nil else {
+            let usual = flavor == .jira ? "a Jira export names it 'Issue key'" : "a Bugzilla export names it 'bug_id' or 'Bug ID'"
+            throw ImportError(.invalidRecord, "The CSV header has no column for the bug's key (\(usual)). \(Self.listing(header)) Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), or pick the right --format.")
+        }
+        if flavor == .jira, fieldColumns[.key] == nil, mapping.project == nil, fieldColumns[.project] == nil {
+            let column = header[fieldColumns[.id]![0]]
+            throw ImportError(.invalidRecord, "The CSV header has '\(column)' but no 'Issue key': its numeric IDs need a project to become keys. Give the project with --project KEY (bugs become KEY-<id>), name the key column with --map key=COLUMN, or import it as --format bugzilla-csv (bugs become BZ-<id>). \(Self.listing(header))")
         }
     }
 
-    /// Detects the flavor of a header row, if it is one of the supported exports.
+    /// A header name as it is matched: trimmed, lower case.
+    private static func normalized(_ name: String) -> String {
+        name.trimmingCharacters(in: .whitespaces).lowercased()
+    }
+
+    /// "Its columns are A, B, C." for a message, at most 40 of them.
+    private static func listing(_ header: [String]) -> String {
+        let shown = header.prefix(40).map { "'\($0)'" }.joined(separator: ", ")
+        return "Its columns are \(shown)\(header.count > 40 ? " and \(header.count - 40) more" : "")."
+    }
+
+    /// Detects the flavor of a header row, if it is one of the supported exports: `Issue key`
+    /// or `Issue id` (Jira), `bug_id` or `Bug ID` (Bugzilla).
     public static func detect(header: [String]) -> Flavor? {
-        let names = Set(header.map { $0.trimmingCharacters(in: .whitespaces).lowercased() })
+        let names = Set(header.map(normalized))
         if names.contains("issue key") { return .jira }
         if names.contains("bug_id") || names.contains("bug id") { return .bugzilla }
+        if names.contains("issue id") { return .jira }
         return nil
     }
 
-    private func value(_ fields: [String], _ names: String...) -> String? {
-        for name in names {
-            for index in columns[name] ?? [] where index < fields.count {
-                let text = fields[index].trimmingCharacters(in: .whitespacesAndNewlines)
-                if !text.isEmpty { return text }
-            }
+    /// Which column each field is read from, and the columns nothing reads: what a job records,
+    /// so that a user can see what became of every column.
+    public var columnsRead: String {
+        var read = Set<Int>()
+        let fields = fieldColumns.sorted { $0.key < $1.key }.map { field, indexes -> String in
+            read.formUnion(indexes)
+            return "\(field.rawValue)=\(CSVColumnMapping.quoted(header[indexes[0]].trimmingCharacters(in: .whitespaces)))"
+        }
+        var text = fields.joined(separator: " ")
+        if let project { text += " --project \(project)" }
+        let unread = header.indices.filter { !read.contains($0) }.map { header[$0].trimmingCharacters(in: .whitespaces) }
+        let unique = unread.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        if !unique.isEmpty { text += "; not imported: " + unique.prefix(20).joined(separator: ", ") + (unique.count > 20 ? " and \(unique.count - 20) more" : "") }
+        return text
+    }
+
+    private func value(_ fields: [String], _ field: Field) -> String? {
+        for index in fieldColumns[field] ?? [] where index < fields.count {
+            let text = fields[index].trimmingCharacters(in: .whitespacesAndNewlines)
+            if !text.isEmpty { return text }
         }
         return nil
     }
 
-    private func values(_ fields: [String], _ name: String) -> [String] {
-        (columns[name] ?? []).compactMap { $0 < fields.count ? fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) : nil }.filter { !$0.isEmpty }
+    private func values(_ fields: [String], _ field: Field) -> [String] {
+        (fieldColumns[field] ?? []).compactMap { $0 < fields.count ? fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) : nil }.filter { !$0.isEmpty }
     }
 
-    private func date(_ fields: [String], _ names: String..., line: Int) throws -> Date? {
-        for name in names {
-            guard let text = value(fields, name) else { continue }
-            guard let date = TrackerDate.parse(text) else {
-                throw ImportError(.invalidRecord, "Column '\(name)' holds '\(text)', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39, or ISO 8601).", inputLine: line)
-            }
-            return date
+    /// The column a field's value came from in this row, for messages.
+    private func column(_ fields: [String], _ field: Field) -> String {
+        let indexes = fieldColumns[field] ?? []
+        let index = indexes.first { $0 < fields.count && !fields[$0].trimmingCharacters(in: .whitespacesAndNewlines).isEmpty } ?? indexes.first
+        return index.map { header[$0].trimmingCharacters(in: .whitespaces) } ?? field.rawValue
+    }
+
+    private func date(_ fields: [String], _ field: Field, line: Int) throws -> Date? {
+        guard let text = value(fields, field) else { return nil }
+        guard let date = TrackerDate.parse(text) else {
+            throw ImportError(.invalidRecord, "Column '\(column(fields, field))' holds '\(text.prefix(80))', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39 with or without a zone such as +00:00, or ISO 8601). Fix the date in the export, or read the field from another column (--map \(field.rawValue)=COLUMN).", inputLine: line)
         }
-        return nil
+        return date
     }
 
     /// Maps one data row.
     ///
-    /// - Throws: ``ImportError`` naming the column, for a missing key or an unreadable date; for
-    ///   a row whose field count is not the header's (its values would land in the wrong
-    ///   columns).
+    /// - Throws: ``ImportError`` naming the column, for a missing key, a number that no project
+    ///   makes a key of, or an unreadable date; for a row whose field count is not the header's
+    ///   (its values would land in the wrong columns).
     public func record(_ fields: [String], line: Int) throws -> BugRecord {
         guard fields.count == width else {
             throw ImportError(.invalidRecord, "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.", inputLine: line)
@@ -124,24 +202,66 @@ public struct CSVBugMapper: Sendable {
             guard Set(values).count > 1 else { continue }
             throw ImportError(.invalidRecord, "Column '\(name)' is in the header \(indexes.count) times, and this row holds different values in them (\(values.prefix(3).map { "'\($0.prefix(40))'" }.joined(separator: ", "))): which one is meant cannot be told. Keep one of those columns, or export the file again.", inputLine: line)
         }
-        var record = switch flavor {
-        case .jira: try jiraRecord(fields, line: line)
-        case .bugzilla: try bugzillaRecord(fields, line: line)
-        }
+        let (key, idNumber) = try key(fields, line: line)
+        let isJira = flavor == .jira
+        let product = value(fields, .projectName)
+        let projectKey = project ?? value(fields, .project) ?? (isJira
+            ? String(key.split(separator: "-").first ?? Substring(key))
+            : product.map { String($0.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20)) }.flatMap { $0.isEmpty ? nil : $0 } ?? "BUGZILLA")
+        var record = BugRecord(
+            key: key,
+            jiraID: idNumber ?? value(fields, .id),
+            title: value(fields, .summary) ?? key,
+            details: value(fields, .description),
+            status: value(fields, .status) ?? (isJira ? "Open" : "NEW"),
+            resolution: value(fields, .resolution).flatMap { isJira && $0 == "Unresolved" ? nil : $0 },
+            priority: value(fields, .priority).flatMap { isJira && $0 == "None" ? nil : $0 },
+            type: value(fields, .type),
+            labels: labels(fields),
+            created: try date(fields, .created, line: line),
+            updated: try date(fields, .updated, line: line),
+            resolved: try date(fields, .resolved, line: line),
+            project: ProjectRecord(key: projectKey, name: product ?? (isJira ? nil : projectKey)),
+            components: values(fields, .components),
+            reporter: person(value(fields, .reporter)),
+            assignee: person(value(fields, .assignee)),
+            comments: comments(fields, key: key)
+        )
         record.absent = absent
         return record
     }
 
-    private func person(_ name: String?) -> PersonRecord? {
-        name.map { PersonRecord(name: $0, displayName: nil) }
+    /// The row's key, and the tracker's ID when the key was made of it.
+    private func key(_ fields: [String], line: Int) throws -> (key: String, idNumber: String?) {
+        let field: Field = value(fields, .key) != nil ? .key : .id
+        guard let cell = value(fields, field) else {
+            let names = [Field.key, .id].compactMap { fieldColumns[$0].map { "'\(header[$0[0]])'" } }
+            throw ImportError(.missingKey, "The row has no key: \(names.joined(separator: " and ")) \(names.count == 1 ? "is" : "are") empty.", inputLine: line)
+        }
+        let digits = cell.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+        if field == .key, !digits { return (cell, nil) }
+        // A number: the tracker's ID, made a key with the project's. Trackers number from 1,
+        // so leading zeros are dropped ("007" is bug 7, as Bugzilla reads it), and a sign or a
+        // fraction would make keys no tracker has ("BZ--5").
+        let number = String(cell.drop { $0 == "0" })
+        guard digits, !number.isEmpty else {
+            throw ImportError(.invalidRecord, "Column '\(column(fields, field))' holds '\(cell.prefix(80))', which is neither a bug key (PROJ-123) nor a bug number (a positive whole number).", inputLine: line)
+        }
+        guard let prefix = project ?? (flavor == .bugzilla ? "BZ" : value(fields, .project)) else {
+            throw ImportError(.invalidRecord, "Column '\(column(fields, field))' holds the number \(cell), not a bug key, and the row names no project to make one of it: give --project KEY to import it as KEY-\(number).", inputLine: line)
+        }
+        return ("\(prefix)-\(number)", field == .id ? number : nil)
     }
 
-    private func jiraRecord(_ fields: [String], line: Int) throws -> BugRecord {
-        guard let key = value(fields, "issue key") else {
-            throw ImportError(.missingKey, "The row has no 'Issue key'.", inputLine: line)
-        }
-        let projectKey = value(fields, "project key") ?? String(key.split(separator: "-").first ?? Substring(key))
-        let comments = values(fields, "comment").enumerated().map { index, text -> CommentRecord in
+    private func labels(_ fields: [String]) -> [String] {
+        let cells = values(fields, .labels)
+        // Jira repeats the column, one label each; Bugzilla's keywords are one cell.
+        guard flavor == .bugzilla else { return cells.map { $0.replacingOccurrences(of: " ", with: "_") } }
+        return cells.flatMap { $0.split(whereSeparator: { $0 == "," || $0 == " " }).map(String.init) }
+    }
+
+    private func comments(_ fields: [String], key: String) -> [CommentRecord] {
+        values(fields, .comments).enumerated().map { index, text -> CommentRecord in
             // Jira writes "date;author;body".
             let parts = text.split(separator: ";", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 3, let created = TrackerDate.parse(parts[0]) else {
@@ -149,82 +269,48 @@ public struct CSVBugMapper: Sendable {
             }
             return CommentRecord(jiraID: "\(key)-c\(index + 1)", body: parts[2], author: parts[1].isEmpty ? nil : PersonRecord(name: parts[1], displayName: nil), created: created, updated: nil)
         }
-        return BugRecord(
-            key: key,
-            jiraID: value(fields, "issue id"),
-            title: value(fields, "summary") ?? key,
-            details: value(fields, "description"),
-            status: value(fields, "status") ?? "Open",
-            resolution: value(fields, "resolution").flatMap { $0 == "Unresolved" ? nil : $0 },
-            priority: value(fields, "priority").flatMap { $0 == "None" ? nil : $0 },
-            type: value(fields, "issue type"),
-            labels: values(fields, "labels").map { $0.replacingOccurrences(of: " ", with: "_") },
-            created: try date(fields, "created", line: line),
-            updated: try date(fields, "updated", line: line),
-            resolved: try date(fields, "resolved", line: line),
-            project: ProjectRecord(key: projectKey, name: value(fields, "project name")),
-            components: values(fields, "component/s") + values(fields, "components"),
-            reporter: person(value(fields, "reporter")),
-            assignee: person(value(fields, "assignee")),
-            comments: comments
-        )
     }
 
-    private func bugzillaRecord(_ fields: [String], line: Int) throws -> BugRecord {
-        guard let cell = value(fields, "bug_id", "bug id", "id") else {
-            throw ImportError(.missingKey, "The row has no 'bug_id'.", inputLine: line)
-        }
-        // Bugzilla numbers bugs from 1. Digits only: "-5" or "+5" would make keys no Bugzilla
-        // bug has ("BZ--5"), and a number of any length is still a key.
-        // Leading zeros are dropped: "007" is bug 7, the key BZ-7, as Bugzilla itself reads it.
-        let id = String(cell.drop { $0 == "0" })
-        guard !id.isEmpty, id.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
-            throw ImportError(.invalidRecord, "Column 'bug_id' holds '\(cell)', which is not a Bugzilla bug number (a positive whole number).", inputLine: line)
-        }
-        let product = value(fields, "product") ?? "BUGZILLA"
-        let projectKey = String(product.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20))
-        return BugRecord(
-            key: "BZ-\(id)",
-            jiraID: id,
-            title: value(fields, "short_desc", "summary") ?? "BZ-\(id)",
-            details: value(fields, "long_desc", "description"),
-            status: value(fields, "bug_status", "status") ?? "NEW",
-            resolution: value(fields, "resolution"),
-            priority: value(fields, "priority"),
-            type: value(fields, "bug_severity", "severity"),
-            labels: (value(fields, "keywords") ?? "").split(whereSeparator: { $0 == "," || $0 == " " }).map(String.init),
-            created: try date(fields, "opendate", "opened", "creation_ts", line: line),
-            updated: try date(fields, "changeddate", "changed", "delta_ts", line: line),
-            resolved: nil,
-            project: ProjectRecord(key: projectKey.isEmpty ? "BUGZILLA" : projectKey, name: product),
-            components: value(fields, "component").map { [$0] } ?? [],
-            reporter: person(value(fields, "reporter")),
-            assignee: person(value(fields, "assigned_to", "assignee")),
-            comments: []
-        )
+    private func person(_ name: String?) -> PersonRecord? {
+        name.map { PersonRecord(name: $0, displayName: nil) }
     }
 }
 
 /// Dates as trackers write them in CSV exports.
 public enum TrackerDate {
+    /// The zone abbreviations a tracker may write after a time (Bugzilla writes its users'),
+    /// as offsets: only those that name one offset wherever they are used (`CST` and `IST`
+    /// name several, and are refused).
+    private static let zoneAbbreviations: [String: String] = [
+        "UTC": "Z", "GMT": "Z", "Z": "Z", "PST": "-08:00", "PDT": "-07:00", "MST": "-07:00", "MDT": "-06:00",
+        "EST": "-05:00", "EDT": "-04:00", "CET": "+01:00", "CEST": "+02:00", "EET": "+02:00", "EEST": "+03:00", "JST": "+09:00",
+    ]
     private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
     /// Parses `15/Apr/11 2:23 AM` (Jira), `2011-04-15 02:23:39` or `2011-04-15 02:23` (Bugzilla,
-    /// UTC; seconds may have a fraction, and a zone may follow: `UTC`, `GMT`, `Z` or `+0500`), or
+    /// UTC; seconds may have a fraction, and a zone may follow, apart or not: `UTC`, `GMT`, `Z`,
+    /// `+0500`, `+05:00`, or an abbreviation with one meaning such as `PST`), or
     /// anything ``ISO8601Date`` reads; `nil` otherwise. Nothing is rolled over or left out: a
-    /// second of 99, a garbled minute or a zone it does not know (`PST`) is `nil`, not a nearby
+    /// second of 99, a garbled minute or a zone it does not know (`CST`) is `nil`, not a nearby
     /// instant.
     public static func parse(_ text: String) -> Date? {
         let text = text.trimmingCharacters(in: .whitespaces)
         if let date = ISO8601Date.parse(text) { return date }
         let parts = text.split(separator: " ", omittingEmptySubsequences: true)
-        // 2011-04-15 02:23(:39(.750)?)?( UTC| +0000)?: ISO 8601 with a space for the T.
+        // 2011-04-15 02:23(:39(.750)?)?( UTC| +0000|+00:00)?: ISO 8601 with a space for the T,
+        // the zone after the time or apart from it.
         if parts.count == 2 || parts.count == 3, parts[0].contains("-") {
-            let zone = parts.count == 2 ? "Z" : ["UTC", "GMT", "Z"].contains(parts[2].uppercased()) ? "Z" : String(parts[2])
+            var time = parts[1]
+            var zone = parts.count == 2 ? "Z" : zoneAbbreviations[parts[2].uppercased()] ?? String(parts[2])
+            if let attached = time.firstIndex(where: { "+-Zz".contains($0) }) {
+                guard parts.count == 2 else { return nil }
+                zone = time[attached...].uppercased()
+                time = time[..<attached]
+            }
             guard zone == "Z" || zone.first == "+" || zone.first == "-" else { return nil }
             // Two digits of hour, as ISO 8601 has them (2:23:39 is 02:23:39).
-            let time = parts[1].prefix { $0 != ":" }.count == 1 ? "0" + parts[1] : String(parts[1])
-            return ISO8601Date.parse("\(parts[0])T\(time)\(zone)")
+            let padded = time.prefix { $0 != ":" }.count == 1 ? "0" + time : String(time)
+            return ISO8601Date.parse("\(parts[0])T\(padded)\(zone)")
         }
         // 15/Apr/11 2:23 AM
         func number(_ text: Substring) -> Int? { text.allSatisfy(\.isASCII) && text.allSatisfy(\.isNumber) ? Int(text) : nil }

@@ -96,6 +96,7 @@ public enum BugModel {
                 .attribute("created", .date, optional: true),
                 .attribute("finished", .date, optional: true),
                 .attribute("error", .string, optional: true),
+                .attribute("columns", .string, optional: true),
             ],
             relationships: [.toMany("rejects", "ImportReject", inverse: "job", deleteRule: .cascade)]
         ),

@@ -33,6 +33,9 @@ public final class ImportJob: ManagedObject {
     public var finished: Date? { get { get("finished") } set { set("finished", newValue) } }
     /// Why it failed.
     public var error: String? { get { get("error") } set { set("error", newValue) } }
+    /// For a CSV export: which column each field was read from, the mapping given, and the
+    /// columns nothing read (`key="Issue key" summary=Summary …; not imported: Votes`).
+    public var columns: String? { get { get("columns") } set { set("columns", newValue) } }
 }
 
 /// One rejected record of an import job: where it was and why.

@@ -308,9 +308,11 @@ public struct WireJob: Codable, Sendable, Hashable {
     public var finished: String?
     /// Why it failed.
     public var error: String?
+    /// For a CSV export: the column each field was read from, and the columns not imported.
+    public var columns: String?
 
     /// Creates a job description.
-    public init(id: String, name: String, format: String, state: String, recordsRead: Int64, imported: Int64, rejected: Int64, bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?) {
+    public init(id: String, name: String, format: String, state: String, recordsRead: Int64, imported: Int64, rejected: Int64, bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil) {
         self.id = id
         self.name = name
         self.format = format
@@ -323,6 +325,7 @@ public struct WireJob: Codable, Sendable, Hashable {
         self.created = created
         self.finished = finished
         self.error = error
+        self.columns = columns
     }
 
     /// Whether the job will not change any more.
@@ -372,11 +375,17 @@ public struct BeginImportParameters: Codable, Sendable {
     public var format: String?
     /// Records per chunk, or `nil` for the daemon's default.
     public var chunkSize: Int?
+    /// For a CSV export: the column each field is read from, by field name (`key`, `created`, …).
+    public var columns: [String: String]?
+    /// For a CSV export: the key of every bug's project, which makes numeric IDs keys.
+    public var project: String?
     /// Creates parameters.
-    public init(name: String, format: String? = nil, chunkSize: Int? = nil) {
+    public init(name: String, format: String? = nil, chunkSize: Int? = nil, columns: [String: String]? = nil, project: String? = nil) {
         self.name = name
         self.format = format
         self.chunkSize = chunkSize
+        self.columns = columns
+        self.project = project
     }
 }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherImport
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -10,7 +11,7 @@ struct ImportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import",
         abstract: "Import a bug export (Jira JSON/CSV, Bugzilla CSV, BugSquasher NDJSON; gzip too) from a file or stdin.",
-        discussion: "Without --wait, prints the job ID and returns once the upload is queued."
+        discussion: "Without --wait, prints the job ID and returns once the upload is queued. The formats, the CSV column names each field is read from, and BugSquasher's own NDJSON records are described in docs/IMPORTS.md."
     )
 
     @OptionGroup var sockets: SocketOptions
@@ -18,8 +19,21 @@ struct ImportCommand: ParsableCommand {
     @Argument(help: "The file to import, or - for standard input.")
     var file: String
 
-    @Option(help: "\(ImportFormat.names) (default: detected).")
+    @Option(help: "\(ImportFormat.names) (default: detected; a CSV format given is taken as it is).")
     var format: String?
+
+    @Option(
+        name: .customLong("map"),
+        help: ArgumentHelp(
+            "For a CSV export: read FIELD from the column named COLUMN (repeatable), e.g. --map key=\"Issue id\" --map created=Opened.",
+            discussion: "Fields: \(CSVColumnMapping.Field.names). Fields not mapped are read from the columns Jira's and Bugzilla's exports name them by.",
+            valueName: "FIELD=COLUMN"
+        )
+    )
+    var columns: [String] = []
+
+    @Option(help: ArgumentHelp("For a CSV export: the project of every bug; numeric IDs become KEY-<id>.", valueName: "KEY"))
+    var project: String?
 
     @Option(parsing: .unconditional, help: "Records per chunk (default: the daemon's).")
     var chunkSize: Int?
@@ -40,6 +54,19 @@ struct ImportCommand: ParsableCommand {
         if let name, name.trimmingCharacters(in: .whitespaces).isEmpty {
             throw ValidationError("--name is empty; give the job a name, or leave --name out to name it after the file.")
         }
+        let mapping: CSVColumnMapping
+        do { mapping = try CSVColumnMapping(parsing: columns, project: project) } catch let error as ImportError {
+            throw ValidationError(error.message)
+        }
+        if !mapping.isEmpty, let format, let known = ImportFormat(rawValue: format), ![.jiraCSV, .bugzillaCSV].contains(known) {
+            throw ValidationError("--map and --project describe the columns of a CSV export; a \(format) file's fields have fixed names. Leave them out, or give the CSV format.")
+        }
+    }
+
+    /// The columns mapped, by field name, as `Import.Begin` takes them; `nil` for none.
+    private var mappedColumns: [String: String]? {
+        guard let mapping = try? CSVColumnMapping(parsing: columns), !mapping.columns.isEmpty else { return nil }
+        return Dictionary(uniqueKeysWithValues: mapping.columns.map { ($0.key.rawValue, $0.value) })
     }
 
     func run() throws {
@@ -67,7 +94,7 @@ struct ImportCommand: ParsableCommand {
         }
         let progress = ProgressBar(enabled: wait && isatty(2) != 0)
         let job: String = try withClient(sockets.write) { client in
-            let job = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize), as: JobParameter.self).job
+            let job = try client.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format, chunkSize: chunkSize, columns: mappedColumns, project: project), as: JobParameter.self).job
             // The file goes over the connection itself (Upload with upgrade), in chunks of a
             // length and the bytes, without base64 or a reply per piece; the zero length commits.
             let reply = try client.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: job)) { connection in

@@ -83,6 +83,8 @@ struct JobFollower {
         guard let job = final else { throw Exit.failed }
         print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))")
         if let error = job.error { printError("squasherctl: \(printable(error))") }
+        // What became of a CSV export's columns, the ones not imported included.
+        if let columns = job.columns { print("columns: \(printable(columns))") }
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
         if job.state != "finished" { throw Exit.failed }
         if job.recordsRead == 0 {

@@ -56,7 +56,10 @@ struct JobsCommand: ParsableCommand {
                         if reply.more != true || reply.rejects.isEmpty { break }
                     }
                     if json { try printJSON(RejectsReply(rejects: all)) }
-                } else if json { try printJSON(reply) } else { print(describe(reply.job)) }
+                } else if json { try printJSON(reply) } else {
+                    print(describe(reply.job))
+                    if let columns = reply.job.columns { print("columns: \(printable(columns))") }
+                }
             } else {
                 // One more than shown: whether there are older ones to mention.
                 var reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: limit + 1), as: JobsReply.self)

@@ -198,6 +198,42 @@ struct SpoolerTests {
         #expect(try await spooler.finish().0 == .jiraCSV)
     }
 
+    /// Spools `text` as one upload; returns the format and the spool's lines, or throws the failure.
+    private func spool(_ text: String, format: ImportFormat? = nil, columns: CSVColumnMapping = CSVColumnMapping()) async throws -> (ImportFormat, [String]) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let spooler = try Spooler(jobID: "csv", directory: directory, format: format, columns: columns, maximumRecordBytes: 1 << 20)
+        try await spooler.append(Array(text.utf8))
+        let (detected, _) = try await spooler.finish()
+        return (detected, try String(contentsOfFile: await spooler.path, encoding: .utf8).split(separator: "\n").map(String.init))
+    }
+
+    @Test("a declared CSV format is taken as it is, so that the header's own problem is named; any CSV is read with a column mapping, and one without is told how")
+    func declaredCSVFormatAndMappings() async throws {
+        let noKey = "Issue id,Summary,Status,Created\n101,Crash,Open,2020-01-02 17:14:21+00:00\n"
+        for format in [ImportFormat.jiraCSV, nil] {
+            let error = await #expect(throws: DaemonError.self) { try await spool(noKey, format: format) }
+            #expect(error?.message.contains("no 'Issue key'") == true && error?.message.contains("--project KEY") == true, "\(String(describing: error))")
+        }
+        let (format, lines) = try await spool(noKey, columns: CSVColumnMapping(project: "TIMOB"))
+        #expect(format == .jiraCSV && lines.count == 1 && lines[0].contains(#""key":"TIMOB-101""#) && lines[0].contains(#""created":"2020-01-02T17:14:21Z""#), "\(lines)")
+        // Declared Bugzilla: the same file's IDs become BZ- keys.
+        let (_, bugzilla) = try await spool(noKey, format: .bugzillaCSV)
+        #expect(bugzilla.first?.contains(#""key":"BZ-101""#) == true, "\(bugzilla)")
+        // A declared CSV format whose header lacks the key column says so, listing the columns.
+        let declared = await #expect(throws: DaemonError.self) { try await spool("Title,State\nx,y\n", format: .jiraCSV) }
+        #expect(declared?.message.contains("no column for the bug's key") == true && declared?.message.contains("Its columns are 'Title', 'State'.") == true, "\(String(describing: declared))")
+        // Undeclared, a CSV of unknown columns is named as CSV, with its columns and --map.
+        let unknown = await #expect(throws: DaemonError.self) { try await spool("Ticket,Headline,Opened\nA-1,x,2020-01-01\n") }
+        #expect(unknown?.message.contains("looks like a CSV file") == true && unknown?.message.contains("'Ticket', 'Headline', 'Opened'") == true && unknown?.message.contains("--map key=COLUMN") == true, "\(String(describing: unknown))")
+        let mapping = try CSVColumnMapping(parsing: ["key=Ticket", "summary=Headline", "created=Opened"])
+        let (mapped, records) = try await spool("Ticket,Headline,Opened\nA-1,x,2020-01-01\n", columns: mapping)
+        #expect(mapped == .jiraCSV && records.first?.contains(#""key":"A-1""#) == true && records.first?.contains(#""created":"2020-01-01T00:00:00Z""#) == true, "\(records)")
+        // A mapping for JSON input is a mistake, not ignored.
+        let json = await #expect(throws: DaemonError.self) { try await spool(#"{"key":"J-1","title":"t","status":"Open"}"# + "\n", columns: mapping) }
+        #expect(json?.message.contains("--map and --project apply to CSV exports only") == true, "\(String(describing: json))")
+    }
+
     @Test("bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, are named with a command that unpacks them, instead of a generic unsupported format")
     func archivesNamed() async throws {
         let text = #"{"key":"A-1","title":"t","status":"Open","project":{"key":"A"}}"# + "\n"

@@ -253,6 +253,65 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("CSV exports with other column names: Bugzilla's Created and Resolved dates are stored, Issue id alone takes --project, any CSV imports with --map, and the job records what each column became")
+    func csvExportsWithOtherColumnNames() async throws {
+        let harness = try await DaemonHarness()
+        let dir = harness.directory
+        /// A bug's stored values, by `get --json`.
+        func values(_ key: String) async throws -> [String: Any] {
+            let line = try await harness.ctl(["get", key, "--json"]).joined()
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            return try #require(object?["values"] as? [String: Any], "\(line)")
+        }
+        // A Bugzilla-derived CSV, its dates with an offset: refused as Jira without a project,
+        // imported as declared Bugzilla with every date kept.
+        try """
+            Issue id,Summary,Status,Priority,Resolution,Created,Resolved,Description
+            1001,Crash on start,RESOLVED,P1,FIXED,2020-01-02 17:14:21+00:00,2020-01-03 09:00:00+00:00,It crashes
+            1002,Slow scrolling,NEW,P3,,2020-02-02 10:00,,Slow
+
+            """.write(toFile: dir + "/bz.csv", atomically: true, encoding: .utf8)
+        let undeclared = try await harness.ctlError(["import", dir + "/bz.csv", "--wait"], expectStatus: 2)
+        #expect(undeclared.contains("no 'Issue key'") && undeclared.contains("--project KEY") && undeclared.contains("--format bugzilla-csv"), "\(undeclared)")
+        let declared = try await harness.ctl(["import", dir + "/bz.csv", "--format", "bugzilla-csv", "--wait"])
+        #expect(summary(declared).contains("2 read, 2 imported, 0 rejected"), "\(declared)")
+        #expect(declared.contains { $0.hasPrefix("columns: id=\"Issue id\"") && $0.contains("created=Created resolved=Resolved") }, "\(declared)")
+        let first = try await values("BZ-1001")
+        #expect(first["created"] as? String == "2020-01-02T17:14:21.000Z" && first["resolved"] as? String == "2020-01-03T09:00:00.000Z", "\(first)")
+        let second = try await values("BZ-1002")
+        #expect(second["created"] as? String == "2020-02-02T10:00:00.000Z" && second["resolved"] is NSNull, "\(second)")
+        // With a project, the same IDs become that project's keys.
+        _ = try await harness.ctl(["import", dir + "/bz.csv", "--project", "LEGACY", "--wait"])
+        #expect(try await values("LEGACY-1001")["resolved"] as? String == "2020-01-03T09:00:00.000Z")
+
+        // Any CSV, with a mapping; an unreadable date is a reject naming its column, never a null.
+        try """
+            Ticket,Headline,Opened On,State,Votes
+            APP-1,Broken login,2021-03-04 05:06:07,Open,3
+            APP-2,Bad date,sometime,Open,1
+
+            """.write(toFile: dir + "/tickets.csv", atomically: true, encoding: .utf8)
+        let unmapped = try await harness.ctlError(["import", dir + "/tickets.csv", "--wait"], expectStatus: 2)
+        #expect(unmapped.contains("looks like a CSV file") && unmapped.contains("'Ticket', 'Headline', 'Opened On', 'State', 'Votes'"), "\(unmapped)")
+        let mapped = try await harness.ctl(["import", dir + "/tickets.csv", "--map", "key=Ticket", "--map", "title=Headline", "--map", "created=Opened On", "--map", "status=State", "--wait"])
+        #expect(summary(mapped).contains("2 read, 1 imported, 1 rejected"), "\(mapped)")
+        let job = String(summary(mapped).split(separator: " ")[1])
+        #expect(try await harness.ctl(["jobs", job]).contains(#"columns: key=Ticket summary=Headline status=State created="Opened On"; not imported: Votes"#))
+        let rejects = try await harness.ctl(["jobs", job, "--rejects"])
+        #expect(rejects.first?.hasPrefix("line 3: Column 'Opened On' holds 'sometime'") == true, "\(rejects)")
+        let login = try await values("APP-1")
+        #expect(login["title"] as? String == "Broken login" && login["created"] as? String == "2021-03-04T05:06:07.000Z", "\(login)")
+        // A mapped column the header lacks, an unknown field, a mapping for JSON: each refused.
+        let missing = try await harness.ctlError(["import", dir + "/tickets.csv", "--map", "key=Nope", "--wait"], expectStatus: 2)
+        #expect(missing.contains("--map key=Nope: the header has no column 'Nope'"), "\(missing)")
+        let unknownField = try await harness.ctlError(["import", dir + "/tickets.csv", "--map", "colour=Red"], expectStatus: 64)
+        #expect(unknownField.contains("there is no field 'colour'"), "\(unknownField)")
+        let records = try harness.writeRecords("r.ndjson", count: 1, prefix: "NJ", title: "json")
+        let json = try await harness.ctlError(["import", records.path, "--map", "key=Ticket", "--wait"], expectStatus: 2)
+        #expect(json.contains("--map and --project apply to CSV exports only"), "\(json)")
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("a byte order mark, CRLF line ends and a first record longer than the limit still import as NDJSON; a single-line search response longer than it too; SIGHUP, SIGUSR1 and SIGUSR2 do not end the daemon")
     func awkwardInputs() async throws {
         let harness = try await DaemonHarness(chunkSize: 10, configuration: "max_record_bytes = 4096\n")

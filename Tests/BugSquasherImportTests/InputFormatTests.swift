@@ -1,3 +1,4 @@
+import BugSquasherGraph
 import BugSquasherImport
 import Foundation
 import Testing
@@ -86,6 +87,72 @@ struct InputFormatTests {
             #expect(throws: ImportError.self, "\(id)") { _ = try bugzilla.record([id, "Firefox OS", "Boom", "2011-04-15 02:23:39"], line: 3) }
         }
         #expect(try bugzilla.record(["99999999999999999999999", "Firefox OS", "Big", ""], line: 4).key == "BZ-99999999999999999999999")
+    }
+
+    @Test("a Jira CSV with Issue id but no Issue key takes its keys from the project; without a project it is refused, naming the columns")
+    func jiraCSVWithIssueIDOnly() throws {
+        let header = ["Issue id", "Summary", "Status", "Created"]
+        let mapper = try CSVBugMapper(header: header, flavor: .jira, mapping: CSVColumnMapping(project: "TIMOB"))
+        let record = try mapper.record(["0123", "Crash", "Open", "15/Apr/11 2:23 PM"], line: 2)
+        #expect(record.key == "TIMOB-123" && record.project.key == "TIMOB" && record.jiraID == "123")
+        #expect(record.created == TrackerDate.parse("2011-04-15T14:23:00Z"))
+        #expect(CSVBugMapper.detect(header: header) == .jira)
+        let refused = #expect(throws: ImportError.self) { try CSVBugMapper(header: header, flavor: .jira) }
+        #expect(refused?.message.contains("--project KEY") == true && refused?.message.contains("'Issue id', 'Summary', 'Status', 'Created'") == true, "\(String(describing: refused))")
+        // A project key column makes keys too.
+        let withProject = try CSVBugMapper(header: ["Issue id", "Project key", "Summary"], flavor: .jira)
+        #expect(try withProject.record(["7", "MOB", "x"], line: 2).key == "MOB-7")
+        let noKey = #expect(throws: ImportError.self) { try CSVBugMapper(header: ["Summary", "Status"], flavor: .jira) }
+        #expect(noKey?.message.contains("Its columns are 'Summary', 'Status'.") == true && noKey?.message.contains("--map key=COLUMN") == true, "\(String(describing: noKey))")
+    }
+
+    @Test("a Bugzilla-derived CSV keeps its Created and Resolved dates, in Bugzilla's forms with and without an offset; a date that cannot be read rejects its row")
+    func bugzillaCSVDates() throws {
+        let header = ["Issue id", "Summary", "Status", "Priority", "Resolution", "Created", "Resolved", "Description"]
+        let mapper = try CSVBugMapper(header: header, flavor: .bugzilla)
+        let record = try mapper.record(["42", "Boom", "RESOLVED", "P2", "FIXED", "2020-01-02 17:14:21+00:00", "2020-01-05 08:00", "It crashed"], line: 2)
+        #expect(record.key == "BZ-42" && record.title == "Boom" && record.status == "RESOLVED" && record.resolution == "FIXED" && record.details == "It crashed")
+        #expect(record.created == ISO8601Date.parse("2020-01-02T17:14:21Z"))
+        #expect(record.resolved == ISO8601Date.parse("2020-01-05T08:00:00Z"))
+        #expect(!record.absent.contains(.created) && !record.absent.contains(.resolved))
+        let bad = #expect(throws: ImportError.self) { try mapper.record(["43", "Boom", "NEW", "", "", "yesterday", "", ""], line: 3) }
+        #expect(bad?.inputLine == 3 && bad?.message.contains("Column 'Created' holds 'yesterday'") == true, "\(String(describing: bad))")
+        // Bugzilla's long column names, as its CSV export writes them.
+        let long = try CSVBugMapper(header: ["Bug ID", "Product", "Component", "Assignee", "Status", "Resolution", "Summary", "Changed", "Opened"], flavor: .bugzilla)
+        let bug = try long.record(["9", "Core", "DOM", "a@b.org", "NEW", "", "Hang", "2020-02-01 10:00:00", "2020-01-01 09:00:00 +0100"], line: 2)
+        #expect(bug.key == "BZ-9" && bug.project.name == "Core" && bug.components == ["DOM"] && bug.assignee?.name == "a@b.org")
+        #expect(bug.created == ISO8601Date.parse("2020-01-01T08:00:00Z") && bug.updated == ISO8601Date.parse("2020-02-01T10:00:00Z"))
+        // With a project, Bugzilla's numbers become that project's keys.
+        let projected = try CSVBugMapper(header: ["bug_id", "short_desc"], flavor: .bugzilla, mapping: CSVColumnMapping(project: "FF"))
+        #expect(try projected.record(["5", "x"], line: 2).key == "FF-5")
+    }
+
+    @Test("a column mapping reads any CSV: mapped fields from their columns, the others under their usual names; what each column became is told")
+    func columnMapping() throws {
+        let mapping = try CSVColumnMapping(parsing: ["key=Ticket", "title=Headline", "created = Opened On"])
+        #expect(mapping.columns == [.key: "Ticket", .summary: "Headline", .created: "Opened On"])
+        let mapper = try CSVBugMapper(header: ["Ticket", "Headline", "Opened On", "Status", "Votes"], flavor: .jira, mapping: mapping)
+        let record = try mapper.record(["APP-3", "Slow", "2021-03-04 05:06:07", "Open", "12"], line: 2)
+        #expect(record.key == "APP-3" && record.title == "Slow" && record.project.key == "APP" && record.status == "Open")
+        #expect(record.created == ISO8601Date.parse("2021-03-04T05:06:07Z"))
+        #expect(mapper.columnsRead == #"key=Ticket summary=Headline status=Status created="Opened On"; not imported: Votes"#, "\(mapper.columnsRead)")
+        // A mapped column the header does not have is named, with the header's columns.
+        let missing = #expect(throws: ImportError.self) { try CSVBugMapper(header: ["Ticket", "Title"], flavor: .jira, mapping: mapping) }
+        #expect(missing?.message.contains("--map summary=Headline: the header has no column 'Headline'. Its columns are 'Ticket', 'Title'.") == true, "\(String(describing: missing))")
+        // A numeric key needs a project; with one it becomes a key.
+        let numeric = try CSVBugMapper(header: ["No", "Title"], flavor: .jira, mapping: CSVColumnMapping(parsing: ["key=No", "summary=Title"], project: "OPS"))
+        #expect(try numeric.record(["17", "Disk full"], line: 2).key == "OPS-17")
+        let unprefixed = try CSVBugMapper(header: ["No", "Title"], flavor: .jira, mapping: CSVColumnMapping(parsing: ["key=No"]))
+        let noProject = #expect(throws: ImportError.self) { try unprefixed.record(["17", "Disk full"], line: 2) }
+        #expect(noProject?.message.contains("--project KEY to import it as KEY-17") == true, "\(String(describing: noProject))")
+        // What --map refuses, and why.
+        for (pairs, project, said) in [
+            (["key"], nil, "is not FIELD=COLUMN"), (["colour=Red"], nil, "there is no field 'colour'"), (["key="], nil, "names no column"),
+            (["key=A", "key=B"], nil, "maps key twice"), ([], "9LIVES", "is not a project key"), ([], "A-B", "is not a project key"),
+        ] as [([String], String?, String)] {
+            let error = #expect(throws: ImportError.self, "\(pairs)") { try CSVColumnMapping(parsing: pairs, project: project) }
+            #expect(error?.message.contains(said) == true, "\(String(describing: error))")
+        }
     }
 
     @Test("JSON arrays and search responses split into one element per line, in any slices")

@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherImport
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherStack
@@ -55,6 +56,15 @@ struct ImportInterface: VarlinkInterface {
                 guard let known = ImportFormat(rawValue: name) else { throw invalidInput("unknown format '\(name)'; use one of \(ImportFormat.names), or leave it out to detect it") }
                 format = known
             }
+            let columns: CSVColumnMapping
+            do {
+                columns = try CSVColumnMapping(parsing: (parameters.columns ?? [:]).map { "\($0.key)=\($0.value)" }.sorted(), project: parameters.project)
+            } catch let error as ImportError {
+                throw invalidInput(error.message)
+            }
+            if !columns.isEmpty, let format, format.spoolLines != .envelope {
+                throw invalidInput("columns and project describe a CSV export's columns, and this upload is declared \(format.rawValue); leave them out, or declare the CSV format")
+            }
             let chunkSize = parameters.chunkSize ?? configuration.chunkSize
             let sizes = ImportChunkSize.allowed
             guard sizes.contains(chunkSize) else { throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)") }
@@ -70,9 +80,9 @@ struct ImportInterface: VarlinkInterface {
                 throw invalidInput("the job name holds control characters (a newline, an escape…); give a name of printable characters")
             }
             let name = String(parameters.name.prefix(500))
-            let job = try await book.create(name: name, format: format, chunkSize: chunkSize)
+            let job = try await book.create(name: name, format: format, chunkSize: chunkSize, columns: columns)
             do {
-                uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
+                uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, columns: columns, maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
                 // An upload lives as long as the connection that began it: a client that goes
                 // away without Commit leaves no open spool file and no job stuck "uploading".
                 let logger = context.logger
@@ -314,6 +324,7 @@ struct ImportInterface: VarlinkInterface {
             await fail(job, spooler, error.message, book: book, logger: logger)
             throw refusal(error)
         }
+        let columns = await spooler.columnsRead
         // Out of the uploads first, so that the idle timeout cannot abandon it while the write
         // waits for the store.
         uploads.remove(job)
@@ -321,6 +332,7 @@ struct ImportInterface: VarlinkInterface {
             try await book.update(job) { record in
                 record.format = format.rawValue
                 record.bytesTotal = bytes
+                if let columns { record.columns = columns }
                 record.state = "queued"
             }
         } catch {

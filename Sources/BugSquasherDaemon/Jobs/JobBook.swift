@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherImport
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherStack
@@ -17,7 +18,7 @@ struct JobBook: Sendable {
     let writers: ThreadExecutor
 
     /// Creates a job in state `uploading`; returns its ID.
-    func create(name: String, format: ImportFormat?, chunkSize: Int) async throws -> String {
+    func create(name: String, format: ImportFormat?, chunkSize: Int, columns: CSVColumnMapping = CSVColumnMapping()) async throws -> String {
         let id = String(UUID().uuidString.prefix(8)).lowercased()
         try await withTaskExecutorPreference(writers) {
             let context = stack.importerContext(name: "jobs")
@@ -29,6 +30,8 @@ struct JobBook: Sendable {
                 job.state = "uploading"
                 job.chunkSize = Int64(chunkSize)
                 job.created = Date()
+                // The mapping asked for, until the header shows what each column became.
+                if !columns.isEmpty { job.columns = columns.description }
             }
             try await context.save()
         }
@@ -107,7 +110,7 @@ struct JobBook: Sendable {
             id: job.jobID, name: job.name, format: job.format, state: job.state,
             recordsRead: job.recordsRead, imported: job.imported, rejected: job.rejected,
             bytesDone: job.byteOffset, bytesTotal: job.bytesTotal,
-            created: job.created.map(iso) ?? "", finished: job.finished.map(iso), error: job.error
+            created: job.created.map(iso) ?? "", finished: job.finished.map(iso), error: job.error, columns: job.columns
         )
     }
 }

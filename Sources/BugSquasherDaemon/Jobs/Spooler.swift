@@ -13,6 +13,8 @@ actor Spooler {
     let jobID: String
     let path: String
     private let declared: ImportFormat?
+    /// The columns a user mapped, for a CSV export.
+    private let columns: CSVColumnMapping
     private let maximumRecordBytes: Int
     private let handle: FileHandle
     private var output: [UInt8] = []
@@ -47,10 +49,11 @@ actor Spooler {
     private var abandonment: String?
 
     /// Creates the spool file.
-    init(jobID: String, directory: String, format: ImportFormat?, maximumRecordBytes: Int) throws {
+    init(jobID: String, directory: String, format: ImportFormat?, columns: CSVColumnMapping = CSVColumnMapping(), maximumRecordBytes: Int) throws {
         self.jobID = jobID
         self.path = Self.path(job: jobID, in: directory)
         self.declared = format
+        self.columns = columns
         self.maximumRecordBytes = maximumRecordBytes
         self.directory = directory
         do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
@@ -76,6 +79,10 @@ actor Spooler {
 
     /// The format, once known.
     var detectedFormat: ImportFormat? { format }
+
+    /// For a CSV export whose header was read: which column each field is read from, and the
+    /// columns nothing reads.
+    var columnsRead: String? { mapper?.columnsRead }
 
     /// Takes the next bytes of the upload.
     ///
@@ -304,8 +311,8 @@ actor Spooler {
         case .fields(let fields, let line):
             guard let mapper else {
                 let flavor = format == .bugzillaCSV ? CSVBugMapper.Flavor.bugzilla : .jira
-                do { mapper = try CSVBugMapper(header: fields, flavor: flavor) } catch {
-                    throw DaemonError("\(error)")
+                do { mapper = try CSVBugMapper(header: fields, flavor: flavor, mapping: columns) } catch {
+                    throw DaemonError("\((error as? ImportError)?.message ?? "\(error)") Nothing was imported.")
                 }
                 return
             }
@@ -427,6 +434,13 @@ actor Spooler {
             throw DaemonError("The input starts with blank lines only; there is nothing to import.")
         }
         let firstLine = Array(Self.contentLines(sniffed, count: 1).first ?? [])
+        if let declared, declared.spoolLines == .envelope, first != UInt8(ascii: "{"), first != UInt8(ascii: "[") {
+            // A CSV export as declared: its header says what is wrong with it, if anything,
+            // better than a guess at its format would.
+            format = declared
+            csv = CSVParser(maximumRecordBytes: maximumRecordBytes)
+            return
+        }
         // Nothing after the first line's content ends it (yet): one long line so far.
         let firstLineUnended = !sniffed.drop(while: { $0 != first }).contains(0x0A)
         var detected: ImportFormat
@@ -471,9 +485,17 @@ actor Spooler {
         } else {
             var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
             let header = (probe.feed(sniffed) + (final ? probe.finish() : [])).first
-            guard case .fields(let names, _)? = header, let flavor = CSVBugMapper.detect(header: names) else {
+            let names: [String]? = if case .fields(let names, _)? = header { names } else { nil }
+            // With the key column mapped, any CSV is read with Jira's defaults.
+            let mapsKey = columns.columns[.key] != nil || columns.columns[.id] != nil
+            guard let names, let flavor = CSVBugMapper.detect(header: names) ?? (mapsKey ? .jira : nil) else {
                 if let (separator, flavor) = Self.headerWithOtherSeparator(firstLine) {
                     throw DaemonError("The input looks like a \(flavor == .jira ? "Jira" : "Bugzilla") CSV export whose fields are separated by \(separator.name) rather than commas (as spreadsheet programs save CSV in some locales). BugSquasher reads comma-separated exports: export it again, save it as CSV with commas, or convert it, for instance: python3 -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader(sys.stdin, delimiter=\"\(separator.escaped)\"))' < FILE > FILE.csv")
+                }
+                if let names, names.count >= 2, names.allSatisfy({ !$0.isEmpty && $0.count <= 100 }) {
+                    // A CSV header, if not one of an export the importer knows.
+                    let shown = names.prefix(40).map { "'\($0)'" }.joined(separator: ", ") + (names.count > 40 ? " and \(names.count - 40) more" : "")
+                    throw DaemonError("The input looks like a CSV file, but its header names no key column BugSquasher knows ('Issue key' or 'Issue id' of Jira, 'bug_id' or 'Bug ID' of Bugzilla). Its columns are \(shown). Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), and the others as needed (--map summary=COLUMN, --map created=COLUMN, …).")
                 }
                 let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map { $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0) }.joined()
                 throw DaemonError("The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names).")
@@ -482,6 +504,9 @@ actor Spooler {
         }
         if let declared, declared != detected {
             throw DaemonError("The input was submitted as \(declared.rawValue) but looks like \(detected.rawValue). Submit it with --format \(detected.rawValue), or check the file.")
+        }
+        if !columns.isEmpty, detected.spoolLines != .envelope {
+            throw DaemonError("The input is \(detected.rawValue), whose fields have fixed names: --map and --project apply to CSV exports only. Import it without them.")
         }
         format = detected
         if let layout { splitter = JSONArraySplitter(layout: layout, maximumElementBytes: maximumRecordBytes) }
