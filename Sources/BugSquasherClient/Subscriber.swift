@@ -62,6 +62,10 @@ public final class Subscriber: Sendable {
         /// Objects the save inserted that the subscriber watches for (`insertsOf`, `matching`);
         /// none registered them yet: fetch them to hold them.
         public var inserted: [ObjectID] = []
+        /// Objects of the watched entity, not registered, that the save changed in an attribute
+        /// `matching` reads, so that they may match now (a bug renamed to a key waited for):
+        /// fetch them with the predicate to hold those that do.
+        public var changedIntoWatch: [ObjectID] = []
         /// Whether this came from a registration that found a stale version, not a save.
         public var isCatchUp: Bool
     }
@@ -236,11 +240,17 @@ public final class Subscriber: Sendable {
                     let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
                     store.noteVersions(didSave)
                     let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
+                    let watchedKeys = insertsMatching?.keyPaths ?? []
+                    let watchedEntity = insertsOf
                     let isCatchUp = event.event == "refresh"
                     let refresh = try await context.perform { context -> RefreshEvent? in
+                        let changedIntoWatch = watchedKeys.isEmpty ? [] : didSave.updated.lazy.filter {
+                            $0.objectID.entityName == watchedEntity && !watchedKeys.isDisjoint(with: $0.changedKeys) && context.registeredObject(for: $0.objectID) == nil
+                        }.map(\.objectID)
                         let result = context.merge(didSave)
-                        guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty else { return nil }
-                        let refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
+                        guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty || !changedIntoWatch.isEmpty else { return nil }
+                        var refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
+                        refresh.changedIntoWatch = Array(changedIntoWatch)
                         do { try onRefresh?(context, refresh) } catch { throw HandlerFailure(error: error) }
                         return refresh
                     }
@@ -248,8 +258,8 @@ public final class Subscriber: Sendable {
                     if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
                 case "resync":
                     logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
-                    // Resume after what was merged; the daemon's token may be older when it
-                    // dropped the mailbox during a history replay.
+                    // Resume after the last save sent, which is the last one merged: never
+                    // behind what this context holds.
                     if let from = event.resyncFrom {
                         state.withLock { $0.token = max($0.token ?? .zero, HistoryToken(rawValue: from)) }
                     }

@@ -279,7 +279,8 @@ struct SubscribeCommand: AsyncParsableCommand {
                     if !bugs.isEmpty || !refresh.deleted.isEmpty {
                         try emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
                     }
-                    guard !waiting.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) else { return }
+                    // A bug created, or one renamed, may carry a key waited for.
+                    guard !waiting.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) || !refresh.changedIntoWatch.isEmpty else { return }
                     let added: [BugState]
                     do {
                         added = try Self.hold(Array(waiting), in: context)

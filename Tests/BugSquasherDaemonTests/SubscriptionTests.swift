@@ -132,6 +132,34 @@ struct SubscriptionTests {
         #expect(Subscription.filter(inserting(4, keys), to: [:]).inserted.isEmpty)
     }
 
+    @Test("an insert watch also lets through an update that makes an object match (a bug renamed to a key waited for); not other updates, nor one the subscriber holds twice")
+    func updateComesToMatchWatch() async throws {
+        let entity = EntityDescription(name: "Bug", attributes: [AttributeDescription(name: "title", type: .string), AttributeDescription(name: "key", type: .string)])
+        func updating(_ token: Int64, _ changes: [(Int64, String, [String])]) -> DidSave {
+            DidSave(token: HistoryToken(rawValue: token), storeIdentifier: "S", updated: changes.map { n, key, changed in
+                ObjectChange(objectID: id(n), version: token, changedKeys: changed, values: RowSnapshot(version: token, attributes: ["t", .string(key)], toOne: []))
+            })
+        }
+        let watched = InsertWatch(entity: entity, predicate: Key("key").in(["W-1"]))
+        // Bug 1 renamed to the key waited for; bug 2 renamed to another key; bug 3 retitled while
+        // its key is the one waited for (it was there all along: fetched, not waited for); bug 4
+        // is held and renamed.
+        let save = updating(1, [(1, "W-1", ["key"]), (2, "W-2", ["key"]), (3, "W-1", ["title"]), (4, "W-1", ["key"])])
+        for index in [nil, SaveIndex(save)] {
+            let filtered = Subscription.filter(save, to: [id(4): .values], inserts: watched, index: index)
+            #expect(filtered.updated.map(\.objectID) == [id(1), id(4)], "index: \(index != nil)")
+        }
+        // Through the hub, to a subscriber that holds nothing yet.
+        let hub = NotificationHub()
+        let subscription = Subscription(registeredOnly: true, includeValues: true, pendingLimit: 100, insertWatch: watched, startToken: .zero)
+        hub.add(subscription)
+        hub.publish(updating(2, [(7, "W-1", ["key", "title"]), (8, "W-3", ["key"])]))
+        guard case .save(let delivered, _)? = await subscription.next() else { Issue.record("no save"); return }
+        #expect(delivered.updated.map(\.objectID) == [id(7)])
+        // A watch of every insert of an entity has nothing an update could come to match.
+        #expect(Subscription.filter(save, to: [:], inserts: InsertWatch(entity: entity, predicate: nil)).updated.isEmpty)
+    }
+
     @Test("an object registered as a fault (version 0) gets its deletion but no updates until registered with a version; without versions, every change")
     func faultRegistrations() async throws {
         let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)

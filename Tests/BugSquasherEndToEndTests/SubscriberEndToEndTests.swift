@@ -560,6 +560,31 @@ struct SubscriberEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("subscribe waits for a key that an existing bug is renamed to: the bug is held from the rename on, as if created; other renames wake nothing")
+    func subscriberPicksUpABugRenamedToAKeyItWaitsFor() async throws {
+        let harness = try await DaemonHarness()
+        _ = try await harness.ctl(["import", try harness.writeRecords("r.ndjson", count: 3, prefix: "RN", title: "old").path, "--wait"])
+        let subscriber = try harness.startCtl("subscriber waiting", ["subscribe", "--json", "RN-1", "NEW-9"])
+        let ready = try await subscriber.waitForLine { SubscriberEvent.parse($0)?.event == "ready" }
+        try await subscriber.waitForErrorOutput(containing: "no bug with key NEW-9 (yet)", timeout: .seconds(10))
+        // A rename to a key nobody waits for, then one to the key waited for.
+        _ = try await harness.ctl(["update", "RN-2", "key=OTHER-2"])
+        _ = try await harness.ctl(["update", "RN-3", "key=NEW-9", "title=renamed"])
+        let added = try await subscriber.waitForLine(from: ready.index + 1) { SubscriberEvent.parse($0)?.event == "added" }
+        let held = try #require(SubscriberEvent.parse(added.line)?.bugs)
+        #expect(held.map(\.key) == ["NEW-9"] && held.first?.title == "renamed", "\(added.line)")
+        // Held from then on: its next change is a refresh.
+        _ = try await harness.ctl(["update", "NEW-9", "title=held"])
+        let refreshed = try await subscriber.waitForLine(from: added.index + 1) { line in
+            SubscriberEvent.parse(line)?.bugs?.contains { $0.key == "NEW-9" && $0.title == "held" } == true
+        }
+        #expect(SubscriberEvent.parse(refreshed.line)?.event == "refresh")
+        #expect(!subscriber.output.contains { $0.contains("OTHER-2") })
+        subscriber.signal(SIGTERM)
+        _ = try await subscriber.waitForExit()
+        #expect(try await harness.stop() == 0)
+    }
+
     @Test("squasherd back on another store (another state directory): subscribe and watch stop with status 2 and say so, instead of retrying for ever or printing that store's saves as if they continued the first's")
     func storeReplacedUnderFollowers() async throws {
         let harness = try await DaemonHarness()

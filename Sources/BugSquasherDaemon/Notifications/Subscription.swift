@@ -406,12 +406,16 @@ final class Subscription: Sendable {
     static func filter(_ didSave: DidSave, to registered: [ObjectID: Hold], inserts: InsertWatch? = nil, index: SaveIndex? = nil) -> DidSave {
         var filtered = DidSave(token: didSave.token, storeIdentifier: didSave.storeIdentifier)
         if let inserts, !didSave.inserted.isEmpty { filtered.inserted = inserts.passing(didSave.inserted, index: index) }
-        guard !registered.isEmpty else { return filtered }
-        if let index, registered.count < didSave.updated.count + didSave.deleted.count {
+        // Objects an update made match the watch (a bug renamed to a key waited for), which the
+        // subscriber could not register since they did not match before.
+        let cameToMatch = inserts.map { didSave.updated.isEmpty ? [] : $0.updatesPassing(didSave.updated, index: index, unless: registered) } ?? []
+        guard !registered.isEmpty || !cameToMatch.isEmpty else { return filtered }
+        if let index, cameToMatch.isEmpty, registered.count < didSave.updated.count + didSave.deleted.count {
             filtered.updated = index.updated(heldBy: registered)
             filtered.deleted = index.deleted(heldBy: registered)
         } else {
-            filtered.updated = didSave.updated.filter { registered[$0.objectID] == .values }
+            let matching = Set(cameToMatch)
+            filtered.updated = didSave.updated.filter { registered[$0.objectID] == .values || matching.contains($0.objectID) }
             filtered.deleted = didSave.deleted.filter { registered[$0.objectID] != nil }
         }
         return filtered
@@ -437,6 +441,11 @@ final class SaveIndex {
     private let didSave: DidSave
     private var columns: [Column: InsertColumn] = [:]
     private var updatedPositions: [ObjectID: Int]?
+    private struct UpdateColumns: Hashable {
+        let entity: String
+        let keys: Set<String>
+    }
+    private var changingUpdates: [UpdateColumns: [Int]] = [:]
     private var deletedPositions: [ObjectID: Int]?
 
     init(_ didSave: DidSave) {
@@ -472,6 +481,18 @@ final class SaveIndex {
             if let following = column.first.updateValue(position, forKey: values.attributes[attribute]) { column.next[position] = following }
         }
         return column
+    }
+
+    /// Positions in the save's updates of `entity`'s objects whose changed keys include one of
+    /// `keys`, in the save's order.
+    func updates(of entity: String, changingAnyOf keys: Set<String>) -> [Int] {
+        let key = UpdateColumns(entity: entity, keys: keys)
+        if let known = changingUpdates[key] { return known }
+        let positions = didSave.updated.indices.filter {
+            didSave.updated[$0].objectID.entityName == entity && !keys.isDisjoint(with: didSave.updated[$0].changedKeys)
+        }
+        changingUpdates[key] = positions
+        return positions
     }
 
     /// The save's updates of objects `registered` holds with values, in the save's order.
@@ -510,9 +531,14 @@ struct InsertWatch: Sendable {
     /// insert of an import is checked against every watching subscriber's predicate.
     private let lookup: (attribute: Int, values: Set<Value>)?
 
+    /// The attributes the predicate reads: an update that changes none of them cannot make an
+    /// object match.
+    private let watchedKeys: Set<String>
+
     init(entity: EntityDescription, predicate: ObjectPredicate?) {
         self.entity = entity
         self.predicate = predicate
+        watchedKeys = predicate?.keyPaths ?? []
         if case .isIn(let path, let values)? = predicate, let index = entity.attributeIndex[path],
            values.allSatisfy({ if case .string = $0 { true } else { false } }) {
             lookup = (index, Set(values))
@@ -527,6 +553,17 @@ struct InsertWatch: Sendable {
     func passing(_ inserted: [ObjectChange], index: SaveIndex?) -> [ObjectChange] {
         guard let lookup, let index else { return inserted.filter(passes) }
         return index.insertPositions(of: entity.name, attribute: lookup.attribute, in: lookup.values).map { inserted[$0] }
+    }
+
+    /// The objects among `updated` that changed a watched attribute and now match, other than
+    /// those `registered` holds with values (sent to it anyway). With `index`, the updates that
+    /// change a watched attribute are found once for every subscriber of a publish: an import's
+    /// updates never rename a bug, and cost each watching subscriber nothing.
+    func updatesPassing(_ updated: [ObjectChange], index: SaveIndex?, unless registered: [ObjectID: Subscription.Hold]) -> [ObjectID] {
+        guard !watchedKeys.isEmpty else { return [] }
+        let candidates = index?.updates(of: entity.name, changingAnyOf: watchedKeys).map { updated[$0] }
+            ?? updated.filter { $0.objectID.entityName == entity.name && !watchedKeys.isDisjoint(with: $0.changedKeys) }
+        return candidates.filter { registered[$0.objectID] != .values && passes($0) }.map(\.objectID)
     }
 
     /// Whether an insert passes. An insert without values (an old history row) passes when its
