@@ -77,6 +77,16 @@ public final class BlockingVarlinkClient: Sendable {
         return fd
     }
 
+    /// Whether something listens at `path`: `false` only when a connection is refused or the
+    /// socket is gone, so that a server whose backlog is full still counts as there.
+    static func isListening(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { return true }
+        defer { close(fd) }
+        guard let result = try? withUnixAddress(path, { Glibc.connect(fd, $0, $1) }) else { return true }
+        return result == 0 || (errno != ECONNREFUSED && errno != ENOENT)
+    }
+
     /// Whether `path` names a socket (not a regular file given by mistake, say).
     private static func isSocket(_ path: String) -> Bool {
         var status = stat()

@@ -499,9 +499,19 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
         return attoseconds == 0 ? "\(seconds) s" : "\(Double(seconds) + Double(attoseconds) / 1e18) s"
     }
 
-    /// squasherd closed the connection at `path` before answering a call.
+    /// squasherd closed the connection at `path` before answering a call: it went away (nothing
+    /// listens at `path` any more), or it is there and refused this connection.
     public static func closedBeforeAnswering(_ path: String) -> TransportError {
-        TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.", isClosedByPeer: true)
+        // Asked a few times over 150 ms: a process that is being killed closes its connections
+        // and its listening sockets one by one, in no set order.
+        let listening = (0..<4).allSatisfy { attempt in
+            if attempt > 0 { usleep(50_000) }
+            return BlockingVarlinkClient.isListening(path)
+        }
+        guard listening else {
+            return TransportError("squasherd went away while answering on \(path): nothing listens there now (it stopped, crashed or was killed; its log says which, for instance journalctl -u squasherd). Start it again, then retry.", isClosedByPeer: true)
+        }
+        return TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.", isClosedByPeer: true)
     }
 }
 

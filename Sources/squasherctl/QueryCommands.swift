@@ -158,7 +158,7 @@ struct ListCommand: ParsableCommand {
 
     @OptionGroup var sockets: SocketOptions
 
-    @Option(help: "The entity (Bug, Comment, Component, Person, Project, ImportJob).")
+    @Option(help: "The entity (\(BugModel.entities.map(\.name).joined(separator: ", "))).")
     var entity = "Bug"
 
     @Option(name: .customLong("where"), help: "A predicate: key == \"TIMOB-1\", status IN (\"Open\", \"Reopened\"), title CONTAINS[c] \"crash\", AND/OR/NOT.")

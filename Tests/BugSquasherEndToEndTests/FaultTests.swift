@@ -385,6 +385,26 @@ struct FaultTests {
         #expect(try await harness.ctl(["status"]).joined().contains("bugs 0"))
     }
 
+    @Test("squasherd killed while squasherctl waits on it: squasherctl says squasherd went away, not that it was refused for a connection limit or descriptors")
+    func clientSaysTheDaemonWentAway() async throws {
+        // squasherctl may have exited when the input is written: EPIPE, not the end of the tests.
+        signal(SIGPIPE, SIG_IGN)
+        let harness = try await DaemonHarness()
+        let input = try ChildPipe()
+        let upload = try ChildProcess(name: "squasherctl import", executable: Products.squasherctl, arguments: ["import", "-", "--format", "bugsquasher-ndjson"],
+                                      environment: ["SQUASHERD_RUNTIME_DIRECTORY": harness.directory + "/run"], stdin: input.reading)
+        try input.reading.close()
+        // The upload has begun once its job exists; its input stays open, so it waits on squasherd.
+        let begun = try await poll(for: .seconds(30)) { try? BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.List", LimitParameter(limit: 1), as: JobsReply.self).jobs.first }
+        #expect(begun?.state == "uploading", "\(String(describing: begun))")
+        harness.daemon.signal(SIGKILL)
+        _ = try await harness.daemon.waitForExit()
+        try? input.writing.write(contentsOf: Data(#"{"key":"GONE-1","title":"t","status":"Open","project":{"key":"GONE"}}"#.utf8 + [0x0A]))
+        try? input.writing.close()
+        let status = try await upload.waitForExit()
+        #expect(status == 4 && upload.errorOutput.contains("squasherd went away") && !upload.errorOutput.contains("connection limit"), "exit \(status): \(upload.errorOutput)")
+    }
+
     @Test("the spool directory deleted during an upload: the upload fails at its next write, saying so (StoreUnavailable, squasherctl: 75), while squasherctl still sends; the next upload goes through")
     func spoolDeletedDuringUpload() async throws {
         // squasherctl may exit while this test still writes to its input: a write then fails

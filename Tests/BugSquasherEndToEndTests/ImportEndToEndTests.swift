@@ -253,6 +253,16 @@ struct ImportEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
+    @Test("squasherctl list --help names every entity of the model, the reject records of import jobs included")
+    func listHelpNamesEveryEntity() async throws {
+        let help = try ChildProcess(name: "squasherctl list --help", executable: Products.squasherctl, arguments: ["list", "--help"])
+        #expect(try await help.waitForExit() == 0)
+        let text = help.output.joined(separator: " ").split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        for entity in BugModel.entities.map(\.name) {
+            #expect(text.contains(entity), "\(entity) is not named in: \(text)")
+        }
+    }
+
     @Test("CSV exports with other column names: Bugzilla's Created and Resolved dates are stored, Issue id alone takes --project, any CSV imports with --map, and the job records what each column became")
     func csvExportsWithOtherColumnNames() async throws {
         let harness = try await DaemonHarness()
