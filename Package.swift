@@ -123,7 +123,7 @@ let package = Package(
         // The wire types of BugSquasher's Varlink interfaces, shared by daemon and clients.
         .target(
             name: "BugSquasherProtocol",
-            dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherVarlink"],
+            dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink"],
             swiftSettings: strictSettings
         ),
         // For SingleThreadedRuntime: sets the Swift runtime's global-executor hook, which a

@@ -302,7 +302,7 @@ public struct SquasherDaemon: Sendable {
         let spooled = names.filter { $0.hasSuffix(Spooler.fileExtension) }.map { String($0.dropLast(Spooler.fileExtension.count)) }
         guard !spooled.isEmpty else { return }
         let pending = try await stack.temporaryContext(name: "startup").perform { context in
-            Set(try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == "queued" || Key("state") == "running")).map(\.jobID))
+            Set(try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == .string(JobState.queued.rawValue) || Key("state") == .string(JobState.running.rawValue))).map(\.jobID))
         }
         for job in spooled where !pending.contains(job) {
             let path = Spooler.path(job: job, in: configuration.spoolDirectory)
@@ -319,8 +319,8 @@ public struct SquasherDaemon: Sendable {
     private func failInterruptedUploads(_ stack: PersistentStack) async throws {
         let importer = stack.importerContext(name: "startup")
         try await importer.perform { context in
-            for job in try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == "uploading")) {
-                job.state = "failed"
+            for job in try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == .string(JobState.uploading.rawValue))) {
+                job.state = .failed
                 job.error = "The upload was interrupted when the daemon stopped; submit the file again."
                 job.finished = Date()
             }

@@ -11,8 +11,12 @@ public final class ImportJob: ManagedObject {
     public var name: String { get { get("name") ?? "" } set { set("name", newValue) } }
     /// The input format.
     public var format: String { get { get("format") ?? "" } set { set("format", newValue) } }
-    /// `uploading`, `queued`, `running`, `finished`, `failed` or `aborted`.
-    public var state: String { get { get("state") ?? "" } set { set("state", newValue) } }
+    /// Where the job is in its life. A value the store holds that no state has (a damaged row)
+    /// reads as ``JobState/failed``, so that nothing waits on it for good.
+    public var state: JobState {
+        get { (get("state") as String?).flatMap(JobState.init(rawValue:)) ?? .failed }
+        set { set("state", newValue.rawValue) }
+    }
     /// Records per chunk.
     public var chunkSize: Int64 { get { get("chunkSize") ?? 1_000 } set { set("chunkSize", newValue) } }
     /// Records read so far.

@@ -1,4 +1,5 @@
 import BugSquasherGraph
+public import BugSquasherModel
 public import BugSquasherVarlink
 
 /// The Varlink interface names.
@@ -290,8 +291,8 @@ public struct WireJob: Codable, Sendable, Hashable {
     public var name: String
     /// The input format.
     public var format: String
-    /// `uploading`, `queued`, `running`, `finished`, `failed` or `aborted`.
-    public var state: String
+    /// Where the job is in its life (on the wire, its raw value: `running`).
+    public var state: JobState
     /// Records read so far.
     public var recordsRead: Int64
     /// Records imported so far.
@@ -312,7 +313,7 @@ public struct WireJob: Codable, Sendable, Hashable {
     public var columns: String?
 
     /// Creates a job description.
-    public init(id: String, name: String, format: String, state: String, recordsRead: Int64, imported: Int64, rejected: Int64, bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil) {
+    public init(id: String, name: String, format: String, state: JobState, recordsRead: Int64, imported: Int64, rejected: Int64, bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil) {
         self.id = id
         self.name = name
         self.format = format
@@ -329,7 +330,7 @@ public struct WireJob: Codable, Sendable, Hashable {
     }
 
     /// Whether the job will not change any more.
-    public var isFinal: Bool { ["finished", "failed", "aborted"].contains(state) }
+    public var isFinal: Bool { state.isFinal }
 }
 
 /// `io.bugsquasher.Jobs.Reject`.

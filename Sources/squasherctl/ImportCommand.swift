@@ -1,5 +1,6 @@
 import ArgumentParser
 import BugSquasherImport
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -149,7 +150,7 @@ struct AbortCommand: ParsableCommand {
         try withClient(sockets.write) { client in
             _ = try client.call("io.bugsquasher.Import.Abort", JobParameter(job: job), as: Empty.self)
             let ended = try client.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
-            print("job \(ended.id) \(ended.state): \(ended.recordsRead) read, \(ended.imported) imported, \(ended.rejected) rejected")
+            print("job \(ended.id) \(ended.state.rawValue): \(ended.recordsRead) read, \(ended.imported) imported, \(ended.rejected) rejected")
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BugSquasherGraph
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -45,7 +46,7 @@ struct JobFollower {
                     let current = try reply.parameters(JobReply.self).job
                     if lostAt != nil {
                         progress.clear()
-                        printError("squasherctl: reconnected; job \(job) is \(current.state)")
+                        printError("squasherctl: reconnected; job \(job) is \(current.state.rawValue)")
                         lostAt = nil
                     }
                     final = current
@@ -81,12 +82,12 @@ struct JobFollower {
         }
         progress.clear()
         guard let job = final else { throw Exit.failed }
-        print("job \(job.id) \(job.state): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))")
+        print("job \(job.id) \(job.state.rawValue): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))")
         if let error = job.error { printError("squasherctl: \(printable(error))") }
         // What became of a CSV export's columns, the ones not imported included.
         if let columns = job.columns { print("columns: \(printable(columns))") }
         if job.rejected > 0 { print("rejects: squasherctl jobs \(job.id) --rejects") }
-        if job.state != "finished" { throw Exit.failed }
+        if job.state != .finished { throw Exit.failed }
         if job.recordsRead == 0 {
             // Not a failure (an export of a quiet week is empty), but nothing to take for data.
             printError("squasherctl: job \(job.id) read no record: the input held a header or an empty list only; nothing was imported.")

@@ -72,7 +72,7 @@ struct JobsCommand: ParsableCommand {
     }
 
     private func describe(_ job: WireJob) -> String {
-        "\(job.id)  \(job.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(printable(job.name, limit: 100))  \(job.format)  read \(job.recordsRead), imported \(job.imported), rejected \(job.rejected)\(took(job))\(job.error.map { "  error: \(printable($0))" } ?? "")"
+        "\(job.id)  \(job.state.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0)) \(printable(job.name, limit: 100))  \(job.format)  read \(job.recordsRead), imported \(job.imported), rejected \(job.rejected)\(took(job))\(job.error.map { "  error: \(printable($0))" } ?? "")"
     }
 }
 

@@ -1,4 +1,5 @@
 import BugSquasherImport
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -76,7 +77,7 @@ struct CrashSafetyTests {
                 }
                 return current.recordsRead < target
             }
-            #expect(job?.state == "running", "kill \(kill) came after the import ended (\(String(describing: job))); the test did not interrupt it")
+            #expect(job?.state == .running, "kill \(kill) came after the import ended (\(String(describing: job))); the test did not interrupt it")
             if kill == 2 {
                 // SIGTERM mid-chunk: the chunk commits whole, the daemon exits 0, quickly.
                 let asked = ContinuousClock.now

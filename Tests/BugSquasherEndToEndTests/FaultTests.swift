@@ -1,4 +1,5 @@
 import BugSquasherImport
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -396,7 +397,7 @@ struct FaultTests {
         try input.reading.close()
         // The upload has begun once its job exists; its input stays open, so it waits on squasherd.
         let begun = try await poll(for: .seconds(30)) { try? BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.List", LimitParameter(limit: 1), as: JobsReply.self).jobs.first }
-        #expect(begun?.state == "uploading", "\(String(describing: begun))")
+        #expect(begun?.state == .uploading, "\(String(describing: begun))")
         harness.daemon.signal(SIGKILL)
         _ = try await harness.daemon.waitForExit()
         try? input.writing.write(contentsOf: Data(#"{"key":"GONE-1","title":"t","status":"Open","project":{"key":"GONE"}}"#.utf8 + [0x0A]))
@@ -570,7 +571,7 @@ struct FaultTests {
         try await restarted.waitForErrorOutput(containing: "ready")
         try await harness.ctl(["jobs", job, "--wait"], expectStatus: 2)
         let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
-        #expect(ended.state == "failed" && ended.error?.contains("spooled input is shorter than the upload that was committed") == true, "\(ended)")
+        #expect(ended.state == .failed && ended.error?.contains("spooled input is shorter than the upload that was committed") == true, "\(ended)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spoolDirectory).isEmpty)
         restarted.signal(SIGTERM)
         #expect(try await restarted.waitForExit() == 0)

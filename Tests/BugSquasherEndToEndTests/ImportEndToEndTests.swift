@@ -483,7 +483,7 @@ struct ImportEndToEndTests {
             final = try reply.parameters(JobReply.self).job
             return true
         }
-        #expect(final?.state == "finished" && final?.imported == 200 && final?.rejected == 0, "\(String(describing: final))")
+        #expect(final?.state == .finished && final?.imported == 200 && final?.rejected == 0, "\(String(describing: final))")
 
         // The fourth of six calls fails: three replies arrive, then the error; the calls after
         // it may have run, so the client does not reuse the connection.
@@ -546,7 +546,7 @@ struct ImportEndToEndTests {
         }
         #expect(reply.job == job && reply.bytes == Int64(file.count))
         let imported = try final(job)
-        #expect(imported?.state == "finished" && imported?.imported == 300 && imported?.rejected == 0, "\(String(describing: imported))")
+        #expect(imported?.state == .finished && imported?.imported == 300 && imported?.rejected == 0, "\(String(describing: imported))")
 
         // A length no chunk may have (JSON sent after the upgrade): an error reply at once, and
         // the job fails with the reason.
@@ -562,7 +562,7 @@ struct ImportEndToEndTests {
         }
         #expect("\(String(describing: failure))".contains("InvalidInput") && "\(String(describing: failure))".contains("longer than"), "\(String(describing: failure))")
         let failed = try final(broken)
-        #expect(failed?.state == "failed" && failed?.error?.contains("broke off") == true, "\(String(describing: failed))")
+        #expect(failed?.state == .failed && failed?.error?.contains("broke off") == true, "\(String(describing: failed))")
 
         // A client that goes away in the middle of a chunk did not send the whole file: the
         // upload is abandoned, never committed.
@@ -574,7 +574,7 @@ struct ImportEndToEndTests {
         socket.send(UploadFraming.header(100) + Array(records[0].utf8))
         shutdown(socket.fd, Int32(SHUT_RDWR))
         let abandoned = try final(dropped)
-        #expect(abandoned?.state == "aborted" && abandoned?.imported == 0, "\(String(describing: abandoned))")
+        #expect(abandoned?.state == .aborted && abandoned?.imported == 0, "\(String(describing: abandoned))")
 
         // Upload needs the upgrade flag; another method called with it is refused (it makes no
         // upgrade), then the connection ends (the client meant to stop speaking Varlink).
@@ -701,7 +701,7 @@ struct AbortEndToEndTests {
         let summary = try #require(aborted.first)
         #expect(summary.hasPrefix("job \(job) aborted: "), "\(aborted)")
         let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
-        #expect(ended.state == "aborted")
+        #expect(ended.state == .aborted)
         #expect(ended.imported >= 100 && ended.imported < Int64(count), "the abort came after the import ended, or before it began: \(ended)")
         #expect(ended.error?.contains("Aborted on request") == true, "\(String(describing: ended.error))")
         // Chunks commit whole: exactly the records the job counts are in the store.
@@ -959,7 +959,7 @@ extension AbortEndToEndTests {
         let restarted = try await start(stateDirectory: "state")
         for job in [job, upgradedJob] {
             let ended = try BlockingVarlinkClient(path: harness.readSocket).call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
-            #expect(ended.state == "aborted" && ended.error?.contains("squasherd stopped before the upload was committed") == true, "\(ended)")
+            #expect(ended.state == .aborted && ended.error?.contains("squasherd stopped before the upload was committed") == true, "\(ended)")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: harness.directory + "/state/spool").isEmpty)
 

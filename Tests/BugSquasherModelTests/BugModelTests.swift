@@ -20,6 +20,12 @@ struct BugModelTests {
         #expect(model.entity(named: "Project")?.relationship(named: "bugs")?.deleteRule == .deny)
     }
 
+    @Test("a job's states are written as the strings the wire documents; three of them are final")
+    func jobStates() {
+        #expect(JobState.allCases.map(\.rawValue) == ["uploading", "queued", "running", "finished", "failed", "aborted"])
+        #expect(JobState.allCases.filter(\.isFinal) == [.finished, .failed, .aborted])
+    }
+
     @Test("typed properties round-trip through an SQLite store")
     func typedProperties() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-model-\(UUID().uuidString)")

@@ -94,11 +94,11 @@ struct ImportInterface: VarlinkInterface {
                         : "The client disconnected before committing the upload; submit the file again."
                     await spooler.discard(reason: reason)
                     logger.notice(stopping ? "upload abandoned: squasherd is stopping" : "upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
-                    try? await book.end(job, as: "aborted", error: reason)
+                    try? await book.end(job, as: .aborted, error: reason)
                 }
             } catch let error as DaemonError {
                 context.logger.error("upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
-                try await book.end(job, as: "failed", error: error.message)
+                try await book.end(job, as: .failed, error: error.message)
                 throw refusal(error)
             }
             context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(name)"])
@@ -129,19 +129,19 @@ struct ImportInterface: VarlinkInterface {
             }
             guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
             guard !current.isFinal else {
-                throw invalidInput("job \(job) is \(current.state) already; only jobs that are uploading, queued or running can be aborted")
+                throw invalidInput("job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted")
             }
             if await runner.abort(job) {
                 // Stopped after its chunk in flight; what it committed stays.
-                guard let ended = try await book.job(job), ended.state == "aborted" else {
+                guard let ended = try await book.job(job), ended.state == .aborted else {
                     throw invalidInput("job \(job) ended before it could be aborted")
                 }
                 try await replier.reply(Empty())
                 return
             }
             // The runner had not taken it up, and now never will.
-            if current.state == "queued" { context.logger.notice("queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"]) }
-            try await book.end(job, as: "aborted", error: "Aborted on request before it started; nothing was imported.")
+            if current.state == .queued { context.logger.notice("queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"]) }
+            try await book.end(job, as: .aborted, error: "Aborted on request before it started; nothing was imported.")
             // A queued job's upload is spooled already; nothing reads it any more.
             try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
             try await replier.reply(Empty())
@@ -293,7 +293,7 @@ struct ImportInterface: VarlinkInterface {
             return spooler
         }
         if let ended = try await book.job(job) {
-            throw invalidInput("job \(job) is \(ended.state): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more")
+            throw invalidInput("job \(job) is \(ended.state.rawValue): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more")
         }
         throw Self.jobNotFound(job)
     }
@@ -333,7 +333,7 @@ struct ImportInterface: VarlinkInterface {
                 record.format = format.rawValue
                 record.bytesTotal = bytes
                 if let columns { record.columns = columns }
-                record.state = "queued"
+                record.state = .queued
             }
         } catch {
             // The store refused the write (locked by another program past the busy timeout,
@@ -358,10 +358,10 @@ struct ImportInterface: VarlinkInterface {
     /// - Parameter recordLater: show the job failed at once and write the record in the
     ///   background, for a store that just refused a write (which may refuse this one too,
     ///   after its busy timeout).
-    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, as state: String = "failed", book: JobBook, logger: Logger, recordLater: Bool = false) async {
+    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, as state: JobState = .failed, book: JobBook, logger: Logger, recordLater: Bool = false) async {
         uploads.remove(job)
         await spooler.discard(reason: message)
-        if state == "failed" { logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"]) }
+        if state == .failed { logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"]) }
         let record = { @Sendable in
             do {
                 try await book.end(job, as: state, error: message)
@@ -383,7 +383,7 @@ struct ImportInterface: VarlinkInterface {
         for (spooler, owner) in uploads.removeIdle(longerThan: timeout) {
             let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
             logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
-            await fail(spooler.jobID, spooler, reason, as: "aborted", book: runner.book, logger: logger)
+            await fail(spooler.jobID, spooler, reason, as: .aborted, book: runner.book, logger: logger)
             // A client sending the file over an upgraded connection waits on its input, and
             // would otherwise learn nothing until it sends again.
             owner.endUpgrade(lastReply: try VarlinkReply.encode(invalidInput(reason)))

@@ -234,7 +234,7 @@ final class ImportRunner: Service {
         } else {
             logger.info("import resumed", metadata: ["job.offset": "\(offset)", "job.read": "\(read)", "message.id": "\(MessageID.jobStarted)"])
         }
-        try await book.update(id) { $0.state = "running" }
+        try await book.update(id) { $0.state = .running }
         var progress = ImportProgress(job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total, started: .now, readAtStart: read)
         progressHandler(progress)
         // Three stages overlap: decoding chunk n + 2, upserting chunk n + 1 into its importer
@@ -252,7 +252,7 @@ final class ImportRunner: Service {
                 }
                 if abortRequested(id) {
                     if let saving { try await settle(saving, progress: &progress, logger: logger) }
-                    try await end(id, state: "aborted", error: "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store.")
+                    try await end(id, state: .aborted, error: "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store.")
                     logger.notice("import aborted on request", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.offset": "\(progress.bytesDone)"])
                     return
                 }
@@ -279,13 +279,13 @@ final class ImportRunner: Service {
             _ = try? await saving?.save.value
             throw error
         }
-        try await end(id, state: "finished")
+        try await end(id, state: .finished)
         logger.info("import finished", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.rejected": "\(progress.rejected)", "message.id": "\(MessageID.jobFinished)"])
     }
 
     private func fail(_ id: String, _ message: String, logger: Logger) async throws {
         logger.error("import failed", metadata: ["error": "\(message)", "message.id": "\(MessageID.jobFailed)"])
-        try await end(id, state: "failed", error: message)
+        try await end(id, state: .failed, error: message)
     }
 
     /// Records that job `id` ended in `state` and removes its spooled input.
@@ -300,16 +300,16 @@ final class ImportRunner: Service {
     /// spool left behind is swept at the next start). The daemon's status stops showing the
     /// job before that: a `status` right after `jobs --wait` said it ended must not show it
     /// still importing.
-    private func end(_ id: String, state: String, error: String? = nil) async throws {
+    private func end(_ id: String, state: JobState, error: String? = nil) async throws {
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
         let aside = Spooler.path(job: id + ".ending", in: configuration.spoolDirectory)
-        let movedAside = state != "finished" && rename(spool, aside) == 0
+        let movedAside = state != .finished && rename(spool, aside) == 0
         progressHandler(nil)
         do {
             try await book.end(id, as: state, error: error)
         } catch {
             // An aborted job must not resume: its input goes all the same.
-            if movedAside { _ = state == "failed" ? rename(aside, spool) : unlink(aside) }
+            if movedAside { _ = state == .failed ? rename(aside, spool) : unlink(aside) }
             throw error
         }
         try? FileManager.default.removeItem(atPath: movedAside ? aside : spool)

@@ -27,7 +27,7 @@ struct JobBook: Sendable {
                 job.jobID = id
                 job.name = name
                 job.format = format?.rawValue ?? "auto"
-                job.state = "uploading"
+                job.state = .uploading
                 job.chunkSize = Int64(chunkSize)
                 job.created = Date()
                 // The mapping asked for, until the header shows what each column became.
@@ -51,7 +51,7 @@ struct JobBook: Sendable {
     }
 
     /// Records that job `id` ended (`finished`, `failed` or `aborted`), with `error` saying why.
-    func end(_ id: String, as state: String, error: String? = nil) async throws {
+    func end(_ id: String, as state: JobState, error: String? = nil) async throws {
         try await update(id) { job in
             job.state = state
             job.error = error
@@ -95,8 +95,8 @@ struct JobBook: Sendable {
     /// The job to run next: an interrupted one first, then the oldest queued one.
     func nextRunnable(excluding skipped: Set<String> = []) async throws -> String? {
         try await stack.temporaryContext(name: "jobs").perform { context in
-            for state in ["running", "queued"] {
-                let request = FetchRequest<ImportJob>(predicate: Key("state") == .string(state), sort: [Key("created").ascending])
+            for state in [JobState.running, .queued] {
+                let request = FetchRequest<ImportJob>(predicate: Key("state") == .string(state.rawValue), sort: [Key("created").ascending])
                 if let job = try context.fetch(request).first(where: { !skipped.contains($0.jobID) }) { return job.jobID }
             }
             return nil
@@ -148,7 +148,7 @@ final class UnrecordedFailures: Sendable {
     func applied(_ job: WireJob) -> WireJob {
         guard let message = state.withLock({ $0.failures[job.id] }), !job.isFinal else { return job }
         var failed = job
-        failed.state = "failed"
+        failed.state = .failed
         failed.error = message
         return failed
     }
