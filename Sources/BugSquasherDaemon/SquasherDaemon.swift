@@ -104,7 +104,7 @@ public struct SquasherDaemon: Sendable {
         }
         if storeLock == nil { storeLock = try StoreFileLock(path: configuration.storePath) }
         defer { withExtendedLifetime(storeLock) {} }
-        if let store = stack.store as? SQLiteStore {
+        if let store = stack.store as? any SelfChecking {
             let findings: [String]
             do { findings = try store.quickCheck() } catch let error as GraphError {
                 throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be read. \(error.message)")
@@ -187,7 +187,7 @@ public struct SquasherDaemon: Sendable {
             .init(service: StoreService(stack: stack, fileLoss: fileLoss, logger: logger, onShutdownStep: onShutdownStep)),
             .init(service: runner),
         ]
-        if let store = stack.store as? SQLiteStore {
+        if let store = stack.store as? any FileBacked {
             // Returns when the store file is gone: the daemon then stops (see StoreFileGuard).
             services.append(.init(service: StoreFileGuard(store: store, loss: fileLoss, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
@@ -338,7 +338,7 @@ private struct StoreService: Service {
 
     func run() async throws {
         try? await gracefulShutdown()
-        if let store = stack.store as? SQLiteStore {
+        if let store = stack.store as? any Checkpointing {
             onShutdownStep("Stopping: checkpointing the store", .seconds(30))
             do {
                 try store.checkpoint()
@@ -348,12 +348,12 @@ private struct StoreService: Service {
                 // the store opens next.
                 logger.error("checkpoint failed; the WAL stays beside the store and is replayed when it opens next", metadata: ["error": "\(error)"])
             }
-            if fileLoss.problem != nil { rescue(store) }
         }
+        if fileLoss.problem != nil, let store = stack.store as? any FileBacked { rescue(store) }
     }
 
     /// Copies what the open store holds to a file beside its path, once nothing writes to it.
-    private func rescue(_ store: SQLiteStore) {
+    private func rescue(_ store: any FileBacked) {
         let path = store.url.path
         let copy = path + SquasherDaemon.rescueSuffix + Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.omitted))
         onShutdownStep("Stopping: copying the store whose file was deleted", .seconds(300))
@@ -394,7 +394,7 @@ final class StoreFileLoss: Sendable {
 /// what the open file holds beside it, and exits with status 1 — under systemd, to be restarted
 /// on a store that an operator moved into place, rather than acknowledge saves that vanish.
 private struct StoreFileGuard: Service {
-    let store: SQLiteStore
+    let store: any FileBacked
     let loss: StoreFileLoss
     let logger: Logger
 

@@ -17,7 +17,7 @@ import Synchronization
 /// let store = try SQLiteStore(url: URL(filePath: "/var/lib/squasherd/bugs.sqlite"))
 /// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
 /// ```
-public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEditable {
+public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEditable, SelfChecking, Checkpointing, FileBacked {
     public var storeType: String { "SQLite" }
 
     /// The store file.

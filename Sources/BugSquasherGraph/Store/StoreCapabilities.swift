@@ -1,0 +1,32 @@
+public import Foundation
+
+// Capabilities a store may have beyond ``IncrementalStore``, which a daemon asks for by name
+// (`store as? any Checkpointing`) rather than by the store's type: a store on a server answers
+// them in its own way, or not at all.
+
+/// A store that can check its own structure quickly enough to do so at every start, so that a
+/// damaged store is refused instead of served.
+public protocol SelfChecking: Sendable {
+    /// The problems found, or `["ok"]` when the store is sound.
+    func quickCheck() throws -> [String]
+}
+
+/// A store that moves what it committed into its main storage on request: what a clean
+/// shutdown does, so that the next start has nothing to replay (SQLite's WAL checkpoint).
+public protocol Checkpointing: Sendable {
+    /// Moves the committed saves into the main storage.
+    func checkpoint() throws
+}
+
+/// A store kept in files on this machine, which can be deleted or replaced under it while it is
+/// open: a daemon watches for that, and copies what the open store holds before it exits.
+public protocol FileBacked: Sendable {
+    /// The store's main file.
+    var url: URL { get }
+
+    /// Why the store's path no longer names the files it has open, or `nil` while it does.
+    func fileProblem() -> String?
+
+    /// Writes a consistent copy of the open store to a new file at `path`.
+    func writeCopy(to path: String) throws
+}
