@@ -130,7 +130,7 @@ public struct SquasherDaemon: Sendable {
         try await failInterruptedUploads(stack)
         try await removeSpoolsOfEndedJobs(stack)
 
-        let hub = NotificationHub()
+        let hub = NotificationHub { offers in ChannelWriteBatch.collecting(offers) }
         let status = StatusReporter(hub: hub, onStatus: onStatus)
         // Saves to the store, off the cooperative pool (see ThreadExecutor).
         let writers = ThreadExecutor.writers()

@@ -1,0 +1,62 @@
+import BugSquasherGraph
+import Foundation
+import Synchronization
+
+/// The subscribers of the change feed, and the fan-out of every committed save to them.
+final class NotificationHub: Sendable {
+    private let subscriptions = Mutex<[String: Subscription]>([:])
+    /// Runs one publish's offers, so that the transport can batch the writes they make.
+    private let batchingWrites: @Sendable (() -> Void) -> Void
+
+    /// A hub whose publishes run inside `batchingWrites` (squasherd passes the transport's
+    /// `ChannelWriteBatch.collecting`, so that the saves written at once to live subscribers
+    /// reach each event loop in one task); by default they run as they are.
+    init(batchingWrites: @escaping @Sendable (() -> Void) -> Void = { $0() }) {
+        self.batchingWrites = batchingWrites
+    }
+
+    /// Adds a subscriber.
+    func add(_ subscription: Subscription) {
+        subscriptions.withLock { $0[subscription.id] = subscription }
+    }
+
+    /// Removes a subscriber and closes its mailbox.
+    func remove(_ subscription: Subscription) {
+        let last = subscriptions.withLock {
+            $0[subscription.id] = nil
+            return $0.isEmpty
+        }
+        subscription.close()
+        // The registrations and mailboxes of every subscriber are freed: give the memory back.
+        if last { returnFreedMemory() }
+    }
+
+    /// The subscriber with this ID.
+    func subscription(_ id: String) -> Subscription? {
+        subscriptions.withLock { $0[id] }
+    }
+
+    /// How many subscribers are connected (change feeds; not the followers of import jobs).
+    var count: Int { subscriptions.withLock { $0.values.count { !$0.followsJob } } }
+
+    /// How many clients follow an import job (`Jobs.Watch`).
+    var jobFollowerCount: Int { subscriptions.withLock { $0.values.count(where: \.followsJob) } }
+
+    /// Hands a committed save to every subscriber's mailbox; never waits for one.
+    func publish(_ didSave: DidSave) {
+        let all = subscriptions.withLock { Array($0.values) }
+        var withoutValues: DidSave?
+        let encodings = SharedEncodings()
+        let index = SaveIndex(didSave)
+        batchingWrites {
+            for subscription in all {
+                subscription.offer(didSave, withoutValues: {
+                    if let withoutValues { return withoutValues }
+                    let stripped = didSave.withoutValues
+                    withoutValues = stripped
+                    return stripped
+                }, encodings: encodings, index: index)
+            }
+        }
+    }
+}
