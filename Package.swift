@@ -256,6 +256,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "BugSquasherClientTests",
+            dependencies: ["BugSquasherClient"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "BugSquasherImportTests",
             dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherImport", "BugSquasherJSON", "BugSquasherStack"],
             swiftSettings: strictSettings

@@ -159,46 +159,47 @@ public final class Subscriber: Sendable {
     /// }
     /// ```
     public func run(onRefresh: RefreshHandler? = nil) async throws {
-        var delay = Duration.milliseconds(100)
+        var reconnection = FeedReconnection()
+        defer { refreshContinuation.finish() }
         while !Task.isCancelled {
+            var failure: any Error = CancellationError()
+            let ending: FeedReconnection.Ending
             do {
                 try await followFeed(onRefresh: onRefresh)
-                state.withLock { $0.subscription = nil }
-                delay = .milliseconds(100)
-            } catch is CancellationError {
-                break
-            } catch let failure as HandlerFailure {
-                refreshContinuation.finish()
-                throw failure.error
-            } catch let error as VarlinkError where error.name == "io.bugsquasher.MessageTooLarge" {
-                // The Subscribe call itself is past squasherd's max_message_bytes (its
-                // insertsMatching predicate): sending it again would be refused again.
-                refreshContinuation.finish()
-                throw error
-            } catch let error as StoreReplaced {
-                // Nothing held means anything in the other store: not retried, but thrown to
-                // the caller, who says so.
-                refreshContinuation.finish()
-                throw error
-            } catch let error as VarlinkError where error.name == "io.bugsquasher.Changes.TokenAhead" {
-                // The daemon's store never issued this token (it was restored from an older
-                // backup): resuming would skip every save up to it. Follow the feed from now;
-                // registering the held objects again with their versions refreshes the ones
-                // the store has newer.
-                logger.error("squasherd's store is behind this subscriber's token (restored from a backup?); following its feed from now", metadata: ["error": "\(error)"])
-                state.withLock {
-                    $0.subscription = nil
-                    $0.token = nil
-                }
+                ending = .endedByDaemon
             } catch {
-                state.withLock { $0.subscription = nil }
-                if Task.isCancelled { break }
-                logger.warning("change feed interrupted; reconnecting", metadata: ["error": "\(error)", "token": "\(lastToken.map(\.description) ?? "-")"])
+                failure = error
+                ending = Task.isCancelled ? .cancelled : Self.ending(of: error)
+            }
+            state.withLock { $0.subscription = nil }
+            switch reconnection.feedEnded(ending) {
+            case .stop:
+                return
+            case .fail:
+                throw (failure as? HandlerFailure)?.error ?? failure
+            case .reconnect(_, fromNow: true):
+                // Registering the held objects again with their versions refreshes the ones the
+                // store has newer.
+                logger.error("squasherd's store is behind this subscriber's token (restored from a backup?); following its feed from now", metadata: ["error": "\(failure)"])
+                state.withLock { $0.token = nil }
+            case .reconnect(let delay, fromNow: false):
+                guard delay > .zero else { continue }
+                logger.warning("change feed interrupted; reconnecting", metadata: ["error": "\(failure)", "token": "\(lastToken.map(\.description) ?? "-")"])
                 try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(2))
             }
         }
-        refreshContinuation.finish()
+    }
+
+    /// What a failure of the feed means for following it (see ``FeedReconnection``).
+    private static func ending(of error: any Error) -> FeedReconnection.Ending {
+        switch error {
+        case is CancellationError: .cancelled
+        case is HandlerFailure: .handlerFailed
+        case is StoreReplaced: .storeReplaced
+        case let error as VarlinkError where error.name == "io.bugsquasher.MessageTooLarge": .refusedForGood
+        case let error as VarlinkError where error.name == "io.bugsquasher.Changes.TokenAhead": .tokenAhead
+        default: .failed
+        }
     }
 
     private func followFeed(onRefresh: RefreshHandler?) async throws {
