@@ -9,6 +9,10 @@ swift test --skip-build
 echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"
 scripts/bench.sh --smoke --debug
 scripts/stress.sh --smoke --debug   # kill -9, SIGTERM, churn; every stress invariant (docs/STRESS.md), ~20 s
+echo "== smoke: documentation (DocC catalogues of the libraries; a broken link or an undocumented parameter fails)"
+swift package --disable-sandbox generate-documentation --warnings-as-errors \
+    --target BugSquasherGraph --target BugSquasherStack --target BugSquasherClient >/dev/null
+echo "smoke: documentation ok"
 echo "== smoke: demo"
 .build/debug/bugsquasher-demo --store .build/smoke/demo.sqlite --generate 300 --chunk 100 >/dev/null
 echo "smoke: demo ok"

@@ -59,8 +59,10 @@ public final class RemoteStore: IncrementalStore {
 
     /// Connects to the read socket.
     ///
-    /// - Parameter timeout: how long connecting and each call may wait for squasherd before
-    ///   failing (see ``BlockingVarlinkClient``); `nil` waits as long as it takes.
+    /// - Parameters:
+    ///   - socketPath: squasherd's read socket (`squasherd.sock` in its runtime directory).
+    ///   - timeout: how long connecting and each call may wait for squasherd before failing
+    ///     (see `BlockingVarlinkClient`); `nil` waits as long as it takes.
     public init(socketPath: String, timeout: Duration? = nil) throws {
         self.socketPath = socketPath
         client = try BlockingVarlinkClient(path: socketPath, timeout: timeout)

@@ -8,7 +8,7 @@ import Foundation
 public import Logging
 import Synchronization
 
-/// A subscriber process's view of the bug store: an ``ObjectContext`` backed by a
+/// A subscriber process's view of the bug store: an `ObjectContext` backed by a
 /// ``RemoteStore`` (fetches and faults over squasherd's read socket), kept current by the
 /// change feed. The objects the context registers are registered with the daemon with the
 /// versions loaded, so it sends only changes to them — for a fault (registered, never loaded),
@@ -73,6 +73,8 @@ public final class Subscriber: Sendable {
     /// Connects to squasherd's read socket.
     ///
     /// - Parameters:
+    ///   - socketPath: squasherd's read socket (`squasherd.sock` in its runtime directory).
+    ///   - model: the model of squasherd's store (the bug model by default).
     ///   - since: resume from this token (a restarted subscriber passes its last token).
     ///   - includeValues: ask for new values with each change, so refreshing costs no round trip.
     ///   - registeredOnly: let the daemon filter the feed to the registered objects (the
@@ -83,11 +85,12 @@ public final class Subscriber: Sendable {
     ///     bulk import of other objects costs the subscriber nothing.
     ///   - matching: see `insertsOf`.
     ///   - timeout: how long connecting and each call of the store may wait for squasherd
-    ///     before failing with a ``TransportError``; `nil` (the default) waits as long as it
+    ///     before failing with a `TransportError`; `nil` (the default) waits as long as it
     ///     takes. The change feed itself waits for saves as long as they take.
+    ///   - logger: where the subscriber logs its reconnects and resyncs.
     ///
     /// Without `since`, the feed starts at the store's token when the subscriber connects, so
-    /// that nothing committed between creating it and ``run()`` is missed.
+    /// that nothing committed between creating it and ``run(onRefresh:)`` is missed.
     ///
     /// ```swift
     /// let subscriber = try Subscriber(socketPath: path, insertsOf: "Bug", matching: Key("key").in(["TIMOB-7"]))

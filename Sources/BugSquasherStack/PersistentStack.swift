@@ -10,7 +10,7 @@ import Synchronization
 /// - ``mainContext``: on the main coordinator, merge policy store-trump. While
 ///   ``isMainContextReadOnly`` is set, every save of it is refused with an error (RTCoreDataStack
 ///   only swapped the merge policy).
-/// - ``importerContext(name:)``: on the writer coordinator, object-trump, for background imports.
+/// - ``importerContext(name:bulk:)``: on the writer coordinator, object-trump, for background imports.
 /// - ``temporaryContext(name:)``: on the main coordinator, rollback policy, never saved.
 /// - ``editorContext(name:)``: a child of ``mainContext``, object-trump; refused while read-only.
 ///
@@ -51,7 +51,7 @@ public final class PersistentStack: Sendable {
 
     /// Opens a stack over an SQLite store file (created when missing or empty).
     ///
-    /// - Throws: ``GraphError`` when the file cannot be opened, is not a store, or was written
+    /// - Throws: `GraphError` when the file cannot be opened, is not a store, or was written
     ///   with an incompatible model.
     public convenience init(model: ManagedObjectModel, storeURL: URL, logger: Logger = Logger(label: "bugsquasher.stack")) throws {
         try self.init(model: model, store: SQLiteStore(url: storeURL, logger: logger), logger: logger)
@@ -107,8 +107,10 @@ public final class PersistentStack: Sendable {
     /// A new context on the writer coordinator for a background import (object-trump). Its saves
     /// are merged into ``mainContext``.
     ///
-    /// - Parameter bulk: whether its saves are bulk work, which a store with an ``EditsFirst``
-    ///   holds back for a moment after an interactive save (an import's chunks; not an edit).
+    /// - Parameters:
+    ///   - name: a name for logs and messages.
+    ///   - bulk: whether its saves are bulk work, which a store with an `EditsFirst` holds back
+    ///     for a moment after an interactive save (an import's chunks; not an edit).
     public func importerContext(name: String = "importer", bulk: Bool = false) -> ObjectContext {
         ObjectContext(
             coordinator: writerCoordinator, mergePolicy: .mergeByPropertyObjectTrump, name: name, logger: logger, savesAreBulk: bulk,
@@ -125,10 +127,10 @@ public final class PersistentStack: Sendable {
     }
 
     /// A new child of ``mainContext`` for editing (object-trump). Save it with
-    /// ``ObjectContext/saveToPersistentStore()`` to push the edit through the main context to
+    /// `ObjectContext.saveToPersistentStore()` to push the edit through the main context to
     /// the store.
     ///
-    /// - Throws: ``GraphError/Code/readOnly`` while ``isMainContextReadOnly`` is set.
+    /// - Throws: `GraphError` (`readOnly`) while ``isMainContextReadOnly`` is set.
     public func editorContext(name: String = "editor") async throws -> ObjectContext {
         if isMainContextReadOnly {
             throw GraphError(.readOnly, "The main context is read-only (isMainContextReadOnly), so editor contexts, which save through it, are refused. Use an importer context, or clear isMainContextReadOnly.")
