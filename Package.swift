@@ -258,6 +258,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "BugSquasherTransportTests",
+            dependencies: ["BugSquasherTransport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "BugSquasherClientTests",
             dependencies: ["BugSquasherClient"],
             swiftSettings: strictSettings

@@ -192,24 +192,36 @@ public final class VarlinkServer: Sendable {
                         "Closed a connection instead of sending it a reply of \(bytes) bytes: the replies not yet read by their clients would have held more than \(limit) bytes\(suppressed). Clients may be asking for large replies (pages of rows) without reading them; raise max_outgoing_bytes if many clients read large pages at once."
                     }
                 }
-                let streaming = StreamingCall()
+                let machine = ConnectionState()
                 var upgraded: (any VarlinkUpgradeHandler)?
                 try await withThrowingDiscardingTaskGroup { group in
                     reading: for try await item in inbound {
-                        switch item {
-                        case .malformed(let error):
+                        switch (machine.received(Self.input(item, service: service)), item) {
+                        case (.read, _):
+                            continue
+                        case (.replyMalformedThenClose, .malformed(let error)):
                             try? await replier.send(try VarlinkReply.encode(error), continues: false)
                             logger.debug("malformed message; closing the connection")
-                            break reading
-                        case .tooLarge(let limit):
+                        case (.replyTooLargeThenClose, .tooLarge(let limit)):
                             sizeWarnings.warn(logger) { suppressed in
                                 "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). Raise max_message_bytes if clients send calls this large (a Register of very many IDs, say); otherwise a client is not speaking Varlink."
                             }
                             try? await replier.send(try VarlinkReply.encode(.messageTooLarge(limit: limit)), continues: false)
-                            break reading
-                        case .raw(let bytes):
-                            // Bytes after an upgrade nobody took over end the connection.
-                            guard let handler = upgraded else { break reading }
+                        case (.startStreaming(let number), .call(let call)):
+                            await Self.keepLittleInFlight(connection.channel)
+                            group.addTask {
+                                defer { machine.streamEnded(number) }
+                                let replier = StreamingReplier(base: replier, connection: machine, number: number)
+                                try await self.service.handle(call, context: context, replier: replier)
+                            }
+                            continue
+                        case (.handle, .call(let call)):
+                            try await service.handle(call, context: context, replier: replier)
+                            // After an upgrade, what follows goes to the handler the call installed.
+                            if call.upgrade { upgraded = context.connection.takeUpgradeHandler() }
+                            if machine.callHandled(handlerInstalled: upgraded != nil) == .read { continue }
+                        case (.passToUpgradeHandler, .raw(let bytes)):
+                            guard let handler = upgraded else { break }
                             do {
                                 guard let last = try await handler.receive(bytes) else { continue }
                                 try await replier.send(last, continues: false)
@@ -220,31 +232,14 @@ public final class VarlinkServer: Sendable {
                             } catch {
                                 try await replier.send(try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger), continues: false)
                             }
-                            break reading
-                        case .call(let call):
-                            if streaming.isRunning {
-                                // Varlink allows no new call while a streaming call is running.
-                                logger.debug("call during a streaming call; closing the connection")
-                                break reading
-                            }
-                            if service.streams(call) {
-                                let number = streaming.begin()
-                                await Self.keepLittleInFlight(connection.channel)
-                                group.addTask {
-                                    defer { streaming.end(number) }
-                                    let replier = StreamingReplier(base: replier, call: streaming, number: number)
-                                    try await self.service.handle(call, context: context, replier: replier)
-                                }
-                                continue
-                            }
-                            try await service.handle(call, context: context, replier: replier)
-                            if call.upgrade {
-                                // The Varlink protocol has ended on this connection: what follows
-                                // goes to the handler the call installed, if any.
-                                upgraded = context.connection.takeUpgradeHandler()
-                                if upgraded == nil { break reading }
-                            }
+                            machine.upgradeEnded()
+                        case (.close(.callDuringStreamingCall), _):
+                            // Varlink allows no new call while a streaming call is running.
+                            logger.debug("call during a streaming call; closing the connection")
+                        case (.close, _), (.replyMalformedThenClose, _), (.replyTooLargeThenClose, _), (.startStreaming, _), (.handle, _), (.passToUpgradeHandler, _):
+                            break
                         }
+                        break reading
                     }
                     group.cancelAll()
                 }
@@ -257,6 +252,16 @@ public final class VarlinkServer: Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         await context.connection.close()
+    }
+
+    /// What a message read is, for the connection's state machine.
+    private static func input(_ item: VarlinkServerInbound, service: VarlinkService) -> VarlinkConnectionStateMachine.Input {
+        switch item {
+        case .call(let call): .call(streams: service.streams(call), upgrade: call.upgrade)
+        case .malformed: .malformed
+        case .tooLarge: .tooLarge
+        case .raw: .raw
+        }
     }
 
     /// The kernel's send buffer of a connection that streams replies, before doubling for its
@@ -515,26 +520,25 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// Whether a streaming call is running on a connection: from its call until its last reply
-/// is sent. The task that handles it may still be ending then; the client, which has the last
-/// reply, may already send its next call, and that call is served.
-private final class StreamingCall: Sendable {
-    /// The number of the streaming call running, or 0.
-    private let running = Atomic<Int>(0)
-    private let count = Atomic<Int>(0)
+/// A connection's ``VarlinkConnectionStateMachine``, shared by the task that reads the
+/// connection and the task of its streaming call, which ends the call as it sends its last reply.
+private final class ConnectionState: Sendable {
+    private let machine = Mutex(VarlinkConnectionStateMachine())
 
-    var isRunning: Bool { running.load(ordering: .acquiring) != 0 }
-
-    /// Marks a new streaming call running, and returns its number.
-    func begin() -> Int {
-        let number = count.add(1, ordering: .relaxed).newValue
-        running.store(number, ordering: .releasing)
-        return number
+    func received(_ input: VarlinkConnectionStateMachine.Input) -> VarlinkConnectionStateMachine.Action {
+        machine.withLock { $0.received(input) }
     }
 
-    /// Marks call `number` ended, unless another has begun since.
-    func end(_ number: Int) {
-        _ = running.compareExchange(expected: number, desired: 0, ordering: .acquiringAndReleasing)
+    func callHandled(handlerInstalled: Bool) -> VarlinkConnectionStateMachine.Action {
+        machine.withLock { $0.callHandled(handlerInstalled: handlerInstalled) }
+    }
+
+    func streamEnded(_ number: Int) {
+        machine.withLock { $0.streamEnded(number) }
+    }
+
+    func upgradeEnded() {
+        machine.withLock { _ = $0.upgradeEnded() }
     }
 }
 
@@ -543,11 +547,11 @@ private final class StreamingCall: Sendable {
 /// finds the streaming call still running.
 private struct StreamingReplier<Base: VarlinkReplier>: VarlinkReplier {
     let base: Base
-    let call: StreamingCall
+    let connection: ConnectionState
     let number: Int
 
     func send(_ message: consuming Data, continues: Bool) async throws {
-        if !continues { call.end(number) }
+        if !continues { connection.streamEnded(number) }
         try await base.send(message, continues: continues)
     }
 
