@@ -172,7 +172,7 @@ let package = Package(
         .executableTarget(
             name: "squasherd",
             dependencies: [
-                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherProtocol", "BugSquasherSystemd", "BugSquasherTransport",
+                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherModel", "BugSquasherProtocol", "BugSquasherSystemd", "BugSquasherTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -245,7 +245,7 @@ let package = Package(
         .testTarget(
             name: "BugSquasherDaemonTests",
             dependencies: [
-                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherProtocol",
+                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherModel", "BugSquasherProtocol",
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

@@ -128,7 +128,7 @@ struct ImportInterface: VarlinkInterface {
                 await spooler.discard(reason: "The upload was aborted on request.")
             }
             guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
-            guard !current.isFinal else {
+            guard JobLifecycle.canMove(from: current.state, to: .aborted) else {
                 throw invalidInput("job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted")
             }
             if await runner.abort(job) {

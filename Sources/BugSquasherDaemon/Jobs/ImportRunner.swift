@@ -121,7 +121,7 @@ final class ImportRunner: Service {
 
     func run() async throws {
         wakeup.yield()
-        var busyRetries = 0
+        var lifecycle = JobLifecycle()
         await withGracefulShutdownHandler {
             for await _ in wakeups {
                 while !Task.isShuttingDownGracefully {
@@ -136,37 +136,50 @@ final class ImportRunner: Service {
                         logger.error("cannot read the job queue; waiting for the next submission", metadata: ["error": "\(error)"])
                         break
                     }
+                    var failure: (any Error)?
                     do {
                         try await runActive(job)
-                        busyRetries = 0
-                    } catch let error as GraphError where error.code == .storeBusy {
-                        // Another program holds the store's write lock (sqlite3 left in a
-                        // transaction, a backup): a transient state, not the job's fault. The
-                        // job stays running and resumes from its last committed chunk, as after
-                        // a restart, once the lock is released.
-                        busyRetries += 1
-                        let delay = Duration.seconds(min(1 << min(busyRetries - 1, 5), 30))
-                        progressHandler(nil)
-                        logger.warning("the store is locked by another program; the import resumes from its last committed chunk once it can write", metadata: ["job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(busyRetries)", "error": "\(error.message)"])
-                        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
                     } catch {
+                        failure = error
+                    }
+                    let outcome: JobLifecycle.Outcome = switch failure {
+                    case nil: .ended
+                    case let error as GraphError where error.code == .storeBusy: .storeBusy
+                    default: .failed
+                    }
+                    switch lifecycle.jobEnded(outcome) {
+                    case .takeNextJob:
+                        continue
+                    case .retryAfter(let delay):
+                        // Another program holds the store's write lock (sqlite3 left in a
+                        // transaction, a backup): a transient state, not the job's fault.
+                        progressHandler(nil)
+                        logger.warning("the store is locked by another program; the import resumes from its last committed chunk once it can write", metadata: ["job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(lifecycle.busyRetries)", "error": "\((failure as? GraphError)?.message ?? "")"])
+                        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
+                    case .recordFailure:
                         // Input never stops the daemon, and neither does a failing disk: the job
                         // fails with the reason, committed chunks stay committed.
-                        var jobLogger = logger
-                        jobLogger[metadataKey: "job.id"] = "\(job)"
-                        progressHandler(nil)
-                        let message = (error as? GraphError)?.message ?? "\(error)"
-                        do {
-                            try await fail(job, message, logger: jobLogger)
-                        } catch {
-                            jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
-                            book.outcomes.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
-                        }
+                        await recordFailure(of: job, failure)
                     }
                 }
             }
         } onGracefulShutdown: {
             self.wakeup.finish()
+        }
+    }
+
+    /// Records that `job` failed with `error`; when the store cannot record that either, the
+    /// failure is kept in memory and the job is retried at the next start.
+    private func recordFailure(of job: String, _ error: (any Error)?) async {
+        var jobLogger = logger
+        jobLogger[metadataKey: "job.id"] = "\(job)"
+        progressHandler(nil)
+        let message = (error as? GraphError)?.message ?? error.map { "\($0)" } ?? "unknown error"
+        do {
+            try await fail(job, message, logger: jobLogger)
+        } catch {
+            jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
+            book.outcomes.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
         }
     }
 
@@ -244,13 +257,15 @@ final class ImportRunner: Service {
         do {
             var chunk = try source.next()
             while !chunk.entries.isEmpty {
-                if Task.isShuttingDownGracefully {
+                switch JobLifecycle.betweenChunks(shuttingDown: Task.isShuttingDownGracefully, abortRequested: abortRequested(id)) {
+                case .importNext:
+                    break
+                case .pauseForShutdown:
                     if let saving { try await settle(saving, progress: &progress, logger: logger) }
                     logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
                     progressHandler(nil)
                     return
-                }
-                if abortRequested(id) {
+                case .abort:
                     if let saving { try await settle(saving, progress: &progress, logger: logger) }
                     try await end(id, state: .aborted, error: "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store.")
                     logger.notice("import aborted on request", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.offset": "\(progress.bytesDone)"])
@@ -303,13 +318,13 @@ final class ImportRunner: Service {
     private func end(_ id: String, state: JobState, error: String? = nil) async throws {
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
         let aside = Spooler.path(job: id + ".ending", in: configuration.spoolDirectory)
-        let movedAside = state != .finished && rename(spool, aside) == 0
+        let handling = JobLifecycle.spoolOnEnd(state)
+        let movedAside = handling.moveAsideFirst && rename(spool, aside) == 0
         progressHandler(nil)
         do {
             try await book.end(id, as: state, error: error)
         } catch {
-            // An aborted job must not resume: its input goes all the same.
-            if movedAside { _ = state == .failed ? rename(aside, spool) : unlink(aside) }
+            if movedAside { _ = handling.putBackIfUnrecorded ? rename(aside, spool) : unlink(aside) }
             throw error
         }
         try? FileManager.default.removeItem(atPath: movedAside ? aside : spool)

@@ -1,0 +1,51 @@
+@testable import BugSquasherDaemon
+import BugSquasherModel
+import Testing
+
+/// An import job's lifecycle decisions, driven with plain events: no store, no spool.
+@Suite("Import job lifecycle")
+struct JobLifecycleTests {
+    @Test("a job goes uploading, queued, running and ends once; a running job may run again (resumed); nothing leaves a final state")
+    func transitions() {
+        let allowed: Set<[JobState]> = [
+            [.uploading, .queued], [.uploading, .failed], [.uploading, .aborted],
+            [.queued, .running], [.queued, .failed], [.queued, .aborted],
+            [.running, .running], [.running, .finished], [.running, .failed], [.running, .aborted],
+        ]
+        for from in JobState.allCases {
+            for to in JobState.allCases {
+                #expect(JobLifecycle.canMove(from: from, to: to) == allowed.contains([from, to]), "\(from) → \(to)")
+            }
+        }
+        // Illegal ones, named: no going back, no second end, no skipping the queue.
+        #expect(!JobLifecycle.canMove(from: .finished, to: .aborted))
+        #expect(!JobLifecycle.canMove(from: .running, to: .queued))
+        #expect(!JobLifecycle.canMove(from: .uploading, to: .running))
+    }
+
+    @Test("between chunks a shutdown pauses the job before an abort stops it; otherwise the next chunk is imported")
+    func betweenChunks() {
+        #expect(JobLifecycle.betweenChunks(shuttingDown: false, abortRequested: false) == .importNext)
+        #expect(JobLifecycle.betweenChunks(shuttingDown: false, abortRequested: true) == .abort)
+        #expect(JobLifecycle.betweenChunks(shuttingDown: true, abortRequested: true) == .pauseForShutdown)
+        #expect(JobLifecycle.betweenChunks(shuttingDown: true, abortRequested: false) == .pauseForShutdown)
+    }
+
+    @Test("a store locked by another program is retried after 1, 2, 4, 8, 16 s, then every 30 s; a job that runs through starts the back-off over; a failure is recorded")
+    func busyRetriesAndFailures() {
+        var lifecycle = JobLifecycle()
+        let delays = (0..<8).map { _ in lifecycle.jobEnded(.storeBusy) }
+        #expect(delays == [1, 2, 4, 8, 16, 30, 30, 30].map { .retryAfter(.seconds($0)) })
+        #expect(lifecycle.jobEnded(.failed) == .recordFailure)
+        #expect(lifecycle.busyRetries == 8)
+        #expect(lifecycle.jobEnded(.ended) == .takeNextJob)
+        #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(1)))
+    }
+
+    @Test("a finished job's spool stays until its end is recorded; a failed one's is put back if that fails, an aborted one's goes all the same")
+    func spoolOnEnd() {
+        #expect(JobLifecycle.spoolOnEnd(.finished) == .init(moveAsideFirst: false, putBackIfUnrecorded: false))
+        #expect(JobLifecycle.spoolOnEnd(.failed) == .init(moveAsideFirst: true, putBackIfUnrecorded: true))
+        #expect(JobLifecycle.spoolOnEnd(.aborted) == .init(moveAsideFirst: true, putBackIfUnrecorded: false))
+    }
+}
