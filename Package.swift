@@ -45,7 +45,6 @@ let package = Package(
         .target(
             name: "BugSquasherGraph",
             dependencies: [
-                "BugSquasherJSON",
                 .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "Logging", package: "swift-log"),

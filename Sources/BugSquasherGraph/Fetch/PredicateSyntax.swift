@@ -1,4 +1,3 @@
-import BugSquasherJSON
 import Foundation
 
 /// A text syntax for predicates, for command lines and the wire:
@@ -52,11 +51,22 @@ extension ObjectPredicate {
         }
     }
 
-    /// A string literal as JSON writes it: the escapes the parser reads back.
+    /// A string literal with the escapes the parser reads back (JSON's).
     private static func quote(_ text: String) -> String {
-        var writer = JSONWriter(capacity: text.utf8.count + 2)
-        writer.string(text)
-        return String(decoding: writer.bytes, as: UTF8.self)
+        var quoted = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"", "\\": quoted += "\\" + String(scalar)
+            case "\n": quoted += "\\n"
+            case "\r": quoted += "\\r"
+            case "\t": quoted += "\\t"
+            case "\u{08}": quoted += "\\b"
+            case "\u{0C}": quoted += "\\f"
+            case _ where scalar.value < 0x20: quoted += String(format: "\\u%04x", scalar.value)
+            default: quoted.unicodeScalars.append(scalar)
+            }
+        }
+        return quoted + "\""
     }
 
     private static func literal(_ value: Value) -> String {
