@@ -131,12 +131,15 @@ let package = Package(
         // statically linked binary does not export to dlsym, names its thread, and makes its
         // wake-up pipe with pipe2 (close-on-exec from the start; the tests' child pipes too).
         .target(name: "CConcurrencyHook"),
+        // The single-threaded runtime of client processes: a poll(2) run loop as Swift
+        // concurrency's global executor (no NIO).
+        .target(name: "BugSquasherRuntime", dependencies: ["CConcurrencyHook"], swiftSettings: strictSettings),
         // Unix-socket servers and clients that speak Varlink: the only module on NIOPosix.
         .target(
             name: "BugSquasherTransport",
             dependencies: [
                 "BugSquasherVarlink",
-                "CConcurrencyHook",
+                "BugSquasherRuntime",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -183,7 +186,7 @@ let package = Package(
             name: "squasherctl",
             dependencies: [
                 "BugSquasherClient", "BugSquasherGraph", "BugSquasherImport", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport",
-                "BugSquasherProtocol",
+                "BugSquasherProtocol", "BugSquasherRuntime",
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -1,4 +1,5 @@
 public import BugSquasherVarlink
+import BugSquasherRuntime
 import Foundation
 import NIOCore
 import NIOPosix

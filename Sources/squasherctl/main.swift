@@ -1,3 +1,4 @@
+import BugSquasherRuntime
 import BugSquasherTransport
 
 // Before anything opens a file: a closed standard stream gets a stand-in, so that no socket or

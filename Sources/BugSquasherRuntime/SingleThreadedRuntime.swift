@@ -3,8 +3,8 @@ import Foundation
 import Synchronization
 
 /// Runs a process's Swift tasks on one thread that also waits for its sockets: a small run loop
-/// (a job queue and `poll(2)`) becomes Swift concurrency's global executor, and
-/// ``VarlinkStream`` reads its connection there without SwiftNIO.
+/// (a job queue and `poll(2)`) becomes Swift concurrency's global executor, and the transport's
+/// `VarlinkStream` reads its connection there without SwiftNIO.
 ///
 /// For processes that mostly wait on a change feed, such as `squasherctl subscribe`: a
 /// notification is read, decoded, merged and printed on the thread that was woken for it, by
@@ -34,12 +34,12 @@ public enum SingleThreadedRuntime {
     }
 
     /// Whether ``install()`` installed the run loop in this process.
-    static var isInstalled: Bool { PollLoop.installed != nil }
+    package static var isInstalled: Bool { PollLoop.installed != nil }
 
     /// Suspends until `fd` can be read (or was hung up), on the installed run loop.
     ///
     /// - Throws: `CancellationError` when the task is cancelled first.
-    static func readable(_ fd: CInt) async throws {
+    package static func readable(_ fd: CInt) async throws {
         guard let loop = PollLoop.installed else { preconditionFailure("SingleThreadedRuntime.readable needs the run loop installed") }
         try await loop.readable(fd)
     }
