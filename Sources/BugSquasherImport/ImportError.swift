@@ -15,7 +15,7 @@ public struct ImportError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Wrapped: String, Hashable, Sendable {
-            case invalidJSON, missingKey, invalidRecord, io
+            case invalidJSON, missingKey, invalidRecord, io, unsupportedFormat
         }
         private let wrapped: Wrapped
         private init(_ wrapped: Wrapped) { self.wrapped = wrapped }
@@ -28,6 +28,8 @@ public struct ImportError: Error, Sendable, CustomStringConvertible {
         public static let invalidRecord = Code(.invalidRecord)
         /// A file could not be opened or read.
         public static let io = Code(.io)
+        /// An input is none of the formats the importer reads, or not the one it was declared as.
+        public static let unsupportedFormat = Code(.unsupportedFormat)
 
         /// The code's name, such as `missingKey`.
         public var description: String { wrapped.rawValue }

@@ -112,12 +112,12 @@ struct SpoolerTests {
         let error = await #expect(throws: DaemonError.self) { _ = try await spooler.finish() }
         #expect(error?.message.contains("is not closed (the input is truncated)") == true, "\(String(describing: error))")
 
-        #expect(Spooler.opensIssuesArray(Array(#" { "expand": "names", "issues" : [ {"#.utf8)))
+        #expect(FormatSniffer.opensIssuesArray(Array(#" { "expand": "names", "issues" : [ {"#.utf8)))
         // Not at the top level, not an array, or inside a string: not a search response.
-        #expect(!Spooler.opensIssuesArray(Array(#"{"fields":{"issues":[1]}}"#.utf8)))
-        #expect(!Spooler.opensIssuesArray(Array(#"{"issues":3,"key":"A"}"#.utf8)))
-        #expect(!Spooler.opensIssuesArray(Array(issue.utf8)))
-        #expect(!Spooler.opensIssuesArray(Array(#"{"key":"issues","x":["#.utf8)))
+        #expect(!FormatSniffer.opensIssuesArray(Array(#"{"fields":{"issues":[1]}}"#.utf8)))
+        #expect(!FormatSniffer.opensIssuesArray(Array(#"{"issues":3,"key":"A"}"#.utf8)))
+        #expect(!FormatSniffer.opensIssuesArray(Array(issue.utf8)))
+        #expect(!FormatSniffer.opensIssuesArray(Array(#"{"key":"issues","x":["#.utf8)))
     }
 
     @Test("a JSON array's element is spooled with its input line and position, kept as it came; an oversized one as a reject; a bare element (an older spool) reads as one")
@@ -260,7 +260,7 @@ struct SpoolerTests {
             #expect(error?.message.contains("The input is \(kind);") == true && error?.message.contains(command) == true, "\(kind): \(String(describing: error))")
         }
         // Text that starts like bzip2's name, without its block size, is still read as text.
-        #expect(Spooler.archiveKind(of: Array("BZh,title\n".utf8)) == nil)
+        #expect(FormatSniffer.archiveKind(of: Array("BZh,title\n".utf8)) == nil)
     }
 
     @Test("an NDJSON line longer than max_record_bytes is spooled cut to a few bytes over the limit, so an unending line costs no disk; it is still read as too long, in its place")

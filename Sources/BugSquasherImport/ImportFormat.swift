@@ -10,13 +10,9 @@ public enum ImportFormat: String, Sendable, CaseIterable {
     /// BugSquasher's own NDJSON: one record per line.
     case bugsquasherNDJSON = "bugsquasher-ndjson"
 
+    /// Whether it is a CSV export, read by its header row.
+    public var isCSV: Bool { self == .jiraCSV || self == .bugzillaCSV }
+
     /// The formats' names, for messages: "jira-json, jira-csv, …".
     public static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
-}
-
-/// The records per import chunk (one transaction) a job may ask for: `Import.Begin`'s
-/// `chunkSize`, squasherd's `--chunk-size` and `chunk_size`, squasherctl's `--chunk-size`.
-public enum ImportChunkSize {
-    /// The sizes allowed.
-    public static let allowed = 1...100_000
 }
