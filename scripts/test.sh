@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+echo "== lint: swift format (.swift-format; 'swift format format --in-place --recursive --parallel Sources Tests' fixes what it finds)"
+swift format lint --strict --recursive --parallel Sources Tests
 swift build --build-tests
 swift test --skip-build
 echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"

@@ -34,12 +34,16 @@ struct Bench: AsyncParsableCommand {
 
     mutating func validate() throws {
         guard rows > 0, chunk > 0 else { throw ValidationError("--rows and --chunk must be positive.") }
-        guard ["sequential", "random", "both"].contains(order) else { throw ValidationError("--order is sequential, random or both.") }
+        guard ["sequential", "random", "both"].contains(order) else {
+            throw ValidationError("--order is sequential, random or both.")
+        }
         guard ["both", "raw", "graph"].contains(mode) else { throw ValidationError("--mode is both, raw or graph.") }
     }
 
     func run() async throws {
-        let base = directory.map { URL(filePath: $0) } ?? FileManager.default.temporaryDirectory.appendingPathComponent("bugsquasher-bench-\(UUID().uuidString)")
+        let base =
+            directory.map { URL(filePath: $0) }
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("bugsquasher-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(at: base) } }
         print("rows=\(rows) chunk=\(chunk) mode=\(mode)")
@@ -81,14 +85,18 @@ struct Bench: AsyncParsableCommand {
         while index < data.count {
             let end = min(data.count, index + chunk)
             try pool.write { db in
-                let statement = try db.cachedStatement(sql: """
-                    INSERT INTO "Bug" (pk, _version, "key", "jiraID", "title", "details", "status", "resolution", "priority", "type", "labels", "created", "updated", "resolved", "project", "reporter", "assignee")
-                    VALUES (?, 1, ?, NULL, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)
-                    """)
+                let statement = try db.cachedStatement(
+                    sql: """
+                        INSERT INTO "Bug" (pk, _version, "key", "jiraID", "title", "details", "status", "resolution", "priority", "type", "labels", "created", "updated", "resolved", "project", "reporter", "assignee")
+                        VALUES (?, 1, ?, NULL, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)
+                        """)
                 for position in index..<end {
                     let n = data.row(at: position)
                     let v = BenchRows.values(n)
-                    try statement.execute(arguments: [position + 1, v.key, v.title, v.details, v.status, v.priority, v.type, v.labels, v.created, v.created])
+                    try statement.execute(arguments: [
+                        position + 1, v.key, v.title, v.details, v.status, v.priority, v.type, v.labels, v.created,
+                        v.created,
+                    ])
                 }
             }
             index = end
@@ -123,7 +131,8 @@ struct Bench: AsyncParsableCommand {
             try await importer.save()
             index = end
             if index % (chunk * 100) == 0 {
-                FileHandle.standardError.write(Data(String(format: "  graph: %d rows, RSS %.1f MiB\n", index, currentRSSMiB()).utf8))
+                FileHandle.standardError.write(
+                    Data(String(format: "  graph: %d rows, RSS %.1f MiB\n", index, currentRSSMiB()).utf8))
             }
         }
         return (ContinuousClock.now - start).seconds

@@ -28,10 +28,14 @@ struct BenchRows {
 
     static let statuses = ["Open", "In Progress", "Resolved", "Closed", "Reopened"]
     static let priorities = ["Low", "Medium", "High", "Critical"]
-    static let filler = String(repeating: "Steps to reproduce: open the app, rotate the device, watch the log. ", count: 6)
+    static let filler = String(
+        repeating: "Steps to reproduce: open the app, rotate the device, watch the log. ", count: 6)
 
     /// The values of row `n`, in the order of the Bug entity's attributes.
-    static func values(_ n: Int) -> (key: String, title: String, details: String, status: String, priority: String, type: String, labels: String, created: Double) {
+    static func values(_ n: Int) -> (
+        key: String, title: String, details: String, status: String, priority: String, type: String, labels: String,
+        created: Double
+    ) {
         (
             "BENCH-\(n)",
             "Crash #\(n) when rotating the device while the keyboard is open",
@@ -50,8 +54,8 @@ private func gcd(_ a: Int, _ b: Int) -> Int { b == 0 ? a : gcd(b, a % b) }
 /// The process's peak resident set size, from `/proc/self/status` (`VmHWM`), in MiB.
 func peakRSSMiB() -> Double {
     guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-          let kib = Double(line.split(separator: " ").dropFirst().first ?? "")
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+        let kib = Double(line.split(separator: " ").dropFirst().first ?? "")
     else { return 0 }
     return kib / 1024
 }
@@ -59,8 +63,8 @@ func peakRSSMiB() -> Double {
 /// The current resident set size (`VmRSS`), in MiB.
 func currentRSSMiB() -> Double {
     guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-          let kib = Double(line.split(separator: " ").dropFirst().first ?? "")
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+        let kib = Double(line.split(separator: " ").dropFirst().first ?? "")
     else { return 0 }
     return kib / 1024
 }

@@ -81,39 +81,50 @@ public final class RemoteStore: IncrementalStore {
 
     private func coding() throws -> WireCoding {
         guard let coding = state.withLock({ $0.coding }) else {
-            throw GraphError(.invalidStore, "RemoteStore used before loadMetadata(for:); open it through a StoreCoordinator.")
+            throw GraphError(
+                .invalidStore, "RemoteStore used before loadMetadata(for:); open it through a StoreCoordinator.")
         }
         return coding
     }
 
-    private func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
+    private func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws
+        -> R
+    {
         do {
             return try client.call(method, parameters, as: R.self)
         } catch let error as VarlinkError {
             let message = error.parameters["message"]?.stringValue ?? error.description
             throw GraphError(.invalidArgument, "squasherd refused \(method): \(message)", cause: error)
         } catch {
-            throw GraphError(.storeIO, "The connection to squasherd at \(socketPath) failed during \(method).", cause: error)
+            throw GraphError(
+                .storeIO, "The connection to squasherd at \(socketPath) failed during \(method).", cause: error)
         }
     }
 
     public func loadMetadata(for model: ManagedObjectModel) throws -> StoreMetadata {
         let info = try storeInfo()
         guard info.modelVersionHash == model.versionHash else {
-            throw GraphError(.incompatibleModel, "squasherd at \(socketPath) serves model \(info.modelVersionHash), this program has \(model.versionHash); update one of them.")
+            throw GraphError(
+                .incompatibleModel,
+                "squasherd at \(socketPath) serves model \(info.modelVersionHash), this program has \(model.versionHash); update one of them."
+            )
         }
         state.withLock { state in
             state.coding = WireCoding(model: model)
             state.storeIdentifier = info.storeIdentifier
             state.loadedToken = HistoryToken(rawValue: info.token)
         }
-        return StoreMetadata(storeIdentifier: info.storeIdentifier, storeType: storeType, modelVersionHash: info.modelVersionHash)
+        return StoreMetadata(
+            storeIdentifier: info.storeIdentifier, storeType: storeType, modelVersionHash: info.modelVersionHash)
     }
 
     public func execute(_ request: any StoreRequest) throws -> StoreResult {
         guard let fetch = request as? FetchDescription else {
             if request is SaveChanges {
-                throw GraphError(.readOnly, "A remote store is read-only: write through squasherd's write socket (squasherctl, or io.bugsquasher.Import.Update).")
+                throw GraphError(
+                    .readOnly,
+                    "A remote store is read-only: write through squasherd's write socket (squasherctl, or io.bugsquasher.Import.Update)."
+                )
             }
             throw unsupported(request)
         }
@@ -121,22 +132,25 @@ public final class RemoteStore: IncrementalStore {
         guard let entity = coding.model.entity(named: fetch.entityName) else {
             throw GraphError(.invalidArgument, "The model has no entity '\(fetch.entityName)'.")
         }
-        let result: String = switch fetch.resultType {
-        case .objectIDs: "ids"
-        case .rows: "rows"
-        case .count: "count"
-        }
+        let result: String =
+            switch fetch.resultType {
+            case .objectIDs: "ids"
+            case .rows: "rows"
+            case .count: "count"
+            }
         // squasherd caps one reply (10,000 rows, 100,000 IDs) and says `more` when the cap cut
         // it: the pages are fetched until the limit or the end, so a fetch is never cut short.
         // (Pages are separate reads: a commit between two of them can shift the offsets.)
         var (ids, rows, count) = ([String](), [WireRow](), 0)
         var received = 0
         while true {
-            let page: FetchReply = try call("io.bugsquasher.Store.Fetch", FetchParameters(
-                entity: fetch.entityName, predicate: fetch.predicate?.text,
-                sort: fetch.sort.map { ($0.ascending ? "" : "-") + $0.keyPath },
-                limit: fetch.limit.map { $0 - received }, offset: fetch.offset + received, result: result
-            ))
+            let page: FetchReply = try call(
+                "io.bugsquasher.Store.Fetch",
+                FetchParameters(
+                    entity: fetch.entityName, predicate: fetch.predicate?.text,
+                    sort: fetch.sort.map { ($0.ascending ? "" : "-") + $0.keyPath },
+                    limit: fetch.limit.map { $0 - received }, offset: fetch.offset + received, result: result
+                ))
             state.withLock { $0.statistics.fetches += 1 }
             count = page.count ?? 0
             ids += page.ids ?? []
@@ -150,7 +164,9 @@ public final class RemoteStore: IncrementalStore {
         case .objectIDs: return .fetched(.objectIDs(try ids.map(parse)))
         case .rows:
             let decoded = try rows.map { row in
-                StoreRow(objectID: try parse(row.id), snapshot: try coding.decodeRow(row.values, version: row.version, entity: entity))
+                StoreRow(
+                    objectID: try parse(row.id),
+                    snapshot: try coding.decodeRow(row.values, version: row.version, entity: entity))
             }
             record(decoded)
             return .fetched(.rows(decoded))
@@ -158,7 +174,9 @@ public final class RemoteStore: IncrementalStore {
     }
 
     private func parse(_ uri: String) throws -> ObjectID {
-        guard let id = ObjectID(uri: uri) else { throw GraphError(.storeIO, "squasherd sent '\(uri)', which is not an object ID.") }
+        guard let id = ObjectID(uri: uri) else {
+            throw GraphError(.storeIO, "squasherd sent '\(uri)', which is not an object ID.")
+        }
         return id
     }
 
@@ -172,7 +190,8 @@ public final class RemoteStore: IncrementalStore {
             }
             var loadedFaults: [(ObjectID, Int64)] = []
             for row in rows {
-                let id = row.objectID, version = row.snapshot.version
+                let id = row.objectID
+                let version = row.snapshot.version
                 state.statistics.loadedObjects.insert(id)
                 guard state.registrations[id] != nil else {
                     state.unclaimed[id] = version
@@ -208,14 +227,17 @@ public final class RemoteStore: IncrementalStore {
         var ids: [ObjectID] = []
         while true {
             // Pages of the daemon's per-call cap, until it says there are no more.
-            let reply: IDsReply = try call("io.bugsquasher.Store.Related", RelatedParameters(id: objectID.uriString, relationship: name, offset: ids.isEmpty ? nil : ids.count))
+            let reply: IDsReply = try call(
+                "io.bugsquasher.Store.Related",
+                RelatedParameters(id: objectID.uriString, relationship: name, offset: ids.isEmpty ? nil : ids.count))
             ids += try reply.ids.map(parse)
             guard reply.more == true, !reply.ids.isEmpty else { return ids }
         }
     }
 
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
-        throw GraphError(.readOnly, "A remote store is read-only and assigns no IDs: insert through squasherd's write socket.")
+        throw GraphError(
+            .readOnly, "A remote store is read-only and assigns no IDs: insert through squasherd's write socket.")
     }
 
     public func didRegister(_ objectIDs: [ObjectID]) {
@@ -237,7 +259,9 @@ public final class RemoteStore: IncrementalStore {
             var removed: [ObjectID] = []
             for id in objectIDs {
                 let count = state.registrations[id, default: 0] - 1
-                if count > 0 { state.registrations[id] = count } else {
+                if count > 0 {
+                    state.registrations[id] = count
+                } else {
                     state.registrations[id] = nil
                     state.versions[id] = nil
                     removed.append(id)
@@ -270,7 +294,8 @@ public final class RemoteStore: IncrementalStore {
     public func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] {
         let coding = try coding()
         let store = state.withLock { $0.storeIdentifier }
-        let reply: HistoryReply = try call("io.bugsquasher.Changes.History", HistoryParameters(after: token.rawValue, limit: limit))
+        let reply: HistoryReply = try call(
+            "io.bugsquasher.Changes.History", HistoryParameters(after: token.rawValue, limit: limit))
         return try reply.saves.map { try coding.decode($0, storeIdentifier: store) }
     }
 

@@ -96,8 +96,10 @@ public final class Subscriber: Sendable {
     /// let subscriber = try Subscriber(socketPath: path, insertsOf: "Bug", matching: Key("key").in(["TIMOB-7"]))
     /// ```
     public init(
-        socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil, includeValues: Bool = true,
-        registeredOnly: Bool = true, insertsOf: String? = nil, matching: ObjectPredicate? = nil, timeout: Duration? = nil,
+        socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil,
+        includeValues: Bool = true,
+        registeredOnly: Bool = true, insertsOf: String? = nil, matching: ObjectPredicate? = nil,
+        timeout: Duration? = nil,
         logger: Logger = Logger(label: "bugsquasher.subscriber")
     ) throws {
         self.socketPath = socketPath
@@ -109,13 +111,17 @@ public final class Subscriber: Sendable {
         coding = WireCoding(model: model)
         store = try RemoteStore(socketPath: socketPath, timeout: timeout)
         let coordinator = try StoreCoordinator(model: model, store: store)
-        context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
+        context = ObjectContext(
+            coordinator: coordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber", logger: logger)
         // A consumer that stops reading keeps the newest events only, not an unbounded backlog.
-        (refreshes, refreshContinuation) = AsyncStream.makeStream(of: RefreshEvent.self, bufferingPolicy: .bufferingNewest(10_000))
+        (refreshes, refreshContinuation) = AsyncStream.makeStream(
+            of: RefreshEvent.self, bufferingPolicy: .bufferingNewest(10_000))
         let current = try store.tokenAtLoad ?? store.currentHistoryToken()
         if let since, since > current {
             // A token this store never issued, as `run()` meets it on a reconnect (TokenAhead).
-            logger.error("squasherd's store is behind the token to resume from (restored from a backup?); following its feed from its current token", metadata: ["since": "\(since)", "token": "\(current)"])
+            logger.error(
+                "squasherd's store is behind the token to resume from (restored from a backup?); following its feed from its current token",
+                metadata: ["since": "\(since)", "token": "\(current)"])
         }
         state = Mutex(State(token: since.map { min($0, current) } ?? current))
         let registrar = Registrar()
@@ -139,7 +145,8 @@ public final class Subscriber: Sendable {
     /// Called with each event inside the context's isolation, right after the merge that made it.
     /// An error it throws ends ``run(onRefresh:)`` with that error (a consumer that can no longer
     /// take events: its output failed, say), rather than a reconnect.
-    public typealias RefreshHandler = @Sendable (_ context: isolated ObjectContext, _ event: RefreshEvent) throws -> Void
+    public typealias RefreshHandler =
+        @Sendable (_ context: isolated ObjectContext, _ event: RefreshEvent) throws -> Void
 
     /// What a ``RefreshHandler`` threw, carried out of the feed past its reconnects.
     private struct HandlerFailure: Error {
@@ -183,11 +190,15 @@ public final class Subscriber: Sendable {
             case .reconnect(_, fromNow: true):
                 // Registering the held objects again with their versions refreshes the ones the
                 // store has newer.
-                logger.error("squasherd's store is behind this subscriber's token (restored from a backup?); following its feed from now", metadata: ["error": "\(failure)"])
+                logger.error(
+                    "squasherd's store is behind this subscriber's token (restored from a backup?); following its feed from now",
+                    metadata: ["error": "\(failure)"])
                 state.withLock { $0.token = nil }
             case .reconnect(let delay, fromNow: false):
                 guard delay > .zero else { continue }
-                logger.warning("change feed interrupted; reconnecting", metadata: ["error": "\(failure)", "token": "\(lastToken.map(\.description) ?? "-")"])
+                logger.warning(
+                    "change feed interrupted; reconnecting",
+                    metadata: ["error": "\(failure)", "token": "\(lastToken.map(\.description) ?? "-")"])
                 try? await Task.sleep(for: delay)
             }
         }
@@ -224,7 +235,9 @@ public final class Subscriber: Sendable {
             register: held.map { $0.0.uriString }, versions: held.map(\.1),
             insertsOf: insertsOf, insertsMatching: insertsMatching?.text
         )
-        try await VarlinkStream.call(path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters) { replies in
+        try await VarlinkStream.call(
+            path: socketPath, method: "io.bugsquasher.Changes.Subscribe", parameters: parameters
+        ) { replies in
             for try await (event, bytes) in replies.decoding(SubscribeReply.self) {
                 state.withLock { $0.bytesReceived += bytes + 1 }
                 switch event.event {
@@ -243,17 +256,29 @@ public final class Subscriber: Sendable {
                     guard let wire = event.save else { continue }
                     let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
                     store.noteVersions(didSave)
-                    let inserted = insertsOf.map { entity in didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity } } ?? []
+                    let inserted =
+                        insertsOf.map { entity in
+                            didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity }
+                        } ?? []
                     let watchedKeys = insertsMatching?.keyPaths ?? []
                     let watchedEntity = insertsOf
                     let isCatchUp = event.event == "refresh"
                     let refresh = try await context.perform { context -> RefreshEvent? in
-                        let changedIntoWatch = watchedKeys.isEmpty ? [] : didSave.updated.lazy.filter {
-                            $0.objectID.entityName == watchedEntity && !watchedKeys.isDisjoint(with: $0.changedKeys) && context.registeredObject(for: $0.objectID) == nil
-                        }.map(\.objectID)
+                        let changedIntoWatch =
+                            watchedKeys.isEmpty
+                            ? []
+                            : didSave.updated.lazy.filter {
+                                $0.objectID.entityName == watchedEntity && !watchedKeys.isDisjoint(with: $0.changedKeys)
+                                    && context.registeredObject(for: $0.objectID) == nil
+                            }.map(\.objectID)
                         let result = context.merge(didSave)
-                        guard !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty || !changedIntoWatch.isEmpty else { return nil }
-                        var refresh = RefreshEvent(token: didSave.token, refreshed: result.refreshed, deleted: result.deleted, inserted: inserted, isCatchUp: isCatchUp)
+                        guard
+                            !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty
+                                || !changedIntoWatch.isEmpty
+                        else { return nil }
+                        var refresh = RefreshEvent(
+                            token: didSave.token, refreshed: result.refreshed, deleted: result.deleted,
+                            inserted: inserted, isCatchUp: isCatchUp)
                         refresh.changedIntoWatch = Array(changedIntoWatch)
                         do { try onRefresh?(context, refresh) } catch { throw HandlerFailure(error: error) }
                         return refresh
@@ -261,7 +286,8 @@ public final class Subscriber: Sendable {
                     if !isCatchUp { state.withLock { $0.token = didSave.token } }
                     if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
                 case "resync":
-                    logger.notice("squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
+                    logger.notice(
+                        "squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
                     // Resume after the last save sent, which is the last one merged: never
                     // behind what this context holds.
                     if let from = event.resyncFrom {
@@ -287,7 +313,9 @@ public final class Subscriber: Sendable {
         } catch let error as VarlinkError where error.name == "io.bugsquasher.Changes.TooManyRegistrations" {
             // Kept pending and sent again with the next batch; until squasherd takes them,
             // changes to these objects do not arrive.
-            logger.warning("squasherd refuses more registrations for this subscriber; unregister (release) objects no longer held", metadata: ["error": "\(error)"])
+            logger.warning(
+                "squasherd refuses more registrations for this subscriber; unregister (release) objects no longer held",
+                metadata: ["error": "\(error)"])
         } catch {}
     }
 
@@ -318,7 +346,9 @@ public final class Subscriber: Sendable {
     static let registrationBatch = 10_000
 
     private func sendRegistrations(added: [(ObjectID, Int64)], removed: [ObjectID]) throws {
-        guard let subscription = state.withLock({ $0.subscription }), !(added.isEmpty && removed.isEmpty) else { return }
+        guard let subscription = state.withLock({ $0.subscription }), !(added.isEmpty && removed.isEmpty) else {
+            return
+        }
         let client = try registrationClient.withLock { client in
             if let client { return client }
             let connected = try BlockingVarlinkClient(path: socketPath)
@@ -327,10 +357,15 @@ public final class Subscriber: Sendable {
         }
         do {
             for batch in added.chunks(ofCount: Self.registrationBatch) {
-                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Register", RegisterParameters(subscription: subscription, ids: batch.map { $0.0.uriString }, versions: batch.map { $0.1 }))
+                let _: RegisterReply = try client.call(
+                    "io.bugsquasher.Changes.Register",
+                    RegisterParameters(
+                        subscription: subscription, ids: batch.map { $0.0.uriString }, versions: batch.map { $0.1 }))
             }
             for batch in removed.chunks(ofCount: Self.registrationBatch) {
-                let _: RegisterReply = try client.call("io.bugsquasher.Changes.Unregister", RegisterParameters(subscription: subscription, ids: batch.map(\.uriString)))
+                let _: RegisterReply = try client.call(
+                    "io.bugsquasher.Changes.Unregister",
+                    RegisterParameters(subscription: subscription, ids: batch.map(\.uriString)))
             }
         } catch {
             // A broken connection is replaced on the next use; the feed reconnects and re-registers.

@@ -36,9 +36,12 @@ struct Demo: AsyncParsableCommand {
     var emitNDJSON: Int?
 
     mutating func validate() throws {
-        guard chunk > 0, generate > 0, watch >= 0 else { throw ValidationError("--chunk and --generate must be positive, --watch not negative.") }
+        guard chunk > 0, generate > 0, watch >= 0 else {
+            throw ValidationError("--chunk and --generate must be positive, --watch not negative.")
+        }
         if let input, !FileManager.default.isReadableFile(atPath: input) {
-            throw ValidationError("Cannot read \(input): pass a readable Jira NDJSON file, or leave --input out to generate data.")
+            throw ValidationError(
+                "Cannot read \(input): pass a readable Jira NDJSON file, or leave --input out to generate data.")
         }
     }
 
@@ -50,20 +53,25 @@ struct Demo: AsyncParsableCommand {
             var start = 1
             while start <= count {
                 let batch = SampleIssues.generate(count: min(1_000, count - start + 1), startingAt: start)
-                let text = try batch.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n") + "\n"
+                let text =
+                    try batch.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
+                    + "\n"
                 FileHandle.standardOutput.write(Data(text.utf8))
                 start += batch.count
             }
             return
         }
         let storeURL = URL(filePath: store)
-        try FileManager.default.createDirectory(at: storeURL.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: storeURL.deletingLastPathComponent(), withIntermediateDirectories: true)
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store + suffix) }
         let stack = try PersistentStack(model: BugModel.model, storeURL: storeURL)
         let records = try loadRecords()
         print("BugSquasher object-graph demo")
         print("  store:  \(store)")
-        print("  input:  \(input ?? "generated (\(generate) Jira-like issues)") — \(records.count) records, chunks of \(chunk)")
+        print(
+            "  input:  \(input ?? "generated (\(generate) Jira-like issues)") — \(records.count) records, chunks of \(chunk)"
+        )
 
         // Pass 1: the first import.
         let first = try await importAll(records, into: stack, label: "import")
@@ -72,8 +80,11 @@ struct Demo: AsyncParsableCommand {
         // The main context registers a few bugs, as a dashboard would.
         let watchedKeys = Array(records.map(\.key).prefix(watch))
         let watched = try await stack.mainContext.perform { context in
-            try context.fetch(FetchRequest<Bug>(predicate: Key("key").in(watchedKeys.map { .string($0) }), sort: [Key("key").ascending]))
-                .map { bug in (bug.objectID, bug.key, bug.status) }
+            try context.fetch(
+                FetchRequest<Bug>(
+                    predicate: Key("key").in(watchedKeys.map { .string($0) }), sort: [Key("key").ascending])
+            )
+            .map { bug in (bug.objectID, bug.key, bug.status) }
         }
         print("\nmain context registers \(watched.count) bugs:")
         for (_, key, status) in watched { print("  \(key): \(status)") }
@@ -93,12 +104,18 @@ struct Demo: AsyncParsableCommand {
         print("  re-imported: \(second.updated) updated, \(second.unchanged) unchanged")
         let refreshed = refreshedKeys.withLock { $0 }
         let report = await stack.mainContext.perform { context in
-            (context.registeredObjectIDs.count,
-             refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { "\($0.key): \($0.status)" } })
+            (
+                context.registeredObjectIDs.count,
+                refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { "\($0.key): \($0.status)" } }
+            )
         }
-        print("\nsmart merge into the main context: \(refreshed.count) refreshed of \(second.updated) updated in the store; registered objects: \(report.0)")
+        print(
+            "\nsmart merge into the main context: \(refreshed.count) refreshed of \(second.updated) updated in the store; registered objects: \(report.0)"
+        )
         for line in report.1 { print("  refreshed \(line)") }
-        print("\nDone. Nothing outside the \(watched.count) registered bugs (and their related faults) was loaded by the main context.")
+        print(
+            "\nDone. Nothing outside the \(watched.count) registered bugs (and their related faults) was loaded by the main context."
+        )
     }
 
     private func loadRecords() throws -> [BugRecord] {
@@ -118,7 +135,9 @@ struct Demo: AsyncParsableCommand {
         return records
     }
 
-    private func importAll(_ records: [BugRecord], into stack: PersistentStack, label: String) async throws -> UpsertSummary {
+    private func importAll(_ records: [BugRecord], into stack: PersistentStack, label: String) async throws
+        -> UpsertSummary
+    {
         var total = UpsertSummary()
         let upserter = BugUpserter()
         let clock = ContinuousClock.now
@@ -128,7 +147,9 @@ struct Demo: AsyncParsableCommand {
             total += try await importer.perform { context in try upserter.upsert(chunk, in: context) }
             let didSave = try await importer.save()
             let done = slice.endIndex
-            print("  \(label): \(done)/\(records.count) records, token \(didSave.map { "\($0.token)" } ?? "-"), \(String(format: "%.1f", Double(done) / max((ContinuousClock.now - clock) / .seconds(1), 0.001))) records/s")
+            print(
+                "  \(label): \(done)/\(records.count) records, token \(didSave.map { "\($0.token)" } ?? "-"), \(String(format: "%.1f", Double(done) / max((ContinuousClock.now - clock) / .seconds(1), 0.001))) records/s"
+            )
         }
         return total
     }

@@ -25,7 +25,11 @@ extension BugRecord {
 
     /// Reads one record object at the reader's position.
     package static func read(from reader: inout JSONReader) throws -> BugRecord {
-        var key: String?, title: String?, status: String?, project: ProjectRecord?, hasComments = false
+        var key: String?
+        var title: String?
+        var status: String?
+        var project: ProjectRecord?
+        var hasComments = false
         var record = BugRecord(key: "", title: "", status: "", project: ProjectRecord(key: ""))
         // Fields are walked without a closure: a struct a closure captures is copied out at the
         // end, retaining and releasing every string of the record.
@@ -35,22 +39,54 @@ extension BugRecord {
         while let field = try reader.nextKey(&fields) {
             do {
                 switch Self.field(named: field) {
-                case .key?: try once(key == nil, field); key = try reader.string()
-                case .jiraID?: try record.take(.jiraID, field); record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
-                case .title?: try record.take(.title, field); title = try reader.string()
-                case .details?: try record.take(.details, field); record.details = try reader.optionalString()
-                case .status?: try record.take(.status, field); status = try reader.string()
-                case .resolution?: try record.take(.resolution, field); record.resolution = try reader.optionalString()
-                case .priority?: try record.take(.priority, field); record.priority = try reader.optionalString()
-                case .type?: try record.take(.type, field); record.type = try reader.optionalString()
-                case .labels?: try record.take(.labels, field); record.labels = reader.null() ? [] : try reader.strings()
-                case .created?: try record.take(.created, field); record.created = try date(&reader)
-                case .updated?: try record.take(.updated, field); record.updated = try date(&reader)
-                case .resolved?: try record.take(.resolved, field); record.resolved = try date(&reader)
-                case .project?: try once(project == nil, field); project = try ProjectRecord.read(from: &reader)
-                case .components?: try record.take(.components, field); record.components = reader.null() ? [] : try reader.strings()
-                case .reporter?: try record.take(.reporter, field); record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
-                case .assignee?: try record.take(.assignee, field); record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case .key?:
+                    try once(key == nil, field)
+                    key = try reader.string()
+                case .jiraID?:
+                    try record.take(.jiraID, field)
+                    record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
+                case .title?:
+                    try record.take(.title, field)
+                    title = try reader.string()
+                case .details?:
+                    try record.take(.details, field)
+                    record.details = try reader.optionalString()
+                case .status?:
+                    try record.take(.status, field)
+                    status = try reader.string()
+                case .resolution?:
+                    try record.take(.resolution, field)
+                    record.resolution = try reader.optionalString()
+                case .priority?:
+                    try record.take(.priority, field)
+                    record.priority = try reader.optionalString()
+                case .type?:
+                    try record.take(.type, field)
+                    record.type = try reader.optionalString()
+                case .labels?:
+                    try record.take(.labels, field)
+                    record.labels = reader.null() ? [] : try reader.strings()
+                case .created?:
+                    try record.take(.created, field)
+                    record.created = try date(&reader)
+                case .updated?:
+                    try record.take(.updated, field)
+                    record.updated = try date(&reader)
+                case .resolved?:
+                    try record.take(.resolved, field)
+                    record.resolved = try date(&reader)
+                case .project?:
+                    try once(project == nil, field)
+                    project = try ProjectRecord.read(from: &reader)
+                case .components?:
+                    try record.take(.components, field)
+                    record.components = reader.null() ? [] : try reader.strings()
+                case .reporter?:
+                    try record.take(.reporter, field)
+                    record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
+                case .assignee?:
+                    try record.take(.assignee, field)
+                    record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
                 case .comments?:
                     try once(!hasComments, field)
                     hasComments = true
@@ -62,7 +98,9 @@ extension BugRecord {
                 default:
                     try reader.skip()
                     // A Jira issue in input read as BugSquasher's own format (detected from its first record).
-                    throw unknownField(field, of: "a bug record", known: fieldNames, hint: field == "fields" ? Self.jiraIssueHint : nil)
+                    throw unknownField(
+                        field, of: "a bug record", known: fieldNames, hint: field == "fields" ? Self.jiraIssueHint : nil
+                    )
                 }
             } catch let failure as JSONReader.Failure {
                 throw fieldError(field, failure)
@@ -71,8 +109,12 @@ extension BugRecord {
         guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
         guard let project else { throw ImportError(.invalidRecord, "missing field 'project'") }
         record.key = key
-        record.title = try title.map { try notBlank($0, "title", leftOut: "keeps the bug's title (a new bug takes its key)") } ?? key
-        record.status = try status.map { try notBlank($0, "status", leftOut: "keeps the bug's status (a new bug gets Unknown)") } ?? "Unknown"
+        record.title =
+            try title.map { try notBlank($0, "title", leftOut: "keeps the bug's title (a new bug takes its key)") }
+            ?? key
+        record.status =
+            try status.map { try notBlank($0, "status", leftOut: "keeps the bug's status (a new bug gets Unknown)") }
+            ?? "Unknown"
         record.project = project
         return record
     }
@@ -90,15 +132,25 @@ extension BugRecord {
         case 4: return name == "type" ? .type : nil
         case 5: return name == "title" ? .title : nil
         case 6: return name == "status" ? .status : name == "labels" ? .labels : name == "jiraID" ? .jiraID : nil
-        case 7: return name == "details" ? .details : name == "project" ? .project : name == "created" ? .created : name == "updated" ? .updated : nil
-        case 8: return name == "priority" ? .priority : name == "comments" ? .comments : name == "reporter" ? .reporter : name == "assignee" ? .assignee : name == "resolved" ? .resolved : nil
+        case 7:
+            return name == "details"
+                ? .details
+                : name == "project" ? .project : name == "created" ? .created : name == "updated" ? .updated : nil
+        case 8:
+            return name == "priority"
+                ? .priority
+                : name == "comments"
+                    ? .comments
+                    : name == "reporter"
+                        ? .reporter : name == "assignee" ? .assignee : name == "resolved" ? .resolved : nil
         case 10: return name == "components" ? .components : name == "resolution" ? .resolution : nil
         default: return nil
         }
     }
 
     /// Why a record has a Jira issue's `fields`.
-    static let jiraIssueHint = "a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json"
+    static let jiraIssueHint =
+        "a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json"
 
     /// Marks `field` as read, refusing it when the record carried it already.
     private mutating func take(_ field: Fields, _ name: String) throws {
@@ -109,7 +161,8 @@ extension BugRecord {
     /// `text`, refused when it is empty or only whitespace: a record that carries `field` sets it.
     private static func notBlank(_ text: String, _ field: String, leftOut: String) throws -> String {
         guard text.contains(where: { !$0.isWhitespace }) else {
-            throw ImportError(.invalidRecord, "field '\(field)' is blank; give it a value, or leave the field out, which \(leftOut).")
+            throw ImportError(
+                .invalidRecord, "field '\(field)' is blank; give it a value, or leave the field out, which \(leftOut).")
         }
         return text
     }
@@ -128,14 +181,18 @@ extension BugRecord {
         "assignee": #"{"name": "jdoe", "displayName": "Jane Doe"}"#,
         "labels": #"["crash", "ios"]"#,
         "components": #"["Android", "iOS"]"#,
-        "comments": #"[{"jiraID": "10001", "body": "Seen again", "author": {"name": "jdoe"}, "created": "2011-04-15T02:23:39Z"}]"#,
+        "comments":
+            #"[{"jiraID": "10001", "body": "Seen again", "author": {"name": "jdoe"}, "created": "2011-04-15T02:23:39Z"}]"#,
     ]
 
     /// Reads an ISO 8601 date string (or `null`).
     static func date(_ reader: inout JSONReader) throws -> Date? {
         guard let text = try reader.optionalString() else { return nil }
         guard let date = ISO8601Date.parse(text) else {
-            throw ImportError(.invalidRecord, ISO8601Date.refusal(of: text, otherwise: "'\(text)' is not an ISO 8601 date such as 2011-04-15T02:23:39Z"))
+            throw ImportError(
+                .invalidRecord,
+                ISO8601Date.refusal(
+                    of: text, otherwise: "'\(text)' is not an ISO 8601 date such as 2011-04-15T02:23:39Z"))
         }
         return date
     }
@@ -154,15 +211,25 @@ private func once(_ first: Bool, _ field: String) throws {
 /// so that broken JSON is reported as such.
 private func unknownField(_ field: String, of object: String, known: [String], hint: String? = nil) -> ImportError {
     // A name far longer than any field is no near miss, and is cut short in the message.
-    let hint = hint ?? (field.count > 32 ? nil : known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }.map { "did you mean '\($0)'?" })
+    let hint =
+        hint
+        ?? (field.count > 32
+            ? nil
+            : known.first { distance(field.lowercased(), $0.lowercased()) <= max(1, $0.count / 4) }.map {
+                "did you mean '\($0)'?"
+            })
     let shown = field.count > 64 ? field.prefix(64) + "…" : field
-    return ImportError(.invalidRecord, "\(object) has no field '\(shown)'\(hint.map { " (\($0))" } ?? ""); its fields are \(known.joined(separator: ", ")).")
+    return ImportError(
+        .invalidRecord,
+        "\(object) has no field '\(shown)'\(hint.map { " (\($0))" } ?? ""); its fields are \(known.joined(separator: ", "))."
+    )
 }
 
 /// The edit distance between two short strings: the fewest characters to insert, delete or
 /// replace, or neighbours to swap, to turn one into the other (`titel` is 1 from `title`).
 private func distance(_ a: String, _ b: String) -> Int {
-    let a = Array(a), b = Array(b)
+    let a = Array(a)
+    let b = Array(b)
     // d[i][j]: the distance between the first i characters of a and the first j of b.
     var d = (0...a.count).map { i in (0...b.count).map { j in i == 0 ? j : (j == 0 ? i : 0) } }
     for i in a.indices {
@@ -179,12 +246,21 @@ private func distance(_ a: String, _ b: String) -> Int {
 extension ProjectRecord {
     /// Reads `{"key": …, "name": …}`.
     package static func read(from reader: inout JSONReader) throws -> ProjectRecord {
-        var key: String?, name: String?, hasName = false
+        var key: String?
+        var name: String?
+        var hasName = false
         try reader.object { reader, field in
             switch field {
-            case "key": try once(key == nil, "project.key"); key = try reader.string()
-            case "name": try once(!hasName, "project.name"); hasName = true; name = try reader.optionalString()
-            default: try reader.skip(); throw unknownField(field, of: "a project", known: ["key", "name"])
+            case "key":
+                try once(key == nil, "project.key")
+                key = try reader.string()
+            case "name":
+                try once(!hasName, "project.name")
+                hasName = true
+                name = try reader.optionalString()
+            default:
+                try reader.skip()
+                throw unknownField(field, of: "a project", known: ["key", "name"])
             }
         }
         guard let key else { throw ImportError(.invalidRecord, "missing field 'project.key'") }
@@ -195,12 +271,21 @@ extension ProjectRecord {
 extension PersonRecord {
     /// Reads `{"name": …, "displayName": …}`.
     package static func read(from reader: inout JSONReader) throws -> PersonRecord {
-        var name: String?, displayName: String?, hasDisplayName = false
+        var name: String?
+        var displayName: String?
+        var hasDisplayName = false
         try reader.object { reader, field in
             switch field {
-            case "name": try once(name == nil, "name"); name = try reader.string()
-            case "displayName": try once(!hasDisplayName, "displayName"); hasDisplayName = true; displayName = try reader.optionalString()
-            default: try reader.skip(); throw unknownField(field, of: "a person", known: ["name", "displayName"])
+            case "name":
+                try once(name == nil, "name")
+                name = try reader.string()
+            case "displayName":
+                try once(!hasDisplayName, "displayName")
+                hasDisplayName = true
+                displayName = try reader.optionalString()
+            default:
+                try reader.skip()
+                throw unknownField(field, of: "a person", known: ["name", "displayName"])
             }
         }
         guard let name else { throw ImportError(.invalidRecord, "missing field 'name' of a person") }
@@ -211,18 +296,39 @@ extension PersonRecord {
 extension CommentRecord {
     /// Reads `{"jiraID": …, "body": …, "author": …, "created": …, "updated": …}`.
     package static func read(from reader: inout JSONReader) throws -> CommentRecord {
-        var jiraID: String?, body: String?, author: PersonRecord?, created: Date?, updated: Date?
+        var jiraID: String?
+        var body: String?
+        var author: PersonRecord?
+        var created: Date?
+        var updated: Date?
         // The fields that may be null, once read (a comment is decoded per comment of an
         // import: no set of names is built for it).
-        var hasAuthor = false, hasCreated = false, hasUpdated = false
+        var hasAuthor = false
+        var hasCreated = false
+        var hasUpdated = false
         try reader.object { reader, field in
             switch field {
-            case "jiraID": try once(jiraID == nil, "comments[].jiraID"); jiraID = try reader.stringOrNumber()
-            case "body": try once(body == nil, "comments[].body"); body = try reader.string()
-            case "author": try once(!hasAuthor, "comments[].author"); hasAuthor = true; author = reader.null() ? nil : try PersonRecord.read(from: &reader)
-            case "created": try once(!hasCreated, "comments[].created"); hasCreated = true; created = try BugRecord.date(&reader)
-            case "updated": try once(!hasUpdated, "comments[].updated"); hasUpdated = true; updated = try BugRecord.date(&reader)
-            default: try reader.skip(); throw unknownField(field, of: "a comment", known: ["jiraID", "body", "author", "created", "updated"])
+            case "jiraID":
+                try once(jiraID == nil, "comments[].jiraID")
+                jiraID = try reader.stringOrNumber()
+            case "body":
+                try once(body == nil, "comments[].body")
+                body = try reader.string()
+            case "author":
+                try once(!hasAuthor, "comments[].author")
+                hasAuthor = true
+                author = reader.null() ? nil : try PersonRecord.read(from: &reader)
+            case "created":
+                try once(!hasCreated, "comments[].created")
+                hasCreated = true
+                created = try BugRecord.date(&reader)
+            case "updated":
+                try once(!hasUpdated, "comments[].updated")
+                hasUpdated = true
+                updated = try BugRecord.date(&reader)
+            default:
+                try reader.skip()
+                throw unknownField(field, of: "a comment", known: ["jiraID", "body", "author", "created", "updated"])
             }
         }
         guard let jiraID, let body else { throw ImportError(.invalidRecord, "a comment needs 'jiraID' and 'body'") }

@@ -92,7 +92,8 @@ public struct BugRecord: Sendable, Hashable, Codable {
 
     /// The fields of the JSON form, in the order ``encode(to:)`` writes them.
     enum CodingKeys: String, CodingKey, CaseIterable {
-        case key, jiraID, title, details, status, resolution, priority, type, labels, created, updated, resolved, project, components, reporter, assignee, comments
+        case key, jiraID, title, details, status, resolution, priority, type, labels, created, updated, resolved,
+            project, components, reporter, assignee, comments
     }
 
     /// Encodes the JSON form: a field the record carries is written even when empty (`null`),

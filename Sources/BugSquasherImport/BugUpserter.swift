@@ -55,7 +55,9 @@ public struct BugUpserter: Sendable {
     ///   when a record has an empty or blank key, project key, person name, component name or
     ///   comment ID;
     ///   `GraphError` when a fetch fails.
-    public func upsert(_ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, in context: isolated ObjectContext) throws -> UpsertSummary {
+    public func upsert(
+        _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, in context: isolated ObjectContext
+    ) throws -> UpsertSummary {
         // Records are read in place (through the buffer), not copied: a copy of a record retains
         // every string of it, and this runs for every record of every chunk. `apply` takes a
         // pointer because a subscript's element, passed as an argument, is copied out.
@@ -109,8 +111,12 @@ public struct BugUpserter: Sendable {
         }
         // Two checks, not a loop over an array of the keys: this runs for every record imported.
         // (CSV cells are trimmed before they get here.)
-        if EntityDescription.hasStrayCharacters(inKey: record.pointee.key) { throw strayCharacters(in: "key", record.pointee.key, record: index) }
-        if EntityDescription.hasStrayCharacters(inKey: record.pointee.project.key) { throw strayCharacters(in: "project key", record.pointee.project.key, record: index) }
+        if EntityDescription.hasStrayCharacters(inKey: record.pointee.key) {
+            throw strayCharacters(in: "key", record.pointee.key, record: index)
+        }
+        if EntityDescription.hasStrayCharacters(inKey: record.pointee.project.key) {
+            throw strayCharacters(in: "project key", record.pointee.project.key, record: index)
+        }
     }
 
     private static func strayCharacters(in what: String, _ key: String, record index: Int) -> ImportError {

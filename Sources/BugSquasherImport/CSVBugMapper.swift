@@ -62,8 +62,10 @@ public struct CSVBugMapper: Sendable {
             .id: ["bug_id", "bug id", "id", "issue id"], .summary: ["short_desc", "summary"],
             .description: ["long_desc", "description"], .status: ["bug_status", "status"], .resolution: ["resolution"],
             .priority: ["priority"], .type: ["bug_severity", "severity"], .labels: ["keywords"],
-            .created: ["opendate", "opened", "creation_ts", "created"], .updated: ["changeddate", "changed", "delta_ts", "updated", "last changed"],
-            .resolved: ["cf_last_resolved", "resolved", "last resolved"], .projectName: ["product"], .components: ["component"],
+            .created: ["opendate", "opened", "creation_ts", "created"],
+            .updated: ["changeddate", "changed", "delta_ts", "updated", "last changed"],
+            .resolved: ["cf_last_resolved", "resolved", "last resolved"], .projectName: ["product"],
+            .components: ["component"],
             .reporter: ["reporter"], .assignee: ["assigned_to", "assignee", "assigned to"],
         ],
     ]
@@ -98,14 +100,19 @@ public struct CSVBugMapper: Sendable {
         for field in Field.allCases {
             if let column = mapping.columns[field] {
                 guard let indexes = byName[Self.normalized(column)] else {
-                    throw ImportError(.invalidRecord, "--map \(field.rawValue)=\(CSVColumnMapping.quoted(column)): the header has no column '\(column)'. \(Self.listing(header)) Name one of them, as the header writes it.")
+                    throw ImportError(
+                        .invalidRecord,
+                        "--map \(field.rawValue)=\(CSVColumnMapping.quoted(column)): the header has no column '\(column)'. \(Self.listing(header)) Name one of them, as the header writes it."
+                    )
                 }
                 fieldColumns[field] = indexes
             } else if let name = synonyms[field]?.first(where: { byName[$0] != nil }) {
                 // Under the first of its usual names the header has (every column of that name).
                 fieldColumns[field] = byName[name]
             }
-            if let indexes = fieldColumns[field], indexes.count > 1, !Self.listFields[flavor, default: []].contains(field) {
+            if let indexes = fieldColumns[field], indexes.count > 1,
+                !Self.listFields[flavor, default: []].contains(field)
+            {
                 repeated.append((header[indexes[0]].trimmingCharacters(in: .whitespaces).lowercased(), indexes))
             }
         }
@@ -115,12 +122,20 @@ public struct CSVBugMapper: Sendable {
             if fieldColumns[entry.key] == nil { absent.insert(entry.value) }
         }
         guard fieldColumns[.key] != nil || fieldColumns[.id] != nil else {
-            let usual = flavor == .jira ? "a Jira export names it 'Issue key'" : "a Bugzilla export names it 'bug_id' or 'Bug ID'"
-            throw ImportError(.invalidRecord, "The CSV header has no column for the bug's key (\(usual)). \(Self.listing(header)) Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), or pick the right --format.")
+            let usual =
+                flavor == .jira
+                ? "a Jira export names it 'Issue key'" : "a Bugzilla export names it 'bug_id' or 'Bug ID'"
+            throw ImportError(
+                .invalidRecord,
+                "The CSV header has no column for the bug's key (\(usual)). \(Self.listing(header)) Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), or pick the right --format."
+            )
         }
         if flavor == .jira, fieldColumns[.key] == nil, mapping.project == nil, fieldColumns[.project] == nil {
             let column = header[fieldColumns[.id]![0]]
-            throw ImportError(.invalidRecord, "The CSV header has '\(column)' but no 'Issue key': its numeric IDs need a project to become keys. Give the project with --project KEY (bugs become KEY-<id>), name the key column with --map key=COLUMN, or import it as --format bugzilla-csv (bugs become BZ-<id>). \(Self.listing(header))")
+            throw ImportError(
+                .invalidRecord,
+                "The CSV header has '\(column)' but no 'Issue key': its numeric IDs need a project to become keys. Give the project with --project KEY (bugs become KEY-<id>), name the key column with --map key=COLUMN, or import it as --format bugzilla-csv (bugs become BZ-<id>). \(Self.listing(header))"
+            )
         }
     }
 
@@ -151,13 +166,20 @@ public struct CSVBugMapper: Sendable {
         var read = Set<Int>()
         let fields = fieldColumns.sorted { $0.key < $1.key }.map { field, indexes -> String in
             read.formUnion(indexes)
-            return "\(field.rawValue)=\(CSVColumnMapping.quoted(header[indexes[0]].trimmingCharacters(in: .whitespaces)))"
+            return
+                "\(field.rawValue)=\(CSVColumnMapping.quoted(header[indexes[0]].trimmingCharacters(in: .whitespaces)))"
         }
         var text = fields.joined(separator: " ")
         if let project { text += " --project \(project)" }
-        let unread = header.indices.filter { !read.contains($0) }.map { header[$0].trimmingCharacters(in: .whitespaces) }
+        let unread = header.indices.filter { !read.contains($0) }.map {
+            header[$0].trimmingCharacters(in: .whitespaces)
+        }
         let unique = unread.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-        if !unique.isEmpty { text += "; not imported: " + unique.prefix(20).joined(separator: ", ") + (unique.count > 20 ? " and \(unique.count - 20) more" : "") }
+        if !unique.isEmpty {
+            text +=
+                "; not imported: " + unique.prefix(20).joined(separator: ", ")
+                + (unique.count > 20 ? " and \(unique.count - 20) more" : "")
+        }
         return text
     }
 
@@ -170,20 +192,27 @@ public struct CSVBugMapper: Sendable {
     }
 
     private func values(_ fields: [String], _ field: Field) -> [String] {
-        (fieldColumns[field] ?? []).compactMap { $0 < fields.count ? fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) : nil }.filter { !$0.isEmpty }
+        (fieldColumns[field] ?? []).compactMap {
+            $0 < fields.count ? fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) : nil
+        }.filter { !$0.isEmpty }
     }
 
     /// The column a field's value came from in this row, for messages.
     private func column(_ fields: [String], _ field: Field) -> String {
         let indexes = fieldColumns[field] ?? []
-        let index = indexes.first { $0 < fields.count && !fields[$0].trimmingCharacters(in: .whitespacesAndNewlines).isEmpty } ?? indexes.first
+        let index =
+            indexes.first { $0 < fields.count && !fields[$0].trimmingCharacters(in: .whitespacesAndNewlines).isEmpty }
+            ?? indexes.first
         return index.map { header[$0].trimmingCharacters(in: .whitespaces) } ?? field.rawValue
     }
 
     private func date(_ fields: [String], _ field: Field, line: Int) throws -> Date? {
         guard let text = value(fields, field) else { return nil }
         guard let date = TrackerDate.parse(text) else {
-            throw ImportError(.invalidRecord, "Column '\(column(fields, field))' holds '\(text.prefix(80))', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39 with or without a zone such as +00:00, or ISO 8601). Fix the date in the export, or read the field from another column (--map \(field.rawValue)=COLUMN).", inputLine: line)
+            throw ImportError(
+                .invalidRecord,
+                "Column '\(column(fields, field))' holds '\(text.prefix(80))', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39 with or without a zone such as +00:00, or ISO 8601). Fix the date in the export, or read the field from another column (--map \(field.rawValue)=COLUMN).",
+                inputLine: line)
         }
         return date
     }
@@ -195,19 +224,31 @@ public struct CSVBugMapper: Sendable {
     ///   (its values would land in the wrong columns).
     public func record(_ fields: [String], line: Int) throws -> BugRecord {
         guard fields.count == width else {
-            throw ImportError(.invalidRecord, "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.", inputLine: line)
+            throw ImportError(
+                .invalidRecord,
+                "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.",
+                inputLine: line)
         }
         for (name, indexes) in repeated {
-            let values = indexes.map { fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+            let values = indexes.map { fields[$0].trimmingCharacters(in: .whitespacesAndNewlines) }.filter {
+                !$0.isEmpty
+            }
             guard Set(values).count > 1 else { continue }
-            throw ImportError(.invalidRecord, "Column '\(name)' is in the header \(indexes.count) times, and this row holds different values in them (\(values.prefix(3).map { "'\($0.prefix(40))'" }.joined(separator: ", "))): which one is meant cannot be told. Keep one of those columns, or export the file again.", inputLine: line)
+            throw ImportError(
+                .invalidRecord,
+                "Column '\(name)' is in the header \(indexes.count) times, and this row holds different values in them (\(values.prefix(3).map { "'\($0.prefix(40))'" }.joined(separator: ", "))): which one is meant cannot be told. Keep one of those columns, or export the file again.",
+                inputLine: line)
         }
         let (key, idNumber) = try key(fields, line: line)
         let isJira = flavor == .jira
         let product = value(fields, .projectName)
-        let projectKey = project ?? value(fields, .project) ?? (isJira
-            ? String(key.split(separator: "-").first ?? Substring(key))
-            : product.map { String($0.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20)) }.flatMap { $0.isEmpty ? nil : $0 } ?? "BUGZILLA")
+        let projectKey =
+            project ?? value(fields, .project)
+            ?? (isJira
+                ? String(key.split(separator: "-").first ?? Substring(key))
+                : product.map {
+                    String($0.uppercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.prefix(20))
+                }.flatMap { $0.isEmpty ? nil : $0 } ?? "BUGZILLA")
         var record = BugRecord(
             key: key,
             jiraID: idNumber ?? value(fields, .id),
@@ -236,7 +277,10 @@ public struct CSVBugMapper: Sendable {
         let field: Field = value(fields, .key) != nil ? .key : .id
         guard let cell = value(fields, field) else {
             let names = [Field.key, .id].compactMap { fieldColumns[$0].map { "'\(header[$0[0]])'" } }
-            throw ImportError(.missingKey, "The row has no key: \(names.joined(separator: " and ")) \(names.count == 1 ? "is" : "are") empty.", inputLine: line)
+            throw ImportError(
+                .missingKey,
+                "The row has no key: \(names.joined(separator: " and ")) \(names.count == 1 ? "is" : "are") empty.",
+                inputLine: line)
         }
         let digits = cell.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
         if field == .key, !digits { return (cell, nil) }
@@ -245,10 +289,16 @@ public struct CSVBugMapper: Sendable {
         // fraction would make keys no tracker has ("BZ--5").
         let number = String(cell.drop { $0 == "0" })
         guard digits, !number.isEmpty else {
-            throw ImportError(.invalidRecord, "Column '\(column(fields, field))' holds '\(cell.prefix(80))', which is neither a bug key (PROJ-123) nor a bug number (a positive whole number).", inputLine: line)
+            throw ImportError(
+                .invalidRecord,
+                "Column '\(column(fields, field))' holds '\(cell.prefix(80))', which is neither a bug key (PROJ-123) nor a bug number (a positive whole number).",
+                inputLine: line)
         }
         guard let prefix = project ?? (flavor == .bugzilla ? "BZ" : value(fields, .project)) else {
-            throw ImportError(.invalidRecord, "Column '\(column(fields, field))' holds the number \(cell), not a bug key, and the row names no project to make one of it: give --project KEY to import it as KEY-\(number).", inputLine: line)
+            throw ImportError(
+                .invalidRecord,
+                "Column '\(column(fields, field))' holds the number \(cell), not a bug key, and the row names no project to make one of it: give --project KEY to import it as KEY-\(number).",
+                inputLine: line)
         }
         return ("\(prefix)-\(number)", field == .id ? number : nil)
     }
@@ -265,9 +315,13 @@ public struct CSVBugMapper: Sendable {
             // Jira writes "date;author;body".
             let parts = text.split(separator: ";", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 3, let created = TrackerDate.parse(parts[0]) else {
-                return CommentRecord(jiraID: "\(key)-c\(index + 1)", body: text, author: nil, created: nil, updated: nil)
+                return CommentRecord(
+                    jiraID: "\(key)-c\(index + 1)", body: text, author: nil, created: nil, updated: nil)
             }
-            return CommentRecord(jiraID: "\(key)-c\(index + 1)", body: parts[2], author: parts[1].isEmpty ? nil : PersonRecord(name: parts[1], displayName: nil), created: created, updated: nil)
+            return CommentRecord(
+                jiraID: "\(key)-c\(index + 1)", body: parts[2],
+                author: parts[1].isEmpty ? nil : PersonRecord(name: parts[1], displayName: nil), created: created,
+                updated: nil)
         }
     }
 
@@ -283,7 +337,8 @@ public enum TrackerDate {
     /// name several, and are refused).
     private static let zoneAbbreviations: [String: String] = [
         "UTC": "Z", "GMT": "Z", "Z": "Z", "PST": "-08:00", "PDT": "-07:00", "MST": "-07:00", "MDT": "-06:00",
-        "EST": "-05:00", "EDT": "-04:00", "CET": "+01:00", "CEST": "+02:00", "EET": "+02:00", "EEST": "+03:00", "JST": "+09:00",
+        "EST": "-05:00", "EDT": "-04:00", "CET": "+01:00", "CEST": "+02:00", "EET": "+02:00", "EEST": "+03:00",
+        "JST": "+09:00",
     ]
     private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
@@ -313,10 +368,12 @@ public enum TrackerDate {
             return ISO8601Date.parse("\(parts[0])T\(padded)\(zone)")
         }
         // 15/Apr/11 2:23 AM
-        func number(_ text: Substring) -> Int? { text.allSatisfy(\.isASCII) && text.allSatisfy(\.isNumber) ? Int(text) : nil }
+        func number(_ text: Substring) -> Int? {
+            text.allSatisfy(\.isASCII) && text.allSatisfy(\.isNumber) ? Int(text) : nil
+        }
         let slash = text.split(separator: "/", omittingEmptySubsequences: false)
         guard slash.count == 3, let dayOfMonth = number(slash[0]),
-              let month = months.firstIndex(of: slash[1].lowercased())
+            let month = months.firstIndex(of: slash[1].lowercased())
         else { return nil }
         let rest = slash[2].split(separator: " ")
         guard (1...3).contains(rest.count), var year = number(rest[0]) else { return nil }

@@ -92,18 +92,24 @@ public struct CSVColumnMapping: Sendable, Hashable {
         var columns: [Field: String] = [:]
         for pair in pairs {
             guard let equals = pair.firstIndex(of: "=") else {
-                throw ImportError(.invalidRecord, "--map \(pair) is not FIELD=COLUMN: write it as, for instance, --map key=\"Issue id\".")
+                throw ImportError(
+                    .invalidRecord,
+                    "--map \(pair) is not FIELD=COLUMN: write it as, for instance, --map key=\"Issue id\".")
             }
             let name = pair[..<equals].trimmingCharacters(in: .whitespaces)
             let column = pair[pair.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             guard let field = Field(named: name) else {
-                throw ImportError(.invalidRecord, "--map \(pair): there is no field '\(name)'. The fields are \(Field.names).")
+                throw ImportError(
+                    .invalidRecord, "--map \(pair): there is no field '\(name)'. The fields are \(Field.names).")
             }
             guard !column.isEmpty else {
-                throw ImportError(.invalidRecord, "--map \(pair) names no column: write the column's name as the header has it after the '='.")
+                throw ImportError(
+                    .invalidRecord,
+                    "--map \(pair) names no column: write the column's name as the header has it after the '='.")
             }
             if let earlier = columns[field], earlier.lowercased() != column.lowercased() {
-                throw ImportError(.invalidRecord, "--map maps \(field.rawValue) twice, to '\(earlier)' and to '\(column)': keep one.")
+                throw ImportError(
+                    .invalidRecord, "--map maps \(field.rawValue) twice, to '\(earlier)' and to '\(column)': keep one.")
             }
             columns[field] = column
         }
@@ -115,11 +121,16 @@ public struct CSVColumnMapping: Sendable, Hashable {
 
     /// Refuses a project key that cannot start a bug key (`KEY-123`).
     static func checkProjectKey(_ key: String) throws {
-        let valid = !key.isEmpty && key.count <= 40 && key.unicodeScalars.allSatisfy {
-            ("A"..."Z").contains($0) || ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_"
-        } && key.unicodeScalars.first.map { !("0"..."9").contains($0) } == true
+        let valid =
+            !key.isEmpty && key.count <= 40
+            && key.unicodeScalars.allSatisfy {
+                ("A"..."Z").contains($0) || ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_"
+            } && key.unicodeScalars.first.map { !("0"..."9").contains($0) } == true
         guard valid else {
-            throw ImportError(.invalidRecord, "--project '\(key)' is not a project key: use letters, digits and underscores, starting with a letter (TIMOB), at most 40 characters.")
+            throw ImportError(
+                .invalidRecord,
+                "--project '\(key)' is not a project key: use letters, digits and underscores, starting with a letter (TIMOB), at most 40 characters."
+            )
         }
     }
 
@@ -133,6 +144,7 @@ public struct CSVColumnMapping: Sendable, Hashable {
 
     /// A column name as a shell would take it back.
     static func quoted(_ name: String) -> String {
-        name.allSatisfy { $0.isLetter || $0.isNumber || "_-/.".contains($0) } ? name : "\"" + name.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        name.allSatisfy { $0.isLetter || $0.isNumber || "_-/.".contains($0) }
+            ? name : "\"" + name.replacingOccurrences(of: "\"", with: "\\\"") + "\""
     }
 }

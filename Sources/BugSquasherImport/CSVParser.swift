@@ -79,7 +79,9 @@ public struct CSVParser: Sendable {
             if afterClosingQuote {
                 afterClosingQuote = false
                 if byte != UInt8(ascii: ","), byte != UInt8(ascii: "\n"), byte != UInt8(ascii: "\r") {
-                    malformed = malformed ?? "field \(fields.count + 1) has text after its closing quote (a quote inside a quoted field is written \"\"), so which text belongs to which field is unclear; fix the quoting"
+                    malformed =
+                        malformed
+                        ?? "field \(fields.count + 1) has text after its closing quote (a quote inside a quoted field is written \"\"), so which text belongs to which field is unclear; fix the quoting"
                 }
             }
             switch byte {
@@ -104,7 +106,10 @@ public struct CSVParser: Sendable {
     /// Ends the input: returns the last record when the input did not end with a newline, or
     /// ``Record/unterminated(line:)`` when it ended inside a quoted field.
     public mutating func finish() -> [Record] {
-        if quoteInQuotes { inQuotes = false; quoteInQuotes = false }
+        if quoteInQuotes {
+            inQuotes = false
+            quoteInQuotes = false
+        }
         afterClosingQuote = false
         if inQuotes { return [.unterminated(line: recordLine)] }
         guard !atRecordStart || !field.isEmpty || !fields.isEmpty else { return [] }
@@ -121,7 +126,9 @@ public struct CSVParser: Sendable {
         } else if let text = String(validating: field, as: UTF8.self) {
             fields.append(text)
         } else {
-            malformed = malformed ?? "field \(fields.count + 1) is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)"
+            malformed =
+                malformed
+                ?? "field \(fields.count + 1) is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)"
             fields.append("")
         }
         field.removeAll(keepingCapacity: true)

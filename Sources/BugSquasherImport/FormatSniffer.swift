@@ -56,11 +56,15 @@ public struct FormatSniffer: Sendable {
         // A UTF-8 byte order mark (editors on Windows write one) is not part of the data.
         let sniffed = sniffed.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(sniffed.dropFirst(3)) : sniffed
         if let encoding = Self.wideEncoding(of: sniffed) {
-            throw refusal("The input is \(encoding) text; BugSquasher reads UTF-8 (and plain ASCII). Convert it first, for instance: iconv -f \(encoding) -t UTF-8 FILE > FILE.utf8")
+            throw refusal(
+                "The input is \(encoding) text; BugSquasher reads UTF-8 (and plain ASCII). Convert it first, for instance: iconv -f \(encoding) -t UTF-8 FILE > FILE.utf8"
+            )
         }
         if let (kind, decompress) = Self.archiveKind(of: sniffed) {
             let inside = insideGzip ? ", inside the gzip compression" : ""
-            throw refusal("The input is \(kind)\(inside); squasherd reads exports as they are or gzip-compressed (once). Unpack it first, for instance: \(decompress) | squasherctl import -")
+            throw refusal(
+                "The input is \(kind)\(inside); squasherd reads exports as they are or gzip-compressed (once). Unpack it first, for instance: \(decompress) | squasherctl import -"
+            )
         }
         guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09].contains($0) }) else {
             if final { return nil }
@@ -111,7 +115,9 @@ public struct FormatSniffer: Sendable {
                 detected = .jiraJSON
                 layout = .searchResponse
             } else {
-                throw refusal("The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(ImportFormat.names).")
+                throw refusal(
+                    "The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(ImportFormat.names)."
+                )
             }
         } else {
             var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
@@ -121,23 +127,37 @@ public struct FormatSniffer: Sendable {
             let mapsKey = columns.columns[.key] != nil || columns.columns[.id] != nil
             guard let names, let flavor = CSVBugMapper.detect(header: names) ?? (mapsKey ? .jira : nil) else {
                 if let (separator, flavor) = Self.headerWithOtherSeparator(firstLine) {
-                    throw refusal("The input looks like a \(flavor == .jira ? "Jira" : "Bugzilla") CSV export whose fields are separated by \(separator.name) rather than commas (as spreadsheet programs save CSV in some locales). BugSquasher reads comma-separated exports: export it again, save it as CSV with commas, or convert it, for instance: python3 -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader(sys.stdin, delimiter=\"\(separator.escaped)\"))' < FILE > FILE.csv")
+                    throw refusal(
+                        "The input looks like a \(flavor == .jira ? "Jira" : "Bugzilla") CSV export whose fields are separated by \(separator.name) rather than commas (as spreadsheet programs save CSV in some locales). BugSquasher reads comma-separated exports: export it again, save it as CSV with commas, or convert it, for instance: python3 -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader(sys.stdin, delimiter=\"\(separator.escaped)\"))' < FILE > FILE.csv"
+                    )
                 }
                 if let names, names.count >= 2, names.allSatisfy({ !$0.isEmpty && $0.count <= 100 }) {
                     // A CSV header, if not one of an export the importer knows.
-                    let shown = names.prefix(40).map { "'\($0)'" }.joined(separator: ", ") + (names.count > 40 ? " and \(names.count - 40) more" : "")
-                    throw refusal("The input looks like a CSV file, but its header names no key column BugSquasher knows ('Issue key' or 'Issue id' of Jira, 'bug_id' or 'Bug ID' of Bugzilla). Its columns are \(shown). Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), and the others as needed (--map summary=COLUMN, --map created=COLUMN, …).")
+                    let shown =
+                        names.prefix(40).map { "'\($0)'" }.joined(separator: ", ")
+                        + (names.count > 40 ? " and \(names.count - 40) more" : "")
+                    throw refusal(
+                        "The input looks like a CSV file, but its header names no key column BugSquasher knows ('Issue key' or 'Issue id' of Jira, 'bug_id' or 'Bug ID' of Bugzilla). Its columns are \(shown). Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), and the others as needed (--map summary=COLUMN, --map created=COLUMN, …)."
+                    )
                 }
-                let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map { $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0) }.joined()
-                throw refusal("The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names).")
+                let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map {
+                    $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0)
+                }.joined()
+                throw refusal(
+                    "The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names)."
+                )
             }
             detected = flavor == .jira ? .jiraCSV : .bugzillaCSV
         }
         if let declared, declared != detected {
-            throw refusal("The input was submitted as \(declared.rawValue) but looks like \(detected.rawValue). Submit it with --format \(detected.rawValue), or check the file.")
+            throw refusal(
+                "The input was submitted as \(declared.rawValue) but looks like \(detected.rawValue). Submit it with --format \(detected.rawValue), or check the file."
+            )
         }
         if !columns.isEmpty, !detected.isCSV {
-            throw refusal("The input is \(detected.rawValue), whose fields have fixed names: --map and --project apply to CSV exports only. Import it without them.")
+            throw refusal(
+                "The input is \(detected.rawValue), whose fields have fixed names: --map and --project apply to CSV exports only. Import it without them."
+            )
         }
         return Decision(format: detected, layout: layout)
     }
@@ -153,13 +173,17 @@ public struct FormatSniffer: Sendable {
 
     /// The separator and flavor of a Jira or Bugzilla CSV header whose fields are separated by
     /// semicolons, tabs or vertical bars instead of commas; `nil` when `firstLine` is no such header.
-    private static func headerWithOtherSeparator(_ firstLine: [UInt8]) -> (separator: (name: String, escaped: String), flavor: CSVBugMapper.Flavor)? {
+    private static func headerWithOtherSeparator(_ firstLine: [UInt8]) -> (
+        separator: (name: String, escaped: String), flavor: CSVBugMapper.Flavor
+    )? {
         let separators: [(byte: UInt8, name: String, escaped: String)] = [
-            (UInt8(ascii: ";"), "semicolons", ";"), (UInt8(ascii: "\t"), "tabs", "\\t"), (UInt8(ascii: "|"), "vertical bars", "|"),
+            (UInt8(ascii: ";"), "semicolons", ";"), (UInt8(ascii: "\t"), "tabs", "\\t"),
+            (UInt8(ascii: "|"), "vertical bars", "|"),
         ]
         for separator in separators where firstLine.contains(separator.byte) {
             let names = firstLine.split(separator: separator.byte, omittingEmptySubsequences: false).map {
-                String(decoding: $0, as: UTF8.self).trimmingCharacters(in: CharacterSet(charactersIn: "\"\r").union(.whitespaces))
+                String(decoding: $0, as: UTF8.self).trimmingCharacters(
+                    in: CharacterSet(charactersIn: "\"\r").union(.whitespaces))
             }
             if let flavor = CSVBugMapper.detect(header: names) { return ((separator.name, separator.escaped), flavor) }
         }

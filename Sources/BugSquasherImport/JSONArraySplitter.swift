@@ -75,23 +75,36 @@ public struct JSONArraySplitter: Sendable {
                 // Nothing may follow the document: a second array or NDJSON lines after it
                 // would otherwise be dropped without a word.
                 if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
-                throw Failure(description: "text follows the end of the \(layout == .array ? "JSON array" : "Jira search response") at byte \(offset); a file holds one JSON document (or one issue object per line, without an enclosing array)")
+                throw Failure(
+                    description:
+                        "text follows the end of the \(layout == .array ? "JSON array" : "Jira search response") at byte \(offset); a file holds one JSON document (or one issue object per line, without an enclosing array)"
+                )
             }
             if !started {
                 if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
                 started = true
                 let expected: UInt8 = layout == .array ? UInt8(ascii: "[") : UInt8(ascii: "{")
                 guard byte == expected else {
-                    throw Failure(description: "expected '\(Character(UnicodeScalar(expected)))' at the start of a \(layout == .array ? "JSON array" : "Jira search response")")
+                    throw Failure(
+                        description:
+                            "expected '\(Character(UnicodeScalar(expected)))' at the start of a \(layout == .array ? "JSON array" : "Jira search response")"
+                    )
                 }
                 depth = 1
-                if layout == .array { collecting = true; arrayDepth = 1 }
+                if layout == .array {
+                    collecting = true
+                    arrayDepth = 1
+                }
                 continue
             }
             if inString {
                 if collecting && elementStarted { add(byte) }
                 if !collecting && depth == 1 { keyBuffer.append(byte) }
-                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
                     inString = false
                     if !collecting && depth == 1 { lastKey = Array(keyBuffer.dropLast()) }
                 }
@@ -105,8 +118,15 @@ public struct JSONArraySplitter: Sendable {
                 startElementIfNeeded()
                 if collecting { add(byte) }
             case UInt8(ascii: "{"), UInt8(ascii: "["):
-                if !collecting && layout == .searchResponse && depth == 1 && byte == UInt8(ascii: "[") && lastKey == Array("issues".utf8) {
-                    guard !finishedArray else { throw Failure(description: "the Jira search response has a second \"issues\" array at byte \(offset); a response has one") }
+                if !collecting && layout == .searchResponse && depth == 1 && byte == UInt8(ascii: "[")
+                    && lastKey == Array("issues".utf8)
+                {
+                    guard !finishedArray else {
+                        throw Failure(
+                            description:
+                                "the Jira search response has a second \"issues\" array at byte \(offset); a response has one"
+                        )
+                    }
                     depth += 1
                     collecting = true
                     arrayDepth = depth
@@ -119,7 +139,10 @@ public struct JSONArraySplitter: Sendable {
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
                 if collecting && depth == arrayDepth {
                     guard byte == UInt8(ascii: "]") else { throw Failure(description: "unbalanced '}' in the array") }
-                    guard !afterComma else { throw Failure(description: "a comma closes the array at byte \(offset) (a trailing comma is not JSON)") }
+                    guard !afterComma else {
+                        throw Failure(
+                            description: "a comma closes the array at byte \(offset) (a trailing comma is not JSON)")
+                    }
                     if let element = endElement() { out.append(element) }
                     collecting = false
                     finishedArray = true
@@ -135,10 +158,17 @@ public struct JSONArraySplitter: Sendable {
             case UInt8(ascii: ","):
                 if collecting && depth == arrayDepth {
                     // An element dropped between two commas would vanish without a reject.
-                    guard elementStarted else { throw Failure(description: "the array has an empty element at byte \(offset) (a comma with no value before it is not JSON)") }
+                    guard elementStarted else {
+                        throw Failure(
+                            description:
+                                "the array has an empty element at byte \(offset) (a comma with no value before it is not JSON)"
+                        )
+                    }
                     if let element = endElement() { out.append(element) }
                     afterComma = true
-                } else if collecting { add(byte) }
+                } else if collecting {
+                    add(byte)
+                }
             case 0x20, 0x0A, 0x0D, 0x09:
                 if collecting && elementStarted { add(0x20) }
             default:
@@ -157,11 +187,23 @@ public struct JSONArraySplitter: Sendable {
     public func finish() throws(Failure) {
         switch layout {
         case .array:
-            guard finishedArray else { throw Failure(description: "the JSON array is not closed (the input is truncated)") }
+            guard finishedArray else {
+                throw Failure(description: "the JSON array is not closed (the input is truncated)")
+            }
         case .searchResponse:
-            guard foundArray else { throw Failure(description: "no \"issues\" array was found in the Jira search response") }
-            guard finishedArray else { throw Failure(description: "the \"issues\" array of the Jira search response is not closed (the input is truncated)") }
-            guard ended else { throw Failure(description: "the Jira search response is not closed after its \"issues\" array (the input is truncated)") }
+            guard foundArray else {
+                throw Failure(description: "no \"issues\" array was found in the Jira search response")
+            }
+            guard finishedArray else {
+                throw Failure(
+                    description:
+                        "the \"issues\" array of the Jira search response is not closed (the input is truncated)")
+            }
+            guard ended else {
+                throw Failure(
+                    description:
+                        "the Jira search response is not closed after its \"issues\" array (the input is truncated)")
+            }
         }
     }
 
@@ -182,7 +224,10 @@ public struct JSONArraySplitter: Sendable {
 
     private mutating func add(_ byte: UInt8) {
         guard elementStarted else { return }
-        if element.count >= maximumElementBytes { oversized = true; return }
+        if element.count >= maximumElementBytes {
+            oversized = true
+            return
+        }
         element.append(byte)
     }
 
@@ -195,6 +240,7 @@ public struct JSONArraySplitter: Sendable {
         }
         guard elementStarted else { return nil }
         while element.last == 0x20 { element.removeLast() }
-        return oversized ? .oversized(number: number, line: elementLine) : .value(element, number: number, line: elementLine)
+        return oversized
+            ? .oversized(number: number, line: elementLine) : .value(element, number: number, line: elementLine)
     }
 }

@@ -37,7 +37,8 @@ public struct JiraIssueDecoder: Sendable {
     /// Whether `failure` came from the input ending (an unterminated string or object at its
     /// last byte): a record cut short, not one of the wrong shape.
     private static func endsEarly(_ failure: JSONReader.Failure, in bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        failure.message == "unexpected end of input" || failure.message == "unterminated string" || failure.offset >= bytes.count
+        failure.message == "unexpected end of input" || failure.message == "unterminated string"
+            || failure.offset >= bytes.count
     }
 
     /// Decodes one issue from its UTF-8 bytes; see ``decode(_:line:)``.
@@ -48,13 +49,25 @@ public struct JiraIssueDecoder: Sendable {
             issue = try JiraPayload.Issue.read(from: &reader)
             try reader.end()
         } catch let error as JiraPayload.FieldFailure where Self.endsEarly(error.failure, in: bytes) {
-            throw ImportError(.invalidJSON, "The issue's JSON ends inside its field \(error.path), at byte \(error.failure.offset): the record is cut short (a truncated line or file). Fix or remove this line.", inputLine: line)
+            throw ImportError(
+                .invalidJSON,
+                "The issue's JSON ends inside its field \(error.path), at byte \(error.failure.offset): the record is cut short (a truncated line or file). Fix or remove this line.",
+                inputLine: line)
         } catch let error as JiraPayload.FieldFailure {
-            throw ImportError(.invalidJSON, "The issue's field \(error.path) is not what Jira's REST API v2 sends (\(error.failure)). Check that the input is Jira's REST API v2 format, or fix this line.", inputLine: line)
+            throw ImportError(
+                .invalidJSON,
+                "The issue's field \(error.path) is not what Jira's REST API v2 sends (\(error.failure)). Check that the input is Jira's REST API v2 format, or fix this line.",
+                inputLine: line)
         } catch let failure as JSONReader.Failure where Self.endsEarly(failure, in: bytes) {
-            throw ImportError(.invalidJSON, "The issue's JSON ends at byte \(failure.offset), before the object closes: the record is cut short (a truncated line or file). Fix or remove this line.", inputLine: line)
+            throw ImportError(
+                .invalidJSON,
+                "The issue's JSON ends at byte \(failure.offset), before the object closes: the record is cut short (a truncated line or file). Fix or remove this line.",
+                inputLine: line)
         } catch let failure as JSONReader.Failure {
-            throw ImportError(.invalidJSON, "The input is not a Jira issue object (\(failure)). Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line.", inputLine: line)
+            throw ImportError(
+                .invalidJSON,
+                "The input is not a Jira issue object (\(failure)). Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line.",
+                inputLine: line)
         }
         guard let key = issue.key, !key.isEmpty else {
             throw ImportError(
@@ -83,8 +96,14 @@ public struct JiraIssueDecoder: Sendable {
         func date(_ text: String?, _ path: String) throws -> Date? {
             guard let text, !text.isEmpty else { return nil }
             guard let date = ISO8601Date.parse(text) else {
-                let problem = ISO8601Date.isOutsideFourDigitYears(text) ? "which is outside the years 0001 to 9999 (in UTC)" : "which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000)"
-                throw ImportError(.invalidRecord, "The issue's \(path) holds '\(text.prefix(60))', \(problem). Fix or remove this line.", inputLine: line)
+                let problem =
+                    ISO8601Date.isOutsideFourDigitYears(text)
+                    ? "which is outside the years 0001 to 9999 (in UTC)"
+                    : "which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000)"
+                throw ImportError(
+                    .invalidRecord,
+                    "The issue's \(path) holds '\(text.prefix(60))', \(problem). Fix or remove this line.",
+                    inputLine: line)
             }
             return date
         }
@@ -118,7 +137,10 @@ public struct JiraIssueDecoder: Sendable {
                 // leaving it out would lose it without a word.
                 guard let comment else { return nil }
                 guard let id = comment.id, !id.isEmpty else {
-                    throw ImportError(.invalidRecord, "The issue's fields.comment.comments[\(index)] has no \"id\"; BugSquasher keys comments by their Jira id, so that a re-import updates them instead of adding copies. Give each comment its id, or remove the comment from this line.", inputLine: line)
+                    throw ImportError(
+                        .invalidRecord,
+                        "The issue's fields.comment.comments[\(index)] has no \"id\"; BugSquasher keys comments by their Jira id, so that a re-import updates them instead of adding copies. Give each comment its id, or remove the comment from this line.",
+                        inputLine: line)
                 }
                 return CommentRecord(
                     jiraID: id,

@@ -1,4 +1,5 @@
 import BugSquasherJSON
+
 /// The part of Jira's REST v2 issue JSON the importer reads.
 ///
 /// Every property is optional, so that missing and `null` fields decode as `nil` (the real data
@@ -92,12 +93,24 @@ extension JiraPayload.Fields {
         try reader.object { reader, field in
             try JiraPayload.field("fields." + field) {
                 switch field {
-                case "summary": fields.summary = try reader.optionalString(); fields.absent.remove(.title)
-                case "description": fields.description = try reader.optionalString(); fields.absent.remove(.details)
-                case "status": fields.status = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.status)
-                case "resolution": fields.resolution = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.resolution)
-                case "priority": fields.priority = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.priority)
-                case "issuetype": fields.issuetype = try JiraPayload.Named.readOptional(from: &reader); fields.absent.remove(.type)
+                case "summary":
+                    fields.summary = try reader.optionalString()
+                    fields.absent.remove(.title)
+                case "description":
+                    fields.description = try reader.optionalString()
+                    fields.absent.remove(.details)
+                case "status":
+                    fields.status = try JiraPayload.Named.readOptional(from: &reader)
+                    fields.absent.remove(.status)
+                case "resolution":
+                    fields.resolution = try JiraPayload.Named.readOptional(from: &reader)
+                    fields.absent.remove(.resolution)
+                case "priority":
+                    fields.priority = try JiraPayload.Named.readOptional(from: &reader)
+                    fields.absent.remove(.priority)
+                case "issuetype":
+                    fields.issuetype = try JiraPayload.Named.readOptional(from: &reader)
+                    fields.absent.remove(.type)
                 case "labels":
                     fields.absent.remove(.labels)
                     if !reader.null() {
@@ -105,9 +118,15 @@ extension JiraPayload.Fields {
                         try reader.array { labels.append(try $0.optionalString()) }
                         fields.labels = labels
                     }
-                case "created": fields.created = try reader.optionalString(); fields.absent.remove(.created)
-                case "updated": fields.updated = try reader.optionalString(); fields.absent.remove(.updated)
-                case "resolutiondate": fields.resolutiondate = try reader.optionalString(); fields.absent.remove(.resolved)
+                case "created":
+                    fields.created = try reader.optionalString()
+                    fields.absent.remove(.created)
+                case "updated":
+                    fields.updated = try reader.optionalString()
+                    fields.absent.remove(.updated)
+                case "resolutiondate":
+                    fields.resolutiondate = try reader.optionalString()
+                    fields.absent.remove(.resolved)
                 case "project": fields.project = try JiraPayload.Project.readOptional(from: &reader)
                 case "components":
                     fields.absent.remove(.components)
@@ -116,8 +135,12 @@ extension JiraPayload.Fields {
                         try reader.array { components.append(try JiraPayload.Named.readOptional(from: &$0)) }
                         fields.components = components
                     }
-                case "reporter": fields.reporter = try JiraPayload.User.readOptional(from: &reader); fields.absent.remove(.reporter)
-                case "assignee": fields.assignee = try JiraPayload.User.readOptional(from: &reader); fields.absent.remove(.assignee)
+                case "reporter":
+                    fields.reporter = try JiraPayload.User.readOptional(from: &reader)
+                    fields.absent.remove(.reporter)
+                case "assignee":
+                    fields.assignee = try JiraPayload.User.readOptional(from: &reader)
+                    fields.absent.remove(.assignee)
                 case "comment": fields.comment = try JiraPayload.CommentPage.readOptional(from: &reader)
                 default: try reader.skip()
                 }

@@ -47,7 +47,8 @@ public final class LineReader: Sequence, IteratorProtocol {
         do {
             handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
         } catch {
-            throw ImportError(.io, "Cannot open '\(path)' for reading; check that the file exists and is readable.", cause: error)
+            throw ImportError(
+                .io, "Cannot open '\(path)' for reading; check that the file exists and is readable.", cause: error)
         }
         self.init(fileHandle: handle, closesHandle: true)
     }
@@ -94,7 +95,9 @@ public final class LineReader: Sequence, IteratorProtocol {
         var end = range.upperBound
         if end > range.lowerBound, buffer[end - 1] == Self.carriageReturn { end -= 1 }
         guard end > range.lowerBound else { return nil }
-        return buffer.withUnsafeBufferPointer { Data(buffer: UnsafeBufferPointer(rebasing: $0[range.lowerBound..<end])) }
+        return buffer.withUnsafeBufferPointer {
+            Data(buffer: UnsafeBufferPointer(rebasing: $0[range.lowerBound..<end]))
+        }
     }
 
     private func firstNewline() -> Int? {
@@ -123,8 +126,11 @@ public final class LineReader: Sequence, IteratorProtocol {
             }
             buffer.append(contentsOf: chunk)
         } catch {
-            self.error = ImportError(.io, "Reading the input failed after line \(lineNumber); check the file or the pipe feeding it, then import again.", cause: error, inputLine: lineNumber)
-            buffer.removeAll()   // a partial last line must not pass for a complete one
+            self.error = ImportError(
+                .io,
+                "Reading the input failed after line \(lineNumber); check the file or the pipe feeding it, then import again.",
+                cause: error, inputLine: lineNumber)
+            buffer.removeAll()  // a partial last line must not pass for a complete one
             scanned = 0
             reachedEnd = true
         }

@@ -99,7 +99,7 @@ public final class OffsetLineReader {
     private static func firstNewline(in buffer: [UInt8], from start: Int) -> Int? {
         buffer.withUnsafeBufferPointer { bytes in
             guard start < bytes.count, let base = bytes.baseAddress,
-                  let found = memchr(base + start, 0x0A, bytes.count - start)
+                let found = memchr(base + start, 0x0A, bytes.count - start)
             else { return nil }
             return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
         }

@@ -24,7 +24,9 @@ public enum SampleIssues {
         let created = Date(timeIntervalSince1970: 1_300_000_000 + Double(n) * 3_600)
         let reporter = PersonRecord(name: "user-\(String(n % 97, radix: 16))", displayName: "User \(n % 97)")
         let comments = (0..<(n % 4)).map { c in
-            CommentRecord(jiraID: "\(n * 10 + c)", body: "Comment \(c) on issue \(n): reproduced on build \(n % 50).", author: reporter, created: created.addingTimeInterval(Double(c + 1) * 600), updated: nil)
+            CommentRecord(
+                jiraID: "\(n * 10 + c)", body: "Comment \(c) on issue \(n): reproduced on build \(n % 50).",
+                author: reporter, created: created.addingTimeInterval(Double(c + 1) * 600), updated: nil)
         }
         return BugRecord(
             key: "\(project.0)-\(n)",

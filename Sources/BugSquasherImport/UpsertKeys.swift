@@ -20,8 +20,11 @@ public struct UpsertKeys: Sendable, Equatable {
     /// The keys of every object upserting `records` looks up; reads the records in place (a copy
     /// of a record retains every string of it).
     init(_ records: UnsafeBufferPointer<BugRecord>) {
-        var bugs = Set<StoredText>(minimumCapacity: records.count), projects = Set<StoredText>(), persons = Set<StoredText>()
-        var components = Set<StoredText>(), comments = Set<StoredText>()
+        var bugs = Set<StoredText>(minimumCapacity: records.count)
+        var projects = Set<StoredText>()
+        var persons = Set<StoredText>()
+        var components = Set<StoredText>()
+        var comments = Set<StoredText>()
         for index in records.indices {
             bugs.insert(StoredText(records[index].key))
             projects.insert(StoredText(records[index].project.key))
@@ -42,7 +45,9 @@ public struct UpsertKeys: Sendable, Equatable {
     public init(writtenIn context: isolated ObjectContext) {
         var keys: [String: Set<StoredText>] = [:]
         for object in context.insertedObjects + context.updatedObjects where context.writesStoredValues(of: object) {
-            guard let attribute = object.entity.uniqueKey, let key = object.get(attribute, as: String.self) else { continue }
+            guard let attribute = object.entity.uniqueKey, let key = object.get(attribute, as: String.self) else {
+                continue
+            }
             keys[object.entity.name, default: []].insert(StoredText(key))
         }
         byEntity = keys

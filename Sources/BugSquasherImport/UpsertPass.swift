@@ -38,7 +38,8 @@ struct UpsertPass {
         bugs = try fetch(Bug.self, by: "key", in: keys.byEntity["Bug", default: []], context: context)
         projects = try fetch(Project.self, by: "key", in: keys.byEntity["Project", default: []], context: context)
         persons = try fetch(Person.self, by: "name", in: keys.byEntity["Person", default: []], context: context)
-        components = try fetch(Component.self, by: "name", in: keys.byEntity["Component", default: []], context: context)
+        components = try fetch(
+            Component.self, by: "name", in: keys.byEntity["Component", default: []], context: context)
         comments = try fetch(Comment.self, by: "jiraID", in: keys.byEntity["Comment", default: []], context: context)
     }
 
@@ -90,11 +91,13 @@ struct UpsertPass {
 
     private mutating func project(_ record: ProjectRecord, in context: isolated ObjectContext) -> Project {
         let key = StoredText(record.key)
-        let project = projects[key] ?? {
-            let project = context.insert(Project.self)
-            project.key = record.key
-            return project
-        }()
+        let project =
+            projects[key]
+            ?? {
+                let project = context.insert(Project.self)
+                project.key = record.key
+                return project
+            }()
         projects[key] = project
         if let name = record.name { project.name = name }
         return project
@@ -103,11 +106,13 @@ struct UpsertPass {
     private mutating func person(_ record: PersonRecord?, in context: isolated ObjectContext) -> Person? {
         guard let record else { return nil }
         let key = StoredText(record.name)
-        let person = persons[key] ?? {
-            let person = context.insert(Person.self)
-            person.name = record.name
-            return person
-        }()
+        let person =
+            persons[key]
+            ?? {
+                let person = context.insert(Person.self)
+                person.name = record.name
+                return person
+            }()
         persons[key] = person
         if let displayName = record.displayName { person.displayName = displayName }
         return person
@@ -124,7 +129,8 @@ struct UpsertPass {
 
     /// Makes the bug's components exactly the named ones. A bug inserted by this pass has none
     /// yet, and its empty relationship is not read.
-    private mutating func setComponents(_ names: [String], of bug: Bug, isNew: Bool, in context: isolated ObjectContext) {
+    private mutating func setComponents(_ names: [String], of bug: Bug, isNew: Bool, in context: isolated ObjectContext)
+    {
         if isNew && names.isEmpty { return }
         let wanted = names.map { component(named: $0, in: context) }
         let current = isNew ? [] : bug.components

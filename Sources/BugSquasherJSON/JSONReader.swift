@@ -150,7 +150,7 @@ package struct JSONReader {
     package mutating func null() -> Bool {
         skipWhitespace()
         guard bytes.count - index >= 4, bytes[index] == UInt8(ascii: "n"), bytes[index + 1] == UInt8(ascii: "u"),
-              bytes[index + 2] == UInt8(ascii: "l"), bytes[index + 3] == UInt8(ascii: "l")
+            bytes[index + 2] == UInt8(ascii: "l"), bytes[index + 3] == UInt8(ascii: "l")
         else { return false }
         index += 4
         return true
@@ -228,7 +228,9 @@ package struct JSONReader {
     /// Reads a string, or a number as its text (IDs are written either way).
     package mutating func stringOrNumber() throws -> String {
         skipWhitespace()
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) else {
+        guard index < bytes.count,
+            bytes[index] == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index])
+        else {
             return try string()
         }
         let start = index
@@ -241,7 +243,8 @@ package struct JSONReader {
         skipWhitespace()
         let start = index
         try skipNumber()
-        guard let value = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)) else {
+        guard let value = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+        else {
             throw Failure(message: "expected an integer", offset: start)
         }
         return value
@@ -262,7 +265,8 @@ package struct JSONReader {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                let text = nonASCII & 0x80 == 0 ? String(decoding: raw, as: UTF8.self) : try Self.validated(raw, at: start)
+                let text =
+                    nonASCII & 0x80 == 0 ? String(decoding: raw, as: UTF8.self) : try Self.validated(raw, at: start)
                 index += 1
                 return text
             }
@@ -322,7 +326,9 @@ package struct JSONReader {
     /// Checks that only whitespace follows the document.
     package mutating func end() throws {
         skipWhitespace()
-        guard index == bytes.count else { throw Failure(message: "unexpected text after the JSON value", offset: index) }
+        guard index == bytes.count else {
+            throw Failure(message: "unexpected text after the JSON value", offset: index)
+        }
     }
 
     // MARK: Lexing
@@ -359,7 +365,8 @@ package struct JSONReader {
     private mutating func literal(_ word: StaticString) throws {
         let count = word.utf8CodeUnitCount
         guard bytes.count - index >= count,
-              UnsafeBufferPointer(rebasing: bytes[index..<index + count]).elementsEqual(UnsafeBufferPointer(start: word.utf8Start, count: count))
+            UnsafeBufferPointer(rebasing: bytes[index..<index + count]).elementsEqual(
+                UnsafeBufferPointer(start: word.utf8Start, count: count))
         else { throw Failure(message: "invalid literal", offset: index) }
         index += count
     }
@@ -379,7 +386,9 @@ package struct JSONReader {
         }
         if index < bytes.count, bytes[index] | 0x20 == UInt8(ascii: "e") {
             index += 1
-            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                index += 1
+            }
             guard digits() > 0 else { throw Failure(message: "invalid number", offset: start) }
         }
     }
@@ -412,7 +421,10 @@ package struct JSONReader {
 
     private static func validated(_ utf8: UnsafeBufferPointer<UInt8>, at offset: Int) throws -> String {
         guard let text = String(validating: utf8, as: UTF8.self) else {
-            throw Failure(message: "a string that is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)", offset: offset)
+            throw Failure(
+                message:
+                    "a string that is not valid UTF-8 (another encoding, such as Latin-1? convert the input to UTF-8)",
+                offset: offset)
         }
         return text
     }
@@ -432,15 +444,21 @@ package struct JSONReader {
         case UInt8(ascii: "u"):
             var scalar = try hex4()
             if (0xD800..<0xDC00).contains(scalar), bytes.count - index >= 6,
-               bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") {
+                bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+            {
                 index += 2
                 let low = try hex4()
-                guard (0xDC00..<0xE000).contains(low) else { throw Failure(message: "invalid surrogate pair", offset: index - 6) }
+                guard (0xDC00..<0xE000).contains(low) else {
+                    throw Failure(message: "invalid surrogate pair", offset: index - 6)
+                }
                 scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
             }
             // A lone surrogate is no character: refused like invalid UTF-8, not replaced.
             guard let character = Unicode.Scalar(scalar) else {
-                throw Failure(message: "a lone surrogate \\u\(String(scalar, radix: 16, uppercase: true)), which is no character (a string cut in the middle of a UTF-16 pair?)", offset: index - 6)
+                throw Failure(
+                    message:
+                        "a lone surrogate \\u\(String(scalar, radix: 16, uppercase: true)), which is no character (a string cut in the middle of a UTF-16 pair?)",
+                    offset: index - 6)
             }
             utf8.append(contentsOf: String(Character(character)).utf8)
         default:

@@ -57,7 +57,8 @@ package struct JSONWriter: Sendable {
         var text = text
         text.withUTF8 { utf8 in
             var clean = 0
-            for (offset, byte) in utf8.enumerated() where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+            for (offset, byte) in utf8.enumerated()
+            where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
                 bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<offset]))
                 escape(byte)
                 clean = offset + 1
@@ -119,7 +120,9 @@ package struct JSONWriter: Sendable {
         case 0x0C: bytes.append(UInt8(ascii: "f"))
         default:
             let hex = Array("0123456789abcdef".utf8)
-            bytes.append(contentsOf: [UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+            bytes.append(contentsOf: [
+                UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)],
+            ])
         }
     }
 }

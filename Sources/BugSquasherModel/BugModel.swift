@@ -112,6 +112,8 @@ public enum BugModel {
 
     /// The model built from ``entities``.
     public static let model: ManagedObjectModel = {
-        do { return try ManagedObjectModel(entities: entities) } catch { fatalError("The bug model is inconsistent: \(error)") }
+        do { return try ManagedObjectModel(entities: entities) } catch {
+            fatalError("The bug model is inconsistent: \(error)")
+        }
     }()
 }

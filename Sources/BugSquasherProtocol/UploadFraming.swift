@@ -15,8 +15,12 @@ public struct UploadFraming: Sendable {
 
     /// The header of a chunk of `count` bytes; `header(0)` ends the upload.
     public static func header(_ count: Int) -> [UInt8] {
-        precondition((0...maximumChunkLength).contains(count), "an upload chunk holds at most \(maximumChunkLength) bytes")
-        return [UInt8(truncatingIfNeeded: count >> 24), UInt8(truncatingIfNeeded: count >> 16), UInt8(truncatingIfNeeded: count >> 8), UInt8(truncatingIfNeeded: count)]
+        precondition(
+            (0...maximumChunkLength).contains(count), "an upload chunk holds at most \(maximumChunkLength) bytes")
+        return [
+            UInt8(truncatingIfNeeded: count >> 24), UInt8(truncatingIfNeeded: count >> 16),
+            UInt8(truncatingIfNeeded: count >> 8), UInt8(truncatingIfNeeded: count),
+        ]
     }
 
     /// Whether the zero length was read: the upload is complete.

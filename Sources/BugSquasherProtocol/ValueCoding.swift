@@ -58,33 +58,41 @@ public struct WireCoding: Sendable {
             // ISO 8601 writes years 0001 to 9999 with four digits: a date outside them would
             // be written back in a form other programs do not read.
             if ISO8601Date.isOutsideFourDigitYears(s) {
-                throw GraphError(.invalidArgument, "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999. Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z.")
+                throw GraphError(
+                    .invalidArgument,
+                    "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999. Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z."
+                )
             }
         case (.string(let s), .data):
             if let data = Data(base64Encoded: s) { return .data(data) }
         default: break
         }
-        let form = switch attribute.type {
-        case .date: " Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
-        case .data: " Give data as base64."
-        case .int64: " Give a whole number."
-        case .double: " Give a number."
-        case .bool: " Give true or false."
-        case .string: " Give a string."
-        }
+        let form =
+            switch attribute.type {
+            case .date:
+                " Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
+            case .data: " Give data as base64."
+            case .int64: " Give a whole number."
+            case .double: " Give a number."
+            case .bool: " Give true or false."
+            case .string: " Give a string."
+            }
         let text = (try? JSONEncoder().encode(json)).map { String(decoding: $0, as: UTF8.self) } ?? "\(json)"
         throw GraphError(.invalidArgument, "'\(attribute.name)' is \(attribute.type); \(text) cannot be one.\(form)")
     }
 
     /// A row from its JSON values.
-    public func decodeRow(_ values: [String: JSONValue], version: Int64, entity: EntityDescription) throws -> RowSnapshot {
+    public func decodeRow(_ values: [String: JSONValue], version: Int64, entity: EntityDescription) throws
+        -> RowSnapshot
+    {
         let attributes = try entity.attributes.map { attribute in
             try Self.decode(values[attribute.name] ?? .null, as: attribute)
         }
         let toOne = try entity.toOneRelationships.map { relationship -> ObjectID? in
             guard case .string(let uri)? = values[relationship.name] else { return nil }
             guard let id = ObjectID(uri: uri) else {
-                throw GraphError(.invalidArgument, "'\(relationship.name)' holds '\(uri)', which is not an object ID URI.")
+                throw GraphError(
+                    .invalidArgument, "'\(relationship.name)' holds '\(uri)', which is not an object ID URI.")
             }
             return id
         }
@@ -100,7 +108,9 @@ public struct WireCoding: Sendable {
             if includeValues, let row = change.values, let entity = model.entity(named: change.objectID.entityName) {
                 values = encode(row, entity: entity)
             }
-            return WireObjectChange(id: change.objectID.uriString, version: change.version, keys: keys ? change.changedKeys : nil, values: values)
+            return WireObjectChange(
+                id: change.objectID.uriString, version: change.version, keys: keys ? change.changedKeys : nil,
+                values: values)
         }
         func list(_ changes: [ObjectChange]) -> [WireObjectChange] {
             guard idRuns, !includeValues else { return changes.map { change($0, keys: false) } }
@@ -109,11 +119,18 @@ public struct WireCoding: Sendable {
             while index < changes.endIndex {
                 let first = changes[index]
                 var end = index + 1
-                while end < changes.endIndex, end - index < WireObjectChange.maximumRunLength, changes[end].version == first.version, changes[end].objectID.key == changes[end - 1].objectID.key + 1,
-                      changes[end].objectID.entityName == first.objectID.entityName, changes[end].objectID.isTemporary == first.objectID.isTemporary {
+                while end < changes.endIndex, end - index < WireObjectChange.maximumRunLength,
+                    changes[end].version == first.version,
+                    changes[end].objectID.key == changes[end - 1].objectID.key + 1,
+                    changes[end].objectID.entityName == first.objectID.entityName,
+                    changes[end].objectID.isTemporary == first.objectID.isTemporary
+                {
                     end += 1
                 }
-                result.append(WireObjectChange(id: first.objectID.uriString, version: first.version, count: end - index > 1 ? Int64(end - index) : nil))
+                result.append(
+                    WireObjectChange(
+                        id: first.objectID.uriString, version: first.version,
+                        count: end - index > 1 ? Int64(end - index) : nil))
                 index = end
             }
             return result
@@ -140,7 +157,8 @@ public struct WireCoding: Sendable {
         }
         return DidSave(
             token: HistoryToken(rawValue: save.token), storeIdentifier: storeIdentifier,
-            inserted: try save.inserted.map(change), updated: try save.updated.map(change), deleted: try save.deleted.map(change)
+            inserted: try save.inserted.map(change), updated: try save.updated.map(change),
+            deleted: try save.deleted.map(change)
         )
     }
 }

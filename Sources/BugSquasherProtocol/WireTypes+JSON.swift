@@ -33,8 +33,12 @@ extension WireObjectChange: JSONReadable, JSONWritable {
         guard let count else { return [self] }
         // The ID's primary key is the number after the last "/p".
         guard (1...Self.maximumRunLength).contains(count), let slash = id.utf8.lastIndex(of: UInt8(ascii: "/")),
-              id[slash...].hasPrefix("/p"), let first = Int64(id[id.index(slash, offsetBy: 2)...]) else {
-            throw JSONReader.Failure(message: "'count' \(count) with ID \(id): a run needs an ID ending in /p<key> and a count from 1 to \(Self.maximumRunLength)", offset: 0, field: "count")
+            id[slash...].hasPrefix("/p"), let first = Int64(id[id.index(slash, offsetBy: 2)...])
+        else {
+            throw JSONReader.Failure(
+                message:
+                    "'count' \(count) with ID \(id): a run needs an ID ending in /p<key> and a count from 1 to \(Self.maximumRunLength)",
+                offset: 0, field: "count")
         }
         let prefix = id[...id.index(after: slash)]
         return (0..<count).map { WireObjectChange(id: prefix + String(first + $0), version: version) }
@@ -114,7 +118,8 @@ extension SubscribeReply: JSONReadable, JSONWritable {
             case "subscription": subscription = try reader.optionalString()
             case "token": token = Int64(try reader.field("token") { try $0.integer() })
             case "save": save = reader.null() ? nil : try WireSave(reading: &reader)
-            case "resyncFrom": resyncFrom = reader.null() ? nil : Int64(try reader.field("resyncFrom") { try $0.integer() })
+            case "resyncFrom":
+                resyncFrom = reader.null() ? nil : Int64(try reader.field("resyncFrom") { try $0.integer() })
             default: try reader.skip()
             }
         }
@@ -231,7 +236,8 @@ extension SubscribeReply {
     /// `VarlinkReply.encode(SubscribeReply(event: "save", …), continues: true)` would encode that
     /// save.
     package static func splicedSave(token: Int64, lists: [EncodedChangeLists], updated: [WireObjectChange]) -> [UInt8] {
-        var writer = JSONWriter(capacity: lists.reduce(160 + updated.count * 100) { $0 + $1.inserted.count + $1.deleted.count + 2 })
+        var writer = JSONWriter(
+            capacity: lists.reduce(160 + updated.count * 100) { $0 + $1.inserted.count + $1.deleted.count + 2 })
         writer.object { writer in
             writer.key("parameters")
             writer.object { writer in
@@ -244,11 +250,14 @@ extension SubscribeReply {
                     writer.key("token")
                     writer.integer(token)
                     writer.key("inserted")
-                    writer.array { writer in for list in lists where !list.inserted.isEmpty { writer.raw(list.inserted) } }
+                    writer.array { writer in
+                        for list in lists where !list.inserted.isEmpty { writer.raw(list.inserted) }
+                    }
                     writer.key("updated")
                     writer.array { writer in for change in updated { change.write(to: &writer) } }
                     writer.key("deleted")
-                    writer.array { writer in for list in lists where !list.deleted.isEmpty { writer.raw(list.deleted) } }
+                    writer.array { writer in for list in lists where !list.deleted.isEmpty { writer.raw(list.deleted) }
+                    }
                 }
             }
             writer.key("continues")

@@ -33,7 +33,9 @@ public struct WireObjectChange: Codable, Sendable, Hashable {
     public static let maximumRunLength: Int64 = 1_000_000
 
     /// Creates a change.
-    public init(id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil, count: Int64? = nil) {
+    public init(
+        id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil, count: Int64? = nil
+    ) {
         self.id = id
         self.version = version
         self.keys = keys
@@ -87,7 +89,10 @@ public struct SubscribeParameters: Codable, Sendable {
     public var insertsMatching: String?
 
     /// Creates parameters.
-    public init(since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil, versions: [Int64]? = nil, idRuns: Bool? = nil, insertsOf: String? = nil, insertsMatching: String? = nil) {
+    public init(
+        since: Int64? = nil, registeredOnly: Bool? = nil, includeValues: Bool? = nil, register: [String]? = nil,
+        versions: [Int64]? = nil, idRuns: Bool? = nil, insertsOf: String? = nil, insertsMatching: String? = nil
+    ) {
         self.since = since
         self.registeredOnly = registeredOnly
         self.includeValues = includeValues
@@ -113,7 +118,9 @@ public struct SubscribeReply: Codable, Sendable {
     public var resyncFrom: Int64?
 
     /// Creates a reply.
-    public init(event: String, subscription: String? = nil, token: Int64, save: WireSave? = nil, resyncFrom: Int64? = nil) {
+    public init(
+        event: String, subscription: String? = nil, token: Int64, save: WireSave? = nil, resyncFrom: Int64? = nil
+    ) {
         self.event = event
         self.subscription = subscription
         self.token = token
@@ -182,7 +189,10 @@ public struct FetchParameters: Codable, Sendable {
     public var result: String?
 
     /// Creates parameters.
-    public init(entity: String, predicate: String? = nil, sort: [String]? = nil, limit: Int? = nil, offset: Int? = nil, result: String? = nil) {
+    public init(
+        entity: String, predicate: String? = nil, sort: [String]? = nil, limit: Int? = nil, offset: Int? = nil,
+        result: String? = nil
+    ) {
         self.entity = entity
         self.predicate = predicate
         self.sort = sort
@@ -274,7 +284,8 @@ public struct StoreInfo: Codable, Sendable {
     public var entities: [String]
 
     /// Creates info.
-    public init(storeIdentifier: String, storeType: String, modelVersionHash: String, token: Int64, entities: [String]) {
+    public init(storeIdentifier: String, storeType: String, modelVersionHash: String, token: Int64, entities: [String])
+    {
         self.storeIdentifier = storeIdentifier
         self.storeType = storeType
         self.modelVersionHash = modelVersionHash
@@ -313,7 +324,10 @@ public struct WireJob: Codable, Sendable, Hashable {
     public var columns: String?
 
     /// Creates a job description.
-    public init(id: String, name: String, format: String, state: JobState, recordsRead: Int64, imported: Int64, rejected: Int64, bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil) {
+    public init(
+        id: String, name: String, format: String, state: JobState, recordsRead: Int64, imported: Int64, rejected: Int64,
+        bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil
+    ) {
         self.id = id
         self.name = name
         self.format = format
@@ -381,7 +395,10 @@ public struct BeginImportParameters: Codable, Sendable {
     /// For a CSV export: the key of every bug's project, which makes numeric IDs keys.
     public var project: String?
     /// Creates parameters.
-    public init(name: String, format: String? = nil, chunkSize: Int? = nil, columns: [String: String]? = nil, project: String? = nil) {
+    public init(
+        name: String, format: String? = nil, chunkSize: Int? = nil, columns: [String: String]? = nil,
+        project: String? = nil
+    ) {
         self.name = name
         self.format = format
         self.chunkSize = chunkSize
@@ -502,7 +519,10 @@ public struct StatusReply: Codable, Sendable {
     /// (an edit and an import chunk that changed the same bug at the same time).
     public var conflictsResolved: Int?
     /// Creates a reply.
-    public init(storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, jobFollowers: Int? = nil, activeJob: WireJob?, conflictsResolved: Int? = nil) {
+    public init(
+        storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, jobFollowers: Int? = nil,
+        activeJob: WireJob?, conflictsResolved: Int? = nil
+    ) {
         self.storeIdentifier = storeIdentifier
         self.token = token
         self.bugs = bugs

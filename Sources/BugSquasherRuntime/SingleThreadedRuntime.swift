@@ -25,7 +25,11 @@ public enum SingleThreadedRuntime {
         guard PollLoop.installed == nil, let loop = PollLoop.start() else { return false }
         // Set before the hook, which reads it for every job from then on.
         PollLoop.installed = loop
-        guard bugsquasher_install_global_enqueue_hook({ job in PollLoop.installed!.enqueue(unsafeBitCast(job, to: UnownedJob.self)) }) else {
+        guard
+            bugsquasher_install_global_enqueue_hook({ job in
+                PollLoop.installed!.enqueue(unsafeBitCast(job, to: UnownedJob.self))
+            })
+        else {
             // Another hook was there first: its executor runs the jobs; this loop stays idle.
             PollLoop.installed = nil
             return false
@@ -40,7 +44,9 @@ public enum SingleThreadedRuntime {
     ///
     /// - Throws: `CancellationError` when the task is cancelled first.
     package static func readable(_ fd: CInt) async throws {
-        guard let loop = PollLoop.installed else { preconditionFailure("SingleThreadedRuntime.readable needs the run loop installed") }
+        guard let loop = PollLoop.installed else {
+            preconditionFailure("SingleThreadedRuntime.readable needs the run loop installed")
+        }
         try await loop.readable(fd)
     }
 }
@@ -138,7 +144,9 @@ private final class PollLoop: Sendable {
                 for job in jobs { job.runSynchronously(on: executor) }
                 continue
             }
-            var fds = [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)] + watched.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            var fds =
+                [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+                + watched.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             let ready = poll(&fds, nfds_t(fds.count), -1)
             state.withLock { $0.sleeping = false }
             guard ready > 0 else { continue }

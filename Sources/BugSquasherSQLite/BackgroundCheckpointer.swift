@@ -73,19 +73,21 @@ final class BackgroundCheckpointer: Sendable {
     /// this checkpointer, which must live as long as `db` may commit.
     func install(on db: Database) {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        sqlite3_wal_hook(db.sqliteConnection, { context, connection, name, frames in
-            guard let context else { return SQLITE_OK }
-            let checkpointer = Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue()
-            if frames >= BackgroundCheckpointer.writerFrames {
-                // The checkpointer fell behind, or could not start the WAL over: copy what is
-                // left now, as SQLite's own hook would.
-                checkpointer.writerCheckpoints.add(1, ordering: .relaxed)
-                sqlite3_wal_checkpoint(connection, name)
-            } else {
-                checkpointer.committed(frames: frames)
-            }
-            return SQLITE_OK
-        }, context)
+        sqlite3_wal_hook(
+            db.sqliteConnection,
+            { context, connection, name, frames in
+                guard let context else { return SQLITE_OK }
+                let checkpointer = Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue()
+                if frames >= BackgroundCheckpointer.writerFrames {
+                    // The checkpointer fell behind, or could not start the WAL over: copy what is
+                    // left now, as SQLite's own hook would.
+                    checkpointer.writerCheckpoints.add(1, ordering: .relaxed)
+                    sqlite3_wal_checkpoint(connection, name)
+                } else {
+                    checkpointer.committed(frames: frames)
+                }
+                return SQLITE_OK
+            }, context)
     }
 
     /// A commit left `frames` pages in the WAL: requests a checkpoint when ``requestFrames``
@@ -114,7 +116,9 @@ final class BackgroundCheckpointer: Sendable {
     /// Runs a `PASSIVE` checkpoint on the checkpointer's thread, unless one is already waiting
     /// or running.
     private func request() {
-        guard let queue = connection.withLock({ $0 }), !pending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard let queue = connection.withLock({ $0 }), !pending.exchange(true, ordering: .acquiringAndReleasing) else {
+            return
+        }
         queue.asyncWriteWithoutTransaction { [self] db in
             var again = false
             defer {
@@ -186,8 +190,10 @@ final class BackgroundCheckpointer: Sendable {
                 if !pending.load(ordering: .acquiring) { break }
             }
         }
-        return Counts(background: completed.load(ordering: .relaxed), restarts: restarts.load(ordering: .relaxed), writer: writerCheckpoints.load(ordering: .relaxed),
-                      interrupted: interrupted.load(ordering: .relaxed))
+        return Counts(
+            background: completed.load(ordering: .relaxed), restarts: restarts.load(ordering: .relaxed),
+            writer: writerCheckpoints.load(ordering: .relaxed),
+            interrupted: interrupted.load(ordering: .relaxed))
     }
 
     /// Closes the checkpointer's connection once the checkpoints requested so far have run.

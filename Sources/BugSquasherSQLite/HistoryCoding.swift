@@ -48,7 +48,9 @@ enum HistoryCoding {
             guard let byEntity = object[key] as? [String: [NSNumber]] else { return [] }
             return byEntity.sorted { $0.key < $1.key }.flatMap { entity, numbers in
                 stride(from: 0, to: numbers.count - 1, by: 2).map {
-                    ObjectChange(objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[$0].int64Value), version: numbers[$0 + 1].int64Value, changedKeys: [])
+                    ObjectChange(
+                        objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[$0].int64Value),
+                        version: numbers[$0 + 1].int64Value, changedKeys: [])
                 }
             }
         }
@@ -56,10 +58,14 @@ enum HistoryCoding {
         for (entity, entries) in ((object["u"] as? [String: [[Any]]]) ?? [:]).sorted(by: { $0.key < $1.key }) {
             for entry in entries where entry.count >= 2 {
                 guard let pk = entry[0] as? NSNumber, let version = entry[1] as? NSNumber else { continue }
-                updated.append(ObjectChange(objectID: ObjectID(store: store, entity: entity, primaryKey: pk.int64Value), version: version.int64Value, changedKeys: entry.dropFirst(2).compactMap { $0 as? String }))
+                updated.append(
+                    ObjectChange(
+                        objectID: ObjectID(store: store, entity: entity, primaryKey: pk.int64Value),
+                        version: version.int64Value, changedKeys: entry.dropFirst(2).compactMap { $0 as? String }))
             }
         }
-        return DidSave(token: token, storeIdentifier: store, inserted: pairs("i"), updated: updated, deleted: pairs("d"))
+        return DidSave(
+            token: token, storeIdentifier: store, inserted: pairs("i"), updated: updated, deleted: pairs("d"))
     }
 
     /// The positions of `changes` by entity, entities in order of appearance. Positions, not

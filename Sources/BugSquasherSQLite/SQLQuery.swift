@@ -29,7 +29,8 @@ struct SQLQuery {
         if request.sort.isEmpty, request.limit == nil, request.offset == 0 {
             switch request.predicate {
             case .isIn(let keyPath, let values)?:
-                isCacheable = !keyPath.contains(".") && !values.contains(where: \.isNull) && values.count <= Self.paddedLimit
+                isCacheable =
+                    !keyPath.contains(".") && !values.contains(where: \.isNull) && values.count <= Self.paddedLimit
             case .compare(let keyPath, _, _)?:
                 isCacheable = !keyPath.contains(".")
             default:
@@ -37,7 +38,10 @@ struct SQLQuery {
             }
         }
         let whereClause = try request.predicate.map { try condition($0) } ?? "1"
-        let order = try Self.distinctSort(request.sort).map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + ["t.pk ASC"]
+        let order =
+            try Self.distinctSort(request.sort).map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + [
+                "t.pk ASC"
+            ]
         let head: String
         switch request.resultType {
         case .count: head = "SELECT count(*)"
@@ -65,7 +69,8 @@ struct SQLQuery {
         var seen = Set<String>()
         let distinct = sort.filter { seen.insert($0.keyPath).inserted }
         guard distinct.count <= maximumSortKeys else {
-            throw GraphError(.invalidArgument, "The fetch sorts by \(distinct.count) key paths; give at most \(maximumSortKeys).")
+            throw GraphError(
+                .invalidArgument, "The fetch sorts by \(distinct.count) key paths; give at most \(maximumSortKeys).")
         }
         return distinct
     }
@@ -107,17 +112,23 @@ struct SQLQuery {
             switch op {
             case .equal where value.isNull: return "\(column) IS NULL"
             case .notEqual where value.isNull: return "\(column) IS NOT NULL"
-            case .equal: arguments.append(value.databaseValue); return "\(column) = ?"
-            case .notEqual: arguments.append(value.databaseValue); return "\(column) IS NOT ?"
+            case .equal:
+                arguments.append(value.databaseValue)
+                return "\(column) = ?"
+            case .notEqual:
+                arguments.append(value.databaseValue)
+                return "\(column) IS NOT ?"
             case .less, .lessOrEqual, .greater, .greaterOrEqual:
                 guard !value.isNull else { return "0" }
                 arguments.append(value.databaseValue)
-                let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][op]!
+                let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][
+                    op]!
                 return "\(column) \(symbol) ?"
             case .contains, .containsCaseInsensitive, .beginsWith:
                 // Compared as UTF-8 bytes: text holding U+0000 is stored as a blob of its
                 // bytes (see `Value.databaseValue`), and so is such a needle.
-                let isText = attribute?.type == .string ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
+                let isText =
+                    attribute?.type == .string ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
                 switch op {
                 case .contains:
                     arguments.append(value.databaseValue)
@@ -127,7 +138,8 @@ struct SQLQuery {
                     return "(\(isText) AND instr(CAST(lower(\(column)) AS BLOB), CAST(lower(?) AS BLOB)) > 0)"
                 default:
                     arguments += [value.databaseValue, value.databaseValue]
-                    return "(\(isText) AND substr(CAST(\(column) AS BLOB), 1, length(CAST(? AS BLOB))) = CAST(? AS BLOB))"
+                    return
+                        "(\(isText) AND substr(CAST(\(column) AS BLOB), 1, length(CAST(? AS BLOB))) = CAST(? AS BLOB))"
                 }
             }
         }
@@ -151,7 +163,9 @@ struct SQLQuery {
 
     /// The SQL column for a key path and the attribute it ends at (`nil` for a relationship),
     /// adding `LEFT JOIN`s for the to-one links it follows.
-    private mutating func resolve(_ keyPath: String, relationship: Bool = false) throws -> (column: String, attribute: AttributeDescription?) {
+    private mutating func resolve(_ keyPath: String, relationship: Bool = false) throws -> (
+        column: String, attribute: AttributeDescription?
+    ) {
         let parts = keyPath.split(separator: ".").map(String.init)
         var alias = "t"
         var current = entity
@@ -168,14 +182,16 @@ struct SQLQuery {
                 break
             }
             guard let link = current.relationship(named: part), !link.isToMany,
-                  let next = model.entity(named: link.destination)
+                let next = model.entity(named: link.destination)
             else { break }
             prefix += (prefix.isEmpty ? "" : ".") + part
             if let known = aliases[prefix] {
                 alias = known.alias
             } else {
                 let newAlias = "j\(aliases.count + 1)"
-                joins.append("LEFT JOIN \(SQLSchema.quote(next.name)) \(newAlias) ON \(newAlias).pk = \(alias).\(SQLSchema.quote(part))")
+                joins.append(
+                    "LEFT JOIN \(SQLSchema.quote(next.name)) \(newAlias) ON \(newAlias).pk = \(alias).\(SQLSchema.quote(part))"
+                )
                 aliases[prefix] = (newAlias, next)
                 alias = newAlias
             }
@@ -183,6 +199,9 @@ struct SQLQuery {
         }
         // A path of any length may come from a client: the message quotes its start only.
         let shown = keyPath.count > 200 ? "\(keyPath.prefix(200))… (\(keyPath.count) characters)" : keyPath
-        throw GraphError(.invalidArgument, "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key').")
+        throw GraphError(
+            .invalidArgument,
+            "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key')."
+        )
     }
 }

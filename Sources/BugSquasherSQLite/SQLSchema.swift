@@ -54,30 +54,47 @@ enum SQLSchema {
 
     /// Creates the store's tables for a new store.
     static func create(_ model: ManagedObjectModel, in db: Database) throws {
-        try db.execute(sql: """
-            CREATE TABLE bs_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
-            CREATE TABLE bs_sequence (entity TEXT PRIMARY KEY NOT NULL, next INTEGER NOT NULL);
-            CREATE TABLE bs_history (token INTEGER PRIMARY KEY AUTOINCREMENT, committed_at REAL NOT NULL, payload BLOB NOT NULL);
-            """)
+        try db.execute(
+            sql: """
+                CREATE TABLE bs_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+                CREATE TABLE bs_sequence (entity TEXT PRIMARY KEY NOT NULL, next INTEGER NOT NULL);
+                CREATE TABLE bs_history (token INTEGER PRIMARY KEY AUTOINCREMENT, committed_at REAL NOT NULL, payload BLOB NOT NULL);
+                """)
         for entity in model.entities {
-            for name in entity.attributes.map(\.name) + entity.relationships.map(\.name) where reservedColumns.contains(name) {
-                throw GraphError(.invalidArgument, "Entity '\(entity.name)' uses the reserved name '\(name)'; rename the property.")
+            for name in entity.attributes.map(\.name) + entity.relationships.map(\.name)
+            where reservedColumns.contains(name) {
+                throw GraphError(
+                    .invalidArgument, "Entity '\(entity.name)' uses the reserved name '\(name)'; rename the property.")
             }
-            let columns = ["pk INTEGER PRIMARY KEY", "_version INTEGER NOT NULL"]
+            let columns =
+                ["pk INTEGER PRIMARY KEY", "_version INTEGER NOT NULL"]
                 + entity.attributes.map { "\(quote($0.name)) \(sqlType($0.type))\(defaultClause($0))" }
                 + entity.toOneRelationships.map { "\(quote($0.name)) INTEGER" }
             try db.execute(sql: "CREATE TABLE \(quote(entity.name)) (\(columns.joined(separator: ", ")))")
             if let key = entity.uniqueKey {
-                try db.execute(sql: "CREATE UNIQUE INDEX \(quote("\(entity.name)_\(key)_unique")) ON \(quote(entity.name))(\(quote(key)))")
+                try db.execute(
+                    sql:
+                        "CREATE UNIQUE INDEX \(quote("\(entity.name)_\(key)_unique")) ON \(quote(entity.name))(\(quote(key)))"
+                )
             }
             for relationship in entity.toOneRelationships {
-                try db.execute(sql: "CREATE INDEX \(quote("\(entity.name)_\(relationship.name)_fk")) ON \(quote(entity.name))(\(quote(relationship.name)))")
+                try db.execute(
+                    sql:
+                        "CREATE INDEX \(quote("\(entity.name)_\(relationship.name)_fk")) ON \(quote(entity.name))(\(quote(relationship.name)))"
+                )
             }
             for relationship in entity.toManyRelationships where relationship.ownsManyToManyLinks(in: entity.name) {
-                guard model.entity(named: relationship.destination)?.relationship(named: relationship.inverse)?.isToMany == true else { continue }
+                guard
+                    model.entity(named: relationship.destination)?.relationship(named: relationship.inverse)?.isToMany
+                        == true
+                else { continue }
                 let table = joinTable(owner: entity.name, relationship: relationship.name)
-                try db.execute(sql: "CREATE TABLE \(table) (src INTEGER NOT NULL, dst INTEGER NOT NULL, PRIMARY KEY (src, dst)) WITHOUT ROWID")
-                try db.execute(sql: "CREATE INDEX \(quote("\(entity.name)_\(relationship.name)_dst")) ON \(table)(dst, src)")
+                try db.execute(
+                    sql:
+                        "CREATE TABLE \(table) (src INTEGER NOT NULL, dst INTEGER NOT NULL, PRIMARY KEY (src, dst)) WITHOUT ROWID"
+                )
+                try db.execute(
+                    sql: "CREATE INDEX \(quote("\(entity.name)_\(relationship.name)_dst")) ON \(table)(dst, src)")
             }
         }
     }
@@ -95,8 +112,12 @@ enum SQLSchema {
     static func expected(_ model: ManagedObjectModel) throws -> Expected {
         try DatabaseQueue().write { scratch in
             try create(model, in: scratch)
-            let indexes = try Row.fetchAll(scratch, sql: "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
-                .map { (name: $0["name"] as String, table: $0["tbl_name"] as String, sql: $0["sql"] as String) }
+            let indexes = try Row.fetchAll(
+                scratch,
+                sql:
+                    "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name"
+            )
+            .map { (name: $0["name"] as String, table: $0["tbl_name"] as String, sql: $0["sql"] as String) }
             return Expected(layout: try layout(scratch), indexes: indexes)
         }
     }
@@ -109,11 +130,16 @@ enum SQLSchema {
     ///   its table holds duplicates (they went in while the index was missing).
     static func recreateMissingIndexes(_ expected: Expected, in db: Database) throws -> [String] {
         var rebuilt: [String] = []
-        for index in expected.indexes where try db.tableExists(index.table) && !db.indexes(on: index.table).contains(where: { $0.name == index.name }) {
+        for index in expected.indexes
+        where try db.tableExists(index.table) && !db.indexes(on: index.table).contains(where: { $0.name == index.name })
+        {
             do {
                 try db.execute(sql: index.sql)
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                throw GraphError(.invalidStore, "The unique index \(index.name) is missing and cannot be rebuilt: \(index.table) holds duplicates, which went in while the index was missing (the store was changed outside BugSquasher). Restore it from a backup, or remove the duplicates by hand.", cause: error)
+                throw GraphError(
+                    .invalidStore,
+                    "The unique index \(index.name) is missing and cannot be rebuilt: \(index.table) holds duplicates, which went in while the index was missing (the store was changed outside BugSquasher). Restore it from a backup, or remove the duplicates by hand.",
+                    cause: error)
             }
             rebuilt.append(index.name)
         }
@@ -141,7 +167,10 @@ enum SQLSchema {
     /// Tables and indexes by name, with their columns.
     private static func layout(_ db: Database) throws -> [String: (type: String, columns: Set<String>)] {
         var items: [String: (type: String, columns: Set<String>)] = [:]
-        for row in try Row.fetchAll(db, sql: "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%'") {
+        for row in try Row.fetchAll(
+            db,
+            sql: "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%'")
+        {
             let (type, name): (String, String) = (row["type"], row["name"])
             let pragma = type == "table" ? "table_info" : "index_info"
             let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_\(pragma)(?)", arguments: [name])
@@ -154,7 +183,10 @@ enum SQLSchema {
     static func migrate(_ migration: ModelMigration, in db: Database) throws {
         for (entity, attributes) in migration.addedAttributes.sorted(by: { $0.key < $1.key }) {
             for attribute in attributes {
-                try db.execute(sql: "ALTER TABLE \(quote(entity)) ADD COLUMN \(quote(attribute.name)) \(sqlType(attribute.type))\(defaultClause(attribute))")
+                try db.execute(
+                    sql:
+                        "ALTER TABLE \(quote(entity)) ADD COLUMN \(quote(attribute.name)) \(sqlType(attribute.type))\(defaultClause(attribute))"
+                )
             }
         }
     }

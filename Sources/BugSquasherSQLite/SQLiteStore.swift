@@ -1,7 +1,7 @@
 import Algorithms
 public import BugSquasherGraph
-public import Foundation
 import CSQLiteTuning
+public import Foundation
 import GRDB
 public import Logging
 import Synchronization
@@ -17,7 +17,9 @@ import Synchronization
 /// let store = try SQLiteStore(url: URL(filePath: "/var/lib/squasherd/bugs.sqlite"))
 /// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
 /// ```
-public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEditable, SelfChecking, Checkpointing, FileBacked {
+public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEditable, SelfChecking, Checkpointing,
+    FileBacked
+{
     public var storeType: String { "SQLite" }
 
     /// The store file.
@@ -64,7 +66,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             self.entity = entity
             table = SQLSchema.quote(entity.name)
             let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
-            insert = "INSERT INTO \(table) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))"
+            insert =
+                "INSERT INTO \(table) (pk, _version, \(names.map(SQLSchema.quote).joined(separator: ", "))) VALUES (?, 1\(String(repeating: ", ?", count: names.count)))"
             assignments = names.map { "\(SQLSchema.quote($0)) = ?" }
             columnIndex = Dictionary(names.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
             delete = "DELETE FROM \(table) WHERE pk = ? AND _version = ?"
@@ -132,14 +135,19 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
         let interruptedCreation = FileManager.default.fileExists(atPath: marker)
         if interruptedCreation && size > 0 {
-            logger.notice("creating the store again: the process that began creating it stopped before it was done", metadata: ["store.path": "\(path)"])
+            logger.notice(
+                "creating the store again: the process that began creating it stopped before it was done",
+                metadata: ["store.path": "\(path)"])
         }
         isNewFile = size == 0 || interruptedCreation
         // SQLite reads an empty file as an empty database and drops the log beside it: a store
         // file truncated to nothing would silently become a new store.
         let logSize = Self.fileSize(path + "-wal") ?? 0
         if size == 0 && logSize > 0 && !interruptedCreation {
-            throw GraphError(.invalidStore, "\(path) is empty, but its write-ahead log \(path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away.")
+            throw GraphError(
+                .invalidStore,
+                "\(path) is empty, but its write-ahead log \(path)-wal holds \(logSize) bytes: the store file was truncated or replaced, and opening it would discard the log. Restore the store file from a backup; or, to start over with an empty store, move both files away."
+            )
         }
         // A log no longer than its header holds no frame: SQLite reads it as empty.
         if logSize > WriteAheadLog.headerSize {
@@ -147,13 +155,21 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             case .sound:
                 break
             case .damagedHeader(let problem):
-                throw GraphError(.invalidStore, "The write-ahead log \(path)-wal (\(logSize) bytes) \(problem). SQLite would ignore the whole log and discard every change it holds, which can be most of the store. Restore the store and its -wal from a backup; or, to accept losing what the log holds, move \(path)-wal away and start again.")
+                throw GraphError(
+                    .invalidStore,
+                    "The write-ahead log \(path)-wal (\(logSize) bytes) \(problem). SQLite would ignore the whole log and discard every change it holds, which can be most of the store. Restore the store and its -wal from a backup; or, to accept losing what the log holds, move \(path)-wal away and start again."
+                )
             case .damagedFrames(let problem):
-                throw GraphError(.invalidStore, "The write-ahead log \(path)-wal (\(logSize) bytes) \(problem). SQLite would apply the log only up to the damage and discard the commits after it. Restore the store and its -wal from a backup; or, to keep what comes before the damage and lose the rest, copy both files somewhere safe, run `sqlite3 \(path) 'PRAGMA wal_checkpoint(TRUNCATE)'`, and start again.")
+                throw GraphError(
+                    .invalidStore,
+                    "The write-ahead log \(path)-wal (\(logSize) bytes) \(problem). SQLite would apply the log only up to the damage and discard the commits after it. Restore the store and its -wal from a backup; or, to keep what comes before the damage and lose the rest, copy both files somewhere safe, run `sqlite3 \(path) 'PRAGMA wal_checkpoint(TRUNCATE)'`, and start again."
+                )
             case .endsMidFrame(let problem):
                 // A crash while SQLite wrote a frame, or a power loss, leaves a log cut short
                 // too: SQLite discards the unfinished transaction at its end, as it should.
-                logger.warning("The write-ahead log \(path)-wal \(problem): SQLite discards the incomplete transaction at its end. After a crash or power loss that is expected; otherwise the file was cut short and commits at its end are lost.", metadata: ["store.path": "\(path)"])
+                logger.warning(
+                    "The write-ahead log \(path)-wal \(problem): SQLite discards the incomplete transaction at its end. After a crash or power loss that is expected; otherwise the file was cut short and commits at its end are lost.",
+                    metadata: ["store.path": "\(path)"])
             }
         }
         var configuration = Configuration()
@@ -189,11 +205,19 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     private static func openFailure(_ error: any Error, path: String) -> GraphError {
         switch error {
         case let error as DatabaseError where error.resultCode == .SQLITE_NOTADB:
-            GraphError(.invalidStore, "\(path) is not an SQLite database. Move it away, or point the store at another file.", cause: error)
+            GraphError(
+                .invalidStore, "\(path) is not an SQLite database. Move it away, or point the store at another file.",
+                cause: error)
         case let error as DatabaseError:
-            GraphError(.storeIO, "Could not open the store at \(path) (SQLite: \(error.message ?? "\(error.resultCode)")). \(openAdvice(error.resultCode, path: path))", cause: error)
+            GraphError(
+                .storeIO,
+                "Could not open the store at \(path) (SQLite: \(error.message ?? "\(error.resultCode)")). \(openAdvice(error.resultCode, path: path))",
+                cause: error)
         default:
-            GraphError(.storeIO, "Could not open the store at \(path) (\(error)): check that the directory exists and is writable by this user.", cause: error)
+            GraphError(
+                .storeIO,
+                "Could not open the store at \(path) (\(error)): check that the directory exists and is writable by this user.",
+                cause: error)
         }
     }
 
@@ -241,9 +265,12 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// log or its shared-memory index exists and is not a regular file — a directory, a FIFO,
     /// which SQLite would report as something else or block on — or `nil`.
     public static func notFilesProblem(_ path: String) -> String? {
-        for (companion, what) in [(path, "the store"), (path + "-wal", "its write-ahead log"), (path + "-shm", "its shared-memory index")] {
+        for (companion, what) in [
+            (path, "the store"), (path + "-wal", "its write-ahead log"), (path + "-shm", "its shared-memory index"),
+        ] {
             if let kind = notRegularFile(companion) {
-                return "\(companion), \(what), is \(kind), not a file. Move it away, or point the store at another file."
+                return
+                    "\(companion), \(what), is \(kind), not a file. Move it away, or point the store at another file."
             }
         }
         return nil
@@ -266,15 +293,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// What to do when SQLite cannot open the store, by its result code.
     private static func openAdvice(_ code: ResultCode, path: String) -> String {
         switch code.primaryResultCode {
-        case .SQLITE_CORRUPT: "The file is damaged: restore it from a backup, or move it away to start with an empty store and re-import."
+        case .SQLITE_CORRUPT:
+            "The file is damaged: restore it from a backup, or move it away to start with an empty store and re-import."
         case .SQLITE_FULL: "The disk is full: free space on the file system of \(path)."
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_AUTH:
             attributeProblem(path).map { $0 + "." }
                 ?? "Check that the directory exists and that this user may write the file and its -wal and -shm companions (a -shm left read-only by another user blocks the open)."
         // A full disk fails the open of a store whose log or index cannot grow as an I/O error.
-        default: fileSystemProblem(path).map { "The store cannot grow: \($0)." }
-            ?? attributeProblem(path).map { $0 + "." }
-            ?? "Check that the directory exists and is writable by this user, and that the disk is sound."
+        default:
+            fileSystemProblem(path).map { "The store cannot grow: \($0)." }
+                ?? attributeProblem(path).map { $0 + "." }
+                ?? "Check that the directory exists and is writable by this user, and that the disk is sound."
         }
     }
 
@@ -289,7 +318,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     public func loadMetadata(for model: ManagedObjectModel) throws -> StoreMetadata {
         if let current = loaded.withLock({ $0 }) {
             guard current.model.versionHash == model.versionHash else {
-                throw GraphError(.incompatibleModel, "\(url.path) is already open with another model in this process; use one model per store.")
+                throw GraphError(
+                    .incompatibleModel,
+                    "\(url.path) is already open with another model in this process; use one model per store.")
             }
             return current.metadata
         }
@@ -298,19 +329,29 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 try db.inTransaction(.immediate) {
                     guard try db.tableExists("bs_metadata") else {
                         guard try isEmpty(db) else {
-                            throw GraphError(.invalidStore, "\(url.path) is an SQLite database but not a BugSquasher store (it has no bs_metadata table). Point the store at a new or empty file.")
+                            throw GraphError(
+                                .invalidStore,
+                                "\(url.path) is an SQLite database but not a BugSquasher store (it has no bs_metadata table). Point the store at a new or empty file."
+                            )
                         }
                         // A store's tables can live in its write-ahead log alone until the first
                         // checkpoint: a store file copied without its -wal, or whose -wal was lost,
                         // has a header and no tables. Created anew, it would be served as an empty
                         // store in place of the one that was there.
                         guard isNewFile else {
-                            throw GraphError(.invalidStore, "\(url.path) is an SQLite file with no tables, so it is not a new store: its tables were in a write-ahead log (\(url.path)-wal) that is missing or was not applied, for example a store file copied without its -wal. Restore the store together with its -wal from a backup; or, if the store was created moments ago and squasherd stopped before its first save, delete the file to start over.")
+                            throw GraphError(
+                                .invalidStore,
+                                "\(url.path) is an SQLite file with no tables, so it is not a new store: its tables were in a write-ahead log (\(url.path)-wal) that is missing or was not applied, for example a store file copied without its -wal. Restore the store together with its -wal from a backup; or, if the store was created moments ago and squasherd stopped before its first save, delete the file to start over."
+                            )
                         }
                         try SQLSchema.create(model, in: db)
-                        let metadata = StoreMetadata(storeIdentifier: UUID().uuidString, storeType: storeType, modelVersionHash: model.versionHash)
+                        let metadata = StoreMetadata(
+                            storeIdentifier: UUID().uuidString, storeType: storeType,
+                            modelVersionHash: model.versionHash)
                         try write(metadata, schema: model.schema, in: db)
-                        logger.info("created store", metadata: ["store.path": "\(url.path)", "store.id": "\(metadata.storeIdentifier)"])
+                        logger.info(
+                            "created store",
+                            metadata: ["store.path": "\(url.path)", "store.id": "\(metadata.storeIdentifier)"])
                         return .commit
                     }
                     return .commit
@@ -325,19 +366,28 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 let expected = try SQLSchema.expected(model)
                 let rebuilt = try SQLSchema.recreateMissingIndexes(expected, in: db)
                 if !rebuilt.isEmpty {
-                    logger.notice("re-created indexes the store lacked", metadata: ["store.path": "\(url.path)", "store.indexes": "\(rebuilt.joined(separator: ", "))"])
+                    logger.notice(
+                        "re-created indexes the store lacked",
+                        metadata: ["store.path": "\(url.path)", "store.indexes": "\(rebuilt.joined(separator: ", "))"])
                 }
                 let missing = try SQLSchema.missing(expected, in: db)
                 guard missing.isEmpty else {
-                    throw GraphError(.invalidStore, "\(url.path) does not have the tables its model needs (missing: \(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? ", …" : "")); it was changed outside BugSquasher. Restore it from a backup, or move it away to start with an empty store and re-import.")
+                    throw GraphError(
+                        .invalidStore,
+                        "\(url.path) does not have the tables its model needs (missing: \(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? ", …" : "")); it was changed outside BugSquasher. Restore it from a backup, or move it away to start with an empty store and re-import."
+                    )
                 }
                 // Tokens are never reused: a history whose newest saves were deleted by hand would
                 // hand their tokens' successors to new saves, and a subscriber resuming after one
                 // of the deleted tokens would skip saves without a word.
-                let issued = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'bs_history'") ?? 0
+                let issued =
+                    try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'bs_history'") ?? 0
                 let newest = try Int64.fetchOne(db, sql: "SELECT max(token) FROM bs_history") ?? 0
                 guard issued <= newest else {
-                    throw GraphError(.invalidStore, "\(url.path) has lost the newest saves of its history: tokens \(newest + 1) to \(issued) were issued but their rows are gone (deleted outside BugSquasher), so subscribers that saw them would skip saves. Restore the store from a backup.")
+                    throw GraphError(
+                        .invalidStore,
+                        "\(url.path) has lost the newest saves of its history: tokens \(newest + 1) to \(issued) were issued but their rows are gone (deleted outside BugSquasher), so subscribers that saw them would skip saves. Restore the store from a backup."
+                    )
                 }
                 return metadata
             }
@@ -352,19 +402,27 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     private func write(_ metadata: StoreMetadata, schema: [EntitySchema], in db: Database) throws {
         let schemaJSON = String(decoding: try JSONEncoder().encode(schema), as: UTF8.self)
-        for (key, value) in [("storeIdentifier", metadata.storeIdentifier), ("storeType", metadata.storeType),
-                             ("modelVersionHash", metadata.modelVersionHash), ("modelSchema", schemaJSON)] {
-            try db.execute(sql: "INSERT OR REPLACE INTO bs_metadata(key, value) VALUES (?, ?)", arguments: [key, value])
+        for (key, value) in [
+            ("storeIdentifier", metadata.storeIdentifier), ("storeType", metadata.storeType),
+            ("modelVersionHash", metadata.modelVersionHash), ("modelSchema", schemaJSON),
+        ] {
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO bs_metadata(key, value) VALUES (?, ?)", arguments: [key, value])
         }
     }
 
     private func readAndMigrate(model: ManagedObjectModel, db: Database) throws -> StoreMetadata {
         let rows = try Row.fetchAll(db, sql: "SELECT key, value FROM bs_metadata")
-        let values = Dictionary(rows.map { ($0["key"] as String, $0["value"] as String) }, uniquingKeysWith: { a, _ in a })
-        guard let identifier = values["storeIdentifier"], let type = values["storeType"], let hash = values["modelVersionHash"],
-              let schemaJSON = values["modelSchema"]
+        let values = Dictionary(
+            rows.map { ($0["key"] as String, $0["value"] as String) }, uniquingKeysWith: { a, _ in a })
+        guard let identifier = values["storeIdentifier"], let type = values["storeType"],
+            let hash = values["modelVersionHash"],
+            let schemaJSON = values["modelSchema"]
         else {
-            throw GraphError(.invalidStore, "\(url.path) has damaged metadata (bs_metadata is missing keys). Restore the file from a backup, or re-import into a new store.")
+            throw GraphError(
+                .invalidStore,
+                "\(url.path) has damaged metadata (bs_metadata is missing keys). Restore the file from a backup, or re-import into a new store."
+            )
         }
         guard type == storeType else {
             throw GraphError(.invalidStore, "\(url.path) is a '\(type)' store, not an SQLite store.")
@@ -375,7 +433,10 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         do {
             stored = try JSONDecoder().decode([EntitySchema].self, from: Data(schemaJSON.utf8))
         } catch {
-            throw GraphError(.invalidStore, "\(url.path) has a model description that cannot be read; restore the file from a backup.", cause: error)
+            throw GraphError(
+                .invalidStore,
+                "\(url.path) has a model description that cannot be read; restore the file from a backup.", cause: error
+            )
         }
         let migration = try ModelMigration.plan(from: stored, to: model)
         try db.inTransaction(.immediate) {
@@ -384,15 +445,20 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             try write(metadata, schema: model.schema, in: db)
             return .commit
         }
-        logger.info("migrated store", metadata: [
-            "store.path": "\(url.path)", "added.attributes": "\(migration.addedAttributes.mapValues { $0.map(\.name) })",
-        ])
+        logger.info(
+            "migrated store",
+            metadata: [
+                "store.path": "\(url.path)",
+                "added.attributes": "\(migration.addedAttributes.mapValues { $0.map(\.name) })",
+            ])
         return metadata
     }
 
     private func requireLoaded() throws -> Loaded {
         guard let current = loaded.withLock({ $0 }) else {
-            throw GraphError(.invalidStore, "SQLite store at \(url.path) used before loadMetadata(for:); open it through a StoreCoordinator.")
+            throw GraphError(
+                .invalidStore,
+                "SQLite store at \(url.path) used before loadMetadata(for:); open it through a StoreCoordinator.")
         }
         return current
     }
@@ -435,7 +501,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
     }
 
-    private static func decode(_ row: Row, entity: EntityDescription, store: String, model: ManagedObjectModel) -> StoreRow {
+    private static func decode(_ row: Row, entity: EntityDescription, store: String, model: ManagedObjectModel)
+        -> StoreRow
+    {
         let pk: Int64 = row[0]
         let version: Int64 = row[1]
         var attributes: [Value] = []
@@ -445,9 +513,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         }
         let base = entity.attributes.count + 2
         let toOne = entity.toOneRelationships.enumerated().map { index, relationship -> ObjectID? in
-            (row[base + index] as Int64?).map { ObjectID(store: store, entity: relationship.destination, primaryKey: $0) }
+            (row[base + index] as Int64?).map {
+                ObjectID(store: store, entity: relationship.destination, primaryKey: $0)
+            }
         }
-        return StoreRow(objectID: ObjectID(store: store, entity: entity.name, primaryKey: pk), snapshot: RowSnapshot(version: version, attributes: attributes, toOne: toOne))
+        return StoreRow(
+            objectID: ObjectID(store: store, entity: entity.name, primaryKey: pk),
+            snapshot: RowSnapshot(version: version, attributes: attributes, toOne: toOne))
     }
 
     // MARK: Save
@@ -460,11 +532,16 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         do {
             try statement.execute()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-            let key = entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map { "\(entity.uniqueKey!) = \(attributes[$0])" } ?? "its key"
-            let remedy = updating
+            let key =
+                entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map {
+                    "\(entity.uniqueKey!) = \(attributes[$0])"
+                } ?? "its key"
+            let remedy =
+                updating
                 ? "choose a value no other \(entity.name) has, or change that one first"
                 : "fetch and update the existing object instead of inserting a second one"
-            throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key); \(remedy).", cause: error)
+            throw GraphError(
+                .constraintViolation, "Another \(entity.name) already has \(key); \(remedy).", cause: error)
         }
     }
 
@@ -512,7 +589,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
                 guard let current = try currentRow(id, sql: sql, store: store, model: state.model, db: db) else {
                     throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
                 }
-                var row = SaveChanges.Row(objectID: id, expectedVersion: current.version, attributes: current.attributes, toOne: current.toOne, changedKeys: [])
+                var row = SaveChanges.Row(
+                    objectID: id, expectedVersion: current.version, attributes: current.attributes,
+                    toOne: current.toOne, changedKeys: [])
                 for (index, value) in changes where row.attributes[index] != value {
                     row.attributes[index] = value
                     row.changedKeys.append(entity.attributes[index].name)
@@ -555,10 +634,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             statement.bind(row.expectedVersion)
             try Self.executeKeepingKeysUnique(statement, entity: sql.entity, attributes: row.attributes, updating: true)
             if db.changesCount == 0 {
-                conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: try currentRow(row.objectID, sql: sql, store: store, model: model, db: db)))
+                conflicts.append(
+                    MergeConflict(
+                        objectID: row.objectID, cachedVersion: row.expectedVersion,
+                        persisted: try currentRow(row.objectID, sql: sql, store: store, model: model, db: db)))
             } else {
-                let snapshot = RowSnapshot(version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
-                didSave.updated.append(ObjectChange(objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys, values: snapshot))
+                let snapshot = RowSnapshot(
+                    version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
+                didSave.updated.append(
+                    ObjectChange(
+                        objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys,
+                        values: snapshot))
             }
         }
         for deletion in changes.deleted {
@@ -566,38 +652,56 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             let entity = sql.entity
             let statement = try db.cachedStatement(sql: sql.delete)
             try statement.execute(arguments: [deletion.objectID.key, deletion.expectedVersion])
-            if db.changesCount == 0, let current = try currentRow(deletion.objectID, sql: sql, store: store, model: model, db: db) {
-                conflicts.append(MergeConflict(objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
+            if db.changesCount == 0,
+                let current = try currentRow(deletion.objectID, sql: sql, store: store, model: model, db: db)
+            {
+                conflicts.append(
+                    MergeConflict(
+                        objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
                 continue
             }
             try deleteLinks(of: deletion.objectID, entity: entity, model: model, db: db)
-            didSave.deleted.append(ObjectChange(objectID: deletion.objectID, version: deletion.expectedVersion, changedKeys: []))
+            didSave.deleted.append(
+                ObjectChange(objectID: deletion.objectID, version: deletion.expectedVersion, changedKeys: []))
         }
         guard conflicts.isEmpty else {
-            throw GraphError(.mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.", conflicts: conflicts)
+            throw GraphError(
+                .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
+                conflicts: conflicts)
         }
         // Each entity's insert statement is looked up once per save, not once per row (GRDB's
         // statement cache hashes the whole SQL text).
         var inserts = ByEntity<(entity: EntityDescription, statement: Statement)>()
         for row in changes.inserted {
-            let insert = inserts[try inserts.index(of: row.objectID.entityName) {
-                let sql = try statements(for: row.objectID, in: state)
-                return (sql.entity, try db.cachedStatement(sql: sql.insert))
-            }]
+            let insert = inserts[
+                try inserts.index(of: row.objectID.entityName) {
+                    let sql = try statements(for: row.objectID, in: state)
+                    return (sql.entity, try db.cachedStatement(sql: sql.insert))
+                }]
             var statement = BoundStatement(insert.statement)
             statement.bind(row.objectID.key)
             for value in row.attributes { statement.bind(value) }
             for target in row.toOne { statement.bind(target?.key) }
-            try Self.executeKeepingKeysUnique(statement, entity: insert.entity, attributes: row.attributes, updating: false)
-            didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
+            try Self.executeKeepingKeysUnique(
+                statement, entity: insert.entity, attributes: row.attributes, updating: false)
+            didSave.inserted.append(
+                ObjectChange(
+                    objectID: row.objectID, version: 1, changedKeys: [],
+                    values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
         }
         for link in changes.linksRemoved {
-            try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) WHERE src = ? AND dst = ?")
-                .execute(arguments: [link.source.key, link.destination.key])
+            try db.cachedStatement(
+                sql:
+                    "DELETE FROM \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) WHERE src = ? AND dst = ?"
+            )
+            .execute(arguments: [link.source.key, link.destination.key])
         }
         for link in changes.linksAdded {
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) (src, dst) VALUES (?, ?)")
-                .execute(arguments: [link.source.key, link.destination.key])
+            try db.cachedStatement(
+                sql:
+                    "INSERT OR IGNORE INTO \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) (src, dst) VALUES (?, ?)"
+            )
+            .execute(arguments: [link.source.key, link.destination.key])
         }
         try db.cachedStatement(sql: "INSERT INTO bs_history (committed_at, payload) VALUES (?, ?)")
             .execute(arguments: [Date().timeIntervalSince1970, HistoryCoding.encode(didSave)])
@@ -616,18 +720,30 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         return didSave
     }
 
-    private func currentRow(_ id: ObjectID, sql: EntityStatements, store: String, model: ManagedObjectModel, db: Database) throws -> RowSnapshot? {
+    private func currentRow(
+        _ id: ObjectID, sql: EntityStatements, store: String, model: ManagedObjectModel, db: Database
+    ) throws -> RowSnapshot? {
         try Row.fetchOne(db.cachedStatement(sql: sql.selectByKey + " = ?"), arguments: [id.key])
             .map { Self.decode($0, entity: sql.entity, store: store, model: model).snapshot }
     }
 
-    private func deleteLinks(of id: ObjectID, entity: EntityDescription, model: ManagedObjectModel, db: Database) throws {
+    private func deleteLinks(of id: ObjectID, entity: EntityDescription, model: ManagedObjectModel, db: Database) throws
+    {
         for relationship in entity.toManyRelationships {
-            guard let inverse = model.entity(named: relationship.destination)?.relationship(named: relationship.inverse), inverse.isToMany else { continue }
+            guard
+                let inverse = model.entity(named: relationship.destination)?.relationship(named: relationship.inverse),
+                inverse.isToMany
+            else { continue }
             if relationship.ownsManyToManyLinks(in: entity.name) {
-                try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: entity.name, relationship: relationship.name)) WHERE src = ?").execute(arguments: [id.key])
+                try db.cachedStatement(
+                    sql:
+                        "DELETE FROM \(SQLSchema.joinTable(owner: entity.name, relationship: relationship.name)) WHERE src = ?"
+                ).execute(arguments: [id.key])
             } else {
-                try db.cachedStatement(sql: "DELETE FROM \(SQLSchema.joinTable(owner: relationship.destination, relationship: inverse.name)) WHERE dst = ?").execute(arguments: [id.key])
+                try db.cachedStatement(
+                    sql:
+                        "DELETE FROM \(SQLSchema.joinTable(owner: relationship.destination, relationship: inverse.name)) WHERE dst = ?"
+                ).execute(arguments: [id.key])
             }
         }
     }
@@ -637,18 +753,25 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
         let state = try requireLoaded()
         let store = state.metadata.storeIdentifier
-        let byEntity = Dictionary(grouping: objectIDs.filter { !$0.isTemporary && $0.storeIdentifier == store }, by: \.entityName)
+        let byEntity = Dictionary(
+            grouping: objectIDs.filter { !$0.isTemporary && $0.storeIdentifier == store }, by: \.entityName)
         return try wrap("load values") {
             try pool.read { db in
                 var result: [ObjectID: RowSnapshot] = [:]
                 for (name, ids) in byEntity {
                     guard let sql = state.statements[name] else {
-                        throw GraphError(.invalidArgument, "\(ids[0]) names entity '\(name)', which the model does not have.")
+                        throw GraphError(
+                            .invalidArgument, "\(ids[0]) names entity '\(name)', which the model does not have.")
                     }
                     for slice in ids.chunks(ofCount: 500) {
                         // A fault (one row) and a full batch reuse prepared statements.
-                        let text = slice.count == 1 ? sql.selectByKey + " = ?" : sql.selectByKey + " IN (" + String(repeating: "?,", count: slice.count - 1) + "?)"
-                        let statement = slice.count == 1 || slice.count == 500 ? try db.cachedStatement(sql: text) : try db.makeStatement(sql: text)
+                        let text =
+                            slice.count == 1
+                            ? sql.selectByKey + " = ?"
+                            : sql.selectByKey + " IN (" + String(repeating: "?,", count: slice.count - 1) + "?)"
+                        let statement =
+                            slice.count == 1 || slice.count == 500
+                            ? try db.cachedStatement(sql: text) : try db.makeStatement(sql: text)
                         let cursor = try Row.fetchCursor(statement, arguments: StatementArguments(slice.map(\.key)))
                         while let row = try cursor.next() {
                             let decoded = Self.decode(row, entity: sql.entity, store: store, model: state.model)
@@ -668,11 +791,14 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         let entity = try model.requireEntity(objectID.entityName)
         let sql: String
         if !inverse.isToMany {
-            sql = "SELECT pk FROM \(SQLSchema.quote(destination.name)) WHERE \(SQLSchema.quote(inverse.name)) = ? ORDER BY pk"
+            sql =
+                "SELECT pk FROM \(SQLSchema.quote(destination.name)) WHERE \(SQLSchema.quote(inverse.name)) = ? ORDER BY pk"
         } else if relationship.ownsManyToManyLinks(in: entity.name) {
-            sql = "SELECT dst FROM \(SQLSchema.joinTable(owner: entity.name, relationship: name)) WHERE src = ? ORDER BY dst"
+            sql =
+                "SELECT dst FROM \(SQLSchema.joinTable(owner: entity.name, relationship: name)) WHERE src = ? ORDER BY dst"
         } else {
-            sql = "SELECT src FROM \(SQLSchema.joinTable(owner: destination.name, relationship: inverse.name)) WHERE dst = ? ORDER BY src"
+            sql =
+                "SELECT src FROM \(SQLSchema.joinTable(owner: destination.name, relationship: inverse.name)) WHERE dst = ? ORDER BY src"
         }
         let keys = try wrap("load \(entity.name).\(name)") {
             try pool.read { db in try Int64.fetchAll(db, sql: sql, arguments: [objectID.key]) }
@@ -688,8 +814,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         var nextKeys: [Int64] = try wrap("allocate primary keys") {
             try pool.write { db in
                 try counts.entries.map { entity, count in
-                    try db.execute(sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING", arguments: [entity])
-                    let next = try Int64.fetchOne(db, sql: "UPDATE bs_sequence SET next = next + ? WHERE entity = ? RETURNING next", arguments: [count, entity]) ?? count + 1
+                    try db.execute(
+                        sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING",
+                        arguments: [entity])
+                    let next =
+                        try Int64.fetchOne(
+                            db, sql: "UPDATE bs_sequence SET next = next + ? WHERE entity = ? RETURNING next",
+                            arguments: [count, entity]) ?? count + 1
                     return next - count
                 }
             }
@@ -731,10 +862,13 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         _ = try requireLoaded()
         return try wrap("read history") {
             try pool.read { db in
-                let rows = try Row.fetchAll(db, sql: "SELECT token, payload FROM bs_history WHERE token > ? ORDER BY token LIMIT ?", arguments: [token.rawValue, limit])
+                let rows = try Row.fetchAll(
+                    db, sql: "SELECT token, payload FROM bs_history WHERE token > ? ORDER BY token LIMIT ?",
+                    arguments: [token.rawValue, limit])
                 let store = try requireLoaded().metadata.storeIdentifier
                 return try rows.map { row in
-                    try HistoryCoding.decode(row["payload"] as Data, store: store, token: HistoryToken(rawValue: row["token"]))
+                    try HistoryCoding.decode(
+                        row["payload"] as Data, store: store, token: HistoryToken(rawValue: row["token"]))
                 }
             }
         }
@@ -742,7 +876,9 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     public func currentHistoryToken() throws -> HistoryToken {
         try wrap("read history") {
-            try pool.read { db in HistoryToken(rawValue: try Int64.fetchOne(db, sql: "SELECT max(token) FROM bs_history") ?? 0) }
+            try pool.read { db in
+                HistoryToken(rawValue: try Int64.fetchOne(db, sql: "SELECT max(token) FROM bs_history") ?? 0)
+            }
         }
     }
 
@@ -769,13 +905,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         if let openedFile {
             guard let now = FileIdentity(path: url.path) else {
                 let directory = url.deletingLastPathComponent().path
-                if !FileManager.default.fileExists(atPath: directory) { return "the directory \(directory) (with \(url.lastPathComponent) in it) was moved or removed" }
+                if !FileManager.default.fileExists(atPath: directory) {
+                    return "the directory \(directory) (with \(url.lastPathComponent) in it) was moved or removed"
+                }
                 return "\(url.path) was deleted"
             }
             if now != openedFile { return "\(url.path) was replaced by another file" }
         }
         if let openedLog {
-            guard let now = FileIdentity(path: file + "-wal") else { return "the write-ahead log \(file)-wal was deleted" }
+            guard let now = FileIdentity(path: file + "-wal") else {
+                return "the write-ahead log \(file)-wal was deleted"
+            }
             if now != openedLog { return "the write-ahead log \(file)-wal was replaced by another file" }
         }
         return nil
@@ -787,9 +927,11 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     public static func whyNotWritable(_ path: String) -> String {
         let directory = URL(filePath: path).deletingLastPathComponent().path
         if !FileManager.default.fileExists(atPath: directory) {
-            return "its directory \(directory) no longer exists (moved or removed?); put it back, or restore the store there"
+            return
+                "its directory \(directory) no longer exists (moved or removed?); put it back, or restore the store there"
         }
-        return fileSystemProblem(path) ?? attributeProblem(path) ?? "\(path) is not writable by this user; fix the permissions of the file and its directory"
+        return fileSystemProblem(path) ?? attributeProblem(path)
+            ?? "\(path) is not writable by this user; fix the permissions of the file and its directory"
     }
 
     /// What keeps the file system holding `path` from taking writes, as a person acts on it:
@@ -799,13 +941,16 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         var status = statvfs()
         guard statvfs(directory, &status) == 0 else { return nil }
         if status.f_flag & UInt(ST_RDONLY) != 0 {
-            return "\(path) is on a file system mounted read-only; remount it read-write, or move the state directory to a writable one"
+            return
+                "\(path) is on a file system mounted read-only; remount it read-write, or move the state directory to a writable one"
         }
         if status.f_files > 0, status.f_favail == 0 {
-            return "the file system holding \(directory) has no free inodes left (too many files on it), so no file can be created there; delete files on it, or move the state directory to another file system"
+            return
+                "the file system holding \(directory) has no free inodes left (too many files on it), so no file can be created there; delete files on it, or move the state directory to another file system"
         }
         if status.f_bavail == 0 {
-            return "the file system holding \(directory) is full; free space on it, or move the state directory to another file system"
+            return
+                "the file system holding \(directory) is full; free space on it, or move the state directory to another file system"
         }
         return nil
     }
@@ -816,7 +961,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// append-only; otherwise the disk itself, with where to look.
     static func whyInputOutputFailed(_ path: String, code: Int32) -> String {
         if let problem = fileSystemProblem(path) ?? attributeProblem(path) { return problem }
-        return "the system failed a read or write of \(path) (SQLite's disk I/O error, extended code \(code)); the kernel log (journalctl -k, or dmesg) tells whether the disk or its file system failed"
+        return
+            "the system failed a read or write of \(path) (SQLite's disk I/O error, extended code \(code)); the kernel log (journalctl -k, or dmesg) tells whether the disk or its file system failed"
     }
 
     /// A file of the store at `path` (or its directory) marked immutable or append-only, as
@@ -830,8 +976,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     /// file system has no such marks.
     public static func markProblem(of files: [String]) -> String? {
         #if os(Linux)
-        let getFlags: UInt = 0x8008_6601 // FS_IOC_GETFLAGS
-        let (immutable, appendOnly) = (0x10, 0x20) // FS_IMMUTABLE_FL, FS_APPEND_FL
+        let getFlags: UInt = 0x8008_6601  // FS_IOC_GETFLAGS
+        let (immutable, appendOnly) = (0x10, 0x20)  // FS_IMMUTABLE_FL, FS_APPEND_FL
         for file in files {
             let fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
             guard fd >= 0 else { continue }
@@ -840,7 +986,8 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
             guard withUnsafeMutablePointer(to: &flags, { ioctl(fd, getFlags, $0) }) == 0 else { continue }
             if flags & (immutable | appendOnly) != 0 {
                 let mark = flags & immutable != 0 ? "immutable (chattr +i)" : "append-only (chattr +a)"
-                return "\(file) is marked \(mark), so not even root may change it; clear the mark with chattr -\(flags & immutable != 0 ? "i" : "a") \(file) (lsattr shows the marks)"
+                return
+                    "\(file) is marked \(mark), so not even root may change it; clear the mark with chattr -\(flags & immutable != 0 ? "i" : "a") \(file) (lsattr shows the marks)"
             }
         }
         #endif
@@ -922,24 +1069,40 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         } catch let error as DatabaseError {
             switch error.resultCode {
             case .SQLITE_NOTADB, .SQLITE_CORRUPT:
-                throw GraphError(.invalidStore, "Could not \(action): \(url.path) is damaged (\(error.message ?? "corrupt")). Restore it from a backup, or re-import into a new store.", cause: error)
+                throw GraphError(
+                    .invalidStore,
+                    "Could not \(action): \(url.path) is damaged (\(error.message ?? "corrupt")). Restore it from a backup, or re-import into a new store.",
+                    cause: error)
             case .SQLITE_FULL:
-                throw GraphError(.storeIO, "Could not \(action): the disk holding \(url.path) is full. Free space on that file system; this save was not written, and those before it are kept.", cause: error)
+                throw GraphError(
+                    .storeIO,
+                    "Could not \(action): the disk holding \(url.path) is full. Free space on that file system; this save was not written, and those before it are kept.",
+                    cause: error)
             case .SQLITE_BUSY, .SQLITE_LOCKED:
-                throw GraphError(.storeBusy, "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.", cause: error)
+                throw GraphError(
+                    .storeBusy,
+                    "Could not \(action): another program has held the write lock of \(url.path) for more than \(Self.busyTimeoutSeconds) s (sqlite3 in an open transaction, a backup tool?). Nothing was written; retry once it lets go.",
+                    cause: error)
             case .SQLITE_READONLY, .SQLITE_CANTOPEN, .SQLITE_PERM:
                 throw GraphError(.storeIO, "Could not \(action): \(Self.whyNotWritable(url.path)).", cause: error)
             case .SQLITE_IOERR:
-                throw GraphError(.storeIO, "Could not \(action): \(Self.whyInputOutputFailed(url.path, code: error.extendedResultCode.rawValue)).", cause: error)
+                throw GraphError(
+                    .storeIO,
+                    "Could not \(action): \(Self.whyInputOutputFailed(url.path, code: error.extendedResultCode.rawValue)).",
+                    cause: error)
             case .SQLITE_ERROR where error.message?.contains("too many SQL variables") == true:
                 // A request's fault, not the store's: said so, without the store's path.
-                throw GraphError(.invalidArgument, "Could not \(action): the request has more values than SQLite takes in one statement (an IN list of hundreds of thousands?). Split it into requests of at most 10,000 values each.", cause: error)
+                throw GraphError(
+                    .invalidArgument,
+                    "Could not \(action): the request has more values than SQLite takes in one statement (an IN list of hundreds of thousands?). Split it into requests of at most 10,000 values each.",
+                    cause: error)
             default:
-                throw GraphError(.storeIO, "Could not \(action) in \(url.path): \(error.message ?? "\(error.resultCode)").", cause: error)
+                throw GraphError(
+                    .storeIO, "Could not \(action) in \(url.path): \(error.message ?? "\(error.resultCode)").",
+                    cause: error)
             }
         } catch {
             throw GraphError(.storeIO, "Could not \(action) in \(url.path).", cause: error)
         }
     }
 }
-

@@ -35,8 +35,12 @@ enum WriteAheadLog {
         }
         let header = [UInt8](headerData)
         let magic = word(header, 0)
-        guard magic == 0x377F_0682 || magic == 0x377F_0683 else { return .damagedHeader("does not start with a write-ahead log's magic number (it is damaged)") }
-        guard word(header, 4) == 3_007_000 else { return .damagedHeader("has an unknown format version (it is damaged)") }
+        guard magic == 0x377F_0682 || magic == 0x377F_0683 else {
+            return .damagedHeader("does not start with a write-ahead log's magic number (it is damaged)")
+        }
+        guard word(header, 4) == 3_007_000 else {
+            return .damagedHeader("has an unknown format version (it is damaged)")
+        }
         let pageSize = Int(word(header, 8))
         guard pageSize >= 512 && pageSize <= 65_536 && pageSize & (pageSize - 1) == 0 else {
             return .damagedHeader("has an impossible page size (it is damaged)")
@@ -64,7 +68,9 @@ enum WriteAheadLog {
                     // damaged: a transaction SQLite rolled back, or a crash cut short, never
                     // wrote its commit frame.
                     if current && word(bytes, offset + 4) != 0 {
-                        return .damagedFrames("is damaged at frame \(firstInvalid + 1) (byte \(headerSize + firstInvalid * frameSize)), and frame \(frame + 1) after it commits a transaction")
+                        return .damagedFrames(
+                            "is damaged at frame \(firstInvalid + 1) (byte \(headerSize + firstInvalid * frameSize)), and frame \(frame + 1) after it commits a transaction"
+                        )
                     }
                 } else {
                     var next = checksum
@@ -113,7 +119,10 @@ enum WriteAheadLog {
                 while offset + 8 <= raw.count {
                     var x0 = raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self)
                     var x1 = raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
-                    (x0, x1) = bigEndian ? (UInt32(bigEndian: x0), UInt32(bigEndian: x1)) : (UInt32(littleEndian: x0), UInt32(littleEndian: x1))
+                    (x0, x1) =
+                        bigEndian
+                        ? (UInt32(bigEndian: x0), UInt32(bigEndian: x1))
+                        : (UInt32(littleEndian: x0), UInt32(littleEndian: x1))
                     s1 = s1 &+ x0 &+ s2
                     s2 = s2 &+ x1 &+ s1
                     offset += 8

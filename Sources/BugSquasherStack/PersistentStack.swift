@@ -53,12 +53,16 @@ public final class PersistentStack: Sendable {
     ///
     /// - Throws: `GraphError` when the file cannot be opened, is not a store, or was written
     ///   with an incompatible model.
-    public convenience init(model: ManagedObjectModel, storeURL: URL, logger: Logger = Logger(label: "bugsquasher.stack")) throws {
+    public convenience init(
+        model: ManagedObjectModel, storeURL: URL, logger: Logger = Logger(label: "bugsquasher.stack")
+    ) throws {
         try self.init(model: model, store: SQLiteStore(url: storeURL, logger: logger), logger: logger)
     }
 
     /// Opens a stack over any incremental store.
-    public init(model: ManagedObjectModel, store: any IncrementalStore, logger: Logger = Logger(label: "bugsquasher.stack")) throws {
+    public init(
+        model: ManagedObjectModel, store: any IncrementalStore, logger: Logger = Logger(label: "bugsquasher.stack")
+    ) throws {
         self.model = model
         self.store = store
         self.logger = logger
@@ -86,7 +90,10 @@ public final class PersistentStack: Sendable {
         get { settings.withLock { $0.isMainContextReadOnly } }
         set {
             settings.withLock { $0.isMainContextReadOnly = newValue }
-            mainContext.refuseSaves(because: newValue ? "the stack's main context is read-only (isMainContextReadOnly); save through an importer context instead" : nil)
+            mainContext.refuseSaves(
+                because: newValue
+                    ? "the stack's main context is read-only (isMainContextReadOnly); save through an importer context instead"
+                    : nil)
         }
     }
 
@@ -113,7 +120,8 @@ public final class PersistentStack: Sendable {
     ///     for a moment after an interactive save (an import's chunks; not an edit).
     public func importerContext(name: String = "importer", bulk: Bool = false) -> ObjectContext {
         ObjectContext(
-            coordinator: writerCoordinator, mergePolicy: .mergeByPropertyObjectTrump, name: name, logger: logger, savesAreBulk: bulk,
+            coordinator: writerCoordinator, mergePolicy: .mergeByPropertyObjectTrump, name: name, logger: logger,
+            savesAreBulk: bulk,
             didSave: { [weak self] didSave in await self?.writerDidSave(didSave) }
         )
     }
@@ -133,7 +141,10 @@ public final class PersistentStack: Sendable {
     /// - Throws: `GraphError` (`readOnly`) while ``isMainContextReadOnly`` is set.
     public func editorContext(name: String = "editor") async throws -> ObjectContext {
         if isMainContextReadOnly {
-            throw GraphError(.readOnly, "The main context is read-only (isMainContextReadOnly), so editor contexts, which save through it, are refused. Use an importer context, or clear isMainContextReadOnly.")
+            throw GraphError(
+                .readOnly,
+                "The main context is read-only (isMainContextReadOnly), so editor contexts, which save through it, are refused. Use an importer context, or clear isMainContextReadOnly."
+            )
         }
         return await mainContext.newChildContext(mergePolicy: .mergeByPropertyObjectTrump, name: name)
     }

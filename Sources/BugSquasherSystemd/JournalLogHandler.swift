@@ -60,9 +60,10 @@ public struct JournalLogHandler: LogHandler {
 
     /// A metadata key as a valid journal field name; never empty, never dropped.
     public static func fieldName(_ key: String) -> String {
-        var name = String(key.uppercased().unicodeScalars.map { scalar -> Character in
-            ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar) ? Character(scalar) : "_"
-        })
+        var name = String(
+            key.uppercased().unicodeScalars.map { scalar -> Character in
+                ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar) ? Character(scalar) : "_"
+            })
         if name.isEmpty { name = "EMPTY" }
         if let first = name.first, first == "_" || first.isNumber { name = "F" + name }
         return String(name.prefix(64))
@@ -82,7 +83,8 @@ public struct JournalLogHandler: LogHandler {
         let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
             let name = key == "message.id" ? "MESSAGE_ID" : Self.fieldName(key)
-            guard !["MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "CODE_FILE", "CODE_LINE", "CODE_FUNC"].contains(name) else {
+            guard !["MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "CODE_FILE", "CODE_LINE", "CODE_FUNC"].contains(name)
+            else {
                 fields.append("META_\(name)=\(value)")
                 continue
             }

@@ -12,7 +12,8 @@ public enum SocketActivation {
         var names: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         let count = sd_listen_fds_with_names(1, &names)
         guard count >= 0 else {
-            throw SystemdError("Cannot read the sockets passed by systemd (LISTEN_FDS): \(String(cString: strerror(-count))).")
+            throw SystemdError(
+                "Cannot read the sockets passed by systemd (LISTEN_FDS): \(String(cString: strerror(-count))).")
         }
         defer {
             if let names {
@@ -21,18 +22,28 @@ public enum SocketActivation {
             }
         }
         let sockets = (0..<Int(count)).map { index in
-            (name: names?[index].map { String(cString: $0) } ?? "unknown", descriptor: SD_LISTEN_FDS_START + CInt(index))
+            (
+                name: names?[index].map { String(cString: $0) } ?? "unknown",
+                descriptor: SD_LISTEN_FDS_START + CInt(index)
+            )
         }
         for socket in sockets {
-            let passed = "Descriptor \(socket.descriptor) passed by the service manager (LISTEN_FDS, name \(socket.name))"
+            let passed =
+                "Descriptor \(socket.descriptor) passed by the service manager (LISTEN_FDS, name \(socket.name))"
             guard sd_is_socket(socket.descriptor, AF_UNSPEC, 0, -1) > 0 else {
-                throw SystemdError("\(passed) is not a socket. Pass sockets only: check ListenStream= in the .socket unit, or the file descriptors of whatever started squasherd.")
+                throw SystemdError(
+                    "\(passed) is not a socket. Pass sockets only: check ListenStream= in the .socket unit, or the file descriptors of whatever started squasherd."
+                )
             }
             guard sd_is_socket(socket.descriptor, AF_UNSPEC, CInt(SOCK_STREAM.rawValue), -1) > 0 else {
-                throw SystemdError("\(passed) is a datagram or packet socket; squasherd serves Varlink on stream sockets. Use ListenStream= (not ListenDatagram= or ListenSequentialPacket=) in the .socket unit, or pass a SOCK_STREAM socket.")
+                throw SystemdError(
+                    "\(passed) is a datagram or packet socket; squasherd serves Varlink on stream sockets. Use ListenStream= (not ListenDatagram= or ListenSequentialPacket=) in the .socket unit, or pass a SOCK_STREAM socket."
+                )
             }
             guard sd_is_socket(socket.descriptor, AF_UNSPEC, CInt(SOCK_STREAM.rawValue), 1) > 0 else {
-                throw SystemdError("\(passed) is a stream socket that is not listening (a connection, not a listening socket): with Accept=yes squasherd would be started per connection. Set Accept=no in the .socket unit, or pass a socket listen(2) was called on.")
+                throw SystemdError(
+                    "\(passed) is a stream socket that is not listening (a connection, not a listening socket): with Accept=yes squasherd would be started per connection. Set Accept=no in the .socket unit, or pass a socket listen(2) was called on."
+                )
             }
         }
         return sockets

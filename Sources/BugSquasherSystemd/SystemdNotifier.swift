@@ -41,7 +41,8 @@ public struct SystemdNotifier: Sendable {
     @discardableResult
     public func ready(status: String) -> String? {
         guard let failure = send(["READY=1", "STATUS=\(status)"]) else { return nil }
-        return "Could not tell the service manager that squasherd is ready: sending READY=1 to NOTIFY_SOCKET=\(socket ?? "") failed (\(failure)). Under systemd (Type=notify) the start will time out and squasherd be stopped; outside systemd, unset NOTIFY_SOCKET or point it at a datagram socket that listens."
+        return
+            "Could not tell the service manager that squasherd is ready: sending READY=1 to NOTIFY_SOCKET=\(socket ?? "") failed (\(failure)). Under systemd (Type=notify) the start will time out and squasherd be stopped; outside systemd, unset NOTIFY_SOCKET or point it at a datagram socket that listens."
     }
 
     /// `STATUS=…`: what the daemon is doing, for `systemctl status`.

@@ -66,11 +66,21 @@ public final class BlockingVarlinkClient: Sendable {
             close(fd)
             switch reason {
             case ECONNREFUSED where !Self.isSocket(path):
-                throw TransportError("\(path) is not a socket; pass the path of squasherd's socket (squasherd.sock or squasherd-write.sock in its runtime directory).")
-            case ENOENT, ECONNREFUSED: throw TransportError("squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path.")
-            case EACCES, EPERM: throw TransportError("Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).", isPermissionDenied: true)
+                throw TransportError(
+                    "\(path) is not a socket; pass the path of squasherd's socket (squasherd.sock or squasherd-write.sock in its runtime directory)."
+                )
+            case ENOENT, ECONNREFUSED:
+                throw TransportError(
+                    "squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path."
+                )
+            case EACCES, EPERM:
+                throw TransportError(
+                    "Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).",
+                    isPermissionDenied: true)
             case EAGAIN, EINPROGRESS:
-                throw TransportError("\(path) did not accept the connection within \(TransportError.seconds(timeout)): squasherd is overloaded or stuck (its backlog is full).")
+                throw TransportError(
+                    "\(path) did not accept the connection within \(TransportError.seconds(timeout)): squasherd is overloaded or stuck (its backlog is full)."
+                )
             default: throw TransportError("Could not connect to \(path): \(String(cString: strerror(reason))).")
             }
         }
@@ -80,7 +90,8 @@ public final class BlockingVarlinkClient: Sendable {
     /// Whether something listens at `path`: `false` only when a connection is refused or the
     /// socket is gone, so that a server whose backlog is full still counts as there.
     static func isListening(_ path: String) -> Bool {
-        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
+        let fd = socket(
+            AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return true }
         defer { close(fd) }
         guard let result = try? withUnixAddress(path, { Glibc.connect(fd, $0, $1) }) else { return true }
@@ -101,14 +112,15 @@ public final class BlockingVarlinkClient: Sendable {
         _ = setsockopt(fd, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
-
     /// Reads a reply; a message that is not a Varlink reply becomes a ``TransportError`` naming
     /// the socket.
     private func decodeReply(_ message: Data, of method: String) throws -> VarlinkReply {
         do {
             return try VarlinkReply(message: message)
         } catch {
-            throw TransportError("The answer from \(path) to \(method) is not a Varlink reply (\(message.prefix(80).count) bytes: \(String(decoding: message.prefix(80), as: UTF8.self).debugDescription)). Is squasherd listening on this path, or another program?")
+            throw TransportError(
+                "The answer from \(path) to \(method) is not a Varlink reply (\(message.prefix(80).count) bytes: \(String(decoding: message.prefix(80), as: UTF8.self).debugDescription)). Is squasherd listening on this path, or another program?"
+            )
         }
     }
 
@@ -119,17 +131,22 @@ public final class BlockingVarlinkClient: Sendable {
         do {
             return try reply.parameters(R.self)
         } catch {
-            let parameter = switch error {
-            case let error as VarlinkError: error.parameters["parameter"]?.stringValue ?? "parameters"
-            case let error as DecodingError: VarlinkCall.parameterName(error)
-            default: "parameters"
-            }
-            throw TransportError("The reply from \(path) to \(method) has parameters this program cannot read ('\(parameter)' is missing or of another type). Is squasherd listening on this path, and of the same version as this program?")
+            let parameter =
+                switch error {
+                case let error as VarlinkError: error.parameters["parameter"]?.stringValue ?? "parameters"
+                case let error as DecodingError: VarlinkCall.parameterName(error)
+                default: "parameters"
+                }
+            throw TransportError(
+                "The reply from \(path) to \(method) has parameters this program cannot read ('\(parameter)' is missing or of another type). Is squasherd listening on this path, and of the same version as this program?"
+            )
         }
     }
 
     /// Calls a method and decodes its single reply.
-    public func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws -> R {
+    public func call<P: Encodable, R: Decodable>(_ method: String, _ parameters: P, as type: R.Type = R.self) throws
+        -> R
+    {
         let message = try VarlinkCall.encode(method: method, parameters: parameters)
         let reply = try fd.withLock { fd -> Data in
             if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
@@ -168,7 +185,8 @@ public final class BlockingVarlinkClient: Sendable {
                             exhausted = true
                             break
                         }
-                        try sendOrReadRefusal(fd, try VarlinkCall.encode(method: method, parameters: parameters), method: method)
+                        try sendOrReadRefusal(
+                            fd, try VarlinkCall.encode(method: method, parameters: parameters), method: method)
                         unanswered += 1
                     }
                     guard unanswered > 0 else { return }
@@ -215,7 +233,9 @@ public final class BlockingVarlinkClient: Sendable {
     ///
     /// - Throws: the method's error reply (the connection is not upgraded then), a
     ///   ``TransportError``, or what `body` throws.
-    public func upgrade<P: Encodable, R>(_ method: String, _ parameters: P, body: (UpgradedConnection) throws -> R) throws -> R {
+    public func upgrade<P: Encodable, R>(_ method: String, _ parameters: P, body: (UpgradedConnection) throws -> R)
+        throws -> R
+    {
         try fd.withLock { fd in
             if fd < 0 { fd = try Self.connect(path, timeout: timeout) }
             defer { disconnect(&fd) }
@@ -253,14 +273,22 @@ public final class BlockingVarlinkClient: Sendable {
         /// without one. A client waiting on a slow or stalled producer thus learns of it now,
         /// not when its input next moves.
         public func inputReady(_ input: CInt, wait: Bool) throws -> Bool {
-            var watched = [pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            var watched = [
+                pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+            ]
             while true {
                 let ready = poll(&watched, 2, wait ? -1 : 0)
                 if ready < 0 && errno == EINTR { continue }
-                guard ready >= 0 else { throw TransportError("Waiting for the input and \(client.path) failed: \(String(cString: strerror(errno))).") }
+                guard ready >= 0 else {
+                    throw TransportError(
+                        "Waiting for the input and \(client.path) failed: \(String(cString: strerror(errno))).")
+                }
                 if watched[1].revents != 0 {
                     let reply = try receiveReply()
-                    throw reply.error ?? TransportError("squasherd answered the upload on \(client.path) before it was sent whole; submit the file again.")
+                    throw reply.error
+                        ?? TransportError(
+                            "squasherd answered the upload on \(client.path) before it was sent whole; submit the file again."
+                        )
                 }
                 return watched[0].revents != 0
             }
@@ -308,11 +336,14 @@ public final class BlockingVarlinkClient: Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN || errno == EWOULDBLOCK {
-                    throw TransportError("\(path) took nothing of what was sent for \(TransportError.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+                    throw TransportError(
+                        "\(path) took nothing of what was sent for \(TransportError.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there."
+                    )
                 }
                 // The daemon closed the connection (a refused one is closed at once).
                 if errno == EPIPE || errno == ECONNRESET { throw TransportError.closedBeforeAnswering(path) }
-                throw TransportError("The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
+                throw TransportError(
+                    "The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
             }
             sent += n
         }
@@ -332,7 +363,9 @@ public final class BlockingVarlinkClient: Sendable {
                 }
                 searched = buffer.count
                 guard searched <= Self.maximumReplySize else {
-                    throw TransportError("The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read. squasherd answers that much only to a fetch of thousands of rows with long values: ask for fewer (--limit); otherwise another program is listening there.")
+                    throw TransportError(
+                        "The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read. squasherd answers that much only to a fetch of thousands of rows with long values: ask for fewer (--limit); otherwise another program is listening there."
+                    )
                 }
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
@@ -342,7 +375,9 @@ public final class BlockingVarlinkClient: Sendable {
                 guard n > 0 else {
                     // End of file, or a reset: the daemon closed the connection (a refused one
                     // is closed at once, which resets it when the call was not read).
-                    throw n == 0 || errno == ECONNRESET ? TransportError.closedBeforeAnswering(path) : TransportError("Reading from \(path) failed: \(String(cString: strerror(errno))).")
+                    throw n == 0 || errno == ECONNRESET
+                        ? TransportError.closedBeforeAnswering(path)
+                        : TransportError("Reading from \(path) failed: \(String(cString: strerror(errno))).")
                 }
                 buffer.append(contentsOf: chunk[..<n])
             }

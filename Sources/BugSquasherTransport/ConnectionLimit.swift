@@ -62,7 +62,8 @@ public final class ConnectionLimit: Sendable {
         open.subtract(1, ordering: .relaxed)
         refusals.warn(logger) { suppressed in
             let kept = writer ? "" : " (the last \(self.reservedForWriters) are kept for the write socket)"
-            return "Refused a connection on the \(socket) socket: \(limit) connections are open, the most this daemon serves there at once\(kept)\(suppressed). A client may be opening connections without closing them; raise max_connections (and the descriptor limit, LimitNOFILE=) if this load is expected."
+            return
+                "Refused a connection on the \(socket) socket: \(limit) connections are open, the most this daemon serves there at once\(kept)\(suppressed). A client may be opening connections without closing them; raise max_connections (and the descriptor limit, LimitNOFILE=) if this load is expected."
         }
         return false
     }

@@ -17,7 +17,9 @@ public enum StandardStreams {
     public static func reopenClosed() {
         for descriptor in CInt(0)...2 where fcntl(descriptor, F_GETFD) == -1 && errno == EBADF {
             // The lowest free number: the closed descriptor itself.
-            let standIn = descriptor == 0 ? open("/dev/null", O_RDONLY) : open(descriptor == 1 ? "/dev/full" : "/dev/null", O_WRONLY)
+            let standIn =
+                descriptor == 0
+                ? open("/dev/null", O_RDONLY) : open(descriptor == 1 ? "/dev/full" : "/dev/null", O_WRONLY)
             guard standIn == descriptor else { continue }
             closed.withLock { _ = $0.insert(descriptor) }
         }

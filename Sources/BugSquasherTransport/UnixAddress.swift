@@ -10,7 +10,9 @@ package func withUnixAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>
     address.sun_family = sa_family_t(AF_UNIX)
     let bytes = Array(path.utf8)
     guard bytes.count <= VarlinkServer.maximumSocketPathBytes else {
-        throw TransportError("The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes)).")
+        throw TransportError(
+            "The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes))."
+        )
     }
     withUnsafeMutableBytes(of: &address.sun_path) { raw in
         raw.copyBytes(from: bytes)

@@ -22,7 +22,9 @@ public struct VarlinkListenAddress: Sendable, CustomStringConvertible {
 
     /// A Unix socket the server binds at `path` (replacing a stale socket file) and `chmod`s to
     /// `permissions` — the permissions decide who may connect.
-    public static func path(_ path: String, permissions: Int) -> Self { .init(kind: .path(path, permissions: permissions)) }
+    public static func path(_ path: String, permissions: Int) -> Self {
+        .init(kind: .path(path, permissions: permissions))
+    }
 
     /// An already bound and listening socket, such as one passed by systemd socket activation.
     public static func descriptor(_ fd: CInt) -> Self { .init(kind: .descriptor(fd)) }
@@ -80,7 +82,8 @@ public final class VarlinkServer: Sendable {
     public init(
         name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
         maximumMessageSize: Int = 8 * 1024 * 1024, connectionLimit: ConnectionLimit? = nil,
-        incomingBudget: IncomingMessageBudget? = nil, outgoingBudget: OutgoingReplyBudget? = nil, group: (any EventLoopGroup)? = nil,
+        incomingBudget: IncomingMessageBudget? = nil, outgoingBudget: OutgoingReplyBudget? = nil,
+        group: (any EventLoopGroup)? = nil,
         executor: (any TaskExecutor)? = nil, logger: Logger
     ) {
         self.executor = executor
@@ -106,8 +109,11 @@ public final class VarlinkServer: Sendable {
         let (maximumMessageSize, incomingBudget) = (self.maximumMessageSize, self.incomingBudget)
         let initializer: @Sendable (any Channel) -> EventLoopFuture<AcceptedConnection> = { channel in
             channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkServerDecoder(maximumMessageSize: maximumMessageSize, budget: incomingBudget)))
-                return AcceptedConnection(try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
+                try channel.pipeline.syncOperations.addHandler(
+                    ByteToMessageHandler(
+                        VarlinkServerDecoder(maximumMessageSize: maximumMessageSize, budget: incomingBudget)))
+                return AcceptedConnection(
+                    try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
             }
         }
         let (name, logger) = (self.name, self.logger)
@@ -134,7 +140,9 @@ public final class VarlinkServer: Sendable {
             do {
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             } catch {
-                throw TransportError("Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)); create it, or give another --runtime-directory.")
+                throw TransportError(
+                    "Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)); create it, or give another --runtime-directory."
+                )
             }
             // Bound here rather than by NIO, which removes whatever socket file the path names when
             // the server closes: a daemon stopping because its socket was replaced would remove
@@ -143,14 +151,17 @@ public final class VarlinkServer: Sendable {
             created = Self.identity(path).map { (path, $0) }
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
             guard chmod(path, mode_t(permissions)) == 0 else {
-                throw TransportError("Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno))).")
+                throw TransportError(
+                    "Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno)))."
+                )
             }
         case .descriptor(let fd):
             // Sockets handed over by a service manager may be blocking; NIO accepts until
             // EAGAIN, which a blocking socket would never return.
             let flags = fcntl(fd, F_GETFL)
             guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
-                throw TransportError("The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(errno))).")
+                throw TransportError(
+                    "The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(errno))).")
             }
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
         }
@@ -180,14 +191,16 @@ public final class VarlinkServer: Sendable {
         let channel = connection.channel
         context.connection.onEnd { message in
             channel.eventLoop.execute {
-                channel.writeAndFlush(ChannelReplier.terminated(message, allocator: channel.allocator)).whenComplete { _ in
+                channel.writeAndFlush(ChannelReplier.terminated(message, allocator: channel.allocator)).whenComplete {
+                    _ in
                     channel.close(promise: nil)
                 }
             }
         }
         do {
             try await connection.executeThenClose { inbound, outbound in
-                let replier = ChannelReplier(outbound: outbound, channel: connection.channel, budget: outgoingBudget) { bytes, limit in
+                let replier = ChannelReplier(outbound: outbound, channel: connection.channel, budget: outgoingBudget) {
+                    bytes, limit in
                     self.outgoingWarnings.warn(self.logger) { suppressed in
                         "Closed a connection instead of sending it a reply of \(bytes) bytes: the replies not yet read by their clients would have held more than \(limit) bytes\(suppressed). Clients may be asking for large replies (pages of rows) without reading them; raise max_outgoing_bytes if many clients read large pages at once."
                     }
@@ -206,7 +219,8 @@ public final class VarlinkServer: Sendable {
                             sizeWarnings.warn(logger) { suppressed in
                                 "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). Raise max_message_bytes if clients send calls this large (a Register of very many IDs, say); otherwise a client is not speaking Varlink."
                             }
-                            try? await replier.send(try VarlinkReply.encode(.messageTooLarge(limit: limit)), continues: false)
+                            try? await replier.send(
+                                try VarlinkReply.encode(.messageTooLarge(limit: limit)), continues: false)
                         case (.startStreaming(let number), .call(let call)):
                             await Self.keepLittleInFlight(connection.channel)
                             group.addTask {
@@ -230,13 +244,16 @@ public final class VarlinkServer: Sendable {
                             } catch let error as VarlinkPeerGone {
                                 throw error
                             } catch {
-                                try await replier.send(try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger), continues: false)
+                                try await replier.send(
+                                    try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger),
+                                    continues: false)
                             }
                             machine.upgradeEnded()
                         case (.close(.callDuringStreamingCall), _):
                             // Varlink allows no new call while a streaming call is running.
                             logger.debug("call during a streaming call; closing the connection")
-                        case (.close, _), (.replyMalformedThenClose, _), (.replyTooLargeThenClose, _), (.startStreaming, _), (.handle, _), (.passToUpgradeHandler, _):
+                        case (.close, _), (.replyMalformedThenClose, _), (.replyTooLargeThenClose, _),
+                            (.startStreaming, _), (.handle, _), (.passToUpgradeHandler, _):
                             break
                         }
                         break reading
@@ -255,7 +272,9 @@ public final class VarlinkServer: Sendable {
     }
 
     /// What a message read is, for the connection's state machine.
-    private static func input(_ item: VarlinkServerInbound, service: VarlinkService) -> VarlinkConnectionStateMachine.Input {
+    private static func input(_ item: VarlinkServerInbound, service: VarlinkService)
+        -> VarlinkConnectionStateMachine.Input
+    {
         switch item {
         case .call(let call): .call(streams: service.streams(call), upgrade: call.upgrade)
         case .malformed: .malformed
@@ -291,34 +310,48 @@ public final class VarlinkServer: Sendable {
     public static func checkSocketPath(_ path: String) throws {
         let bytes = path.utf8.count
         guard bytes <= maximumSocketPathBytes else {
-            throw TransportError("The socket path \(path) is \(bytes) bytes long; a Unix socket path holds at most \(maximumSocketPathBytes). Give a shorter --runtime-directory (or runtime_directory in the configuration file).")
+            throw TransportError(
+                "The socket path \(path) is \(bytes) bytes long; a Unix socket path holds at most \(maximumSocketPathBytes). Give a shorter --runtime-directory (or runtime_directory in the configuration file)."
+            )
         }
         var status = stat()
         guard lstat(path, &status) == 0 else { return }
         guard status.st_mode & S_IFMT == S_IFSOCK else {
             let kind = status.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file that is not a socket"
-            throw TransportError("\(path) is \(kind), where squasherd would create its socket; squasherd does not replace it. Move it away, or give another --runtime-directory.")
+            throw TransportError(
+                "\(path) is \(kind), where squasherd would create its socket; squasherd does not replace it. Move it away, or give another --runtime-directory."
+            )
         }
         // A socket file left by a process that ended is replaced at bind; one a live process
         // listens on is not.
         if someoneListens(on: path) {
-            throw TransportError("Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory.")
+            throw TransportError(
+                "Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory."
+            )
         }
     }
 
     /// A non-blocking Unix stream socket bound to `path` and listening; a socket file left at
     /// `path` by a process that ended is replaced.
     static func bindListeningSocket(_ path: String) throws -> CInt {
-        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw TransportError("Cannot create a socket for \(path): \(String(cString: strerror(errno))).") }
+        let fd = socket(
+            AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else {
+            throw TransportError("Cannot create a socket for \(path): \(String(cString: strerror(errno))).")
+        }
         do {
             var status = stat()
             if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, unlink(path) != 0, errno != ENOENT {
-                throw TransportError("Cannot replace the stale socket file \(path): \(String(cString: strerror(errno))).")
+                throw TransportError(
+                    "Cannot replace the stale socket file \(path): \(String(cString: strerror(errno))).")
             }
             let bound = try withUnixAddress(path) { bind(fd, $0, $1) }
-            guard bound == 0 else { throw TransportError("Cannot bind the socket \(path): \(String(cString: strerror(errno))).") }
-            guard listen(fd, 512) == 0 else { throw TransportError("Cannot listen on the socket \(path): \(String(cString: strerror(errno))).") }
+            guard bound == 0 else {
+                throw TransportError("Cannot bind the socket \(path): \(String(cString: strerror(errno))).")
+            }
+            guard listen(fd, 512) == 0 else {
+                throw TransportError("Cannot listen on the socket \(path): \(String(cString: strerror(errno))).")
+            }
             return fd
         } catch {
             close(fd)
@@ -388,10 +421,13 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let error = error as? IOError {
-            let advice = [EMFILE, ENFILE].contains(error.errnoCode)
+            let advice =
+                [EMFILE, ENFILE].contains(error.errnoCode)
                 ? "The process is out of file descriptors (limit \(FileDescriptorLimit.current)): raise LimitNOFILE=, or lower max_connections to keep more in reserve."
                 : "It retries in a second."
-            throttle.warn(logger) { suppressed in "Cannot accept connections on the \(self.socket) socket: \(error)\(suppressed). \(advice)" }
+            throttle.warn(logger) { suppressed in
+                "Cannot accept connections on the \(self.socket) socket: \(error)\(suppressed). \(advice)"
+            }
         }
         context.fireErrorCaught(error)
     }
@@ -494,7 +530,9 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
 
     /// Nothing came from `path` within `timeout` (`nil`: the time allowed).
     public static func noAnswer(_ path: String, within timeout: Duration?) -> TransportError {
-        TransportError("No answer from \(path) within \(seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there.")
+        TransportError(
+            "No answer from \(path) within \(seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there."
+        )
     }
 
     /// "60 s", for messages.
@@ -514,9 +552,13 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
             return BlockingVarlinkClient.isListening(path)
         }
         guard listening else {
-            return TransportError("squasherd went away while answering on \(path): nothing listens there now (it stopped, crashed or was killed; its log says which, for instance journalctl -u squasherd). Start it again, then retry.", isClosedByPeer: true)
+            return TransportError(
+                "squasherd went away while answering on \(path): nothing listens there now (it stopped, crashed or was killed; its log says which, for instance journalctl -u squasherd). Start it again, then retry.",
+                isClosedByPeer: true)
         }
-        return TransportError("squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.", isClosedByPeer: true)
+        return TransportError(
+            "squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.",
+            isClosedByPeer: true)
     }
 }
 

@@ -1,5 +1,5 @@
-public import BugSquasherVarlink
 import BugSquasherRuntime
+public import BugSquasherVarlink
 import Foundation
 import NIOCore
 import NIOPosix
@@ -47,7 +47,8 @@ public enum VarlinkStream {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .withConnectedSocket(fd) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)))
+                        try channel.pipeline.syncOperations.addHandler(
+                            ByteToMessageHandler(VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)))
                         return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                     }
                 }
@@ -192,7 +193,9 @@ final class PollingConnection {
             }
             // End of file, or a reset: the daemon closed the connection.
             if received == 0 || failure == ECONNRESET {
-                guard buffer.readableBytes == 0 else { throw TransportError("squasherd at \(path) closed the connection in the middle of a message.") }
+                guard buffer.readableBytes == 0 else {
+                    throw TransportError("squasherd at \(path) closed the connection in the middle of a message.")
+                }
                 if let sendFailure { throw sendFailure }
                 return nil
             }

@@ -123,7 +123,9 @@ public struct VarlinkCall: Sendable {
             }
         }
         do {
-            if let parameters = try JSONDecoder().decode(Parameters<P>.self, from: message).parameters { return parameters }
+            if let parameters = try JSONDecoder().decode(Parameters<P>.self, from: message).parameters {
+                return parameters
+            }
             return try JSONDecoder().decode(P.self, from: Data("{}".utf8))
         } catch let error as DecodingError {
             throw VarlinkError.invalidParameter(Self.parameterName(error, in: message))
@@ -135,10 +137,11 @@ public struct VarlinkCall: Sendable {
     static func parameterName(_ error: DecodingError, in message: Data) -> String {
         let name = parameterName(error)
         guard name == "parameters", case .dataCorrupted = error,
-              let envelope = try? JSONReader.read(message, { try JSONValue(reading: &$0) }),
-              case .object(let fields) = envelope, case .object(let parameters)? = fields["parameters"]
+            let envelope = try? JSONReader.read(message, { try JSONValue(reading: &$0) }),
+            case .object(let fields) = envelope, case .object(let parameters)? = fields["parameters"]
         else { return name }
-        return parameters.sorted { $0.key < $1.key }.first { if case .double = $0.value { true } else { false } }?.key ?? name
+        return parameters.sorted { $0.key < $1.key }.first { if case .double = $0.value { true } else { false } }?.key
+            ?? name
     }
 
     /// The parameter a decoding error is about: the first key of its path below `parameters`.
@@ -146,7 +149,8 @@ public struct VarlinkCall: Sendable {
         let path: [any CodingKey]
         switch error {
         case .keyNotFound(let key, let context): path = context.codingPath + [key]
-        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context): path = context.codingPath
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            path = context.codingPath
         @unknown default: path = []
         }
         let names = path.map(\.stringValue).filter { $0 != "parameters" }
@@ -154,7 +158,9 @@ public struct VarlinkCall: Sendable {
     }
 
     /// Encodes a call (for clients).
-    public static func encode<P: Encodable>(method: String, parameters: P, more: Bool = false, oneway: Bool = false, upgrade: Bool = false) throws -> Data {
+    public static func encode<P: Encodable>(
+        method: String, parameters: P, more: Bool = false, oneway: Bool = false, upgrade: Bool = false
+    ) throws -> Data {
         if let writable = parameters as? any JSONWritable {
             var writer = JSONWriter()
             writer.object { writer in
@@ -177,8 +183,10 @@ public struct VarlinkCall: Sendable {
             }
             return Data(writer.bytes)
         }
-        return try JSONEncoder().encode(CallEnvelope(method: method, parameters: parameters, more: more ? true : nil, oneway: oneway ? true : nil,
-                                                     upgrade: upgrade ? true : nil))
+        return try JSONEncoder().encode(
+            CallEnvelope(
+                method: method, parameters: parameters, more: more ? true : nil, oneway: oneway ? true : nil,
+                upgrade: upgrade ? true : nil))
     }
 }
 
@@ -229,7 +237,9 @@ public struct VarlinkReply: Sendable {
     /// Reads a reply and its parameters as `P` in one walk over the message, for a stream of
     /// replies read one after another (a change feed): ``init(message:)`` followed by
     /// ``parameters(_:)`` walks it twice. An error reply is thrown as its ``VarlinkError``.
-    package static func decode<P: JSONReadable>(_ type: P.Type, from message: Data) throws -> (parameters: P, continues: Bool) {
+    package static func decode<P: JSONReadable>(_ type: P.Type, from message: Data) throws -> (
+        parameters: P, continues: Bool
+    ) {
         var continues = false
         var parameters: P?
         var isError = false
@@ -239,7 +249,8 @@ public struct VarlinkReply: Sendable {
                     switch key {
                     case "continues": continues = reader.null() ? false : try reader.bool()
                     case "error": isError = try reader.optionalString() != nil
-                    case "parameters" where !isError && !reader.null(): parameters = try reader.field("parameters") { try P(reading: &$0) }
+                    case "parameters" where !isError && !reader.null():
+                        parameters = try reader.field("parameters") { try P(reading: &$0) }
                     default: try reader.skip()
                     }
                 }

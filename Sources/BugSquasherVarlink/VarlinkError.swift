@@ -19,11 +19,17 @@ public struct VarlinkError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// No interface of that name on this service.
-    public static func interfaceNotFound(_ interface: String) -> Self { .init("org.varlink.service.InterfaceNotFound", ["interface": .string(interface)]) }
+    public static func interfaceNotFound(_ interface: String) -> Self {
+        .init("org.varlink.service.InterfaceNotFound", ["interface": .string(interface)])
+    }
     /// No method of that name in the interface.
-    public static func methodNotFound(_ method: String) -> Self { .init("org.varlink.service.MethodNotFound", ["method": .string(method)]) }
+    public static func methodNotFound(_ method: String) -> Self {
+        .init("org.varlink.service.MethodNotFound", ["method": .string(method)])
+    }
     /// A parameter is missing or has the wrong type.
-    public static func invalidParameter(_ parameter: String) -> Self { .init("org.varlink.service.InvalidParameter", ["parameter": .string(parameter)]) }
+    public static func invalidParameter(_ parameter: String) -> Self {
+        .init("org.varlink.service.InvalidParameter", ["parameter": .string(parameter)])
+    }
     /// The caller may not call this method on this socket.
     public static var permissionDenied: Self { .init("org.varlink.service.PermissionDenied") }
     /// The method streams and must be called with `more`.
@@ -32,14 +38,20 @@ public struct VarlinkError: Error, Sendable, Hashable, CustomStringConvertible {
     /// whatever the message was, and closes the connection. (Not an error of one interface: the
     /// message was not read, so no method is known.)
     public static func messageTooLarge(limit: Int) -> Self {
-        .init("io.bugsquasher.MessageTooLarge", [
-            "limit": .int(Int64(limit)),
-            "message": .string("squasherd refused a message longer than its limit of \(limit) bytes (max_message_bytes) and closed the connection. Send less in one call (fewer IDs or keys, smaller values), or raise max_message_bytes in squasherd's configuration."),
-        ])
+        .init(
+            "io.bugsquasher.MessageTooLarge",
+            [
+                "limit": .int(Int64(limit)),
+                "message": .string(
+                    "squasherd refused a message longer than its limit of \(limit) bytes (max_message_bytes) and closed the connection. Send less in one call (fewer IDs or keys, smaller values), or raise max_message_bytes in squasherd's configuration."
+                ),
+            ])
     }
 
     public var description: String {
-        parameters.isEmpty ? name : "\(name) \(parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
+        parameters.isEmpty
+            ? name
+            : "\(name) \(parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
     }
 }
 

@@ -1,5 +1,5 @@
-public import NIOCore
 import Foundation
+public import NIOCore
 import Synchronization
 
 /// Splits a byte stream into NUL-terminated Varlink messages, refusing any message longer than
@@ -20,7 +20,9 @@ public struct VarlinkFrameDecoder: NIOSingleStepByteToMessageDecoder {
     public mutating func decode(buffer: inout ByteBuffer) throws -> ByteBuffer? {
         guard let index = buffer.readableBytesView.dropFirst(searched).firstIndex(of: 0) else {
             searched = buffer.readableBytes
-            if buffer.readableBytes > maximumMessageSize { throw VarlinkFramingError.messageTooLarge(limit: maximumMessageSize) }
+            if buffer.readableBytes > maximumMessageSize {
+                throw VarlinkFramingError.messageTooLarge(limit: maximumMessageSize)
+            }
             return nil
         }
         searched = 0

@@ -219,7 +219,8 @@ public struct VarlinkService: Sendable {
             }
             guard let interface = interfaces[call.interface], !interface.writes || context.mayWrite else {
                 if interfaces[call.interface] != nil {
-                    context.logger.notice("refused a write call on a read-only socket", metadata: ["varlink.method": "\(call.method)"])
+                    context.logger.notice(
+                        "refused a write call on a read-only socket", metadata: ["varlink.method": "\(call.method)"])
                     throw VarlinkError.permissionDenied
                 }
                 throw VarlinkError.interfaceNotFound(call.interface)
@@ -227,7 +228,9 @@ public struct VarlinkService: Sendable {
             // A call that asked for an upgrade its method does not make would hold the connection
             // past its reply, unread: a streaming call made so would never notice its client
             // leave, and would keep its subscription for good.
-            guard !call.upgrade || interface.upgrades(call.methodName) else { throw VarlinkError.invalidParameter("upgrade") }
+            guard !call.upgrade || interface.upgrades(call.methodName) else {
+                throw VarlinkError.invalidParameter("upgrade")
+            }
             try checkDeclared(call)
             try await interface.handle(call, context: context, replier: replier)
         } catch is CancellationError {
@@ -238,7 +241,8 @@ public struct VarlinkService: Sendable {
             throw error
         } catch {
             // A handler's failure answers this call; the connection stays usable.
-            try await replier.send(try Self.errorReply(error, method: call.method, logger: context.logger), continues: false)
+            try await replier.send(
+                try Self.errorReply(error, method: call.method, logger: context.logger), continues: false)
         }
     }
 
@@ -247,7 +251,8 @@ public struct VarlinkService: Sendable {
     /// it were not there. (A method without a declaration is the interface's to refuse.)
     private func checkDeclared(_ call: VarlinkCall) throws {
         guard let declared = declaredParameters[call.method],
-              let unknown = call.parameterNames.first(where: { !declared.contains($0) }) else { return }
+            let unknown = call.parameterNames.first(where: { !declared.contains($0) })
+        else { return }
         throw VarlinkError.invalidParameter(unknown)
     }
 
@@ -273,10 +278,15 @@ public struct VarlinkService: Sendable {
         interfaces[interface].map { !$0.writes || context.mayWrite } ?? (interface == "org.varlink.service")
     }
 
-    private func handleService(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+    private func handleService(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
         switch call.methodName {
         case "GetInfo":
-            try await replier.reply(Info(vendor: vendor, product: product, version: version, url: url, interfaces: interfaceNames.filter { serves($0, context) }))
+            try await replier.reply(
+                Info(
+                    vendor: vendor, product: product, version: version, url: url,
+                    interfaces: interfaceNames.filter { serves($0, context) }))
         case "GetInterfaceDescription":
             let name = try call.parameters(InterfaceParameter.self).interface
             guard let description = InterfaceDefinitions.text(of: name), serves(name, context) else {
@@ -304,7 +314,8 @@ private struct OnewayFilter<Base: VarlinkReplier>: VarlinkReplier {
 public enum InterfaceDefinitions {
     /// The IDL text of an interface, or `nil` when none is shipped.
     public static func text(of interface: String) -> String? {
-        guard let url = Bundle.module.url(forResource: interface, withExtension: "varlink", subdirectory: "Interfaces") else { return nil }
+        guard let url = Bundle.module.url(forResource: interface, withExtension: "varlink", subdirectory: "Interfaces")
+        else { return nil }
         return try? String(contentsOf: url, encoding: .utf8)
     }
 

@@ -17,7 +17,8 @@ import UnixSignals
 struct WatchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "watch", abstract: "Print every committed save as it happens (Ctrl-C to stop).",
-        discussion: "When squasherd stops or restarts, or tells a slow watcher to resync, watch reconnects and resumes after the last token it printed: no save is printed twice or skipped, in token order. A watcher that falls behind receives the saves it missed merged into one (printed with the newest token), as docs/PROTOCOL.md describes."
+        discussion:
+            "When squasherd stops or restarts, or tells a slow watcher to resync, watch reconnects and resumes after the last token it printed: no save is printed twice or skipped, in token order. A watcher that falls behind receives the saves it missed merged into one (printed with the newest token), as docs/PROTOCOL.md describes."
     )
 
     @OptionGroup var sockets: SocketOptions
@@ -36,7 +37,9 @@ struct WatchCommand: AsyncParsableCommand {
 
     func validate() throws {
         try validateToken(since)
-        if values && !json { throw ValidationError("--values adds the new values to the JSON lines: give it with --json.") }
+        if values && !json {
+            throw ValidationError("--values adds the new values to the JSON lines: give it with --json.")
+        }
     }
 
     func run() async throws {
@@ -53,15 +56,22 @@ struct WatchCommand: AsyncParsableCommand {
             var followed: String?
             while true {
                 do {
-                    let served = try endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self).storeIdentifier
+                    let served = try endpoint.connect().call("io.bugsquasher.Store.Info", Empty(), as: StoreInfo.self)
+                        .storeIdentifier
                     if let followed, served != followed { throw StoreReplaced(held: followed, served: served) }
                     followed = served
-                    try await VarlinkStream.call(path: path, method: "io.bugsquasher.Changes.Subscribe", parameters: SubscribeParameters(since: position, includeValues: values)) { replies in
+                    try await VarlinkStream.call(
+                        path: path, method: "io.bugsquasher.Changes.Subscribe",
+                        parameters: SubscribeParameters(since: position, includeValues: values)
+                    ) { replies in
                         for try await (event, _) in replies.decoding(SubscribeReply.self) {
                             switch event.event {
                             case "subscribed":
                                 firstReply.arrived()
-                                if interrupted { FileHandle.standardError.write(Data("reconnected; resuming after token \(position ?? event.token)\n".utf8)) }
+                                if interrupted {
+                                    FileHandle.standardError.write(
+                                        Data("reconnected; resuming after token \(position ?? event.token)\n".utf8))
+                                }
                                 connected = true
                                 interrupted = false
                                 if position == nil { position = event.token }
@@ -81,7 +91,9 @@ struct WatchCommand: AsyncParsableCommand {
                     // The output failed (said already): nothing to resume.
                     throw exit
                 } catch let error as StoreReplaced {
-                    printError("squasherctl: squasherd now serves another store (\(error.served)) than the one this watch followed (\(error.held)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history).")
+                    printError(
+                        "squasherctl: squasherd now serves another store (\(error.served)) than the one this watch followed (\(error.held)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history)."
+                    )
                     throw Exit.failed
                 } catch let error as VarlinkError {
                     // Refused (a token ahead of the store, say): said plainly, exit 2.
@@ -90,9 +102,11 @@ struct WatchCommand: AsyncParsableCommand {
                     printError("squasherctl: \(error.message)")
                     throw Exit.unreachable
                 } catch let error as JSONReader.Failure where !connected {
-                    printError("squasherctl: The answer from \(path) is not a Varlink reply (\(error)). Is squasherd listening on this path, or another program?")
+                    printError(
+                        "squasherctl: The answer from \(path) is not a Varlink reply (\(error)). Is squasherd listening on this path, or another program?"
+                    )
                     throw Exit.unreachable
-                } catch where !connected && !Task.isCancelled {
+                } catch  where !connected && !Task.isCancelled {
                     // Reset by the daemon before it answered (NIO's IOError).
                     printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message) (\(error))")
                     throw Exit.unreachable
@@ -107,7 +121,10 @@ struct WatchCommand: AsyncParsableCommand {
                     throw Exit.unreachable
                 }
                 if !interrupted {
-                    FileHandle.standardError.write(Data("the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n".utf8))
+                    FileHandle.standardError.write(
+                        Data(
+                            "the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n"
+                                .utf8))
                     interrupted = true
                 }
                 try await Task.sleep(for: .milliseconds(200))
@@ -124,10 +141,14 @@ struct WatchCommand: AsyncParsableCommand {
             case "resync": Swift.print("fell behind; resuming after token \(event.resyncFrom ?? event.token)")
             default:
                 guard let save = event.save else { return }
-                Swift.print("token \(save.token): \(save.inserted.count) inserted, \(save.updated.count) updated, \(save.deleted.count) deleted")
+                Swift.print(
+                    "token \(save.token): \(save.inserted.count) inserted, \(save.updated.count) updated, \(save.deleted.count) deleted"
+                )
                 if verbose {
                     for change in save.inserted { Swift.print("  + \(change.id) v\(change.version)") }
-                    for change in save.updated { Swift.print("  ~ \(change.id) v\(change.version) \((change.keys ?? []).joined(separator: ","))") }
+                    for change in save.updated {
+                        Swift.print("  ~ \(change.id) v\(change.version) \((change.keys ?? []).joined(separator: ","))")
+                    }
                     for change in save.deleted { Swift.print("  - \(change.id)") }
                 }
             }
@@ -143,7 +164,8 @@ struct SubscribeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "subscribe",
         abstract: "Hold bugs registered and print each refresh (Ctrl-C to stop).",
-        discussion: "A key no bug has yet is waited for: the bug is held from the save that creates it on (an 'added' event), and a held bug that is deleted is waited for again. With --json, prints one JSON line per event: ready, added, refresh, catch-up, and stats on exit (what the subscriber loaded)."
+        discussion:
+            "A key no bug has yet is waited for: the bug is held from the save that creates it on (an 'added' event), and a held bug that is deleted is waited for again. With --json, prints one JSON line per event: ready, added, refresh, catch-up, and stats on exit (what the subscriber loaded)."
     )
 
     @OptionGroup var sockets: SocketOptions
@@ -151,16 +173,24 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Argument(help: "Bug keys to hold.")
     var keys: [String] = []
 
-    @Option(name: .customLong("keys-from"), help: ArgumentHelp("Also hold the keys in this file, one per line ('-' reads standard input); for thousands of keys, which parse slowly as arguments.", valueName: "file"))
+    @Option(
+        name: .customLong("keys-from"),
+        help: ArgumentHelp(
+            "Also hold the keys in this file, one per line ('-' reads standard input); for thousands of keys, which parse slowly as arguments.",
+            valueName: "file"))
     var keysFile: String?
 
-    @Option(parsing: .unconditional, help: "Resume from this history token (a restarted subscriber passes its last one).")
+    @Option(
+        parsing: .unconditional, help: "Resume from this history token (a restarted subscriber passes its last one).")
     var since: Int64?
 
     @Flag(help: "Print JSON lines.")
     var json = false
 
-    @Flag(help: "Receive every change and filter locally, instead of letting squasherd filter to the held bugs (for comparison).")
+    @Flag(
+        help:
+            "Receive every change and filter locally, instead of letting squasherd filter to the held bugs (for comparison)."
+    )
     var all = false
 
     struct BugState: Codable, Sendable {
@@ -186,7 +216,9 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     func validate() throws {
         try validateToken(since)
-        if keys.isEmpty && keysFile == nil { throw ValidationError("Give the keys of the bugs to hold, as arguments or with --keys-from FILE.") }
+        if keys.isEmpty && keysFile == nil {
+            throw ValidationError("Give the keys of the bugs to hold, as arguments or with --keys-from FILE.")
+        }
         for key in keys { try validateKey(key) }
     }
 
@@ -202,10 +234,14 @@ struct SubscribeCommand: AsyncParsableCommand {
             }
             guard let data else {
                 var status = stat()
-                let reason = stat(keysFile, &status) != 0 ? "no such file"
-                    : status.st_mode & S_IFMT == S_IFDIR ? "it is a directory"
-                    : status.st_mode & S_IFMT != S_IFREG ? "it is not a regular file (a device or a socket?)"
-                    : "permission denied"
+                let reason =
+                    stat(keysFile, &status) != 0
+                    ? "no such file"
+                    : status.st_mode & S_IFMT == S_IFDIR
+                        ? "it is a directory"
+                        : status.st_mode & S_IFMT != S_IFREG
+                            ? "it is not a regular file (a device or a socket?)"
+                            : "permission denied"
                 throw ValidationError("Cannot read --keys-from \(keysFile): \(reason).")
             }
             // Blank lines and the spaces around a key (a pasted list) are not part of the keys;
@@ -216,7 +252,9 @@ struct SubscribeCommand: AsyncParsableCommand {
             let bytes = data.starts(with: [0xEF, 0xBB, 0xBF]) ? data.dropFirst(3) : data[...]
             for (index, line) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
                 guard let text = String(validating: line, as: UTF8.self) else {
-                    throw ValidationError("Line \(index + 1) of --keys-from \(keysFile) is not UTF-8 text (is it the list of keys, one per line?).")
+                    throw ValidationError(
+                        "Line \(index + 1) of --keys-from \(keysFile) is not UTF-8 text (is it the list of keys, one per line?)."
+                    )
                 }
                 let key = text.trimmingCharacters(in: .whitespaces.union(CharacterSet(charactersIn: "\r")))
                 guard !key.isEmpty else { continue }
@@ -240,7 +278,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         let subscriber: Subscriber
         do {
             subscriber = try Subscriber(
-                socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all, insertsOf: "Bug",
+                socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all,
+                insertsOf: "Bug",
                 matching: Key("key").in(keys.map { .string($0) }), timeout: sockets.read.timeout, logger: logger
             )
         } catch {
@@ -258,35 +297,55 @@ struct SubscribeCommand: AsyncParsableCommand {
         }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty {
-            let shown = missing.sorted().prefix(10).joined(separator: ", ") + (missing.count > 10 ? " and \(missing.count - 10) more" : "")
+            let shown =
+                missing.sorted().prefix(10).joined(separator: ", ")
+                + (missing.count > 10 ? " and \(missing.count - 10) more" : "")
             let others = initial.isEmpty ? "" : "; the other keys are held from now"
-            printError("squasherctl: no bug with key \(shown) (yet); \(missing.count == 1 ? "it is" : "they are") held once created\(others)")
+            printError(
+                "squasherctl: no bug with key \(shown) (yet); \(missing.count == 1 ? "it is" : "they are") held once created\(others)"
+            )
         }
         do {
             // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
             // isolation only, where each event is handled as it is merged.
-            let held = Mutex((missing: missing, keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })))
+            let held = Mutex(
+                (
+                    missing: missing,
+                    keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })
+                ))
             try await untilSignal {
                 // Said once SIGTERM is trapped: a stop right after "ready" still ends with stats.
                 try emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
                 try await subscriber.run { context, refresh in
-                    let bugs = refresh.refreshed.compactMap { (context.registeredObject(for: $0) as? Bug).map { Self.state($0) } }
+                    let bugs = refresh.refreshed.compactMap {
+                        (context.registeredObject(for: $0) as? Bug).map { Self.state($0) }
+                    }
                     // A held bug that is deleted is waited for again under its key.
                     let waiting = held.withLock { held in
-                        for id in refresh.deleted { if let key = held.keysByID.removeValue(forKey: id.uriString) { held.missing.insert(key) } }
+                        for id in refresh.deleted {
+                            if let key = held.keysByID.removeValue(forKey: id.uriString) { held.missing.insert(key) }
+                        }
                         return held.missing
                     }
                     if !bugs.isEmpty || !refresh.deleted.isEmpty {
-                        try emit(Event(event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue, bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+                        try emit(
+                            Event(
+                                event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue,
+                                bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
                     }
                     // A bug created, or one renamed, may carry a key waited for.
-                    guard !waiting.isEmpty, refresh.inserted.contains(where: { $0.entityName == "Bug" }) || !refresh.changedIntoWatch.isEmpty else { return }
+                    guard !waiting.isEmpty,
+                        refresh.inserted.contains(where: { $0.entityName == "Bug" })
+                            || !refresh.changedIntoWatch.isEmpty
+                    else { return }
                     let added: [BugState]
                     do {
                         added = try Self.hold(Array(waiting), in: context)
                     } catch {
                         let keys = waiting.sorted()
-                        printError("squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error)")
+                        printError(
+                            "squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error)"
+                        )
                         return
                     }
                     held.withLock { held in
@@ -303,11 +362,17 @@ struct SubscribeCommand: AsyncParsableCommand {
             // Refused for good (the keys' predicate past max_message_bytes): retrying would not help.
             throw refused(error)
         } catch let error as StoreReplaced {
-            printError("squasherctl: squasherd now serves another store (\(error.served)) than the one these bugs were held in (\(error.held)); run squasherctl subscribe again to hold them there.")
+            printError(
+                "squasherctl: squasherd now serves another store (\(error.served)) than the one these bugs were held in (\(error.held)); run squasherctl subscribe again to hold them there."
+            )
             throw Exit.failed
         }
         let stats = subscriber.store.statistics
-        try emit(Event(event: "stats", token: subscriber.lastToken?.rawValue, loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests, fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
+        try emit(
+            Event(
+                event: "stats", token: subscriber.lastToken?.rawValue,
+                loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests,
+                fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
     }
 
     /// Fetches the bugs with these keys into the subscriber's context, which registers them with
@@ -329,7 +394,9 @@ struct SubscribeCommand: AsyncParsableCommand {
     private static let holdBatch = 10_000
 
     private static func state(_ bug: Bug) -> BugState {
-        BugState(id: bug.objectID.uriString, key: bug.key, version: bug.snapshotVersion, status: bug.status, title: bug.title)
+        BugState(
+            id: bug.objectID.uriString, key: bug.key, version: bug.snapshotVersion, status: bug.status, title: bug.title
+        )
     }
 
     /// Prints an event and flushes it; a full disk ends the command (``Squasherctl/flushOutput()``).
@@ -338,10 +405,17 @@ struct SubscribeCommand: AsyncParsableCommand {
             try printJSON(event)
         } else {
             switch event.event {
-            case "stats": print("loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; \(event.bytesReceived ?? 0) bytes of change feed; last token \(event.token.map(String.init) ?? "-")")
+            case "stats":
+                print(
+                    "loaded \(event.loaded?.count ?? 0) objects in \(event.valueRequests ?? 0) value requests and \(event.fetches ?? 0) fetches; \(event.bytesReceived ?? 0) bytes of change feed; last token \(event.token.map(String.init) ?? "-")"
+                )
             default:
                 print("\(event.event) at token \(event.token.map(String.init) ?? "-")")
-                for bug in event.bugs ?? [] { print("  \(printable(bug.key, limit: 200)) v\(bug.version) [\(printable(bug.status, limit: 60))] \(printable(bug.title, limit: 200))") }
+                for bug in event.bugs ?? [] {
+                    print(
+                        "  \(printable(bug.key, limit: 200)) v\(bug.version) [\(printable(bug.status, limit: 60))] \(printable(bug.title, limit: 200))"
+                    )
+                }
                 for id in event.deleted ?? [] { print("  deleted \(id)") }
             }
         }
@@ -375,29 +449,55 @@ extension SubscribeCommand.Event: JSONWritable {
                 writer.array { writer in
                     for bug in bugs {
                         writer.object { writer in
-                            writer.key("id"); writer.string(bug.id)
-                            writer.key("key"); writer.string(bug.key)
-                            writer.key("status"); writer.string(bug.status)
-                            writer.key("title"); writer.string(bug.title)
-                            writer.key("version"); writer.integer(bug.version)
+                            writer.key("id")
+                            writer.string(bug.id)
+                            writer.key("key")
+                            writer.string(bug.key)
+                            writer.key("status")
+                            writer.string(bug.status)
+                            writer.key("title")
+                            writer.string(bug.title)
+                            writer.key("version")
+                            writer.integer(bug.version)
                         }
                     }
                 }
             }
-            if let bytesReceived { writer.key("bytesReceived"); writer.integer(Int64(bytesReceived)) }
-            if let deleted { writer.key("deleted"); writer.array { writer in for id in deleted { writer.string(id) } } }
-            writer.key("event"); writer.string(event)
-            if let fetches { writer.key("fetches"); writer.integer(Int64(fetches)) }
-            if let loaded { writer.key("loaded"); writer.array { writer in for id in loaded { writer.string(id) } } }
-            if let token { writer.key("token"); writer.integer(token) }
-            if let valueRequests { writer.key("valueRequests"); writer.integer(Int64(valueRequests)) }
+            if let bytesReceived {
+                writer.key("bytesReceived")
+                writer.integer(Int64(bytesReceived))
+            }
+            if let deleted {
+                writer.key("deleted")
+                writer.array { writer in for id in deleted { writer.string(id) } }
+            }
+            writer.key("event")
+            writer.string(event)
+            if let fetches {
+                writer.key("fetches")
+                writer.integer(Int64(fetches))
+            }
+            if let loaded {
+                writer.key("loaded")
+                writer.array { writer in for id in loaded { writer.string(id) } }
+            }
+            if let token {
+                writer.key("token")
+                writer.integer(token)
+            }
+            if let valueRequests {
+                writer.key("valueRequests")
+                writer.integer(Int64(valueRequests))
+            }
         }
     }
 }
 
 /// Refuses a `--since` no store issues.
 private func validateToken(_ since: Int64?) throws {
-    if let since, since < 0 { throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).") }
+    if let since, since < 0 {
+        throw ValidationError("--since takes a history token, 0 or more (squasherctl status shows the newest).")
+    }
 }
 
 /// Ends the process with exit status 4 when the first reply of a feed has not come within the

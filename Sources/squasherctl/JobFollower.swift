@@ -27,7 +27,9 @@ struct JobFollower {
     func follow(_ job: String, reachedDaemon: Bool = false) throws {
         let interrupt = Self.onInterrupt { [progress] in
             progress.clear()
-            printError("squasherctl: stopped waiting; job \(job) goes on in squasherd. Follow it with: squasherctl jobs \(job) --wait; stop it with: squasherctl abort \(job)")
+            printError(
+                "squasherctl: stopped waiting; job \(job) goes on in squasherd. Follow it with: squasherctl jobs \(job) --wait; stop it with: squasherctl abort \(job)"
+            )
         }
         defer { interrupt.cancel() }
         var final: WireJob?
@@ -40,7 +42,8 @@ struct JobFollower {
             do {
                 let client = try socket.connect()
                 reached = true
-                servedStore = try client.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self).storeIdentifier
+                servedStore = try client.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
+                    .storeIdentifier
                 if jobStore == nil { jobStore = servedStore }
                 try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
                     let current = try reply.parameters(JobReply.self).job
@@ -57,7 +60,9 @@ struct JobFollower {
             } catch let error as VarlinkError {
                 progress.clear()
                 if error.name.hasSuffix(".JobNotFound"), let jobStore, let servedStore, servedStore != jobStore {
-                    printError("squasherctl: squasherd came back serving another store (\(servedStore)), which has no job \(job); the job is in store \(jobStore). Was squasherd restarted with another state directory? Start it on that store again, and the job resumes there.")
+                    printError(
+                        "squasherctl: squasherd came back serving another store (\(servedStore)), which has no job \(job); the job is in store \(jobStore). Was squasherd restarted with another state directory? Start it on that store again, and the job resumes there."
+                    )
                     throw Exit.notFound
                 }
                 throw refused(error)
@@ -69,12 +74,16 @@ struct JobFollower {
                 let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
                 let now = ContinuousClock.now
                 if let lostAt, now - lostAt > Self.patience {
-                    printError("squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait")
+                    printError(
+                        "squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait"
+                    )
                     throw Exit.unreachable
                 }
                 if lostAt == nil {
                     progress.clear()
-                    printError("squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)")
+                    printError(
+                        "squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)"
+                    )
                     lostAt = now
                 }
                 Thread.sleep(forTimeInterval: 0.25)
@@ -82,7 +91,9 @@ struct JobFollower {
         }
         progress.clear()
         guard let job = final else { throw Exit.failed }
-        print("job \(job.id) \(job.state.rawValue): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))")
+        print(
+            "job \(job.id) \(job.state.rawValue): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))"
+        )
         if let error = job.error { printError("squasherctl: \(printable(error))") }
         // What became of a CSV export's columns, the ones not imported included.
         if let columns = job.columns { print("columns: \(printable(columns))") }
@@ -90,11 +101,14 @@ struct JobFollower {
         if job.state != .finished { throw Exit.failed }
         if job.recordsRead == 0 {
             // Not a failure (an export of a quiet week is empty), but nothing to take for data.
-            printError("squasherctl: job \(job.id) read no record: the input held a header or an empty list only; nothing was imported.")
+            printError(
+                "squasherctl: job \(job.id) read no record: the input held a header or an empty list only; nothing was imported."
+            )
         }
         if job.imported == 0 && job.rejected > 0 {
             // A script must not take an import of nothing for a good one.
-            printError("squasherctl: every record of job \(job.id) was rejected; nothing was imported. The rejects say why.")
+            printError(
+                "squasherctl: every record of job \(job.id) was rejected; nothing was imported. The rejects say why.")
             throw Exit.failed
         }
     }
@@ -110,7 +124,9 @@ struct JobFollower {
             let remaining = Int(elapsed * Double(job.bytesTotal - job.bytesDone) / Double(bytesDone))
             eta = String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
         }
-        progress.show(label: "importing", done: job.bytesDone, total: job.bytesTotal, unit: "bytes", extra: "\(job.recordsRead) records, \(Int(rate))/s\(eta)")
+        progress.show(
+            label: "importing", done: job.bytesDone, total: job.bytesTotal, unit: "bytes",
+            extra: "\(job.recordsRead) records, \(Int(rate))/s\(eta)")
     }
 }
 
@@ -153,7 +169,9 @@ struct ProgressBar {
 /// records/s)`, ` in 0.05 s (40 records/s)` — or nothing while it runs. Under 10 s with
 /// hundredths, so that the time shown and the rate agree.
 func took(_ job: WireJob) -> String {
-    guard let finished = job.finished.flatMap(ISO8601Date.parse), let created = ISO8601Date.parse(job.created) else { return "" }
+    guard let finished = job.finished.flatMap(ISO8601Date.parse), let created = ISO8601Date.parse(job.created) else {
+        return ""
+    }
     let seconds = max(finished.timeIntervalSince(created), 0.001)
     let rate = (Double(job.recordsRead) / seconds).rounded().formatted(.number.grouping(.automatic))
     return " in \(String(format: seconds < 10 ? "%.2f" : "%.1f", seconds)) s (\(rate) records/s)"

@@ -9,7 +9,9 @@ import Foundation
 
 /// `squasherctl jobs [JOB] [--rejects]`.
 struct JobsCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "jobs", abstract: "List import jobs; show one job and its rejects, or follow it to its end (--wait).")
+    static let configuration = CommandConfiguration(
+        commandName: "jobs",
+        abstract: "List import jobs; show one job and its rejects, or follow it to its end (--wait).")
 
     @OptionGroup var sockets: SocketOptions
 
@@ -22,7 +24,10 @@ struct JobsCommand: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
-    @Flag(help: "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd; exit 4 at once if squasherd cannot be reached at the start).")
+    @Flag(
+        help:
+            "Show the job's progress and wait for its summary (exit 0 only if it finished); across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd; exit 4 at once if squasherd cannot be reached at the start)."
+    )
     var wait = false
 
     @Option(help: "How many of the most recent jobs to list (1 to 999).")
@@ -32,9 +37,16 @@ struct JobsCommand: ParsableCommand {
     static let rejectsPage = 10_000
 
     func validate() throws {
-        if wait && (job == nil || rejects || json) { throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.") }
-        if job?.trimmingCharacters(in: .whitespaces).isEmpty == true { throw ValidationError("The job ID is empty; squasherctl jobs lists the recent ones.") }
-        if rejects && job == nil { throw ValidationError("--rejects prints one job's rejects: give its ID (squasherctl jobs lists the recent ones).") }
+        if wait && (job == nil || rejects || json) {
+            throw ValidationError("--wait follows one job: give its ID, without --rejects or --json.")
+        }
+        if job?.trimmingCharacters(in: .whitespaces).isEmpty == true {
+            throw ValidationError("The job ID is empty; squasherctl jobs lists the recent ones.")
+        }
+        if rejects && job == nil {
+            throw ValidationError(
+                "--rejects prints one job's rejects: give its ID (squasherctl jobs lists the recent ones).")
+        }
         guard (1...999).contains(limit) else { throw ValidationError("--limit takes a count from 1 to 999.") }
     }
 
@@ -50,23 +62,36 @@ struct JobsCommand: ParsableCommand {
                     var all: [WireReject] = []
                     var shown = 0
                     while true {
-                        let reply = try client.call("io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job, limit: Self.rejectsPage, offset: shown), as: RejectsReply.self)
-                        if json { all += reply.rejects } else { for reject in reply.rejects { print("line \(reject.line): \(printable(reject.reason))") } }
+                        let reply = try client.call(
+                            "io.bugsquasher.Jobs.Rejects",
+                            RejectsParameters(job: job, limit: Self.rejectsPage, offset: shown), as: RejectsReply.self)
+                        if json {
+                            all += reply.rejects
+                        } else {
+                            for reject in reply.rejects { print("line \(reject.line): \(printable(reject.reason))") }
+                        }
                         shown += reply.rejects.count
                         if reply.more != true || reply.rejects.isEmpty { break }
                     }
                     if json { try printJSON(RejectsReply(rejects: all)) }
-                } else if json { try printJSON(reply) } else {
+                } else if json {
+                    try printJSON(reply)
+                } else {
                     print(describe(reply.job))
                     if let columns = reply.job.columns { print("columns: \(printable(columns))") }
                 }
             } else {
                 // One more than shown: whether there are older ones to mention.
-                var reply = try client.call("io.bugsquasher.Jobs.List", LimitParameter(limit: limit + 1), as: JobsReply.self)
+                var reply = try client.call(
+                    "io.bugsquasher.Jobs.List", LimitParameter(limit: limit + 1), as: JobsReply.self)
                 let older = reply.jobs.count > limit
                 reply.jobs = Array(reply.jobs.prefix(limit))
                 if json { try printJSON(reply) } else { for job in reply.jobs { print(describe(job)) } }
-                if older { printError("squasherctl: \(limit == 1 ? "only the most recent job is" : "the \(limit) most recent jobs are") shown; there are older ones (--limit shows more).") }
+                if older {
+                    printError(
+                        "squasherctl: \(limit == 1 ? "only the most recent job is" : "the \(limit) most recent jobs are") shown; there are older ones (--limit shows more)."
+                    )
+                }
             }
         }
     }
@@ -78,7 +103,8 @@ struct JobsCommand: ParsableCommand {
 
 /// `squasherctl status`.
 struct StatusCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the daemon's store, token, subscribers and running job.")
+    static let configuration = CommandConfiguration(
+        commandName: "status", abstract: "Show the daemon's store, token, subscribers and running job.")
 
     @OptionGroup var sockets: SocketOptions
 
@@ -86,12 +112,18 @@ struct StatusCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        let status = try withClient(sockets.read) { try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self) }
+        let status = try withClient(sockets.read) {
+            try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
+        }
         if json { return try printJSON(status) }
         print("store \(status.storeIdentifier)")
-        print("bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)")
+        print(
+            "bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)"
+        )
         if let job = status.activeJob {
-            print("importing job \(job.id) (\(printable(job.name, limit: 100))): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%")
+            print(
+                "importing job \(job.id) (\(printable(job.name, limit: 100))): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%"
+            )
         } else {
             print("idle")
         }
@@ -114,7 +146,9 @@ struct GetCommand: ParsableCommand {
 
     func run() throws {
         let (row, labels) = try withClient(sockets.read) { client -> (WireRow?, [String: String]) in
-            let row = try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows")).rows?.first
+            let row = try client.fetch(
+                FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1, result: "rows")
+            ).rows?.first
             guard let row, !json else { return (row, [:]) }
             return (row, Self.labels(ofToOnesOf: row, client: client))
         }
@@ -122,7 +156,10 @@ struct GetCommand: ParsableCommand {
             printError("squasherctl: no bug with key \(printable(key))")
             throw Exit.notFound
         }
-        if json { try printJSON(row); return }
+        if json {
+            try printJSON(row)
+            return
+        }
         print("\(row.id)  version \(row.version)")
         for (name, value) in row.values.sorted(by: { $0.key < $1.key }) where value != .null {
             print("  \(name): \(labels[name] ?? display(value))")
@@ -134,9 +171,12 @@ struct GetCommand: ParsableCommand {
     /// keeps the IDs). Best effort: an object deleted meanwhile, or a failed call, leaves the ID.
     static func labels(ofToOnesOf row: WireRow, client: BlockingVarlinkClient) -> [String: String] {
         let toOnes = BugModel.model.entity(named: "Bug")?.toOneRelationships.map(\.name) ?? []
-        let ids = Dictionary(uniqueKeysWithValues: toOnes.compactMap { name in row.values[name]?.stringValue.map { (name, $0) } })
+        let ids = Dictionary(
+            uniqueKeysWithValues: toOnes.compactMap { name in row.values[name]?.stringValue.map { (name, $0) } })
         guard !ids.isEmpty,
-              let targets = try? client.call("io.bugsquasher.Store.Values", IDsParameters(ids: Set(ids.values).sorted()), as: RowsReply.self).rows
+            let targets = try? client.call(
+                "io.bugsquasher.Store.Values", IDsParameters(ids: Set(ids.values).sorted()), as: RowsReply.self
+            ).rows
         else { return [:] }
         var byID: [String: String] = [:]
         for target in targets {
@@ -153,7 +193,8 @@ struct GetCommand: ParsableCommand {
 struct ListCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list", abstract: "List objects matching a predicate.",
-        discussion: #"Example: squasherctl list --where 'status == "Open" AND project.key == "TIMOB"' --sort -created --limit 20"#
+        discussion:
+            #"Example: squasherctl list --where 'status == "Open" AND project.key == "TIMOB"' --sort -created --limit 20"#
     )
 
     @OptionGroup var sockets: SocketOptions
@@ -161,7 +202,11 @@ struct ListCommand: ParsableCommand {
     @Option(help: "The entity (\(BugModel.entities.map(\.name).joined(separator: ", "))).")
     var entity = "Bug"
 
-    @Option(name: .customLong("where"), help: "A predicate: key == \"TIMOB-1\", status IN (\"Open\", \"Reopened\"), title CONTAINS[c] \"crash\", AND/OR/NOT.")
+    @Option(
+        name: .customLong("where"),
+        help:
+            "A predicate: key == \"TIMOB-1\", status IN (\"Open\", \"Reopened\"), title CONTAINS[c] \"crash\", AND/OR/NOT."
+    )
     var predicate: String?
 
     // Unconditional: `--sort -created` and `--limit -1` take the value, not an option.
@@ -183,11 +228,14 @@ struct ListCommand: ParsableCommand {
     func validate() throws {
         if limit < 0 || offset < 0 { throw ValidationError("--limit and --offset take a count, 0 or more.") }
         guard BugModel.model.entity(named: entity) != nil else {
-            throw ValidationError("There is no entity '\(entity)'; give one of \(BugModel.entities.map(\.name).joined(separator: ", ")).")
+            throw ValidationError(
+                "There is no entity '\(entity)'; give one of \(BugModel.entities.map(\.name).joined(separator: ", ")).")
         }
         // An empty key path (`--sort ''`, `--sort a,,b`) would sort by nothing without a word.
         if let sortKeys, sortKeys.contains(where: { $0.isEmpty || $0 == "-" }) {
-            throw ValidationError("--sort '\(sort ?? "")' has an empty key path; give comma-separated key paths such as -created,key (a - before one sorts it descending).")
+            throw ValidationError(
+                "--sort '\(sort ?? "")' has an empty key path; give comma-separated key paths such as -created,key (a - before one sorts it descending)."
+            )
         }
     }
 
@@ -203,7 +251,9 @@ struct ListCommand: ParsableCommand {
         let sortKeys = self.sortKeys
         if count {
             let reply = try withClient(sockets.read) { client in
-                try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, offset: offset, result: "count"))
+                try client.fetch(
+                    FetchParameters(
+                        entity: entity, predicate: predicate, sort: sortKeys, offset: offset, result: "count"))
             }
             print(reply.count ?? 0)
             return
@@ -218,7 +268,10 @@ struct ListCommand: ParsableCommand {
                 // At most 1,000 rows a call, so that a page of long descriptions stays well
                 // inside the 64 MiB a reply may have (BlockingVarlinkClient.maximumReplySize).
                 let asked = min(limit - printed, Self.pageSize)
-                let page = try client.fetch(FetchParameters(entity: entity, predicate: predicate, sort: sortKeys, limit: asked, offset: offset + printed, result: "rows"))
+                let page = try client.fetch(
+                    FetchParameters(
+                        entity: entity, predicate: predicate, sort: sortKeys, limit: asked, offset: offset + printed,
+                        result: "rows"))
                 let pageRows = page.rows ?? []
                 if json { rows.append(contentsOf: pageRows) } else { pageRows.forEach(printLine) }
                 printed += pageRows.count
@@ -234,7 +287,9 @@ struct ListCommand: ParsableCommand {
         let text = { (name: String) in row.values[name].flatMap(\.stringValue) }
         let labelName = ["key", "name", "jobID", "jiraID"].first { text($0) != nil }
         let label = labelName.flatMap(text) ?? row.id
-        let title = text("title") ?? text("state") ?? text("body").map { String($0.prefix(60)) } ?? text("displayName") ?? (labelName == "name" ? nil : text("name")) ?? ""
+        let title =
+            text("title") ?? text("state") ?? text("body").map { String($0.prefix(60)) } ?? text("displayName")
+            ?? (labelName == "name" ? nil : text("name")) ?? ""
         let status = text("status").map { "[\($0)] " } ?? ""
         let rest = printable(status, limit: 60) + printable(title, limit: 200)
         print(rest.isEmpty ? printable(label, limit: 200) : "\(printable(label, limit: 200))  \(rest)")
@@ -273,7 +328,8 @@ func display(_ value: JSONValue) -> String {
 /// `squasherctl update KEY field=value…`: edits a bug through the daemon's editor context.
 struct UpdateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "update", abstract: "Change attributes of one bug (through squasherd's editor context; needs the write socket).",
+        commandName: "update",
+        abstract: "Change attributes of one bug (through squasherd's editor context; needs the write socket).",
         discussion: "Example: squasherctl update TIMOB-100 status=Closed priority=High"
     )
 
@@ -282,7 +338,10 @@ struct UpdateCommand: ParsableCommand {
     @Argument(help: "The bug's key.")
     var key: String
 
-    @Argument(help: "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute or relationship; project, reporter and assignee take a project key, a person's name, or an object ID).")
+    @Argument(
+        help:
+            "Assignments name=value (strings; dates as ISO 8601; 'nil' clears an optional attribute or relationship; project, reporter and assignee take a project key, a person's name, or an object ID)."
+    )
     var assignments: [String]
 
     func validate() throws { try validateKey(key) }
@@ -290,7 +349,8 @@ struct UpdateCommand: ParsableCommand {
     func run() throws {
         var values: [String: JSONValue] = [:]
         for assignment in assignments {
-            let parts = assignment.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            let parts = assignment.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(
+                String.init)
             guard parts.count == 2, !parts[0].isEmpty else {
                 printError("squasherctl: '\(assignment)' is not name=value")
                 throw ExitCode.validationFailure
@@ -306,11 +366,19 @@ struct UpdateCommand: ParsableCommand {
             // becomes that object's ID; an object ID goes as it is.
             for (name, value) in values {
                 guard case .string(let text) = value, !text.hasPrefix("x-bugsquasher://"),
-                      let relationship = BugModel.model.entity(named: "Bug")?.relationship(named: name), !relationship.isToMany,
-                      let destination = BugModel.model.entity(named: relationship.destination), let unique = destination.uniqueKey
+                    let relationship = BugModel.model.entity(named: "Bug")?.relationship(named: name),
+                    !relationship.isToMany,
+                    let destination = BugModel.model.entity(named: relationship.destination),
+                    let unique = destination.uniqueKey
                 else { continue }
-                guard let target = try client.fetch(FetchParameters(entity: destination.name, predicate: equals(unique, text), limit: 1)).ids?.first else {
-                    printError("squasherctl: no \(destination.name) with \(unique) \(printable(text)); '\(name)' takes the \(unique) of an existing \(destination.name), its object ID, or nil to clear it")
+                guard
+                    let target = try client.fetch(
+                        FetchParameters(entity: destination.name, predicate: equals(unique, text), limit: 1)
+                    ).ids?.first
+                else {
+                    printError(
+                        "squasherctl: no \(destination.name) with \(unique) \(printable(text)); '\(name)' takes the \(unique) of an existing \(destination.name), its object ID, or nil to clear it"
+                    )
                     throw Exit.notFound
                 }
                 values[name] = .string(target)
@@ -322,7 +390,8 @@ struct UpdateCommand: ParsableCommand {
             throw Exit.notFound
         }
         let reply = try withClient(sockets.write) { client in
-            try client.call("io.bugsquasher.Import.Update", UpdateParameters(id: id, values: values), as: UpdateReply.self)
+            try client.call(
+                "io.bugsquasher.Import.Update", UpdateParameters(id: id, values: values), as: UpdateReply.self)
         }
         print("\(key) is now version \(reply.version) (token \(reply.token))")
     }
@@ -332,10 +401,14 @@ struct UpdateCommand: ParsableCommand {
 /// for good) would not explain: empty or blank, or with spaces around it or a control character
 /// in it (imports and `update` refuse such keys). `place` says where the key came from.
 func validateKey(_ key: String, place: String = "") throws {
-    if key.allSatisfy(\.isWhitespace) { throw ValidationError("The bug key is empty\(place); give one such as TIMOB-100.") }
+    if key.allSatisfy(\.isWhitespace) {
+        throw ValidationError("The bug key is empty\(place); give one such as TIMOB-100.")
+    }
     if EntityDescription.hasStrayCharacters(inKey: key) {
         let shown = key.count > 80 ? String(key.prefix(80)) + "…" : key
-        throw ValidationError("The key \(String(reflecting: shown))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them.")
+        throw ValidationError(
+            "The key \(String(reflecting: shown))\(place) has spaces around it or a control character in it, which no bug's key has; give it without them."
+        )
     }
 }
 
@@ -352,13 +425,16 @@ extension BlockingVarlinkClient {
     func fetch(_ parameters: FetchParameters) throws -> FetchReply {
         let reply = try call("io.bugsquasher.Store.Fetch", parameters, as: FetchReply.self)
         let result = parameters.result ?? "ids"
-        let present = switch result {
-        case "rows": reply.rows != nil
-        case "count": reply.count != nil
-        default: reply.ids != nil
-        }
+        let present =
+            switch result {
+            case "rows": reply.rows != nil
+            case "count": reply.count != nil
+            default: reply.ids != nil
+            }
         guard present else {
-            throw TransportError("The answer from \(path) to io.bugsquasher.Store.Fetch has no '\(result)', which squasherd always sends: another program may be listening there.")
+            throw TransportError(
+                "The answer from \(path) to io.bugsquasher.Store.Fetch has no '\(result)', which squasherd always sends: another program may be listening there."
+            )
         }
         return reply
     }

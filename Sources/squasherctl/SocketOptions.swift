@@ -6,10 +6,16 @@ import Foundation
 /// `./run/sockets` when it has a socket (a checkout running `scripts/run.sh`), else
 /// `/run/squasherd`; and how long to wait for it (`--timeout`).
 struct SocketOptions: ParsableArguments {
-    @Option(name: .customLong("socket"), help: "The read socket (squasherd.sock); the write socket is squasherd-write.sock beside it.")
+    @Option(
+        name: .customLong("socket"),
+        help: "The read socket (squasherd.sock); the write socket is squasherd-write.sock beside it.")
     var readSocket: String?
 
-    @Option(parsing: .unconditional, help: "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job, or for the saves of a feed once it has begun, is not bounded by it.)")
+    @Option(
+        parsing: .unconditional,
+        help:
+            "Seconds to wait for squasherd to accept, take or answer a call before giving up with exit status 4; 0 waits as long as it takes. (Waiting for a job, or for the saves of a feed once it has begun, is not bounded by it.)"
+    )
     var timeout: Double = 60
 
     func validate() throws {
@@ -18,14 +24,18 @@ struct SocketOptions: ParsableArguments {
         }
         // A path no socket address holds is a usage error, found before anything is sent.
         for socket in [read.path, write.path] where socket.utf8.count > VarlinkServer.maximumSocketPathBytes {
-            throw ValidationError("The socket path \(socket) is too long (\(socket.utf8.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes)). Use a shorter --socket or SQUASHERD_RUNTIME_DIRECTORY.")
+            throw ValidationError(
+                "The socket path \(socket) is too long (\(socket.utf8.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes)). Use a shorter --socket or SQUASHERD_RUNTIME_DIRECTORY."
+            )
         }
     }
 
     var directory: String {
         if let readSocket { return (readSocket as NSString).deletingLastPathComponent }
         // Set but empty (`SQUASHERD_RUNTIME_DIRECTORY=`) is unset, not the root directory.
-        if let directory = ProcessInfo.processInfo.environment["SQUASHERD_RUNTIME_DIRECTORY"], !directory.isEmpty { return directory }
+        if let directory = ProcessInfo.processInfo.environment["SQUASHERD_RUNTIME_DIRECTORY"], !directory.isEmpty {
+            return directory
+        }
         if FileManager.default.fileExists(atPath: "run/sockets/squasherd.sock") { return "run/sockets" }
         return "/run/squasherd"
     }

@@ -17,7 +17,10 @@ struct Squasherctl: AsyncParsableCommand {
             or it is stopping): nothing was changed; retry later.
             """,
         version: BugSquasherVersion.current,
-        subcommands: [ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self, ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self]
+        subcommands: [
+            ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, GetCommand.self,
+            ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self,
+        ]
     )
 
     /// `squasherctl` without a command: the help, on standard error, and a usage error's status,
@@ -53,7 +56,8 @@ extension Squasherctl {
         // concurrency checking). After a failed write glibc keeps the bytes it could not write,
         // so this last flush fails too (checked with 100,000 lines to /dev/full).
         guard fflush(nil) != 0 else { return }
-        let message = StandardStreams.outputWasClosed
+        let message =
+            StandardStreams.outputWasClosed
             ? "squasherctl: could not write its output: standard output is closed. Run the command with its output open (a terminal, a file or a pipe)."
             : "squasherctl: could not write all of its output to standard output (\(String(cString: strerror(errno)))); what was written is incomplete. Make room where the output goes (a full disk?) and run the command again."
         FileHandle.standardError.write(Data((message + "\n").utf8))
@@ -84,8 +88,12 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
 /// otherwise.
 func refused(_ error: VarlinkError) -> ExitCode {
     printError("squasherctl: \(refusal(error))")
-    if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) { return Exit.unreachable }
-    if ["io.bugsquasher.Import.StoreUnavailable", "io.bugsquasher.Import.Busy"].contains(error.name) { return Exit.unavailable }
+    if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) {
+        return Exit.unreachable
+    }
+    if ["io.bugsquasher.Import.StoreUnavailable", "io.bugsquasher.Import.Busy"].contains(error.name) {
+        return Exit.unavailable
+    }
     return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
 }
 
@@ -94,14 +102,17 @@ func refusal(_ error: VarlinkError) -> String {
     if error.name == "io.bugsquasher.Changes.TokenAhead" {
         let token = error.parameters["token"]?.intValue.map(String.init) ?? "?"
         let since = error.parameters["since"]?.intValue.map(String.init) ?? "?"
-        return "the store's newest token is \(token), before --since \(since): it never issued that token (restored from a backup, or another store?). Leave --since out, or pass a token it issued."
+        return
+            "the store's newest token is \(token), before --since \(since): it never issued that token (restored from a backup, or another store?). Leave --since out, or pass a token it issued."
     }
     if error.name == "org.varlink.service.InvalidParameter" {
         return "squasherd refused the value of '\(error.parameters["parameter"]?.stringValue ?? "?")' as invalid."
     }
     if error.name == "org.varlink.service.MethodNotFound" || error.name == "org.varlink.service.InterfaceNotFound" {
-        let what = error.parameters["method"]?.stringValue ?? error.parameters["interface"]?.stringValue ?? "the method called"
-        return "the peer answered that it does not know \(what) (\(error.name)): it is not squasherd, or a squasherd older than this squasherctl."
+        let what =
+            error.parameters["method"]?.stringValue ?? error.parameters["interface"]?.stringValue ?? "the method called"
+        return
+            "the peer answered that it does not know \(what) (\(error.name)): it is not squasherd, or a squasherd older than this squasherctl."
     }
     if error.name.hasSuffix(".JobNotFound") {
         return "no job \(error.parameters["job"]?.stringValue ?? "?") (squasherctl jobs lists the recent ones)."

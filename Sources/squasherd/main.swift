@@ -49,18 +49,22 @@ struct Squasherd: AsyncParsableCommand {
         let startupSignals = await StartupSignals()
         var configuration: DaemonConfiguration
         do {
-            configuration = try .resolve(stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
+            configuration = try .resolve(
+                stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
         } catch let error as DaemonError {
             try Self.refuseToStart(error.message)
         }
         if let chunkSize {
             let sizes = ImportChunkSize.allowed
-            guard sizes.contains(chunkSize) else { throw ValidationError("--chunk-size must be between \(sizes.lowerBound) and \(sizes.upperBound).") }
+            guard sizes.contains(chunkSize) else {
+                throw ValidationError("--chunk-size must be between \(sizes.lowerBound) and \(sizes.upperBound).")
+            }
             configuration.chunkSize = chunkSize
         }
         let levelName = logLevel ?? configuration.logLevel
         guard let level = Logger.Level(rawValue: levelName) else {
-            throw ValidationError("Unknown --log-level '\(levelName)'; use trace, debug, info, notice, warning, error or critical.")
+            throw ValidationError(
+                "Unknown --log-level '\(levelName)'; use trace, debug, info, notice, warning, error or critical.")
         }
         Self.bootstrapLogging(level: level)
         let logger = Logger(label: "squasherd")
@@ -71,12 +75,17 @@ struct Squasherd: AsyncParsableCommand {
             let sockets = try SocketActivation.listeningSockets()
             if !sockets.isEmpty {
                 let names = sockets.map(\.name)
-                guard names.sorted() == ["read", "write"], let read = sockets.first(where: { $0.name == "read" })?.descriptor,
-                      let write = sockets.first(where: { $0.name == "write" })?.descriptor else {
-                    logger.critical("systemd passed \(sockets.count) socket(s) named \(names); squasherd needs two, one named \"read\" and one named \"write\" (FileDescriptorName= in squasherd.socket).")
+                guard names.sorted() == ["read", "write"],
+                    let read = sockets.first(where: { $0.name == "read" })?.descriptor,
+                    let write = sockets.first(where: { $0.name == "write" })?.descriptor
+                else {
+                    logger.critical(
+                        "systemd passed \(sockets.count) socket(s) named \(names); squasherd needs two, one named \"read\" and one named \"write\" (FileDescriptorName= in squasherd.socket)."
+                    )
                     throw ExitCode(1)
                 }
-                let access = SocketAccess.passed(read: SocketActivation.path(of: read), write: SocketActivation.path(of: write))
+                let access = SocketAccess.passed(
+                    read: SocketActivation.path(of: read), write: SocketActivation.path(of: write))
                 if let refusal = access.refusal {
                     logger.critical("\(refusal)")
                     throw ExitCode(1)
@@ -84,9 +93,13 @@ struct Squasherd: AsyncParsableCommand {
                 for warning in access.warnings { logger.warning("\(warning)") }
                 daemon.readAddress = .descriptor(read)
                 daemon.writeAddress = .descriptor(write)
-                logger.info("using sockets passed by systemd", metadata: ["socket.read": "fd \(read)", "socket.write": "fd \(write)"])
+                logger.info(
+                    "using sockets passed by systemd",
+                    metadata: ["socket.read": "fd \(read)", "socket.write": "fd \(write)"])
             } else {
-                for warning in SocketAccess.bound(readMode: configuration.readSocketMode, writeMode: configuration.writeSocketMode).warnings {
+                for warning in SocketAccess.bound(
+                    readMode: configuration.readSocketMode, writeMode: configuration.writeSocketMode
+                ).warnings {
                     logger.warning("\(warning)")
                 }
             }
@@ -99,9 +112,11 @@ struct Squasherd: AsyncParsableCommand {
         let ignored = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2)
         let notices = Task {
             for await signal in ignored {
-                logger.notice(signal == .sighup
-                    ? "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."
-                    : "\(signal) ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM.")
+                logger.notice(
+                    signal == .sighup
+                        ? "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."
+                        : "\(signal) ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM."
+                )
             }
         }
         defer { notices.cancel() }
@@ -115,11 +130,15 @@ struct Squasherd: AsyncParsableCommand {
         case .off:
             break
         case .invalid(let value):
-            logger.warning("WATCHDOG_USEC='\(value)' (or WATCHDOG_PID) cannot be read: WATCHDOG_USEC must be a number of microseconds above zero. The watchdog is off; check WatchdogSec= in the unit.")
+            logger.warning(
+                "WATCHDOG_USEC='\(value)' (or WATCHDOG_PID) cannot be read: WATCHDOG_USEC must be a number of microseconds above zero. The watchdog is off; check WatchdogSec= in the unit."
+            )
         case .interval(let asked):
             let interval = max(asked, SystemdNotifier.minimumWatchdogInterval)
             if interval > asked {
-                logger.warning("WATCHDOG_USEC asks for a ping within \(asked); squasherd pings every \(interval / 2) at the most, so systemd may stop it as hung. Set WatchdogSec= to a few seconds or more.")
+                logger.warning(
+                    "WATCHDOG_USEC asks for a ping within \(asked); squasherd pings every \(interval / 2) at the most, so systemd may stop it as hung. Set WatchdogSec= to a few seconds or more."
+                )
             }
             daemon.watchdogInterval = interval
             daemon.onWatchdog = { notifier.watchdog() }
@@ -131,7 +150,9 @@ struct Squasherd: AsyncParsableCommand {
             // Every reason not to run (the store, the lock, a socket in use) is logged, to the
             // journal under systemd, and reported as the unit's status.
             // A refusal says so itself; anything else failed on the way up (a full disk, say).
-            let message = (error as? DaemonError)?.message ?? "squasherd could not start: \((error as? GraphError)?.message ?? String(describing: error))"
+            let message =
+                (error as? DaemonError)?.message
+                ?? "squasherd could not start: \((error as? GraphError)?.message ?? String(describing: error))"
             logger.critical("\(message)")
             notifier.status("Failed: \(message)")
             throw ExitCode(1)

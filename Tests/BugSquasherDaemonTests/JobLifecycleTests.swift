@@ -1,11 +1,14 @@
-@testable import BugSquasherDaemon
 import BugSquasherModel
 import Testing
+
+@testable import BugSquasherDaemon
 
 /// An import job's lifecycle decisions, driven with plain events: no store, no spool.
 @Suite("Import job lifecycle")
 struct JobLifecycleTests {
-    @Test("a job goes uploading, queued, running and ends once; a running job may run again (resumed); nothing leaves a final state")
+    @Test(
+        "a job goes uploading, queued, running and ends once; a running job may run again (resumed); nothing leaves a final state"
+    )
     func transitions() {
         let allowed: Set<[JobState]> = [
             [.uploading, .queued], [.uploading, .failed], [.uploading, .aborted],
@@ -31,7 +34,9 @@ struct JobLifecycleTests {
         #expect(JobLifecycle.betweenChunks(shuttingDown: true, abortRequested: false) == .pauseForShutdown)
     }
 
-    @Test("a store locked by another program is retried after 1, 2, 4, 8, 16 s, then every 30 s; a job that runs through starts the back-off over; a failure is recorded")
+    @Test(
+        "a store locked by another program is retried after 1, 2, 4, 8, 16 s, then every 30 s; a job that runs through starts the back-off over; a failure is recorded"
+    )
     func busyRetriesAndFailures() {
         var lifecycle = JobLifecycle()
         let delays = (0..<8).map { _ in lifecycle.jobEnded(.storeBusy) }
@@ -42,7 +47,9 @@ struct JobLifecycleTests {
         #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(1)))
     }
 
-    @Test("a finished job's spool stays until its end is recorded; a failed one's is put back if that fails, an aborted one's goes all the same")
+    @Test(
+        "a finished job's spool stays until its end is recorded; a failed one's is put back if that fails, an aborted one's goes all the same"
+    )
     func spoolOnEnd() {
         #expect(JobLifecycle.spoolOnEnd(.finished) == .init(moveAsideFirst: false, putBackIfUnrecorded: false))
         #expect(JobLifecycle.spoolOnEnd(.failed) == .init(moveAsideFirst: true, putBackIfUnrecorded: true))

@@ -1,6 +1,7 @@
-@testable import BugSquasherDaemon
 import BugSquasherGraph
 import Testing
+
+@testable import BugSquasherDaemon
 
 /// The mailbox's decisions, driven with plain events: no subscription, no task, no socket.
 @Suite("Mailbox state machine")
@@ -8,7 +9,9 @@ struct MailboxTests {
     func id(_ n: Int64) -> ObjectID { ObjectID(store: "S", entity: "Bug", primaryKey: n) }
 
     func save(_ token: Int64, updated: [Int64]) -> DidSave {
-        DidSave(token: HistoryToken(rawValue: token), storeIdentifier: "S", updated: updated.map { ObjectChange(objectID: id($0), version: token, changedKeys: ["status"]) })
+        DidSave(
+            token: HistoryToken(rawValue: token), storeIdentifier: "S",
+            updated: updated.map { ObjectChange(objectID: id($0), version: token, changedKeys: ["status"]) })
     }
 
     /// Offers a save as the hub would, the subscriber receiving all of it.
@@ -21,55 +24,101 @@ struct MailboxTests {
         if case .deliver(.save(let save, _)) = action { save.token.rawValue } else { nil }
     }
 
-    @Test("a waiting task is woken with a live save, or the publisher writes it when it may; a save that finds the task busy is queued and delivered next")
+    @Test(
+        "a waiting task is woken with a live save, or the publisher writes it when it may; a save that finds the task busy is queued and delivered next"
+    )
     func wakeSendNowAndQueue() {
         var mailbox = Mailbox(pendingLimit: 100, delivered: .zero)
-        guard case .wait = mailbox.next(cancelled: false) else { Issue.record("nothing pending, yet no wait"); return }
+        guard case .wait = mailbox.next(cancelled: false) else {
+            Issue.record("nothing pending, yet no wait")
+            return
+        }
         #expect(mailbox.isWaiting)
-        guard case .wake(.save(let woken, live: true)) = offer(save(1, updated: [1]), to: &mailbox) else { Issue.record("not woken"); return }
+        guard case .wake(.save(let woken, live: true)) = offer(save(1, updated: [1]), to: &mailbox) else {
+            Issue.record("not woken")
+            return
+        }
         #expect(woken.token.rawValue == 1 && !mailbox.isWaiting && mailbox.delivered.rawValue == 1)
         // Allowed to write it itself, the publisher does, and reports it.
         mailbox.allowSendNow()
         _ = mailbox.next(cancelled: false)
-        guard case .sendNow(let direct) = offer(save(2, updated: [2]), to: &mailbox) else { Issue.record("not sent now"); return }
+        guard case .sendNow(let direct) = offer(save(2, updated: [2]), to: &mailbox) else {
+            Issue.record("not sent now")
+            return
+        }
         mailbox.sentNow(direct.token)
         #expect(mailbox.isWaiting && mailbox.delivered.rawValue == 2)
         // Refused by the connection, the same save goes to the task.
-        guard case .wake = offer(save(3, updated: [3]), to: &mailbox, directly: false) else { Issue.record("a refused write did not wake the task"); return }
+        guard case .wake = offer(save(3, updated: [3]), to: &mailbox, directly: false) else {
+            Issue.record("a refused write did not wake the task")
+            return
+        }
         // The task is busy now: the next save is queued, then delivered on its own.
-        guard case .none = offer(save(4, updated: [4]), to: &mailbox) else { Issue.record("a busy task's save was not queued"); return }
+        guard case .none = offer(save(4, updated: [4]), to: &mailbox) else {
+            Issue.record("a busy task's save was not queued")
+            return
+        }
         #expect(token(mailbox.next(cancelled: false)) == 4)
     }
 
-    @Test("illegal or stale events change nothing: a save already delivered or replayed, one after close, a refresh after close, next after close")
+    @Test(
+        "illegal or stale events change nothing: a save already delivered or replayed, one after close, a refresh after close, next after close"
+    )
     func staleAndClosed() {
         var mailbox = Mailbox(pendingLimit: 100, delivered: HistoryToken(rawValue: 5))
-        guard case .none = offer(save(5, updated: [1]), to: &mailbox) else { Issue.record("a delivered token was taken again"); return }
+        guard case .none = offer(save(5, updated: [1]), to: &mailbox) else {
+            Issue.record("a delivered token was taken again")
+            return
+        }
         mailbox.replays(through: HistoryToken(rawValue: 7))
-        guard case .none = offer(save(7, updated: [1]), to: &mailbox) else { Issue.record("a replayed token was queued"); return }
+        guard case .none = offer(save(7, updated: [1]), to: &mailbox) else {
+            Issue.record("a replayed token was queued")
+            return
+        }
         #expect(!mailbox.accepts(HistoryToken(rawValue: 7)) && mailbox.accepts(HistoryToken(rawValue: 8)))
         _ = mailbox.next(cancelled: false)
         let closed = mailbox.close()
         #expect(closed.wasOpen && closed.wakeWaiter)
         #expect(mailbox.close() == (wasOpen: false, wakeWaiter: false))
-        guard case .none = offer(save(8, updated: [1]), to: &mailbox) else { Issue.record("a closed mailbox took a save"); return }
-        guard case .none = mailbox.offerRefresh([ObjectChange(objectID: id(1), version: 9, changedKeys: [])]) else { Issue.record("a closed mailbox took a refresh"); return }
-        guard case .end = mailbox.next(cancelled: false) else { Issue.record("a closed mailbox did not end"); return }
+        guard case .none = offer(save(8, updated: [1]), to: &mailbox) else {
+            Issue.record("a closed mailbox took a save")
+            return
+        }
+        guard case .none = mailbox.offerRefresh([ObjectChange(objectID: id(1), version: 9, changedKeys: [])]) else {
+            Issue.record("a closed mailbox took a refresh")
+            return
+        }
+        guard case .end = mailbox.next(cancelled: false) else {
+            Issue.record("a closed mailbox did not end")
+            return
+        }
         mailbox.allowSendNow()
         #expect(!mailbox.canSendNow)
         // A cancelled task ends without closing.
         var open = Mailbox(pendingLimit: 100, delivered: .zero)
-        guard case .end = open.next(cancelled: true) else { Issue.record("a cancelled task did not end"); return }
+        guard case .end = open.next(cancelled: true) else {
+            Issue.record("a cancelled task did not end")
+            return
+        }
         #expect(!open.isClosed)
     }
 
     @Test("a save with nothing for the subscriber moves its position on: the last pending save's token, or delivered")
     func emptySaveMovesThePosition() {
         var mailbox = Mailbox(pendingLimit: 100, delivered: .zero)
-        _ = mailbox.offer(DidSave(token: HistoryToken(rawValue: 3), storeIdentifier: "S"), token: HistoryToken(rawValue: 3), directly: true) { Issue.record("queued an empty save"); return QueuedSave(save: save(0, updated: []), encoding: nil) }
+        _ = mailbox.offer(
+            DidSave(token: HistoryToken(rawValue: 3), storeIdentifier: "S"), token: HistoryToken(rawValue: 3),
+            directly: true
+        ) {
+            Issue.record("queued an empty save")
+            return QueuedSave(save: save(0, updated: []), encoding: nil)
+        }
         #expect(mailbox.delivered.rawValue == 3)
         _ = offer(save(4, updated: [1]), to: &mailbox)
-        _ = mailbox.offer(DidSave(token: HistoryToken(rawValue: 6), storeIdentifier: "S"), token: HistoryToken(rawValue: 6), directly: true) { QueuedSave(save: save(0, updated: []), encoding: nil) }
+        _ = mailbox.offer(
+            DidSave(token: HistoryToken(rawValue: 6), storeIdentifier: "S"), token: HistoryToken(rawValue: 6),
+            directly: true
+        ) { QueuedSave(save: save(0, updated: []), encoding: nil) }
         #expect(token(mailbox.next(cancelled: false)) == 6)
     }
 
@@ -81,12 +130,20 @@ struct MailboxTests {
         #expect(token(mailbox.next(cancelled: false)) == 1)
         for token in Int64(9)...20 { _ = offer(save(token, updated: [1]), to: &mailbox) }
         #expect(mailbox.isBehind)
-        guard case .deliver(.save(let merged, live: false)) = mailbox.next(cancelled: false) else { Issue.record("not merged"); return }
+        guard case .deliver(.save(let merged, live: false)) = mailbox.next(cancelled: false) else {
+            Issue.record("not merged")
+            return
+        }
         #expect(merged.token.rawValue == 20 && Set(merged.updated.map(\.objectID)) == Set((1...8).map { id($0) }))
-        guard case .wait = mailbox.next(cancelled: false) else { Issue.record("something left"); return }
+        guard case .wait = mailbox.next(cancelled: false) else {
+            Issue.record("something left")
+            return
+        }
     }
 
-    @Test("past the pending limit the mailbox is dropped, offers are ignored, and the next event is a resync from the last token sent, a replay's included; then it ends")
+    @Test(
+        "past the pending limit the mailbox is dropped, offers are ignored, and the next event is a resync from the last token sent, a replay's included; then it ends"
+    )
     func overflowAndResync() {
         var mailbox = Mailbox(pendingLimit: 5, delivered: .zero)
         mailbox.replays(through: HistoryToken(rawValue: 9))
@@ -94,32 +151,53 @@ struct MailboxTests {
         // Two objects a save: the third passes the limit of 5 (merged, still 6 distinct objects).
         var droppedAt: [Int64] = []
         for token in Int64(10)...13 {
-            if case .drop(let pending, let coalesced) = offer(save(token, updated: [token, token + 100]), to: &mailbox) {
+            if case .drop(let pending, let coalesced) = offer(save(token, updated: [token, token + 100]), to: &mailbox)
+            {
                 droppedAt.append(token)
                 #expect(pending.count + (coalesced?.objectCount ?? 0) > 0)
             }
         }
         #expect(droppedAt == [12] && !mailbox.accepts(HistoryToken(rawValue: 14)))
-        guard case .none = offer(save(14, updated: [1]), to: &mailbox) else { Issue.record("a dropped mailbox took a save"); return }
+        guard case .none = offer(save(14, updated: [1]), to: &mailbox) else {
+            Issue.record("a dropped mailbox took a save")
+            return
+        }
         // The replay goes on sending 4 to 9 after the overflow.
         mailbox.markDelivered(HistoryToken(rawValue: 9))
-        guard case .deliver(.resync(let from)) = mailbox.next(cancelled: false) else { Issue.record("no resync"); return }
+        guard case .deliver(.resync(let from)) = mailbox.next(cancelled: false) else {
+            Issue.record("no resync")
+            return
+        }
         #expect(from.rawValue == 9 && mailbox.isClosed)
-        guard case .end = mailbox.next(cancelled: false) else { Issue.record("went on after the resync"); return }
+        guard case .end = mailbox.next(cancelled: false) else {
+            Issue.record("went on after the resync")
+            return
+        }
     }
 
-    @Test("a refresh wakes a waiting task, waits for a busy one, comes before pending saves, and past the limit turns into a resync")
+    @Test(
+        "a refresh wakes a waiting task, waits for a busy one, comes before pending saves, and past the limit turns into a resync"
+    )
     func refreshes() {
         let change = ObjectChange(objectID: id(1), version: 2, changedKeys: [])
         var mailbox = Mailbox(pendingLimit: 2, delivered: .zero)
         _ = mailbox.next(cancelled: false)
-        guard case .wake(.refresh([change])) = mailbox.offerRefresh([change]) else { Issue.record("not woken"); return }
+        guard case .wake(.refresh([change])) = mailbox.offerRefresh([change]) else {
+            Issue.record("not woken")
+            return
+        }
         _ = offer(save(1, updated: [5]), to: &mailbox)
         _ = mailbox.offerRefresh([change])
-        guard case .deliver(.refresh) = mailbox.next(cancelled: false) else { Issue.record("the refresh did not come first"); return }
+        guard case .deliver(.refresh) = mailbox.next(cancelled: false) else {
+            Issue.record("the refresh did not come first")
+            return
+        }
         #expect(token(mailbox.next(cancelled: false)) == 1)
         _ = mailbox.offerRefresh([change, change, change])
-        guard case .deliver(.resync(let from)) = mailbox.next(cancelled: false) else { Issue.record("no resync"); return }
+        guard case .deliver(.resync(let from)) = mailbox.next(cancelled: false) else {
+            Issue.record("no resync")
+            return
+        }
         #expect(from.rawValue == 1)
     }
 }

@@ -1,4 +1,3 @@
-@testable import BugSquasherDaemon
 import BugSquasherImport
 import BugSquasherProtocol
 import CompressNIO
@@ -6,11 +5,15 @@ import Foundation
 import NIOCore
 import Testing
 
+@testable import BugSquasherDaemon
+
 @Suite("Upload spooler")
 struct SpoolerTests {
-    @Test("a gzip upload that arrives one byte at a time is recognized and inflated; a one-byte upload is read as it is")
+    @Test(
+        "a gzip upload that arrives one byte at a time is recognized and inflated; a one-byte upload is read as it is")
     func gzipOneByteAtATime() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let records = (1...20).map { #"{"key":"SP-\#($0)","title":"spooled \#($0)","status":"Open"}"# }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -32,18 +35,28 @@ struct SpoolerTests {
         #expect(error?.message.contains("empty") == false, "\(String(describing: error))")
     }
 
-    @Test("a gzip upload cut short, or without its trailer, fails with the reason instead of importing what it held up to the cut")
+    @Test(
+        "a gzip upload cut short, or without its trailer, fails with the reason instead of importing what it held up to the cut"
+    )
     func truncatedGzip() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let records = (1...2_000).map { #"{"key":"TG-\#($0)","title":"record \#($0) of a file cut short","status":"Open"}"# }
+        let records = (1...2_000).map {
+            #"{"key":"TG-\#($0)","title":"record \#($0) of a file cut short","status":"Open"}"#
+        }
         var plain = ByteBuffer(string: records.joined(separator: "\n") + "\n")
         let compressed = Array(try plain.compress(with: .gzip()).readableBytesView)
         // The whole file; without its 8-byte trailer; cut in the middle.
-        for (name, bytes, whole) in [("whole", compressed, true), ("trailer", Array(compressed.dropLast(8)), false), ("half", Array(compressed.prefix(compressed.count / 2)), false)] {
+        for (name, bytes, whole) in [
+            ("whole", compressed, true), ("trailer", Array(compressed.dropLast(8)), false),
+            ("half", Array(compressed.prefix(compressed.count / 2)), false),
+        ] {
             let spooler = try Spooler(jobID: name, directory: directory, format: nil, maximumRecordBytes: 1 << 20)
-            for start in stride(from: 0, to: bytes.count, by: 1_000) { try await spooler.append(Array(bytes[start..<min(bytes.count, start + 1_000)])) }
+            for start in stride(from: 0, to: bytes.count, by: 1_000) {
+                try await spooler.append(Array(bytes[start..<min(bytes.count, start + 1_000)]))
+            }
             if whole {
                 _ = try await spooler.finish()
             } else {
@@ -53,16 +66,23 @@ struct SpoolerTests {
         }
     }
 
-    @Test("concatenated gzip members inflate one after the other (as gzip -d reads them), zero padding after the last is ignored, and other bytes after one are refused; none of them spins", .timeLimit(.minutes(1)))
+    @Test(
+        "concatenated gzip members inflate one after the other (as gzip -d reads them), zero padding after the last is ignored, and other bytes after one are refused; none of them spins",
+        .timeLimit(.minutes(1)))
     func concatenatedGzip() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         func member(_ range: ClosedRange<Int>) throws -> [UInt8] {
-            var plain = ByteBuffer(string: range.map { #"{"key":"CG-\#($0)","title":"member record \#($0)","status":"Open"}"# }.joined(separator: "\n") + "\n")
+            var plain = ByteBuffer(
+                string: range.map { #"{"key":"CG-\#($0)","title":"member record \#($0)","status":"Open"}"# }.joined(
+                    separator: "\n") + "\n")
             return Array(try plain.compress(with: .gzip()).readableBytesView)
         }
-        let first = try member(1...1_500), second = try member(1_501...3_000), third = try member(3_001...3_003)
+        let first = try member(1...1_500)
+        let second = try member(1_501...3_000)
+        let third = try member(3_001...3_003)
         let cases: [(String, [UInt8], Int?)] = [
             ("three members", first + second + third, 3_003),
             ("padded", first + [UInt8](repeating: 0, count: 512), 1_500),
@@ -72,10 +92,14 @@ struct SpoolerTests {
         for (name, bytes, lines) in cases {
             // Pieces that split members and their headers anywhere, one byte at the end.
             for piece in [1_000, 7] where name != "three members" || piece == 1_000 {
-                let spooler = try Spooler(jobID: "\(name.replacingOccurrences(of: " ", with: "-"))-\(piece)", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+                let spooler = try Spooler(
+                    jobID: "\(name.replacingOccurrences(of: " ", with: "-"))-\(piece)", directory: directory,
+                    format: nil, maximumRecordBytes: 1 << 20)
                 let outcome: Result<Int64, DaemonError>
                 do {
-                    for start in stride(from: 0, to: bytes.count, by: piece) { try await spooler.append(Array(bytes[start..<min(bytes.count, start + piece)])) }
+                    for start in stride(from: 0, to: bytes.count, by: piece) {
+                        try await spooler.append(Array(bytes[start..<min(bytes.count, start + piece)]))
+                    }
                     outcome = .success(try await spooler.finish().1)
                 } catch let error as DaemonError {
                     outcome = .failure(error)
@@ -85,32 +109,47 @@ struct SpoolerTests {
                     #expect(spooled.split(separator: "\n").count == lines, "\(name), pieces of \(piece)")
                     #expect(spooled.contains(#""key":"CG-\#(lines)""#), "\(name)")
                 } else {
-                    guard case .failure(let error) = outcome else { Issue.record("\(name): accepted"); continue }
+                    guard case .failure(let error) = outcome else {
+                        Issue.record("\(name): accepted")
+                        continue
+                    }
                     #expect(error.message.contains("not another gzip member"), "\(name): \(error.message)")
                 }
             }
         }
     }
 
-    @Test("a CSV upload whose quoted field is never closed fails with the line, instead of importing the rows before it and losing the rest")
+    @Test(
+        "a CSV upload whose quoted field is never closed fails with the line, instead of importing the rows before it and losing the rest"
+    )
     func unterminatedCSV() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let spooler = try Spooler(jobID: "csv", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
-        try await spooler.append(Array("Summary,Issue key,Status\nFine,CSV-1,Open\n\"Unterminated quote,CSV-2,Open\nLater,CSV-3,Open\n".utf8))
+        try await spooler.append(
+            Array("Summary,Issue key,Status\nFine,CSV-1,Open\n\"Unterminated quote,CSV-2,Open\nLater,CSV-3,Open\n".utf8)
+        )
         let error = await #expect(throws: DaemonError.self) { _ = try await spooler.finish() }
         #expect(error?.message.contains("line 3") == true, "\(String(describing: error))")
     }
 
-    @Test("a Jira search response on one line, cut after a complete issue, is refused as truncated instead of passing for one broken NDJSON record; the key is found only at the top level")
+    @Test(
+        "a Jira search response on one line, cut after a complete issue, is refused as truncated instead of passing for one broken NDJSON record; the key is found only at the top level"
+    )
     func searchResponseCutShort() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let issue = #"{"key":"CUT-1","fields":{"summary":"an issue","description":"mentions \"issues\": [ in a string","issuetype":{"name":"Bug"},"status":{"name":"Open"},"project":{"key":"CUT"}}}"#
+        let issue =
+            #"{"key":"CUT-1","fields":{"summary":"an issue","description":"mentions \"issues\": [ in a string","issuetype":{"name":"Bug"},"status":{"name":"Open"},"project":{"key":"CUT"}}}"#
         let spooler = try Spooler(jobID: "cut", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
-        try await spooler.append(Array(#"{"startAt":0,"maxResults":2,"total":2,"issues":["#.utf8) + Array(issue.utf8) + Array(",".utf8) + Array(issue.utf8))
+        try await spooler.append(
+            Array(#"{"startAt":0,"maxResults":2,"total":2,"issues":["#.utf8) + Array(issue.utf8) + Array(",".utf8)
+                + Array(issue.utf8))
         let error = await #expect(throws: DaemonError.self) { _ = try await spooler.finish() }
-        #expect(error?.message.contains("is not closed (the input is truncated)") == true, "\(String(describing: error))")
+        #expect(
+            error?.message.contains("is not closed (the input is truncated)") == true, "\(String(describing: error))")
 
         #expect(FormatSniffer.opensIssuesArray(Array(#" { "expand": "names", "issues" : [ {"#.utf8)))
         // Not at the top level, not an array, or inside a string: not a search response.
@@ -120,7 +159,9 @@ struct SpoolerTests {
         #expect(!FormatSniffer.opensIssuesArray(Array(#"{"key":"issues","x":["#.utf8)))
     }
 
-    @Test("a JSON array's element is spooled with its input line and position, kept as it came; an oversized one as a reject; a bare element (an older spool) reads as one")
+    @Test(
+        "a JSON array's element is spooled with its input line and position, kept as it came; an oversized one as a reject; a bare element (an older spool) reads as one"
+    )
     func spooledElements() throws {
         var output: [UInt8] = []
         let element = Array(#"{"key":"E-1","fields":{"summary":"\"}\" at the end"}}"#.utf8)
@@ -131,13 +172,19 @@ struct SpoolerTests {
         try lines[0].withUnsafeBufferPointer { bytes in
             let read = try #require(try SpooledElement(bytes))
             #expect(read.line == 7 && read.issue == 3)
-            guard case .issue(let range) = read.content else { Issue.record("not an issue: \(read.content)"); return }
+            guard case .issue(let range) = read.content else {
+                Issue.record("not an issue: \(read.content)")
+                return
+            }
             #expect(Array(bytes[range]) == element)
         }
         try lines[1].withUnsafeBufferPointer { bytes in
             let read = try #require(try SpooledElement(bytes))
             #expect(read.line == 9 && read.issue == 4)
-            guard case .reject(let reason) = read.content else { Issue.record("not a reject: \(read.content)"); return }
+            guard case .reject(let reason) = read.content else {
+                Issue.record("not a reject: \(read.content)")
+                return
+            }
             #expect(reason == #"record is longer than 1024 bytes ("quoted")"#)
         }
         try Array(#"{"_line":5,"_reject":"record is longer than 1024 bytes"}"#.utf8).withUnsafeBufferPointer { bytes in
@@ -148,15 +195,24 @@ struct SpoolerTests {
         #expect(Spooler.mebibytes(300_000) == "0.3 MiB" && Spooler.mebibytes(12 << 20) == "12 MiB")
         let bare = try element.withUnsafeBufferPointer { try SpooledElement($0) }
         #expect(bare == nil)
-        #expect(throws: ImportError.self) { try Array(#"{"_line":5,"what":1}"#.utf8).withUnsafeBufferPointer { _ = try SpooledElement($0) } }
+        #expect(throws: ImportError.self) {
+            try Array(#"{"_line":5,"what":1}"#.utf8).withUnsafeBufferPointer { _ = try SpooledElement($0) }
+        }
     }
 
-    @Test("UTF-16 and UTF-32 input, with or without a byte order mark, is named with the iconv command that converts it; UTF-8 with a mark is read")
+    @Test(
+        "UTF-16 and UTF-32 input, with or without a byte order mark, is named with the iconv command that converts it; UTF-8 with a mark is read"
+    )
     func wideEncodings() async throws {
         let text = #"{"key":"U-1","title":"t","status":"Open","project":{"key":"U"}}"# + "\n"
-        let cases: [(String.Encoding, String)] = [(.utf16LittleEndian, "UTF-16LE"), (.utf16BigEndian, "UTF-16BE"), (.utf16, "UTF-16LE"), (.utf32LittleEndian, "UTF-32LE"), (.utf32BigEndian, "UTF-32BE")]
+        let cases: [(String.Encoding, String)] = [
+            (.utf16LittleEndian, "UTF-16LE"), (.utf16BigEndian, "UTF-16BE"), (.utf16, "UTF-16LE"),
+            (.utf32LittleEndian, "UTF-32LE"), (.utf32BigEndian, "UTF-32BE"),
+        ]
         for (encoding, name) in cases {
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "bs-spool-\(UUID().uuidString)"
+            ).path
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let spooler = try Spooler(jobID: "wide", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
             let bytes = try #require(text.data(using: encoding))
@@ -164,34 +220,55 @@ struct SpoolerTests {
                 try await spooler.append(Array(bytes))
                 _ = try await spooler.finish()
             }
-            #expect(error?.message.contains("The input is \(name)") == true && error?.message.contains("iconv -f \(name) -t UTF-8") == true, "\(name): \(String(describing: error))")
+            #expect(
+                error?.message.contains("The input is \(name)") == true
+                    && error?.message.contains("iconv -f \(name) -t UTF-8") == true,
+                "\(name): \(String(describing: error))")
         }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let spooler = try Spooler(jobID: "bom", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
         try await spooler.append([0xEF, 0xBB, 0xBF] + Array(text.utf8))
         #expect(try await spooler.finish().0 == .bugsquasherNDJSON)
     }
 
-    @Test("a Jira or Bugzilla CSV export separated by semicolons, tabs or vertical bars is named, with a command that converts it to commas")
+    @Test(
+        "a Jira or Bugzilla CSV export separated by semicolons, tabs or vertical bars is named, with a command that converts it to commas"
+    )
     func otherSeparatorsNamed() async throws {
         let cases: [(String, String, String)] = [
-            ("Issue key;Summary;Status\nS-1;one;Open\n", "Jira CSV export whose fields are separated by semicolons", #"delimiter=";""#),
-            ("\"Issue key\"\t\"Summary\"\r\nS-1\tone\r\n", "Jira CSV export whose fields are separated by tabs", #"delimiter="\t""#),
-            ("bug_id|short_desc\n1|one\n", "Bugzilla CSV export whose fields are separated by vertical bars", #"delimiter="|""#),
+            (
+                "Issue key;Summary;Status\nS-1;one;Open\n", "Jira CSV export whose fields are separated by semicolons",
+                #"delimiter=";""#
+            ),
+            (
+                "\"Issue key\"\t\"Summary\"\r\nS-1\tone\r\n", "Jira CSV export whose fields are separated by tabs",
+                #"delimiter="\t""#
+            ),
+            (
+                "bug_id|short_desc\n1|one\n", "Bugzilla CSV export whose fields are separated by vertical bars",
+                #"delimiter="|""#
+            ),
         ]
         for (text, named, command) in cases {
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "bs-spool-\(UUID().uuidString)"
+            ).path
             defer { try? FileManager.default.removeItem(atPath: directory) }
-            let spooler = try Spooler(jobID: "separated", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
+            let spooler = try Spooler(
+                jobID: "separated", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
             let error = await #expect(throws: DaemonError.self) {
                 try await spooler.append(Array(text.utf8))
                 _ = try await spooler.finish()
             }
-            #expect(error?.message.contains(named) == true && error?.message.contains(command) == true, "\(String(describing: error))")
+            #expect(
+                error?.message.contains(named) == true && error?.message.contains(command) == true,
+                "\(String(describing: error))")
         }
         // A header with a semicolon inside a column name is still read as comma-separated.
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let spooler = try Spooler(jobID: "commas", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
         try await spooler.append(Array("Issue key,Summary,\"Notes; more\"\nS-1,one,x\n".utf8))
@@ -199,42 +276,73 @@ struct SpoolerTests {
     }
 
     /// Spools `text` as one upload; returns the format and the spool's lines, or throws the failure.
-    private func spool(_ text: String, format: ImportFormat? = nil, columns: CSVColumnMapping = CSVColumnMapping()) async throws -> (ImportFormat, [String]) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+    private func spool(_ text: String, format: ImportFormat? = nil, columns: CSVColumnMapping = CSVColumnMapping())
+        async throws -> (ImportFormat, [String])
+    {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let spooler = try Spooler(jobID: "csv", directory: directory, format: format, columns: columns, maximumRecordBytes: 1 << 20)
+        let spooler = try Spooler(
+            jobID: "csv", directory: directory, format: format, columns: columns, maximumRecordBytes: 1 << 20)
         try await spooler.append(Array(text.utf8))
         let (detected, _) = try await spooler.finish()
-        return (detected, try String(contentsOfFile: await spooler.path, encoding: .utf8).split(separator: "\n").map(String.init))
+        return (
+            detected,
+            try String(contentsOfFile: await spooler.path, encoding: .utf8).split(separator: "\n").map(String.init)
+        )
     }
 
-    @Test("a declared CSV format is taken as it is, so that the header's own problem is named; any CSV is read with a column mapping, and one without is told how")
+    @Test(
+        "a declared CSV format is taken as it is, so that the header's own problem is named; any CSV is read with a column mapping, and one without is told how"
+    )
     func declaredCSVFormatAndMappings() async throws {
         let noKey = "Issue id,Summary,Status,Created\n101,Crash,Open,2020-01-02 17:14:21+00:00\n"
         for format in [ImportFormat.jiraCSV, nil] {
             let error = await #expect(throws: DaemonError.self) { try await spool(noKey, format: format) }
-            #expect(error?.message.contains("no 'Issue key'") == true && error?.message.contains("--project KEY") == true, "\(String(describing: error))")
+            #expect(
+                error?.message.contains("no 'Issue key'") == true && error?.message.contains("--project KEY") == true,
+                "\(String(describing: error))")
         }
         let (format, lines) = try await spool(noKey, columns: CSVColumnMapping(project: "TIMOB"))
-        #expect(format == .jiraCSV && lines.count == 1 && lines[0].contains(#""key":"TIMOB-101""#) && lines[0].contains(#""created":"2020-01-02T17:14:21Z""#), "\(lines)")
+        #expect(
+            format == .jiraCSV && lines.count == 1 && lines[0].contains(#""key":"TIMOB-101""#)
+                && lines[0].contains(#""created":"2020-01-02T17:14:21Z""#), "\(lines)")
         // Declared Bugzilla: the same file's IDs become BZ- keys.
         let (_, bugzilla) = try await spool(noKey, format: .bugzillaCSV)
         #expect(bugzilla.first?.contains(#""key":"BZ-101""#) == true, "\(bugzilla)")
         // A declared CSV format whose header lacks the key column says so, listing the columns.
-        let declared = await #expect(throws: DaemonError.self) { try await spool("Title,State\nx,y\n", format: .jiraCSV) }
-        #expect(declared?.message.contains("no column for the bug's key") == true && declared?.message.contains("Its columns are 'Title', 'State'.") == true, "\(String(describing: declared))")
+        let declared = await #expect(throws: DaemonError.self) {
+            try await spool("Title,State\nx,y\n", format: .jiraCSV)
+        }
+        #expect(
+            declared?.message.contains("no column for the bug's key") == true
+                && declared?.message.contains("Its columns are 'Title', 'State'.") == true,
+            "\(String(describing: declared))")
         // Undeclared, a CSV of unknown columns is named as CSV, with its columns and --map.
-        let unknown = await #expect(throws: DaemonError.self) { try await spool("Ticket,Headline,Opened\nA-1,x,2020-01-01\n") }
-        #expect(unknown?.message.contains("looks like a CSV file") == true && unknown?.message.contains("'Ticket', 'Headline', 'Opened'") == true && unknown?.message.contains("--map key=COLUMN") == true, "\(String(describing: unknown))")
+        let unknown = await #expect(throws: DaemonError.self) {
+            try await spool("Ticket,Headline,Opened\nA-1,x,2020-01-01\n")
+        }
+        #expect(
+            unknown?.message.contains("looks like a CSV file") == true
+                && unknown?.message.contains("'Ticket', 'Headline', 'Opened'") == true
+                && unknown?.message.contains("--map key=COLUMN") == true, "\(String(describing: unknown))")
         let mapping = try CSVColumnMapping(parsing: ["key=Ticket", "summary=Headline", "created=Opened"])
         let (mapped, records) = try await spool("Ticket,Headline,Opened\nA-1,x,2020-01-01\n", columns: mapping)
-        #expect(mapped == .jiraCSV && records.first?.contains(#""key":"A-1""#) == true && records.first?.contains(#""created":"2020-01-01T00:00:00Z""#) == true, "\(records)")
+        #expect(
+            mapped == .jiraCSV && records.first?.contains(#""key":"A-1""#) == true
+                && records.first?.contains(#""created":"2020-01-01T00:00:00Z""#) == true, "\(records)")
         // A mapping for JSON input is a mistake, not ignored.
-        let json = await #expect(throws: DaemonError.self) { try await spool(#"{"key":"J-1","title":"t","status":"Open"}"# + "\n", columns: mapping) }
-        #expect(json?.message.contains("--map and --project apply to CSV exports only") == true, "\(String(describing: json))")
+        let json = await #expect(throws: DaemonError.self) {
+            try await spool(#"{"key":"J-1","title":"t","status":"Open"}"# + "\n", columns: mapping)
+        }
+        #expect(
+            json?.message.contains("--map and --project apply to CSV exports only") == true,
+            "\(String(describing: json))")
     }
 
-    @Test("bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, are named with a command that unpacks them, instead of a generic unsupported format")
+    @Test(
+        "bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, are named with a command that unpacks them, instead of a generic unsupported format"
+    )
     func archivesNamed() async throws {
         let text = #"{"key":"A-1","title":"t","status":"Open","project":{"key":"A"}}"# + "\n"
         var plain = ByteBuffer(string: text)
@@ -250,22 +358,29 @@ struct SpoolerTests {
             (twice, "gzip-compressed, inside the gzip compression", "gunzip -c FILE"),
         ]
         for (bytes, kind, command) in cases {
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "bs-spool-\(UUID().uuidString)"
+            ).path
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let spooler = try Spooler(jobID: "archive", directory: directory, format: nil, maximumRecordBytes: 1 << 20)
             let error = await #expect(throws: DaemonError.self) {
                 try await spooler.append(bytes)
                 _ = try await spooler.finish()
             }
-            #expect(error?.message.contains("The input is \(kind);") == true && error?.message.contains(command) == true, "\(kind): \(String(describing: error))")
+            #expect(
+                error?.message.contains("The input is \(kind);") == true && error?.message.contains(command) == true,
+                "\(kind): \(String(describing: error))")
         }
         // Text that starts like bzip2's name, without its block size, is still read as text.
         #expect(FormatSniffer.archiveKind(of: Array("BZh,title\n".utf8)) == nil)
     }
 
-    @Test("an NDJSON line longer than max_record_bytes is spooled cut to a few bytes over the limit, so an unending line costs no disk; it is still read as too long, in its place")
+    @Test(
+        "an NDJSON line longer than max_record_bytes is spooled cut to a few bytes over the limit, so an unending line costs no disk; it is still read as too long, in its place"
+    )
     func oversizedLinesAreCut() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let limit = 4_096
         let good = { (n: Int) in Array(#"{"key":"CUT-\#(n)","title":"kept","status":"Open"}"#.utf8) }
@@ -279,7 +394,8 @@ struct SpoolerTests {
         // whose byte past the limit is a carriage return is still too long once cut.
         let atLimit = [UInt8](repeating: UInt8(ascii: " "), count: limit - good(3).count) + good(3)
         try await spooler.append(atLimit + [0x0D, 0x0A])
-        try await spooler.append([UInt8](repeating: UInt8(ascii: "y"), count: limit) + [0x0D] + Array("more".utf8) + [0x0A])
+        try await spooler.append(
+            [UInt8](repeating: UInt8(ascii: "y"), count: limit) + [0x0D] + Array("more".utf8) + [0x0A])
         try await spooler.append(good(5) + [0x0A])
         let (format, spooled) = try await spooler.finish()
         #expect(format == .bugsquasherNDJSON)

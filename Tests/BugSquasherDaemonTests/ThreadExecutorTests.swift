@@ -1,7 +1,8 @@
-@testable import BugSquasherDaemon
 import Foundation
 import Synchronization
 import Testing
+
+@testable import BugSquasherDaemon
 
 @Suite("Thread executor")
 struct ThreadExecutorTests {
@@ -11,14 +12,16 @@ struct ThreadExecutorTests {
         // import, not only where the import's code asks.
         let calls = Atomic<Int>(0)
         let hold = Atomic<Bool>(true)
-        let executor = ThreadExecutor(name: "gated", threads: 1, beforeEachJob: {
-            calls.add(1, ordering: .relaxed)
-            var spins = 0
-            while hold.load(ordering: .relaxed), spins < 10_000 {  // 10 s at most
-                usleep(1_000)
-                spins += 1
-            }
-        })
+        let executor = ThreadExecutor(
+            name: "gated", threads: 1,
+            beforeEachJob: {
+                calls.add(1, ordering: .relaxed)
+                var spins = 0
+                while hold.load(ordering: .relaxed), spins < 10_000 {  // 10 s at most
+                    usleep(1_000)
+                    spins += 1
+                }
+            })
         // Whether the hold was released when the job ran.
         let job = Task { try await executor.run { !hold.load(ordering: .relaxed) } }
         let deadline = ContinuousClock.now + .seconds(10)

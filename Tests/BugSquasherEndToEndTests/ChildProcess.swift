@@ -30,7 +30,10 @@ final class ChildProcess: @unchecked Sendable {
     /// Both pipes reached end of file: everything the process wrote has been collected.
     private let drained = Mutex(0)
 
-    init(name: String, executable: String, arguments: [String], environment: [String: String] = [:], stdin: FileHandle? = nil) throws {
+    init(
+        name: String, executable: String, arguments: [String], environment: [String: String] = [:],
+        stdin: FileHandle? = nil
+    ) throws {
         self.name = name
         process.executableURL = URL(filePath: executable)
         process.arguments = arguments
@@ -108,19 +111,25 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Waits (polling the collected output every few milliseconds, bounded by `timeout`) for an
     /// output line that satisfies `predicate`, starting at line `from`.
-    func waitForLine(from start: Int = 0, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) async throws -> (index: Int, line: String) {
+    func waitForLine(from start: Int = 0, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) async throws
+        -> (index: Int, line: String)
+    {
         let found = try await poll(for: timeout) { () throws -> (index: Int, line: String)? in
             let current = output
             if start < current.count {
                 for index in start..<current.count where predicate(current[index]) { return (index, current[index]) }
             }
             if exitStatus != nil, output.count == current.count {
-                throw HarnessError("\(name) exited with status \(exitStatus!) before printing the expected line.\nstderr:\n\(errorOutput.suffix(3000))")
+                throw HarnessError(
+                    "\(name) exited with status \(exitStatus!) before printing the expected line.\nstderr:\n\(errorOutput.suffix(3000))"
+                )
             }
             return nil
         }
         if let found { return found }
-        throw HarnessError("\(name) did not print the expected line within \(timeout).\nstdout:\n\(output.suffix(20).joined(separator: "\n"))\nstderr:\n\(errorOutput.suffix(3000))")
+        throw HarnessError(
+            "\(name) did not print the expected line within \(timeout).\nstdout:\n\(output.suffix(20).joined(separator: "\n"))\nstderr:\n\(errorOutput.suffix(3000))"
+        )
     }
 
     /// Waits until the process's stderr contains `text` (a log line of a daemon); throws when
@@ -128,7 +137,9 @@ final class ChildProcess: @unchecked Sendable {
     func waitForErrorOutput(containing text: String, timeout: Duration = .seconds(60)) async throws {
         let logged = try await poll(for: timeout) { () throws -> Bool? in
             if errorOutput.contains(text) { return true }
-            if let status = exitStatus { throw HarnessError("\(name) exited with \(status):\n\(errorOutput.suffix(3000))") }
+            if let status = exitStatus {
+                throw HarnessError("\(name) exited with \(status):\n\(errorOutput.suffix(3000))")
+            }
             return nil
         }
         if logged != nil { return }
@@ -143,7 +154,9 @@ final class ChildProcess: @unchecked Sendable {
     /// Waits for the process to exit (bounded) and returns its status.
     func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
         if let status = try await poll(for: timeout, { exitStatus }) { return status }
-        throw HarnessError("\(name) (pid \(pid)) did not exit within \(timeout) (exited: \(exited.withLock { $0 }.map(String.init) ?? "no"), pipes at end of file: \(drained.withLock { $0 }) of 2).")
+        throw HarnessError(
+            "\(name) (pid \(pid)) did not exit within \(timeout) (exited: \(exited.withLock { $0 }.map(String.init) ?? "no"), pipes at end of file: \(drained.withLock { $0 }) of 2)."
+        )
     }
 
     deinit {
@@ -162,7 +175,9 @@ final class ChildProcess: @unchecked Sendable {
 /// suite: the test that would end the socket-activated daemon had no thread left to run on.
 func childExitStatus(_ pid: pid_t) -> Int32? {
     var info = siginfo_t()
-    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid != 0 else { return nil }
+    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid != 0 else {
+        return nil
+    }
     let code = info._sifields._sigchld.si_status
     return info.si_code == CLD_EXITED ? code : 128 + code
 }
@@ -182,7 +197,9 @@ func poll<T>(for timeout: Duration, _ check: () throws -> T?) async throws -> T?
 /// Waits (polling, bounded) for a child started with `Process` to exit; see ``childExitStatus(_:)``.
 /// Once Foundation has reaped the child, its status comes from `Process`.
 func waitForChild(_ process: Process, timeout: Duration = .seconds(30)) async throws -> Int32 {
-    let status = try await poll(for: timeout) { process.isRunning ? childExitStatus(process.processIdentifier) : process.terminationStatus }
+    let status = try await poll(for: timeout) {
+        process.isRunning ? childExitStatus(process.processIdentifier) : process.terminationStatus
+    }
     if let status { return status }
     throw HarnessError("pid \(process.processIdentifier) did not exit within \(timeout).")
 }
@@ -206,7 +223,9 @@ struct ChildPipe {
 
     init() throws {
         var descriptors: [Int32] = [-1, -1]
-        guard bugsquasher_pipe2(&descriptors, O_CLOEXEC) == 0 else { throw HarnessError("pipe2: \(String(cString: strerror(errno)))") }
+        guard bugsquasher_pipe2(&descriptors, O_CLOEXEC) == 0 else {
+            throw HarnessError("pipe2: \(String(cString: strerror(errno)))")
+        }
         reading = FileHandle(fileDescriptor: descriptors[0], closeOnDealloc: true)
         writing = FileHandle(fileDescriptor: descriptors[1], closeOnDealloc: true)
     }
@@ -235,11 +254,13 @@ enum Products {
     static var squasherctl: String { directory + "/squasherctl" }
 
     /// The package root.
-    static let packageRoot = URL(filePath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let packageRoot = URL(filePath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     /// `../shared/data/titanium-jira-sample.ndjson`, when present.
     static var realSample: String? {
-        let path = packageRoot.appendingPathComponent("../shared/data/titanium-jira-sample.ndjson").standardizedFileURL.path
+        let path = packageRoot.appendingPathComponent("../shared/data/titanium-jira-sample.ndjson").standardizedFileURL
+            .path
         return FileManager.default.fileExists(atPath: path) ? path : nil
     }
 }
@@ -252,7 +273,9 @@ final class DaemonHarness: Sendable {
     /// Starts squasherd; `configuration` is the text of a configuration file to pass it;
     /// `launcher` is a command that execs it in its own place (such as
     /// `prlimit --nofile=64:4096 --`), so that the PID is still squasherd's.
-    init(chunkSize: Int = 100, configuration: String? = nil, extraArguments: [String] = [], launcher: [String] = []) async throws {
+    init(chunkSize: Int = 100, configuration: String? = nil, extraArguments: [String] = [], launcher: [String] = [])
+        async throws
+    {
         // Short paths: Unix socket paths are limited to 107 bytes.
         directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -261,7 +284,11 @@ final class DaemonHarness: Sendable {
             try configuration.write(toFile: directory + "/squasherd.conf", atomically: true, encoding: .utf8)
             arguments += ["--config", directory + "/squasherd.conf"]
         }
-        let command = launcher + [Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)"] + arguments
+        let command =
+            launcher + [
+                Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory",
+                directory + "/run", "--chunk-size", "\(chunkSize)",
+            ] + arguments
         daemon = try ChildProcess(name: "squasherd", executable: command[0], arguments: Array(command.dropFirst()))
         try await waitForDaemonLog("ready")
     }
@@ -276,8 +303,12 @@ final class DaemonHarness: Sendable {
 
     /// Writes `count` BugSquasher NDJSON records, keys `PREFIX-1`… in project `PREFIX`, to a file
     /// in the harness's directory; returns its path and the records.
-    func writeRecords(_ name: String, count: Int, prefix: String, title: String) throws -> (path: String, records: [String]) {
-        let records = (1...count).map { #"{"key":"\#(prefix)-\#($0)","title":"\#(title) \#($0)","status":"Open","project":{"key":"\#(prefix)"}}"# }
+    func writeRecords(_ name: String, count: Int, prefix: String, title: String) throws -> (
+        path: String, records: [String]
+    ) {
+        let records = (1...count).map {
+            #"{"key":"\#(prefix)-\#($0)","title":"\#(title) \#($0)","status":"Open","project":{"key":"\#(prefix)"}}"#
+        }
         let path = directory + "/" + name
         try (records.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
         return (path, records)
@@ -296,17 +327,23 @@ final class DaemonHarness: Sendable {
 
     /// Runs squasherctl, which must end with `expectStatus`; returns the process, its output read.
     func ctlProcess(_ arguments: [String], expectStatus: Int32) async throws -> ChildProcess {
-        let process = try ChildProcess(name: "squasherctl \(arguments.first ?? "")", executable: Products.squasherctl, arguments: arguments, environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let process = try ChildProcess(
+            name: "squasherctl \(arguments.first ?? "")", executable: Products.squasherctl, arguments: arguments,
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         let status = try await process.waitForExit(timeout: .seconds(120))
         guard status == expectStatus else {
-            throw HarnessError("squasherctl \(arguments.joined(separator: " ")) exited with \(status), expected \(expectStatus):\n\(process.errorOutput)")
+            throw HarnessError(
+                "squasherctl \(arguments.joined(separator: " ")) exited with \(status), expected \(expectStatus):\n\(process.errorOutput)"
+            )
         }
         return process
     }
 
     /// Starts a long-running squasherctl (subscribe, watch).
     func startCtl(_ name: String, _ arguments: [String]) throws -> ChildProcess {
-        try ChildProcess(name: name, executable: Products.squasherctl, arguments: arguments, environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        try ChildProcess(
+            name: name, executable: Products.squasherctl, arguments: arguments,
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
     }
 
     /// Stops the daemon with SIGTERM and returns its exit status.
@@ -327,11 +364,14 @@ final class DaemonHarness: Sendable {
 func waitForSubscriptions(_ count: Int, on readSocket: String, startedBy process: ChildProcess) async throws {
     let deadline = ContinuousClock.now + .seconds(30)
     func connected() throws -> Int {
-        let status = try BlockingVarlinkClient(path: readSocket).call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
+        let status = try BlockingVarlinkClient(path: readSocket).call(
+            "io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
         return status.subscribers + (status.jobFollowers ?? 0)
     }
     while try connected() < count {
-        guard ContinuousClock.now < deadline, process.exitStatus == nil else { throw HarnessError("\(process.name) did not start watching: \(process.errorOutput)") }
+        guard ContinuousClock.now < deadline, process.exitStatus == nil else {
+            throw HarnessError("\(process.name) did not start watching: \(process.errorOutput)")
+        }
         try await Task.sleep(for: .milliseconds(10))
     }
 }

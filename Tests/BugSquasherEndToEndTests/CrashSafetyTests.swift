@@ -10,23 +10,32 @@ import Testing
 struct CrashSafetyTests {
     /// Runs sqlite3 on the store (read-only) and returns its output lines.
     func sqlite(_ path: String, _ sql: String) async throws -> [String] {
-        let process = try ChildProcess(name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: ["-readonly", path, sql])
+        let process = try ChildProcess(
+            name: "sqlite3", executable: "/usr/bin/sqlite3", arguments: ["-readonly", path, sql])
         #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
         return process.output
     }
 
-    @Test("kill -9 twice and SIGTERM once at random points of an import: every record imported exactly once, the job resumes by itself (a `jobs --wait` rides out the restarts), the store is sound, the history has no gap, a follower saw every change once")
+    @Test(
+        "kill -9 twice and SIGTERM once at random points of an import: every record imported exactly once, the job resumes by itself (a `jobs --wait` rides out the restarts), the store is sound, the history has no gap, a follower saw every change once"
+    )
     func killDuringImport() async throws {
         let directory = "/tmp/bscrash-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let count = 12_000   // room for three kills 100–600 records apart even when the import outruns the test on a loaded machine
+        // room for three kills 100–600 records apart even when the import outruns the test on a loaded machine
+        let count = 12_000
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
-        var lines = try SampleIssues.generate(count: count).map { String(decoding: try encoder.encode($0), as: UTF8.self) }
-        lines[99] = "{broken"          // one reject, so that imported + rejected = read is tested too
-        try (lines.joined(separator: "\n") + "\n").write(toFile: directory + "/input.ndjson", atomically: true, encoding: .utf8)
-        let arguments = ["--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "50"]
+        var lines = try SampleIssues.generate(count: count).map {
+            String(decoding: try encoder.encode($0), as: UTF8.self)
+        }
+        lines[99] = "{broken"  // one reject, so that imported + rejected = read is tested too
+        try (lines.joined(separator: "\n") + "\n").write(
+            toFile: directory + "/input.ndjson", atomically: true, encoding: .utf8)
+        let arguments = [
+            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "50",
+        ]
         let environment = ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"]
         func startDaemon() async throws -> ChildProcess {
             let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: arguments)
@@ -40,14 +49,20 @@ struct CrashSafetyTests {
         var daemon = try await startDaemon()
         // A follower on the change feed through the whole run, resuming with `since` after each
         // restart (squasherctl watch does that by itself).
-        let follower = try ChildProcess(name: "watch", executable: Products.squasherctl, arguments: ["watch", "--json"], environment: environment)
+        let follower = try ChildProcess(
+            name: "watch", executable: Products.squasherctl, arguments: ["watch", "--json"], environment: environment)
         _ = try await follower.waitForLine { $0.contains(#""event":"subscribed""#) }
         // The job is begun first, so that a user waiting on it from the command line (it must
         // ride out every restart) watches before the import starts: its Jobs.Watch is the hub's
         // second subscription. Then the file is sent, as squasherctl import does.
         let write = try BlockingVarlinkClient(path: directory + "/run/squasherd-write.sock")
-        let jobID = try write.call("io.bugsquasher.Import.Begin", BeginImportParameters(name: "input.ndjson", format: nil, chunkSize: nil), as: JobParameter.self).job
-        let waiter = try ChildProcess(name: "jobs --wait", executable: Products.squasherctl, arguments: ["jobs", jobID, "--wait"], environment: environment)
+        let jobID = try write.call(
+            "io.bugsquasher.Import.Begin", BeginImportParameters(name: "input.ndjson", format: nil, chunkSize: nil),
+            as: JobParameter.self
+        ).job
+        let waiter = try ChildProcess(
+            name: "jobs --wait", executable: Products.squasherctl, arguments: ["jobs", jobID, "--wait"],
+            environment: environment)
         try await waitForSubscriptions(2, on: directory + "/run/squasherd.sock", startedBy: waiter)
         let file = [UInt8](try Data(contentsOf: URL(filePath: directory + "/input.ndjson")))
         let uploaded = try write.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: jobID)) { connection in
@@ -68,7 +83,9 @@ struct CrashSafetyTests {
             var start: Int64?
             var target: Int64 = 0
             var job: WireJob?
-            try BlockingVarlinkClient(path: directory + "/run/squasherd.sock").stream("io.bugsquasher.Jobs.Watch", JobParameter(job: jobID)) { reply in
+            try BlockingVarlinkClient(path: directory + "/run/squasherd.sock").stream(
+                "io.bugsquasher.Jobs.Watch", JobParameter(job: jobID)
+            ) { reply in
                 let current = try reply.parameters(JobReply.self).job
                 job = current
                 if start == nil {
@@ -77,7 +94,9 @@ struct CrashSafetyTests {
                 }
                 return current.recordsRead < target
             }
-            #expect(job?.state == .running, "kill \(kill) came after the import ended (\(String(describing: job))); the test did not interrupt it")
+            #expect(
+                job?.state == .running,
+                "kill \(kill) came after the import ended (\(String(describing: job))); the test did not interrupt it")
             if kill == 2 {
                 // SIGTERM mid-chunk: the chunk commits whole, the daemon exits 0, quickly.
                 let asked = ContinuousClock.now
@@ -85,7 +104,10 @@ struct CrashSafetyTests {
                 let status = try? await daemon.waitForExit(timeout: .seconds(10))
                 print("SIGTERM during the import: squasherd exited after \(ContinuousClock.now - asked)")
                 // Its log says where a slow stop spent its time.
-                #expect(status == 0, "squasherd did not exit 0 within 10 s of SIGTERM (\(status.map { "status \($0)" } ?? "still running")):\n\(daemon.errorOutput.suffix(3000))")
+                #expect(
+                    status == 0,
+                    "squasherd did not exit 0 within 10 s of SIGTERM (\(status.map { "status \($0)" } ?? "still running")):\n\(daemon.errorOutput.suffix(3000))"
+                )
                 if status == nil { _ = try await daemon.waitForExit(timeout: .seconds(60)) }
             } else {
                 daemon.signal(SIGKILL)
@@ -97,9 +119,13 @@ struct CrashSafetyTests {
         let deadline = ContinuousClock.now + .seconds(120)
         var final: [String: Any] = [:]
         while ContinuousClock.now < deadline {
-            let status = try ChildProcess(name: "jobs", executable: Products.squasherctl, arguments: ["jobs", jobID, "--json"], environment: environment)
+            let status = try ChildProcess(
+                name: "jobs", executable: Products.squasherctl, arguments: ["jobs", jobID, "--json"],
+                environment: environment)
             _ = try await status.waitForExit()
-            final = (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["job"] as? [String: Any] ?? [:]
+            final =
+                (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["job"]
+                as? [String: Any] ?? [:]
             if final["state"] as? String == "finished" { break }
             try await Task.sleep(for: .milliseconds(50))
         }
@@ -109,45 +135,69 @@ struct CrashSafetyTests {
         #expect(final["rejected"] as? Int == 1)
         // The waiter rode out the stops, reconnecting, and printed the job's summary.
         #expect(try await waiter.waitForExit() == 0, "\(waiter.errorOutput)")
-        #expect(waiter.output.first?.hasPrefix("job \(jobID) finished: \(count) read, \(count - 1) imported, 1 rejected in ") == true, "\(waiter.output)")
+        #expect(
+            waiter.output.first?.hasPrefix(
+                "job \(jobID) finished: \(count) read, \(count - 1) imported, 1 rejected in ") == true,
+            "\(waiter.output)")
         // It watched before the first kill, so it lost squasherd at least once (kills closer
         // together than its 250 ms retry count once).
-        #expect(waiter.errorOutput.contains("squasherctl: reconnected; job \(jobID) is running"), "\(waiter.errorOutput)")
+        #expect(
+            waiter.errorOutput.contains("squasherctl: reconnected; job \(jobID) is running"), "\(waiter.errorOutput)")
         // The follower saw every committed change once, in token order. A follower that falls
         // more than eight saves behind gets them coalesced into one save with the newest token
         // (PROTOCOL.md, Backpressure), so the check is on changes: every object the import
         // inserted reached it as inserted exactly once, and tokens only grew, up to the last.
-        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status", "--json"], environment: environment)
+        let status = try ChildProcess(
+            name: "status", executable: Products.squasherctl, arguments: ["status", "--json"], environment: environment)
         _ = try await status.waitForExit()
-        let finalToken = try #require((try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["token"] as? Int)
-        _ = try await follower.waitForLine { $0.contains(#""token":\#(finalToken)"#) && $0.contains(#""event":"save""#) }
+        let finalToken = try #require(
+            (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["token"]
+                as? Int)
+        _ = try await follower.waitForLine {
+            $0.contains(#""token":\#(finalToken)"#) && $0.contains(#""event":"save""#)
+        }
         follower.signal(SIGTERM)
         _ = try await follower.waitForExit()
         let saves = follower.output.compactMap { line -> [String: Any]? in
-            guard let event = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], event["event"] as? String == "save" else { return nil }
+            guard let event = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                event["event"] as? String == "save"
+            else { return nil }
             return event["save"] as? [String: Any]
         }
         let tokens = saves.compactMap { $0["token"] as? Int }
-        #expect(tokens.last == finalToken && zip(tokens, tokens.dropFirst()).allSatisfy(<), "the follower's tokens went back or stopped short of \(finalToken): \(tokens); its messages: \(follower.errorOutput)")
+        #expect(
+            tokens.last == finalToken && zip(tokens, tokens.dropFirst()).allSatisfy(<),
+            "the follower's tokens went back or stopped short of \(finalToken): \(tokens); its messages: \(follower.errorOutput)"
+        )
         var insertions: [String: Int] = [:]
         for save in saves {
-            for change in save["inserted"] as? [[String: Any]] ?? [] { insertions[change["id"] as? String ?? "?", default: 0] += 1 }
+            for change in save["inserted"] as? [[String: Any]] ?? [] {
+                insertions[change["id"] as? String ?? "?", default: 0] += 1
+            }
         }
         func inserted(_ entity: String) -> Int { insertions.keys.count { $0.contains("/\(entity)/") } }
-        #expect(insertions.values.allSatisfy { $0 == 1 }, "objects inserted twice: \(insertions.filter { $0.value > 1 }.keys.prefix(10))")
+        #expect(
+            insertions.values.allSatisfy { $0 == 1 },
+            "objects inserted twice: \(insertions.filter { $0.value > 1 }.keys.prefix(10))")
         daemon.signal(SIGTERM)
         #expect(try await daemon.waitForExit() == 0)
 
         let store = directory + "/state/bugs.sqlite"
         #expect(try await sqlite(store, "PRAGMA integrity_check") == ["ok"])
-        #expect(try await sqlite(store, "SELECT count(*), count(DISTINCT key) FROM Bug") == ["\(count - 1)|\(count - 1)"])
+        #expect(
+            try await sqlite(store, "SELECT count(*), count(DISTINCT key) FROM Bug") == ["\(count - 1)|\(count - 1)"])
         #expect(try await sqlite(store, "SELECT count(*) FROM ImportReject") == ["1"])
         #expect(try await sqlite(store, "SELECT line FROM ImportReject") == ["100"])
         let history = try await sqlite(store, "SELECT count(*) = max(token) - min(token) + 1 FROM bs_history")
         #expect(history == ["1"], "the history has a gap")
         // Every comment once too.
-        let comments = SampleIssues.generate(count: count).enumerated().filter { $0.offset != 99 }.reduce(0) { $0 + $1.element.comments.count }
+        let comments = SampleIssues.generate(count: count).enumerated().filter { $0.offset != 99 }.reduce(0) {
+            $0 + $1.element.comments.count
+        }
         #expect(try await sqlite(store, "SELECT count(*) FROM Comment") == ["\(comments)"])
-        #expect(inserted("Bug") == count - 1 && inserted("Comment") == comments, "the follower saw \(inserted("Bug")) bugs and \(inserted("Comment")) comments inserted; the store has \(count - 1) and \(comments)")
+        #expect(
+            inserted("Bug") == count - 1 && inserted("Comment") == comments,
+            "the follower saw \(inserted("Bug")) bugs and \(inserted("Comment")) comments inserted; the store has \(count - 1) and \(comments)"
+        )
     }
 }

@@ -46,14 +46,19 @@ private final class ImpostorPeer: Sendable {
 @Suite("squasherctl against a socket that is not squasherd")
 struct ImpostorPeerTests {
     private func ctl(_ arguments: [String]) async throws -> (status: Int32, errors: String) {
-        let process = try ChildProcess(name: "squasherctl \(arguments[0])", executable: Products.squasherctl, arguments: arguments)
+        let process = try ChildProcess(
+            name: "squasherctl \(arguments[0])", executable: Products.squasherctl, arguments: arguments)
         let status = try await process.waitForExit(timeout: .seconds(60))
         return (status, process.errorOutput)
     }
 
-    @Test("a peer that never answers makes squasherctl give up after --timeout; garbage, or a reply of another shape, is named as not squasherd's; exit 4 each time, with no raw decoding error")
+    @Test(
+        "a peer that never answers makes squasherctl give up after --timeout; garbage, or a reply of another shape, is named as not squasherd's; exit 4 each time, with no raw decoding error"
+    )
     func impostors() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("impostor-\(UUID().uuidString.prefix(8))").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "impostor-\(UUID().uuidString.prefix(8))"
+        ).path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
 
@@ -64,16 +69,22 @@ struct ImpostorPeerTests {
             #expect(errors.contains("No answer from \(silent.path) within 0.5 s"), "\(command): \(errors)")
         }
 
-        let garbage = try ImpostorPeer(path: directory + "/garbage.sock", answer: Array("HTTP/1.1 400 Bad Request\r\n\r\n".utf8) + [0])
+        let garbage = try ImpostorPeer(
+            path: directory + "/garbage.sock", answer: Array("HTTP/1.1 400 Bad Request\r\n\r\n".utf8) + [0])
         let (garbageStatus, garbageErrors) = try await ctl(["status", "--socket", garbage.path, "--timeout", "5"])
         #expect(garbageStatus == 4, "\(garbageErrors)")
-        #expect(garbageErrors.contains("is not a Varlink reply") && garbageErrors.contains("HTTP/1.1 400"), "\(garbageErrors)")
+        #expect(
+            garbageErrors.contains("is not a Varlink reply") && garbageErrors.contains("HTTP/1.1 400"),
+            "\(garbageErrors)")
         // The feed's first answer too: not called a connection closed at the connection limit.
         let (watchStatus, watchErrors) = try await ctl(["watch", "--socket", garbage.path, "--timeout", "5"])
         #expect(watchStatus == 4, "\(watchErrors)")
-        #expect(watchErrors.contains("is not a Varlink reply") && !watchErrors.contains("connection limit"), "\(watchErrors)")
+        #expect(
+            watchErrors.contains("is not a Varlink reply") && !watchErrors.contains("connection limit"),
+            "\(watchErrors)")
 
-        let other = try ImpostorPeer(path: directory + "/other.sock", answer: Array(#"{"parameters":{"subscribers":"many"}}"#.utf8) + [0])
+        let other = try ImpostorPeer(
+            path: directory + "/other.sock", answer: Array(#"{"parameters":{"subscribers":"many"}}"#.utf8) + [0])
         let (otherStatus, otherErrors) = try await ctl(["status", "--socket", other.path, "--timeout", "5"])
         #expect(otherStatus == 4, "\(otherErrors)")
         #expect(otherErrors.contains("has parameters this program cannot read ('"), "\(otherErrors)")
@@ -85,16 +96,25 @@ struct ImpostorPeerTests {
         for command in [["get", "X-1"], ["list"], ["list", "--count"], ["update", "X-1", "status=Open"]] {
             let (status, errors) = try await ctl(command + ["--socket", empty.path, "--timeout", "5"])
             #expect(status == 4, "\(command): \(errors)")
-            #expect(errors.contains("which squasherd always sends: another program may be listening there"), "\(command): \(errors)")
+            #expect(
+                errors.contains("which squasherd always sends: another program may be listening there"),
+                "\(command): \(errors)")
         }
 
-        let unknowing = try ImpostorPeer(path: directory + "/unknowing.sock", answer: Array(#"{"error":"org.varlink.service.MethodNotFound","parameters":{"method":"io.bugsquasher.Store.Fetch"}}"#.utf8) + [0])
+        let unknowing = try ImpostorPeer(
+            path: directory + "/unknowing.sock",
+            answer: Array(
+                #"{"error":"org.varlink.service.MethodNotFound","parameters":{"method":"io.bugsquasher.Store.Fetch"}}"#
+                    .utf8) + [0])
         let (unknowingStatus, unknowingErrors) = try await ctl(["list", "--socket", unknowing.path, "--timeout", "5"])
         #expect(unknowingStatus == 4, "\(unknowingErrors)")
-        #expect(unknowingErrors.contains("does not know io.bugsquasher.Store.Fetch") && unknowingErrors.contains("it is not squasherd"), "\(unknowingErrors)")
+        #expect(
+            unknowingErrors.contains("does not know io.bugsquasher.Store.Fetch")
+                && unknowingErrors.contains("it is not squasherd"), "\(unknowingErrors)")
 
         // A reply that does not end: read up to 64 MiB, not for as long as the peer sends.
-        let endless = try ImpostorPeer(path: directory + "/endless.sock", answer: [UInt8](repeating: UInt8(ascii: "x"), count: 80 << 20))
+        let endless = try ImpostorPeer(
+            path: directory + "/endless.sock", answer: [UInt8](repeating: UInt8(ascii: "x"), count: 80 << 20))
         let (endlessStatus, endlessErrors) = try await ctl(["status", "--socket", endless.path, "--timeout", "20"])
         #expect(endlessStatus == 4, "\(endlessErrors)")
         #expect(endlessErrors.contains("grew past 64 MiB without ending"), "\(endlessErrors)")

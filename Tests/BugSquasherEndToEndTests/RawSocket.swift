@@ -30,7 +30,9 @@ final class RawSocket {
     func send(_ bytes: [UInt8]) -> Int {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Foundation.send(fd, $0.baseAddress! + sent, min(bytes.count - sent, 1 << 20), Int32(MSG_NOSIGNAL)) }
+            let n = bytes.withUnsafeBytes {
+                Foundation.send(fd, $0.baseAddress! + sent, min(bytes.count - sent, 1 << 20), Int32(MSG_NOSIGNAL))
+            }
             if n <= 0 { break }
             sent += n
         }

@@ -63,25 +63,39 @@ struct SystemdEndToEndTests {
         return directory
     }
 
-    @Test("READY after the sockets are bound, STATUS during an import, WATCHDOG at half the interval, STOPPING on SIGTERM")
+    @Test(
+        "READY after the sockets are bound, STATUS during an import, WATCHDOG at half the interval, STOPPING on SIGTERM"
+    )
     func notifications() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let recorder = try NotifyRecorder(directory: directory)
-        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
-            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size", "50",
-        ], environment: ["NOTIFY_SOCKET": recorder.path, "WATCHDOG_USEC": "400000"])
+        let daemon = try ChildProcess(
+            name: "squasherd", executable: Products.squasherd,
+            arguments: [
+                "--state-directory", directory + "/state", "--runtime-directory", directory + "/run", "--chunk-size",
+                "50",
+            ], environment: ["NOTIFY_SOCKET": recorder.path, "WATCHDOG_USEC": "400000"])
         _ = try await recorder.wait(for: "READY=1")
         // Both sockets accept connections the moment READY=1 arrives.
         #expect(connectable(directory + "/run/squasherd.sock", type: Int32(SOCK_STREAM.rawValue)))
         #expect(connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)))
-        #expect(recorder.all.first?.text.contains("READY=1") == true, "READY must come first: \(recorder.all.map(\.text))")
+        #expect(
+            recorder.all.first?.text.contains("READY=1") == true, "READY must come first: \(recorder.all.map(\.text))")
 
-        let rows = (1...500).map { #"{"key":"SD-\#($0)","title":"t","status":"Open","labels":[],"project":{"key":"SD"},"components":[],"comments":[]}"# }
-        try (rows.joined(separator: "\n") + "\n").write(toFile: directory + "/rows.ndjson", atomically: true, encoding: .utf8)
-        let ctl = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/rows.ndjson", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let rows = (1...500).map {
+            #"{"key":"SD-\#($0)","title":"t","status":"Open","labels":[],"project":{"key":"SD"},"components":[],"comments":[]}"#
+        }
+        try (rows.joined(separator: "\n") + "\n").write(
+            toFile: directory + "/rows.ndjson", atomically: true, encoding: .utf8)
+        let ctl = try ChildProcess(
+            name: "import", executable: Products.squasherctl,
+            arguments: ["import", directory + "/rows.ndjson", "--wait"],
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         #expect(try await ctl.waitForExit() == 0)
-        #expect(recorder.all.contains { $0.text.contains("STATUS=Importing job") && $0.text.contains("records read") }, "\(recorder.all.map(\.text))")
+        #expect(
+            recorder.all.contains { $0.text.contains("STATUS=Importing job") && $0.text.contains("records read") },
+            "\(recorder.all.map(\.text))")
         _ = try await recorder.wait(for: "STATUS=Idle")
 
         // Watchdog: pings keep coming at about half of 400 ms (about 5 a second). Counted by
@@ -95,7 +109,9 @@ struct SystemdEndToEndTests {
         let window = ContinuousClock.now - begin
         let pings = recorder.all.dropFirst(seen).filter { $0.text == "WATCHDOG=1" }.map(\.at)
         let expected = window / .milliseconds(200)
-        #expect(Double(pings.count) >= expected * 0.4 && Double(pings.count) <= expected * 1.4 + 1, "\(pings.count) pings in \(window)")
+        #expect(
+            Double(pings.count) >= expected * 0.4 && Double(pings.count) <= expected * 1.4 + 1,
+            "\(pings.count) pings in \(window)")
         let gaps = zip(pings, pings.dropFirst()).map { $1 - $0 }.sorted()
         if !gaps.isEmpty {
             let median = gaps[gaps.count / 2]
@@ -107,17 +123,24 @@ struct SystemdEndToEndTests {
         #expect(try await daemon.waitForExit() == 0)
         #expect(recorder.all.contains { $0.text.contains("EXTEND_TIMEOUT_USEC=") })
         let stopping = recorder.all.firstIndex { $0.text.contains("STOPPING=1") }!
-        #expect(!recorder.all[stopping...].contains { $0.text == "WATCHDOG=1" && $0.at > recorder.all[stopping].at + .milliseconds(300) })
+        #expect(
+            !recorder.all[stopping...].contains {
+                $0.text == "WATCHDOG=1" && $0.at > recorder.all[stopping].at + .milliseconds(300)
+            })
     }
 
-    @Test("a WATCHDOG_USEC too short to follow is raised to 100 ms with a warning; one that is not a number turns the watchdog off with a warning")
+    @Test(
+        "a WATCHDOG_USEC too short to follow is raised to 100 ms with a warning; one that is not a number turns the watchdog off with a warning"
+    )
     func unusableWatchdogValues() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let recorder = try NotifyRecorder(directory: directory)
-        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
-            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
-        ], environment: ["NOTIFY_SOCKET": recorder.path, "WATCHDOG_USEC": "1"])
+        let daemon = try ChildProcess(
+            name: "squasherd", executable: Products.squasherd,
+            arguments: [
+                "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
+            ], environment: ["NOTIFY_SOCKET": recorder.path, "WATCHDOG_USEC": "1"])
         _ = try await recorder.wait(for: "READY=1")
         #expect(daemon.errorOutput.contains("squasherd pings every 0.05 seconds at the most"), "\(daemon.errorOutput)")
         // 1 µs was followed as asked before: thousands of pings a second, each reading the store.
@@ -129,11 +152,15 @@ struct SystemdEndToEndTests {
         #expect(try await daemon.waitForExit() == 0)
 
         for value in ["garbage", "0", "99999999999999999999"] {
-            let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
-                "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
-            ], environment: ["WATCHDOG_USEC": value])
+            let daemon = try ChildProcess(
+                name: "squasherd", executable: Products.squasherd,
+                arguments: [
+                    "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
+                ], environment: ["WATCHDOG_USEC": value])
             try await daemon.waitForErrorOutput(containing: "ready")
-            #expect(daemon.errorOutput.contains("WATCHDOG_USEC='\(value)' (or WATCHDOG_PID) cannot be read") && daemon.errorOutput.contains("The watchdog is off"), "\(daemon.errorOutput)")
+            #expect(
+                daemon.errorOutput.contains("WATCHDOG_USEC='\(value)' (or WATCHDOG_PID) cannot be read")
+                    && daemon.errorOutput.contains("The watchdog is off"), "\(daemon.errorOutput)")
             daemon.signal(SIGTERM)
             #expect(try await daemon.waitForExit() == 0)
         }
@@ -146,16 +173,24 @@ struct SystemdEndToEndTests {
         #expect(try await harness.stop() == 0)
     }
 
-    @Test("a NOTIFY_SOCKET that names no socket is said in a warning (a Type=notify start would time out otherwise unexplained); the daemon serves on")
+    @Test(
+        "a NOTIFY_SOCKET that names no socket is said in a warning (a Type=notify start would time out otherwise unexplained); the daemon serves on"
+    )
     func notifySocketMissing() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let daemon = try ChildProcess(name: "squasherd", executable: Products.squasherd, arguments: [
-            "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
-        ], environment: ["NOTIFY_SOCKET": directory + "/no-such-notify-socket"])
+        let daemon = try ChildProcess(
+            name: "squasherd", executable: Products.squasherd,
+            arguments: [
+                "--state-directory", directory + "/state", "--runtime-directory", directory + "/run",
+            ], environment: ["NOTIFY_SOCKET": directory + "/no-such-notify-socket"])
         try await daemon.waitForErrorOutput(containing: "Could not tell the service manager that squasherd is ready")
-        #expect(daemon.errorOutput.contains("no-such-notify-socket") && daemon.errorOutput.contains("No such file or directory"), "\(daemon.errorOutput)")
-        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        #expect(
+            daemon.errorOutput.contains("no-such-notify-socket")
+                && daemon.errorOutput.contains("No such file or directory"), "\(daemon.errorOutput)")
+        let status = try ChildProcess(
+            name: "status", executable: Products.squasherctl, arguments: ["status"],
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         #expect(try await status.waitForExit() == 0, "\(status.errorOutput)")
         daemon.signal(SIGTERM)
         #expect(try await daemon.waitForExit() == 0)
@@ -164,11 +199,17 @@ struct SystemdEndToEndTests {
     /// `systemd-socket-activate` binding squasherd's two sockets in `directory/run` (named
     /// `names`, with its `options`), which starts squasherd on them at the first connection
     /// (or datagram); squasherd's own runtime directory is `directory/unused`.
-    func socketActivated(in directory: String, names: String = "read:write", options: [String] = []) throws -> ChildProcess {
-        try ChildProcess(name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate", arguments: options + [
-            "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock", "--fdname=" + names,
-            Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory", directory + "/unused",
-        ])
+    func socketActivated(in directory: String, names: String = "read:write", options: [String] = []) throws
+        -> ChildProcess
+    {
+        try ChildProcess(
+            name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate",
+            arguments: options + [
+                "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock",
+                "--fdname=" + names,
+                Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory",
+                directory + "/unused",
+            ])
     }
 
     @Test("systemd-socket-activate hands the daemon its sockets and a client connects through them")
@@ -179,10 +220,14 @@ struct SystemdEndToEndTests {
         let activator = try socketActivated(in: directory)
         // The activator binds the sockets, then starts squasherd on the first connection.
         let deadline = ContinuousClock.now + .seconds(30)
-        while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
+        while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)),
+            ContinuousClock.now < deadline
+        {
             try await Task.sleep(for: .milliseconds(10))
         }
-        let status = try ChildProcess(name: "status", executable: Products.squasherctl, arguments: ["status"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let status = try ChildProcess(
+            name: "status", executable: Products.squasherctl, arguments: ["status"],
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         let statusExit: Int32
         do { statusExit = try await status.waitForExit() } catch {
             Issue.record("\(error)\nactivator: \(activator.errorOutput)\n\(activator.output)")
@@ -190,9 +235,14 @@ struct SystemdEndToEndTests {
         }
         #expect(statusExit == 0, "\(status.errorOutput)\n\(activator.errorOutput)")
         #expect(status.output.joined().contains("history token"))
-        let rows = #"{"key":"SA-1","title":"t","status":"Open","labels":[],"project":{"key":"SA"},"components":[],"comments":[]}"# + "\n"
+        let rows =
+            #"{"key":"SA-1","title":"t","status":"Open","labels":[],"project":{"key":"SA"},"components":[],"comments":[]}"#
+            + "\n"
         try rows.write(toFile: directory + "/one.ndjson", atomically: true, encoding: .utf8)
-        let imported = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/one.ndjson", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let imported = try ChildProcess(
+            name: "import", executable: Products.squasherctl,
+            arguments: ["import", directory + "/one.ndjson", "--wait"],
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         #expect(try await imported.waitForExit() == 0, "\(imported.errorOutput)")
         #expect(activator.errorOutput.contains("using sockets passed by systemd"))
         #expect(!FileManager.default.fileExists(atPath: directory + "/unused/squasherd.sock"))
@@ -200,7 +250,9 @@ struct SystemdEndToEndTests {
         #expect(try await activator.waitForExit() == 0)
     }
 
-    @Test("sockets passed with swapped or duplicate names are refused, so that the read socket never takes imports and edits")
+    @Test(
+        "sockets passed with swapped or duplicate names are refused, so that the read socket never takes imports and edits"
+    )
     func misnamedActivatedSockets() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -214,7 +266,9 @@ struct SystemdEndToEndTests {
             let activator = try socketActivated(in: directory, names: names)
             // The activator binds the sockets, then starts squasherd on the first connection.
             let deadline = ContinuousClock.now + .seconds(30)
-            while !connectable(directory + "/run/squasherd.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
+            while !connectable(directory + "/run/squasherd.sock", type: Int32(SOCK_STREAM.rawValue)),
+                ContinuousClock.now < deadline
+            {
                 try await Task.sleep(for: .milliseconds(10))
             }
             #expect(try await activator.waitForExit() == 1, "\(names): \(activator.errorOutput)")
@@ -232,20 +286,27 @@ struct SystemdEndToEndTests {
         let sender = unixSocket(Int32(SOCK_DGRAM.rawValue))
         defer { close(sender) }
         let deadline = ContinuousClock.now + .seconds(30)
-        while try withUnixAddress(directory + "/run/squasherd.sock", { sendto(sender, "x", 1, 0, $0, $1) }) != 1, ContinuousClock.now < deadline {
+        while try withUnixAddress(directory + "/run/squasherd.sock", { sendto(sender, "x", 1, 0, $0, $1) }) != 1,
+            ContinuousClock.now < deadline
+        {
             try await Task.sleep(for: .milliseconds(10))
         }
         #expect(try await activator.waitForExit(timeout: .seconds(60)) == 1, "\(activator.errorOutput)")
-        #expect(activator.errorOutput.contains("is a datagram or packet socket") && activator.errorOutput.contains("ListenStream="), "\(activator.errorOutput)")
+        #expect(
+            activator.errorOutput.contains("is a datagram or packet socket")
+                && activator.errorOutput.contains("ListenStream="), "\(activator.errorOutput)")
     }
 
     @Test("logs go to journald natively with structured fields when JOURNAL_STREAM names stderr")
     func journald() async throws {
         var journald: ChildProcess?
         if !connectable("/run/systemd/journal/socket", type: Int32(SOCK_DGRAM.rawValue)) {
-            journald = try ChildProcess(name: "systemd-journald", executable: "/lib/systemd/systemd-journald", arguments: [])
+            journald = try ChildProcess(
+                name: "systemd-journald", executable: "/lib/systemd/systemd-journald", arguments: [])
             let deadline = ContinuousClock.now + .seconds(20)
-            while !connectable("/run/systemd/journal/socket", type: Int32(SOCK_DGRAM.rawValue)), ContinuousClock.now < deadline {
+            while !connectable("/run/systemd/journal/socket", type: Int32(SOCK_DGRAM.rawValue)),
+                ContinuousClock.now < deadline
+            {
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
@@ -270,12 +331,19 @@ struct SystemdEndToEndTests {
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
         let pid = process.processIdentifier
         let deadline = ContinuousClock.now + .seconds(30)
-        while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)), ContinuousClock.now < deadline {
+        while !connectable(directory + "/run/squasherd-write.sock", type: Int32(SOCK_STREAM.rawValue)),
+            ContinuousClock.now < deadline
+        {
             try await Task.sleep(for: .milliseconds(10))
         }
-        let rows = #"{"key":"JD-1","title":"t","status":"Open","labels":[],"project":{"key":"JD"},"components":[],"comments":[]}"# + "\n"
+        let rows =
+            #"{"key":"JD-1","title":"t","status":"Open","labels":[],"project":{"key":"JD"},"components":[],"comments":[]}"#
+            + "\n"
         try rows.write(toFile: directory + "/one.ndjson", atomically: true, encoding: .utf8)
-        let ctl = try ChildProcess(name: "import", executable: Products.squasherctl, arguments: ["import", directory + "/one.ndjson", "--wait"], environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        let ctl = try ChildProcess(
+            name: "import", executable: Products.squasherctl,
+            arguments: ["import", directory + "/one.ndjson", "--wait"],
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
         #expect(try await ctl.waitForExit() == 0)
         kill(pid, SIGTERM)
         #expect(try await waitForChild(process) == 0)
@@ -284,13 +352,18 @@ struct SystemdEndToEndTests {
         var entries: [[String: Any]] = []
         let readDeadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < readDeadline {
-            let journalctl = try ChildProcess(name: "journalctl", executable: "/usr/bin/journalctl", arguments: ["-o", "json", "--no-pager", "_PID=\(pid)"])
+            let journalctl = try ChildProcess(
+                name: "journalctl", executable: "/usr/bin/journalctl",
+                arguments: ["-o", "json", "--no-pager", "_PID=\(pid)"])
             _ = try await journalctl.waitForExit()
-            entries = journalctl.output.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            entries = journalctl.output.compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
             if entries.contains(where: { ($0["MESSAGE"] as? String) == "stopped" }) { break }
             try await Task.sleep(for: .milliseconds(100))
         }
-        let finished = try #require(entries.first { ($0["MESSAGE"] as? String) == "import finished" }, "\(entries.map { $0["MESSAGE"] ?? "" })")
+        let finished = try #require(
+            entries.first { ($0["MESSAGE"] as? String) == "import finished" }, "\(entries.map { $0["MESSAGE"] ?? "" })")
         #expect(finished["SYSLOG_IDENTIFIER"] as? String == "squasherd")
         #expect(finished["PRIORITY"] as? String == "6")
         #expect(finished["JOB_ID"] as? String != nil)
@@ -299,7 +372,11 @@ struct SystemdEndToEndTests {
         #expect((finished["CODE_FILE"] as? String)?.contains("ImportRunner") == true)
         #expect(Int(finished["CODE_LINE"] as? String ?? "") != nil)
         #expect(finished["CODE_FUNC"] as? String != nil)
-        #expect(entries.contains { ($0["MESSAGE"] as? String) == "import started" && ($0["MESSAGE_ID"] as? String) == "8a3c2f6e1b7d4e9a9c0f5d2b6e4a1c37" })
+        #expect(
+            entries.contains {
+                ($0["MESSAGE"] as? String) == "import started"
+                    && ($0["MESSAGE_ID"] as? String) == "8a3c2f6e1b7d4e9a9c0f5d2b6e4a1c37"
+            })
         #expect(entries.contains { ($0["MESSAGE"] as? String) == "listening" && ($0["SOCKET"] as? String) == "read" })
         // Nothing went to stderr as text.
         #expect(pipe.reading.availableData.isEmpty)
@@ -311,9 +388,14 @@ struct SystemdUnitTests {
     let units = Products.packageRoot.appendingPathComponent("systemd").path
 
     func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
-        let process = try ChildProcess(name: "systemd-analyze", executable: "/usr/bin/systemd-analyze", arguments: arguments)
+        let process = try ChildProcess(
+            name: "systemd-analyze", executable: "/usr/bin/systemd-analyze", arguments: arguments)
         let status = try await process.waitForExit()
-        return (status, (process.output.joined(separator: "\n") + process.errorOutput).trimmingCharacters(in: .whitespacesAndNewlines))
+        return (
+            status,
+            (process.output.joined(separator: "\n") + process.errorOutput).trimmingCharacters(
+                in: .whitespacesAndNewlines)
+        )
     }
 
     @Test("squasherd.service scores at most 1.0 in systemd-analyze security")
@@ -334,23 +416,29 @@ struct SystemdUnitTests {
         try FileManager.default.copyItem(atPath: "/lib/systemd/system", toPath: root + "/lib/systemd/system")
         try FileManager.default.copyItem(atPath: Products.squasherd, toPath: root + "/usr/local/bin/squasherd")
         for file in files {
-            try FileManager.default.copyItem(atPath: file, toPath: root + "/etc/systemd/system/" + (file as NSString).lastPathComponent)
+            try FileManager.default.copyItem(
+                atPath: file, toPath: root + "/etc/systemd/system/" + (file as NSString).lastPathComponent)
         }
         return try await run(["verify", "--root=" + root] + files.map { ($0 as NSString).lastPathComponent })
     }
 
     @Test("systemd-analyze verify prints nothing for the units, and would catch a mistake")
     func verifyUnits() async throws {
-        let result = try await verify([units + "/squasherd.service", units + "/squasherd.socket", units + "/squasherd-write.socket"])
+        let result = try await verify([
+            units + "/squasherd.service", units + "/squasherd.socket", units + "/squasherd-write.socket",
+        ])
         #expect(result.status == 0)
         #expect(result.output.isEmpty, "\(result.output)")
         // Control: the same check reports a broken unit.
         let broken = "/tmp/bsbroken-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: broken, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: broken) }
-        let text = try String(contentsOfFile: units + "/squasherd.service", encoding: .utf8).replacingOccurrences(of: "WatchdogSec=30s", with: "WatchdogSecs=30s")
+        let text = try String(contentsOfFile: units + "/squasherd.service", encoding: .utf8).replacingOccurrences(
+            of: "WatchdogSec=30s", with: "WatchdogSecs=30s")
         try text.write(toFile: broken + "/squasherd.service", atomically: true, encoding: .utf8)
-        let bad = try await verify([broken + "/squasherd.service", units + "/squasherd.socket", units + "/squasherd-write.socket"])
+        let bad = try await verify([
+            broken + "/squasherd.service", units + "/squasherd.socket", units + "/squasherd-write.socket",
+        ])
         #expect(bad.output.contains("WatchdogSecs"), "\(bad.output)")
     }
 }

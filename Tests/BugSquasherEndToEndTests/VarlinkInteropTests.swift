@@ -8,8 +8,10 @@ struct VarlinkInteropTests {
     /// A python3 that can `import varlink`, if there is one.
     static func python() async throws -> String? {
         let venv = Products.packageRoot.appendingPathComponent(".build/venv/bin/python3").path
-        for candidate in [venv, "/usr/bin/python3", "/usr/local/bin/python3"] where FileManager.default.isExecutableFile(atPath: candidate) {
-            let check = try ChildProcess(name: "python3 -c 'import varlink'", executable: candidate, arguments: ["-c", "import varlink"])
+        for candidate in [venv, "/usr/bin/python3", "/usr/local/bin/python3"]
+        where FileManager.default.isExecutableFile(atPath: candidate) {
+            let check = try ChildProcess(
+                name: "python3 -c 'import varlink'", executable: candidate, arguments: ["-c", "import varlink"])
             if try await check.waitForExit() == 0 { return candidate }
         }
         return nil
@@ -17,9 +19,13 @@ struct VarlinkInteropTests {
 
     @Test("introspection, Subscribe and Fetch through python varlink")
     func pythonClient() async throws {
-        let python = try #require(try await Self.python(), "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
+        let python = try #require(
+            try await Self.python(),
+            "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
         let harness = try await DaemonHarness()
-        let records = (1...3).map { #"{"key":"INTEROP-\#($0)","title":"Interop \#($0)","status":"Open","labels":[],"project":{"key":"INTEROP"},"components":[],"comments":[]}"# }
+        let records = (1...3).map {
+            #"{"key":"INTEROP-\#($0)","title":"Interop \#($0)","status":"Open","labels":[],"project":{"key":"INTEROP"},"components":[],"comments":[]}"#
+        }
         let file = harness.directory + "/interop.ndjson"
         try (records.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         try await harness.ctl(["import", file, "--wait"])
@@ -46,13 +52,15 @@ struct VarlinkInteropTests {
                     out["error"] = error.error()
             print(json.dumps(out))
             """
-        let process = try ChildProcess(name: "python varlink", executable: python, arguments: ["-c", script, harness.readSocket])
+        let process = try ChildProcess(
+            name: "python varlink", executable: python, arguments: ["-c", script, harness.readSocket])
         #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
         let result = try JSONSerialization.jsonObject(with: Data(process.output.joined().utf8)) as! [String: Any]
         #expect((result["interfaces"] as! [String]).contains("io.bugsquasher.Changes"))
         #expect((result["description"] as! String).contains("method Subscribe"))
         let rows = (result["fetch"] as! [String: Any])["rows"] as! [[String: Any]]
-        #expect(rows.map { ($0["values"] as! [String: Any])["key"] as! String } == ["INTEROP-1", "INTEROP-2", "INTEROP-3"])
+        #expect(
+            rows.map { ($0["values"] as! [String: Any])["key"] as! String } == ["INTEROP-1", "INTEROP-2", "INTEROP-3"])
         let replies = result["subscribe"] as! [[String: Any]]
         #expect(replies.first?["event"] as? String == "subscribed")
         #expect(replies.last?["event"] as? String == "save")
@@ -73,7 +81,9 @@ struct VarlinkInteropTests {
         // What `printf '…\0' | socat - UNIX-CONNECT:…/squasherd.sock` does: the calls, then
         // the end of its input (SHUT_WR), then it reads the replies.
         let socket = try RawSocket(path: harness.readSocket)
-        socket.send(varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#) + varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#))
+        socket.send(
+            varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#)
+                + varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#))
         socket.finishSending()
         let replies = socket.receiveAll().split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
         #expect(replies.count == 2, "\(replies)")

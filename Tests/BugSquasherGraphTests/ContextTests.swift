@@ -93,17 +93,21 @@ struct ContextTests {
     @Test("required attributes are validated on save")
     func validation() async throws {
         let model = try ManagedObjectModel(entities: [
-            EntityDescription(name: "Note", attributes: [.attribute("title", .string), .attribute("rank", .int64, optional: true)]),
+            EntityDescription(
+                name: "Note", attributes: [.attribute("title", .string), .attribute("rank", .int64, optional: true)])
         ])
         let context = ObjectContext(coordinator: try StoreCoordinator(model: model, store: InMemoryStore()))
-        await #expect { try await context.perform { context in
-            let note = try context.insert(entityNamed: "Note")
-            note["title"] = .null
-            note["rank"] = "not a number"
-            try context.saveToStore()
-        } } throws: { error in
+        await #expect {
+            try await context.perform { context in
+                let note = try context.insert(entityNamed: "Note")
+                note["title"] = .null
+                note["rank"] = "not a number"
+                try context.saveToStore()
+            }
+        } throws: { error in
             let message = "\(error)"
-            return (error as? GraphError)?.code == .validation && message.contains("Note.title is required") && message.contains("Note.rank is int64")
+            return (error as? GraphError)?.code == .validation && message.contains("Note.title is required")
+                && message.contains("Note.rank is int64")
         }
     }
 }
@@ -115,12 +119,16 @@ struct LiveQueryTests {
         let coordinator = try makeCoordinator()
         let writer = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, name: "writer")
         let ids = try await writer.perform { try $0.insertBugs(["Open", "Open", "Closed"]) }
-        let reader = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: coordinator.store), mergePolicy: .mergeByPropertyStoreTrump, name: "reader")
+        let reader = ObjectContext(
+            coordinator: try StoreCoordinator(model: BugModel.model, store: coordinator.store),
+            mergePolicy: .mergeByPropertyStoreTrump, name: "reader")
 
-        final class Recorder: @unchecked Sendable { var changes: [LiveQueryChanges] = [] } // used on the reader's executor only
+        // used on the reader's executor only
+        final class Recorder: @unchecked Sendable { var changes: [LiveQueryChanges] = [] }
         let recorder = Recorder()
         let initial = try await reader.perform { context -> [String] in
-            let query = try context.liveQuery(FetchRequest<Bug>(predicate: Key("status") == "Open", sort: [Key("title").ascending]))
+            let query = try context.liveQuery(
+                FetchRequest<Bug>(predicate: Key("status") == "Open", sort: [Key("title").ascending]))
             query.onChange = { recorder.changes.append($0) }
             LiveQueryHolder.shared[ObjectIdentifier(context)] = query
             return query.objects.map(\.key)
@@ -128,10 +136,10 @@ struct LiveQueryTests {
         #expect(initial == ["TIMOB-1", "TIMOB-2"])
 
         let didSave = try await writer.perform { context -> DidSave in
-            (try context.existingObject(with: ids[2]) as! Bug).status = "Open"      // enters
-            (try context.existingObject(with: ids[0]) as! Bug).title = "Bug 9"      // moves to the end
-            context.delete(try context.existingObject(with: ids[1]))                // leaves
-            let bug = context.insert(Bug.self)                                       // enters
+            (try context.existingObject(with: ids[2]) as! Bug).status = "Open"  // enters
+            (try context.existingObject(with: ids[0]) as! Bug).title = "Bug 9"  // moves to the end
+            context.delete(try context.existingObject(with: ids[1]))  // leaves
+            let bug = context.insert(Bug.self)  // enters
             bug.key = "TIMOB-4"
             bug.title = "Bug 0"
             bug.status = "Open"

@@ -6,7 +6,9 @@ struct EditsFirstTests {
     /// Milliseconds, as the gate's nanoseconds.
     private func ms(_ value: UInt64) -> UInt64 { value * 1_000_000 }
 
-    @Test("bulk work waits until a window after the last interactive save, and every stage asking during a pause waits until the same moment")
+    @Test(
+        "bulk work waits until a window after the last interactive save, and every stage asking during a pause waits until the same moment"
+    )
     func pausesForTheWindow() {
         let gate = EditsFirst(window: .milliseconds(20))
         #expect(gate.pause(at: ms(1_000)) == 0, "no interactive save yet")
@@ -18,7 +20,8 @@ struct EditsFirstTests {
         #expect(gate.pause(at: ms(1_500)) == 0)
     }
 
-    @Test("after a pause bulk work runs three windows before it pauses again, so a stream of edits cannot hold an import")
+    @Test(
+        "after a pause bulk work runs three windows before it pauses again, so a stream of edits cannot hold an import")
     func boundedUnderAStreamOfEdits() {
         let gate = EditsFirst(window: .milliseconds(20))
         gate.openWindow(at: ms(1_000))
@@ -44,7 +47,9 @@ struct EditsFirstTests {
             now += max(wait, ms(1))
         }
         #expect(total <= ms(10_000) / 4 + ms(20), "\(total / 1_000_000) ms paused in 10 s")
-        #expect(total >= ms(10_000) / 5, "\(total / 1_000_000) ms paused in 10 s: the gate should pause in each quiet period")
+        #expect(
+            total >= ms(10_000) / 5,
+            "\(total / 1_000_000) ms paused in 10 s: the gate should pause in each quiet period")
     }
 
     @Test("windowRemaining says how long the window after the last interactive save still runs, and grants no pause")

@@ -3,7 +3,9 @@ import Testing
 
 @Suite("Entity descriptions")
 struct EntityDescriptionTests {
-    @Test("a name index finds every name at its position, the first of a repeated one, and no other name; past 16 names too")
+    @Test(
+        "a name index finds every name at its position, the first of a repeated one, and no other name; past 16 names too"
+    )
     func nameIndex() {
         let names = ["key", "title", "status", "jiraID", "type", "title", "caf\u{E9}"]
         let index = NameIndex(names)
@@ -29,7 +31,10 @@ struct EntityDescriptionTests {
 
     @Test("a key with whitespace at either end or a control character is stray, ASCII or not; a clean key is not")
     func strayCharacters() {
-        for stray in [" TIMOB-1", "TIMOB-1 ", "\tTIMOB-1", "TIMOB-1\n", "TIM\u{1}OB-1", "TIMOB\u{7F}-1", "\u{A0}TIMOB-1", "TIMOB-1\u{3000}", "TIM\u{85}OB", "ÉTÉ\u{9F}"] {
+        for stray in [
+            " TIMOB-1", "TIMOB-1 ", "\tTIMOB-1", "TIMOB-1\n", "TIM\u{1}OB-1", "TIMOB\u{7F}-1", "\u{A0}TIMOB-1",
+            "TIMOB-1\u{3000}", "TIM\u{85}OB", "ÉTÉ\u{9F}",
+        ] {
             #expect(EntityDescription.hasStrayCharacters(inKey: stray), "\(stray.debugDescription)")
         }
         for clean in ["", "TIMOB-1", "A", "a b", "ÉTÉ-1", "caf\u{E9}", "日本-1", "~"] {

@@ -14,9 +14,14 @@ struct ObjectIDTests {
         #expect(temporary.primaryKey == nil)
         #expect(ObjectID(uri: temporary.uriString) == temporary)
         #expect(ObjectID.temporary(entity: "Comment") != temporary)
-        for bad in ["", "http://x/Bug/p1", "x-bugsquasher://S/Bug/q1", "x-bugsquasher://S/Bug/p", "x-bugsquasher://S/p1", "x-bugsquasher://temporary/Bug/p1", "x-bugsquasher://S/Bug/t1",
-                    "x-bugsquasher://S/Bug/p0", "x-bugsquasher://S/Bug/p-1", "x-bugsquasher://S/Bug/p01", "x-bugsquasher://S/Bug/p+1", "x-bugsquasher://S/Bug/p1 ",
-                    "x-bugsquasher://S/Bug/p1/2", "x-bugsquasher:///Bug/p1", "x-bugsquasher://S//p1", "x-bugsquasher://S/Bug/p9223372036854775808", "x-bugsquasher://S/Bug/p١"] {
+        for bad in [
+            "", "http://x/Bug/p1", "x-bugsquasher://S/Bug/q1", "x-bugsquasher://S/Bug/p", "x-bugsquasher://S/p1",
+            "x-bugsquasher://temporary/Bug/p1", "x-bugsquasher://S/Bug/t1",
+            "x-bugsquasher://S/Bug/p0", "x-bugsquasher://S/Bug/p-1", "x-bugsquasher://S/Bug/p01",
+            "x-bugsquasher://S/Bug/p+1", "x-bugsquasher://S/Bug/p1 ",
+            "x-bugsquasher://S/Bug/p1/2", "x-bugsquasher:///Bug/p1", "x-bugsquasher://S//p1",
+            "x-bugsquasher://S/Bug/p9223372036854775808", "x-bugsquasher://S/Bug/p١",
+        ] {
             #expect(ObjectID(uri: bad) == nil, "\(bad)")
         }
         let largest = ObjectID(store: "S", entity: "Bug", primaryKey: .max)

@@ -32,11 +32,14 @@ private typealias Comment = BugSquasherModel.Comment
             BugRecord(
                 key: "TIMOB-1", jiraID: "1", title: "Crash on launch", details: "Stack trace attached.",
                 status: "Open", priority: "High", type: "Bug", labels: ["ios", "crash"],
-                created: ISO8601Date.parse("2011-04-15T02:23:39.000+0000"), updated: ISO8601Date.parse("2011-04-16T02:23:39.000+0000"),
+                created: ISO8601Date.parse("2011-04-15T02:23:39.000+0000"),
+                updated: ISO8601Date.parse("2011-04-16T02:23:39.000+0000"),
                 project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: ["iOS", "Runtime"],
                 reporter: alice, assignee: bob,
                 comments: [
-                    CommentRecord(jiraID: "c1", body: "Seen it too.", author: bob, created: ISO8601Date.parse("2011-04-15T03:00:00Z")),
+                    CommentRecord(
+                        jiraID: "c1", body: "Seen it too.", author: bob,
+                        created: ISO8601Date.parse("2011-04-15T03:00:00Z")),
                     CommentRecord(jiraID: "c2", body: "Fixed.", author: alice),
                 ]
             ),
@@ -121,7 +124,9 @@ private typealias Comment = BugSquasherModel.Comment
             var components: [String], comments: [String], commentAuthors: [String?]
         }
         let snapshot = try await context.perform { context -> Snapshot? in
-            guard let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first else { return nil }
+            guard let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first else {
+                return nil
+            }
             let comments = bug.comments.sorted { $0.jiraID < $1.jiraID }
             return Snapshot(
                 title: bug.title, status: bug.status, priority: bug.priority, labels: bug.labels, created: bug.created,
@@ -131,37 +136,51 @@ private typealias Comment = BugSquasherModel.Comment
                 commentAuthors: comments.map { $0.author?.name }
             )
         }
-        #expect(snapshot == Snapshot(
-            title: "Crash on launch", status: "Open", priority: "High", labels: ["ios", "crash"],
-            created: ISO8601Date.parse("2011-04-15T02:23:39.000+0000"), project: "TIMOB", projectName: "Titanium SDK",
-            reporter: "user-alice", assignee: "user-bob", assigneeName: "Bob",
-            components: ["Runtime", "iOS"], comments: ["Seen it too.", "Fixed."], commentAuthors: ["user-bob", "user-alice"]
-        ))
+        #expect(
+            snapshot
+                == Snapshot(
+                    title: "Crash on launch", status: "Open", priority: "High", labels: ["ios", "crash"],
+                    created: ISO8601Date.parse("2011-04-15T02:23:39.000+0000"), project: "TIMOB",
+                    projectName: "Titanium SDK",
+                    reporter: "user-alice", assignee: "user-bob", assigneeName: "Bob",
+                    components: ["Runtime", "iOS"], comments: ["Seen it too.", "Fixed."],
+                    commentAuthors: ["user-bob", "user-alice"]
+                ))
     }
 
-    @Test("a record that leaves fields out — Jira JSON with some fields, a CSV with some columns, a partial NDJSON record — changes only what it carries; an explicit null still clears")
+    @Test(
+        "a record that leaves fields out — Jira JSON with some fields, a CSV with some columns, a partial NDJSON record — changes only what it carries; an explicit null still clears"
+    )
     func partialRecordsLeaveTheRestAlone() async throws {
         let context = try await savedSampleContext()
         let upserter = self.upserter
 
         struct Seen: Sendable, Equatable {
-            var title: String, status: String, priority: String?, details: String?, assignee: String?, components: [String], created: Date?
+            var title: String, status: String, priority: String?, details: String?, assignee: String?,
+                components: [String], created: Date?
         }
         func seen() async throws -> Seen? {
             try await context.perform { context -> Seen? in
-                guard let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first else { return nil }
-                return Seen(title: bug.title, status: bug.status, priority: bug.priority, details: bug.details, assignee: bug.assignee?.name,
-                            components: bug.components.map(\.name).sorted(), created: bug.created)
+                guard let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first else {
+                    return nil
+                }
+                return Seen(
+                    title: bug.title, status: bug.status, priority: bug.priority, details: bug.details,
+                    assignee: bug.assignee?.name,
+                    components: bug.components.map(\.name).sorted(), created: bug.created)
             }
         }
         let before = try #require(try await seen())
 
         // Jira: a search with fields=summary.
-        let jira = try JiraIssueDecoder().decode(Data(#"{"id":"1","key":"TIMOB-1","fields":{"summary":"renamed"}}"#.utf8), line: 1)
+        let jira = try JiraIssueDecoder().decode(
+            Data(#"{"id":"1","key":"TIMOB-1","fields":{"summary":"renamed"}}"#.utf8), line: 1)
         // A Jira CSV export of two columns.
-        let csv = try CSVBugMapper(header: ["Issue key", "Status"], flavor: .jira).record(["TIMOB-1", "Reopened"], line: 2)
+        let csv = try CSVBugMapper(header: ["Issue key", "Status"], flavor: .jira).record(
+            ["TIMOB-1", "Reopened"], line: 2)
         // A BugSquasher record that sets the priority to none, explicitly.
-        let ndjson = try Array(#"{"key":"TIMOB-1","project":{"key":"TIMOB"},"priority":null}"#.utf8).withUnsafeBufferPointer { try BugRecord(json: $0) }
+        let ndjson = try Array(#"{"key":"TIMOB-1","project":{"key":"TIMOB"},"priority":null}"#.utf8)
+            .withUnsafeBufferPointer { try BugRecord(json: $0) }
         for record in [jira, csv, ndjson] {
             _ = try await context.perform { context in try upserter.upsert([record], in: context) }
             try await context.save()
@@ -189,7 +208,8 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(summary == UpsertSummary(updated: 1, unchanged: 2))
         try await context.save()
         let names = try await context.perform { context in
-            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first?.components.map(\.name).sorted()
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first?.components.map(\.name)
+                .sorted()
         }
         #expect(names == ["Android", "Runtime"])
         #expect(try await count(Component.self, in: context) == 3)  // "iOS" is kept, only unlinked
@@ -226,7 +246,9 @@ private typealias Comment = BugSquasherModel.Comment
         // Once stored, the same two records in one chunk update the bug once.
         var third = second
         third.title = "Crash on launch (third)"
-        let again = try await context.perform { [second, third] context in try upserter.upsert([second, third], in: context) }
+        let again = try await context.perform { [second, third] context in
+            try upserter.upsert([second, third], in: context)
+        }
         #expect(again == UpsertSummary(updated: 1, repeated: 1))
     }
 
@@ -234,16 +256,21 @@ private typealias Comment = BugSquasherModel.Comment
     /// but the store holds them as two keys: one chunk naming both must write two bugs, not let
     /// one replace the other. A title changed to another Unicode form of itself is saved.
     @Test func keysAndTextAreComparedByteForByteAsTheStoreDoes() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("upsert-unicode-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "upsert-unicode-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let stack = try PersistentStack(model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
+        let stack = try PersistentStack(
+            model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
         let upserter = self.upserter
-        let composed = "CAF\u{C9}-1", decomposed = "CAFE\u{301}-1"
+        let composed = "CAF\u{C9}-1"
+        let decomposed = "CAFE\u{301}-1"
         #expect(composed == decomposed)  // what the upserter must not rely on
         let project = ProjectRecord(key: "CAF\u{C9}")
         let chunk = [
-            BugRecord(key: composed, title: "composed", status: "Open", project: project, components: ["R\u{E9}seau", "Re\u{301}seau"]),
+            BugRecord(
+                key: composed, title: "composed", status: "Open", project: project,
+                components: ["R\u{E9}seau", "Re\u{301}seau"]),
             BugRecord(key: decomposed, title: "decomposed", status: "Open", project: ProjectRecord(key: "CAFE\u{301}")),
         ]
 
@@ -254,7 +281,9 @@ private typealias Comment = BugSquasherModel.Comment
 
         let reader = stack.temporaryContext()
         let stored = try await reader.perform { context in
-            try context.fetch(FetchRequest<Bug>()).map { ($0.key, $0.title, $0.project?.key ?? "", $0.components.count) }
+            try context.fetch(FetchRequest<Bug>()).map {
+                ($0.key, $0.title, $0.project?.key ?? "", $0.components.count)
+            }
         }
         #expect(stored.count == 2)
         let byTitle = Dictionary(uniqueKeysWithValues: stored.map { ($0.1, $0) })
@@ -265,13 +294,18 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(try await count(Component.self, in: reader) == 2)
 
         // The same text in the other form is a change, and it is saved.
-        var composedTitle = chunk[0], decomposedTitle = chunk[0]
+        var composedTitle = chunk[0]
+        var decomposedTitle = chunk[0]
         composedTitle.title = "Caf\u{E9}"
         decomposedTitle.title = "Cafe\u{301}"
-        let first = try await importer.perform { [composedTitle] context in try upserter.upsert([composedTitle], in: context) }
+        let first = try await importer.perform { [composedTitle] context in
+            try upserter.upsert([composedTitle], in: context)
+        }
         #expect(first == UpsertSummary(updated: 1))
         try await importer.save()
-        let second = try await importer.perform { [decomposedTitle] context in try upserter.upsert([decomposedTitle], in: context) }
+        let second = try await importer.perform { [decomposedTitle] context in
+            try upserter.upsert([decomposedTitle], in: context)
+        }
         #expect(second == UpsertSummary(updated: 1))
         try await importer.save()
         let title = try await stack.temporaryContext().perform { context in
@@ -287,7 +321,9 @@ private typealias Comment = BugSquasherModel.Comment
             BugRecord(key: "", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB")),
             BugRecord(key: " \t\u{3000}", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB")),
             BugRecord(key: "TIMOB-9", title: "?", status: "Open", project: ProjectRecord(key: "  ")),
-            BugRecord(key: "TIMOB-9", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"), reporter: PersonRecord(name: " ")),
+            BugRecord(
+                key: "TIMOB-9", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"),
+                reporter: PersonRecord(name: " ")),
         ]
         for (record, what) in zip(blank, ["key", "key", "project key", "person name"]) {
             let chunk = sampleRecords() + [record]
@@ -295,21 +331,34 @@ private typealias Comment = BugSquasherModel.Comment
                 _ = try await context.perform { context in try upserter.upsert(chunk, in: context) }
             }
             #expect(error?.code == .invalidRecord)
-            #expect(error?.message.contains("Record 3 (key \"\(record.key)\") has an empty or blank \(what)") == true, "\(String(describing: error))")
+            #expect(
+                error?.message.contains("Record 3 (key \"\(record.key)\") has an empty or blank \(what)") == true,
+                "\(String(describing: error))")
             #expect(await context.hasChanges == false)
         }
     }
 
-    @Test("a key with spaces around it or a control character in it is refused (no lookup would find the bug); one inside it is a key")
+    @Test(
+        "a key with spaces around it or a control character in it is refused (no lookup would find the bug); one inside it is a key"
+    )
     func refusesKeysNoLookupWouldFind() throws {
         for key in [" TIMOB-1", "TIMOB-1\t", "\u{A0}TIMOB-1", "TIMOB\u{1}-1", "TIMOB-1\u{85}", "TIMOB-1\u{3000}"] {
             let record = BugRecord(key: key, title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"))
-            let error = #expect(throws: ImportError.self, "\(key.debugDescription)") { try BugUpserter.validate(record, at: 4) }
-            #expect(error?.message.contains("Record 4 has the key \(String(reflecting: key)), with spaces around it or a control character") == true, "\(String(describing: error))")
+            let error = #expect(throws: ImportError.self, "\(key.debugDescription)") {
+                try BugUpserter.validate(record, at: 4)
+            }
+            #expect(
+                error?.message.contains(
+                    "Record 4 has the key \(String(reflecting: key)), with spaces around it or a control character")
+                    == true, "\(String(describing: error))")
         }
-        let project = #expect(throws: ImportError.self) { try BugUpserter.validate(BugRecord(key: "TIMOB-1", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB ")), at: 1) }
+        let project = #expect(throws: ImportError.self) {
+            try BugUpserter.validate(
+                BugRecord(key: "TIMOB-1", title: "?", status: "Open", project: ProjectRecord(key: "TIMOB ")), at: 1)
+        }
         #expect(project?.message.contains("project key") == true)
-        try BugUpserter.validate(BugRecord(key: "MY PROJ-1", title: "?", status: "Open", project: ProjectRecord(key: "MY PROJ")), at: 1)
+        try BugUpserter.validate(
+            BugRecord(key: "MY PROJ-1", title: "?", status: "Open", project: ProjectRecord(key: "MY PROJ")), at: 1)
     }
 
     @Test func reimportsTheRealSampleWithoutChanges() async throws {

@@ -6,7 +6,9 @@ import Testing
 struct FormatSnifferTests {
     let sniffer = FormatSniffer(declared: nil, maximumRecordBytes: 1 << 20)
 
-    func decide(_ text: String, with sniffer: FormatSniffer? = nil, final: Bool = true) throws -> FormatSniffer.Decision? {
+    func decide(_ text: String, with sniffer: FormatSniffer? = nil, final: Bool = true) throws -> FormatSniffer
+        .Decision?
+    {
         try (sniffer ?? self.sniffer).decide(Array(text.utf8), final: final, insideGzip: false)
     }
 
@@ -27,7 +29,8 @@ struct FormatSnifferTests {
     func declaredAndMapped() throws {
         let declared = FormatSniffer(declared: .bugzillaCSV, maximumRecordBytes: 1 << 20)
         #expect(try decide("Issue id,Summary\n1,x\n", with: declared) == .init(format: .bugzillaCSV, layout: nil))
-        let mapped = FormatSniffer(declared: nil, columns: CSVColumnMapping(columns: [.key: "Ticket"]), maximumRecordBytes: 1 << 20)
+        let mapped = FormatSniffer(
+            declared: nil, columns: CSVColumnMapping(columns: [.key: "Ticket"]), maximumRecordBytes: 1 << 20)
         #expect(try decide("Ticket,Title\nA-1,x\n", with: mapped) == .init(format: .jiraCSV, layout: nil))
         let json = #expect(throws: ImportError.self) { try decide(#"{"key":"A-1","title":"t"}"# + "\n", with: mapped) }
         #expect(json?.code == .unsupportedFormat && json?.message.contains("CSV exports only") == true)

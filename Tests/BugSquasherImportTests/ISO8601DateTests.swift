@@ -54,24 +54,36 @@ import Testing
 
     private func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
 
-    @Test("what format writes, parse reads back as the same instant, from year 1 to 9999, before 1970 and before 1582 included")
+    @Test(
+        "what format writes, parse reads back as the same instant, from year 1 to 9999, before 1970 and before 1582 included"
+    )
     func formatsWhatItParses() throws {
-        for text in ["0001-01-01T00:00:00Z", "0001-03-01T00:00:00Z", "1500-03-01T12:00:00Z", "1582-10-10T00:00:00Z", "1600-02-29T12:00:00Z", "1969-12-31T23:59:59Z",
-                     "1970-01-01T00:00:00Z", "2000-02-29T23:59:59Z", "2024-02-29T22:59:59Z", "9999-12-31T23:59:59Z"] {
+        for text in [
+            "0001-01-01T00:00:00Z", "0001-03-01T00:00:00Z", "1500-03-01T12:00:00Z", "1582-10-10T00:00:00Z",
+            "1600-02-29T12:00:00Z", "1969-12-31T23:59:59Z",
+            "1970-01-01T00:00:00Z", "2000-02-29T23:59:59Z", "2024-02-29T22:59:59Z", "9999-12-31T23:59:59Z",
+        ] {
             let date = try #require(ISO8601Date.parse(text), "\(text)")
             #expect(ISO8601Date.format(date) == text)
         }
         let withFraction = try #require(ISO8601Date.parse("2024-02-29T23:59:59.250+01:00"))
         #expect(ISO8601Date.format(withFraction, fractionalSeconds: true) == "2024-02-29T22:59:59.250Z")
-        #expect(ISO8601Date.format(Date(timeIntervalSince1970: -0.5), fractionalSeconds: true) == "1969-12-31T23:59:59.500Z")
+        #expect(
+            ISO8601Date.format(Date(timeIntervalSince1970: -0.5), fractionalSeconds: true) == "1969-12-31T23:59:59.500Z"
+        )
         // Milliseconds come back as written, not one less (a Double holds .003 as 0.00299…),
         // so reading a date and writing it back changes nothing.
-        for text in ["2100-03-03T03:03:03.003Z", "2024-01-01T00:00:00.001Z", "2011-04-15T02:23:39.123Z", "1969-12-31T23:59:59.999Z",
-                     "1500-03-01T12:00:00.007Z", "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00.001Z"] {
+        for text in [
+            "2100-03-03T03:03:03.003Z", "2024-01-01T00:00:00.001Z", "2011-04-15T02:23:39.123Z",
+            "1969-12-31T23:59:59.999Z",
+            "1500-03-01T12:00:00.007Z", "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00.001Z",
+        ] {
             let date = try #require(ISO8601Date.parse(text), "\(text)")
             #expect(ISO8601Date.format(date, fractionalSeconds: true) == text)
         }
-        #expect(ISO8601Date.format(Date(timeIntervalSince1970: 59.9996), fractionalSeconds: true) == "1970-01-01T00:01:00.000Z")
+        #expect(
+            ISO8601Date.format(Date(timeIntervalSince1970: 59.9996), fractionalSeconds: true)
+                == "1970-01-01T00:01:00.000Z")
         // Day by day over 1,200 years around 1582 and 1970, and against Foundation after 1582.
         for day in stride(from: -700_000, through: 30_000, by: 37) {
             let date = Date(timeIntervalSince1970: Double(day) * 86_400 + 3_723)
@@ -92,15 +104,24 @@ import Testing
         #expect(ISO8601Date.parse(text) == nil)
     }
 
-    @Test("instants outside the years 0001 to 9999 in UTC are refused, also when only the zone takes them there, and told apart from malformed text")
+    @Test(
+        "instants outside the years 0001 to 9999 in UTC are refused, also when only the zone takes them there, and told apart from malformed text"
+    )
     func refusesInstantsOutsideFourDigitYears() throws {
-        for text in ["0000-01-01T00:00:00.000+0000", "0000-12-31T23:59:59Z", "0001-01-01T00:00:00.000+0100", "9999-12-31T23:59:59.000-1400", "9999-12-31T23:00:00-02:00"] {
+        for text in [
+            "0000-01-01T00:00:00.000+0000", "0000-12-31T23:59:59Z", "0001-01-01T00:00:00.000+0100",
+            "9999-12-31T23:59:59.000-1400", "9999-12-31T23:00:00-02:00",
+        ] {
             #expect(ISO8601Date.parse(text) == nil, "\(text)")
             #expect(ISO8601Date.isOutsideFourDigitYears(text), "\(text)")
         }
-        for text in ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-0100", "9999-12-31T23:59:59.999Z", "9999-12-31T23:00:00+0100"] {
+        for text in [
+            "0001-01-01T00:00:00Z", "0001-01-01T00:00:00-0100", "9999-12-31T23:59:59.999Z", "9999-12-31T23:00:00+0100",
+        ] {
             let date = try #require(ISO8601Date.parse(text), "\(text)")
-            #expect(ISO8601Date.parse(ISO8601Date.format(date, fractionalSeconds: true)) != nil, "\(text) is written back in a form read again")
+            #expect(
+                ISO8601Date.parse(ISO8601Date.format(date, fractionalSeconds: true)) != nil,
+                "\(text) is written back in a form read again")
             #expect(!ISO8601Date.isOutsideFourDigitYears(text))
         }
         #expect(!ISO8601Date.isOutsideFourDigitYears("2011-02-30"))
@@ -108,26 +129,36 @@ import Testing
         #expect(ISO8601Date.refusal(of: "2011-02-30", otherwise: "other") == "other")
     }
 
-    @Test("CSV tracker dates: the forms Jira and Bugzilla write, with a zone when given; nothing rolled over, cut short or guessed")
+    @Test(
+        "CSV tracker dates: the forms Jira and Bugzilla write, with a zone when given; nothing rolled over, cut short or guessed"
+    )
     func trackerDates() throws {
         let accepted: [(String, String)] = [
             ("2011-04-15 02:23:39", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23", "2011-04-15T02:23:00Z"),
             ("2011-04-15 2:23:39", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23:39 UTC", "2011-04-15T02:23:39Z"),
-            ("2011-04-15 07:23:39 +0500", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23:39.750", "2011-04-15T02:23:39.750Z"),
+            ("2011-04-15 07:23:39 +0500", "2011-04-15T02:23:39Z"),
+            ("2011-04-15 02:23:39.750", "2011-04-15T02:23:39.750Z"),
             ("15/Apr/11 2:23 AM", "2011-04-15T02:23:00Z"), ("15/Apr/11 2:23 PM", "2011-04-15T14:23:00Z"),
             ("15/apr/2011 14:23", "2011-04-15T14:23:00Z"), ("15/Apr/11", "2011-04-15T00:00:00Z"),
-            ("2020-01-02 17:14:21+00:00", "2020-01-02T17:14:21Z"), ("2020-01-02 17:14:21 +00:00", "2020-01-02T17:14:21Z"),
+            ("2020-01-02 17:14:21+00:00", "2020-01-02T17:14:21Z"),
+            ("2020-01-02 17:14:21 +00:00", "2020-01-02T17:14:21Z"),
             ("2020-01-02 12:14:21-05:00", "2020-01-02T17:14:21Z"), ("2020-01-02 17:14:21Z", "2020-01-02T17:14:21Z"),
             ("2020-01-02 17:14", "2020-01-02T17:14:00Z"), ("2020-01-02 18:14+0100", "2020-01-02T17:14:00Z"),
-            ("2020-01-02 09:14:21 PST", "2020-01-02T17:14:21Z"), ("2020-07-02 10:14:21 pdt", "2020-07-02T17:14:21Z"), ("2020-01-02 18:14:21 CET", "2020-01-02T17:14:21Z"),
+            ("2020-01-02 09:14:21 PST", "2020-01-02T17:14:21Z"), ("2020-07-02 10:14:21 pdt", "2020-07-02T17:14:21Z"),
+            ("2020-01-02 18:14:21 CET", "2020-01-02T17:14:21Z"),
         ]
         for (text, expected) in accepted {
             #expect(TrackerDate.parse(text) == ISO8601Date.parse(expected), "\(text)")
         }
-        for text in ["2011-04-15 02:23:99", "2011-04-15 02:xx:39", "2011-04-15 02:23:-30", "2011-04-15 1:2:3:4", "2011-04-15 02:23:39 CST", "2011-04-15 02:23:39 ABC",
-                     "2011-04-15 02:23:39 UTC extra", "2011-04-31 02:23:39", "15/Apr/11 2:xx AM", "15/Apr/11 2:-3 AM", "15/Apr/11 13:23 PM",
-                     "15/Apr/11 2:23 AM later", "+5/Apr/11", "15/Foo/11", "32/Apr/11", "2020-01-02 17:14:21+00:00 UTC", "2020-01-02 17:14:21+25:00",
-                     "2020-01-02 17:14:21+"] {
+        for text in [
+            "2011-04-15 02:23:99", "2011-04-15 02:xx:39", "2011-04-15 02:23:-30", "2011-04-15 1:2:3:4",
+            "2011-04-15 02:23:39 CST", "2011-04-15 02:23:39 ABC",
+            "2011-04-15 02:23:39 UTC extra", "2011-04-31 02:23:39", "15/Apr/11 2:xx AM", "15/Apr/11 2:-3 AM",
+            "15/Apr/11 13:23 PM",
+            "15/Apr/11 2:23 AM later", "+5/Apr/11", "15/Foo/11", "32/Apr/11", "2020-01-02 17:14:21+00:00 UTC",
+            "2020-01-02 17:14:21+25:00",
+            "2020-01-02 17:14:21+",
+        ] {
             #expect(TrackerDate.parse(text) == nil, "\(text) gave \(String(describing: TrackerDate.parse(text)))")
         }
     }

@@ -1,5 +1,5 @@
-import BugSquasherJSON
 import BugSquasherImport
+import BugSquasherJSON
 import Foundation
 import Testing
 
@@ -14,10 +14,15 @@ struct JSONReaderTests {
         let record = BugRecord(
             key: "TIMOB-7", jiraID: "10042", title: "Crash \"quoted\" \\ back/slash\n\ttab — ünïcødé 🐞", details: nil,
             status: "Open", resolution: "Fixed", priority: nil, type: "Bug", labels: ["a", "b"],
-            created: Date(timeIntervalSince1970: 1_302_834_219), updated: nil, resolved: Date(timeIntervalSince1970: 1_302_900_000),
+            created: Date(timeIntervalSince1970: 1_302_834_219), updated: nil,
+            resolved: Date(timeIntervalSince1970: 1_302_900_000),
             project: ProjectRecord(key: "TIMOB", name: "Titanium"), components: ["Android", "iOS"],
             reporter: PersonRecord(name: "user-1", displayName: "User One"), assignee: nil,
-            comments: [CommentRecord(jiraID: "c1", body: "Seen again\u{0001}", author: PersonRecord(name: "user-2"), created: Date(timeIntervalSince1970: 1_302_834_300))]
+            comments: [
+                CommentRecord(
+                    jiraID: "c1", body: "Seen again\u{0001}", author: PersonRecord(name: "user-2"),
+                    created: Date(timeIntervalSince1970: 1_302_834_300))
+            ]
         )
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
@@ -26,12 +31,15 @@ struct JSONReaderTests {
         #expect(decoded == record)
     }
 
-    @Test("a string's quote, backslash, control character or non-ASCII byte is found wherever it falls in an 8-byte word of a long string")
+    @Test(
+        "a string's quote, backslash, control character or non-ASCII byte is found wherever it falls in an 8-byte word of a long string"
+    )
     func longStrings() throws {
         let plain = "Steps to reproduce: open the app, rotate the device. "
         for position in 0..<24 {
             let prefix = String(plain.prefix(position))
-            for (inside, expected) in [("\\\"", "\""), ("\\\\", "\\"), ("\\n", "\n"), ("é", "é"), ("🐞", "🐞"), ("", "")] {
+            for (inside, expected) in [("\\\"", "\""), ("\\\\", "\\"), ("\\n", "\n"), ("é", "é"), ("🐞", "🐞"), ("", "")]
+            {
                 let text = prefix + inside + plain
                 let json = "\"" + text + "\""
                 let read = try Array(json.utf8).withUnsafeBufferPointer { bytes in
@@ -69,7 +77,8 @@ struct JSONReaderTests {
 
     @Test("escapes, surrogate pairs, numbers as IDs, nulls and optional arrays")
     func lenientWhereSafe() throws {
-        let record = try decode(#"""
+        let record = try decode(
+            #"""
             { "key" : "K-1", "jiraID": 123, "title": "a\u00e9\ud83d\udc1e\/", "status": "Open",
               "project": {"key": "K"}, "details": null, "labels": null }
             """#)
@@ -79,19 +88,27 @@ struct JSONReaderTests {
         #expect(record.details == nil)
     }
 
-    @Test("bad input says what and where", arguments: [
-        (#"{"key":"K-1","title":"t","status":"Open"}"#, "missing field 'project'"),
-        (#"{"title":"t","status":"Open","project":{"key":"K"}}"#, "missing field 'key'"),
-        (#"{"key":"K-1","title":42,"status":"Open","project":{"key":"K"}}"#, "field 'title': expected a string"),
-        (#"{"key":"K-1","title":"t","status":"Open","project":{"key":"K"},"created":"yesterday"}"#, "not an ISO 8601 date"),
-        (#"{"key":"K-1","title":"t","status":"Open","project":{"key":"K"}} trailing"#, "unexpected text after the JSON value"),
-        (#"{"key":"K-1","title":"t"#, "unterminated string"),
-        (#"{"key":"K-1",}"#, "expected a string"),
-        ("{\"key\":\"K-1\nx\"}", "control character"),
-        (#"{"key":"K-1","x":[1,]}"#, "expected a value"),
-        (#"{"key":"K-1","x":tru}"#, "invalid literal"),
-        (#"{"key":"K-\u12"}"#, "invalid \\u escape"),
-    ])
+    @Test(
+        "bad input says what and where",
+        arguments: [
+            (#"{"key":"K-1","title":"t","status":"Open"}"#, "missing field 'project'"),
+            (#"{"title":"t","status":"Open","project":{"key":"K"}}"#, "missing field 'key'"),
+            (#"{"key":"K-1","title":42,"status":"Open","project":{"key":"K"}}"#, "field 'title': expected a string"),
+            (
+                #"{"key":"K-1","title":"t","status":"Open","project":{"key":"K"},"created":"yesterday"}"#,
+                "not an ISO 8601 date"
+            ),
+            (
+                #"{"key":"K-1","title":"t","status":"Open","project":{"key":"K"}} trailing"#,
+                "unexpected text after the JSON value"
+            ),
+            (#"{"key":"K-1","title":"t"#, "unterminated string"),
+            (#"{"key":"K-1",}"#, "expected a string"),
+            ("{\"key\":\"K-1\nx\"}", "control character"),
+            (#"{"key":"K-1","x":[1,]}"#, "expected a value"),
+            (#"{"key":"K-1","x":tru}"#, "invalid literal"),
+            (#"{"key":"K-\u12"}"#, "invalid \\u escape"),
+        ])
     func errors(input: String, expected: String) {
         #expect {
             try decode(input)
@@ -100,24 +117,53 @@ struct JSONReaderTests {
         }
     }
 
-    @Test("a field the format does not have, a field given twice, and a blank title or status are refused", arguments: [
-        (#"{"key":"K-1","titel":"t","project":{"key":"K"}}"#, "a bug record has no field 'titel' (did you mean 'title'?); its fields are key, jiraID, title,"),
-        (#"{"key":"K-1","Status":"Open","project":{"key":"K"}}"#, "no field 'Status' (did you mean 'status'?)"),
-        (#"{"key":"K-1","extra":{"deep":[1,2.5e3,true]},"project":{"key":"K"}}"#, "a bug record has no field 'extra'; its fields are"),
-        (#"{"key":"JRA-9","fields":{"summary":"s"}}"#, "a bug record has no field 'fields' (a Jira issue's field: this input is read as bugsquasher-ndjson"),
-        (#"{"key":"K-1","project":{"key":"K","nmae":"x"}}"#, "a project has no field 'nmae' (did you mean 'name'?)"),
-        (#"{"key":"K-1","project":{"key":"K"},"reporter":{"name":"u","display":"U"}}"#, "a person has no field 'display'"),
-        (#"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","auther":null}]}"#, "(did you mean 'author'?)"),
-        (#"{"key":"K-1",""# + String(repeating: "x", count: 100_000) + #"":1,"project":{"key":"K"}}"#, "a bug record has no field '" + String(repeating: "x", count: 64) + "…'; its"),
-        (#"{"key":"K-1","title":"a","title":"b","project":{"key":"K"}}"#, "field 'title' appears twice"),
-        (#"{"key":"K-1","key":"K-2","project":{"key":"K"}}"#, "field 'key' appears twice"),
-        (#"{"key":"K-1","project":{"key":"K"},"project":{"key":"L"}}"#, "field 'project' appears twice"),
-        (#"{"key":"K-1","project":{"key":"K"},"comments":[],"comments":[]}"#, "field 'comments' appears twice"),
-        (#"{"key":"K-1","project":{"key":"K","name":null,"name":"P"}}"#, "field 'project.name' appears twice"),
-        (#"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","body":"c"}]}"#, "field 'comments[].body' appears twice"),
-        (#"{"key":"K-1","title":"  ","project":{"key":"K"}}"#, "field 'title' is blank; give it a value, or leave the field out"),
-        (#"{"key":"K-1","status":"","project":{"key":"K"}}"#, "field 'status' is blank"),
-    ])
+    @Test(
+        "a field the format does not have, a field given twice, and a blank title or status are refused",
+        arguments: [
+            (
+                #"{"key":"K-1","titel":"t","project":{"key":"K"}}"#,
+                "a bug record has no field 'titel' (did you mean 'title'?); its fields are key, jiraID, title,"
+            ),
+            (#"{"key":"K-1","Status":"Open","project":{"key":"K"}}"#, "no field 'Status' (did you mean 'status'?)"),
+            (
+                #"{"key":"K-1","extra":{"deep":[1,2.5e3,true]},"project":{"key":"K"}}"#,
+                "a bug record has no field 'extra'; its fields are"
+            ),
+            (
+                #"{"key":"JRA-9","fields":{"summary":"s"}}"#,
+                "a bug record has no field 'fields' (a Jira issue's field: this input is read as bugsquasher-ndjson"
+            ),
+            (
+                #"{"key":"K-1","project":{"key":"K","nmae":"x"}}"#,
+                "a project has no field 'nmae' (did you mean 'name'?)"
+            ),
+            (
+                #"{"key":"K-1","project":{"key":"K"},"reporter":{"name":"u","display":"U"}}"#,
+                "a person has no field 'display'"
+            ),
+            (
+                #"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","auther":null}]}"#,
+                "(did you mean 'author'?)"
+            ),
+            (
+                #"{"key":"K-1",""# + String(repeating: "x", count: 100_000) + #"":1,"project":{"key":"K"}}"#,
+                "a bug record has no field '" + String(repeating: "x", count: 64) + "…'; its"
+            ),
+            (#"{"key":"K-1","title":"a","title":"b","project":{"key":"K"}}"#, "field 'title' appears twice"),
+            (#"{"key":"K-1","key":"K-2","project":{"key":"K"}}"#, "field 'key' appears twice"),
+            (#"{"key":"K-1","project":{"key":"K"},"project":{"key":"L"}}"#, "field 'project' appears twice"),
+            (#"{"key":"K-1","project":{"key":"K"},"comments":[],"comments":[]}"#, "field 'comments' appears twice"),
+            (#"{"key":"K-1","project":{"key":"K","name":null,"name":"P"}}"#, "field 'project.name' appears twice"),
+            (
+                #"{"key":"K-1","project":{"key":"K"},"comments":[{"jiraID":"1","body":"b","body":"c"}]}"#,
+                "field 'comments[].body' appears twice"
+            ),
+            (
+                #"{"key":"K-1","title":"  ","project":{"key":"K"}}"#,
+                "field 'title' is blank; give it a value, or leave the field out"
+            ),
+            (#"{"key":"K-1","status":"","project":{"key":"K"}}"#, "field 'status' is blank"),
+        ])
     func strictFields(input: String, expected: String) {
         #expect {
             try decode(input)
@@ -128,7 +174,9 @@ struct JSONReaderTests {
 
     @Test("nesting deeper than the limit is refused without exhausting the stack")
     func depthLimit() {
-        let deep = #"{"key":"K-1","x":"# + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}"
+        let deep =
+            #"{"key":"K-1","x":"# + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+            + "}"
         #expect {
             try decode(deep)
         } throws: { error in

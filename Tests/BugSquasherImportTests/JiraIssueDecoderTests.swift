@@ -10,24 +10,24 @@ import Testing
     /// a null resolution, the priority "None", a label with a space, a comment without body or
     /// author, a comment without ID, and null dates.
     private let quirky = #"""
-    {"id":"4242","key":"TIMOB-7","fields":{
-      "issuetype":{"name":"Story"},
-      "project":{"id":"1","key":"TIMOB","name":"Titanium SDK/CLI"},
-      "resolution":null, "resolutiondate":null,
-      "created":"2011-04-15T02:23:39.000+0000", "updated":"2011-04-16T10:00:00.000+0000",
-      "priority":{"name":"None","id":"10000"},
-      "labels":["ios","needs triage","ios"],
-      "assignee":null,
-      "status":{"name":"Open"},
-      "reporter":{"name":"user-1a2b3c4d","key":"user-1a2b3c4d","displayName":"User One"},
-      "environment":null,
-      "comment":{"comments":[
-        {"id":"100","author":{"name":"user-2b3c4d5e","displayName":"User Two"},"body":"Seen on iOS 5.","created":"2011-04-15T03:00:00.000+0000","updated":"2011-04-15T03:00:00.000+0000"},
-        {"id":"101","created":"2011-04-15T04:00:00.000+0000","updated":null},
-        null
-      ],"maxResults":3,"total":5,"startAt":0}
-    }}
-    """#
+        {"id":"4242","key":"TIMOB-7","fields":{
+          "issuetype":{"name":"Story"},
+          "project":{"id":"1","key":"TIMOB","name":"Titanium SDK/CLI"},
+          "resolution":null, "resolutiondate":null,
+          "created":"2011-04-15T02:23:39.000+0000", "updated":"2011-04-16T10:00:00.000+0000",
+          "priority":{"name":"None","id":"10000"},
+          "labels":["ios","needs triage","ios"],
+          "assignee":null,
+          "status":{"name":"Open"},
+          "reporter":{"name":"user-1a2b3c4d","key":"user-1a2b3c4d","displayName":"User One"},
+          "environment":null,
+          "comment":{"comments":[
+            {"id":"100","author":{"name":"user-2b3c4d5e","displayName":"User Two"},"body":"Seen on iOS 5.","created":"2011-04-15T03:00:00.000+0000","updated":"2011-04-15T03:00:00.000+0000"},
+            {"id":"101","created":"2011-04-15T04:00:00.000+0000","updated":null},
+            null
+          ],"maxResults":3,"total":5,"startAt":0}
+        }}
+        """#
 
     @Test func decodesAnIssueWithTheRealDataQuirks() throws {
         let record = try decoder.decode(Data(quirky.utf8))
@@ -48,17 +48,24 @@ import Testing
         #expect(record.reporter == PersonRecord(name: "user-1a2b3c4d", displayName: "User One"))
         #expect(record.assignee == nil)
         #expect(record.comments.count == 2)
-        #expect(record.comments.first == CommentRecord(
-            jiraID: "100", body: "Seen on iOS 5.", author: PersonRecord(name: "user-2b3c4d5e", displayName: "User Two"),
-            created: ISO8601Date.parse("2011-04-15T03:00:00.000+0000"), updated: ISO8601Date.parse("2011-04-15T03:00:00.000+0000")
-        ))
+        #expect(
+            record.comments.first
+                == CommentRecord(
+                    jiraID: "100", body: "Seen on iOS 5.",
+                    author: PersonRecord(name: "user-2b3c4d5e", displayName: "User Two"),
+                    created: ISO8601Date.parse("2011-04-15T03:00:00.000+0000"),
+                    updated: ISO8601Date.parse("2011-04-15T03:00:00.000+0000")
+                ))
         #expect(record.comments.last?.body == "")
         #expect(record.comments.last?.author == nil)
         #expect(record.comments.last?.updated == nil)
     }
 
     @Test func decodesAMinimalIssue() throws {
-        let record = try decoder.decode(Data(#"{"key":"ALOY-3","fields":{"summary":"Hi","components":[{"name":"Runtime"},{"name":"Runtime"}]}}"#.utf8))
+        let record = try decoder.decode(
+            Data(
+                #"{"key":"ALOY-3","fields":{"summary":"Hi","components":[{"name":"Runtime"},{"name":"Runtime"}]}}"#.utf8
+            ))
         #expect(record.title == "Hi")
         #expect(record.project.key == "ALOY")  // from the issue key when the project is missing
         #expect(record.components == ["Runtime"])
@@ -88,7 +95,8 @@ import Testing
     /// no fields it used to blank the bug's title and status.
     @Test func refusesAnIssueWithoutFields() {
         let error = #expect(throws: ImportError.self) {
-            _ = try decoder.decode(Data(#"{"key":"ARR-1","title":"Crash","status":"Open","priority":"High"}"#.utf8), line: 3)
+            _ = try decoder.decode(
+                Data(#"{"key":"ARR-1","title":"Crash","status":"Open","priority":"High"}"#.utf8), line: 3)
         }
         #expect(error?.code == .invalidRecord)
         #expect(error?.inputLine == 3)
@@ -105,7 +113,8 @@ import Testing
             #expect(error?.inputLine == 7)
             #expect(error?.message.contains("comments[1] has no \"id\"") == true, "\(String(describing: error))")
         }
-        let record = try decoder.decode(Data(#"{"key":"C-1","fields":{"comment":{"comments":[null,{"id":"9001","body":"x"}]}}}"#.utf8))
+        let record = try decoder.decode(
+            Data(#"{"key":"C-1","fields":{"comment":{"comments":[null,{"id":"9001","body":"x"}]}}}"#.utf8))
         #expect(record.comments.map(\.jiraID) == ["9001"])
     }
 
@@ -123,9 +132,12 @@ import Testing
         #expect(error?.message.contains("not a date") == true, "\(String(describing: error))")
     }
 
-    @Test("a string that is not UTF-8 is refused with its position, not repaired; escapes, U+0000 among them, read as written")
+    @Test(
+        "a string that is not UTF-8 is refused with its position, not repaired; escapes, U+0000 among them, read as written"
+    )
     func refusesStringsThatAreNotUTF8() throws {
-        for bytes: [UInt8] in [[0xE9], [0xC3], [0xED, 0xA0, 0x80], [0xFF, 0xFE]] {   // Latin-1 "é", a cut "é", a surrogate, junk
+        // Latin-1 "é", a cut "é", a surrogate, junk
+        for bytes: [UInt8] in [[0xE9], [0xC3], [0xED, 0xA0, 0x80], [0xFF, 0xFE]] {
             let data = Data(#"{"key":"U-1","fields":{"summary":"Caf"#.utf8) + Data(bytes) + Data(#""}}"#.utf8)
             let error = #expect(throws: ImportError.self) { _ = try decoder.decode(data, line: 9) }
             #expect(error?.code == .invalidJSON)
@@ -133,10 +145,15 @@ import Testing
             #expect(error?.message.contains("not valid UTF-8") == true, "\(String(describing: error))")
         }
         for lone in [#"\ud800y"#, #"x\udc00"#, #"\ud83d\u0041"#] {
-            let error = #expect(throws: ImportError.self) { _ = try decoder.decode(Data(#"{"key":"U-2","fields":{"summary":"\#(lone)"}}"#.utf8), line: 4) }
+            let error = #expect(throws: ImportError.self) {
+                _ = try decoder.decode(Data(#"{"key":"U-2","fields":{"summary":"\#(lone)"}}"#.utf8), line: 4)
+            }
             #expect(error?.message.contains("surrogate") == true, "\(lone): \(String(describing: error))")
         }
-        let record = try decoder.decode(Data(#"{"key":"U-3","fields":{"summary":"Café \u00e9 \ud83d\ude00 😀","description":"log\n\u0000\u0000Oct 3"}}"#.utf8))
+        let record = try decoder.decode(
+            Data(
+                #"{"key":"U-3","fields":{"summary":"Café \u00e9 \ud83d\ude00 😀","description":"log\n\u0000\u0000Oct 3"}}"#
+                    .utf8))
         #expect(record.title == "Café é 😀 😀")
         #expect(record.details == "log\n\u{0}\u{0}Oct 3")
     }
@@ -147,7 +164,10 @@ import Testing
         #expect(record.updated == nil)
     }
 
-    @Test(arguments: ["[1,2,3]", "\"TIMOB-1\"", "42", "null", "{\"key\":", "not json at all", "{\"key\":\"A-1\",\"fields\":{\"labels\":\"x\"}}"])
+    @Test(arguments: [
+        "[1,2,3]", "\"TIMOB-1\"", "42", "null", "{\"key\":", "not json at all",
+        "{\"key\":\"A-1\",\"fields\":{\"labels\":\"x\"}}",
+    ])
     func refusesInputThatIsNotAnIssueObject(_ text: String) {
         let error = #expect(throws: ImportError.self) {
             _ = try decoder.decode(Data(text.utf8), line: 3)

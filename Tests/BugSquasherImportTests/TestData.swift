@@ -12,7 +12,8 @@ enum TestData {
     static func folder() -> URL? {
         let folder = packageRoot.appendingPathComponent("../shared/data").standardizedFileURL
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isDirectory), isDirectory.boolValue else {
+        guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isDirectory), isDirectory.boolValue
+        else {
             print("skipped: ../shared/data not found (looked in \(folder.path))")
             return nil
         }

@@ -12,7 +12,10 @@ struct BugModelTests {
     @Test("every entity maps to its class and declares a unique key")
     func entities() {
         let model = BugModel.model
-        #expect(model.entities.map(\.name) == ["Bug", "Comment", "Component", "Person", "Project", "ImportJob", "ImportReject"])
+        #expect(
+            model.entities.map(\.name) == [
+                "Bug", "Comment", "Component", "Person", "Project", "ImportJob", "ImportReject",
+            ])
         #expect(model.entities.filter { $0.name != "ImportReject" }.allSatisfy { $0.uniqueKey != nil })
         #expect(model.entity(named: "Bug")?.objectType == Bug.self)
         #expect(Bug.entityName == "Bug" && Comment.entityName == "Comment" && Person.entityName == "Person")
@@ -22,7 +25,8 @@ struct BugModelTests {
 
     @Test("a job's states are written as the strings the wire documents; three of them are final")
     func jobStates() {
-        #expect(JobState.allCases.map(\.rawValue) == ["uploading", "queued", "running", "finished", "failed", "aborted"])
+        #expect(
+            JobState.allCases.map(\.rawValue) == ["uploading", "queued", "running", "finished", "failed", "aborted"])
         #expect(JobState.allCases.filter(\.isFinal) == [.finished, .failed, .aborted])
     }
 
@@ -31,7 +35,8 @@ struct BugModelTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-model-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let coordinator = try StoreCoordinator(model: BugModel.model, store: SQLiteStore(url: directory.appendingPathComponent("bugs.sqlite")))
+        let coordinator = try StoreCoordinator(
+            model: BugModel.model, store: SQLiteStore(url: directory.appendingPathComponent("bugs.sqlite")))
         let created = Date(timeIntervalSince1970: 1_302_834_219)
         let id = try await ObjectContext(coordinator: coordinator).perform { context -> ObjectID in
             let project = context.insert(Project.self)
@@ -62,10 +67,17 @@ struct BugModelTests {
         }
         let values = try await ObjectContext(coordinator: coordinator).perform { context in
             let bug = try context.existingObject(with: id) as! Bug
-            return [bug.key, bug.title, bug.details ?? "", bug.priority ?? "", bug.labels.joined(separator: ","),
-                    "\(bug.created == created)", bug.project?.key ?? "", bug.reporter?.displayName ?? "",
-                    bug.components.map(\.name).joined(), bug.comments.map(\.body).joined(), bug.comments.first?.author?.name ?? ""]
+            return [
+                bug.key, bug.title, bug.details ?? "", bug.priority ?? "", bug.labels.joined(separator: ","),
+                "\(bug.created == created)", bug.project?.key ?? "", bug.reporter?.displayName ?? "",
+                bug.components.map(\.name).joined(), bug.comments.map(\.body).joined(),
+                bug.comments.first?.author?.name ?? "",
+            ]
         }
-        #expect(values == ["TIMOB-100", "Crash on launch", "{html}<b>boom</b>{html}", "High", "crash,regression", "true", "TIMOB", "Reporter", "Android", "Fixed in master", "user-1a2b3c4d"])
+        #expect(
+            values == [
+                "TIMOB-100", "Crash on launch", "{html}<b>boom</b>{html}", "High", "crash,regression", "true", "TIMOB",
+                "Reporter", "Android", "Fixed in master", "user-1a2b3c4d",
+            ])
     }
 }

@@ -1,13 +1,16 @@
 import BugSquasherGraph
-@testable import BugSquasherSQLite
 import Foundation
 import Synchronization
 import Testing
 
+@testable import BugSquasherSQLite
+
 /// The WAL is copied back into the database file beside the writer's commits, not in them.
 @Suite("SQLite store checkpoints")
 struct CheckpointTests {
-    @Test("saves past 1,000 WAL pages are checkpointed in the background, which also starts the WAL over between two saves; the WAL stays bounded while more is written than it may hold")
+    @Test(
+        "saves past 1,000 WAL pages are checkpointed in the background, which also starts the WAL over between two saves; the WAL stays bounded while more is written than it may hold"
+    )
     func backgroundCheckpoints() async throws {
         // One save right after the other, as an import's chunks. SQLite starts the WAL over only
         // when a write begins after a checkpoint that copied all of it; here the next save has
@@ -26,7 +29,9 @@ struct CheckpointTests {
         #expect(largestWAL < limit, "the WAL reached \(largestWAL) bytes")
     }
 
-    @Test("the final checkpoint right after a large save waits for the background checkpoint it meets, and truncates the WAL")
+    @Test(
+        "the final checkpoint right after a large save waits for the background checkpoint it meets, and truncates the WAL"
+    )
     func finalCheckpointAfterLargeSave() async throws {
         // A save past 1,000 WAL pages starts a background checkpoint; a TRUNCATE checkpoint that
         // meets it holding SQLite's checkpoint lock would fail at once with SQLITE_BUSY (a
@@ -41,7 +46,9 @@ struct CheckpointTests {
         #expect(notes.store.checkpointCounts().background >= 5)
     }
 
-    @Test("a background checkpoint requested within an interactive save's window (import_yield_ms) waits for the window's end")
+    @Test(
+        "a background checkpoint requested within an interactive save's window (import_yield_ms) waits for the window's end"
+    )
     func checkpointWaitsOutTheEditWindow() async throws {
         // Right after an edit commits, its subscribers refresh; a checkpoint's copy and fsync
         // would share the machine with them. A small save starts the window, a large one right
@@ -59,7 +66,9 @@ struct CheckpointTests {
         #expect(waited >= window * 0.8, "the checkpoint ended \(waited) after the window started")
     }
 
-    @Test("a background checkpoint copying when an interactive save gets the writer stops, and runs again; the try after an interrupted one is not stopped")
+    @Test(
+        "a background checkpoint copying when an interactive save gets the writer stops, and runs again; the try after an interrupted one is not stopped"
+    )
     func interactiveSaveInterruptsACheckpoint() async throws {
         // Each interactive save calls `giveWay()` when it gets the writer; here a thread calls it
         // without end, so that the copy meets it for certain.
@@ -125,7 +134,8 @@ private struct NotesStore {
         url = directory.appendingPathComponent("wal.sqlite")
         store = try SQLiteStore(url: url, editsFirst: editsFirst)
         let model = try ManagedObjectModel(entities: [
-            EntityDescription(name: "Note", uniqueKey: "key", attributes: [.attribute("key", .string), .attribute("body", .string)]),
+            EntityDescription(
+                name: "Note", uniqueKey: "key", attributes: [.attribute("key", .string), .attribute("body", .string)])
         ])
         coordinator = try StoreCoordinator(model: model, store: store)
     }

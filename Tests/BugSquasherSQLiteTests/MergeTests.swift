@@ -10,7 +10,9 @@ struct MergeTests {
     /// A changes title and priority and saves; then B changes title and status and saves with
     /// `policy`. Returns B's save error (if any), the stored values afterwards, and how many
     /// conflicts the coordinator counted as resolved.
-    func conflict(_ kind: StoreKind, _ policy: MergePolicy) async throws -> (error: GraphError?, title: String, status: String, priority: String?, resolved: Int) {
+    func conflict(_ kind: StoreKind, _ policy: MergePolicy) async throws -> (
+        error: GraphError?, title: String, status: String, priority: String?, resolved: Int
+    ) {
         let fixture = try StoreFixture(kind)
         let id = try await fixture.context().perform { try $0.seedBugs(1) }[0]
         let a = fixture.context(.error, name: "a")
@@ -91,16 +93,20 @@ struct MergeTests {
         #expect(result.priority == "High")
     }
 
-    @Test("merging a 10,000-object save into a context with 10 registered objects loads nothing else", arguments: StoreKind.allCases)
+    @Test(
+        "merging a 10,000-object save into a context with 10 registered objects loads nothing else",
+        arguments: StoreKind.allCases)
     func mergeLoadsOnlyRegistered(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let ids = try await fixture.context().perform { try $0.seedBugs(10_000) }
         let watched = Array(ids.prefix(10))
-        let subscriber = ObjectContext(coordinator: try fixture.secondCoordinator(), mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber")
+        let subscriber = ObjectContext(
+            coordinator: try fixture.secondCoordinator(), mergePolicy: .mergeByPropertyStoreTrump, name: "subscriber")
         try await subscriber.perform { context in
             for id in watched { _ = try (context.existingObject(with: id) as! Bug).title }
         }
-        let didSave = try await fixture.context(.mergeByPropertyObjectTrump, name: "writer").perform { context -> DidSave in
+        let didSave = try await fixture.context(.mergeByPropertyObjectTrump, name: "writer").perform {
+            context -> DidSave in
             var request = FetchRequest<Bug>()
             request.returnsObjectsAsFaults = false
             for bug in try context.fetch(request) { bug.status = "Triaged" }
@@ -112,7 +118,7 @@ struct MergeTests {
         let result = await subscriber.perform { context in
             let result = context.merge(withoutValues)
             let registered = context.registeredObjects.count
-            #expect(registered == 11) // the 10 bugs and their project fault
+            #expect(registered == 11)  // the 10 bugs and their project fault
             return result
         }
         #expect(Set(result.refreshed) == Set(watched))
@@ -130,7 +136,8 @@ struct MergeTests {
     func mergeDeletesAndLocalEdits(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let ids = try await fixture.context().perform { try $0.seedBugs(3) }
-        let reader = ObjectContext(coordinator: try fixture.secondCoordinator(), mergePolicy: .mergeByPropertyObjectTrump)
+        let reader = ObjectContext(
+            coordinator: try fixture.secondCoordinator(), mergePolicy: .mergeByPropertyObjectTrump)
         try await reader.perform { context in
             for id in ids { _ = try (context.existingObject(with: id) as! Bug).title }
             (context.registeredObject(for: ids[0]) as! Bug).title = "local draft"
@@ -156,7 +163,9 @@ struct MergeTests {
         #expect(title == "local draft")
     }
 
-    @Test("a save of an object deleted in the store meanwhile: the deletion wins by default; with failsOverStoreDeletions the save fails, naming it, and saves nothing", arguments: StoreKind.allCases)
+    @Test(
+        "a save of an object deleted in the store meanwhile: the deletion wins by default; with failsOverStoreDeletions the save fails, naming it, and saves nothing",
+        arguments: StoreKind.allCases)
     func saveOverStoreDeletion(kind: StoreKind) async throws {
         for fails in [false, true] {
             let fixture = try StoreFixture(kind)
@@ -180,7 +189,9 @@ struct MergeTests {
                 }
             }
             let stored = try await fixture.context(name: "check").perform { context in
-                try context.fetch(FetchRequest<Bug>()).map { [$0.objectID: $0.title] }.reduce(into: [ObjectID: String]()) { $0.merge($1) { a, _ in a } }
+                try context.fetch(FetchRequest<Bug>()).map { [$0.objectID: $0.title] }.reduce(
+                    into: [ObjectID: String]()
+                ) { $0.merge($1) { a, _ in a } }
             }
             #expect(stored[ids[0]] == nil, "the deletion stays")
             if fails {

@@ -17,9 +17,11 @@ struct SQLiteMetadataTests {
 
     func model(extra: [AttributeDescription] = [], titleType: AttributeType = .string) throws -> ManagedObjectModel {
         try ManagedObjectModel(entities: [
-            EntityDescription(name: "Note", uniqueKey: "key", attributes: [
-                .attribute("key", .string), .attribute("title", titleType),
-            ] + extra),
+            EntityDescription(
+                name: "Note", uniqueKey: "key",
+                attributes: [
+                    .attribute("key", .string), .attribute("title", titleType),
+                ] + extra)
         ])
     }
 
@@ -39,7 +41,9 @@ struct SQLiteMetadataTests {
         #expect(second.storeIdentifier == first.storeIdentifier)
         #expect(UUID(uuidString: second.storeIdentifier) != nil)
         #expect(second.metadata.modelVersionHash == model.versionHash)
-        let count = try await ObjectContext(coordinator: second).perform { try $0.count(FetchRequest<ManagedObject>(entityName: "Note")) }
+        let count = try await ObjectContext(coordinator: second).perform {
+            try $0.count(FetchRequest<ManagedObject>(entityName: "Note"))
+        }
         #expect(count == 1)
     }
 
@@ -52,7 +56,9 @@ struct SQLiteMetadataTests {
             note["key"] = "n1"
             try context.saveToStore()
         }
-        let newModel = try model(extra: [.attribute("tag", .string, optional: true), .attribute("rank", .int64, default: 5)])
+        let newModel = try model(extra: [
+            .attribute("tag", .string, optional: true), .attribute("rank", .int64, default: 5),
+        ])
         #expect(newModel.versionHash != old.model.versionHash)
         let migrated = try StoreCoordinator(model: newModel, store: SQLiteStore(url: url))
         #expect(migrated.metadata.modelVersionHash == newModel.versionHash)
@@ -83,12 +89,20 @@ struct SQLiteMetadataTests {
         #expect(required?.message.contains("newer version") == false)
         // A store with an attribute this model lacks: a newer version's store, said so.
         let newer = directory.appendingPathComponent("newer.sqlite")
-        _ = try StoreCoordinator(model: try model(extra: [AttributeDescription(name: "severity", type: .string)]), store: SQLiteStore(url: newer))
-        let older = #expect(throws: GraphError.self) { try StoreCoordinator(model: try model(), store: SQLiteStore(url: newer)) }
-        #expect(older?.message.contains("'Note.severity' was removed") == true && older?.message.contains("written by a newer version") == true, "\(String(describing: older))")
+        _ = try StoreCoordinator(
+            model: try model(extra: [AttributeDescription(name: "severity", type: .string)]),
+            store: SQLiteStore(url: newer))
+        let older = #expect(throws: GraphError.self) {
+            try StoreCoordinator(model: try model(), store: SQLiteStore(url: newer))
+        }
+        #expect(
+            older?.message.contains("'Note.severity' was removed") == true
+                && older?.message.contains("written by a newer version") == true, "\(String(describing: older))")
     }
 
-    @Test("a store file marked immutable or append-only (chattr) is refused naming the mark and the command that clears it, not this user's permissions")
+    @Test(
+        "a store file marked immutable or append-only (chattr) is refused naming the mark and the command that clears it, not this user's permissions"
+    )
     func markedStoreNamed() throws {
         let url = directory.appendingPathComponent("marked.sqlite")
         do { _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url)) }
@@ -107,9 +121,16 @@ struct SQLiteMetadataTests {
                 return
             }
             defer { _ = try? chattr(["-i", "-a", url.path]) }
-            #expect(SQLiteStore.markProblem(of: [directory.path, url.path])?.contains("\(url.path) is marked \(named)") == true)
-            let error = #expect(throws: GraphError.self) { _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url)) }
-            #expect(error?.message.contains("is marked \(named)") == true && error?.message.contains("chattr -\(flag.dropFirst()) \(url.path)") == true, "\(String(describing: error))")
+            #expect(
+                SQLiteStore.markProblem(of: [directory.path, url.path])?.contains("\(url.path) is marked \(named)")
+                    == true)
+            let error = #expect(throws: GraphError.self) {
+                _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url))
+            }
+            #expect(
+                error?.message.contains("is marked \(named)") == true
+                    && error?.message.contains("chattr -\(flag.dropFirst()) \(url.path)") == true,
+                "\(String(describing: error))")
         }
         #expect(SQLiteStore.markProblem(of: [directory.path, url.path]) == nil)
     }
@@ -118,24 +139,33 @@ struct SQLiteMetadataTests {
     func notAStore() throws {
         let garbage = directory.appendingPathComponent("garbage.sqlite")
         try Data(repeating: 0x41, count: 4096).write(to: garbage)
-        let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: try model(), store: SQLiteStore(url: garbage)) }
+        let error = #expect(throws: GraphError.self) {
+            try StoreCoordinator(model: try model(), store: SQLiteStore(url: garbage))
+        }
         #expect(error?.code == .invalidStore)
         #expect(try Data(contentsOf: garbage) == Data(repeating: 0x41, count: 4096))
     }
 
-    @Test("a store whose tables were changed outside BugSquasher (a dropped column or table, duplicates behind a dropped unique index) is refused, naming what is wrong", arguments: [
-        ("ALTER TABLE Note DROP COLUMN title", "column Note.title"),
-        ("DROP TABLE bs_history", "table bs_history"),
-        ("DELETE FROM bs_history", "has lost the newest saves of its history: tokens 1 to 1"),
-        ("DROP INDEX Note_key_unique; INSERT INTO Note (_version, key) VALUES (1, 'n1')", "Note_key_unique is missing and cannot be rebuilt: Note holds duplicates"),
-    ])
+    @Test(
+        "a store whose tables were changed outside BugSquasher (a dropped column or table, duplicates behind a dropped unique index) is refused, naming what is wrong",
+        arguments: [
+            ("ALTER TABLE Note DROP COLUMN title", "column Note.title"),
+            ("DROP TABLE bs_history", "table bs_history"),
+            ("DELETE FROM bs_history", "has lost the newest saves of its history: tokens 1 to 1"),
+            (
+                "DROP INDEX Note_key_unique; INSERT INTO Note (_version, key) VALUES (1, 'n1')",
+                "Note_key_unique is missing and cannot be rebuilt: Note holds duplicates"
+            ),
+        ])
     func tablesChangedByHand(change: String, missing: String) async throws {
         let model = try model()
         let url = try await storeWithNote(model: model)
         // Reopened unchanged, it is accepted.
         _ = try StoreCoordinator(model: model, store: SQLiteStore(url: url))
         try await changeByHand(url, change)
-        let error = #expect(throws: GraphError.self) { try StoreCoordinator(model: model, store: SQLiteStore(url: url)) }
+        let error = #expect(throws: GraphError.self) {
+            try StoreCoordinator(model: model, store: SQLiteStore(url: url))
+        }
         #expect(error?.code == .invalidStore)
         #expect(error?.message.contains(missing) == true, "\(String(describing: error))")
     }

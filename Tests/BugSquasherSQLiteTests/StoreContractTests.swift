@@ -46,7 +46,8 @@ struct StoreContractTests {
         #expect(second.compactMap(\.primaryKey) == [6, 7])
     }
 
-    @Test("predicates, sorts, limits, counts and ID fetches mean the same in every store", arguments: StoreKind.allCases)
+    @Test(
+        "predicates, sorts, limits, counts and ID fetches mean the same in every store", arguments: StoreKind.allCases)
     func predicates(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         try await fixture.context().perform { context in
@@ -56,25 +57,49 @@ struct StoreContractTests {
         let cases: [(ObjectPredicate, [SortKey], Int?, Int, [String])] = [
             (Key("key") == "TIMOB-3", [], nil, 0, ["TIMOB-3"]),
             (Key("status") != "Open" && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-3"]),
-            (Key("created") > .date(Date(timeIntervalSince1970: 8 * 86_400)) && Key("project.key") == "TIMOB", [], nil, 0, ["TIMOB-10", "TIMOB-9"]),
-            (Key("created") <= .date(Date(timeIntervalSince1970: 2 * 86_400)), [], nil, 0, ["ALOY-1", "ALOY-2", "TIMOB-1", "TIMOB-2"]),
+            (
+                Key("created") > .date(Date(timeIntervalSince1970: 8 * 86_400)) && Key("project.key") == "TIMOB", [],
+                nil, 0, ["TIMOB-10", "TIMOB-9"]
+            ),
+            (
+                Key("created") <= .date(Date(timeIntervalSince1970: 2 * 86_400)), [], nil, 0,
+                ["ALOY-1", "ALOY-2", "TIMOB-1", "TIMOB-2"]
+            ),
             (Key("key").in(["TIMOB-1", "ALOY-4", "NOPE-1"]), [], nil, 0, ["ALOY-4", "TIMOB-1"]),
-            (Key("key").beginsWith("ALOY") || Key("key") == "TIMOB-10", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4", "TIMOB-10"]),
+            (
+                Key("key").beginsWith("ALOY") || Key("key") == "TIMOB-10", [], nil, 0,
+                ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4", "TIMOB-10"]
+            ),
             (!Key("key").contains("TIMOB"), [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
-            (Key("title").contains("NUMBER 1", caseInsensitive: true) && Key("project.key") == "TIMOB", [], nil, 0, ["TIMOB-1", "TIMOB-10"]),
+            (
+                Key("title").contains("NUMBER 1", caseInsensitive: true) && Key("project.key") == "TIMOB", [], nil, 0,
+                ["TIMOB-1", "TIMOB-10"]
+            ),
             (Key("resolution") == Value.null && Key("key") == "ALOY-2", [], nil, 0, ["ALOY-2"]),
             // NOT of a comparison with an empty value is true: a comparison with null is false,
             // not SQL's unknown (`NOT resolution == "Fixed"` found no bug without a resolution).
-            (!(Key("resolution") == "Fixed") && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
-            (!(Key("resolution") < "G" || Key("resolution").contains("x")) && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
-            (!(Key("assignee.name") == "zz") && Key("project.key") == "ALOY", [], nil, 0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]),
+            (
+                !(Key("resolution") == "Fixed") && Key("project.key") == "ALOY", [], nil, 0,
+                ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]
+            ),
+            (
+                !(Key("resolution") < "G" || Key("resolution").contains("x")) && Key("project.key") == "ALOY", [], nil,
+                0, ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]
+            ),
+            (
+                !(Key("assignee.name") == "zz") && Key("project.key") == "ALOY", [], nil, 0,
+                ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"]
+            ),
             (!(!(Key("resolution") == "Fixed")) && Key("project.key") == "ALOY", [], nil, 0, []),
             (.all, [Key("priority").descending, Key("key").descending], 3, 0, ["TIMOB-7", "TIMOB-4", "TIMOB-10"]),
             (.all, [], 2, 3, ["ALOY-4", "TIMOB-1"]),
         ]
         let results = try await fixture.context().perform { context in
             try cases.map { predicate, sort, limit, offset, _ in
-                try context.fetch(FetchRequest<Bug>(predicate: predicate, sort: sort + [Key("key").ascending], limit: limit, offset: offset)).map(\.key)
+                try context.fetch(
+                    FetchRequest<Bug>(
+                        predicate: predicate, sort: sort + [Key("key").ascending], limit: limit, offset: offset)
+                ).map(\.key)
             }
         }
         for (result, testCase) in zip(results, cases) {
@@ -82,7 +107,9 @@ struct StoreContractTests {
         }
         try await fixture.context().perform { context in
             let project = try context.fetch(FetchRequest<Project>(predicate: Key("key") == "ALOY"))[0]
-            let byProject = try context.fetch(FetchRequest<Bug>(predicate: Key("project") == project.objectID, sort: [Key("key").ascending])).map(\.key)
+            let byProject = try context.fetch(
+                FetchRequest<Bug>(predicate: Key("project") == project.objectID, sort: [Key("key").ascending])
+            ).map(\.key)
             #expect(byProject == ["ALOY-1", "ALOY-2", "ALOY-3", "ALOY-4"])
             let open = try context.count(FetchRequest<Bug>(predicate: Key("status") == "Open"))
             #expect(open == 7)
@@ -94,12 +121,16 @@ struct StoreContractTests {
             #expect(ids.count == 10)
             #expect(after == before)
             var unknownKeyFailed = false
-            do { _ = try context.fetch(FetchRequest<Bug>(predicate: Key("nope") == "x")) } catch { unknownKeyFailed = error is GraphError }
+            do { _ = try context.fetch(FetchRequest<Bug>(predicate: Key("nope") == "x")) } catch {
+                unknownKeyFailed = error is GraphError
+            }
             #expect(unknownKeyFailed)
         }
     }
 
-    @Test("IN lists of every length find the same objects (the SQLite store pads them to a few prepared shapes)", arguments: StoreKind.allCases)
+    @Test(
+        "IN lists of every length find the same objects (the SQLite store pads them to a few prepared shapes)",
+        arguments: StoreKind.allCases)
     func inLists(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         try await fixture.context().perform { context in _ = try context.seedBugs(20) }
@@ -110,16 +141,24 @@ struct StoreContractTests {
                 let expected = min(length, 20)
                 let found = try context.fetch(FetchRequest<Bug>(predicate: Key("key").in(keys)))
                 #expect(Set(found.map(\.key)) == Set((1...expected).map { "TIMOB-\($0)" }), "\(length) keys")
-                #expect(try context.count(FetchRequest<Bug>(predicate: Key("key").in(keys))) == expected, "\(length) keys")
-                #expect(try context.fetchObjectIDs(FetchRequest<Bug>(predicate: Key("key").in(keys))).count == expected, "\(length) keys")
+                #expect(
+                    try context.count(FetchRequest<Bug>(predicate: Key("key").in(keys))) == expected, "\(length) keys")
+                #expect(
+                    try context.fetchObjectIDs(FetchRequest<Bug>(predicate: Key("key").in(keys))).count == expected,
+                    "\(length) keys")
             }
             let all = try context.fetch(FetchRequest<Bug>())
-            let nullOrHigh = try context.fetch(FetchRequest<Bug>(predicate: Key("resolution").in([.null]) && Key("priority").in(["High", "Low", "High"])))
-            #expect(Set(nullOrHigh.map(\.key)) == Set(all.filter { $0.resolution == nil && ["High", "Low"].contains($0.priority) }.map(\.key)))
+            let nullOrHigh = try context.fetch(
+                FetchRequest<Bug>(
+                    predicate: Key("resolution").in([.null]) && Key("priority").in(["High", "Low", "High"])))
+            #expect(
+                Set(nullOrHigh.map(\.key))
+                    == Set(all.filter { $0.resolution == nil && ["High", "Low"].contains($0.priority) }.map(\.key)))
         }
     }
 
-    @Test("empty strings and empty data stay empty, not null, through inserts and updates", arguments: StoreKind.allCases)
+    @Test(
+        "empty strings and empty data stay empty, not null, through inserts and updates", arguments: StoreKind.allCases)
     func emptyValues(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let id = try await fixture.context().perform { context in
@@ -146,7 +185,8 @@ struct StoreContractTests {
         }
     }
 
-    @Test("text holding U+0000 reads back whole, through inserts, updates and predicates", arguments: StoreKind.allCases)
+    @Test(
+        "text holding U+0000 reads back whole, through inserts, updates and predicates", arguments: StoreKind.allCases)
     func textWithNUL(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let details = "Console output:\n{code}\n\u{0}\u{0}Oct  3 09:32:23 iPhone"
@@ -160,15 +200,22 @@ struct StoreContractTests {
         try await fixture.context().perform { context in
             let bug = try context.existingObject(with: id) as! Bug
             #expect(bug.details == details)
-            let found = try context.fetch(FetchRequest<Bug>(predicate: Key("details") == .string(details))).map(\.objectID)
+            let found = try context.fetch(FetchRequest<Bug>(predicate: Key("details") == .string(details))).map(
+                \.objectID)
             #expect(found == [id])
             // Substring operators compare the bytes on both sides of a U+0000, in text and needle.
-            for text in [#"details CONTAINS "\u0000\u0000Oct""#, #"details CONTAINS[c] "{CODE}\n\u0000""#, #"details BEGINSWITH "Console""#, #"details CONTAINS "iPhone""#] {
-                let matches = try context.fetch(FetchRequest<Bug>(predicate: try ObjectPredicate(parsing: text))).map(\.objectID)
+            for text in [
+                #"details CONTAINS "\u0000\u0000Oct""#, #"details CONTAINS[c] "{CODE}\n\u0000""#,
+                #"details BEGINSWITH "Console""#, #"details CONTAINS "iPhone""#,
+            ] {
+                let matches = try context.fetch(FetchRequest<Bug>(predicate: try ObjectPredicate(parsing: text))).map(
+                    \.objectID)
                 #expect(matches == [id], "\(text)")
             }
             for text in [#"details CONTAINS "\u0000x""#, #"details BEGINSWITH "\u0000""#] {
-                #expect(try context.fetch(FetchRequest<Bug>(predicate: try ObjectPredicate(parsing: text))).isEmpty, "\(text)")
+                #expect(
+                    try context.fetch(FetchRequest<Bug>(predicate: try ObjectPredicate(parsing: text))).isEmpty,
+                    "\(text)")
             }
             bug.title = "a\u{0}b"
             try context.saveToStore()
@@ -179,18 +226,26 @@ struct StoreContractTests {
         }
     }
 
-    @Test("a sort that names a key path again and again over a join sorts by it once (SQLite 3.40 crashed the process on 64 such terms); past 32 distinct key paths a sort is refused")
+    @Test(
+        "a sort that names a key path again and again over a join sorts by it once (SQLite 3.40 crashed the process on 64 such terms); past 32 distinct key paths a sort is refused"
+    )
     func repeatedSortKeys() async throws {
         let fixture = try StoreFixture(.sqlite)
         let context = fixture.context()
         _ = try await context.perform { try $0.seedBugs(3) }
         _ = try await context.save()
         try await context.perform { context in
-            let repeated = Array(repeating: [Key("project.key").ascending, Key("key").descending], count: 40).flatMap { $0 }
+            let repeated = Array(repeating: [Key("project.key").ascending, Key("key").descending], count: 40).flatMap {
+                $0
+            }
             let keys = try context.fetch(FetchRequest<Bug>(sort: repeated)).map(\.key)
             #expect(keys == ["TIMOB-3", "TIMOB-2", "TIMOB-1"])
-            let error = #expect(throws: GraphError.self) { try context.fetch(FetchRequest<Bug>(sort: (1...33).map { Key("title\($0)").ascending })) }
-            #expect(error?.message.contains("sorts by 33 key paths; give at most 32") == true, "\(String(describing: error))")
+            let error = #expect(throws: GraphError.self) {
+                try context.fetch(FetchRequest<Bug>(sort: (1...33).map { Key("title\($0)").ascending }))
+            }
+            #expect(
+                error?.message.contains("sorts by 33 key paths; give at most 32") == true,
+                "\(String(describing: error))")
         }
     }
 
@@ -230,9 +285,13 @@ struct StoreContractTests {
             fresh.key = "TIMOB-0"
             fresh.status = "Reopened"
             fresh.title = "new"
-            #expect(try context.fetch(FetchRequest<Bug>(predicate: Key("status") == "Reopened", sort: [Key("key").ascending])).map(\.key) == ["TIMOB-0", "TIMOB-2"])
+            #expect(
+                try context.fetch(
+                    FetchRequest<Bug>(predicate: Key("status") == "Reopened", sort: [Key("key").ascending])
+                ).map(\.key) == ["TIMOB-0", "TIMOB-2"])
             #expect(try context.count(FetchRequest<Bug>()) == 4)
-            #expect(try context.fetch(FetchRequest<Bug>(sort: [Key("key").ascending], limit: 1)).map(\.key) == ["TIMOB-0"])
+            #expect(
+                try context.fetch(FetchRequest<Bug>(sort: [Key("key").ascending], limit: 1)).map(\.key) == ["TIMOB-0"])
         }
     }
 
@@ -374,7 +433,9 @@ struct StoreContractTests {
     func unknownRequest(kind: StoreKind) throws {
         struct VacuumRequest: StoreRequest {}
         let fixture = try StoreFixture(kind)
-        #expect { try fixture.coordinator.execute(VacuumRequest()) } throws: { ($0 as? GraphError)?.code == .unsupportedRequest }
+        #expect { try fixture.coordinator.execute(VacuumRequest()) } throws: {
+            ($0 as? GraphError)?.code == .unsupportedRequest
+        }
     }
 
     @Test("registrations are reference-counted down to the store", arguments: StoreKind.allCases)

@@ -7,7 +7,9 @@ import Testing
 
 @Suite("SQLite store: single edits")
 struct StoreEditTests {
-    @Test("an edit reads, changes and writes one row in one transaction: version bumped, only changed keys named, a history row and the commit observers, as a save; nothing written when nothing changes; a context holding the object sees it as a change made elsewhere")
+    @Test(
+        "an edit reads, changes and writes one row in one transaction: version bumped, only changed keys named, a history row and the commit observers, as a save; nothing written when nothing changes; a context holding the object sees it as a change made elsewhere"
+    )
     func edits() async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edit")
         defer { directory.remove() }
@@ -53,7 +55,10 @@ struct StoreEditTests {
         // an unknown attribute, a unique key another object has.
         let missing = ObjectID(store: id.storeIdentifier, entity: "Bug", primaryKey: 999)
         #expect(throws: GraphError.self) { try store.edit(missing, attributes: ["status": "x"]) }
-        for (attributes, code) in [(["status": Value.null], GraphError.Code.validation), (["status": .int64(3)], .validation), (["colour": "red"], .invalidArgument), (["key": "E-2"], .constraintViolation)] {
+        for (attributes, code) in [
+            (["status": Value.null], GraphError.Code.validation), (["status": .int64(3)], .validation),
+            (["colour": "red"], .invalidArgument), (["key": "E-2"], .constraintViolation),
+        ] {
             let error = #expect(throws: GraphError.self) { try store.edit(id, attributes: attributes) }
             #expect(error?.code == code, "\(attributes): \(String(describing: error))")
         }
@@ -76,22 +81,29 @@ struct StoreEditTests {
 
 @Suite("SQLite store: requests past SQLite's limits")
 struct StoreLimitTests {
-    @Test("a fetch with more values than SQLite binds in one statement is refused as the request's fault, with what to do, not as a store failure")
+    @Test(
+        "a fetch with more values than SQLite binds in one statement is refused as the request's fault, with what to do, not as a store failure"
+    )
     func tooManyValues() throws {
         let fixture = try StoreFixture(.sqlite)
         let values = (0..<1_000_000).map { Value.string("K-\($0)") }
         let error = #expect(throws: GraphError.self) {
-            _ = try fixture.coordinator.fetch(FetchDescription(entityName: "Bug", predicate: .isIn(keyPath: "key", values), resultType: .objectIDs))
+            _ = try fixture.coordinator.fetch(
+                FetchDescription(entityName: "Bug", predicate: .isIn(keyPath: "key", values), resultType: .objectIDs))
         }
         #expect(error?.code == .invalidArgument, "\(String(describing: error))")
-        #expect(error?.message.contains("Split it into requests of at most 10,000 values") == true, "\(String(describing: error))")
+        #expect(
+            error?.message.contains("Split it into requests of at most 10,000 values") == true,
+            "\(String(describing: error))")
         #expect(error?.message.contains(fixture.directory.path) == false)
     }
 }
 
 @Suite("SQLite store: bulk saves give way to interactive ones")
 struct EditsFirstStoreTests {
-    @Test("with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over; an edit that changes nothing holds none back")
+    @Test(
+        "with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over; an edit that changes nothing holds none back"
+    )
     func bulkSavesGiveWayToInteractiveOnes() async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edits-first")
         defer { directory.remove() }
@@ -100,7 +112,8 @@ struct EditsFirstStoreTests {
         let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
         let commits = Mutex<[ContinuousClock.Instant]>([])
         func insertBug(_ key: String, bulk: Bool) async throws {
-            let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: bulk)
+            let context = ObjectContext(
+                coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: bulk)
             await context.perform { context in
                 let project = context.insert(Project.self)
                 project.key = key
@@ -116,13 +129,17 @@ struct EditsFirstStoreTests {
         let times = commits.withLock { $0 }
         try #require(times.count == 2)
         // The bulk save came right after the interactive one and waited for the window.
-        #expect(times[1] - times[0] >= window * 0.9, "the bulk save committed \(times[1] - times[0]) after the interactive one")
+        #expect(
+            times[1] - times[0] >= window * 0.9,
+            "the bulk save committed \(times[1] - times[0]) after the interactive one")
 
         // An edit that changes nothing commits nothing, and holds no bulk save back. (With a
         // long window, so that a slow machine cannot make a bulk save look held.)
-        let patient = try SQLiteStore(url: directory.file("patient.sqlite"), editsFirst: EditsFirst(window: .seconds(5)))
+        let patient = try SQLiteStore(
+            url: directory.file("patient.sqlite"), editsFirst: EditsFirst(window: .seconds(5)))
         let patientCoordinator = try StoreCoordinator(model: BugModel.model, store: patient)
-        let seeded = ObjectContext(coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
+        let seeded = ObjectContext(
+            coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
         await seeded.perform { context in
             let project = context.insert(Project.self)
             project.key = "N"
@@ -132,12 +149,14 @@ struct EditsFirstStoreTests {
             bug.project = project
         }
         try await seeded.save()
-        let bugID = try #require(try await seeded.perform { context in
-            try context.fetch(FetchRequest<BugSquasherModel.Bug>()).first?.objectID
-        })
+        let bugID = try #require(
+            try await seeded.perform { context in
+                try context.fetch(FetchRequest<BugSquasherModel.Bug>()).first?.objectID
+            })
         #expect(try patient.edit(bugID, attributes: ["status": "Open"]) == nil)
         let start = ContinuousClock.now
-        let bulk = ObjectContext(coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
+        let bulk = ObjectContext(
+            coordinator: patientCoordinator, mergePolicy: .mergeByPropertyObjectTrump, savesAreBulk: true)
         await bulk.perform { context in
             let project = context.insert(Project.self)
             project.key = "M"
@@ -146,7 +165,9 @@ struct EditsFirstStoreTests {
         #expect(ContinuousClock.now - start < .seconds(4), "a bulk save waited for an edit that changed nothing")
     }
 
-    @Test("the window bulk work gives way for opens when an interactive save gets the writer, and again at its commit, before the store's observers see the did-save (they send it to the subscribers)")
+    @Test(
+        "the window bulk work gives way for opens when an interactive save gets the writer, and again at its commit, before the store's observers see the did-save (they send it to the subscribers)"
+    )
     func windowOpensBeforeTheDidSaveGoesOut() async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edits-first")
         defer { directory.remove() }

@@ -9,7 +9,6 @@ enum StoreKind: String, CaseIterable, Sendable {
     case sqlite, inMemory
 }
 
-
 /// A fresh directory under the system's temporary directory; ``remove()`` it when done (a
 /// `defer` right after creating it: a deinit could run as soon as its last use).
 struct TemporaryDirectory: Sendable {
@@ -39,10 +38,11 @@ final class StoreFixture: Sendable {
         self.kind = kind
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let base: any IncrementalStore = switch kind {
-        case .sqlite: try SQLiteStore(url: directory.appendingPathComponent("store.sqlite"))
-        case .inMemory: InMemoryStore()
-        }
+        let base: any IncrementalStore =
+            switch kind {
+            case .sqlite: try SQLiteStore(url: directory.appendingPathComponent("store.sqlite"))
+            case .inMemory: InMemoryStore()
+            }
         counting = CountingStore(base)
         coordinator = try StoreCoordinator(model: model, store: counting)
     }
@@ -85,29 +85,40 @@ final class CountingStore: IncrementalStore {
         return try base.execute(request)
     }
     func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
-        counts.withLock { $0.valueLoads += 1; $0.loadedObjects += objectIDs.count }
+        counts.withLock {
+            $0.valueLoads += 1
+            $0.loadedObjects += objectIDs.count
+        }
         return try base.newValues(for: objectIDs)
     }
     func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
         counts.withLock { $0.relationshipLoads += 1 }
         return try base.newValue(forRelationship: name, of: objectID)
     }
-    func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] { try base.obtainPermanentIDs(for: objectIDs) }
+    func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
+        try base.obtainPermanentIDs(for: objectIDs)
+    }
     func didRegister(_ objectIDs: [ObjectID]) { base.didRegister(objectIDs) }
     func didUnregister(_ objectIDs: [ObjectID]) { base.didUnregister(objectIDs) }
-    func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] { try base.changes(after: token, limit: limit) }
+    func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] {
+        try base.changes(after: token, limit: limit)
+    }
     func currentHistoryToken() throws -> HistoryToken { try base.currentHistoryToken() }
 }
 
 extension ObjectContext {
     /// Inserts bugs `PREFIX-1`…`PREFIX-n` (with a project) and saves; returns their IDs in order.
-    func seedBugs(_ count: Int, prefix: String = "TIMOB", status: (Int) -> String = { $0 % 2 == 0 ? "Open" : "Closed" }) throws -> [ObjectID] {
-        let project = try fetch(FetchRequest<Project>(predicate: Key("key") == .string(prefix))).first ?? {
-            let project = insert(Project.self)
-            project.key = prefix
-            project.name = "Project \(prefix)"
-            return project
-        }()
+    func seedBugs(_ count: Int, prefix: String = "TIMOB", status: (Int) -> String = { $0 % 2 == 0 ? "Open" : "Closed" })
+        throws -> [ObjectID]
+    {
+        let project =
+            try fetch(FetchRequest<Project>(predicate: Key("key") == .string(prefix))).first
+            ?? {
+                let project = insert(Project.self)
+                project.key = prefix
+                project.name = "Project \(prefix)"
+                return project
+            }()
         let bugs = (1...count).map { index in
             let bug = insert(Bug.self)
             bug.key = "\(prefix)-\(index)"

@@ -24,7 +24,9 @@ final class PersistentStackTests {
         let importer = stack.importerContext()
         try await importer.perform { context in
             for key in keys {
-                let bug = try context.fetch(FetchRequest<Bug>(predicate: Key("key") == .string(key))).first ?? context.insert(Bug.self)
+                let bug =
+                    try context.fetch(FetchRequest<Bug>(predicate: Key("key") == .string(key))).first
+                    ?? context.insert(Bug.self)
                 bug.key = key
                 bug.title = "Bug \(key)"
                 bug.status = status
@@ -121,7 +123,9 @@ final class PersistentStackTests {
         #expect(stored == "Edited")
     }
 
-    @Test("a retired importer's save is merged as usual, registers none of its inserted objects, and refuses further saves")
+    @Test(
+        "a retired importer's save is merged as usual, registers none of its inserted objects, and refuses further saves"
+    )
     func saveAndRetire() async throws {
         _ = try await importBugs(["TIMOB-1"])
         let cached = stack.writerCoordinator.cachedObjectCount

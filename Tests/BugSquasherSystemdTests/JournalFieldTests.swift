@@ -23,7 +23,9 @@ struct JournalFieldTests {
 
     @Test("levels map to syslog priorities")
     func priorities() {
-        let expected: [Logger.Level: Int] = [.trace: 7, .debug: 7, .info: 6, .notice: 5, .warning: 4, .error: 3, .critical: 2]
+        let expected: [Logger.Level: Int] = [
+            .trace: 7, .debug: 7, .info: 6, .notice: 5, .warning: 4, .error: 3, .critical: 2,
+        ]
         for (level, priority) in expected { #expect(JournalLogHandler.priority(level) == priority) }
     }
 

@@ -1,5 +1,6 @@
-@testable import BugSquasherTransport
 import Testing
+
+@testable import BugSquasherTransport
 
 /// The server side of a Varlink connection, driven with plain inputs: no socket, no channel.
 @Suite("Varlink connection state machine")
@@ -32,7 +33,9 @@ struct VarlinkConnectionStateMachineTests {
         #expect(machine.state == .closed)
     }
 
-    @Test("an upgrade hands the bytes after it to the call's handler, until it ends; without a handler the connection closes")
+    @Test(
+        "an upgrade hands the bytes after it to the call's handler, until it ends; without a handler the connection closes"
+    )
     func upgrade() {
         var machine = Machine()
         #expect(machine.received(.call(streams: false, upgrade: true)) == .handle)
@@ -47,7 +50,9 @@ struct VarlinkConnectionStateMachineTests {
         #expect(refused.state == .closed)
     }
 
-    @Test("a malformed or oversized message is answered, then the connection closes, whatever state it is in; raw bytes without an upgrade close it")
+    @Test(
+        "a malformed or oversized message is answered, then the connection closes, whatever state it is in; raw bytes without an upgrade close it"
+    )
     func errorsClose() {
         for prepare in [[], [Machine.Input.call(streams: true, upgrade: false)]] {
             var malformed = Machine()

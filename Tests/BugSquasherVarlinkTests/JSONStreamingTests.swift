@@ -34,17 +34,29 @@ struct JSONStreamingTests {
 
     @Test("a change-feed reply written by hand decodes with Codable to the same value, and back")
     func subscribeReply() throws {
-        let save = WireSave(token: 42, inserted: [WireObjectChange(id: "x-bugsquasher://S/Bug/p1", version: 1, values: ["title": .string("a \"crash\"")])],
-                            updated: [WireObjectChange(id: "x-bugsquasher://S/Bug/p2", version: 7, keys: ["status", "title"], values: ["status": .null])],
-                            deleted: [WireObjectChange(id: "x-bugsquasher://S/Bug/p3", version: 3)])
-        for reply in [SubscribeReply(event: "save", token: 42, save: save), SubscribeReply(event: "subscribed", subscription: "ID", token: 0),
-                      SubscribeReply(event: "resync", token: 9, resyncFrom: 9)] {
+        let save = WireSave(
+            token: 42,
+            inserted: [
+                WireObjectChange(id: "x-bugsquasher://S/Bug/p1", version: 1, values: ["title": .string("a \"crash\"")])
+            ],
+            updated: [
+                WireObjectChange(
+                    id: "x-bugsquasher://S/Bug/p2", version: 7, keys: ["status", "title"], values: ["status": .null])
+            ],
+            deleted: [WireObjectChange(id: "x-bugsquasher://S/Bug/p3", version: 3)])
+        for reply in [
+            SubscribeReply(event: "save", token: 42, save: save),
+            SubscribeReply(event: "subscribed", subscription: "ID", token: 0),
+            SubscribeReply(event: "resync", token: 9, resyncFrom: 9),
+        ] {
             let message = try VarlinkReply.encode(reply, continues: true)
             // The envelope and the parameters, as a generic JSON reader sees them.
             let envelope = try JSONDecoder().decode([String: JSONValue].self, from: message)
             #expect(envelope["continues"] == .bool(true))
-            let decoded = try JSONDecoder().decode(SubscribeReply.self, from: JSONEncoder().encode(envelope["parameters"]))
-            #expect(decoded.event == reply.event && decoded.token == reply.token && decoded.save == reply.save
+            let decoded = try JSONDecoder().decode(
+                SubscribeReply.self, from: JSONEncoder().encode(envelope["parameters"]))
+            #expect(
+                decoded.event == reply.event && decoded.token == reply.token && decoded.save == reply.save
                     && decoded.subscription == reply.subscription && decoded.resyncFrom == reply.resyncFrom)
             // The fast reader reads it back, through the reply envelope.
             let parsed = try VarlinkReply(message: message)
@@ -53,64 +65,92 @@ struct JSONStreamingTests {
             #expect(back.save == reply.save && back.event == reply.event && back.resyncFrom == reply.resyncFrom)
             // And in one walk, as a feed reads it.
             let once = try VarlinkReply.decode(SubscribeReply.self, from: message)
-            #expect(once.continues && once.parameters.save == reply.save && once.parameters.event == reply.event && once.parameters.resyncFrom == reply.resyncFrom)
+            #expect(
+                once.continues && once.parameters.save == reply.save && once.parameters.event == reply.event
+                    && once.parameters.resyncFrom == reply.resyncFrom)
         }
     }
 
     @Test("calls: flags and parameters are read; bad parameters name the field")
     func calls() throws {
-        let call = try VarlinkCall(message: Data(#"{"parameters":{"id":"x","values":{"status":"Open","n":2}},"method":"io.bugsquasher.Import.Update","more":false}"#.utf8))
+        let call = try VarlinkCall(
+            message: Data(
+                #"{"parameters":{"id":"x","values":{"status":"Open","n":2}},"method":"io.bugsquasher.Import.Update","more":false}"#
+                    .utf8))
         #expect(call.method == "io.bugsquasher.Import.Update" && !call.more && !call.oneway)
         let parameters = try call.parameters(UpdateParameters.self)
         #expect(parameters.id == "x" && parameters.values == ["status": .string("Open"), "n": .int(2)])
-        for (message, field) in [(#"{"method":"m","parameters":{"values":{}}}"#, "id"),
-                                 (#"{"method":"m","parameters":{"id":1,"values":{}}}"#, "id"),
-                                 (#"{"method":"m","parameters":{"id":"x","values":[1]}}"#, "values"),
-                                 (#"{"method":"m","parameters":"no"}"#, "parameters")] {
-            #expect(throws: VarlinkError.invalidParameter(field)) { try VarlinkCall(message: Data(message.utf8)).parameters(UpdateParameters.self) }
+        for (message, field) in [
+            (#"{"method":"m","parameters":{"values":{}}}"#, "id"),
+            (#"{"method":"m","parameters":{"id":1,"values":{}}}"#, "id"),
+            (#"{"method":"m","parameters":{"id":"x","values":[1]}}"#, "values"),
+            (#"{"method":"m","parameters":"no"}"#, "parameters"),
+        ] {
+            #expect(throws: VarlinkError.invalidParameter(field)) {
+                try VarlinkCall(message: Data(message.utf8)).parameters(UpdateParameters.self)
+            }
         }
         // A number no integer holds names its parameter too.
         for number in ["1.5", "1e30", "99999999999999999999", "-99999999999999999999"] {
             let message = #"{"method":"m","parameters":{"entity":"Bug","offset":0,"limit":"# + number + "}}"
-            #expect(throws: VarlinkError.invalidParameter("limit")) { try VarlinkCall(message: Data(message.utf8)).parameters(FetchParameters.self) }
+            #expect(throws: VarlinkError.invalidParameter("limit")) {
+                try VarlinkCall(message: Data(message.utf8)).parameters(FetchParameters.self)
+            }
         }
-        #expect(throws: VarlinkError.invalidParameter("more")) { try VarlinkCall(message: Data(#"{"method":"m","more":"yes"}"#.utf8)) }
-        for message in [#"{"more":true}"#, #"{"method":1}"#, #"["method"]"#, #"{"method":"m"} trailing"#,
-                        #"{"method":"m","method":"n"}"#, #"{"method":"m\ud800"}"#] {
+        #expect(throws: VarlinkError.invalidParameter("more")) {
+            try VarlinkCall(message: Data(#"{"method":"m","more":"yes"}"#.utf8))
+        }
+        for message in [
+            #"{"more":true}"#, #"{"method":1}"#, #"["method"]"#, #"{"method":"m"} trailing"#,
+            #"{"method":"m","method":"n"}"#, #"{"method":"m\ud800"}"#,
+        ] {
             #expect(throws: VarlinkError.invalidParameter("method")) { try VarlinkCall(message: Data(message.utf8)) }
         }
         // What JSON allows but readers disagree on is refused as the call arrives, naming the
         // parameter it is in: a key twice (at any depth: which one counts differs from reader
         // to reader), a number no Double holds, a lone surrogate. Each of these was accepted
         // before (the last key won) or named `method`.
-        for (parameters, field) in [(#"{"entity":"Bug","entity":"Project"}"#, "entity"),
-                                    (#"{"id":"x","values":{"title":"a","title":"b"}}"#, "values"),
-                                    (#"{"id":"x","values":{"n":[{"a":1,"a":2}]}}"#, "values"),
-                                    (#"{"entity":"Bug","limit":1e400}"#, "limit"),
-                                    (#"{"entity":"Bug","predicate":"title == \"\udc00\""}"#, "predicate"),
-                                    (#"[{"a":1,"a":2}]"#, "parameters")] {
+        for (parameters, field) in [
+            (#"{"entity":"Bug","entity":"Project"}"#, "entity"),
+            (#"{"id":"x","values":{"title":"a","title":"b"}}"#, "values"),
+            (#"{"id":"x","values":{"n":[{"a":1,"a":2}]}}"#, "values"),
+            (#"{"entity":"Bug","limit":1e400}"#, "limit"),
+            (#"{"entity":"Bug","predicate":"title == \"\udc00\""}"#, "predicate"),
+            (#"[{"a":1,"a":2}]"#, "parameters"),
+        ] {
             let message = #"{"method":"m","parameters":"# + parameters + "}"
-            #expect(throws: VarlinkError.invalidParameter(field), "\(parameters)") { try VarlinkCall(message: Data(message.utf8)) }
+            #expect(throws: VarlinkError.invalidParameter(field), "\(parameters)") {
+                try VarlinkCall(message: Data(message.utf8))
+            }
         }
         // Keys in two Unicode forms of one text are one key to a Swift dictionary, which holds
         // the values the daemon reads: refused as twice too, not one silently dropped.
         #expect(throws: VarlinkError.invalidParameter("values")) {
-            try VarlinkCall(message: Data(#"{"method":"m","parameters":{"id":"x","values":{"caf\u00e9":1,"cafe\u0301":2}}}"#.utf8))
+            try VarlinkCall(
+                message: Data(#"{"method":"m","parameters":{"id":"x","values":{"caf\u00e9":1,"cafe\u0301":2}}}"#.utf8))
         }
     }
 
     @Test("an error reply keeps its parameters, before or after the error name")
     func errorReplies() throws {
-        for message in [#"{"error":"io.x.Failed","parameters":{"why":"disk"}}"#, #"{"parameters":{"why":"disk"},"error":"io.x.Failed"}"#] {
+        for message in [
+            #"{"error":"io.x.Failed","parameters":{"why":"disk"}}"#,
+            #"{"parameters":{"why":"disk"},"error":"io.x.Failed"}"#,
+        ] {
             let reply = try VarlinkReply(message: Data(message.utf8))
             #expect(reply.error == VarlinkError("io.x.Failed", ["why": .string("disk")]))
             // Read in one walk as a reply of another type, it is thrown as that error.
-            #expect(throws: VarlinkError("io.x.Failed", ["why": .string("disk")])) { try VarlinkReply.decode(SubscribeReply.self, from: Data(message.utf8)) }
+            #expect(throws: VarlinkError("io.x.Failed", ["why": .string("disk")])) {
+                try VarlinkReply.decode(SubscribeReply.self, from: Data(message.utf8))
+            }
         }
         // A last reply without parameters reads as `{}`; one whose parameters are not the type's
         // is refused, naming the field.
         let last = try VarlinkReply.decode(JSONValue.self, from: Data(#"{"continues":false}"#.utf8))
         #expect(last.parameters == .object([:]) && !last.continues)
-        #expect(throws: (any Error).self) { try VarlinkReply.decode(SubscribeReply.self, from: Data(#"{"parameters":{"event":1},"continues":true}"#.utf8)) }
+        #expect(throws: (any Error).self) {
+            try VarlinkReply.decode(
+                SubscribeReply.self, from: Data(#"{"parameters":{"event":1},"continues":true}"#.utf8))
+        }
     }
 }

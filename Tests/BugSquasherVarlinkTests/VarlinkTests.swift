@@ -1,5 +1,4 @@
 import BugSquasherProtocol
-@testable import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
 import Logging
@@ -7,6 +6,8 @@ import NIOCore
 import NIOEmbedded
 import Synchronization
 import Testing
+
+@testable import BugSquasherTransport
 
 @Suite("Varlink")
 struct VarlinkTests {
@@ -23,7 +24,9 @@ struct VarlinkTests {
         #expect(throws: VarlinkFramingError.messageTooLarge(limit: 16)) { try decoder.decode(buffer: &big) }
     }
 
-    @Test("decoders sharing a budget hold at most its bytes of incomplete messages, and give them back when a message completes or a decoder goes away")
+    @Test(
+        "decoders sharing a budget hold at most its bytes of incomplete messages, and give them back when a message completes or a decoder goes away"
+    )
     func incomingBudget() throws {
         let budget = IncomingMessageBudget(limit: 100)
         var first = VarlinkServerDecoder(maximumMessageSize: 1000, budget: budget)
@@ -35,7 +38,10 @@ struct VarlinkTests {
         #expect(throws: VarlinkFramingError.incomingBudgetExceeded(limit: 100)) { try second!.decode(buffer: &b) }
         #expect(budget.current == a.readableBytes, "the refused decoder holds nothing")
         a.writeString(#""}}"# + "\0")
-        guard case .call? = try first.decode(buffer: &a) else { Issue.record("no call"); return }
+        guard case .call? = try first.decode(buffer: &a) else {
+            Issue.record("no call")
+            return
+        }
         #expect(budget.current == 0)
         var c = ByteBuffer(string: String(repeating: "z", count: 90))
         second = VarlinkServerDecoder(maximumMessageSize: 1000, budget: budget)
@@ -52,7 +58,10 @@ struct VarlinkTests {
         var buffer = ByteBuffer(string: #"{"method":"a.b.C","parameters":{"x":""# + String(repeating: "x", count: 40))
         #expect(try decoder.decode(buffer: &buffer) == nil)
         buffer.writeString(String(repeating: "x", count: 40))
-        guard case .tooLarge(let limit)? = try decoder.decode(buffer: &buffer) else { Issue.record("not refused as too large"); return }
+        guard case .tooLarge(let limit)? = try decoder.decode(buffer: &buffer) else {
+            Issue.record("not refused as too large")
+            return
+        }
         #expect(limit == 100)
         #expect(budget.current == 0, "the refused message holds none of the budget")
         #expect(buffer.readableBytes == 0)
@@ -61,13 +70,19 @@ struct VarlinkTests {
         #expect(VarlinkError.messageTooLarge(limit: 100).parameters["limit"] == .int(100))
     }
 
-    @Test("saves written at once during a fan-out reach each connection when the fan-out ends, in one task per event loop; outside one, at once")
+    @Test(
+        "saves written at once during a fan-out reach each connection when the fan-out ends, in one task per event loop; outside one, at once"
+    )
     func writeBatch() throws {
         let loop = EmbeddedEventLoop()
         let channels = [EmbeddedChannel(loop: loop), EmbeddedChannel(loop: loop)]
         for channel in channels { try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait() }
-        let repliers = channels.map { ChannelReplier(outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>.makeTestingWriter().0, channel: $0) }
-        let written = { (channel: EmbeddedChannel) in try channel.readOutbound(as: ByteBuffer.self).map { String(buffer: $0) } }
+        let repliers = channels.map {
+            ChannelReplier(outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>.makeTestingWriter().0, channel: $0)
+        }
+        let written = { (channel: EmbeddedChannel) in
+            try channel.readOutbound(as: ByteBuffer.self).map { String(buffer: $0) }
+        }
         try ChannelWriteBatch.collecting {
             #expect(repliers[0].sendNow(continuing: Data("first".utf8)))
             #expect(repliers[1].sendNow(continuing: Data("second".utf8)))
@@ -102,36 +117,57 @@ struct VarlinkTests {
     func upgradeDecoding() throws {
         var decoder = VarlinkServerDecoder(maximumMessageSize: 1024)
         // A plain call, then one with upgrade and, in the same read, bytes with NULs in them.
-        var buffer = ByteBuffer(string: #"{"method":"a.b.C"}"# + "\0" + #"{"method":"a.b.Upload","upgrade":true}"# + "\0")
+        var buffer = ByteBuffer(
+            string: #"{"method":"a.b.C"}"# + "\0" + #"{"method":"a.b.Upload","upgrade":true}"# + "\0")
         buffer.writeBytes([0, 0, 0, 3, 0x41, 0, 0x42])
-        guard case .call(let plain)? = try decoder.decode(buffer: &buffer) else { Issue.record("no call"); return }
+        guard case .call(let plain)? = try decoder.decode(buffer: &buffer) else {
+            Issue.record("no call")
+            return
+        }
         #expect(plain.method == "a.b.C" && !plain.upgrade)
-        guard case .call(let upgrade)? = try decoder.decode(buffer: &buffer) else { Issue.record("no upgrade call"); return }
+        guard case .call(let upgrade)? = try decoder.decode(buffer: &buffer) else {
+            Issue.record("no upgrade call")
+            return
+        }
         #expect(upgrade.upgrade)
-        guard case .raw(let raw)? = try decoder.decode(buffer: &buffer) else { Issue.record("no raw bytes"); return }
+        guard case .raw(let raw)? = try decoder.decode(buffer: &buffer) else {
+            Issue.record("no raw bytes")
+            return
+        }
         #expect(Array(raw.readableBytesView) == [0, 0, 0, 3, 0x41, 0, 0x42])
         #expect(try decoder.decode(buffer: &buffer) == nil)
         buffer.writeString(#"{"method":"a.b.C"}"# + "\0")
-        guard case .raw(let later)? = try decoder.decode(buffer: &buffer) else { Issue.record("a message after the upgrade was decoded as a call"); return }
+        guard case .raw(let later)? = try decoder.decode(buffer: &buffer) else {
+            Issue.record("a message after the upgrade was decoded as a call")
+            return
+        }
         #expect(later.readableBytes == 19)
 
         // Something that is not a call ends the reading: nothing after it is decoded.
         var broken = VarlinkServerDecoder(maximumMessageSize: 1024)
         var garbage = ByteBuffer(string: "[1,2]\0" + #"{"method":"a.b.C"}"# + "\0")
-        guard case .malformed(let error)? = try broken.decode(buffer: &garbage) else { Issue.record("not malformed"); return }
+        guard case .malformed(let error)? = try broken.decode(buffer: &garbage) else {
+            Issue.record("not malformed")
+            return
+        }
         #expect(error == .invalidParameter("method"))
         #expect(try broken.decode(buffer: &garbage) == nil)
         // The error names the parameter at fault, which the server answers with.
         var twice = VarlinkServerDecoder(maximumMessageSize: 1024)
         var duplicate = ByteBuffer(string: #"{"method":"a.b.C","parameters":{"job":"1","job":"2"}}"# + "\0")
-        guard case .malformed(let named)? = try twice.decode(buffer: &duplicate) else { Issue.record("a key twice was taken"); return }
+        guard case .malformed(let named)? = try twice.decode(buffer: &duplicate) else {
+            Issue.record("a key twice was taken")
+            return
+        }
         #expect(named == .invalidParameter("job"))
     }
 
     @Test("upload chunks are read however the bytes are split; a bad length or bytes after the end are refused")
     func uploadFraming() throws {
         let file = Array("line one\nline two\n".utf8) + [0, 1, 2]
-        let framed = UploadFraming.header(5) + file[..<5] + UploadFraming.header(file.count - 5) + file[5...] + UploadFraming.header(0)
+        let framed =
+            UploadFraming.header(5) + file[..<5] + UploadFraming.header(file.count - 5) + file[5...]
+            + UploadFraming.header(0)
         for split in 0...framed.count {
             var framing = UploadFraming()
             let first = try framed[..<split].withUnsafeBytes { try framing.payload(of: $0) }
@@ -141,22 +177,32 @@ struct VarlinkTests {
             #expect(framing.ended && framing.payloadBytes == Int64(file.count))
         }
         var tooLong = UploadFraming()
-        #expect(throws: UploadFramingError.chunkTooLong(0x7B226D65)) { try Array(#"{"method":"#.utf8).withUnsafeBytes { try tooLong.payload(of: $0) } }
+        #expect(throws: UploadFramingError.chunkTooLong(0x7B22_6D65)) {
+            try Array(#"{"method":"#.utf8).withUnsafeBytes { try tooLong.payload(of: $0) }
+        }
         var afterEnd = UploadFraming()
-        #expect(throws: UploadFramingError.bytesAfterEnd) { try (UploadFraming.header(0) + [1]).withUnsafeBytes { try afterEnd.payload(of: $0) } }
+        #expect(throws: UploadFramingError.bytesAfterEnd) {
+            try (UploadFraming.header(0) + [1]).withUnsafeBytes { try afterEnd.payload(of: $0) }
+        }
     }
 
     @Test("calls decode their parameters and name the missing or mistyped one")
     func callParameters() throws {
-        struct Parameters: Decodable { var entity: String; var limit: Int? }
-        let call = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","parameters":{"entity":"Bug"},"more":true}"#.utf8))
+        struct Parameters: Decodable {
+            var entity: String
+            var limit: Int?
+        }
+        let call = try VarlinkCall(
+            message: Data(#"{"method":"io.x.Store.Fetch","parameters":{"entity":"Bug"},"more":true}"#.utf8))
         #expect(call.interface == "io.x.Store")
         #expect(call.methodName == "Fetch")
         #expect(call.more)
         #expect(try call.parameters(Parameters.self).entity == "Bug")
         #expect(call.parameterNames == ["entity"])
         // A flag of another type is refused naming the flag, not the method.
-        #expect(throws: VarlinkError.invalidParameter("more")) { try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","more":"yes"}"#.utf8)) }
+        #expect(throws: VarlinkError.invalidParameter("more")) {
+            try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","more":"yes"}"#.utf8))
+        }
         let missing = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch"}"#.utf8))
         #expect(throws: VarlinkError.invalidParameter("entity")) { try missing.parameters(Parameters.self) }
         let wrong = try VarlinkCall(message: Data(#"{"method":"io.x.Store.Fetch","parameters":{"entity":3}}"#.utf8))
@@ -184,7 +230,9 @@ struct VarlinkTests {
         }
     }
 
-    @Test("the connection limit tells when many connections closed since it last said so: a fall of at least 1,000 from the peak, to half of it or less")
+    @Test(
+        "the connection limit tells when many connections closed since it last said so: a fall of at least 1,000 from the peak, to half of it or less"
+    )
     func connectionLimitNoticesClosedBursts() {
         let limit = ConnectionLimit(maximum: 10_000)
         let logger = Logger(label: "test")
@@ -205,7 +253,8 @@ struct VarlinkTests {
 
     @Test("the service answers org.varlink.service, dispatches, maps errors and guards writes")
     func service() async throws {
-        let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Echo(writes: true)])
+        let service = VarlinkService(
+            vendor: "V", product: "P", version: "1", url: "u", interfaces: [Echo(writes: true)])
         let read = VarlinkCallContext(socket: "read", mayWrite: false, logger: Logger(label: "test"))
         let write = VarlinkCallContext(socket: "write", mayWrite: true, logger: Logger(label: "test"))
         func run(_ json: String, _ context: VarlinkCallContext) async throws -> String {
@@ -213,46 +262,73 @@ struct VarlinkTests {
             try await service.handle(try VarlinkCall(message: Data(json.utf8)), context: context, replier: recorder)
             return recorder.replies.withLock { $0.joined(separator: "|") }
         }
-        #expect(try await run(#"{"method":"org.varlink.service.GetInfo"}"#, write).contains(#""interfaces":["org.varlink.service","io.example.Echo"]"#))
+        #expect(
+            try await run(#"{"method":"org.varlink.service.GetInfo"}"#, write).contains(
+                #""interfaces":["org.varlink.service","io.example.Echo"]"#))
         // A read-only socket lists only what it serves.
-        #expect(try await run(#"{"method":"org.varlink.service.GetInfo"}"#, read).contains(#""interfaces":["org.varlink.service"]"#))
-        #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, write) == #"{"parameters":{"text":"hi"}}"#)
-        #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, read).contains("PermissionDenied"))
+        #expect(
+            try await run(#"{"method":"org.varlink.service.GetInfo"}"#, read).contains(
+                #""interfaces":["org.varlink.service"]"#))
+        #expect(
+            try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, write)
+                == #"{"parameters":{"text":"hi"}}"#)
+        #expect(
+            try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"}}"#, read).contains(
+                "PermissionDenied"))
         #expect(try await run(#"{"method":"io.example.Echo.Shout"}"#, write).contains("MethodNotFound"))
         #expect(try await run(#"{"method":"io.example.Nope.X"}"#, write).contains("InterfaceNotFound"))
-        #expect(try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"},"oneway":true}"#, write) == "")
-        let description = try await run(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service"}}"#, read)
+        #expect(
+            try await run(#"{"method":"io.example.Echo.Say","parameters":{"text":"hi"},"oneway":true}"#, write) == "")
+        let description = try await run(
+            #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service"}}"#,
+            read)
         #expect(description.contains("interface org.varlink.service"))
         // A parameter the method does not declare is refused, naming it, rather than ignored.
-        let misspelt = try await run(#"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service","interfaces":[]}}"#, read)
-        #expect(misspelt == #"{"error":"org.varlink.service.InvalidParameter","parameters":{"parameter":"interfaces"}}"# || misspelt == #"{"parameters":{"parameter":"interfaces"},"error":"org.varlink.service.InvalidParameter"}"#, "\(misspelt)")
+        let misspelt = try await run(
+            #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"org.varlink.service","interfaces":[]}}"#,
+            read)
+        #expect(
+            misspelt == #"{"error":"org.varlink.service.InvalidParameter","parameters":{"parameter":"interfaces"}}"#
+                || misspelt
+                    == #"{"parameters":{"parameter":"interfaces"},"error":"org.varlink.service.InvalidParameter"}"#,
+            "\(misspelt)")
     }
 
     @Test("the parameters each method declares are read from the IDL, nested types and comments included")
     func declaredParameters() throws {
-        let store = InterfaceDefinitions.methodParameters(in: try #require(InterfaceDefinitions.text(of: "io.bugsquasher.Store")))
+        let store = InterfaceDefinitions.methodParameters(
+            in: try #require(InterfaceDefinitions.text(of: "io.bugsquasher.Store")))
         #expect(store["Fetch"] == ["entity", "predicate", "sort", "limit", "offset", "result"])
         #expect(store["Info"] == [])
         #expect(store["Values"] == ["ids"])
-        let changes = InterfaceDefinitions.methodParameters(in: try #require(InterfaceDefinitions.text(of: "io.bugsquasher.Changes")))
-        #expect(changes["Subscribe"] == ["since", "registeredOnly", "includeValues", "register", "versions", "idRuns", "insertsOf", "insertsMatching"])
+        let changes = InterfaceDefinitions.methodParameters(
+            in: try #require(InterfaceDefinitions.text(of: "io.bugsquasher.Changes")))
+        #expect(
+            changes["Subscribe"] == [
+                "since", "registeredOnly", "includeValues", "register", "versions", "idRuns", "insertsOf",
+                "insertsMatching",
+            ])
         #expect(changes["History"] == ["after", "limit"])
-        let nested = InterfaceDefinitions.methodParameters(in: """
-            interface io.example.Nested
-            # method Commented(x: int) -> ()
-            method Deep(
-              # a comment, with a comma
-              outer: (inner: int, other: ?[]string),
-              plain: string # trailing
-            ) -> (result: (a: int, b: int))
-            method Bare() -> ()
-            """)
+        let nested = InterfaceDefinitions.methodParameters(
+            in: """
+                interface io.example.Nested
+                # method Commented(x: int) -> ()
+                method Deep(
+                  # a comment, with a comma
+                  outer: (inner: int, other: ?[]string),
+                  plain: string # trailing
+                ) -> (result: (a: int, b: int))
+                method Bare() -> ()
+                """)
         #expect(nested == ["Deep": ["outer", "plain"], "Bare": []])
     }
 
     @Test("every shipped interface definition names itself and is served")
     func definitions() {
-        for name in ["io.bugsquasher.Changes", "io.bugsquasher.Store", "io.bugsquasher.Jobs", "io.bugsquasher.Import", "org.varlink.service"] {
+        for name in [
+            "io.bugsquasher.Changes", "io.bugsquasher.Store", "io.bugsquasher.Jobs", "io.bugsquasher.Import",
+            "org.varlink.service",
+        ] {
             #expect(InterfaceDefinitions.text(of: name)?.contains("interface \(name)\n") == true, "\(name)")
         }
     }
@@ -289,13 +365,20 @@ extension VarlinkTests {
     /// Serves `Countdown` on a socket in a fresh directory, and runs `client` with its path on a
     /// thread of its own, off the pool serving the daemon side.
     /// With `thread`, the server is bound to its loop and serves its connections on it.
-    func withCountdownServer<R: Sendable>(release: AsyncStream<Void>, on thread: EventLoopExecutor? = nil, client: @escaping @Sendable (String) throws -> R) async throws -> R {
+    func withCountdownServer<R: Sendable>(
+        release: AsyncStream<Void>, on thread: EventLoopExecutor? = nil,
+        client: @escaping @Sendable (String) throws -> R
+    ) async throws -> R {
         let directory = NSTemporaryDirectory() + "varlink-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let path = directory + "/test.sock"
-        let service = VarlinkService(vendor: "V", product: "P", version: "1", url: "u", interfaces: [Countdown(release: release, loop: thread?.loop)])
-        let server = VarlinkServer(name: "read", address: .path(path, permissions: 0o600), mayWrite: false, service: service, group: thread?.loop, executor: thread, logger: Logger(label: "test"))
+        let service = VarlinkService(
+            vendor: "V", product: "P", version: "1", url: "u",
+            interfaces: [Countdown(release: release, loop: thread?.loop)])
+        let server = VarlinkServer(
+            name: "read", address: .path(path, permissions: 0o600), mayWrite: false, service: service,
+            group: thread?.loop, executor: thread, logger: Logger(label: "test"))
         return try await withThrowingTaskGroup { group in
             let (bound, boundSignal) = AsyncStream.makeStream(of: Void.self)
             group.addTask { try await server.run(onBound: { boundSignal.finish() }) }
@@ -307,7 +390,9 @@ extension VarlinkTests {
         }
     }
 
-    @Test("a call sent once a streaming call's last reply has arrived is served, even while the streaming handler is still ending")
+    @Test(
+        "a call sent once a streaming call's last reply has arrived is served, even while the streaming handler is still ending"
+    )
     func callAfterStreamingCall() async throws {
         let (release, releaser) = AsyncStream.makeStream(of: Void.self)
         defer { releaser.finish() }
@@ -332,21 +417,28 @@ extension VarlinkTests {
         let thread = EventLoopExecutor()
         let answers = try await withCountdownServer(release: release, on: thread) { path in
             let client = try BlockingVarlinkClient(path: path)
-            return try (0..<3).map { _ in try client.call("io.example.Countdown.Where", NoParameters(), as: Number.self).n }
+            return try (0..<3).map { _ in
+                try client.call("io.example.Countdown.Where", NoParameters(), as: Number.self).n
+            }
         }
         #expect(answers == [1, 1, 1])
         try await thread.shutdown()
     }
 
-    @Test("a call with more to a method that does not stream is answered once, in turn with the calls pipelined behind it")
+    @Test(
+        "a call with more to a method that does not stream is answered once, in turn with the calls pipelined behind it"
+    )
     func moreOnAMethodThatDoesNotStream() async throws {
         let (release, releaser) = AsyncStream.makeStream(of: Void.self)
         defer { releaser.finish() }
         let replies = try await withCountdownServer(release: release) { path in
             let fd = try BlockingVarlinkClient.connect(path, timeout: .seconds(10))
             defer { close(fd) }
-            let calls = #"{"method":"io.example.Countdown.Ping","more":true}\#0{"method":"io.example.Countdown.Ping"}\#0"#
-            try Array(calls.utf8).withUnsafeBytes { try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: .seconds(10)) }
+            let calls =
+                #"{"method":"io.example.Countdown.Ping","more":true}\#0{"method":"io.example.Countdown.Ping"}\#0"#
+            try Array(calls.utf8).withUnsafeBytes {
+                try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: .seconds(10))
+            }
             // Both replies, then the end of the connection once this side has shut down its own.
             shutdown(fd, CInt(SHUT_WR))
             var received: [UInt8] = []
@@ -356,7 +448,9 @@ extension VarlinkTests {
                 guard count > 0 else { break }
                 received += chunk[..<count]
             }
-            return received.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+            return received.split(separator: 0, omittingEmptySubsequences: false).map {
+                String(decoding: $0, as: UTF8.self)
+            }
         }
         #expect(replies == [#"{"parameters":{"n":0}}"#, #"{"parameters":{"n":0}}"#, ""])
     }

@@ -1,5 +1,5 @@
-public import Foundation
 import BugSquasherProtocol
+public import Foundation
 import Logging
 
 /// Where squasherd keeps its store and sockets, and its limits.
@@ -78,38 +78,51 @@ public struct DaemonConfiguration: Sendable, Hashable {
         var null = stat()
         guard stat(path, &status) == 0 else {
             if errno == ENOENT || errno == ENOTDIR { return nil }
-            throw DaemonError("Cannot read the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
+            throw DaemonError(
+                "Cannot read the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user."
+            )
         }
         let kind = status.st_mode & S_IFMT
         let isNull = kind == S_IFCHR && stat("/dev/null", &null) == 0 && status.st_rdev == null.st_rdev
         guard kind == S_IFREG || isNull else {
             if kind == S_IFDIR {
-                throw DaemonError("The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf).")
+                throw DaemonError(
+                    "The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf)."
+                )
             }
-            let what = switch kind {
-            case S_IFIFO: "a FIFO (named pipe)"
-            case S_IFSOCK: "a socket"
-            case S_IFCHR, S_IFBLK: "a device"
-            default: "not a regular file"
-            }
-            throw DaemonError("The configuration file \(path) is \(what); pass a regular file of key = value lines, or /dev/null for an empty configuration.")
+            let what =
+                switch kind {
+                case S_IFIFO: "a FIFO (named pipe)"
+                case S_IFSOCK: "a socket"
+                case S_IFCHR, S_IFBLK: "a device"
+                default: "not a regular file"
+                }
+            throw DaemonError(
+                "The configuration file \(path) is \(what); pass a regular file of key = value lines, or /dev/null for an empty configuration."
+            )
         }
         guard status.st_size <= maximumFileBytes else {
-            throw DaemonError("The configuration file \(path) holds \(status.st_size) bytes, more than the \(maximumFileBytes) a configuration file may have (a few key = value lines); is it the right file?")
+            throw DaemonError(
+                "The configuration file \(path) holds \(status.st_size) bytes, more than the \(maximumFileBytes) a configuration file may have (a few key = value lines); is it the right file?"
+            )
         }
         // Read through a file handle, which also reads /dev/null (String(contentsOfFile:)
         // refuses a character device with a misleading "no permission"); no more than the limit
         // even if the file grew since.
         do {
             guard let handle = FileHandle(forReadingAtPath: path) else {
-                throw DaemonError("Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user.")
+                throw DaemonError(
+                    "Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user."
+                )
             }
             defer { try? handle.close() }
             return try handle.read(upToCount: maximumFileBytes) ?? Data()
         } catch let error as DaemonError {
             throw error
         } catch {
-            throw DaemonError("Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user.")
+            throw DaemonError(
+                "Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user."
+            )
         }
     }
 
@@ -121,7 +134,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
         stateDirectory: String?, runtimeDirectory: String?, configFile: String?,
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws -> DaemonConfiguration {
-        for (flag, value) in [("--state-directory", stateDirectory), ("--runtime-directory", runtimeDirectory), ("--config", configFile)] where value?.isEmpty == true {
+        for (flag, value) in [
+            ("--state-directory", stateDirectory), ("--runtime-directory", runtimeDirectory), ("--config", configFile),
+        ] where value?.isEmpty == true {
             throw DaemonError("\(flag) is empty; give a path, or leave the option out for its default.")
         }
         let path = configFile ?? "/etc/squasherd/squasherd.conf"
@@ -129,21 +144,26 @@ public struct DaemonConfiguration: Sendable, Hashable {
         var lineOf: [String: Int] = [:]
         if let data = try readConfigurationFile(path) {
             guard let text = String(data: data, encoding: .utf8) else {
-                throw DaemonError("The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
+                throw DaemonError(
+                    "The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
             }
             (file, lineOf) = try parse(text, path: path)
         } else if configFile != nil {
-            throw DaemonError("The configuration file \(path) does not exist; pass an existing file or leave --config out.")
+            throw DaemonError(
+                "The configuration file \(path) does not exist; pass an existing file or leave --config out.")
         }
         // systemd passes colon-separated lists; the first entry is ours.
         func systemd(_ name: String) -> String? { environment[name]?.split(separator: ":").first.map(String.init) }
         var configuration = DaemonConfiguration(
             stateDirectory: stateDirectory ?? systemd("STATE_DIRECTORY") ?? file["state_directory"] ?? "run/state",
-            runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file["runtime_directory"] ?? "run/sockets"
+            runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file["runtime_directory"]
+                ?? "run/sockets"
         )
         // Where a key's value is, for its error: the file and the line.
         func at(_ key: String) -> String { lineOf[key].map { "\(path):\($0)" } ?? path }
-        func integer(_ key: String, radix: Int = 10, in range: ClosedRange<Int>? = nil, meaning: String = "") throws -> Int? {
+        func integer(_ key: String, radix: Int = 10, in range: ClosedRange<Int>? = nil, meaning: String = "") throws
+            -> Int?
+        {
             guard let text = file[key] else { return nil }
             let body = text.hasPrefix("0o") ? String(text.dropFirst(2)) : text
             let value = Int(body, radix: radix)
@@ -152,42 +172,88 @@ public struct DaemonConfiguration: Sendable, Hashable {
             // A value outside the range would not work (a message limit of 0 closes every
             // connection), so it is refused rather than clamped; so is one too large for any.
             if let range, isWhole, value.map({ !range.contains($0) }) ?? true {
-                throw DaemonError("\(at(key)): '\(key) = \(text)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning)).")
+                throw DaemonError(
+                    "\(at(key)): '\(key) = \(text)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning))."
+                )
             }
             if isWhole, value == nil {
                 throw DaemonError("\(at(key)): '\(key) = \(text)' is too large; use at most \(Int.max).")
             }
             if radix == 10, value == nil, let number = Double(body), number.isFinite {
-                throw DaemonError("\(at(key)): '\(key) = \(text)' is not a whole number; write it without a fraction or exponent.")
+                throw DaemonError(
+                    "\(at(key)): '\(key) = \(text)' is not a whole number; write it without a fraction or exponent.")
             }
             guard let value, value >= 0 else {
-                throw DaemonError("\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number").")
+                throw DaemonError(
+                    "\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number")."
+                )
             }
             return value
         }
-        if let value = try integer("chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction") { configuration.chunkSize = value }
-        if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest") { configuration.importPriority = value }
-        if let value = try integer("import_yield_ms", in: 0...1_000, meaning: "milliseconds an import pauses after an edit; 0 never pauses") { configuration.importYield = .milliseconds(value) }
+        if let value = try integer("chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction")
+        {
+            configuration.chunkSize = value
+        }
+        if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest")
+        {
+            configuration.importPriority = value
+        }
+        if let value = try integer(
+            "import_yield_ms", in: 0...1_000, meaning: "milliseconds an import pauses after an edit; 0 never pauses")
+        {
+            configuration.importYield = .milliseconds(value)
+        }
         for key in ["read_socket_mode", "write_socket_mode"] {
             guard let value = try integer(key, radix: 8) else { continue }
             // Permission bits only: setuid, setgid and sticky mean nothing on a socket.
             guard value <= 0o777 else {
-                throw DaemonError("\(at(key)): '\(key) = \(file[key] ?? "")' is not a socket's permissions; use an octal mode from 0 to 0777, like 0660.")
+                throw DaemonError(
+                    "\(at(key)): '\(key) = \(file[key] ?? "")' is not a socket's permissions; use an octal mode from 0 to 0777, like 0660."
+                )
             }
-            if key == "read_socket_mode" { configuration.readSocketMode = value } else { configuration.writeSocketMode = value }
+            if key == "read_socket_mode" {
+                configuration.readSocketMode = value
+            } else {
+                configuration.writeSocketMode = value
+            }
         }
-        if let value = try integer("max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message") { configuration.maximumMessageSize = value }
-        if let value = try integer("max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once") { configuration.maximumIncomingBytes = value }
-        if let value = try integer("max_outgoing_bytes", in: 65_536...(1 << 40), meaning: "bytes of large replies not yet read, held at once") { configuration.maximumOutgoingBytes = value }
-        if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") { configuration.maximumRecordBytes = value }
-        if let value = try integer("subscriber_pending_limit", in: 1...(1 << 40), meaning: "objects queued for one subscriber") { configuration.subscriberPendingLimit = value }
-        if let value = try integer("upload_idle_timeout", in: 1...86_400, meaning: "seconds an upload may wait for its next bytes") { configuration.uploadIdleTimeout = .seconds(value) }
-        if let value = try integer("max_registrations_per_subscriber") { configuration.maximumRegistrationsPerSubscriber = value }
+        if let value = try integer("max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message")
+        {
+            configuration.maximumMessageSize = value
+        }
+        if let value = try integer(
+            "max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once")
+        {
+            configuration.maximumIncomingBytes = value
+        }
+        if let value = try integer(
+            "max_outgoing_bytes", in: 65_536...(1 << 40), meaning: "bytes of large replies not yet read, held at once")
+        {
+            configuration.maximumOutgoingBytes = value
+        }
+        if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") {
+            configuration.maximumRecordBytes = value
+        }
+        if let value = try integer(
+            "subscriber_pending_limit", in: 1...(1 << 40), meaning: "objects queued for one subscriber")
+        {
+            configuration.subscriberPendingLimit = value
+        }
+        if let value = try integer(
+            "upload_idle_timeout", in: 1...86_400, meaning: "seconds an upload may wait for its next bytes")
+        {
+            configuration.uploadIdleTimeout = .seconds(value)
+        }
+        if let value = try integer("max_registrations_per_subscriber") {
+            configuration.maximumRegistrationsPerSubscriber = value
+        }
         if let value = try integer("max_registrations") { configuration.maximumRegistrations = value }
         if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
         if let value = file["log_level"] {
             guard Logger.Level(rawValue: value) != nil else {
-                throw DaemonError("\(at("log_level")): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical.")
+                throw DaemonError(
+                    "\(at("log_level")): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical."
+                )
             }
             configuration.logLevel = value
         }
@@ -195,8 +261,10 @@ public struct DaemonConfiguration: Sendable, Hashable {
     }
 
     static let keys: Set<String> = [
-        "state_directory", "runtime_directory", "chunk_size", "import_nice", "import_yield_ms", "read_socket_mode", "write_socket_mode",
-        "max_message_bytes", "max_incoming_bytes", "max_outgoing_bytes", "max_record_bytes", "subscriber_pending_limit", "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
+        "state_directory", "runtime_directory", "chunk_size", "import_nice", "import_yield_ms", "read_socket_mode",
+        "write_socket_mode",
+        "max_message_bytes", "max_incoming_bytes", "max_outgoing_bytes", "max_record_bytes", "subscriber_pending_limit",
+        "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",
     ]
 
     /// The `key = value` lines of a configuration file: the values, and the line each is on.
@@ -205,21 +273,30 @@ public struct DaemonConfiguration: Sendable, Hashable {
         var lines: [String: Int] = [:]
         // `isNewline`, not "\n": in a file with CRLF line ends, "\r\n" is one Character.
         for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
-            let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+            let line =
+                raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?
+                .trimmingCharacters(in: .whitespaces) ?? ""
             guard !line.isEmpty else { continue }
             // Shown in a message, a NUL or another control character would be invisible.
-            if let control = line.unicodeScalars.first(where: { $0.properties.generalCategory == .control && $0 != "\t" }) {
-                throw DaemonError("\(path):\(index + 1): the line has a control character (U+\(String(format: "%04X", control.value))), which no value may hold; remove it (the file may have been written by a program, not an editor).")
+            if let control = line.unicodeScalars.first(where: {
+                $0.properties.generalCategory == .control && $0 != "\t"
+            }) {
+                throw DaemonError(
+                    "\(path):\(index + 1): the line has a control character (U+\(String(format: "%04X", control.value))), which no value may hold; remove it (the file may have been written by a program, not an editor)."
+                )
             }
             let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
             guard parts.count == 2, !parts[0].isEmpty else {
                 throw DaemonError("\(path):\(index + 1): expected 'key = value', found '\(line)'.")
             }
             guard keys.contains(parts[0]) else {
-                throw DaemonError("\(path):\(index + 1): unknown key '\(parts[0])'; known keys are \(keys.sorted().joined(separator: ", ")).")
+                throw DaemonError(
+                    "\(path):\(index + 1): unknown key '\(parts[0])'; known keys are \(keys.sorted().joined(separator: ", "))."
+                )
             }
             if let first = lines[parts[0]] {
-                throw DaemonError("\(path):\(index + 1): '\(parts[0])' is set twice (first on line \(first)); keep one of the two.")
+                throw DaemonError(
+                    "\(path):\(index + 1): '\(parts[0])' is set twice (first on line \(first)); keep one of the two.")
             }
             lines[parts[0]] = index + 1
             values[parts[0]] = parts[1]

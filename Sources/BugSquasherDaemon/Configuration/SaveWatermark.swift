@@ -30,7 +30,8 @@ final class SaveWatermark: Sendable {
         path = directory + "/" + Self.fileName
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
-            throw DaemonError("Cannot open \(path): \(String(cString: strerror(errno))). Check the state directory's permissions.")
+            throw DaemonError(
+                "Cannot open \(path): \(String(cString: strerror(errno))). Check the state directory's permissions.")
         }
     }
 
@@ -75,12 +76,17 @@ final class SaveWatermark: Sendable {
     /// - Throws: ``DaemonError`` saying what happened and how to go on.
     func check(storeIdentifier: String, token: Int64, storePath: String) throws {
         guard let (recordedStore, recordedToken) = recorded() else { return }
-        let goOn = "or, to go on with the store as it is, remove \(path) and start again (subscribers that resume with --since must then subscribe afresh)"
+        let goOn =
+            "or, to go on with the store as it is, remove \(path) and start again (subscribers that resume with --since must then subscribe afresh)"
         if recordedStore != storeIdentifier {
-            throw DaemonError("Refusing to start: \(storePath) is store \(storeIdentifier), but squasherd last saved to store \(recordedStore) here (up to token \(recordedToken)). The store file was replaced, or its write-ahead log \(storePath)-wal came from another store. Put the right files back; \(goOn).")
+            throw DaemonError(
+                "Refusing to start: \(storePath) is store \(storeIdentifier), but squasherd last saved to store \(recordedStore) here (up to token \(recordedToken)). The store file was replaced, or its write-ahead log \(storePath)-wal came from another store. Put the right files back; \(goOn)."
+            )
         }
         if token < recordedToken {
-            throw DaemonError("Refusing to start: \(storePath) holds saves up to token \(token), but squasherd committed up to token \(recordedToken) here, and opening it would issue the tokens after \(token) again, for other saves. Its write-ahead log \(storePath)-wal was removed or replaced while squasherd was stopped, an older copy of the store was put in its place, or the machine lost power before the last saves reached the disk. Put the files back (the store with its -wal); \(goOn).")
+            throw DaemonError(
+                "Refusing to start: \(storePath) holds saves up to token \(token), but squasherd committed up to token \(recordedToken) here, and opening it would issue the tokens after \(token) again, for other saves. Its write-ahead log \(storePath)-wal was removed or replaced while squasherd was stopped, an older copy of the store was put in its place, or the machine lost power before the last saves reached the disk. Put the files back (the store with its -wal); \(goOn)."
+            )
         }
     }
 
@@ -92,4 +98,3 @@ final class SaveWatermark: Sendable {
         _ = Array(text.utf8).withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
     }
 }
-

@@ -22,14 +22,22 @@ public struct SocketAccess: Sendable, Equatable {
     public static func passed(read: String?, write: String?) -> SocketAccess {
         let fileName = { (path: String?) in path.map { ($0 as NSString).lastPathComponent } }
         let modes = (read: read.flatMap(mode(of:)), write: write.flatMap(mode(of:)))
-        let describe = { (path: String?, mode: Int?) in "\(path ?? "an unnamed socket")\(mode.map { ", mode " + String($0, radix: 8) } ?? "")" }
-        let looksSwapped = fileName(write) == "squasherd.sock" || fileName(read) == "squasherd-write.sock"
+        let describe = { (path: String?, mode: Int?) in
+            "\(path ?? "an unnamed socket")\(mode.map { ", mode " + String($0, radix: 8) } ?? "")"
+        }
+        let looksSwapped =
+            fileName(write) == "squasherd.sock" || fileName(read) == "squasherd-write.sock"
             || (modes.write.map(isOpenToAll) == true && modes.read.map(isOpenToAll) == false)
         if looksSwapped {
-            return SocketAccess(refusal: "The socket named \"write\" (\(describe(write, modes.write))) looks like the read socket and the one named \"read\" (\(describe(read, modes.read))) like the write socket: are FileDescriptorName= swapped in the .socket units? Serving them so would let every user import, edit and delete bugs. Name the socket for imports and edits \"write\" (SocketMode=0660) and the other \"read\".")
+            return SocketAccess(
+                refusal:
+                    "The socket named \"write\" (\(describe(write, modes.write))) looks like the read socket and the one named \"read\" (\(describe(read, modes.read))) like the write socket: are FileDescriptorName= swapped in the .socket units? Serving them so would let every user import, edit and delete bugs. Name the socket for imports and edits \"write\" (SocketMode=0660) and the other \"read\"."
+            )
         }
         guard let mode = modes.write, isOpenToAll(mode) else { return SocketAccess() }
-        return SocketAccess(warnings: ["The write socket \(describe(write, mode)) lets every user of this machine connect, and so import, edit and delete bugs. Give it SocketMode=0660 and a group for importers (SocketGroup=)."])
+        return SocketAccess(warnings: [
+            "The write socket \(describe(write, mode)) lets every user of this machine connect, and so import, edit and delete bugs. Give it SocketMode=0660 and a group for importers (SocketGroup=)."
+        ])
     }
 
     /// The sockets squasherd binds itself, with the modes of its configuration: a write socket
@@ -37,10 +45,14 @@ public struct SocketAccess: Sendable, Equatable {
     public static func bound(readMode: Int, writeMode: Int) -> SocketAccess {
         var access = SocketAccess()
         if isOpenToAll(writeMode) {
-            access.warnings.append("write_socket_mode \(String(writeMode, radix: 8)) lets every user of this machine connect to the write socket, and so import, edit and delete bugs. The default, 660, lets the daemon's group in.")
+            access.warnings.append(
+                "write_socket_mode \(String(writeMode, radix: 8)) lets every user of this machine connect to the write socket, and so import, edit and delete bugs. The default, 660, lets the daemon's group in."
+            )
         }
         for (key, mode) in [("read_socket_mode", readMode), ("write_socket_mode", writeMode)] where mode & 0o222 == 0 {
-            access.warnings.append("\(key) \(String(mode, radix: 8)) gives no one write permission on the socket, which connecting needs: only root can connect.")
+            access.warnings.append(
+                "\(key) \(String(mode, radix: 8)) gives no one write permission on the socket, which connecting needs: only root can connect."
+            )
         }
         return access
     }

@@ -59,20 +59,29 @@ struct ChangesInterface: VarlinkInterface {
             let parameters = try call.parameters(HistoryParameters.self)
             guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
             if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
-            var saves = try await readers.run { try stack.store.changes(after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000)) }
+            var saves = try await readers.run {
+                try stack.store.changes(
+                    after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000))
+            }
             // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
             // that passes the cap, and the client asks again from there.
             var objects = 0
-            if let cut = saves.firstIndex(where: { objects += $0.objectCount; return objects >= Self.historyObjectCap }) {
+            if let cut = saves.firstIndex(where: {
+                objects += $0.objectCount
+                return objects >= Self.historyObjectCap
+            }) {
                 saves.removeSubrange((cut + 1)...)
             }
             let token = try stack.store.currentHistoryToken()
             // As for Subscribe: a token the store never issued (a client of a store restored
             // from an older backup) is said, not answered with an empty page.
             if parameters.after > token.rawValue {
-                throw VarlinkError("io.bugsquasher.Changes.TokenAhead", ["since": .int(parameters.after), "token": .int(token.rawValue)])
+                throw VarlinkError(
+                    "io.bugsquasher.Changes.TokenAhead",
+                    ["since": .int(parameters.after), "token": .int(token.rawValue)])
             }
-            try await replier.reply(HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))
+            try await replier.reply(
+                HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
@@ -84,9 +93,12 @@ struct ChangesInterface: VarlinkInterface {
         do {
             return try subscription.register(ids, versions: versions)
         } catch {
-            throw VarlinkError("io.bugsquasher.Changes.TooManyRegistrations", [
-                "limit": .int(Int64(error.limit)), "registered": .int(Int64(error.registered)), "scope": .string(error.scope),
-            ])
+            throw VarlinkError(
+                "io.bugsquasher.Changes.TooManyRegistrations",
+                [
+                    "limit": .int(Int64(error.limit)), "registered": .int(Int64(error.registered)),
+                    "scope": .string(error.scope),
+                ])
         }
     }
 
@@ -109,7 +121,9 @@ struct ChangesInterface: VarlinkInterface {
     /// The IDs of a registration, checked against the versions sent with them (one per ID, 0
     /// for a fault or a version a save gave).
     private func registrations(_ uris: [String], versions: [Int64]?) throws -> [ObjectID] {
-        if let versions, versions.count != uris.count || versions.contains(where: { $0 < 0 }) { throw VarlinkError.invalidParameter("versions") }
+        if let versions, versions.count != uris.count || versions.contains(where: { $0 < 0 }) {
+            throw VarlinkError.invalidParameter("versions")
+        }
         return try parse(uris)
     }
 
@@ -123,7 +137,9 @@ struct ChangesInterface: VarlinkInterface {
         var stale: [ObjectChange] = []
         for (id, version) in held {
             if let row = current[id] {
-                if row.version > version { stale.append(ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row)) }
+                if row.version > version {
+                    stale.append(ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row))
+                }
             }
         }
         subscription.offerRefresh(stale)
@@ -137,7 +153,9 @@ struct ChangesInterface: VarlinkInterface {
             return nil
         }
         guard let entity = stack.model.entity(named: name) else { throw VarlinkError.invalidParameter("insertsOf") }
-        guard let text = parameters.insertsMatching, !text.isEmpty else { return InsertWatch(entity: entity, predicate: nil) }
+        guard let text = parameters.insertsMatching, !text.isEmpty else {
+            return InsertWatch(entity: entity, predicate: nil)
+        }
         do {
             let predicate = try ObjectPredicate(parsing: text).coerced(for: entity, in: stack.model)
             guard predicate.keyPaths.allSatisfy({ !$0.contains(".") && entity.attribute(named: $0) != nil }) else {
@@ -156,7 +174,9 @@ struct ChangesInterface: VarlinkInterface {
     /// The saves a page of a history replay holds at most.
     static let replayPageSaves = 500
 
-    private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+    private func subscribe(_ parameters: SubscribeParameters, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
         if let since = parameters.since, since < 0 { throw VarlinkError.invalidParameter("since") }
         let since = parameters.since.map(HistoryToken.init(rawValue:))
         let subscription = Subscription(
@@ -185,11 +205,16 @@ struct ChangesInterface: VarlinkInterface {
             // A token this store never issued: the client followed another store (one that was
             // recreated, or restored from an older backup). Resuming would silently skip every
             // save up to that token.
-            throw VarlinkError("io.bugsquasher.Changes.TokenAhead", ["since": .int(since.rawValue), "token": .int(start.rawValue)])
+            throw VarlinkError(
+                "io.bugsquasher.Changes.TokenAhead", ["since": .int(since.rawValue), "token": .int(start.rawValue)])
         }
         if since == nil { subscription.markDelivered(start) } else { subscription.replays(through: start) }
-        context.logger.debug("subscribed", metadata: ["subscription": "\(subscription.id)", "since": "\(since.map(\.description) ?? "now")"])
-        try await replier.reply(SubscribeReply(event: "subscribed", subscription: subscription.id, token: (since ?? start).rawValue), continues: true)
+        context.logger.debug(
+            "subscribed",
+            metadata: ["subscription": "\(subscription.id)", "since": "\(since.map(\.description) ?? "now")"])
+        try await replier.reply(
+            SubscribeReply(event: "subscribed", subscription: subscription.id, token: (since ?? start).rawValue),
+            continues: true)
 
         // History after `since`, up to the token read before subscribing; the mailbox holds
         // everything committed since, and skips what was replayed.
@@ -229,7 +254,9 @@ struct ChangesInterface: VarlinkInterface {
         }
     }
 
-    private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier) async throws {
+    private func send(_ event: Subscription.Event, subscription: Subscription, replier: some VarlinkReplier)
+        async throws
+    {
         switch event {
         case .save(let save, let live):
             let message = live ? try liveMessage(save, for: subscription) : try saveMessage(save, for: subscription)
@@ -239,13 +266,23 @@ struct ChangesInterface: VarlinkInterface {
                 let encodeLists = { EncodedChangeLists(encode(queued.save, for: subscription)) }
                 return queued.encoding?.lists(encodeLists) ?? encodeLists()
             }
-            let updated = encode(DidSave(token: merged.token, storeIdentifier: merged.storeIdentifier, updated: merged.updated), for: subscription).updated
-            try await replier.send(Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)), continues: true)
+            let updated = encode(
+                DidSave(token: merged.token, storeIdentifier: merged.storeIdentifier, updated: merged.updated),
+                for: subscription
+            ).updated
+            try await replier.send(
+                Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)),
+                continues: true)
         case .refresh(let changes):
-            let save = DidSave(token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier, updated: changes)
-            try await replier.reply(SubscribeReply(event: "refresh", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
+            let save = DidSave(
+                token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier,
+                updated: changes)
+            try await replier.reply(
+                SubscribeReply(event: "refresh", token: save.token.rawValue, save: encode(save, for: subscription)),
+                continues: true)
         case .resync(let token):
-            try await replier.reply(SubscribeReply(event: "resync", token: token.rawValue, resyncFrom: token.rawValue), continues: false)
+            try await replier.reply(
+                SubscribeReply(event: "resync", token: token.rawValue, resyncFrom: token.rawValue), continues: false)
         }
     }
 }
@@ -258,14 +295,19 @@ extension ChangesInterface {
 
     /// The reply that carries a save to this subscriber.
     private func saveMessage(_ save: DidSave, for subscription: Subscription) throws -> Data {
-        try VarlinkReply.encode(SubscribeReply(event: "save", token: save.token.rawValue, save: encode(save, for: subscription)), continues: true)
+        try VarlinkReply.encode(
+            SubscribeReply(event: "save", token: save.token.rawValue, save: encode(save, for: subscription)),
+            continues: true)
     }
 
     /// The reply that carries a live save (as published, or filtered from it) to this
     /// subscriber, encoded once for every subscriber that receives the same one.
     private func liveMessage(_ save: DidSave, for subscription: Subscription) throws -> Data {
-        let key: EncodedSaveCache.Key = subscription.registeredOnly
-            ? .filtered(save.token, changes: EncodedSaveCache.ChangeIdentity.of(save), includeValues: subscription.includeValues, idRuns: subscription.idRuns)
+        let key: EncodedSaveCache.Key =
+            subscription.registeredOnly
+            ? .filtered(
+                save.token, changes: EncodedSaveCache.ChangeIdentity.of(save),
+                includeValues: subscription.includeValues, idRuns: subscription.idRuns)
             : .published(save.token, includeValues: subscription.includeValues, idRuns: subscription.idRuns)
         return try encodedSaves.message(for: key) { try saveMessage(save, for: subscription) }
     }
@@ -298,9 +340,15 @@ final class EncodedSaveCache: Sendable {
         static func of(_ save: DidSave) -> [ChangeIdentity] {
             var changes: [ChangeIdentity] = []
             changes.reserveCapacity(save.inserted.count + save.updated.count + save.deleted.count)
-            for change in save.inserted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .inserted)) }
-            for change in save.updated { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .updated)) }
-            for change in save.deleted { changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .deleted)) }
+            for change in save.inserted {
+                changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .inserted))
+            }
+            for change in save.updated {
+                changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .updated))
+            }
+            for change in save.deleted {
+                changes.append(ChangeIdentity(objectID: change.objectID, version: change.version, kind: .deleted))
+            }
             return changes
         }
     }

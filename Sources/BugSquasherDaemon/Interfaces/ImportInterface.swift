@@ -40,7 +40,9 @@ struct ImportInterface: VarlinkInterface {
             // client's doing, and not for it alone to know, since the next calls fail the same
             // way until the operator frees the disk, mends the file system or ends the other
             // program's transaction.
-            let what = ["Update", "Delete"].contains(call.methodName) ? "an edit could not be saved" : "\(call.methodName) could not be carried out"
+            let what =
+                ["Update", "Delete"].contains(call.methodName)
+                ? "an edit could not be saved" : "\(call.methodName) could not be carried out"
             unsavedWrites.warn(context.logger) { "\(what): \(error.message)\($0)" }
             throw Self.unavailable(error.message)
         }
@@ -53,51 +55,74 @@ struct ImportInterface: VarlinkInterface {
             let parameters = try call.parameters(BeginImportParameters.self)
             var format: ImportFormat?
             if let name = parameters.format, name != "auto" {
-                guard let known = ImportFormat(rawValue: name) else { throw invalidInput("unknown format '\(name)'; use one of \(ImportFormat.names), or leave it out to detect it") }
+                guard let known = ImportFormat(rawValue: name) else {
+                    throw invalidInput(
+                        "unknown format '\(name)'; use one of \(ImportFormat.names), or leave it out to detect it")
+                }
                 format = known
             }
             let columns: CSVColumnMapping
             do {
-                columns = try CSVColumnMapping(parsing: (parameters.columns ?? [:]).map { "\($0.key)=\($0.value)" }.sorted(), project: parameters.project)
+                columns = try CSVColumnMapping(
+                    parsing: (parameters.columns ?? [:]).map { "\($0.key)=\($0.value)" }.sorted(),
+                    project: parameters.project)
             } catch let error as ImportError {
                 throw invalidInput(error.message)
             }
             if !columns.isEmpty, let format, format.spoolLines != .envelope {
-                throw invalidInput("columns and project describe a CSV export's columns, and this upload is declared \(format.rawValue); leave them out, or declare the CSV format")
+                throw invalidInput(
+                    "columns and project describe a CSV export's columns, and this upload is declared \(format.rawValue); leave them out, or declare the CSV format"
+                )
             }
             let chunkSize = parameters.chunkSize ?? configuration.chunkSize
             let sizes = ImportChunkSize.allowed
-            guard sizes.contains(chunkSize) else { throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)") }
+            guard sizes.contains(chunkSize) else {
+                throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)")
+            }
             guard uploads.count < UploadRegistry.maximumUploads else {
-                throw Self.busy("\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once; begin this one again once one of them is committed or aborted")
+                throw Self.busy(
+                    "\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once; begin this one again once one of them is committed or aborted"
+                )
             }
             // A job's name is for people: kept (and logged) to its first 500 characters, and on
             // one line (a newline in it would forge a line of the log).
             guard !parameters.name.allSatisfy(\.isWhitespace) else {
-                throw invalidInput("the job name is empty; give the job a name people will know it by (squasherctl uses the file's name)")
+                throw invalidInput(
+                    "the job name is empty; give the job a name people will know it by (squasherctl uses the file's name)"
+                )
             }
             guard !parameters.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-                throw invalidInput("the job name holds control characters (a newline, an escape…); give a name of printable characters")
+                throw invalidInput(
+                    "the job name holds control characters (a newline, an escape…); give a name of printable characters"
+                )
             }
             let name = String(parameters.name.prefix(500))
             let job = try await book.create(name: name, format: format, chunkSize: chunkSize, columns: columns)
             do {
-                uploads.add(try Spooler(jobID: job, directory: configuration.spoolDirectory, format: format, columns: columns, maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
+                uploads.add(
+                    try Spooler(
+                        jobID: job, directory: configuration.spoolDirectory, format: format, columns: columns,
+                        maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
                 // An upload lives as long as the connection that began it: a client that goes
                 // away without Commit leaves no open spool file and no job stuck "uploading".
                 let logger = context.logger
                 await context.connection.onClose { [uploads, book] in
                     guard let spooler = uploads.remove(job) else { return }
                     let stopping = uploads.isStopping
-                    let reason = stopping
+                    let reason =
+                        stopping
                         ? "squasherd stopped before the upload was committed; submit the file again once squasherd is back."
                         : "The client disconnected before committing the upload; submit the file again."
                     await spooler.discard(reason: reason)
-                    logger.notice(stopping ? "upload abandoned: squasherd is stopping" : "upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
+                    logger.notice(
+                        stopping
+                            ? "upload abandoned: squasherd is stopping"
+                            : "upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
                     try? await book.end(job, as: .aborted, error: reason)
                 }
             } catch let error as DaemonError {
-                context.logger.error("upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
+                context.logger.error(
+                    "upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
                 try await book.end(job, as: .failed, error: error.message)
                 throw refusal(error)
             }
@@ -111,25 +136,32 @@ struct ImportInterface: VarlinkInterface {
             try await replier.reply(BytesReply(bytes: data.count))
         case "Upload":
             guard call.upgrade else {
-                throw invalidInput("Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append")
+                throw invalidInput(
+                    "Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append"
+                )
             }
             let job = try call.parameters(JobParameter.self).job
             let spooler = try await upload(job, book: book, on: context.connection)
-            context.connection.upgrade(to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
+            context.connection.upgrade(
+                to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
             try await replier.reply(Empty())
         case "Commit":
             let job = try call.parameters(JobParameter.self).job
-            try await commit(try await upload(job, book: book, on: context.connection), book: book, logger: context.logger)
+            try await commit(
+                try await upload(job, book: book, on: context.connection), book: book, logger: context.logger)
             try await replier.reply(JobParameter(job: job))
         case "Abort":
             let job = try call.parameters(JobParameter.self).job
             if let spooler = uploads.remove(job) {
-                context.logger.notice("upload aborted on request; its spool file is removed", metadata: ["job.id": "\(job)"])
+                context.logger.notice(
+                    "upload aborted on request; its spool file is removed", metadata: ["job.id": "\(job)"])
                 await spooler.discard(reason: "The upload was aborted on request.")
             }
             guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
             guard JobLifecycle.canMove(from: current.state, to: .aborted) else {
-                throw invalidInput("job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted")
+                throw invalidInput(
+                    "job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted"
+                )
             }
             if await runner.abort(job) {
                 // Stopped after its chunk in flight; what it committed stays.
@@ -140,7 +172,10 @@ struct ImportInterface: VarlinkInterface {
                 return
             }
             // The runner had not taken it up, and now never will.
-            if current.state == .queued { context.logger.notice("queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"]) }
+            if current.state == .queued {
+                context.logger.notice(
+                    "queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"])
+            }
             try await book.end(job, as: .aborted, error: "Aborted on request before it started; nothing was imported.")
             // A queued job's upload is spooled already; nothing reads it any more.
             try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
@@ -163,7 +198,9 @@ struct ImportInterface: VarlinkInterface {
 
     private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
         let id = try editableObjectID(uri)
-        guard let entity = stack.model.entity(named: id.entityName) else { throw invalidInput("unknown entity in \(uri)") }
+        guard let entity = stack.model.entity(named: id.entityName) else {
+            throw invalidInput("unknown entity in \(uri)")
+        }
         for key in values.keys where entity.attribute(named: key) == nil && entity.toOneIndex[key] == nil {
             throw invalidInput("\(entity.name) has no attribute or to-one relationship '\(key)'")
         }
@@ -173,13 +210,19 @@ struct ImportInterface: VarlinkInterface {
         // A unique key or another required text left blank (`status=`) is as good as none.
         for (key, value) in values {
             guard let attribute = entity.attribute(named: key), !attribute.isOptional || key == entity.uniqueKey,
-                  case .string(let text) = value, text.allSatisfy(\.isWhitespace) else { continue }
-            throw invalidInput(key == entity.uniqueKey
-                ? "'\(key)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value"
-                : "'\(key)' is required on a \(entity.name) and cannot be empty or blank; give it a value")
+                case .string(let text) = value, text.allSatisfy(\.isWhitespace)
+            else { continue }
+            throw invalidInput(
+                key == entity.uniqueKey
+                    ? "'\(key)' is the unique key of a \(entity.name) and cannot be empty or blank; give it a real value"
+                    : "'\(key)' is required on a \(entity.name) and cannot be empty or blank; give it a value")
         }
-        if let key = entity.uniqueKey, case .string(let text)? = values[key], EntityDescription.hasStrayCharacters(inKey: text) {
-            throw invalidInput("'\(key)' is the unique key of a \(entity.name); \(String(reflecting: text)) has spaces around it or a control character in it, and no lookup by key would find it. Give it without them")
+        if let key = entity.uniqueKey, case .string(let text)? = values[key],
+            EntityDescription.hasStrayCharacters(inKey: text)
+        {
+            throw invalidInput(
+                "'\(key)' is the unique key of a \(entity.name); \(String(reflecting: text)) has spaces around it or a control character in it, and no lookup by key would find it. Give it without them"
+            )
         }
         let didSave: DidSave?
         let attributes = values.keys.compactMap { entity.attribute(named: $0) }
@@ -187,7 +230,8 @@ struct ImportInterface: VarlinkInterface {
             // Attributes only: read, changed and written in one write transaction of the store,
             // without a context.
             let changes = try await mapGraphErrors {
-                try Dictionary(uniqueKeysWithValues: attributes.map { ($0.name, try WireCoding.decode(values[$0.name]!, as: $0)) })
+                try Dictionary(
+                    uniqueKeysWithValues: attributes.map { ($0.name, try WireCoding.decode(values[$0.name]!, as: $0)) })
             }
             didSave = try await mapGraphErrors { try store.edit(id, attributes: changes) }
         } else {
@@ -195,40 +239,58 @@ struct ImportInterface: VarlinkInterface {
         }
         guard let didSave else {
             // The values were already the stored ones: nothing was saved.
-            return UpdateReply(version: try stack.store.newValues(for: id)?.version ?? 0, token: try stack.store.currentHistoryToken().rawValue)
+            return UpdateReply(
+                version: try stack.store.newValues(for: id)?.version ?? 0,
+                token: try stack.store.currentHistoryToken().rawValue)
         }
-        return UpdateReply(version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
+        return UpdateReply(
+            version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
     }
 
     /// Applies `values` (attributes and to-one relationships) to one object in a fresh editor
     /// context and saves it, which also updates the other side of each relationship changed.
-    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue]) async throws -> DidSave? {
+    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue]) async throws
+        -> DidSave?
+    {
         let editor = newEditor("varlink-update")
-        try await mapGraphErrors { try await editor.perform { context in
-            let object = try context.existingObject(with: id)
-            for (key, json) in values {
-                if let attribute = entity.attribute(named: key) {
-                    object.setValue(try WireCoding.decode(json, as: attribute), for: key)
-                } else if case .string(let target) = json, ObjectID(uri: target) != nil {
-                    // An ID of another store (or of this one before it was recreated) is refused
-                    // as one for `id` is.
-                    let targetID = try objectID(target)
-                    let destination = entity.relationship(named: key)?.destination
-                    guard targetID.entityName == destination else {
-                        throw GraphError(.invalidArgument, "'\(key)' points to \(destination ?? "?") objects; \(target) is a \(targetID.entityName).")
+        try await mapGraphErrors {
+            try await editor.perform { context in
+                let object = try context.existingObject(with: id)
+                for (key, json) in values {
+                    if let attribute = entity.attribute(named: key) {
+                        object.setValue(try WireCoding.decode(json, as: attribute), for: key)
+                    } else if case .string(let target) = json, ObjectID(uri: target) != nil {
+                        // An ID of another store (or of this one before it was recreated) is refused
+                        // as one for `id` is.
+                        let targetID = try objectID(target)
+                        let destination = entity.relationship(named: key)?.destination
+                        guard targetID.entityName == destination else {
+                            throw GraphError(
+                                .invalidArgument,
+                                "'\(key)' points to \(destination ?? "?") objects; \(target) is a \(targetID.entityName)."
+                            )
+                        }
+                        let related: ManagedObject
+                        do { related = try context.existingObject(with: targetID) } catch let error as GraphError
+                            where error.code == .objectNotFound
+                        {
+                            throw GraphError(
+                                .invalidArgument,
+                                "'\(key)' names \(target), and no \(targetID.entityName) has that ID (deleted, or never saved); give the ID of one that exists."
+                            )
+                        }
+                        object.setRelated(related, for: key)
+                    } else if json == .null {
+                        object.setRelated(nil, for: key)
+                    } else {
+                        throw GraphError(
+                            .invalidArgument,
+                            "'\(key)' is a relationship: pass an object ID URI, or null to clear it (nil with squasherctl update)."
+                        )
                     }
-                    let related: ManagedObject
-                    do { related = try context.existingObject(with: targetID) } catch let error as GraphError where error.code == .objectNotFound {
-                        throw GraphError(.invalidArgument, "'\(key)' names \(target), and no \(targetID.entityName) has that ID (deleted, or never saved); give the ID of one that exists.")
-                    }
-                    object.setRelated(related, for: key)
-                } else if json == .null {
-                    object.setRelated(nil, for: key)
-                } else {
-                    throw GraphError(.invalidArgument, "'\(key)' is a relationship: pass an object ID URI, or null to clear it (nil with squasherctl update).")
                 }
             }
-        } }
+        }
         return try await mapGraphErrors { try await editor.save() }
     }
 
@@ -247,10 +309,13 @@ struct ImportInterface: VarlinkInterface {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
             case .storeIO, .storeBusy: throw error
-            case .mergeConflict, .constraintViolation: throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
+            case .mergeConflict, .constraintViolation:
+                throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
-                throw invalidInput("The change was refused, and nothing was saved: \(error.problems.prefix(20).joined(separator: "; ")).")
+                throw invalidInput(
+                    "The change was refused, and nothing was saved: \(error.problems.prefix(20).joined(separator: "; "))."
+                )
             default: throw invalidInput(error.message)
             }
         }
@@ -270,7 +335,9 @@ struct ImportInterface: VarlinkInterface {
     private func editableObjectID(_ uri: String) throws -> ObjectID {
         let id = try objectID(uri)
         guard !Self.bookkeeping.contains(id.entityName) else {
-            throw invalidInput("\(id.entityName) objects are squasherd's record of import jobs and change only through the import; stop a job with Abort")
+            throw invalidInput(
+                "\(id.entityName) objects are squasherd's record of import jobs and change only through the import; stop a job with Abort"
+            )
         }
         return id
     }
@@ -288,12 +355,16 @@ struct ImportInterface: VarlinkInterface {
     private func upload(_ job: String, book: JobBook, on connection: VarlinkConnection) async throws -> Spooler {
         if let (spooler, owner) = uploads.get(job) {
             guard owner === connection else {
-                throw invalidInput("job \(job)'s upload was begun on another connection; only that connection sends its bytes and commits it (a client that lost its connection begins a new upload)")
+                throw invalidInput(
+                    "job \(job)'s upload was begun on another connection; only that connection sends its bytes and commits it (a client that lost its connection begins a new upload)"
+                )
             }
             return spooler
         }
         if let ended = try await book.job(job) {
-            throw invalidInput("job \(job) is \(ended.state.rawValue): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more")
+            throw invalidInput(
+                "job \(job) is \(ended.state.rawValue): its upload has ended\(ended.error.map { " (\($0))" } ?? ""); begin a new one to send more"
+            )
         }
         throw Self.jobNotFound(job)
     }
@@ -340,14 +411,17 @@ struct ImportInterface: VarlinkInterface {
             // full, failing): the job cannot be queued, and left as it was it would read
             // `uploading` for good, its spool on disk and its waiters waiting.
             let reason = (error as? GraphError)?.message ?? "\(error)"
-            let message = "The upload arrived whole, but the job could not be queued: \(reason) Submit the file again once the store can be written."
+            let message =
+                "The upload arrived whole, but the job could not be queued: \(reason) Submit the file again once the store can be written."
             // Not waiting for the store a second time: the client is answered, and the job shows
             // failed, now; the record follows once the store can be written.
             await fail(job, spooler, message, book: book, logger: logger, recordLater: true)
             throw Self.unavailable(message)
         }
         runner.enqueue()
-        logger.info("import queued", metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
+        logger.info(
+            "import queued",
+            metadata: ["job.id": "\(job)", "job.format": "\(format.rawValue)", "job.bytes": "\(bytes)"])
     }
 
     /// Ends an upload's job before it was queued: the upload slot is freed, the spool file goes,
@@ -358,7 +432,10 @@ struct ImportInterface: VarlinkInterface {
     /// - Parameter recordLater: show the job failed at once and write the record in the
     ///   background, for a store that just refused a write (which may refuse this one too,
     ///   after its busy timeout).
-    fileprivate func fail(_ job: String, _ spooler: Spooler, _ message: String, as state: JobState = .failed, book: JobBook, logger: Logger, recordLater: Bool = false) async {
+    fileprivate func fail(
+        _ job: String, _ spooler: Spooler, _ message: String, as state: JobState = .failed, book: JobBook,
+        logger: Logger, recordLater: Bool = false
+    ) async {
         uploads.remove(job)
         await spooler.discard(reason: message)
         if state == .failed { logger.warning("import failed", metadata: ["job.id": "\(job)", "error": "\(message)"]) }
@@ -366,8 +443,13 @@ struct ImportInterface: VarlinkInterface {
             do {
                 try await book.end(job, as: state, error: message)
             } catch {
-                logger.critical("an upload's job ended and the store cannot record it; it shows as failed until squasherd restarts", metadata: ["job.id": "\(job)", "error": "\(error)"])
-                book.outcomes.fail(job, "\(message) This could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")); at its next start squasherd records the job as interrupted.")
+                logger.critical(
+                    "an upload's job ended and the store cannot record it; it shows as failed until squasherd restarts",
+                    metadata: ["job.id": "\(job)", "error": "\(error)"])
+                book.outcomes.fail(
+                    job,
+                    "\(message) This could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")); at its next start squasherd records the job as interrupted."
+                )
             }
         }
         guard recordLater else { return await record() }
@@ -381,8 +463,11 @@ struct ImportInterface: VarlinkInterface {
         let timeout = configuration.uploadIdleTimeout
         let seconds = timeout.components.seconds
         for (spooler, owner) in uploads.removeIdle(longerThan: timeout) {
-            let reason = "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
-            logger.notice("upload abandoned: idle too long", metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
+            let reason =
+                "No bytes arrived for \(seconds) s, so the upload was abandoned (upload_idle_timeout); submit the file again."
+            logger.notice(
+                "upload abandoned: idle too long",
+                metadata: ["job.id": "\(spooler.jobID)", "upload.idle_timeout": "\(seconds)"])
             await fail(spooler.jobID, spooler, reason, as: .aborted, book: runner.book, logger: logger)
             // A client sending the file over an upgraded connection waits on its input, and
             // would otherwise learn nothing until it sends again.
@@ -395,7 +480,8 @@ struct ImportInterface: VarlinkInterface {
     /// ends aborted, as one whose client left, with the stop as its reason.
     func stopUploads() {
         uploads.noteStopping()
-        let message = "squasherd is stopping, so the upload was abandoned before it was committed; submit the file again once squasherd is back."
+        let message =
+            "squasherd is stopping, so the upload was abandoned before it was committed; submit the file again once squasherd is back."
         for owner in uploads.owners { owner.endUpgrade(lastReply: try VarlinkReply.encode(Self.busy(message))) }
     }
 
@@ -483,9 +569,15 @@ final class UploadRegistry: Sendable {
     /// How many uploads are in progress.
     var count: Int { uploads.withLock { $0.count } }
 
-    func add(_ spooler: Spooler, owner: VarlinkConnection) { uploads.withLock { $0[spooler.jobID] = Upload(spooler: spooler, owner: owner, lastActivity: .now) } }
-    func get(_ job: String) -> (Spooler, owner: VarlinkConnection)? { uploads.withLock { $0[job].map { ($0.spooler, $0.owner) } } }
-    @discardableResult func remove(_ job: String) -> Spooler? { uploads.withLock { $0.removeValue(forKey: job)?.spooler } }
+    func add(_ spooler: Spooler, owner: VarlinkConnection) {
+        uploads.withLock { $0[spooler.jobID] = Upload(spooler: spooler, owner: owner, lastActivity: .now) }
+    }
+    func get(_ job: String) -> (Spooler, owner: VarlinkConnection)? {
+        uploads.withLock { $0[job].map { ($0.spooler, $0.owner) } }
+    }
+    @discardableResult func remove(_ job: String) -> Spooler? {
+        uploads.withLock { $0.removeValue(forKey: job)?.spooler }
+    }
 
     /// Notes that `job`'s upload received bytes.
     func touch(_ job: String) { uploads.withLock { $0[job]?.lastActivity = .now } }

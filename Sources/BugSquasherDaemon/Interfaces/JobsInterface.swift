@@ -52,11 +52,14 @@ struct JobsInterface: VarlinkInterface {
             var bugs = 0
             if case .count(let n) = count { bugs = n }
             let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
-            try await replier.reply(StatusReply(
-                storeIdentifier: stack.mainCoordinator.storeIdentifier, token: try stack.store.currentHistoryToken().rawValue,
-                bugs: bugs, subscribers: hub.count, jobFollowers: hub.jobFollowerCount, activeJob: active,
-                conflictsResolved: stack.writerCoordinator.resolvedConflictCount + stack.mainCoordinator.resolvedConflictCount
-            ))
+            try await replier.reply(
+                StatusReply(
+                    storeIdentifier: stack.mainCoordinator.storeIdentifier,
+                    token: try stack.store.currentHistoryToken().rawValue,
+                    bugs: bugs, subscribers: hub.count, jobFollowers: hub.jobFollowerCount, activeJob: active,
+                    conflictsResolved: stack.writerCoordinator.resolvedConflictCount
+                        + stack.mainCoordinator.resolvedConflictCount
+                ))
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
@@ -64,14 +67,17 @@ struct JobsInterface: VarlinkInterface {
 
     /// Sends the job after every commit that touches it, until it is final.
     private func watch(_ id: String, replier: some VarlinkReplier) async throws {
-        let subscription = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 1_000, followsJob: true, startToken: try stack.store.currentHistoryToken())
+        let subscription = Subscription(
+            registeredOnly: true, includeValues: false, pendingLimit: 1_000, followsJob: true,
+            startToken: try stack.store.currentHistoryToken())
         hub.add(subscription)
         defer { hub.remove(subscription) }
         // A failure the store cannot record commits nothing: it ends the watch instead.
         book.outcomes.watch(id, with: subscription)
         defer { book.outcomes.unwatch(id, subscription) }
         // Register first, read second: a commit between the two is then never missed.
-        guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID }) else {
+        guard let jobObjectID = try await stack.temporaryContext().perform({ try JobBook.find(id, in: $0)?.objectID })
+        else {
             throw jobNotFound(id)
         }
         _ = try subscription.register([jobObjectID])

@@ -21,35 +21,46 @@ struct StoreInterface: VarlinkInterface {
         do {
             switch call.methodName {
             case "Info":
-                try await replier.reply(StoreInfo(
-                    storeIdentifier: stack.mainCoordinator.storeIdentifier, storeType: store.storeType,
-                    modelVersionHash: model.versionHash, token: try store.currentHistoryToken().rawValue,
-                    entities: model.entities.map(\.name)
-                ))
+                try await replier.reply(
+                    StoreInfo(
+                        storeIdentifier: stack.mainCoordinator.storeIdentifier, storeType: store.storeType,
+                        modelVersionHash: model.versionHash, token: try store.currentHistoryToken().rawValue,
+                        entities: model.entities.map(\.name)
+                    ))
             // Replies of rows are encoded on the read threads too, where they were read: a page of
             // 10,000 rows takes as long to encode as to read, and encoded on the cooperative
             // pool, the pages of a few dozen clients held up `Jobs.Status` and the watchdog's
             // health check for seconds.
             case "Fetch":
                 let parameters = try call.parameters(FetchParameters.self)
-                try await replier.send(try await readers.run { try VarlinkReply.encode(fetch(parameters), continues: false) }, continues: false)
+                try await replier.send(
+                    try await readers.run { try VarlinkReply.encode(fetch(parameters), continues: false) },
+                    continues: false)
             case "Values":
                 let ids = try parse(try call.parameters(IDsParameters.self).ids)
                 guard ids.count <= 10_000 else { throw invalid("ask for at most 10,000 IDs at once") }
-                try await replier.send(try await readers.run {
-                    let rows = try store.newValues(for: ids)
-                    return try VarlinkReply.encode(RowsReply(rows: ids.compactMap { id in
-                        guard let row = rows[id], let entity = model.entity(named: id.entityName) else { return nil }
-                        return WireRow(id: id.uriString, version: row.version, values: coding.encode(row, entity: entity))
-                    }), continues: false)
-                }, continues: false)
+                try await replier.send(
+                    try await readers.run {
+                        let rows = try store.newValues(for: ids)
+                        return try VarlinkReply.encode(
+                            RowsReply(
+                                rows: ids.compactMap { id in
+                                    guard let row = rows[id], let entity = model.entity(named: id.entityName) else {
+                                        return nil
+                                    }
+                                    return WireRow(
+                                        id: id.uriString, version: row.version,
+                                        values: coding.encode(row, entity: entity))
+                                }), continues: false)
+                    }, continues: false)
             case "Related":
                 let parameters = try call.parameters(RelatedParameters.self)
                 guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
                 let offset = parameters.offset ?? 0
                 guard offset >= 0 else { throw invalid("offset must not be negative") }
                 // A project's bugs can be hundreds of thousands: capped as a Fetch of IDs is.
-                let ids = try await readers.run { try store.newValue(forRelationship: parameters.relationship, of: id) }.dropFirst(offset)
+                let ids = try await readers.run { try store.newValue(forRelationship: parameters.relationship, of: id) }
+                    .dropFirst(offset)
                 let page = ids.prefix(Self.maximumIDs)
                 try await replier.reply(IDsReply(ids: page.map(\.uriString), more: ids.count > page.count ? true : nil))
             default:
@@ -81,7 +92,9 @@ struct StoreInterface: VarlinkInterface {
     private func fetch(_ parameters: FetchParameters) throws -> FetchReply {
         let model = stack.model
         guard let entity = model.entity(named: parameters.entity) else {
-            throw invalid("unknown entity '\(parameters.entity)'; the model has \(model.entities.map(\.name).joined(separator: ", "))")
+            throw invalid(
+                "unknown entity '\(parameters.entity)'; the model has \(model.entities.map(\.name).joined(separator: ", "))"
+            )
         }
         var predicate: ObjectPredicate?
         if let text = parameters.predicate, !text.isEmpty {
@@ -105,14 +118,21 @@ struct StoreInterface: VarlinkInterface {
         let cap = resultType == .rows ? Self.maximumRows : Self.maximumIDs
         let capped = resultType != .count && (parameters.limit ?? Int.max) > cap
         let limit = resultType == .count ? parameters.limit : capped ? cap + 1 : parameters.limit
-        let request = FetchDescription(entityName: entity.name, predicate: predicate, sort: sort, limit: limit, offset: parameters.offset ?? 0, resultType: resultType)
+        let request = FetchDescription(
+            entityName: entity.name, predicate: predicate, sort: sort, limit: limit, offset: parameters.offset ?? 0,
+            resultType: resultType)
         switch try stack.mainCoordinator.fetch(request) {
         case .objectIDs(let ids):
             let more = capped && ids.count > cap
             return FetchReply(ids: ids.prefix(cap).map(\.uriString), more: more ? true : nil)
         case .rows(let rows):
             let more = capped && rows.count > cap
-            return FetchReply(rows: rows.prefix(cap).map { WireRow(id: $0.objectID.uriString, version: $0.snapshot.version, values: coding.encode($0.snapshot, entity: entity)) }, more: more ? true : nil)
+            return FetchReply(
+                rows: rows.prefix(cap).map {
+                    WireRow(
+                        id: $0.objectID.uriString, version: $0.snapshot.version,
+                        values: coding.encode($0.snapshot, entity: entity))
+                }, more: more ? true : nil)
         case .count(let count): return FetchReply(count: count)
         }
     }

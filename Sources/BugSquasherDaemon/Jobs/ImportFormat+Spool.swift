@@ -32,7 +32,9 @@ struct SpoolEnvelope: Encodable, Sendable {
     /// Reads a spooled envelope (written by ``RecordCoding/encoder()``).
     init(json bytes: UnsafeBufferPointer<UInt8>) throws {
         var reader = JSONReader(bytes)
-        var line: Int?, record: BugRecord?, reject: String?
+        var line: Int?
+        var record: BugRecord?
+        var reject: String?
         do {
             try reader.object { reader, field in
                 switch field {
@@ -96,18 +98,24 @@ struct SpooledElement {
     init?(_ bytes: UnsafeBufferPointer<UInt8>) throws {
         var index = 0
         func consume(_ token: [UInt8]) -> Bool {
-            guard bytes.count - index >= token.count, zip(bytes[index...], token).allSatisfy({ $0 == $1 }) else { return false }
+            guard bytes.count - index >= token.count, zip(bytes[index...], token).allSatisfy({ $0 == $1 }) else {
+                return false
+            }
             index += token.count
             return true
         }
         func integer() throws -> Int {
             let start = index
             var value = 0
-            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]), index - start < 18 {
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]),
+                index - start < 18
+            {
                 value = value * 10 + Int(bytes[index] - UInt8(ascii: "0"))
                 index += 1
             }
-            guard index > start else { throw ImportError(.invalidJSON, "damaged spool line: no number at byte \(index)") }
+            guard index > start else {
+                throw ImportError(.invalidJSON, "damaged spool line: no number at byte \(index)")
+            }
             return value
         }
         guard consume(Self.linePrefix) else { return nil }

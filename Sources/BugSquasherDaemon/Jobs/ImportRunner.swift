@@ -47,7 +47,11 @@ final class ImportRunner: Service {
         var abortRequested: Bool { !abortWaiters.isEmpty }
     }
 
-    init(stack: PersistentStack, configuration: DaemonConfiguration, writers: ThreadExecutor, editsFirst: EditsFirst? = nil, logger: Logger, progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }) {
+    init(
+        stack: PersistentStack, configuration: DaemonConfiguration, writers: ThreadExecutor,
+        editsFirst: EditsFirst? = nil, logger: Logger,
+        progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }
+    ) {
         self.stack = stack
         self.writers = writers
         self.editsFirst = editsFirst
@@ -60,9 +64,12 @@ final class ImportRunner: Service {
         // keys), not only between records.
         var giveWay: (@Sendable () -> Void)?
         if let editsFirst { giveWay = { editsFirst.yieldToInteractiveSaves() } }
-        executor = ThreadExecutor(name: "import", threads: 2, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
+        executor = ThreadExecutor(
+            name: "import", threads: 2, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
         if !executor.isPriorityLowered {
-            logger.warning("cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them", metadata: ["import.nice": "\(configuration.importPriority)"])
+            logger.warning(
+                "cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them",
+                metadata: ["import.nice": "\(configuration.importPriority)"])
         }
         (wakeups, wakeup) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
@@ -86,7 +93,9 @@ final class ImportRunner: Service {
                 return true
             }
             if registered {
-                logger.info("abort requested: the import stops once its chunk in flight is saved", metadata: ["job.id": "\(id)"])
+                logger.info(
+                    "abort requested: the import stops once its chunk in flight is saved", metadata: ["job.id": "\(id)"]
+                )
             } else {
                 running = false
                 waiter.resume()
@@ -133,7 +142,9 @@ final class ImportRunner: Service {
                         guard let next = try await book.nextRunnable(excluding: skipped) else { break }
                         job = next
                     } catch {
-                        logger.error("cannot read the job queue; waiting for the next submission", metadata: ["error": "\(error)"])
+                        logger.error(
+                            "cannot read the job queue; waiting for the next submission",
+                            metadata: ["error": "\(error)"])
                         break
                     }
                     var failure: (any Error)?
@@ -142,11 +153,12 @@ final class ImportRunner: Service {
                     } catch {
                         failure = error
                     }
-                    let outcome: JobLifecycle.Outcome = switch failure {
-                    case nil: .ended
-                    case let error as GraphError where error.code == .storeBusy: .storeBusy
-                    default: .failed
-                    }
+                    let outcome: JobLifecycle.Outcome =
+                        switch failure {
+                        case nil: .ended
+                        case let error as GraphError where error.code == .storeBusy: .storeBusy
+                        default: .failed
+                        }
                     switch lifecycle.jobEnded(outcome) {
                     case .takeNextJob:
                         continue
@@ -154,7 +166,12 @@ final class ImportRunner: Service {
                         // Another program holds the store's write lock (sqlite3 left in a
                         // transaction, a backup): a transient state, not the job's fault.
                         progressHandler(nil)
-                        logger.warning("the store is locked by another program; the import resumes from its last committed chunk once it can write", metadata: ["job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(lifecycle.busyRetries)", "error": "\((failure as? GraphError)?.message ?? "")"])
+                        logger.warning(
+                            "the store is locked by another program; the import resumes from its last committed chunk once it can write",
+                            metadata: [
+                                "job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(lifecycle.busyRetries)",
+                                "error": "\((failure as? GraphError)?.message ?? "")",
+                            ])
                         try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
                     case .recordFailure:
                         // Input never stops the daemon, and neither does a failing disk: the job
@@ -178,8 +195,13 @@ final class ImportRunner: Service {
         do {
             try await fail(job, message, logger: jobLogger)
         } catch {
-            jobLogger.critical("the job failed and its failure cannot be recorded; it is retried at the next start", metadata: ["error": "\(error)"])
-            book.outcomes.fail(job, "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk.")
+            jobLogger.critical(
+                "the job failed and its failure cannot be recorded; it is retried at the next start",
+                metadata: ["error": "\(error)"])
+            book.outcomes.fail(
+                job,
+                "\(message) The failure could not be recorded in the store either (\((error as? GraphError)?.message ?? "\(error)")): until squasherd restarts the job shows as failed, and at its next start squasherd retries it from its last committed chunk."
+            )
         }
     }
 
@@ -216,9 +238,13 @@ final class ImportRunner: Service {
     }
 
     private func process(_ id: String) async throws {
-        let start = try await stack.temporaryContext(name: "jobs").perform { context -> (String, Int64, Int64, Int64, Int64, Int64, Int64, Int64)? in
+        let start = try await stack.temporaryContext(name: "jobs").perform {
+            context -> (String, Int64, Int64, Int64, Int64, Int64, Int64, Int64)? in
             guard let job = try JobBook.find(id, in: context) else { return nil }
-            return (job.format, job.byteOffset, job.linesRead, job.chunkSize, job.recordsRead, job.imported, job.rejected, job.bytesTotal)
+            return (
+                job.format, job.byteOffset, job.linesRead, job.chunkSize, job.recordsRead, job.imported, job.rejected,
+                job.bytesTotal
+            )
         }
         guard let (formatName, offset, linesRead, chunkSize, read, imported, rejected, total) = start else { return }
         var logger = self.logger
@@ -232,32 +258,50 @@ final class ImportRunner: Service {
         // cache reached the disk, a disk fault): importing the rest would end the job "finished"
         // without the records that were lost.
         if let size = (try? FileManager.default.attributesOfItem(atPath: spool))?[.size] as? Int64, size < total {
-            try await fail(id, "The job's spooled input is shorter than the upload that was committed (\(size) of \(total) bytes; was the machine cut off, or is the disk failing?). The records after byte \(min(size, offset)) were not imported; submit the file again (records imported already are updated, not duplicated).", logger: logger)
+            try await fail(
+                id,
+                "The job's spooled input is shorter than the upload that was committed (\(size) of \(total) bytes; was the machine cut off, or is the disk failing?). The records after byte \(min(size, offset)) were not imported; submit the file again (records imported already are updated, not duplicated).",
+                logger: logger)
             return
         }
         let reader: OffsetLineReader
         do {
-            reader = try OffsetLineReader(path: spool, offset: offset, firstLine: Int(linesRead) + 1, maximumLineBytes: configuration.maximumRecordBytes)
+            reader = try OffsetLineReader(
+                path: spool, offset: offset, firstLine: Int(linesRead) + 1,
+                maximumLineBytes: configuration.maximumRecordBytes)
         } catch {
             try await fail(id, "The job's spooled input is gone (\(spool)); submit the file again.", logger: logger)
             return
         }
         if offset == 0 {
-            logger.info("import started", metadata: ["job.format": "\(format.rawValue)", "job.bytes": "\(total)", "message.id": "\(MessageID.jobStarted)"])
+            logger.info(
+                "import started",
+                metadata: [
+                    "job.format": "\(format.rawValue)", "job.bytes": "\(total)",
+                    "message.id": "\(MessageID.jobStarted)",
+                ])
         } else {
-            logger.info("import resumed", metadata: ["job.offset": "\(offset)", "job.read": "\(read)", "message.id": "\(MessageID.jobStarted)"])
+            logger.info(
+                "import resumed",
+                metadata: ["job.offset": "\(offset)", "job.read": "\(read)", "message.id": "\(MessageID.jobStarted)"])
         }
         try await book.update(id) { $0.state = .running }
-        var progress = ImportProgress(job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total, started: .now, readAtStart: read)
+        var progress = ImportProgress(
+            job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total,
+            started: .now, readAtStart: read)
         progressHandler(progress)
         // Three stages overlap: decoding chunk n + 2, upserting chunk n + 1 into its importer
         // context, and saving chunk n on the writer. Saves stay one after another, in order.
-        let source = ChunkSource(reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes, editsFirst: editsFirst)
+        let source = ChunkSource(
+            reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes,
+            editsFirst: editsFirst)
         var saving: SavingChunk?
         do {
             var chunk = try source.next()
             while !chunk.entries.isEmpty {
-                switch JobLifecycle.betweenChunks(shuttingDown: Task.isShuttingDownGracefully, abortRequested: abortRequested(id)) {
+                switch JobLifecycle.betweenChunks(
+                    shuttingDown: Task.isShuttingDownGracefully, abortRequested: abortRequested(id))
+                {
                 case .importNext:
                     break
                 case .pauseForShutdown:
@@ -267,15 +311,26 @@ final class ImportRunner: Service {
                     return
                 case .abort:
                     if let saving { try await settle(saving, progress: &progress, logger: logger) }
-                    try await end(id, state: .aborted, error: "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store.")
-                    logger.notice("import aborted on request", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.offset": "\(progress.bytesDone)"])
+                    try await end(
+                        id, state: .aborted,
+                        error:
+                            "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store."
+                    )
+                    logger.notice(
+                        "import aborted on request",
+                        metadata: [
+                            "job.read": "\(progress.read)", "job.imported": "\(progress.imported)",
+                            "job.offset": "\(progress.bytesDone)",
+                        ])
                     return
                 }
                 async let upcoming = source.next()
                 var retired: PreparedChunk?
-                let prepared = try await prepareAfter(&saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
+                let prepared = try await prepareAfter(
+                    &saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
                 // Not on the import threads: the save holds the writer, which edits wait for.
-                saving = SavingChunk(chunk: prepared, save: Task(executorPreference: writers) { try await self.save(prepared, job: id) })
+                saving = SavingChunk(
+                    chunk: prepared, save: Task(executorPreference: writers) { try await self.save(prepared, job: id) })
                 // The saved chunk's context and objects are freed while the next one saves, not
                 // between the two saves, and beside the next upsert rather than before it: by a
                 // task of their own on the import threads (which give way to interactive saves
@@ -295,7 +350,12 @@ final class ImportRunner: Service {
             throw error
         }
         try await end(id, state: .finished)
-        logger.info("import finished", metadata: ["job.read": "\(progress.read)", "job.imported": "\(progress.imported)", "job.rejected": "\(progress.rejected)", "message.id": "\(MessageID.jobFinished)"])
+        logger.info(
+            "import finished",
+            metadata: [
+                "job.read": "\(progress.read)", "job.imported": "\(progress.imported)",
+                "job.rejected": "\(progress.rejected)", "message.id": "\(MessageID.jobFinished)",
+            ])
     }
 
     private func fail(_ id: String, _ message: String, logger: Logger) async throws {
@@ -335,7 +395,8 @@ final class ImportRunner: Service {
         switch error {
         case .keyNotFound(let key, _): "missing field '\(key.stringValue)'"
         case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-            (context.codingPath.map(\.stringValue).joined(separator: ".") + " " + context.debugDescription).trimmingCharacters(in: .whitespaces)
+            (context.codingPath.map(\.stringValue).joined(separator: ".") + " " + context.debugDescription)
+                .trimmingCharacters(in: .whitespaces)
         @unknown default: "\(error)"
         }
     }
@@ -364,7 +425,8 @@ final class ImportRunner: Service {
     /// (the project of every bug, say) are brought up to date by merging its did-save, so that
     /// this chunk's save does not meet them as conflicts.
     private func prepareAfter(
-        _ saving: inout SavingChunk?, _ chunk: Chunk, job: String, retired: inout PreparedChunk?, progress: inout ImportProgress, logger: Logger
+        _ saving: inout SavingChunk?, _ chunk: Chunk, job: String, retired: inout PreparedChunk?,
+        progress: inout ImportProgress, logger: Logger
     ) async throws -> PreparedChunk {
         guard let previous = saving else { return try await prepare(chunk, job: job) }
         retired = previous.chunk
@@ -391,7 +453,8 @@ final class ImportRunner: Service {
     /// whole, imports its records one by one so that only the bad ones are rejected; the result
     /// is then `nil`.
     @discardableResult
-    private func settle(_ saving: SavingChunk, progress: inout ImportProgress, logger: Logger) async throws -> DidSave? {
+    private func settle(_ saving: SavingChunk, progress: inout ImportProgress, logger: Logger) async throws -> DidSave?
+    {
         let entries = saving.chunk.input.entries
         var imported = saving.chunk.imported
         var rejected = Int64(saving.chunk.rejects.count)
@@ -403,7 +466,8 @@ final class ImportRunner: Service {
             // (the merge policy resolves a conflict and tries again, 5 times): the records are
             // saved on their own, each with its own attempts, and only what still fails is
             // rejected. The job goes on either way.
-            logger.notice("chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
+            logger.notice(
+                "chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
             (imported, rejected) = try await saveOneByOne(saving.chunk.input, job: progress.job)
         }
         progress.read += Int64(entries.count)
@@ -411,7 +475,12 @@ final class ImportRunner: Service {
         progress.rejected += rejected
         progress.bytesDone = entries.last!.endOffset
         progressHandler(progress)
-        logger.debug("chunk committed", metadata: ["rows": "\(entries.count)", "rejected": "\(rejected)", "job.offset": "\(progress.bytesDone)", "token": "\(didSave?.token.rawValue ?? 0)"])
+        logger.debug(
+            "chunk committed",
+            metadata: [
+                "rows": "\(entries.count)", "rejected": "\(rejected)", "job.offset": "\(progress.bytesDone)",
+                "token": "\(didSave?.token.rawValue ?? 0)",
+            ])
         return didSave
     }
 
@@ -432,18 +501,26 @@ final class ImportRunner: Service {
                     _ = try await save(chunk, job: id)
                     imported += chunk.imported
                     rejected += Int64(chunk.rejects.count)
-                } catch let error as GraphError where [.constraintViolation, .mergeConflict].contains(error.code) && attempt < Self.singleRecordAttempts {
+                } catch let error as GraphError
+                    where [.constraintViolation, .mergeConflict].contains(error.code)
+                    && attempt < Self.singleRecordAttempts
+                {
                     // An edit gave another bug this record's key after the record looked it up
                     // (looked up again, the record updates that bug, as a key match does), or
                     // edited its bug at the same moment: prepared again from the store.
                     attempt += 1
                     continue
-                } catch let error as GraphError where [.constraintViolation, .validation, .mergeConflict].contains(error.code) {
-                    let reason = switch error.code {
-                    case .mergeConflict: "The bug this record updates was edited or deleted at the same moment, \(Self.singleRecordAttempts) times in a row, so nothing of the record was saved. Import it again."
-                    case .constraintViolation: "Another bug took a key of this record while it was imported (\(error.message)). Import the record again to update that bug."
-                    default: error.message
-                    }
+                } catch let error as GraphError
+                    where [.constraintViolation, .validation, .mergeConflict].contains(error.code)
+                {
+                    let reason =
+                        switch error.code {
+                        case .mergeConflict:
+                            "The bug this record updates was edited or deleted at the same moment, \(Self.singleRecordAttempts) times in a row, so nothing of the record was saved. Import it again."
+                        case .constraintViolation:
+                            "Another bug took a key of this record while it was imported (\(error.message)). Import the record again to update that bug."
+                        default: error.message
+                        }
                     _ = try await save(try await prepare(single, job: id, extraRejects: [entry.line: reason]), job: id)
                     rejected += 1
                 }
@@ -455,13 +532,18 @@ final class ImportRunner: Service {
 
     /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
     /// already built. The lines in `extraRejects` are rejected instead, with the reasons given.
-    private func prepare(_ input: Chunk, job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:]) async throws -> PreparedChunk {
+    private func prepare(_ input: Chunk, job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:])
+        async throws -> PreparedChunk
+    {
         let context = stack.importerContext(name: "import", bulk: true)
         let upserter = BugUpserter(editsFirst: editsFirst)
         let entries = input.entries
-        let records = extraRejects.isEmpty
+        let records =
+            extraRejects.isEmpty
             ? input.records
-            : entries.compactMap { entry in extraRejects[entry.line] == nil ? entry.record.map { input.records[$0] } : nil }
+            : entries.compactMap { entry in
+                extraRejects[entry.line] == nil ? entry.record.map { input.records[$0] } : nil
+            }
         let rejects = entries.compactMap { entry -> (line: Int, reason: String)? in
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
@@ -477,7 +559,9 @@ final class ImportRunner: Service {
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
             return (UpsertKeys(writtenIn: context), job.objectID)
         }
-        return PreparedChunk(input: input, context: context, job: job, imported: Int64(records.count), rejects: rejects, written: written)
+        return PreparedChunk(
+            input: input, context: context, job: job, imported: Int64(records.count), rejects: rejects, written: written
+        )
     }
 
     /// Records the chunk's progress and rejects on the job and saves the chunk with them, in one
@@ -534,7 +618,10 @@ final class ChunkSource: Sendable {
     private let maximumRecordBytes: Int
     private let editsFirst: EditsFirst?
 
-    init(reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst? = nil) {
+    init(
+        reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int,
+        editsFirst: EditsFirst? = nil
+    ) {
         self.reader = Mutex(reader)
         self.format = format
         self.size = size
@@ -545,7 +632,8 @@ final class ChunkSource: Sendable {
     /// The next chunk; without entries at the end of the input.
     func next() throws -> ImportRunner.Chunk {
         try reader.withLock { reader in
-            try Self.readChunk(reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes, editsFirst: editsFirst)
+            try Self.readChunk(
+                reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes, editsFirst: editsFirst)
         }
     }
 
@@ -558,7 +646,9 @@ final class ChunkSource: Sendable {
     /// Reads up to `size` records (non-empty lines), or records of up to about
     /// ``maximumChunkBytes``, decoding each; undecodable ones become rejects with their line and
     /// reason. Before each line it gives way to interactive saves (see ``EditsFirst``).
-    private static func readChunk(_ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?) throws -> ImportRunner.Chunk {
+    private static func readChunk(
+        _ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?
+    ) throws -> ImportRunner.Chunk {
         var chunk = ImportRunner.Chunk()
         chunk.records.reserveCapacity(size)
         let decoder = JiraIssueDecoder()
@@ -567,7 +657,10 @@ final class ChunkSource: Sendable {
             editsFirst?.yieldToInteractiveSaves()
             bytes += line.bytes.count
             if line.isOversized {
-                chunk.entries.append(ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset, reject: Spooler.tooLong(maximumRecordBytes)))
+                chunk.entries.append(
+                    ImportRunner.Entry(
+                        line: line.number, spoolLine: line.number, endOffset: line.endOffset,
+                        reject: Spooler.tooLong(maximumRecordBytes)))
                 continue
             }
             if line.bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
@@ -586,11 +679,15 @@ final class ChunkSource: Sendable {
                 switch format.spoolLines {
                 case .jira:
                     record = try line.bytes.withUnsafeBufferPointer { bytes in
-                        guard let element = try SpooledElement(bytes) else { return try decoder.decode(bytes: bytes, line: line.number) }
+                        guard let element = try SpooledElement(bytes) else {
+                            return try decoder.decode(bytes: bytes, line: line.number)
+                        }
                         entry.line = element.line
                         issue = element.issue
                         switch element.content {
-                        case .issue(let range): return try decoder.decode(bytes: UnsafeBufferPointer(rebasing: bytes[range]), line: element.line)
+                        case .issue(let range):
+                            return try decoder.decode(
+                                bytes: UnsafeBufferPointer(rebasing: bytes[range]), line: element.line)
                         case .reject(let reason): throw ImportError(.invalidRecord, reason)
                         }
                     }
@@ -623,7 +720,6 @@ final class ChunkSource: Sendable {
         chunk.reads = UpsertKeys(chunk.records)
         return chunk
     }
-
 }
 
 /// The journal `MESSAGE_ID`s of job events, for `journalctl MESSAGE_ID=…`.

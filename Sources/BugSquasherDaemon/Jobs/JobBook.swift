@@ -18,7 +18,9 @@ struct JobBook: Sendable {
     let writers: ThreadExecutor
 
     /// Creates a job in state `uploading`; returns its ID.
-    func create(name: String, format: ImportFormat?, chunkSize: Int, columns: CSVColumnMapping = CSVColumnMapping()) async throws -> String {
+    func create(name: String, format: ImportFormat?, chunkSize: Int, columns: CSVColumnMapping = CSVColumnMapping())
+        async throws -> String
+    {
         let id = String(UUID().uuidString.prefix(8)).lowercased()
         try await withTaskExecutorPreference(writers) {
             let context = stack.importerContext(name: "jobs")
@@ -86,7 +88,9 @@ struct JobBook: Sendable {
         try await stack.temporaryContext(name: "jobs").perform { context in
             // By line, then reason: the issues of a one-line JSON array share their line, and
             // pages must neither repeat nor skip one of them.
-            var request = FetchRequest<ImportReject>(predicate: Key("job.jobID") == .string(id), sort: [Key("line").ascending, Key("reason").ascending], limit: limit, offset: offset)
+            var request = FetchRequest<ImportReject>(
+                predicate: Key("job.jobID") == .string(id), sort: [Key("line").ascending, Key("reason").ascending],
+                limit: limit, offset: offset)
             request.returnsObjectsAsFaults = false
             return try context.fetch(request).map { WireReject(line: $0.line, reason: $0.reason) }
         }
@@ -96,8 +100,11 @@ struct JobBook: Sendable {
     func nextRunnable(excluding skipped: Set<String> = []) async throws -> String? {
         try await stack.temporaryContext(name: "jobs").perform { context in
             for state in [JobState.running, .queued] {
-                let request = FetchRequest<ImportJob>(predicate: Key("state") == .string(state.rawValue), sort: [Key("created").ascending])
-                if let job = try context.fetch(request).first(where: { !skipped.contains($0.jobID) }) { return job.jobID }
+                let request = FetchRequest<ImportJob>(
+                    predicate: Key("state") == .string(state.rawValue), sort: [Key("created").ascending])
+                if let job = try context.fetch(request).first(where: { !skipped.contains($0.jobID) }) {
+                    return job.jobID
+                }
             }
             return nil
         }

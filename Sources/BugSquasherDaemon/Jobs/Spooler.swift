@@ -49,7 +49,10 @@ actor Spooler {
     private var abandonment: String?
 
     /// Creates the spool file.
-    init(jobID: String, directory: String, format: ImportFormat?, columns: CSVColumnMapping = CSVColumnMapping(), maximumRecordBytes: Int) throws {
+    init(
+        jobID: String, directory: String, format: ImportFormat?, columns: CSVColumnMapping = CSVColumnMapping(),
+        maximumRecordBytes: Int
+    ) throws {
         self.jobID = jobID
         self.path = Self.path(job: jobID, in: directory)
         self.declared = format
@@ -57,13 +60,15 @@ actor Spooler {
         self.maximumRecordBytes = maximumRecordBytes
         self.directory = directory
         do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
-            throw DaemonError("Cannot create the spool directory \(directory): \(Self.reason(error)).", unavailable: true)
+            throw DaemonError(
+                "Cannot create the spool directory \(directory): \(Self.reason(error)).", unavailable: true)
         }
         guard FileManager.default.createFile(atPath: path, contents: nil) else {
             throw DaemonError("Cannot create the spool file: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
         }
         guard let handle = FileHandle(forWritingAtPath: path) else {
-            throw DaemonError("Cannot open the spool file for writing: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
+            throw DaemonError(
+                "Cannot open the spool file for writing: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
         }
         self.handle = handle
     }
@@ -117,7 +122,10 @@ actor Spooler {
             failure = error
             throw error
         } catch {
-            let message = gzip != nil ? "The input is not valid gzip data (\(error)); upload the file as it is, or decompress it first." : "The input could not be read: \(error)."
+            let message =
+                gzip != nil
+                ? "The input is not valid gzip data (\(error)); upload the file as it is, or decompress it first."
+                : "The input could not be read: \(error)."
             let failed = DaemonError(message)
             failure = failed
             throw failed
@@ -132,7 +140,9 @@ actor Spooler {
         while buffer.readableBytes > 0 {
             if gzipMemberEnded {
                 if nextMemberStart.isEmpty {
-                    while let byte = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self), byte == 0 { buffer.moveReaderIndex(forwardBy: 1) }
+                    while let byte = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self), byte == 0 {
+                        buffer.moveReaderIndex(forwardBy: 1)
+                    }
                 }
                 nextMemberStart += buffer.readBytes(length: min(2 - nextMemberStart.count, buffer.readableBytes)) ?? []
                 guard nextMemberStart.count == 2 else { return }
@@ -154,7 +164,9 @@ actor Spooler {
                 windowFull = gzipWindow.writableBytes == 0
             }
             let consumed = buffer.readerIndex - unread.readerIndex
-            if consumed > 0, let last = unread.getBytes(at: buffer.readerIndex - min(consumed, 8), length: min(consumed, 8)) {
+            if consumed > 0,
+                let last = unread.getBytes(at: buffer.readerIndex - min(consumed, 8), length: min(consumed, 8))
+            {
                 gzipTail = Array((gzipTail + last).suffix(8))
             }
             let inflated = gzipWindow.readableBytes
@@ -170,7 +182,9 @@ actor Spooler {
         }
     }
 
-    private static let trailingData = DaemonError("The gzip data is followed by bytes that are not another gzip member (the file was appended to, or is not one gzip file). Nothing was imported; `gzip -t` checks a file.")
+    private static let trailingData = DaemonError(
+        "The gzip data is followed by bytes that are not another gzip member (the file was appended to, or is not one gzip file). Nothing was imported; `gzip -t` checks a file."
+    )
 
     /// Ends the upload; returns the format and the spooled size.
     func finish() throws -> (ImportFormat, Int64) {
@@ -195,7 +209,9 @@ actor Spooler {
             // whole only when it ends with the trailer that gives the inflated size.
             let size = ByteBuffer(bytes: gzipTail).getInteger(at: 4, endianness: .little, as: UInt32.self)
             guard gzipTail.count == 8, size == UInt32(truncatingIfNeeded: inflatedBytes) else {
-                throw DaemonError("The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported; submit the whole file.")
+                throw DaemonError(
+                    "The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported; submit the whole file."
+                )
             }
         }
         guard let format else { throw DaemonError("The upload was empty: there is nothing to import.") }
@@ -212,7 +228,9 @@ actor Spooler {
         // On disk before the job is queued: the store records the job as committed, and a
         // power loss must not leave a queued job whose input the page cache held.
         do { try handle.synchronize() } catch {
-            throw DaemonError("Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported; check the disk of \(directory), then submit the file again.", unavailable: true)
+            throw DaemonError(
+                "Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported; check the disk of \(directory), then submit the file again.",
+                unavailable: true)
         }
         try handle.close()
         return (format, bytesWritten)
@@ -257,7 +275,8 @@ actor Spooler {
                 case .value(let value, let number, let line):
                     SpooledElement.append(value, line: line, issue: number, to: &output)
                 case .oversized(let number, let line):
-                    SpooledElement.appendReject(Self.tooLong(maximumRecordBytes), line: line, issue: number, to: &output)
+                    SpooledElement.appendReject(
+                        Self.tooLong(maximumRecordBytes), line: line, issue: number, to: &output)
                 }
             }
         } else if var csv {
@@ -279,7 +298,9 @@ actor Spooler {
             guard let base = buffer.baseAddress else { return }
             var start = 0
             while start < buffer.count {
-                let newline = memchr(base + start, 0x0A, buffer.count - start).map { UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) - base }
+                let newline = memchr(base + start, 0x0A, buffer.count - start).map {
+                    UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) - base
+                }
                 let end = newline ?? buffer.count
                 let take = min(end - start, max(0, kept - lineBytes))
                 output.append(contentsOf: UnsafeBufferPointer(start: base + start, count: take))
@@ -302,12 +323,16 @@ actor Spooler {
             envelope = SpoolEnvelope(_line: line, record: nil, _reject: Self.tooLong(maximumRecordBytes))
         case .malformed(let line, let reason):
             guard mapper != nil else {
-                throw DaemonError("The CSV header on line \(line) cannot be read: its \(reason). Nothing was imported; fix the header and submit the file again.")
+                throw DaemonError(
+                    "The CSV header on line \(line) cannot be read: its \(reason). Nothing was imported; fix the header and submit the file again."
+                )
             }
             envelope = SpoolEnvelope(_line: line, record: nil, _reject: reason)
         case .unterminated(let line):
             // Every row after it was read as part of one field: none of them can be trusted.
-            throw DaemonError("The CSV has a quoted field opened on line \(line) that is never closed, so every line after it was read as that one field. Nothing was imported; fix the quoting (a quote inside a quoted field is written \"\") and submit the file again.")
+            throw DaemonError(
+                "The CSV has a quoted field opened on line \(line) that is never closed, so every line after it was read as that one field. Nothing was imported; fix the quoting (a quote inside a quoted field is written \"\") and submit the file again."
+            )
         case .fields(let fields, let line):
             guard let mapper else {
                 let flavor = format == .bugzillaCSV ? CSVBugMapper.Flavor.bugzilla : .jira
@@ -319,7 +344,8 @@ actor Spooler {
             do {
                 envelope = SpoolEnvelope(_line: line, record: try mapper.record(fields, line: line), _reject: nil)
             } catch {
-                envelope = SpoolEnvelope(_line: line, record: nil, _reject: "\((error as? ImportError)?.message ?? "\(error)")")
+                envelope = SpoolEnvelope(
+                    _line: line, record: nil, _reject: "\((error as? ImportError)?.message ?? "\(error)")")
             }
         }
         output += try RecordCoding.encoder().encode(envelope)
@@ -332,7 +358,8 @@ actor Spooler {
         decided = true
         let decision: FormatSniffer.Decision?
         do {
-            decision = try FormatSniffer(declared: declared, columns: columns, maximumRecordBytes: maximumRecordBytes).decide(sniffed, final: final, insideGzip: gzip != nil)
+            decision = try FormatSniffer(declared: declared, columns: columns, maximumRecordBytes: maximumRecordBytes)
+                .decide(sniffed, final: final, insideGzip: gzip != nil)
         } catch {
             throw DaemonError(error.message)
         }
@@ -340,7 +367,9 @@ actor Spooler {
         if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
         guard let decision else { return }
         format = decision.format
-        if let layout = decision.layout { splitter = JSONArraySplitter(layout: layout, maximumElementBytes: maximumRecordBytes) }
+        if let layout = decision.layout {
+            splitter = JSONArraySplitter(layout: layout, maximumElementBytes: maximumRecordBytes)
+        }
         if decision.format.isCSV { csv = CSVParser(maximumRecordBytes: maximumRecordBytes) }
     }
 
@@ -348,7 +377,9 @@ actor Spooler {
         guard force ? !output.isEmpty : output.count >= 256 * 1024 else { return }
         try checkFreeSpace(for: Int64(output.count))
         do { try handle.write(contentsOf: output) } catch {
-            throw DaemonError("Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported; check the disk of \(directory) (is it full?), then submit the file again.", unavailable: true)
+            throw DaemonError(
+                "Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported; check the disk of \(directory) (is it full?), then submit the file again.",
+                unavailable: true)
         }
         bytesWritten += Int64(output.count)
         output.removeAll(keepingCapacity: true)
@@ -357,7 +388,9 @@ actor Spooler {
         // than after the rest of the upload.
         var status = stat()
         if fstat(handle.fileDescriptor, &status) == 0, status.st_nlink == 0 {
-            throw DaemonError("The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported; submit the file again.", unavailable: true)
+            throw DaemonError(
+                "The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported; submit the file again.",
+                unavailable: true)
         }
     }
 
@@ -375,8 +408,12 @@ actor Spooler {
         let free = Int64(status.f_bavail) * blockSize
         let reserve = Self.reserve(fileSystemBytes: Int64(status.f_blocks) * blockSize)
         guard free - bytes < reserve else { return }
-        let inflation = gzip != nil && bytesWritten > 0 ? " (gzip data inflated to \(Self.mebibytes(Int64(inflatedBytes))) so far)" : ""
-        throw DaemonError("The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.", unavailable: true)
+        let inflation =
+            gzip != nil && bytesWritten > 0
+            ? " (gzip data inflated to \(Self.mebibytes(Int64(inflatedBytes))) so far)" : ""
+        throw DaemonError(
+            "The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.",
+            unavailable: true)
     }
 
     /// What a failed file write says to a person: the system's reason ("No space left on
@@ -386,7 +423,8 @@ actor Spooler {
         if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
             return String(cString: strerror(Int32(underlying.code)))
         }
-        return error.domain == NSPOSIXErrorDomain ? String(cString: strerror(Int32(error.code))) : error.localizedDescription
+        return error.domain == NSPOSIXErrorDomain
+            ? String(cString: strerror(Int32(error.code))) : error.localizedDescription
     }
 
     /// Bytes as MiB, with a decimal below 10 MiB: a small file system's reserve is not "0 MiB".

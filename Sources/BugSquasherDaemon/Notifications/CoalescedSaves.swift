@@ -54,7 +54,10 @@ struct CoalescedSaves: Sendable {
     /// The merged save as saves whose inserted and deleted lists are concatenated, and the
     /// merged updates; `nil` when the saves had to be merged object by object.
     var disjoint: DisjointSaves? {
-        saves.map { DisjointSaves(token: token, storeIdentifier: storeIdentifier, saves: $0, updated: order.compactMap { updated[$0] }) }
+        saves.map {
+            DisjointSaves(
+                token: token, storeIdentifier: storeIdentifier, saves: $0, updated: order.compactMap { updated[$0] })
+        }
     }
 
     /// Merges the next save.
@@ -106,10 +109,12 @@ struct CoalescedSaves: Sendable {
             return updated?.contains(id.key) == true && self.updated[id] != nil
         }
         func deletedBefore(_ id: ObjectID) -> Bool { !deletedObjects.isEmpty && deletedObjects.contains(id) }
-        for change in save.inserted where insertedBefore(change.objectID) || deletedBefore(change.objectID) || updatedBefore(change.objectID) {
+        for change in save.inserted
+        where insertedBefore(change.objectID) || deletedBefore(change.objectID) || updatedBefore(change.objectID) {
             return false
         }
-        for change in [save.updated, save.deleted].joined() where insertedBefore(change.objectID) || deletedBefore(change.objectID) {
+        for change in [save.updated, save.deleted].joined()
+        where insertedBefore(change.objectID) || deletedBefore(change.objectID) {
             return false
         }
         return true
@@ -158,7 +163,9 @@ struct CoalescedSaves: Sendable {
             order.append(change.objectID)
             let id = change.objectID
             if saves != nil {
-                updatedKeys[id.entityName] = updatedKeys[id.entityName].map { min($0.lowerBound, id.key)...max($0.upperBound, id.key) } ?? id.key...id.key
+                updatedKeys[id.entityName] =
+                    updatedKeys[id.entityName].map { min($0.lowerBound, id.key)...max($0.upperBound, id.key) } ?? id
+                    .key...id.key
             }
         }
         updated[change.objectID] = merged

@@ -21,7 +21,8 @@ struct InsertWatch: Sendable {
         self.predicate = predicate
         watchedKeys = predicate?.keyPaths ?? []
         if case .isIn(let path, let values)? = predicate, let index = entity.attributeIndex[path],
-           values.allSatisfy({ if case .string = $0 { true } else { false } }) {
+            values.allSatisfy({ if case .string = $0 { true } else { false } })
+        {
             lookup = (index, Set(values))
         } else {
             lookup = nil
@@ -33,16 +34,21 @@ struct InsertWatch: Sendable {
     /// of 1,000 bugs offered to 100 subscribers waiting for a few keys each.
     func passing(_ inserted: [ObjectChange], index: SaveIndex?) -> [ObjectChange] {
         guard let lookup, let index else { return inserted.filter(passes) }
-        return index.insertPositions(of: entity.name, attribute: lookup.attribute, in: lookup.values).map { inserted[$0] }
+        return index.insertPositions(of: entity.name, attribute: lookup.attribute, in: lookup.values).map {
+            inserted[$0]
+        }
     }
 
     /// The objects among `updated` that changed a watched attribute and now match, other than
     /// those `registered` holds with values (sent to it anyway). With `index`, the updates that
     /// change a watched attribute are found once for every subscriber of a publish: an import's
     /// updates never rename a bug, and cost each watching subscriber nothing.
-    func updatesPassing(_ updated: [ObjectChange], index: SaveIndex?, unless registered: [ObjectID: Subscription.Hold]) -> [ObjectID] {
+    func updatesPassing(_ updated: [ObjectChange], index: SaveIndex?, unless registered: [ObjectID: Subscription.Hold])
+        -> [ObjectID]
+    {
         guard !watchedKeys.isEmpty else { return [] }
-        let candidates = index?.updates(of: entity.name, changingAnyOf: watchedKeys).map { updated[$0] }
+        let candidates =
+            index?.updates(of: entity.name, changingAnyOf: watchedKeys).map { updated[$0] }
             ?? updated.filter { $0.objectID.entityName == entity.name && !watchedKeys.isDisjoint(with: $0.changedKeys) }
         return candidates.filter { registered[$0.objectID] != .values && passes($0) }.map(\.objectID)
     }
@@ -52,7 +58,10 @@ struct InsertWatch: Sendable {
     func passes(_ change: ObjectChange) -> Bool {
         guard change.objectID.entityName == entity.name else { return false }
         guard let predicate, let values = change.values else { return true }
-        if let lookup { return values.attributes.indices.contains(lookup.attribute) && lookup.values.contains(values.attributes[lookup.attribute]) }
+        if let lookup {
+            return values.attributes.indices.contains(lookup.attribute)
+                && lookup.values.contains(values.attributes[lookup.attribute])
+        }
         return predicate.evaluate(on: InsertedRow(entity: entity, row: values))
     }
 

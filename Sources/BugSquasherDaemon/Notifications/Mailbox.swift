@@ -116,9 +116,13 @@ struct Mailbox {
         guard accepts(token) else { return .none }
         if save.isEmpty {
             // Nothing for this subscriber; its position still moves on.
-            if !pending.isEmpty { pending[pending.count - 1].save.token = token }
-            else if coalesced != nil { coalesced?.token = token }
-            else { delivered = token }
+            if !pending.isEmpty {
+                pending[pending.count - 1].save.token = token
+            } else if coalesced != nil {
+                coalesced?.token = token
+            } else {
+                delivered = token
+            }
             return .none
         }
         if isWaiting, pending.isEmpty, coalesced == nil {
@@ -130,7 +134,9 @@ struct Mailbox {
         pending.append(queued())
         pendingObjects += save.objectCount
         let unmerged = pendingObjects - (coalesced?.objectCount ?? 0)
-        if pending.count > Self.mergeAfterSaves || (pendingObjects > pendingLimit && unmerged <= Self.mergeAtLimitObjects) {
+        if pending.count > Self.mergeAfterSaves
+            || (pendingObjects > pendingLimit && unmerged <= Self.mergeAtLimitObjects)
+        {
             mergePending()
         }
         guard pendingObjects > pendingLimit else { return .none }

@@ -50,12 +50,14 @@ final class NotificationHub: Sendable {
         let index = SaveIndex(didSave)
         batchingWrites {
             for subscription in all {
-                subscription.offer(didSave, withoutValues: {
-                    if let withoutValues { return withoutValues }
-                    let stripped = didSave.withoutValues
-                    withoutValues = stripped
-                    return stripped
-                }, encodings: encodings, index: index)
+                subscription.offer(
+                    didSave,
+                    withoutValues: {
+                        if let withoutValues { return withoutValues }
+                        let stripped = didSave.withoutValues
+                        withoutValues = stripped
+                        return stripped
+                    }, encodings: encodings, index: index)
             }
         }
     }

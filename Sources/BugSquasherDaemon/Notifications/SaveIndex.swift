@@ -56,7 +56,9 @@ final class SaveIndex {
                 column.valueless.append(position)
                 continue
             }
-            if let following = column.first.updateValue(position, forKey: values.attributes[attribute]) { column.next[position] = following }
+            if let following = column.first.updateValue(position, forKey: values.attributes[attribute]) {
+                column.next[position] = following
+            }
         }
         return column
     }
@@ -77,7 +79,8 @@ final class SaveIndex {
     func updated(heldBy registered: [ObjectID: Subscription.Hold]) -> [ObjectChange] {
         let positions = updatedPositions ?? Self.positions(of: didSave.updated)
         updatedPositions = positions
-        return Self.changes(didSave.updated, at: registered.compactMap { $0.value == .values ? positions[$0.key] : nil })
+        return Self.changes(
+            didSave.updated, at: registered.compactMap { $0.value == .values ? positions[$0.key] : nil })
     }
 
     /// The save's deletions of objects `registered` holds, in the save's order.

@@ -21,5 +21,7 @@ final class SharedEncoding: Sendable {
 struct SharedEncodings: Sendable {
     private let encodings = (0..<4).map { _ in SharedEncoding() }
 
-    func of(includeValues: Bool, idRuns: Bool) -> SharedEncoding { encodings[(includeValues ? 2 : 0) + (idRuns ? 1 : 0)] }
+    func of(includeValues: Bool, idRuns: Bool) -> SharedEncoding {
+        encodings[(includeValues ? 2 : 0) + (idRuns ? 1 : 0)]
+    }
 }

@@ -62,7 +62,11 @@ final class Subscription: Sendable {
 
     private let state: Mutex<State>
 
-    init(registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int, registrationLimits: RegistrationLimits? = nil, insertWatch: InsertWatch? = nil, followsJob: Bool = false, startToken: HistoryToken) {
+    init(
+        registeredOnly: Bool, includeValues: Bool, idRuns: Bool = false, pendingLimit: Int,
+        registrationLimits: RegistrationLimits? = nil, insertWatch: InsertWatch? = nil, followsJob: Bool = false,
+        startToken: HistoryToken
+    ) {
         id = UUID().uuidString
         self.followsJob = followsJob
         self.registrationLimits = registrationLimits
@@ -144,7 +148,9 @@ final class Subscription: Sendable {
     ///     that receives the whole save; `nil` when nothing is shared.
     ///   - index: the save indexed for filtering, built once for every subscriber that filters
     ///     to its registrations.
-    func offer(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings? = nil, index: SaveIndex? = nil) {
+    func offer(
+        _ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings? = nil, index: SaveIndex? = nil
+    ) {
         var action = deliver(didSave, withoutValues: withoutValues, encodings: encodings, index: index, directly: true)
         if case .sendNow(let save, let sendNow) = action {
             // Written from here, the feed's task left waiting: a live subscriber's save costs
@@ -163,15 +169,21 @@ final class Subscription: Sendable {
         case drop([QueuedSave], CoalescedSaves?)
     }
 
-    private func deliver(_ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings?, index: SaveIndex?, directly: Bool) -> Delivery {
+    private func deliver(
+        _ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings?, index: SaveIndex?, directly: Bool
+    ) -> Delivery {
         state.withLock { state -> Delivery in
             guard state.mailbox.accepts(didSave.token) else { return .none }
-            let save = registeredOnly ? Self.filter(didSave, to: state.registered, inserts: insertWatch, index: index) : didSave
+            let save =
+                registeredOnly
+                ? Self.filter(didSave, to: state.registered, inserts: insertWatch, index: index) : didSave
             let action = state.mailbox.offer(save, token: didSave.token, directly: directly && state.sendNow != nil) {
                 // Queued without the values this subscriber did not ask for, so that a stalled
                 // one holds IDs and versions, not rows.
                 let queued = includeValues ? save : registeredOnly ? save.withoutValues : withoutValues()
-                return QueuedSave(save: queued, encoding: registeredOnly ? nil : encodings?.of(includeValues: includeValues, idRuns: idRuns))
+                return QueuedSave(
+                    save: queued,
+                    encoding: registeredOnly ? nil : encodings?.of(includeValues: includeValues, idRuns: idRuns))
             }
             return Self.delivery(of: action, in: &state)
         }
@@ -285,19 +297,28 @@ final class Subscription: Sendable {
     /// once for every subscriber of one publish), the smaller of the save and the registrations
     /// is walked: 89 subscribers holding 11 bugs each cost about a thousand probes per import
     /// chunk of 1,000 updates instead of 89,000.
-    static func filter(_ didSave: DidSave, to registered: [ObjectID: Hold], inserts: InsertWatch? = nil, index: SaveIndex? = nil) -> DidSave {
+    static func filter(
+        _ didSave: DidSave, to registered: [ObjectID: Hold], inserts: InsertWatch? = nil, index: SaveIndex? = nil
+    ) -> DidSave {
         var filtered = DidSave(token: didSave.token, storeIdentifier: didSave.storeIdentifier)
-        if let inserts, !didSave.inserted.isEmpty { filtered.inserted = inserts.passing(didSave.inserted, index: index) }
+        if let inserts, !didSave.inserted.isEmpty {
+            filtered.inserted = inserts.passing(didSave.inserted, index: index)
+        }
         // Objects an update made match the watch (a bug renamed to a key waited for), which the
         // subscriber could not register since they did not match before.
-        let cameToMatch = inserts.map { didSave.updated.isEmpty ? [] : $0.updatesPassing(didSave.updated, index: index, unless: registered) } ?? []
+        let cameToMatch =
+            inserts.map {
+                didSave.updated.isEmpty ? [] : $0.updatesPassing(didSave.updated, index: index, unless: registered)
+            } ?? []
         guard !registered.isEmpty || !cameToMatch.isEmpty else { return filtered }
         if let index, cameToMatch.isEmpty, registered.count < didSave.updated.count + didSave.deleted.count {
             filtered.updated = index.updated(heldBy: registered)
             filtered.deleted = index.deleted(heldBy: registered)
         } else {
             let matching = Set(cameToMatch)
-            filtered.updated = didSave.updated.filter { registered[$0.objectID] == .values || matching.contains($0.objectID) }
+            filtered.updated = didSave.updated.filter {
+                registered[$0.objectID] == .values || matching.contains($0.objectID)
+            }
             filtered.deleted = didSave.deleted.filter { registered[$0.objectID] != nil }
         }
         return filtered

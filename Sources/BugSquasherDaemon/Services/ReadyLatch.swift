@@ -11,7 +11,12 @@ final class ReadyLatch: Sendable {
     }
 
     func arrive() {
-        if remaining.withLock({ $0 -= 1; return $0 == 0 }) { action() }
+        if remaining.withLock({
+            $0 -= 1
+            return $0 == 0
+        }) {
+            action()
+        }
     }
 
     /// Whether every party arrived and the action ran.

@@ -41,7 +41,9 @@ final class SocketFileGuard: Service {
                 // Recorded as its server bound it (none: it was gone at once).
                 if let first = bound.withLock({ $0[path] }), now == first { continue }
                 let problem = "the socket \(path) was \(now == nil ? "removed" : "replaced by another file")"
-                logger.critical("\(problem) while squasherd ran: no client can reach squasherd through it any more. Stopping, so that squasherd starts again and binds it anew (under systemd, Restart=on-failure does).")
+                logger.critical(
+                    "\(problem) while squasherd ran: no client can reach squasherd through it any more. Stopping, so that squasherd starts again and binds it anew (under systemd, Restart=on-failure does)."
+                )
                 found.withLock { $0 = problem }
                 return false
             }

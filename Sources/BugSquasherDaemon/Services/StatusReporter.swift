@@ -23,7 +23,9 @@ final class StatusReporter: Sendable {
         let line: String
         if let progress = progress.withLock({ $0 }) {
             let percent = progress.bytesTotal > 0 ? Double(progress.bytesDone) * 100 / Double(progress.bytesTotal) : 0
-            line = String(format: "Importing job %@: %lld records read (%lld rejected), %.0f%%, %.0f records/s; %d subscribers", progress.job, progress.read, progress.rejected, percent, progress.rate, hub.count)
+            line = String(
+                format: "Importing job %@: %lld records read (%lld rejected), %.0f%%, %.0f records/s; %d subscribers",
+                progress.job, progress.read, progress.rejected, percent, progress.rate, hub.count)
         } else {
             line = "Idle; \(hub.count) subscribers"
         }

@@ -19,7 +19,9 @@ struct StoreFileGuard: Service {
             // through, what went is the directory, not the log it happened to remove first.
             try? await Task.sleep(for: .milliseconds(250))
             problem = store.fileProblem() ?? problem
-            logger.critical("\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it.")
+            logger.critical(
+                "\(problem) while squasherd ran: saves would be lost with it. Stopping, and copying what the open store holds beside it."
+            )
             loss.lost(problem)
             return false
         }

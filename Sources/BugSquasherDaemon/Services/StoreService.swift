@@ -21,7 +21,9 @@ struct StoreService: Service {
             } catch {
                 // Nothing is lost: the committed saves are in the WAL, which SQLite replays when
                 // the store opens next.
-                logger.error("checkpoint failed; the WAL stays beside the store and is replayed when it opens next", metadata: ["error": "\(error)"])
+                logger.error(
+                    "checkpoint failed; the WAL stays beside the store and is replayed when it opens next",
+                    metadata: ["error": "\(error)"])
             }
         }
         if fileLoss.problem != nil, let store = stack.store as? any FileBacked { rescue(store) }
@@ -30,19 +32,30 @@ struct StoreService: Service {
     /// Copies what the open store holds to a file beside its path, once nothing writes to it.
     private func rescue(_ store: any FileBacked) {
         let path = store.url.path
-        let copy = path + SquasherDaemon.rescueSuffix + Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.omitted))
+        let copy =
+            path + SquasherDaemon.rescueSuffix
+            + Date().formatted(
+                .iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.omitted))
         onShutdownStep("Stopping: copying the store whose file was deleted", .seconds(300))
         // A directory moved or removed with the store: the copy goes where the store was, in the
         // directory made again. A moved one still holds the store, every save included.
         let directory = store.url.deletingLastPathComponent().path
         let directoryGone = !FileManager.default.fileExists(atPath: directory)
-        if directoryGone { try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
-        let moved = directoryGone ? " If the directory was moved rather than removed, the store in its new place holds every save too." : ""
+        if directoryGone {
+            try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        let moved =
+            directoryGone
+            ? " If the directory was moved rather than removed, the store in its new place holds every save too." : ""
         do {
             try store.writeCopy(to: copy)
-            fileLoss.rescued("What it held, every save included, is copied to \(copy). Move that copy to \(path) and start squasherd again.\(moved)")
+            fileLoss.rescued(
+                "What it held, every save included, is copied to \(copy). Move that copy to \(path) and start squasherd again.\(moved)"
+            )
         } catch {
-            fileLoss.rescued("Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was lost are lost with it, unless the directory was moved rather than removed: then the store in its new place holds them. Otherwise restore the store from a backup.")
+            fileLoss.rescued(
+                "Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was lost are lost with it, unless the directory was moved rather than removed: then the store in its new place holds them. Otherwise restore the store from a backup."
+            )
         }
     }
 }

@@ -27,25 +27,36 @@ extension SquasherDaemon {
         for directory in [configuration.stateDirectory, configuration.spoolDirectory, configuration.runtimeDirectory] {
             do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
                 var isDirectory: ObjCBool = false
-                if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue {
-                    throw DaemonError("Cannot use \(directory) as a directory: a file is there. Move it away, or point --state-directory/--runtime-directory elsewhere.")
+                if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue
+                {
+                    throw DaemonError(
+                        "Cannot use \(directory) as a directory: a file is there. Move it away, or point --state-directory/--runtime-directory elsewhere."
+                    )
                 }
                 if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: directory) {
                     // The system's "file exists" would send the operator looking for a file.
-                    throw DaemonError("Cannot use \(directory) as a directory: it is a symbolic link to \(target), which leads to no directory (a missing place, or a loop of links). Mend the link, or point --state-directory/--runtime-directory elsewhere.")
+                    throw DaemonError(
+                        "Cannot use \(directory) as a directory: it is a symbolic link to \(target), which leads to no directory (a missing place, or a loop of links). Mend the link, or point --state-directory/--runtime-directory elsewhere."
+                    )
                 }
                 let reason = error.localizedDescription.trimmingCharacters(in: CharacterSet(charactersIn: ". "))
-                throw DaemonError("Cannot create \(directory): \(reason). Create it, or point --state-directory/--runtime-directory elsewhere.")
+                throw DaemonError(
+                    "Cannot create \(directory): \(reason). Create it, or point --state-directory/--runtime-directory elsewhere."
+                )
             }
         }
         guard FileManager.default.isWritableFile(atPath: configuration.stateDirectory) else {
             if SQLiteStore.isOnReadOnlyFileSystem(configuration.stateDirectory) {
-                throw DaemonError("The state directory \(configuration.stateDirectory) is on a file system mounted read-only; remount it read-write, or choose another --state-directory.")
+                throw DaemonError(
+                    "The state directory \(configuration.stateDirectory) is on a file system mounted read-only; remount it read-write, or choose another --state-directory."
+                )
             }
             if let problem = SQLiteStore.markProblem(of: [configuration.stateDirectory]) {
                 throw DaemonError("The state directory cannot be written: \(problem).")
             }
-            throw DaemonError("The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one.")
+            throw DaemonError(
+                "The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one."
+            )
         }
     }
 
@@ -56,16 +67,20 @@ extension SquasherDaemon {
         try Self.refuseEmptiedStore(at: configuration.storePath)
         try Self.refuseStoreReplacedByRescue(at: configuration.storePath)
         // The store file too, before it is opened when it exists (or right after it is created).
-        var storeLock = FileManager.default.fileExists(atPath: configuration.storePath) ? try StoreFileLock(path: configuration.storePath) : nil
+        var storeLock =
+            FileManager.default.fileExists(atPath: configuration.storePath)
+            ? try StoreFileLock(path: configuration.storePath) : nil
         // Imports give way to edits for a moment after each commits (decoding and upserting
         // between records, and the store's chunk saves).
         let editsFirst = EditsFirst(window: configuration.importYield)
         let stack: PersistentStack
         do {
-            let store = try SQLiteStore(url: URL(filePath: configuration.storePath), logger: logger, editsFirst: editsFirst)
+            let store = try SQLiteStore(
+                url: URL(filePath: configuration.storePath), logger: logger, editsFirst: editsFirst)
             stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
         } catch let error as GraphError {
-            throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
+            throw DaemonError(
+                "Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
         }
         if storeLock == nil { storeLock = try StoreFileLock(path: configuration.storePath) }
         try checkSoundness(of: stack)
@@ -80,10 +95,13 @@ extension SquasherDaemon {
         if let store = stack.store as? any SelfChecking {
             let findings: [String]
             do { findings = try store.quickCheck() } catch let error as GraphError {
-                throw DaemonError("Refusing to start: the store \(configuration.storePath) cannot be read. \(error.message)")
+                throw DaemonError(
+                    "Refusing to start: the store \(configuration.storePath) cannot be read. \(error.message)")
             }
             guard findings == ["ok"] else {
-                throw DaemonError("Refusing to start: the store \(configuration.storePath) is damaged (\(findings.prefix(3).joined(separator: "; "))). Restore it from a backup, or move it away to start with an empty store and re-import.")
+                throw DaemonError(
+                    "Refusing to start: the store \(configuration.storePath) is damaged (\(findings.prefix(3).joined(separator: "; "))). Restore it from a backup, or move it away to start with an empty store and re-import."
+                )
             }
         }
     }
@@ -95,12 +113,20 @@ extension SquasherDaemon {
         let storeIdentifier = stack.mainCoordinator.storeIdentifier
         let newestToken = try stack.store.currentHistoryToken()
         if let content = watermark.unreadableContent() {
-            logger.warning("\(watermark.path) holds no record of the last save (it begins \(content.debugDescription)), so this start could not check that the store kept every save and is the one squasherd saved to here; the record is written anew from the store. If the store's files were not replaced or restored, nothing is lost.", metadata: ["store.path": "\(configuration.storePath)"])
+            logger.warning(
+                "\(watermark.path) holds no record of the last save (it begins \(content.debugDescription)), so this start could not check that the store kept every save and is the one squasherd saved to here; the record is written anew from the store. If the store's files were not replaced or restored, nothing is lost.",
+                metadata: ["store.path": "\(configuration.storePath)"])
         }
         if newestToken.rawValue > 0 {
-            try watermark.check(storeIdentifier: storeIdentifier, token: newestToken.rawValue, storePath: configuration.storePath)
+            try watermark.check(
+                storeIdentifier: storeIdentifier, token: newestToken.rawValue, storePath: configuration.storePath)
         } else if let (previous, token) = watermark.recorded(), previous != storeIdentifier {
-            logger.notice("a new store: the one squasherd last saved to here is gone", metadata: ["store.path": "\(configuration.storePath)", "store.previous": "\(previous)", "store.previous.token": "\(token)"])
+            logger.notice(
+                "a new store: the one squasherd last saved to here is gone",
+                metadata: [
+                    "store.path": "\(configuration.storePath)", "store.previous": "\(previous)",
+                    "store.previous.token": "\(token)",
+                ])
         }
         watermark.record(storeIdentifier: storeIdentifier, token: newestToken)
         return watermark
@@ -115,13 +141,23 @@ extension SquasherDaemon {
     private static func refuseStoreReplacedByRescue(at path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
         let prefix = (path as NSString).lastPathComponent + rescueSuffix
-        guard let rescued = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.filter({ $0.hasPrefix(prefix) }).max() else { return }
-        func modified(_ file: String) -> Date? { (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date }
+        guard
+            let rescued = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.filter({
+                $0.hasPrefix(prefix)
+            }).max()
+        else { return }
+        func modified(_ file: String) -> Date? {
+            (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date
+        }
         guard FileManager.default.fileExists(atPath: path) else {
-            throw DaemonError("Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran. Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory).")
+            throw DaemonError(
+                "Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran. Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory)."
+            )
         }
         if let copy = modified(directory + "/" + rescued), let store = modified(path), copy > store {
-            throw DaemonError("Refusing to start: \(directory)/\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted while it ran, and it is newer than the store \(path), which may lack the saves since. Move the copy to \(path) to go on with it (keep the old file elsewhere until you are sure); or, to go on with the store as it is, move the copy out of \(directory).")
+            throw DaemonError(
+                "Refusing to start: \(directory)/\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted while it ran, and it is newer than the store \(path), which may lack the saves since. Move the copy to \(path) to go on with it (keep the old file elsewhere until you are sure); or, to go on with the store as it is, move the copy out of \(directory)."
+            )
         }
     }
 
@@ -136,11 +172,14 @@ extension SquasherDaemon {
         // again for its other users).
         if let problem = SQLiteStore.notFilesProblem(path) { throw DaemonError("Refusing to start: \(problem)") }
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
-              // A log with commits rebuilds the store; an empty one left beside it does not.
-              !SQLiteStore.logMayHoldCommits(path),
-              // squasherd was stopped while it created the store: it creates it again.
-              !FileManager.default.fileExists(atPath: SQLiteStore.creationMarkerPath(for: path)) else { return }
-        throw DaemonError("Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it.")
+            // A log with commits rebuilds the store; an empty one left beside it does not.
+            !SQLiteStore.logMayHoldCommits(path),
+            // squasherd was stopped while it created the store: it creates it again.
+            !FileManager.default.fileExists(atPath: SQLiteStore.creationMarkerPath(for: path))
+        else { return }
+        throw DaemonError(
+            "Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it."
+        )
     }
 
     /// A job that ended (finished, failed, aborted) or that the store does not know never reads
@@ -148,18 +187,28 @@ extension SquasherDaemon {
     /// (a disk that went read-only), or by an older version.
     private func removeSpoolsOfEndedJobs(_ stack: PersistentStack) async throws {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: configuration.spoolDirectory)) ?? []
-        let spooled = names.filter { $0.hasSuffix(Spooler.fileExtension) }.map { String($0.dropLast(Spooler.fileExtension.count)) }
+        let spooled = names.filter { $0.hasSuffix(Spooler.fileExtension) }.map {
+            String($0.dropLast(Spooler.fileExtension.count))
+        }
         guard !spooled.isEmpty else { return }
         let pending = try await stack.temporaryContext(name: "startup").perform { context in
-            Set(try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == .string(JobState.queued.rawValue) || Key("state") == .string(JobState.running.rawValue))).map(\.jobID))
+            Set(
+                try context.fetch(
+                    FetchRequest<ImportJob>(
+                        predicate: Key("state") == .string(JobState.queued.rawValue)
+                            || Key("state") == .string(JobState.running.rawValue))
+                ).map(\.jobID))
         }
         for job in spooled where !pending.contains(job) {
             let path = Spooler.path(job: job, in: configuration.spoolDirectory)
             do {
                 try FileManager.default.removeItem(atPath: path)
-                logger.notice("removed the spool file of a job that ended", metadata: ["job.id": "\(job)", "path": "\(path)"])
+                logger.notice(
+                    "removed the spool file of a job that ended", metadata: ["job.id": "\(job)", "path": "\(path)"])
             } catch {
-                logger.warning("cannot remove the spool file of a job that ended", metadata: ["job.id": "\(job)", "path": "\(path)", "error": "\(error)"])
+                logger.warning(
+                    "cannot remove the spool file of a job that ended",
+                    metadata: ["job.id": "\(job)", "path": "\(path)", "error": "\(error)"])
             }
         }
     }
@@ -168,7 +217,9 @@ extension SquasherDaemon {
     private func failInterruptedUploads(_ stack: PersistentStack) async throws {
         let importer = stack.importerContext(name: "startup")
         try await importer.perform { context in
-            for job in try context.fetch(FetchRequest<ImportJob>(predicate: Key("state") == .string(JobState.uploading.rawValue))) {
+            for job in try context.fetch(
+                FetchRequest<ImportJob>(predicate: Key("state") == .string(JobState.uploading.rawValue)))
+            {
                 job.state = .failed
                 job.error = "The upload was interrupted when the daemon stopped; submit the file again."
                 job.finished = Date()

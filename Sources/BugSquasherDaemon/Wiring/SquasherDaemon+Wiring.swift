@@ -33,9 +33,16 @@ extension SquasherDaemon {
     /// Builds the daemon's parts on the open store.
     func wire(_ opened: OpenedStore) -> Wiring {
         let interfaces = makeInterfaces(opened)
-        let (logger, configuration, readAddress, writeAddress, onReady) = (self.logger, self.configuration, self.readAddress, self.writeAddress, self.onReady)
+        let (logger, configuration, readAddress, writeAddress, onReady) = (
+            self.logger, self.configuration, self.readAddress, self.writeAddress, self.onReady
+        )
         let ready = ReadyLatch(count: 2) {
-            logger.info("ready", metadata: ["store.path": "\(configuration.storePath)", "socket.read": "\(readAddress)", "socket.write": "\(writeAddress)"])
+            logger.info(
+                "ready",
+                metadata: [
+                    "store.path": "\(configuration.storePath)", "socket.read": "\(readAddress)",
+                    "socket.write": "\(writeAddress)",
+                ])
             onReady()
             interfaces.status.publish()
         }
@@ -45,16 +52,23 @@ extension SquasherDaemon {
         // one thread, without hops to a write thread and back; neither edits waiting for the
         // writer nor an upload's spooling block the cooperative pool or the read socket's loops.
         let writeSocketThread = EventLoopExecutor()
-        let servers = makeServers(interfaces.service, connectionLimit: connectionLimit, writeSocketThread: writeSocketThread)
-        let socketGuard = SocketFileGuard(paths: [readAddress.path, writeAddress.path].compactMap { $0 }, ready: ready, logger: logger)
-        var wiring = Wiring(services: [], writeSocketThread: writeSocketThread, fileLoss: StoreFileLoss(), socketGuard: socketGuard)
-        wiring.services = makeServices(opened.stack, interfaces: interfaces, servers: servers, ready: ready, connectionLimit: connectionLimit, wiring: wiring)
+        let servers = makeServers(
+            interfaces.service, connectionLimit: connectionLimit, writeSocketThread: writeSocketThread)
+        let socketGuard = SocketFileGuard(
+            paths: [readAddress.path, writeAddress.path].compactMap { $0 }, ready: ready, logger: logger)
+        var wiring = Wiring(
+            services: [], writeSocketThread: writeSocketThread, fileLoss: StoreFileLoss(), socketGuard: socketGuard)
+        wiring.services = makeServices(
+            opened.stack, interfaces: interfaces, servers: servers, ready: ready, connectionLimit: connectionLimit,
+            wiring: wiring)
         return wiring
     }
 
     /// Runs the service group until SIGTERM or SIGINT, or until a guard stops it.
     func serve(_ wiring: Wiring) async throws {
-        let group = ServiceGroup(configuration: .init(services: wiring.services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(
+            configuration: .init(
+                services: wiring.services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
             try await group.run()
         } catch {
@@ -66,7 +80,8 @@ extension SquasherDaemon {
             throw DaemonError("Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)")
         }
         if let problem = wiring.socketGuard.problem {
-            throw DaemonError("Stopped because \(problem) while squasherd ran. Start it again: it binds its sockets anew.")
+            throw DaemonError(
+                "Stopped because \(problem) while squasherd ran. Start it again: it binds its sockets anew.")
         }
         logger.info("stopped")
     }
@@ -78,7 +93,9 @@ extension SquasherDaemon {
         let status = StatusReporter(hub: hub, onStatus: onStatus)
         // Saves to the store, off the cooperative pool (see ThreadExecutor).
         let writers = ThreadExecutor.writers()
-        let runner = ImportRunner(stack: stack, configuration: configuration, writers: writers, editsFirst: editsFirst, logger: logger) { progress in status.update(progress) }
+        let runner = ImportRunner(
+            stack: stack, configuration: configuration, writers: writers, editsFirst: editsFirst, logger: logger
+        ) { progress in status.update(progress) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
             store.observeCommits { didSave in
@@ -90,15 +107,20 @@ extension SquasherDaemon {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
         }
         let coding = WireCoding(model: stack.model)
-        let registrationLimits = RegistrationLimits(perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
+        let registrationLimits = RegistrationLimits(
+            perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
         // Clients' store reads, off the cooperative pool (see ThreadExecutor).
         let readers = ThreadExecutor.readers()
-        let changes = ChangesInterface(stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit, registrationLimits: registrationLimits, readers: readers, editsFirst: editsFirst)
+        let changes = ChangesInterface(
+            stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit,
+            registrationLimits: registrationLimits, readers: readers, editsFirst: editsFirst)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
-        let imports = ImportInterface(stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
+        let imports = ImportInterface(
+            stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
         let service = VarlinkService(
-            vendor: "BugSquasher", product: "squasherd", version: BugSquasherVersion.current, url: "https://github.com/bugsquasher/bugsquasher",
+            vendor: "BugSquasher", product: "squasherd", version: BugSquasherVersion.current,
+            url: "https://github.com/bugsquasher/bugsquasher",
             interfaces: [changes, store, jobs, imports]
         )
         return Interfaces(service: service, runner: runner, imports: imports, status: status)
@@ -107,17 +129,24 @@ extension SquasherDaemon {
     /// The read and the write socket's servers. They share limits: connections, bytes of
     /// messages still arriving, and bytes of large replies not yet read (whose memory goes back
     /// to the system once they are written).
-    private func makeServers(_ service: VarlinkService, connectionLimit: ConnectionLimit, writeSocketThread: EventLoopExecutor) -> [VarlinkServer] {
-        let incomingBudget = IncomingMessageBudget(limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
+    private func makeServers(
+        _ service: VarlinkService, connectionLimit: ConnectionLimit, writeSocketThread: EventLoopExecutor
+    ) -> [VarlinkServer] {
+        let incomingBudget = IncomingMessageBudget(
+            limit: max(configuration.maximumIncomingBytes, configuration.maximumMessageSize))
         let outgoingBudget = OutgoingReplyBudget(limit: configuration.maximumOutgoingBytes) { returnFreedMemory() }
         return [
             VarlinkServer(
-                name: "read", address: readAddress, mayWrite: false, service: service, maximumMessageSize: configuration.maximumMessageSize,
-                connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget, logger: logger
+                name: "read", address: readAddress, mayWrite: false, service: service,
+                maximumMessageSize: configuration.maximumMessageSize,
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget,
+                logger: logger
             ),
             VarlinkServer(
-                name: "write", address: writeAddress, mayWrite: true, service: service, maximumMessageSize: configuration.maximumMessageSize,
-                connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget, group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
+                name: "write", address: writeAddress, mayWrite: true, service: service,
+                maximumMessageSize: configuration.maximumMessageSize,
+                connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget,
+                group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
             ),
         ]
     }
@@ -125,15 +154,21 @@ extension SquasherDaemon {
     /// The services of the group, in the order it starts them (and so the reverse of the
     /// order it stops them).
     private func makeServices(
-        _ stack: PersistentStack, interfaces: Interfaces, servers: [VarlinkServer], ready: ReadyLatch, connectionLimit: ConnectionLimit, wiring: Wiring
+        _ stack: PersistentStack, interfaces: Interfaces, servers: [VarlinkServer], ready: ReadyLatch,
+        connectionLimit: ConnectionLimit, wiring: Wiring
     ) -> [ServiceGroupConfiguration.ServiceConfiguration] {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: StoreService(stack: stack, fileLoss: wiring.fileLoss, logger: logger, onShutdownStep: onShutdownStep)),
+            .init(
+                service: StoreService(
+                    stack: stack, fileLoss: wiring.fileLoss, logger: logger, onShutdownStep: onShutdownStep)),
             .init(service: interfaces.runner),
         ]
         if let store = stack.store as? any FileBacked {
             // Returns when the store file is gone: the daemon then stops (see StoreFileGuard).
-            services.append(.init(service: StoreFileGuard(store: store, loss: wiring.fileLoss, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+            services.append(
+                .init(
+                    service: StoreFileGuard(store: store, loss: wiring.fileLoss, logger: logger),
+                    successTerminationBehavior: .gracefullyShutdownGroup))
         }
         let socketGuard = wiring.socketGuard
         services += servers.map { .init(service: ServerService(server: $0, ready: ready, socketGuard: socketGuard)) }
@@ -142,21 +177,33 @@ extension SquasherDaemon {
             services.append(.init(service: socketGuard, successTerminationBehavior: .gracefullyShutdownGroup))
         }
         services.append(.init(service: ClosedConnectionsTrimmer(limit: connectionLimit)))
-        services.append(.init(service: UploadSweeper(imports: interfaces.imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)), logger: logger)))
+        services.append(
+            .init(
+                service: UploadSweeper(
+                    imports: interfaces.imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)),
+                    logger: logger)))
         if let watchdogInterval {
-            services.append(.init(service: WatchdogService(stack: stack, interval: watchdogInterval, ready: ready, logger: logger, onHealthy: onWatchdog)))
+            services.append(
+                .init(
+                    service: WatchdogService(
+                        stack: stack, interval: watchdogInterval, ready: ready, logger: logger, onHealthy: onWatchdog)))
         }
         if let startupSignals {
             // Stops the group when it starts, if a signal came while squasherd started.
-            services.append(.init(service: StartupStopService(signals: startupSignals, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+            services.append(
+                .init(
+                    service: StartupStopService(signals: startupSignals, logger: logger),
+                    successTerminationBehavior: .gracefullyShutdownGroup))
         }
         // Last in the list, first to hear of the shutdown: reports it before anything stops.
         let (onShutdownStep, onStopping, imports) = (onShutdownStep, onStopping, interfaces.imports)
-        services.append(.init(service: ShutdownAnnouncer {
-            imports.stopUploads()
-            onStopping()
-            onShutdownStep("Stopping: finishing the current import chunk", .seconds(30))
-        }))
+        services.append(
+            .init(
+                service: ShutdownAnnouncer {
+                    imports.stopUploads()
+                    onStopping()
+                    onShutdownStep("Stopping: finishing the current import chunk", .seconds(30))
+                }))
         return services
     }
 
@@ -166,19 +213,26 @@ extension SquasherDaemon {
         let descriptors = FileDescriptorLimit.raiseToHardLimit()
         let fitting = ConnectionLimit.fitting(descriptorLimit: descriptors.after).maximum
         if fitting < 64 {
-            logger.warning("The file descriptor limit is \(descriptors.after), so squasherd serves at most \(fitting) connections at once. Raise it (LimitNOFILE= in the unit, ulimit -n in a shell) to at least 1024.")
+            logger.warning(
+                "The file descriptor limit is \(descriptors.after), so squasherd serves at most \(fitting) connections at once. Raise it (LimitNOFILE= in the unit, ulimit -n in a shell) to at least 1024."
+            )
         }
         var maximum = fitting
         if let wanted = configuration.maximumConnections {
             if wanted <= fitting {
                 maximum = wanted
             } else {
-                logger.warning("max_connections = \(wanted) does not fit the file descriptor limit of \(descriptors.after); serving at most \(fitting) connections. Raise LimitNOFILE= (or ulimit -n) to allow more.")
+                logger.warning(
+                    "max_connections = \(wanted) does not fit the file descriptor limit of \(descriptors.after); serving at most \(fitting) connections. Raise LimitNOFILE= (or ulimit -n) to allow more."
+                )
             }
         }
-        logger.info("connection limit", metadata: [
-            "connections.max": "\(maximum)", "descriptors.limit": "\(descriptors.after)", "descriptors.limit.before": "\(descriptors.before)",
-        ])
+        logger.info(
+            "connection limit",
+            metadata: [
+                "connections.max": "\(maximum)", "descriptors.limit": "\(descriptors.after)",
+                "descriptors.limit.before": "\(descriptors.before)",
+            ])
         return ConnectionLimit(maximum: maximum)
     }
 }

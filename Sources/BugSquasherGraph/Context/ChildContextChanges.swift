@@ -26,8 +26,12 @@ extension ContextCore {
         var added: [String: [ObjectID]] = [:]
         var removed: [String: [ObjectID]] = [:]
         for (slot, relationship) in object.entity.toManyRelationships.enumerated() where slot < object.toMany.count {
-            if !object.toMany[slot].added.isEmpty { added[relationship.name] = object.toMany[slot].added.map(\.objectID) }
-            if !object.toMany[slot].removed.isEmpty { removed[relationship.name] = object.toMany[slot].removed.map(\.objectID) }
+            if !object.toMany[slot].added.isEmpty {
+                added[relationship.name] = object.toMany[slot].added.map(\.objectID)
+            }
+            if !object.toMany[slot].removed.isEmpty {
+                removed[relationship.name] = object.toMany[slot].removed.map(\.objectID)
+            }
         }
         return PendingRow(
             objectID: object.objectID, row: object.currentRow(version: object.snapshot?.version ?? 0),
@@ -92,10 +96,17 @@ extension ContextCore {
                     didChange(object)
                 }
             }
-            for (slot, relationship) in object.entity.toManyRelationships.enumerated() where slot < object.toMany.count {
-                for id in pending.added[relationship.name, default: []] { object.toMany[slot].insert(self.object(for: id)) }
-                for id in pending.removed[relationship.name, default: []] { object.toMany[slot].remove(self.object(for: id)) }
-                if pending.added[relationship.name] != nil || pending.removed[relationship.name] != nil { didChange(object) }
+            for (slot, relationship) in object.entity.toManyRelationships.enumerated() where slot < object.toMany.count
+            {
+                for id in pending.added[relationship.name, default: []] {
+                    object.toMany[slot].insert(self.object(for: id))
+                }
+                for id in pending.removed[relationship.name, default: []] {
+                    object.toMany[slot].remove(self.object(for: id))
+                }
+                if pending.added[relationship.name] != nil || pending.removed[relationship.name] != nil {
+                    didChange(object)
+                }
             }
         }
         flushRegistrations()

@@ -17,11 +17,18 @@ extension ContextCore {
         let predicate = request.predicate ?? .all
         objects.removeAll { $0.hasChanges && !predicate.evaluate(on: $0) }
         var seen = Set(objects.map(ObjectIdentifier.init))
-        for object in inserted where object.entity === entity && !object.isDeleted && !seen.contains(ObjectIdentifier(object)) {
-            if predicate.evaluate(on: object) { objects.append(object); seen.insert(ObjectIdentifier(object)) }
+        for object in inserted
+        where object.entity === entity && !object.isDeleted && !seen.contains(ObjectIdentifier(object)) {
+            if predicate.evaluate(on: object) {
+                objects.append(object)
+                seen.insert(ObjectIdentifier(object))
+            }
         }
         for object in updated where object.entity === entity && !seen.contains(ObjectIdentifier(object)) {
-            if predicate.evaluate(on: object) { objects.append(object); seen.insert(ObjectIdentifier(object)) }
+            if predicate.evaluate(on: object) {
+                objects.append(object)
+                seen.insert(ObjectIdentifier(object))
+            }
         }
         objects = objects.sortedStably(by: request.sort)
         let start = min(request.offset, objects.count)
@@ -78,7 +85,9 @@ extension ContextCore {
         case .objectIDs(let ids):
             let objects = ids.map(self.object(for:))
             if request.batchSize > 0 {
-                for (batchIDs, batchObjects) in zip(ids.chunks(ofCount: request.batchSize), objects.chunks(ofCount: request.batchSize)) {
+                for (batchIDs, batchObjects) in zip(
+                    ids.chunks(ofCount: request.batchSize), objects.chunks(ofCount: request.batchSize))
+                {
                     let batch = FaultBatch(Array(batchIDs))
                     for object in batchObjects where object.isFault { object.faultBatch = batch }
                 }
@@ -101,7 +110,10 @@ extension ContextCore {
             throw GraphError(.invalidArgument, "\(id) names entity '\(id.entityName)', which the model does not have.")
         }
         guard id.isTemporary || id.storeIdentifier == coordinator.storeIdentifier else {
-            throw GraphError(.wrongContext, "\(id) belongs to store \(id.storeIdentifier), not to this context's store \(coordinator.storeIdentifier).")
+            throw GraphError(
+                .wrongContext,
+                "\(id) belongs to store \(id.storeIdentifier), not to this context's store \(coordinator.storeIdentifier)."
+            )
         }
         if let object = registered[id], !object.isDeleted {
             if object.isFault { fulfillFault(object) }
@@ -109,7 +121,10 @@ extension ContextCore {
             return object
         }
         guard !id.isTemporary else {
-            throw GraphError(.objectNotFound, "\(id) is a temporary ID that this context does not hold; pass permanent IDs between contexts (save first).")
+            throw GraphError(
+                .objectNotFound,
+                "\(id) is a temporary ID that this context does not hold; pass permanent IDs between contexts (save first)."
+            )
         }
         let object = self.object(for: id)
         object.faultBatch = nil

@@ -23,7 +23,10 @@ extension ContextCore {
         var needRows: [ManagedObject] = []
         for (object, change) in touched {
             if let version = object.snapshot?.version, version >= change.version { continue }
-            if object.isFault { result.refreshed.append(object.objectID); continue }
+            if object.isFault {
+                result.refreshed.append(object.objectID)
+                continue
+            }
             if object.hasChanges {
                 if let values = change.values {
                     resolve(object, against: values, policy: mergePolicy)
@@ -73,7 +76,8 @@ extension ContextCore {
             return
         }
         guard let row = try coordinator.store.newValues(for: object.objectID) else {
-            throw GraphError(.objectNotFound, "\(object.objectID) is no longer in the store; it was deleted by another save.")
+            throw GraphError(
+                .objectNotFound, "\(object.objectID) is no longer in the store; it was deleted by another save.")
         }
         coordinator.prime([object.objectID: row])
         resolve(object, against: row, policy: .mergeByPropertyObjectTrump)

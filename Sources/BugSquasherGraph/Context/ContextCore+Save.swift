@@ -1,6 +1,5 @@
-import OrderedCollections
-
 import Logging
+import OrderedCollections
 
 extension ContextCore {
     /// Validates pending changes: required attributes, attribute types, deny rules.
@@ -13,23 +12,31 @@ extension ContextCore {
             let attributes = object.entity.attributes
             let values = object.values
             for index in attributes.indices where !attributes[index].accepts(values[index]) {
-                if let problem = attributes[index].problem(storing: values[index], in: object.entity.name, of: object.objectID) {
+                if let problem = attributes[index].problem(
+                    storing: values[index], in: object.entity.name, of: object.objectID)
+                {
                     problems.append(problem)
                 }
             }
         }
         for object in deleted {
             for relationship in object.entity.relationships where relationship.deleteRule == .deny {
-                let hasTargets = relationship.isToMany
+                let hasTargets =
+                    relationship.isToMany
                     ? !members(of: object, slot: object.entity.toManyIndex[relationship.name]!).isEmpty
                     : object.toOne[object.entity.toOneIndex[relationship.name]!] != nil
                 if hasTargets {
-                    problems.append("\(object.objectID) cannot be deleted while its '\(relationship.name)' relationship is not empty (deny rule): delete those objects, or point them elsewhere, first")
+                    problems.append(
+                        "\(object.objectID) cannot be deleted while its '\(relationship.name)' relationship is not empty (deny rule): delete those objects, or point them elsewhere, first"
+                    )
                 }
             }
         }
         guard problems.isEmpty else {
-            var error = GraphError(.validation, "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : ""). Fix these objects, or roll back.")
+            var error = GraphError(
+                .validation,
+                "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : ""). Fix these objects, or roll back."
+            )
             error.problems = problems
             throw error
         }
@@ -65,7 +72,9 @@ extension ContextCore {
         guard let snapshot = object.snapshot else { return true }
         if object.values != snapshot.attributes { return true }
         if object.toOne.indices.contains(where: { object.toOne[$0]?.objectID != snapshot.toOne[$0] }) { return true }
-        return model.ownedLinkSlots[object.entity.name, default: []].contains { $0 < object.toMany.count && object.toMany[$0].hasChanges }
+        return model.ownedLinkSlots[object.entity.name, default: []].contains {
+            $0 < object.toMany.count && object.toMany[$0].hasChanges
+        }
     }
 
     /// Builds the store-level description of the pending changes.
@@ -73,10 +82,17 @@ extension ContextCore {
         var changes = SaveChanges()
         changes.inserted.reserveCapacity(inserted.count)
         for object in inserted {
-            changes.inserted.append(.init(objectID: object.objectID, expectedVersion: 0, attributes: object.values, toOne: object.toOne.map { $0?.objectID }, changedKeys: []))
+            changes.inserted.append(
+                .init(
+                    objectID: object.objectID, expectedVersion: 0, attributes: object.values,
+                    toOne: object.toOne.map { $0?.objectID }, changedKeys: []))
         }
         for object in updated {
-            changes.updated.append(.init(objectID: object.objectID, expectedVersion: object.snapshot?.version ?? 0, attributes: object.values, toOne: object.toOne.map { $0?.objectID }, changedKeys: object.changedKeys))
+            changes.updated.append(
+                .init(
+                    objectID: object.objectID, expectedVersion: object.snapshot?.version ?? 0,
+                    attributes: object.values, toOne: object.toOne.map { $0?.objectID }, changedKeys: object.changedKeys
+                ))
         }
         for object in deleted {
             changes.deleted.append(.init(objectID: object.objectID, expectedVersion: object.snapshot?.version ?? 0))
@@ -87,10 +103,12 @@ extension ContextCore {
                 guard state.hasChanges else { continue }
                 let name = object.entity.toManyRelationships[slot].name
                 for target in state.added where !target.isDeleted {
-                    changes.linksAdded.append(.init(source: object.objectID, relationship: name, destination: target.objectID))
+                    changes.linksAdded.append(
+                        .init(source: object.objectID, relationship: name, destination: target.objectID))
                 }
                 for target in state.removed {
-                    changes.linksRemoved.append(.init(source: object.objectID, relationship: name, destination: target.objectID))
+                    changes.linksRemoved.append(
+                        .init(source: object.objectID, relationship: name, destination: target.objectID))
                 }
             }
         }
@@ -123,9 +141,11 @@ extension ContextCore {
                 didSaveToStore(didSave, inserted: retiring ? [] : inserted, updated: updated, deleted: deleted)
                 return didSave
             } catch let error as GraphError where error.code == .mergeConflict && mergePolicy != .error && attempt < 5 {
-                logger.debug("save met newer versions; resolving with the merge policy", metadata: [
-                    "conflicts": "\(error.conflicts.count)", "merge.policy": "\(mergePolicy)",
-                ])
+                logger.debug(
+                    "save met newer versions; resolving with the merge policy",
+                    metadata: [
+                        "conflicts": "\(error.conflicts.count)", "merge.policy": "\(mergePolicy)",
+                    ])
                 try resolveSaveConflicts(error.conflicts)
                 coordinator.noteResolvedConflicts(error.conflicts.count)
             }
@@ -140,8 +160,12 @@ extension ContextCore {
         if failsOverStoreDeletions {
             let lost = conflicts.filter { $0.persisted == nil && registered[$0.objectID].map { !$0.isDeleted } == true }
             if !lost.isEmpty {
-                let named = lost.prefix(3).map { "\($0.objectID)" }.joined(separator: ", ") + (lost.count > 3 ? ", …" : "")
-                throw GraphError(.mergeConflict, "\(lost.count) object(s) this context changed were deleted in the store meanwhile (\(named)); nothing was saved. Fetch them again to save them anew.", conflicts: lost)
+                let named =
+                    lost.prefix(3).map { "\($0.objectID)" }.joined(separator: ", ") + (lost.count > 3 ? ", …" : "")
+                throw GraphError(
+                    .mergeConflict,
+                    "\(lost.count) object(s) this context changed were deleted in the store meanwhile (\(named)); nothing was saved. Fetch them again to save them anew.",
+                    conflicts: lost)
             }
         }
         for conflict in conflicts {
@@ -167,7 +191,9 @@ extension ContextCore {
     }
 
     /// Makes saved values the objects' snapshots and registers the inserted objects.
-    func didSaveToStore(_ didSave: DidSave, inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]) {
+    func didSaveToStore(
+        _ didSave: DidSave, inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]
+    ) {
         var versions: [ObjectID: Int64] = [:]
         versions.reserveCapacity(didSave.inserted.count + didSave.updated.count)
         for change in didSave.inserted { versions[change.objectID] = change.version }

@@ -31,7 +31,10 @@ final class ContextCore {
     /// Whether this context's saves are bulk work (``SaveChanges/isBulk``).
     let savesAreBulk: Bool
 
-    init(coordinator: StoreCoordinator, mergePolicy: MergePolicy, parentOverlay: ParentOverlay?, logger: Logger, savesAreBulk: Bool = false) {
+    init(
+        coordinator: StoreCoordinator, mergePolicy: MergePolicy, parentOverlay: ParentOverlay?, logger: Logger,
+        savesAreBulk: Bool = false
+    ) {
         self.savesAreBulk = savesAreBulk
         self.coordinator = coordinator
         self.model = coordinator.model
@@ -122,17 +125,25 @@ final class ContextCore {
                 if let row = rows[id] {
                     apply(row, to: target)
                 } else {
-                    fail(target, GraphError(.objectNotFound, "\(id) has no row in the store: it was deleted, or never saved. Drop the object, or fetch again."))
+                    fail(
+                        target,
+                        GraphError(
+                            .objectNotFound,
+                            "\(id) has no row in the store: it was deleted, or never saved. Drop the object, or fetch again."
+                        ))
                 }
             }
             flushRegistrations()
         } catch {
-            fail(object, error as? GraphError ?? GraphError(.storeIO, "Could not load \(object.objectID).", cause: error))
+            fail(
+                object, error as? GraphError ?? GraphError(.storeIO, "Could not load \(object.objectID).", cause: error)
+            )
         }
     }
 
     private func fail(_ object: ManagedObject, _ error: GraphError) {
-        logger.debug("fault could not be fulfilled", metadata: ["object.id": "\(object.objectID)", "error": "\(error)"])
+        logger.debug(
+            "fault could not be fulfilled", metadata: ["object.id": "\(object.objectID)", "error": "\(error)"])
         object.faultError = error
         object.isFault = false
         object.values = object.entity.defaultValues
@@ -176,7 +187,11 @@ final class ContextCore {
                 }
                 flushRegistrations()
             } catch {
-                logger.warning("to-many relationship could not be loaded", metadata: ["object.id": "\(object.objectID)", "relationship": "\(relationship.name)", "error": "\(error)"])
+                logger.warning(
+                    "to-many relationship could not be loaded",
+                    metadata: [
+                        "object.id": "\(object.objectID)", "relationship": "\(relationship.name)", "error": "\(error)",
+                    ])
             }
         }
         // Deleted objects leave relationships; unsaved links are applied on top.
@@ -193,8 +208,10 @@ final class ContextCore {
         let old = object.toOne[slot]
         if old === target { return }
         let relationship = object.entity.toOneRelationships[slot]
-        precondition(target == nil || target!.entity.name == relationship.destination,
-                     "'\(object.entity.name).\(relationship.name)' takes \(relationship.destination) objects, not \(target!.entity.name).")
+        precondition(
+            target == nil || target!.entity.name == relationship.destination,
+            "'\(object.entity.name).\(relationship.name)' takes \(relationship.destination) objects, not \(target!.entity.name)."
+        )
         object.toOne[slot] = target
         didChange(object)
         guard let inverse = model.inverse(ofToOne: slot, in: object.entity) else { return }
@@ -275,7 +292,8 @@ final class ContextCore {
                 if relationship.deleteRule == .cascade {
                     delete(target)
                 } else if let inverseEntity = model.entity(named: relationship.destination),
-                          let inverse = inverseEntity.relationship(named: relationship.inverse) {
+                    let inverse = inverseEntity.relationship(named: relationship.inverse)
+                {
                     if inverse.isToMany {
                         changeMembers(of: target, slot: inverseEntity.toManyIndex[inverse.name]!) { $0.remove(object) }
                     } else {

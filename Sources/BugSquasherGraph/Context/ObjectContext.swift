@@ -57,15 +57,19 @@ public actor ObjectContext {
         self.didSaveHandler = didSave
         var logger = logger
         logger[metadataKey: "context"] = "\(name)"
-        self.core = ContextCore(coordinator: coordinator, mergePolicy: mergePolicy, parentOverlay: nil, logger: logger, savesAreBulk: savesAreBulk)
+        self.core = ContextCore(
+            coordinator: coordinator, mergePolicy: mergePolicy, parentOverlay: nil, logger: logger,
+            savesAreBulk: savesAreBulk)
     }
 
-    private init(parent: ObjectContext, overlay: ParentOverlay, mergePolicy: MergePolicy, name: String, logger: Logger) {
+    private init(parent: ObjectContext, overlay: ParentOverlay, mergePolicy: MergePolicy, name: String, logger: Logger)
+    {
         self.name = name
         self.coordinator = parent.coordinator
         self.parent = parent
         self.didSaveHandler = nil
-        self.core = ContextCore(coordinator: parent.coordinator, mergePolicy: mergePolicy, parentOverlay: overlay, logger: logger)
+        self.core = ContextCore(
+            coordinator: parent.coordinator, mergePolicy: mergePolicy, parentOverlay: overlay, logger: logger)
     }
 
     /// Runs `body` on this context's executor, with synchronous access to the context and its
@@ -76,8 +80,11 @@ public actor ObjectContext {
 
     /// Creates a child context whose saves push into this context. The child sees this
     /// context's unsaved changes as they are now, and the store's state for everything else.
-    public func newChildContext(mergePolicy: MergePolicy = .mergeByPropertyObjectTrump, name: String = "child") -> ObjectContext {
-        ObjectContext(parent: self, overlay: core.overlayForChild(), mergePolicy: mergePolicy, name: name, logger: core.logger)
+    public func newChildContext(mergePolicy: MergePolicy = .mergeByPropertyObjectTrump, name: String = "child")
+        -> ObjectContext
+    {
+        ObjectContext(
+            parent: self, overlay: core.overlayForChild(), mergePolicy: mergePolicy, name: name, logger: core.logger)
     }
 
     // MARK: Settings
@@ -170,7 +177,9 @@ public actor ObjectContext {
     /// Counts matching objects.
     public func count<T: ManagedObject>(_ request: FetchRequest<T>) throws -> Int { try core.count(request) }
     /// Fetches matching IDs only; registers and loads nothing.
-    public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] { try core.fetchIDs(request) }
+    public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
+        try core.fetchIDs(request)
+    }
 
     /// A live query over this context (see ``LiveQuery``).
     public func liveQuery<T: ManagedObject>(_ request: FetchRequest<T>) throws -> LiveQuery<T> {
@@ -202,7 +211,9 @@ public actor ObjectContext {
     @discardableResult
     public func saveAndRetire() async throws -> DidSave? {
         guard parent == nil else {
-            throw GraphError(.invalidArgument, "Context '\(name)' is a child context; only a root context can be retired by its save.")
+            throw GraphError(
+                .invalidArgument,
+                "Context '\(name)' is a child context; only a root context can be retired by its save.")
         }
         return try await save(retiring: true)
     }
@@ -219,10 +230,12 @@ public actor ObjectContext {
         let saved = try core.saveToStore(retiring: retiring)
         if retiring, saved != nil { refuseSaves(because: "it was retired by saveAndRetire()") }
         guard let didSave = saved else { return nil }
-        core.logger.debug("saved", metadata: [
-            "token": "\(didSave.token)", "inserted": "\(didSave.inserted.count)",
-            "updated": "\(didSave.updated.count)", "deleted": "\(didSave.deleted.count)",
-        ])
+        core.logger.debug(
+            "saved",
+            metadata: [
+                "token": "\(didSave.token)", "inserted": "\(didSave.inserted.count)",
+                "updated": "\(didSave.updated.count)", "deleted": "\(didSave.deleted.count)",
+            ])
         if let didSaveHandler { await didSaveHandler(didSave) }
         return didSave
     }
@@ -243,7 +256,9 @@ public actor ObjectContext {
             throw GraphError(.readOnly, "Context '\(name)' refuses saves: \(reason)")
         }
         guard parent == nil else {
-            throw GraphError(.invalidArgument, "Context '\(name)' is a child context; call save() to push its changes into its parent.")
+            throw GraphError(
+                .invalidArgument,
+                "Context '\(name)' is a child context; call save() to push its changes into its parent.")
         }
         return try core.saveToStore()
     }

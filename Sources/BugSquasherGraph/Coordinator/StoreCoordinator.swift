@@ -54,7 +54,7 @@ public final class StoreCoordinator: Sendable {
     /// entity the model does not have.
     public func managedObjectID(forURIRepresentation uri: String) -> ObjectID? {
         guard let id = ObjectID(uri: uri), !id.isTemporary, id.storeIdentifier == storeIdentifier,
-              model.entity(named: id.entityName) != nil
+            model.entity(named: id.entityName) != nil
         else { return nil }
         return id
     }
@@ -115,7 +115,9 @@ public final class StoreCoordinator: Sendable {
         guard !objectIDs.isEmpty else { return [] }
         let ids = try store.obtainPermanentIDs(for: objectIDs)
         guard ids.count == objectIDs.count else {
-            throw GraphError(.storeIO, "\(store.storeType) store returned \(ids.count) permanent IDs for \(objectIDs.count) objects.")
+            throw GraphError(
+                .storeIO, "\(store.storeType) store returned \(ids.count) permanent IDs for \(objectIDs.count) objects."
+            )
         }
         return ids
     }

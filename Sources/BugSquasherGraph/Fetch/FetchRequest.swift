@@ -45,6 +45,8 @@ public struct FetchRequest<Object: ManagedObject>: Sendable {
 
     /// The store-level description of this request.
     func storeRequest(_ resultType: FetchDescription.ResultType) -> FetchDescription {
-        FetchDescription(entityName: entityName, predicate: predicate, sort: sort, limit: limit, offset: offset, resultType: resultType)
+        FetchDescription(
+            entityName: entityName, predicate: predicate, sort: sort, limit: limit, offset: offset,
+            resultType: resultType)
     }
 }

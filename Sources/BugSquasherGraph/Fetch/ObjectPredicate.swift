@@ -77,7 +77,9 @@ public struct Key: Sendable, Hashable {
     /// Greater than.
     public static func > (lhs: Key, rhs: Value) -> ObjectPredicate { .compare(keyPath: lhs.path, .greater, rhs) }
     /// Greater than or equal.
-    public static func >= (lhs: Key, rhs: Value) -> ObjectPredicate { .compare(keyPath: lhs.path, .greaterOrEqual, rhs) }
+    public static func >= (lhs: Key, rhs: Value) -> ObjectPredicate {
+        .compare(keyPath: lhs.path, .greaterOrEqual, rhs)
+    }
     /// A to-one relationship points to this object (or to nothing, for `nil`).
     public static func == (lhs: Key, rhs: ObjectID?) -> ObjectPredicate { .relationship(keyPath: lhs.path, rhs) }
 

@@ -55,8 +55,8 @@ extension ObjectPredicate {
 
     private static func equal(_ lhs: Value, _ rhs: Value) -> Bool {
         switch (lhs, rhs) {
-        case let (.int64(a), .double(b)): return Double(a) == b
-        case let (.double(a), .int64(b)): return a == Double(b)
+        case (.int64(let a), .double(let b)): return Double(a) == b
+        case (.double(let a), .int64(let b)): return a == Double(b)
         default: return lhs == rhs
         }
     }

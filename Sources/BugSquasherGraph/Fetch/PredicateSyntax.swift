@@ -29,24 +29,27 @@ extension ObjectPredicate {
         switch self {
         case .all: return "TRUEPREDICATE"
         case .compare(let keyPath, let op, let value):
-            let symbol: String = switch op {
-            case .equal: "=="
-            case .notEqual: "!="
-            case .less: "<"
-            case .lessOrEqual: "<="
-            case .greater: ">"
-            case .greaterOrEqual: ">="
-            case .contains: "CONTAINS"
-            case .containsCaseInsensitive: "CONTAINS[c]"
-            case .beginsWith: "BEGINSWITH"
-            }
+            let symbol: String =
+                switch op {
+                case .equal: "=="
+                case .notEqual: "!="
+                case .less: "<"
+                case .lessOrEqual: "<="
+                case .greater: ">"
+                case .greaterOrEqual: ">="
+                case .contains: "CONTAINS"
+                case .containsCaseInsensitive: "CONTAINS[c]"
+                case .beginsWith: "BEGINSWITH"
+                }
             return "\(keyPath) \(symbol) \(Self.literal(value))"
         case .isIn(let keyPath, let values):
             return "\(keyPath) IN (\(values.map(Self.literal).joined(separator: ", ")))"
         case .relationship(let keyPath, let id):
             return "\(keyPath) == \(id.map { Self.quote($0.uriString) } ?? "nil")"
-        case .and(let items): return items.isEmpty ? "TRUEPREDICATE" : "(" + items.map(\.text).joined(separator: " AND ") + ")"
-        case .or(let items): return items.isEmpty ? "NOT TRUEPREDICATE" : "(" + items.map(\.text).joined(separator: " OR ") + ")"
+        case .and(let items):
+            return items.isEmpty ? "TRUEPREDICATE" : "(" + items.map(\.text).joined(separator: " AND ") + ")"
+        case .or(let items):
+            return items.isEmpty ? "NOT TRUEPREDICATE" : "(" + items.map(\.text).joined(separator: " OR ") + ")"
         case .not(let item): return "NOT \(item.text)"
         }
     }
@@ -93,7 +96,9 @@ extension ObjectPredicate {
         case .and(let items): return .and(try items.map { try $0.coerced(for: entity, in: model) })
         case .or(let items): return .or(try items.map { try $0.coerced(for: entity, in: model) })
         case .not(let item): return .not(try item.coerced(for: entity, in: model))
-        case .relationship: try validate(for: entity, in: model); return self
+        case .relationship:
+            try validate(for: entity, in: model)
+            return self
         case .isIn(let keyPath, let values):
             let target = try Self.target(of: keyPath, from: entity, in: model)
             guard case .attribute(let type) = target else {
@@ -107,18 +112,22 @@ extension ObjectPredicate {
                 return .compare(keyPath: keyPath, op, try Self.coerce(value, to: type, keyPath: keyPath))
             case .relationship:
                 guard op == .equal || op == .notEqual else {
-                    throw GraphError(.invalidArgument, "'\(keyPath)' is a relationship: compare it with == or != to an object ID URI or nil.")
+                    throw GraphError(
+                        .invalidArgument,
+                        "'\(keyPath)' is a relationship: compare it with == or != to an object ID URI or nil.")
                 }
                 let id: ObjectID?
                 switch value {
                 case .null: id = nil
                 case .string(let uri):
                     guard let parsed = ObjectID(uri: uri) else {
-                        throw GraphError(.invalidArgument, "'\(uri)' is not an object ID URI (x-bugsquasher://STORE/Entity/p42).")
+                        throw GraphError(
+                            .invalidArgument, "'\(uri)' is not an object ID URI (x-bugsquasher://STORE/Entity/p42).")
                     }
                     id = parsed
                 default:
-                    throw GraphError(.invalidArgument, "'\(keyPath)' is a relationship: compare it with an object ID URI or nil.")
+                    throw GraphError(
+                        .invalidArgument, "'\(keyPath)' is a relationship: compare it with an object ID URI or nil.")
                 }
                 let predicate = ObjectPredicate.relationship(keyPath: keyPath, id)
                 return op == .equal ? predicate : .not(predicate)
@@ -126,9 +135,14 @@ extension ObjectPredicate {
         }
     }
 
-    private enum Target { case attribute(AttributeType), relationship }
+    private enum Target {
+        case attribute(AttributeType)
+        case relationship
+    }
 
-    private static func target(of keyPath: String, from entity: EntityDescription, in model: ManagedObjectModel) throws -> Target {
+    private static func target(of keyPath: String, from entity: EntityDescription, in model: ManagedObjectModel) throws
+        -> Target
+    {
         var current = entity
         let parts = keyPath.split(separator: ".").map(String.init)
         for (index, part) in parts.enumerated() {
@@ -138,11 +152,14 @@ extension ObjectPredicate {
                 break
             }
             guard let relationship = current.relationship(named: part), !relationship.isToMany,
-                  let next = model.entity(named: relationship.destination)
+                let next = model.entity(named: relationship.destination)
             else { break }
             current = next
         }
-        throw GraphError(.invalidArgument, "'\(keyPath)' is not a key path of \(entity.name): use one of its attributes (\(entity.attributes.map(\.name).joined(separator: ", "))) or a to-one chain like 'project.key'.")
+        throw GraphError(
+            .invalidArgument,
+            "'\(keyPath)' is not a key path of \(entity.name): use one of its attributes (\(entity.attributes.map(\.name).joined(separator: ", "))) or a to-one chain like 'project.key'."
+        )
     }
 
     private static func coerce(_ value: Value, to type: AttributeType, keyPath: String) throws -> Value {
@@ -150,7 +167,14 @@ extension ObjectPredicate {
         case (.null, _): return .null
         case (.string(let s), .date):
             guard let date = ISO8601Date.parse(s) else {
-                throw GraphError(.invalidArgument, "'\(keyPath)' is a date: " + ISO8601Date.refusal(of: s, otherwise: "\"\(s)\" is not a date and time that exists, written as ISO 8601 like \"2012-01-31T00:00:00Z\"") + ".")
+                throw GraphError(
+                    .invalidArgument,
+                    "'\(keyPath)' is a date: "
+                        + ISO8601Date.refusal(
+                            of: s,
+                            otherwise:
+                                "\"\(s)\" is not a date and time that exists, written as ISO 8601 like \"2012-01-31T00:00:00Z\""
+                        ) + ".")
             }
             return .date(date)
         case (.int64(let i), .double): return .double(Double(i))
@@ -159,7 +183,8 @@ extension ObjectPredicate {
         case (.int64(let i), .bool) where i == 0 || i == 1: return .bool(i == 1)
         default:
             guard value.type == type else {
-                throw GraphError(.invalidArgument, "'\(keyPath)' is \(type), but the predicate compares it with \(value).")
+                throw GraphError(
+                    .invalidArgument, "'\(keyPath)' is \(type), but the predicate compares it with \(value).")
             }
             return value
         }
@@ -220,7 +245,9 @@ private struct PredicateParser {
         if accept(word: "TRUEPREDICATE") { return .all }
         comparisons += 1
         guard comparisons <= Self.maximumComparisons else {
-            throw error("more than \(Self.maximumComparisons) comparisons; compare with a list instead, like key IN (\"A-1\", \"A-2\")")
+            throw error(
+                "more than \(Self.maximumComparisons) comparisons; compare with a list instead, like key IN (\"A-1\", \"A-2\")"
+            )
         }
         let keyPath = try parseKeyPath()
         if accept(word: "IN") {
@@ -237,25 +264,38 @@ private struct PredicateParser {
             op = accept("[c]") ? .containsCaseInsensitive : .contains
         } else if accept(word: "BEGINSWITH") {
             op = .beginsWith
-        } else if accept("==") || accept("=") { op = .equal }
-        else if accept("!=") { op = .notEqual }
-        else if accept("<=") { op = .lessOrEqual }
-        else if accept(">=") { op = .greaterOrEqual }
-        else if accept("<") { op = .less }
-        else if accept(">") { op = .greater }
-        else { throw error("expected an operator (==, !=, <, <=, >, >=, IN, CONTAINS, BEGINSWITH) after '\(keyPath)'") }
+        } else if accept("==") || accept("=") {
+            op = .equal
+        } else if accept("!=") {
+            op = .notEqual
+        } else if accept("<=") {
+            op = .lessOrEqual
+        } else if accept(">=") {
+            op = .greaterOrEqual
+        } else if accept("<") {
+            op = .less
+        } else if accept(">") {
+            op = .greater
+        } else {
+            throw error("expected an operator (==, !=, <, <=, >, >=, IN, CONTAINS, BEGINSWITH) after '\(keyPath)'")
+        }
         return .compare(keyPath: keyPath, op, try parseValue())
     }
 
     private mutating func enter() throws {
         depth += 1
-        guard depth <= Self.maximumDepth else { throw error("nested deeper than \(Self.maximumDepth) levels of parentheses and NOT") }
+        guard depth <= Self.maximumDepth else {
+            throw error("nested deeper than \(Self.maximumDepth) levels of parentheses and NOT")
+        }
     }
 
     private mutating func parseKeyPath() throws -> String {
         skipSpace()
         let start = position
-        while position < scalars.count, scalars[position].isLetter || scalars[position].isNumber || scalars[position] == "_" || scalars[position] == "." {
+        while position < scalars.count,
+            scalars[position].isLetter || scalars[position].isNumber || scalars[position] == "_"
+                || scalars[position] == "."
+        {
             position += 1
         }
         guard position > start else { throw error("expected a key path such as status or project.key") }
@@ -284,7 +324,9 @@ private struct PredicateParser {
         if accept(word: "true") || accept(word: "TRUE") { return .bool(true) }
         if accept(word: "false") || accept(word: "FALSE") { return .bool(false) }
         let start = position
-        while position < scalars.count, scalars[position].isNumber || "+-.eE".contains(scalars[position]) { position += 1 }
+        while position < scalars.count, scalars[position].isNumber || "+-.eE".contains(scalars[position]) {
+            position += 1
+        }
         let number = String(scalars[start..<position])
         if let int = Int64(number) { return .int64(int) }
         if let double = Double(number) { return .double(double) }
@@ -315,27 +357,32 @@ private struct PredicateParser {
                     position += 2
                     let trail = try parseUTF16Unit()
                     if UTF16.isTrailSurrogate(trail) {
-                        return Character(Unicode.Scalar(0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(trail) - 0xDC00))!)
+                        return Character(
+                            Unicode.Scalar(0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(trail) - 0xDC00))!)
                     }
                 }
                 position = start
             }
             guard let scalar = Unicode.Scalar(unit) else {
                 position -= 6
-                throw error("\\u\(String(unit, radix: 16, uppercase: true)) is a lone surrogate, which is no character; write a character outside the BMP as a pair such as \\uD83D\\uDC1B, or as itself")
+                throw error(
+                    "\\u\(String(unit, radix: 16, uppercase: true)) is a lone surrogate, which is no character; write a character outside the BMP as a pair such as \\uD83D\\uDC1B, or as itself"
+                )
             }
             return Character(scalar)
         default:
             position -= 2
-            throw error("unknown escape \\\(escaped) in a string; strings take JSON's escapes: \\\", \\\\, \\/, \\b, \\f, \\n, \\r, \\t and \\uXXXX")
+            throw error(
+                "unknown escape \\\(escaped) in a string; strings take JSON's escapes: \\\", \\\\, \\/, \\b, \\f, \\n, \\r, \\t and \\uXXXX"
+            )
         }
     }
 
     /// The four hex digits after `\u`.
     private mutating func parseUTF16Unit() throws -> UInt16 {
         guard position + 4 <= scalars.count,
-              scalars[position..<position + 4].allSatisfy({ $0.isASCII && $0.isHexDigit }),
-              let unit = UInt16(String(scalars[position..<position + 4]), radix: 16)
+            scalars[position..<position + 4].allSatisfy({ $0.isASCII && $0.isHexDigit }),
+            let unit = UInt16(String(scalars[position..<position + 4]), radix: 16)
         else { throw error("\\u takes four hex digits, such as \\u00E9") }
         position += 4
         return unit
@@ -348,7 +395,9 @@ private struct PredicateParser {
     private mutating func accept(_ token: String) -> Bool {
         skipSpace()
         let characters = Array(token)
-        guard position + characters.count <= scalars.count, Array(scalars[position..<(position + characters.count)]) == characters else { return false }
+        guard position + characters.count <= scalars.count,
+            Array(scalars[position..<(position + characters.count)]) == characters
+        else { return false }
         position += characters.count
         return true
     }
@@ -358,8 +407,8 @@ private struct PredicateParser {
         let characters = Array(word)
         let end = position + characters.count
         guard end <= scalars.count,
-              String(scalars[position..<end]).uppercased() == word.uppercased(),
-              end == scalars.count || !(scalars[end].isLetter || scalars[end].isNumber || scalars[end] == "_")
+            String(scalars[position..<end]).uppercased() == word.uppercased(),
+            end == scalars.count || !(scalars[end].isLetter || scalars[end].isNumber || scalars[end] == "_")
         else { return false }
         position = end
         return true

@@ -70,7 +70,9 @@ public final class LiveQuery<Object: ManagedObject>: LiveQueryUpdating {
     func contextDidChange(_ didSave: DidSave) {
         guard let core else { return }
         let entity = request.entityName
-        let relevant = (didSave.inserted + didSave.updated + didSave.deleted).contains { $0.objectID.entityName == entity }
+        let relevant = (didSave.inserted + didSave.updated + didSave.deleted).contains {
+            $0.objectID.entityName == entity
+        }
         guard relevant else { return }
         let old = objects.map(\.objectID)
         let updatedIDs = Set(didSave.updated.filter { $0.objectID.entityName == entity }.map(\.objectID))
@@ -95,11 +97,15 @@ public final class LiveQuery<Object: ManagedObject>: LiveQueryUpdating {
         let deleted = Set(didSave.deleted.map(\.objectID))
         var candidates = objects.filter { !$0.isDeleted && !deleted.contains($0.objectID) }
         var present = Set(candidates.map(\.objectID))
-        let arriving = (didSave.inserted + didSave.updated).filter { $0.objectID.entityName == request.entityName && !present.contains($0.objectID) }
+        let arriving = (didSave.inserted + didSave.updated).filter {
+            $0.objectID.entityName == request.entityName && !present.contains($0.objectID)
+        }
         if !arriving.isEmpty {
             let rows = try core.coordinator.rows(for: arriving.map(\.objectID))
             for change in arriving {
-                guard let row = rows[change.objectID] ?? change.values, let entity = core.model.entity(named: request.entityName) else { continue }
+                guard let row = rows[change.objectID] ?? change.values,
+                    let entity = core.model.entity(named: request.entityName)
+                else { continue }
                 let reader = RowReader(entity: entity, row: row, core: core)
                 if predicate.evaluate(on: reader), let object = core.object(for: change.objectID) as? Object {
                     if object.isFault { core.apply(row, to: object) }

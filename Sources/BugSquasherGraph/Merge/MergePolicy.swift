@@ -1,4 +1,5 @@
 import OrderedCollections
+
 /// How a context resolves a conflict between its unsaved changes and newer values in the store,
 /// with Core Data's semantics.
 ///
@@ -42,10 +43,14 @@ extension ContextCore {
             attributes = local.attributes
             toOne = local.toOne
         case .mergeByPropertyObjectTrump, .error:
-            for i in attributes.indices where local.attributes[i] != snapshot.attributes[i] { attributes[i] = local.attributes[i] }
+            for i in attributes.indices where local.attributes[i] != snapshot.attributes[i] {
+                attributes[i] = local.attributes[i]
+            }
             for i in toOne.indices where local.toOne[i] != snapshot.toOne[i] { toOne[i] = local.toOne[i] }
         case .mergeByPropertyStoreTrump:
-            for i in attributes.indices where persisted.attributes[i] == snapshot.attributes[i] { attributes[i] = local.attributes[i] }
+            for i in attributes.indices where persisted.attributes[i] == snapshot.attributes[i] {
+                attributes[i] = local.attributes[i]
+            }
             for i in toOne.indices where persisted.toOne[i] == snapshot.toOne[i] { toOne[i] = local.toOne[i] }
         }
         let pendingLinks = object.toMany

@@ -109,19 +109,25 @@ public struct RelationshipDescription: Sendable, Hashable, Codable {
 
 extension AttributeDescription {
     /// Shorthand for an attribute in an entity definition.
-    public static func attribute(_ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: Value? = nil) -> Self {
+    public static func attribute(
+        _ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: Value? = nil
+    ) -> Self {
         .init(name: name, type: type, isOptional: optional, defaultValue: defaultValue)
     }
 }
 
 extension RelationshipDescription {
     /// Shorthand for a to-one relationship in an entity definition.
-    public static func toOne(_ name: String, _ destination: String, inverse: String, deleteRule: DeleteRule = .nullify) -> Self {
+    public static func toOne(_ name: String, _ destination: String, inverse: String, deleteRule: DeleteRule = .nullify)
+        -> Self
+    {
         .init(name: name, destination: destination, inverse: inverse, isToMany: false, deleteRule: deleteRule)
     }
 
     /// Shorthand for a to-many relationship in an entity definition.
-    public static func toMany(_ name: String, _ destination: String, inverse: String, deleteRule: DeleteRule = .nullify) -> Self {
+    public static func toMany(_ name: String, _ destination: String, inverse: String, deleteRule: DeleteRule = .nullify)
+        -> Self
+    {
         .init(name: name, destination: destination, inverse: inverse, isToMany: true, deleteRule: deleteRule)
     }
 }

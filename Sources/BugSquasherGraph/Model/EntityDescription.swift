@@ -62,7 +62,9 @@ public final class EntityDescription: Sendable {
         // An ASCII key (nearly every one) is answered from its bytes, without decoding scalars.
         let ascii: Bool?? = key.utf8.withContiguousStorageIfAvailable { bytes in
             guard let first = bytes.first, let last = bytes.last else { return false }
-            if first == 0x20 || (0x09...0x0D).contains(first) || last == 0x20 || (0x09...0x0D).contains(last) { return true }
+            if first == 0x20 || (0x09...0x0D).contains(first) || last == 0x20 || (0x09...0x0D).contains(last) {
+                return true
+            }
             for byte in bytes {
                 if byte >= 0x80 { return nil }
                 if byte < 0x20 || byte == 0x7F { return true }

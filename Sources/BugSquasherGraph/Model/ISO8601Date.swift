@@ -28,7 +28,8 @@ public import Foundation
 /// ```
 public enum ISO8601Date {
     /// The instants ISO 8601 writes with a four-digit year: 0001-01-01 to 9999-12-31, UTC.
-    public static let fourDigitYears = Date(timeIntervalSince1970: -62_135_596_800)...Date(timeIntervalSince1970: 253_402_300_799.999)
+    public static let fourDigitYears =
+        Date(timeIntervalSince1970: -62_135_596_800)...Date(timeIntervalSince1970: 253_402_300_799.999)
 
     /// Parses a Jira timestamp; `nil` when the text is not one of the accepted forms, names an
     /// impossible date or time, or an instant outside ``fourDigitYears``
@@ -46,11 +47,15 @@ public enum ISO8601Date {
     /// Why ``parse(_:)`` refuses `text`, for an error message: "'…' is outside the years 0001
     /// to 9999 (in UTC)", or `otherwise`.
     public static func refusal(of text: String, otherwise: @autoclosure () -> String) -> String {
-        isOutsideFourDigitYears(text) ? "'\(text.prefix(60))' is outside the years 0001 to 9999 (in UTC), which ISO 8601 writes with four digits" : otherwise()
+        isOutsideFourDigitYears(text)
+            ? "'\(text.prefix(60))' is outside the years 0001 to 9999 (in UTC), which ISO 8601 writes with four digits"
+            : otherwise()
     }
 
     private static func parse(_ text: String, anyYear: Bool) -> Date? {
-        let date = text.utf8.withContiguousStorageIfAvailable({ parse(bytes: $0) }) ?? Array(text.utf8).withUnsafeBufferPointer { parse(bytes: $0) }
+        let date =
+            text.utf8.withContiguousStorageIfAvailable({ parse(bytes: $0) })
+            ?? Array(text.utf8).withUnsafeBufferPointer { parse(bytes: $0) }
         guard let date, anyYear || fourDigitYears.contains(date) else { return nil }
         return date
     }
@@ -60,17 +65,17 @@ public enum ISO8601Date {
     static func parse(bytes: UnsafeBufferPointer<UInt8>) -> Date? {
         var scanner = Scanner(bytes: bytes)
         guard let year = scanner.digits(4), scanner.consume(UInt8(ascii: "-")),
-              let month = scanner.digits(2), scanner.consume(UInt8(ascii: "-")),
-              let day = scanner.digits(2),
-              (1...12).contains(month), (1...daysInMonth(month, year: year)).contains(day)
+            let month = scanner.digits(2), scanner.consume(UInt8(ascii: "-")),
+            let day = scanner.digits(2),
+            (1...12).contains(month), (1...daysInMonth(month, year: year)).contains(day)
         else { return nil }
         let days = daysFromCivil(year: year, month: month, day: day)
         if scanner.isAtEnd { return Date(timeIntervalSince1970: Double(days * 86_400)) }
 
         guard scanner.consume(UInt8(ascii: "T")),
-              let hour = scanner.digits(2), scanner.consume(UInt8(ascii: ":")),
-              let minute = scanner.digits(2),
-              hour < 24, minute < 60
+            let hour = scanner.digits(2), scanner.consume(UInt8(ascii: ":")),
+            let minute = scanner.digits(2),
+            hour < 24, minute < 60
         else { return nil }
         var second = 0
         if scanner.consume(UInt8(ascii: ":")) {
@@ -100,7 +105,8 @@ public enum ISO8601Date {
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let time = seconds - days * 86_400
         let (year, month, day) = civilFromDays(days)
-        var text = String(format: "%04d-%02d-%02dT%02d:%02d:%02d", year, month, day, time / 3_600, time / 60 % 60, time % 60)
+        var text = String(
+            format: "%04d-%02d-%02dT%02d:%02d:%02d", year, month, day, time / 3_600, time / 60 % 60, time % 60)
         if fractionalSeconds { text += String(format: ".%03d", milliseconds - seconds * 1_000) }
         return text + "Z"
     }
@@ -112,10 +118,10 @@ public enum ISO8601Date {
     static func civilFromDays(_ days: Int) -> (year: Int, month: Int, day: Int) {
         let z = days + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097                                                        // [0, 146096]
+        let dayOfEra = z - era * 146_097  // [0, 146096]
         let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365  // [0, 399]
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)          // [0, 365]
-        let shiftedMonth = (5 * dayOfYear + 2) / 153                                            // [0, 11], from March
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)  // [0, 365]
+        let shiftedMonth = (5 * dayOfYear + 2) / 153  // [0, 11], from March
         let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
         let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
@@ -125,9 +131,9 @@ public enum ISO8601Date {
     static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
         let y = month <= 2 ? year - 1 : year
         let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400                                          // [0, 399]
+        let yearOfEra = y - era * 400  // [0, 399]
         let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1  // [0, 365]
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear   // [0, 146096]
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear  // [0, 146096]
         return era * 146_097 + dayOfEra - 719_468
     }
 
@@ -180,7 +186,13 @@ public enum ISO8601Date {
         mutating func zoneOffset() -> Int? {
             if consume(UInt8(ascii: "Z")) { return 0 }
             let sign: Int
-            if consume(UInt8(ascii: "+")) { sign = 1 } else if consume(UInt8(ascii: "-")) { sign = -1 } else { return nil }
+            if consume(UInt8(ascii: "+")) {
+                sign = 1
+            } else if consume(UInt8(ascii: "-")) {
+                sign = -1
+            } else {
+                return nil
+            }
             guard let hours = digits(2), hours < 24 else { return nil }
             var minutes = 0
             if !isAtEnd {

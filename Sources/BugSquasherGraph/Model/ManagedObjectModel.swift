@@ -27,7 +27,9 @@ public final class ManagedObjectModel: Sendable {
         var byName: [String: EntityDescription] = [:]
         for entity in entities {
             guard byName.updateValue(entity, forKey: entity.name) == nil else {
-                throw GraphError(.invalidArgument, "The model defines entity '\(entity.name)' twice; give each entity a unique name.")
+                throw GraphError(
+                    .invalidArgument, "The model defines entity '\(entity.name)' twice; give each entity a unique name."
+                )
             }
         }
         entitiesByName = byName
@@ -45,8 +47,9 @@ public final class ManagedObjectModel: Sendable {
         for entity in entities {
             func inverse(of relationship: RelationshipDescription) -> InverseLink? {
                 guard let destination = byName[relationship.destination],
-                      let inverse = destination.relationship(named: relationship.inverse),
-                      let slot = inverse.isToMany ? destination.toManyIndex[inverse.name] : destination.toOneIndex[inverse.name]
+                    let inverse = destination.relationship(named: relationship.inverse),
+                    let slot = inverse.isToMany
+                        ? destination.toManyIndex[inverse.name] : destination.toOneIndex[inverse.name]
                 else { return nil }
                 return InverseLink(entity: destination, relationship: inverse, slot: slot)
             }
@@ -74,7 +77,9 @@ public final class ManagedObjectModel: Sendable {
     /// The entity with this name, or an error naming the entities that exist.
     public func requireEntity(_ name: String) throws -> EntityDescription {
         guard let entity = entitiesByName[name] else {
-            throw GraphError(.invalidArgument, "The model has no entity '\(name)'; it has \(entities.map(\.name).joined(separator: ", ")).")
+            throw GraphError(
+                .invalidArgument,
+                "The model has no entity '\(name)'; it has \(entities.map(\.name).joined(separator: ", ")).")
         }
         return entity
     }
@@ -82,11 +87,13 @@ public final class ManagedObjectModel: Sendable {
     /// A to-many relationship of an entity with its destination entity and inverse, for stores
     /// that resolve `newValue(forRelationship:of:)`: a to-one inverse means a foreign key on the
     /// destination, a to-many inverse a join table.
-    public func toManyRelationship(_ name: String, of entityName: String) throws -> (relationship: RelationshipDescription, destination: EntityDescription, inverse: RelationshipDescription) {
+    public func toManyRelationship(_ name: String, of entityName: String) throws -> (
+        relationship: RelationshipDescription, destination: EntityDescription, inverse: RelationshipDescription
+    ) {
         let entity = try requireEntity(entityName)
         guard let relationship = entity.relationship(named: name), relationship.isToMany,
-              let destination = self.entity(named: relationship.destination),
-              let inverse = destination.relationship(named: relationship.inverse)
+            let destination = self.entity(named: relationship.destination),
+            let inverse = destination.relationship(named: relationship.inverse)
         else {
             throw GraphError(.invalidArgument, "'\(entityName).\(name)' is not a to-many relationship of the model.")
         }
@@ -99,16 +106,24 @@ public final class ManagedObjectModel: Sendable {
     private func validate() throws {
         for entity in entities {
             if let key = entity.uniqueKey, entity.attribute(named: key) == nil {
-                throw GraphError(.invalidArgument, "Entity '\(entity.name)' names unique key '\(key)', which is not one of its attributes.")
+                throw GraphError(
+                    .invalidArgument,
+                    "Entity '\(entity.name)' names unique key '\(key)', which is not one of its attributes.")
             }
             for relationship in entity.relationships {
                 guard let destination = entitiesByName[relationship.destination] else {
-                    throw GraphError(.invalidArgument, "Relationship '\(entity.name).\(relationship.name)' points to unknown entity '\(relationship.destination)'.")
+                    throw GraphError(
+                        .invalidArgument,
+                        "Relationship '\(entity.name).\(relationship.name)' points to unknown entity '\(relationship.destination)'."
+                    )
                 }
                 guard let inverse = destination.relationship(named: relationship.inverse),
-                      inverse.destination == entity.name, inverse.inverse == relationship.name
+                    inverse.destination == entity.name, inverse.inverse == relationship.name
                 else {
-                    throw GraphError(.invalidArgument, "Relationship '\(entity.name).\(relationship.name)' needs an inverse '\(relationship.destination).\(relationship.inverse)' that points back to it.")
+                    throw GraphError(
+                        .invalidArgument,
+                        "Relationship '\(entity.name).\(relationship.name)' needs an inverse '\(relationship.destination).\(relationship.inverse)' that points back to it."
+                    )
                 }
             }
         }
@@ -164,8 +179,13 @@ public struct ModelMigration: Sendable, Hashable {
                     storeHasMore = true
                     continue
                 }
-                if now.type != attribute.type { problems.append("attribute '\(name).\(attribute.name)' changed type from \(attribute.type) to \(now.type)") }
-                if now.isOptional != attribute.isOptional { problems.append("attribute '\(name).\(attribute.name)' changed optionality") }
+                if now.type != attribute.type {
+                    problems.append(
+                        "attribute '\(name).\(attribute.name)' changed type from \(attribute.type) to \(now.type)")
+                }
+                if now.isOptional != attribute.isOptional {
+                    problems.append("attribute '\(name).\(attribute.name)' changed optionality")
+                }
             }
             let oldNames = Set(was.attributes.map(\.name))
             for attribute in new.attributes where !oldNames.contains(attribute.name) {
@@ -177,7 +197,8 @@ public struct ModelMigration: Sendable, Hashable {
             }
         }
         guard problems.isEmpty else {
-            let newer = storeHasMore
+            let newer =
+                storeHasMore
                 ? " The store has what this model lacks, so it was most likely written by a newer version of the software: run that version (or a later one) on it, since a store is never migrated back."
                 : ""
             throw GraphError(

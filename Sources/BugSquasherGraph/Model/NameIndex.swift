@@ -21,7 +21,9 @@ public struct NameIndex: Sendable {
     /// The positions of `names`; a name that repeats keeps its first position.
     public init(_ names: [String]) {
         entries = names.map { Entry(length: $0.utf8.count, name: $0) }
-        byName = names.count > Self.scanLimit ? Dictionary(names.enumerated().map { (StoredText($1), $0) }, uniquingKeysWith: { first, _ in first }) : nil
+        byName =
+            names.count > Self.scanLimit
+            ? Dictionary(names.enumerated().map { (StoredText($1), $0) }, uniquingKeysWith: { first, _ in first }) : nil
     }
 
     /// The position of `name`, or `nil` when there is no such name.
@@ -29,7 +31,8 @@ public struct NameIndex: Sendable {
         if let byName { return byName[StoredText(name)] }
         let length = name.utf8.count
         return entries.withUnsafeBufferPointer { entries in
-            for index in entries.indices where entries[index].length == length && StoredText.bytesEqual(entries[index].name, name) {
+            for index in entries.indices
+            where entries[index].length == length && StoredText.bytesEqual(entries[index].name, name) {
                 return index
             }
             return nil

@@ -41,7 +41,9 @@ public struct StoredText: Sendable, Hashable, Comparable, CustomStringConvertibl
 
     /// Hashes the UTF-8 bytes.
     public func hash(into hasher: inout Hasher) {
-        let hashed: Void? = string.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        let hashed: Void? = string.utf8.withContiguousStorageIfAvailable {
+            hasher.combine(bytes: UnsafeRawBufferPointer($0))
+        }
         if hashed == nil {
             for byte in string.utf8 { hasher.combine(byte) }
         }

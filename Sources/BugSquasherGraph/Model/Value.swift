@@ -52,14 +52,14 @@ public enum Value: Sendable, Hashable, Codable {
         case (.null, .null): return false
         case (.null, _): return true
         case (_, .null): return false
-        case let (.string(a), .string(b)): return StoredText(a) < StoredText(b)
-        case let (.int64(a), .int64(b)): return a < b
-        case let (.double(a), .double(b)): return a < b
-        case let (.int64(a), .double(b)): return Double(a) < b
-        case let (.double(a), .int64(b)): return a < Double(b)
-        case let (.bool(a), .bool(b)): return !a && b
-        case let (.date(a), .date(b)): return a < b
-        case let (.data(a), .data(b)): return a.lexicographicallyPrecedes(b)
+        case (.string(let a), .string(let b)): return StoredText(a) < StoredText(b)
+        case (.int64(let a), .int64(let b)): return a < b
+        case (.double(let a), .double(let b)): return a < b
+        case (.int64(let a), .double(let b)): return Double(a) < b
+        case (.double(let a), .int64(let b)): return a < Double(b)
+        case (.bool(let a), .bool(let b)): return !a && b
+        case (.date(let a), .date(let b)): return a < b
+        case (.data(let a), .data(let b)): return a.lexicographicallyPrecedes(b)
         default: return (lhs.type?.rawValue ?? "") < (rhs.type?.rawValue ?? "")
         }
     }
@@ -70,12 +70,12 @@ extension Value {
     public static func == (lhs: Value, rhs: Value) -> Bool {
         switch (lhs, rhs) {
         case (.null, .null): true
-        case let (.string(a), .string(b)): StoredText.bytesEqual(a, b)
-        case let (.int64(a), .int64(b)): a == b
-        case let (.double(a), .double(b)): a == b
-        case let (.bool(a), .bool(b)): a == b
-        case let (.date(a), .date(b)): a == b
-        case let (.data(a), .data(b)): a == b
+        case (.string(let a), .string(let b)): StoredText.bytesEqual(a, b)
+        case (.int64(let a), .int64(let b)): a == b
+        case (.double(let a), .double(let b)): a == b
+        case (.bool(let a), .bool(let b)): a == b
+        case (.date(let a), .date(let b)): a == b
+        case (.data(let a), .data(let b)): a == b
         default: false
         }
     }
@@ -84,12 +84,24 @@ extension Value {
     public func hash(into hasher: inout Hasher) {
         switch self {
         case .null: hasher.combine(0)
-        case .string(let s): hasher.combine(1); hasher.combine(StoredText(s))
-        case .int64(let i): hasher.combine(2); hasher.combine(i)
-        case .double(let d): hasher.combine(3); hasher.combine(d)
-        case .bool(let b): hasher.combine(4); hasher.combine(b)
-        case .date(let d): hasher.combine(5); hasher.combine(d)
-        case .data(let d): hasher.combine(6); hasher.combine(d)
+        case .string(let s):
+            hasher.combine(1)
+            hasher.combine(StoredText(s))
+        case .int64(let i):
+            hasher.combine(2)
+            hasher.combine(i)
+        case .double(let d):
+            hasher.combine(3)
+            hasher.combine(d)
+        case .bool(let b):
+            hasher.combine(4)
+            hasher.combine(b)
+        case .date(let d):
+            hasher.combine(5)
+            hasher.combine(d)
+        case .data(let d):
+            hasher.combine(6)
+            hasher.combine(d)
         }
     }
 }

@@ -61,7 +61,10 @@ public struct DidSave: Sendable, Hashable, Codable {
     public var deleted: [ObjectChange]
 
     /// Creates a did-save.
-    public init(token: HistoryToken, storeIdentifier: String, inserted: [ObjectChange] = [], updated: [ObjectChange] = [], deleted: [ObjectChange] = []) {
+    public init(
+        token: HistoryToken, storeIdentifier: String, inserted: [ObjectChange] = [], updated: [ObjectChange] = [],
+        deleted: [ObjectChange] = []
+    ) {
         self.token = token
         self.storeIdentifier = storeIdentifier
         self.inserted = inserted

@@ -78,7 +78,9 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
         var digits = 0
         for byte in utf8[utf8.index(after: tagIndex)...] {
             // Decimal digits only (no sign, no further "/"), without a leading zero.
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits > 0 || byte != UInt8(ascii: "0") else { return nil }
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits > 0 || byte != UInt8(ascii: "0") else {
+                return nil
+            }
             let (shifted, overflowed) = number.multipliedReportingOverflow(by: 10)
             let (sum, overflowedAgain) = shifted.addingReportingOverflow(Int64(byte - UInt8(ascii: "0")))
             guard !overflowed, !overflowedAgain else { return nil }
@@ -126,7 +128,11 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
     public init(from decoder: any Decoder) throws {
         let string = try decoder.singleValueContainer().decode(String.self)
         guard let id = ObjectID(uri: string) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "'\(string)' is not an object ID URI (expected x-bugsquasher://STORE/Entity/p42)"))
+            throw DecodingError.dataCorrupted(
+                .init(
+                    codingPath: decoder.codingPath,
+                    debugDescription: "'\(string)' is not an object ID URI (expected x-bugsquasher://STORE/Entity/p42)")
+            )
         }
         self = id
     }

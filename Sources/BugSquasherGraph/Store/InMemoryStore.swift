@@ -51,9 +51,13 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
                     state.tables[entity] = state.tables[entity]?.mapValues { row in
                         var row = row
                         var values: [Value] = []
-                        var old = Dictionary(uniqueKeysWithValues: zip(existing.entity(named: entity)!.attributes.map(\.name), row.attributes))
+                        var old = Dictionary(
+                            uniqueKeysWithValues: zip(
+                                existing.entity(named: entity)!.attributes.map(\.name), row.attributes))
                         for attribute in attributes { old[attribute.name] = attribute.defaultValue }
-                        for attribute in newEntity.attributes { values.append(old[attribute.name] ?? attribute.defaultValue) }
+                        for attribute in newEntity.attributes {
+                            values.append(old[attribute.name] ?? attribute.defaultValue)
+                        }
                         row.attributes = values
                         return row
                     }
@@ -62,7 +66,8 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
                 state.metadata?.modelVersionHash = model.versionHash
                 return state.metadata ?? metadata
             }
-            let metadata = StoreMetadata(storeIdentifier: identifier, storeType: storeType, modelVersionHash: model.versionHash)
+            let metadata = StoreMetadata(
+                storeIdentifier: identifier, storeType: storeType, modelVersionHash: model.versionHash)
             state.metadata = metadata
             state.model = model
             return metadata
@@ -115,45 +120,65 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
             for row in changes.updated {
                 let current = state.tables[row.objectID.entityName]?[row.objectID.key]
                 if current?.version != row.expectedVersion {
-                    conflicts.append(MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: current))
+                    conflicts.append(
+                        MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: current))
                 }
             }
             for deletion in changes.deleted {
                 let current = state.tables[deletion.objectID.entityName]?[deletion.objectID.key]
                 if let current, current.version != deletion.expectedVersion {
-                    conflicts.append(MergeConflict(objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
+                    conflicts.append(
+                        MergeConflict(
+                            objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
                 }
             }
             guard conflicts.isEmpty else {
-                throw GraphError(.mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.", conflicts: conflicts)
+                throw GraphError(
+                    .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
+                    conflicts: conflicts)
             }
             var next = state
-            var didSave = DidSave(token: HistoryToken(rawValue: Int64(state.history.count + 1)), storeIdentifier: metadata.storeIdentifier)
+            var didSave = DidSave(
+                token: HistoryToken(rawValue: Int64(state.history.count + 1)), storeIdentifier: metadata.storeIdentifier
+            )
             for row in changes.inserted {
                 let entity = try model.requireEntity(row.objectID.entityName)
                 let snapshot = RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)
                 next.tables[entity.name, default: [:]][row.objectID.key] = snapshot
-                didSave.inserted.append(ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: snapshot))
+                didSave.inserted.append(
+                    ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: snapshot))
             }
             for row in changes.updated {
                 let version = row.expectedVersion + 1
                 let snapshot = RowSnapshot(version: version, attributes: row.attributes, toOne: row.toOne)
                 next.tables[row.objectID.entityName, default: [:]][row.objectID.key] = snapshot
-                didSave.updated.append(ObjectChange(objectID: row.objectID, version: version, changedKeys: row.changedKeys, values: snapshot))
+                didSave.updated.append(
+                    ObjectChange(
+                        objectID: row.objectID, version: version, changedKeys: row.changedKeys, values: snapshot))
             }
             for deletion in changes.deleted {
                 let removed = next.tables[deletion.objectID.entityName]?.removeValue(forKey: deletion.objectID.key)
                 next.links = next.links.filter {
                     !(($0.entity == deletion.objectID.entityName && $0.source == deletion.objectID.key)
-                        || (model.entity(named: $0.entity)?.relationship(named: $0.relationship)?.destination == deletion.objectID.entityName && $0.destination == deletion.objectID.key))
+                        || (model.entity(named: $0.entity)?.relationship(named: $0.relationship)?.destination
+                            == deletion.objectID.entityName && $0.destination == deletion.objectID.key))
                 }
-                didSave.deleted.append(ObjectChange(objectID: deletion.objectID, version: removed?.version ?? deletion.expectedVersion, changedKeys: []))
+                didSave.deleted.append(
+                    ObjectChange(
+                        objectID: deletion.objectID, version: removed?.version ?? deletion.expectedVersion,
+                        changedKeys: []))
             }
             for link in changes.linksRemoved {
-                next.links.remove(LinkKey(entity: link.source.entityName, relationship: link.relationship, source: link.source.key, destination: link.destination.key))
+                next.links.remove(
+                    LinkKey(
+                        entity: link.source.entityName, relationship: link.relationship, source: link.source.key,
+                        destination: link.destination.key))
             }
             for link in changes.linksAdded {
-                next.links.insert(LinkKey(entity: link.source.entityName, relationship: link.relationship, source: link.source.key, destination: link.destination.key))
+                next.links.insert(
+                    LinkKey(
+                        entity: link.source.entityName, relationship: link.relationship, source: link.source.key,
+                        destination: link.destination.key))
             }
             try Self.checkUniqueKeys(in: next, changes: changes, model: model)
             next.history.append(didSave.withoutValues)
@@ -167,10 +192,15 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
     private static func checkUniqueKeys(in state: State, changes: SaveChanges, model: ManagedObjectModel) throws {
         let touched = Set((changes.inserted + changes.updated).map(\.objectID.entityName))
         for name in touched {
-            guard let entity = model.entity(named: name), let key = entity.uniqueKey, let index = entity.attributeIndex[key] else { continue }
+            guard let entity = model.entity(named: name), let key = entity.uniqueKey,
+                let index = entity.attributeIndex[key]
+            else { continue }
             var seen: Set<Value> = []
             for row in state.tables[name, default: [:]].values where !seen.insert(row.attributes[index]).inserted {
-                throw GraphError(.constraintViolation, "Another \(entity.name) already has \(key) = \(row.attributes[index]); \(entity.name).\(key) is unique. Fetch and update the existing object instead of inserting a second one.")
+                throw GraphError(
+                    .constraintViolation,
+                    "Another \(entity.name) already has \(key) = \(row.attributes[index]); \(entity.name).\(key) is unique. Fetch and update the existing object instead of inserting a second one."
+                )
             }
         }
     }
@@ -178,7 +208,9 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
         state.withLock { state in
             var result: [ObjectID: RowSnapshot] = [:]
-            for id in objectIDs { if let row = state.tables[id.entityName]?[id.key], !id.isTemporary { result[id] = row } }
+            for id in objectIDs {
+                if let row = state.tables[id.entityName]?[id.key], !id.isTemporary { result[id] = row }
+            }
             return result
         }
     }
@@ -188,15 +220,22 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
             guard let model = state.model, let metadata = state.metadata else { throw notLoaded() }
             let (relationship, destination, inverse) = try model.toManyRelationship(name, of: objectID.entityName)
             let entity = try model.requireEntity(objectID.entityName)
-            let id = { (key: Int64) in ObjectID(store: metadata.storeIdentifier, entity: destination.name, primaryKey: key) }
+            let id = { (key: Int64) in
+                ObjectID(store: metadata.storeIdentifier, entity: destination.name, primaryKey: key)
+            }
             if !inverse.isToMany {
                 let slot = destination.toOneIndex[inverse.name]!
-                return state.tables[destination.name, default: [:]].filter { $0.value.toOne[slot] == objectID }.keys.sorted().map(id)
+                return state.tables[destination.name, default: [:]].filter { $0.value.toOne[slot] == objectID }.keys
+                    .sorted().map(id)
             }
             if relationship.ownsManyToManyLinks(in: entity.name) {
-                return state.links.filter { $0.entity == entity.name && $0.relationship == name && $0.source == objectID.key }.map(\.destination).sorted().map(id)
+                return state.links.filter {
+                    $0.entity == entity.name && $0.relationship == name && $0.source == objectID.key
+                }.map(\.destination).sorted().map(id)
             }
-            return state.links.filter { $0.entity == destination.name && $0.relationship == inverse.name && $0.destination == objectID.key }.map(\.source).sorted().map(id)
+            return state.links.filter {
+                $0.entity == destination.name && $0.relationship == inverse.name && $0.destination == objectID.key
+            }.map(\.source).sorted().map(id)
         }
     }
 
@@ -253,11 +292,14 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
             let isLast = index == parts.count - 1
             if isLast, current.attribute(named: part) != nil || current.toOneIndex[part] != nil { return }
             guard let relationship = current.relationship(named: part), !relationship.isToMany,
-                  let next = model.entity(named: relationship.destination)
+                let next = model.entity(named: relationship.destination)
             else { break }
             current = next
         }
-        throw GraphError(.invalidArgument, "'\(path)' is not a key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key').")
+        throw GraphError(
+            .invalidArgument,
+            "'\(path)' is not a key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key')."
+        )
     }
 
     private struct Reader: RowKeyPathReading {
@@ -267,7 +309,9 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
         let model: ManagedObjectModel
 
         func follow(_ id: ObjectID) -> Reader? {
-            guard let next = model.entity(named: id.entityName), let nextRow = state.tables[next.name]?[id.key] else { return nil }
+            guard let next = model.entity(named: id.entityName), let nextRow = state.tables[next.name]?[id.key] else {
+                return nil
+            }
             return Reader(entity: next, row: nextRow, state: state, model: model)
         }
     }

@@ -83,6 +83,8 @@ extension IncrementalStore {
 
     /// Throws the error a store gives for a request kind it does not know.
     public func unsupported(_ request: any StoreRequest) -> GraphError {
-        GraphError(.unsupportedRequest, "\(storeType) store cannot execute a \(type(of: request)); it executes FetchDescription and SaveChanges.")
+        GraphError(
+            .unsupportedRequest,
+            "\(storeType) store cannot execute a \(type(of: request)); it executes FetchDescription and SaveChanges.")
     }
 }

@@ -30,7 +30,10 @@ public struct FetchDescription: StoreRequest, Hashable {
     public var resultType: ResultType
 
     /// Creates a fetch description.
-    public init(entityName: String, predicate: ObjectPredicate? = nil, sort: [SortKey] = [], limit: Int? = nil, offset: Int = 0, resultType: ResultType = .objectIDs) {
+    public init(
+        entityName: String, predicate: ObjectPredicate? = nil, sort: [SortKey] = [], limit: Int? = nil, offset: Int = 0,
+        resultType: ResultType = .objectIDs
+    ) {
         self.entityName = entityName
         self.predicate = predicate
         self.sort = sort
@@ -70,7 +73,9 @@ public struct SaveChanges: StoreRequest {
         public var changedKeys: [String]
 
         /// Creates a row change.
-        public init(objectID: ObjectID, expectedVersion: Int64, attributes: [Value], toOne: [ObjectID?], changedKeys: [String]) {
+        public init(
+            objectID: ObjectID, expectedVersion: Int64, attributes: [Value], toOne: [ObjectID?], changedKeys: [String]
+        ) {
             self.objectID = objectID
             self.expectedVersion = expectedVersion
             self.attributes = attributes
@@ -129,7 +134,9 @@ public struct SaveChanges: StoreRequest {
     public init() {}
 
     /// Whether there is nothing to write.
-    public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty && linksAdded.isEmpty && linksRemoved.isEmpty }
+    public var isEmpty: Bool {
+        inserted.isEmpty && updated.isEmpty && deleted.isEmpty && linksAdded.isEmpty && linksRemoved.isEmpty
+    }
 }
 
 /// The result a store returns for a request.
