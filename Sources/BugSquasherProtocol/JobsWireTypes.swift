@@ -1,0 +1,165 @@
+import BugSquasherGraph
+public import BugSquasherModel
+
+// The parameters and replies of `io.bugsquasher.Jobs`.
+
+/// `io.bugsquasher.Jobs.Job`.
+public struct WireJob: Codable, Sendable, Hashable {
+    /// The job ID.
+    public var id: String
+    /// The name the submitter gave (the file name).
+    public var name: String
+    /// The input format.
+    public var format: String
+    /// Where the job is in its life (on the wire, its raw value: `running`).
+    public var state: JobState
+    /// Records read so far.
+    public var recordsRead: Int64
+    /// Records imported so far.
+    public var imported: Int64
+    /// Records rejected so far.
+    public var rejected: Int64
+    /// Bytes of the (decompressed) input processed.
+    public var bytesDone: Int64
+    /// Bytes of the (decompressed) input in all.
+    public var bytesTotal: Int64
+    /// When the job was created (ISO 8601).
+    public var created: String
+    /// When it finished (ISO 8601).
+    public var finished: String?
+    /// Why it failed.
+    public var error: String?
+    /// For a CSV export: the column each field was read from, and the columns not imported.
+    public var columns: String?
+
+    /// Creates a job description.
+    public init(
+        id: String, name: String, format: String, state: JobState, recordsRead: Int64, imported: Int64, rejected: Int64,
+        bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil
+    ) {
+        self.id = id
+        self.name = name
+        self.format = format
+        self.state = state
+        self.recordsRead = recordsRead
+        self.imported = imported
+        self.rejected = rejected
+        self.bytesDone = bytesDone
+        self.bytesTotal = bytesTotal
+        self.created = created
+        self.finished = finished
+        self.error = error
+        self.columns = columns
+    }
+
+    /// Whether the job will not change any more.
+    public var isFinal: Bool { state.isFinal }
+}
+
+/// `io.bugsquasher.Jobs.Reject`.
+public struct WireReject: Codable, Sendable, Hashable {
+    /// The line (or record number) in the input.
+    public var line: Int64
+    /// Why it was rejected.
+    public var reason: String
+    /// Creates a reject.
+    public init(line: Int64, reason: String) {
+        self.line = line
+        self.reason = reason
+    }
+}
+
+/// A parameter object with one `job` field.
+public struct JobParameter: Codable, Sendable {
+    /// The job ID.
+    public var job: String
+    /// Creates the parameter.
+    public init(job: String) { self.job = job }
+}
+
+/// A parameter object with an optional `limit`.
+public struct LimitParameter: Codable, Sendable {
+    /// At most this many.
+    public var limit: Int?
+    /// Creates the parameter.
+    public init(limit: Int? = nil) { self.limit = limit }
+}
+
+/// A reply with one job (`Get`, `Watch`).
+public struct JobReply: Codable, Sendable {
+    /// The job.
+    public var job: WireJob
+    /// Creates a reply.
+    public init(job: WireJob) { self.job = job }
+}
+
+/// The reply of `io.bugsquasher.Jobs.List`.
+public struct JobsReply: Codable, Sendable {
+    /// The jobs, newest first.
+    public var jobs: [WireJob]
+    /// Creates a reply.
+    public init(jobs: [WireJob]) { self.jobs = jobs }
+}
+
+/// The parameters of `io.bugsquasher.Jobs.Rejects`.
+public struct RejectsParameters: Codable, Sendable {
+    /// The job.
+    public var job: String
+    /// At most this many.
+    public var limit: Int?
+    /// Skip this many first (in input order), for the next page.
+    public var offset: Int?
+    /// Creates parameters.
+    public init(job: String, limit: Int? = nil, offset: Int? = nil) {
+        self.job = job
+        self.limit = limit
+        self.offset = offset
+    }
+}
+
+/// The reply of `io.bugsquasher.Jobs.Rejects`.
+public struct RejectsReply: Codable, Sendable {
+    /// The rejects, in input order.
+    public var rejects: [WireReject]
+    /// `true` when more rejects follow this page (ask again with `offset` past it); absent
+    /// after the last page.
+    public var more: Bool?
+    /// Creates a reply.
+    public init(rejects: [WireReject], more: Bool? = nil) {
+        self.rejects = rejects
+        self.more = more
+    }
+}
+
+/// The reply of `io.bugsquasher.Jobs.Status`.
+public struct StatusReply: Codable, Sendable {
+    /// The store's UUID.
+    public var storeIdentifier: String
+    /// The newest history token.
+    public var token: Int64
+    /// How many bugs the store holds.
+    public var bugs: Int
+    /// How many change-feed subscribers are connected.
+    public var subscribers: Int
+    /// How many clients follow an import job with `Jobs.Watch` (`squasherctl import --wait`);
+    /// not counted in ``subscribers``.
+    public var jobFollowers: Int?
+    /// The running job, if any.
+    public var activeJob: WireJob?
+    /// Save conflicts the daemon's contexts resolved with their merge policy since it started
+    /// (an edit and an import chunk that changed the same bug at the same time).
+    public var conflictsResolved: Int?
+    /// Creates a reply.
+    public init(
+        storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, jobFollowers: Int? = nil,
+        activeJob: WireJob?, conflictsResolved: Int? = nil
+    ) {
+        self.storeIdentifier = storeIdentifier
+        self.token = token
+        self.bugs = bugs
+        self.subscribers = subscribers
+        self.jobFollowers = jobFollowers
+        self.activeJob = activeJob
+        self.conflictsResolved = conflictsResolved
+    }
+}
