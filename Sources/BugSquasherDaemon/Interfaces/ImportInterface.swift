@@ -49,151 +49,203 @@ struct ImportInterface: VarlinkInterface {
     }
 
     private func dispatch(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let book = runner.book
         switch call.methodName {
-        case "Begin":
-            let parameters = try call.parameters(BeginImportParameters.self)
-            var format: ImportFormat?
-            if let name = parameters.format, name != "auto" {
-                guard let known = ImportFormat(rawValue: name) else {
-                    throw invalidInput(
-                        "unknown format '\(name)'; use one of \(ImportFormat.names), or leave it out to detect it")
-                }
-                format = known
-            }
-            let columns: CSVColumnMapping
-            do {
-                columns = try CSVColumnMapping(
-                    parsing: (parameters.columns ?? [:]).map { "\($0.key)=\($0.value)" }.sorted(),
-                    project: parameters.project)
-            } catch let error as ImportError {
-                throw invalidInput(error.message)
-            }
-            if !columns.isEmpty, let format, format.spoolLines != .envelope {
-                throw invalidInput(
-                    "columns and project describe a CSV export's columns, and this upload is declared \(format.rawValue); leave them out, or declare the CSV format"
-                )
-            }
-            let chunkSize = parameters.chunkSize ?? configuration.chunkSize
-            let sizes = ImportChunkSize.allowed
-            guard sizes.contains(chunkSize) else {
-                throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)")
-            }
-            guard uploads.count < UploadRegistry.maximumUploads else {
-                throw Self.busy(
-                    "\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once; begin this one again once one of them is committed or aborted"
-                )
-            }
-            // A job's name is for people: kept (and logged) to its first 500 characters, and on
-            // one line (a newline in it would forge a line of the log).
-            guard !parameters.name.allSatisfy(\.isWhitespace) else {
-                throw invalidInput(
-                    "the job name is empty; give the job a name people will know it by (squasherctl uses the file's name)"
-                )
-            }
-            guard !parameters.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-                throw invalidInput(
-                    "the job name holds control characters (a newline, an escape…); give a name of printable characters"
-                )
-            }
-            let name = String(parameters.name.prefix(500))
-            let job = try await book.create(name: name, format: format, chunkSize: chunkSize, columns: columns)
-            do {
-                uploads.add(
-                    try Spooler(
-                        jobID: job, directory: configuration.spoolDirectory, format: format, columns: columns,
-                        maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
-                // An upload lives as long as the connection that began it: a client that goes
-                // away without Commit leaves no open spool file and no job stuck "uploading".
-                let logger = context.logger
-                await context.connection.onClose { [uploads, book] in
-                    guard let spooler = uploads.remove(job) else { return }
-                    let stopping = uploads.isStopping
-                    let reason =
-                        stopping
-                        ? "squasherd stopped before the upload was committed; submit the file again once squasherd is back."
-                        : "The client disconnected before committing the upload; submit the file again."
-                    await spooler.discard(reason: reason)
-                    logger.notice(
-                        stopping
-                            ? "upload abandoned: squasherd is stopping"
-                            : "upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
-                    try? await book.end(job, as: .aborted, error: reason)
-                }
-            } catch let error as DaemonError {
-                context.logger.error(
-                    "upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
-                try await book.end(job, as: .failed, error: error.message)
-                throw refusal(error)
-            }
-            context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(name)"])
-            try await replier.reply(JobParameter(job: job))
-        case "Append":
-            let parameters = try call.parameters(AppendParameters.self)
-            let spooler = try await upload(parameters.job, book: book, on: context.connection)
-            guard let data = Data(base64Encoded: parameters.data) else { throw invalidInput("data is not base64") }
-            try await append([UInt8](data), to: spooler, book: book, logger: context.logger)
-            try await replier.reply(BytesReply(bytes: data.count))
-        case "Upload":
-            guard call.upgrade else {
-                throw invalidInput(
-                    "Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append"
-                )
-            }
-            let job = try call.parameters(JobParameter.self).job
-            let spooler = try await upload(job, book: book, on: context.connection)
-            context.connection.upgrade(
-                to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
-            try await replier.reply(Empty())
-        case "Commit":
-            let job = try call.parameters(JobParameter.self).job
-            try await commit(
-                try await upload(job, book: book, on: context.connection), book: book, logger: context.logger)
-            try await replier.reply(JobParameter(job: job))
-        case "Abort":
-            let job = try call.parameters(JobParameter.self).job
-            if let spooler = uploads.remove(job) {
-                context.logger.notice(
-                    "upload aborted on request; its spool file is removed", metadata: ["job.id": "\(job)"])
-                await spooler.discard(reason: "The upload was aborted on request.")
-            }
-            guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
-            guard JobLifecycle.canMove(from: current.state, to: .aborted) else {
-                throw invalidInput(
-                    "job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted"
-                )
-            }
-            if await runner.abort(job) {
-                // Stopped after its chunk in flight; what it committed stays.
-                guard let ended = try await book.job(job), ended.state == .aborted else {
-                    throw invalidInput("job \(job) ended before it could be aborted")
-                }
-                try await replier.reply(Empty())
-                return
-            }
-            // The runner had not taken it up, and now never will.
-            if current.state == .queued {
-                context.logger.notice(
-                    "queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"])
-            }
-            try await book.end(job, as: .aborted, error: "Aborted on request before it started; nothing was imported.")
-            // A queued job's upload is spooled already; nothing reads it any more.
-            try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
-            try await replier.reply(Empty())
-        case "Update":
-            let parameters = try call.parameters(UpdateParameters.self)
-            try await replier.reply(try await update(parameters.id, values: parameters.values))
-        case "Delete":
-            let id = try editableObjectID(try call.parameters(IDParameter.self).id)
-            let editor = newEditor("varlink-delete")
-            try await mapGraphErrors {
-                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
-            }
-            let didSave = try await mapGraphErrors { try await editor.save() }
-            try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
-        default:
-            throw VarlinkError.methodNotFound(call.method)
+        case "Begin": try await handleBegin(call, context: context, replier: replier)
+        case "Append": try await handleAppend(call, context: context, replier: replier)
+        case "Upload": try await handleUpload(call, context: context, replier: replier)
+        case "Commit": try await handleCommit(call, context: context, replier: replier)
+        case "Abort": try await handleAbort(call, context: context, replier: replier)
+        case "Update": try await handleUpdate(call, context: context, replier: replier)
+        case "Delete": try await handleDelete(call, context: context, replier: replier)
+        default: throw VarlinkError.methodNotFound(call.method)
         }
+    }
+
+    /// `Begin`'s parameters checked: the format, the column mapping, the chunk size and the
+    /// name; and whether squasherd takes one more upload now.
+    private func checkedBegin(
+        _ parameters: BeginImportParameters
+    ) throws -> (name: String, format: ImportFormat?, chunkSize: Int, columns: CSVColumnMapping) {
+        var format: ImportFormat?
+        if let name = parameters.format, name != "auto" {
+            guard let known = ImportFormat(rawValue: name) else {
+                throw invalidInput(
+                    "unknown format '\(name)'; use one of \(ImportFormat.names), or leave it out to detect it")
+            }
+            format = known
+        }
+        let columns: CSVColumnMapping
+        do {
+            columns = try CSVColumnMapping(
+                parsing: (parameters.columns ?? [:]).map { "\($0.key)=\($0.value)" }.sorted(),
+                project: parameters.project)
+        } catch let error as ImportError {
+            throw invalidInput(error.message)
+        }
+        if !columns.isEmpty, let format, !format.isCSV {
+            throw invalidInput(
+                "columns and project describe a CSV export's columns, and this upload is declared \(format.rawValue); leave them out, or declare the CSV format"
+            )
+        }
+        let chunkSize = parameters.chunkSize ?? configuration.chunkSize
+        let sizes = ImportChunkSize.allowed
+        guard sizes.contains(chunkSize) else {
+            throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)")
+        }
+        guard uploads.count < UploadRegistry.maximumUploads else {
+            throw Self.busy(
+                "\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once; begin this one again once one of them is committed or aborted"
+            )
+        }
+        // A job's name is for people: kept (and logged) to its first 500 characters, and on
+        // one line (a newline in it would forge a line of the log).
+        guard !parameters.name.allSatisfy(\.isWhitespace) else {
+            throw invalidInput(
+                "the job name is empty; give the job a name people will know it by (squasherctl uses the file's name)"
+            )
+        }
+        guard !parameters.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw invalidInput(
+                "the job name holds control characters (a newline, an escape…); give a name of printable characters"
+            )
+        }
+        return (String(parameters.name.prefix(500)), format, chunkSize, columns)
+    }
+
+    /// `Begin`: begins an upload: creates the job, and opens its spool for this connection.
+    private func handleBegin(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let book = runner.book
+        let (name, format, chunkSize, columns) = try checkedBegin(try call.parameters(BeginImportParameters.self))
+        let job = try await book.create(name: name, format: format, chunkSize: chunkSize, columns: columns)
+        do {
+            uploads.add(
+                try Spooler(
+                    jobID: job, directory: configuration.spoolDirectory, format: format, columns: columns,
+                    maximumRecordBytes: configuration.maximumRecordBytes), owner: context.connection)
+            // An upload lives as long as the connection that began it: a client that goes
+            // away without Commit leaves no open spool file and no job stuck "uploading".
+            let logger = context.logger
+            await context.connection.onClose { [uploads, book] in
+                guard let spooler = uploads.remove(job) else { return }
+                let stopping = uploads.isStopping
+                let reason =
+                    stopping
+                    ? "squasherd stopped before the upload was committed; submit the file again once squasherd is back."
+                    : "The client disconnected before committing the upload; submit the file again."
+                await spooler.discard(reason: reason)
+                logger.notice(
+                    stopping
+                        ? "upload abandoned: squasherd is stopping"
+                        : "upload abandoned: the client disconnected before Commit", metadata: ["job.id": "\(job)"])
+                try? await book.end(job, as: .aborted, error: reason)
+            }
+        } catch let error as DaemonError {
+            context.logger.error(
+                "upload failed to start", metadata: ["job.id": "\(job)", "error": "\(error.message)"])
+            try await book.end(job, as: .failed, error: error.message)
+            throw refusal(error)
+        }
+        context.logger.info("upload started", metadata: ["job.id": "\(job)", "job.name": "\(name)"])
+        try await replier.reply(JobParameter(job: job))
+    }
+
+    /// `Append`: Appends base64-encoded bytes to the upload this connection began.
+    private func handleAppend(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let book = runner.book
+        let parameters = try call.parameters(AppendParameters.self)
+        let spooler = try await upload(parameters.job, book: book, on: context.connection)
+        guard let data = Data(base64Encoded: parameters.data) else { throw invalidInput("data is not base64") }
+        try await append([UInt8](data), to: spooler, book: book, logger: context.logger)
+        try await replier.reply(BytesReply(bytes: data.count))
+    }
+
+    /// `Upload`: Takes the connection over for the file's bytes (`upgrade`).
+    private func handleUpload(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let book = runner.book
+        guard call.upgrade else {
+            throw invalidInput(
+                "Upload sends the file over the connection itself: call it with \"upgrade\": true, or send the file with Append"
+            )
+        }
+        let job = try call.parameters(JobParameter.self).job
+        let spooler = try await upload(job, book: book, on: context.connection)
+        context.connection.upgrade(
+            to: UploadReceiver(spooler: spooler, interface: self, book: book, logger: context.logger))
+        try await replier.reply(Empty())
+    }
+
+    /// `Commit`: Ends the upload and queues its job.
+    private func handleCommit(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let book = runner.book
+        let job = try call.parameters(JobParameter.self).job
+        try await commit(
+            try await upload(job, book: book, on: context.connection), book: book, logger: context.logger)
+        try await replier.reply(JobParameter(job: job))
+    }
+
+    /// `Abort`: Abandons an upload, or stops a queued or running job (a running one after its chunk in flight).
+    private func handleAbort(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let book = runner.book
+        let job = try call.parameters(JobParameter.self).job
+        if let spooler = uploads.remove(job) {
+            context.logger.notice(
+                "upload aborted on request; its spool file is removed", metadata: ["job.id": "\(job)"])
+            await spooler.discard(reason: "The upload was aborted on request.")
+        }
+        guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
+        guard JobLifecycle.canMove(from: current.state, to: .aborted) else {
+            throw invalidInput(
+                "job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted"
+            )
+        }
+        if await runner.abort(job) {
+            // Stopped after its chunk in flight; what it committed stays.
+            guard let ended = try await book.job(job), ended.state == .aborted else {
+                throw invalidInput("job \(job) ended before it could be aborted")
+            }
+            try await replier.reply(Empty())
+            return
+        }
+        // The runner had not taken it up, and now never will.
+        if current.state == .queued {
+            context.logger.notice(
+                "queued job aborted on request; nothing was imported", metadata: ["job.id": "\(job)"])
+        }
+        try await book.end(job, as: .aborted, error: "Aborted on request before it started; nothing was imported.")
+        // A queued job's upload is spooled already; nothing reads it any more.
+        try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
+        try await replier.reply(Empty())
+    }
+
+    /// `Update`: Changes one object.
+    private func handleUpdate(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let parameters = try call.parameters(UpdateParameters.self)
+        try await replier.reply(try await update(parameters.id, values: parameters.values))
+    }
+
+    /// `Delete`: Deletes one object (its delete rules apply).
+    private func handleDelete(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let id = try editableObjectID(try call.parameters(IDParameter.self).id)
+        let editor = newEditor("varlink-delete")
+        try await mapGraphErrors {
+            try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
+        }
+        let didSave = try await mapGraphErrors { try await editor.save() }
+        try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
     }
 
     private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
