@@ -39,52 +39,76 @@ struct ChangesInterface: VarlinkInterface {
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
-        case "Subscribe":
-            guard call.more else { throw VarlinkError.expectedMore }
-            try await subscribe(try call.parameters(SubscribeParameters.self), context: context, replier: replier)
-        case "Register":
-            let parameters = try call.parameters(RegisterParameters.self)
-            let subscription = try subscriptionFor(parameters.subscription)
-            let ids = try registrations(parameters.ids, versions: parameters.versions)
-            let count = try register(ids, versions: parameters.versions, on: subscription)
-            if let versions = parameters.versions {
-                try await refreshStale(ids: ids, versions: versions, for: subscription)
-            }
-            try await replier.reply(RegisterReply(registered: count))
-        case "Unregister":
-            let parameters = try call.parameters(RegisterParameters.self)
-            let subscription = try subscriptionFor(parameters.subscription)
-            try await replier.reply(RegisterReply(registered: subscription.unregister(try parse(parameters.ids))))
-        case "History":
-            let parameters = try call.parameters(HistoryParameters.self)
-            guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
-            if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
-            var saves = try await readers.run {
-                try stack.store.changes(
-                    after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000))
-            }
-            // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
-            // that passes the cap, and the client asks again from there.
-            var objects = 0
-            if let cut = saves.firstIndex(where: {
-                objects += $0.objectCount
-                return objects >= Self.historyObjectCap
-            }) {
-                saves.removeSubrange((cut + 1)...)
-            }
-            let token = try stack.store.currentHistoryToken()
-            // As for Subscribe: a token the store never issued (a client of a store restored
-            // from an older backup) is said, not answered with an empty page.
-            if parameters.after > token.rawValue {
-                throw VarlinkError(
-                    "io.bugsquasher.Changes.TokenAhead",
-                    ["since": .int(parameters.after), "token": .int(token.rawValue)])
-            }
-            try await replier.reply(
-                HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))
+        case "Subscribe": try await handleSubscribe(call, context: context, replier: replier)
+        case "Register": try await handleRegister(call, context: context, replier: replier)
+        case "Unregister": try await handleUnregister(call, context: context, replier: replier)
+        case "History": try await handleHistory(call, context: context, replier: replier)
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
+    }
+
+    /// `Subscribe`: streams the change feed from a token or from now (call with `more`).
+    private func handleSubscribe(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        guard call.more else { throw VarlinkError.expectedMore }
+        try await subscribe(try call.parameters(SubscribeParameters.self), context: context, replier: replier)
+    }
+
+    /// `Register`: registers object IDs (with their versions) on a subscription; stale ones are refreshed at once.
+    private func handleRegister(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let parameters = try call.parameters(RegisterParameters.self)
+        let subscription = try subscriptionFor(parameters.subscription)
+        let ids = try registrations(parameters.ids, versions: parameters.versions)
+        let count = try register(ids, versions: parameters.versions, on: subscription)
+        if let versions = parameters.versions {
+            try await refreshStale(ids: ids, versions: versions, for: subscription)
+        }
+        try await replier.reply(RegisterReply(registered: count))
+    }
+
+    /// `Unregister`: unregisters object IDs.
+    private func handleUnregister(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let parameters = try call.parameters(RegisterParameters.self)
+        let subscription = try subscriptionFor(parameters.subscription)
+        try await replier.reply(RegisterReply(registered: subscription.unregister(try parse(parameters.ids))))
+    }
+
+    /// `History`: a page of the saves after a token.
+    private func handleHistory(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let parameters = try call.parameters(HistoryParameters.self)
+        guard parameters.after >= 0 else { throw VarlinkError.invalidParameter("after") }
+        if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
+        var saves = try await readers.run {
+            try stack.store.changes(
+                after: HistoryToken(rawValue: parameters.after), limit: min(parameters.limit ?? 100, 1_000))
+        }
+        // A reply of 1,000 import chunks would hold a million IDs: cut it after the save
+        // that passes the cap, and the client asks again from there.
+        var objects = 0
+        if let cut = saves.firstIndex(where: {
+            objects += $0.objectCount
+            return objects >= Self.historyObjectCap
+        }) {
+            saves.removeSubrange((cut + 1)...)
+        }
+        let token = try stack.store.currentHistoryToken()
+        // As for Subscribe: a token the store never issued (a client of a store restored
+        // from an older backup) is said, not answered with an empty page.
+        if parameters.after > token.rawValue {
+            throw VarlinkError(
+                "io.bugsquasher.Changes.TokenAhead",
+                ["since": .int(parameters.after), "token": .int(token.rawValue)])
+        }
+        try await replier.reply(
+            HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))
     }
 
     /// Registers IDs; a registration past a cap fails with the Varlink error

@@ -24,45 +24,73 @@ struct JobsInterface: VarlinkInterface {
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         switch call.methodName {
-        case "List":
-            let asked = try call.parameters(LimitParameter.self).limit
-            if let asked, asked < 1 { throw VarlinkError.invalidParameter("limit") }
-            let limit = min(asked ?? 50, 1_000)
-            try await replier.reply(JobsReply(jobs: try await book.list(limit: limit)))
-        case "Get":
-            let id = try call.parameters(JobParameter.self).job
-            guard let job = try await book.job(id) else { throw jobNotFound(id) }
-            try await replier.reply(JobReply(job: job))
-        case "Rejects":
-            let parameters = try call.parameters(RejectsParameters.self)
-            if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
-            if let offset = parameters.offset, offset < 0 { throw VarlinkError.invalidParameter("offset") }
-            guard try await book.job(parameters.job) != nil else { throw jobNotFound(parameters.job) }
-            let limit = min(parameters.limit ?? 1_000, Self.maximumRejects)
-            // One more than sent: whether a next page follows.
-            var page = try await book.rejects(parameters.job, limit: limit + 1, offset: parameters.offset ?? 0)
-            let more = page.count > limit
-            if more { page.removeLast() }
-            try await replier.reply(RejectsReply(rejects: page, more: more ? true : nil))
-        case "Watch":
-            guard call.more else { throw VarlinkError.expectedMore }
-            try await watch(try call.parameters(JobParameter.self).job, replier: replier)
-        case "Status":
-            let count = try stack.mainCoordinator.fetch(FetchDescription(entityName: "Bug", resultType: .count))
-            var bugs = 0
-            if case .count(let n) = count { bugs = n }
-            let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
-            try await replier.reply(
-                StatusReply(
-                    storeIdentifier: stack.mainCoordinator.storeIdentifier,
-                    token: try stack.store.currentHistoryToken().rawValue,
-                    bugs: bugs, subscribers: hub.count, jobFollowers: hub.jobFollowerCount, activeJob: active,
-                    conflictsResolved: stack.writerCoordinator.resolvedConflictCount
-                        + stack.mainCoordinator.resolvedConflictCount
-                ))
+        case "List": try await handleList(call, context: context, replier: replier)
+        case "Get": try await handleGet(call, context: context, replier: replier)
+        case "Rejects": try await handleRejects(call, context: context, replier: replier)
+        case "Watch": try await handleWatch(call, context: context, replier: replier)
+        case "Status": try await handleStatus(call, context: context, replier: replier)
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
+    }
+
+    /// `List`: the newest jobs.
+    private func handleList(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws
+    {
+        let asked = try call.parameters(LimitParameter.self).limit
+        if let asked, asked < 1 { throw VarlinkError.invalidParameter("limit") }
+        let limit = min(asked ?? 50, 1_000)
+        try await replier.reply(JobsReply(jobs: try await book.list(limit: limit)))
+    }
+
+    /// `Get`: one job.
+    private func handleGet(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws
+    {
+        let id = try call.parameters(JobParameter.self).job
+        guard let job = try await book.job(id) else { throw jobNotFound(id) }
+        try await replier.reply(JobReply(job: job))
+    }
+
+    /// `Rejects`: a page of a job's rejects, in input order.
+    private func handleRejects(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let parameters = try call.parameters(RejectsParameters.self)
+        if let limit = parameters.limit, limit < 1 { throw VarlinkError.invalidParameter("limit") }
+        if let offset = parameters.offset, offset < 0 { throw VarlinkError.invalidParameter("offset") }
+        guard try await book.job(parameters.job) != nil else { throw jobNotFound(parameters.job) }
+        let limit = min(parameters.limit ?? 1_000, Self.maximumRejects)
+        // One more than sent: whether a next page follows.
+        var page = try await book.rejects(parameters.job, limit: limit + 1, offset: parameters.offset ?? 0)
+        let more = page.count > limit
+        if more { page.removeLast() }
+        try await replier.reply(RejectsReply(rejects: page, more: more ? true : nil))
+    }
+
+    /// `Watch`: streams a job's progress until it ends (call with `more`).
+    private func handleWatch(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        guard call.more else { throw VarlinkError.expectedMore }
+        try await watch(try call.parameters(JobParameter.self).job, replier: replier)
+    }
+
+    /// `Status`: the store, the token, the subscribers and the running job.
+    private func handleStatus(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let count = try stack.mainCoordinator.fetch(FetchDescription(entityName: "Bug", resultType: .count))
+        var bugs = 0
+        if case .count(let n) = count { bugs = n }
+        let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
+        try await replier.reply(
+            StatusReply(
+                storeIdentifier: stack.mainCoordinator.storeIdentifier,
+                token: try stack.store.currentHistoryToken().rawValue,
+                bugs: bugs, subscribers: hub.count, jobFollowers: hub.jobFollowerCount, activeJob: active,
+                conflictsResolved: stack.writerCoordinator.resolvedConflictCount
+                    + stack.mainCoordinator.resolvedConflictCount
+            ))
     }
 
     /// Sends the job after every commit that touches it, until it is final.

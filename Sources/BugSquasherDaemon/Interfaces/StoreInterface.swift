@@ -16,59 +16,84 @@ struct StoreInterface: VarlinkInterface {
     let readers: ThreadExecutor
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        let store = stack.store
-        let model = stack.model
         do {
             switch call.methodName {
-            case "Info":
-                try await replier.reply(
-                    StoreInfo(
-                        storeIdentifier: stack.mainCoordinator.storeIdentifier, storeType: store.storeType,
-                        modelVersionHash: model.versionHash, token: try store.currentHistoryToken().rawValue,
-                        entities: model.entities.map(\.name)
-                    ))
-            // Replies of rows are encoded on the read threads too, where they were read: a page of
-            // 10,000 rows takes as long to encode as to read, and encoded on the cooperative
-            // pool, the pages of a few dozen clients held up `Jobs.Status` and the watchdog's
-            // health check for seconds.
-            case "Fetch":
-                let parameters = try call.parameters(FetchParameters.self)
-                try await replier.send(
-                    try await readers.run { try VarlinkReply.encode(fetch(parameters), continues: false) },
-                    continues: false)
-            case "Values":
-                let ids = try parse(try call.parameters(IDsParameters.self).ids)
-                guard ids.count <= 10_000 else { throw invalid("ask for at most 10,000 IDs at once") }
-                try await replier.send(
-                    try await readers.run {
-                        let rows = try store.newValues(for: ids)
-                        return try VarlinkReply.encode(
-                            RowsReply(
-                                rows: ids.compactMap { id in
-                                    guard let row = rows[id], let entity = model.entity(named: id.entityName) else {
-                                        return nil
-                                    }
-                                    return WireRow(
-                                        id: id.uriString, version: row.version,
-                                        values: coding.encode(row, entity: entity))
-                                }), continues: false)
-                    }, continues: false)
-            case "Related":
-                let parameters = try call.parameters(RelatedParameters.self)
-                guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
-                let offset = parameters.offset ?? 0
-                guard offset >= 0 else { throw invalid("offset must not be negative") }
-                // A project's bugs can be hundreds of thousands: capped as a Fetch of IDs is.
-                let ids = try await readers.run { try store.newValue(forRelationship: parameters.relationship, of: id) }
-                    .dropFirst(offset)
-                let page = ids.prefix(Self.maximumIDs)
-                try await replier.reply(IDsReply(ids: page.map(\.uriString), more: ids.count > page.count ? true : nil))
+            case "Info": try await handleInfo(call, context: context, replier: replier)
+            case "Fetch": try await handleFetch(call, context: context, replier: replier)
+            case "Values": try await handleValues(call, context: context, replier: replier)
+            case "Related": try await handleRelated(call, context: context, replier: replier)
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
         } catch let error as GraphError {
             throw invalid(error.message)
         }
+    }
+
+    /// `Info`: the store's identity, type, model hash, token and entities.
+    private func handleInfo(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws
+    {
+        let (store, model) = (stack.store, stack.model)
+        try await replier.reply(
+            StoreInfo(
+                storeIdentifier: stack.mainCoordinator.storeIdentifier, storeType: store.storeType,
+                modelVersionHash: model.versionHash, token: try store.currentHistoryToken().rawValue,
+                entities: model.entities.map(\.name)
+            ))
+    }
+
+    // Replies of rows are encoded on the read threads too, where they were read: a page of
+    // 10,000 rows takes as long to encode as to read, and encoded on the cooperative
+    // pool, the pages of a few dozen clients held up `Jobs.Status` and the watchdog's
+    // health check for seconds.
+
+    /// `Fetch`: a page of the objects a predicate matches: IDs, rows or a count.
+    private func handleFetch(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let parameters = try call.parameters(FetchParameters.self)
+        try await replier.send(
+            try await readers.run { try VarlinkReply.encode(fetch(parameters), continues: false) },
+            continues: false)
+    }
+
+    /// `Values`: the current rows of up to 10,000 objects.
+    private func handleValues(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let (store, model) = (stack.store, stack.model)
+        let ids = try parse(try call.parameters(IDsParameters.self).ids)
+        guard ids.count <= 10_000 else { throw invalid("ask for at most 10,000 IDs at once") }
+        try await replier.send(
+            try await readers.run {
+                let rows = try store.newValues(for: ids)
+                return try VarlinkReply.encode(
+                    RowsReply(
+                        rows: ids.compactMap { id in
+                            guard let row = rows[id], let entity = model.entity(named: id.entityName) else {
+                                return nil
+                            }
+                            return WireRow(
+                                id: id.uriString, version: row.version,
+                                values: coding.encode(row, entity: entity))
+                        }), continues: false)
+            }, continues: false)
+    }
+
+    /// `Related`: a page of the IDs a relationship of one object holds.
+    private func handleRelated(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let store = stack.store
+        let parameters = try call.parameters(RelatedParameters.self)
+        guard let id = try parse([parameters.id]).first else { throw invalid("no ID") }
+        let offset = parameters.offset ?? 0
+        guard offset >= 0 else { throw invalid("offset must not be negative") }
+        // A project's bugs can be hundreds of thousands: capped as a Fetch of IDs is.
+        let ids = try await readers.run { try store.newValue(forRelationship: parameters.relationship, of: id) }
+            .dropFirst(offset)
+        let page = ids.prefix(Self.maximumIDs)
+        try await replier.reply(IDsReply(ids: page.map(\.uriString), more: ids.count > page.count ? true : nil))
     }
 
     /// The most rows one `Fetch` returns; page with `offset` for more.
