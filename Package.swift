@@ -260,6 +260,16 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "BugSquasherJSONTests",
+            dependencies: ["BugSquasherJSON"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "BugSquasherProtocolTests",
+            dependencies: ["BugSquasherProtocol", "BugSquasherVarlink"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "BugSquasherTransportTests",
             dependencies: ["BugSquasherTransport"],
             swiftSettings: strictSettings

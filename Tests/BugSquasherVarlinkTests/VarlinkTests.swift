@@ -162,30 +162,6 @@ struct VarlinkTests {
         #expect(named == .invalidParameter("job"))
     }
 
-    @Test("upload chunks are read however the bytes are split; a bad length or bytes after the end are refused")
-    func uploadFraming() throws {
-        let file = Array("line one\nline two\n".utf8) + [0, 1, 2]
-        let framed =
-            UploadFraming.header(5) + file[..<5] + UploadFraming.header(file.count - 5) + file[5...]
-            + UploadFraming.header(0)
-        for split in 0...framed.count {
-            var framing = UploadFraming()
-            let first = try framed[..<split].withUnsafeBytes { try framing.payload(of: $0) }
-            #expect(!framing.ended || split == framed.count)
-            let second = try framed[split...].withUnsafeBytes { try framing.payload(of: $0) }
-            #expect(first + second == file, "split at \(split)")
-            #expect(framing.ended && framing.payloadBytes == Int64(file.count))
-        }
-        var tooLong = UploadFraming()
-        #expect(throws: UploadFramingError.chunkTooLong(0x7B22_6D65)) {
-            try Array(#"{"method":"#.utf8).withUnsafeBytes { try tooLong.payload(of: $0) }
-        }
-        var afterEnd = UploadFraming()
-        #expect(throws: UploadFramingError.bytesAfterEnd) {
-            try (UploadFraming.header(0) + [1]).withUnsafeBytes { try afterEnd.payload(of: $0) }
-        }
-    }
-
     @Test("calls decode their parameters and name the missing or mistyped one")
     func callParameters() throws {
         struct Parameters: Decodable {

@@ -1,0 +1,109 @@
+import BugSquasherJSON
+import Foundation
+import Testing
+
+/// The streaming reader and writer on their own: what one writes, the other reads back, and
+/// both agree with Foundation's JSON.
+@Suite("JSON reader and writer")
+struct JSONReaderWriterTests {
+    /// Runs `read` on `bytes` and checks that it consumed the whole document.
+    func read<T>(_ bytes: [UInt8], _ read: (inout JSONReader) throws -> T) throws -> T {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var reader = JSONReader(buffer)
+            let value = try read(&reader)
+            try reader.end()
+            return value
+        }
+    }
+
+    @Test(
+        "strings with every escape, control characters and non-ASCII text round-trip, and Foundation reads them the same"
+    )
+    func strings() throws {
+        for text in [
+            "", "plain", "quote \" backslash \\ slash /", "line\nbreak\ttab\r\u{08}\u{0C}", "nul \u{0} bell \u{07}",
+            "é 🐛 中文",
+        ] {
+            var writer = JSONWriter()
+            writer.string(text)
+            #expect(try read(writer.bytes) { try $0.string() } == text)
+            #expect(try JSONDecoder().decode(String.self, from: Data(writer.bytes)) == text)
+        }
+        // What Foundation writes, the reader reads (including \u escapes and surrogate pairs).
+        #expect(try read(Array(#""\u00e9 \ud83d\udc1b \/""#.utf8)) { try $0.string() } == "é 🐛 /")
+    }
+
+    @Test("objects, arrays, numbers, booleans and null are written and read in order")
+    func documents() throws {
+        var writer = JSONWriter()
+        writer.object { object in
+            object.key("id")
+            object.integer(-42)
+            object.key("ratio")
+            object.double(0.25)
+            object.key("ok")
+            object.bool(true)
+            object.key("none")
+            object.null()
+            object.key("tags")
+            object.array { array in
+                array.string("a")
+                array.string("b")
+            }
+        }
+        var seen: [String] = []
+        try read(writer.bytes) { reader in
+            try reader.object { reader, key in
+                seen.append(key)
+                switch key {
+                case "id":
+                    let id = try reader.number()
+                    #expect(id == .integer(-42))
+                case "ratio":
+                    let ratio = try reader.number()
+                    #expect(ratio == .double(0.25))
+                case "ok":
+                    let ok = try reader.bool()
+                    #expect(ok)
+                case "none":
+                    let none = reader.null()
+                    #expect(none)
+                case "tags":
+                    let tags = try reader.strings()
+                    #expect(tags == ["a", "b"])
+                default: Issue.record("unexpected key \(key)")
+                }
+            }
+        }
+        #expect(seen == ["id", "ratio", "ok", "none", "tags"])
+        let foundation = try JSONSerialization.jsonObject(with: Data(writer.bytes)) as? [String: Any]
+        #expect(foundation?["id"] as? Int == -42 && foundation?["tags"] as? [String] == ["a", "b"])
+    }
+
+    @Test("skip passes over any value; IDs are read as text whether strings or numbers")
+    func skipAndIDs() throws {
+        let document = Array(#"{"skip":{"a":[1,{"b":"}"}],"c":null},"id":10100,"key":"10101"}"#.utf8)
+        var ids: [String] = []
+        try read(document) { reader in
+            try reader.object { reader, key in
+                if key == "skip" { try reader.skip() } else { ids.append(try reader.stringOrNumber()) }
+            }
+        }
+        #expect(ids == ["10100", "10101"])
+    }
+
+    @Test("bad documents say what is wrong and at which byte; text after the document is refused")
+    func failures() throws {
+        for (text, said) in [
+            (#"{"a":}"#, "at byte 5"), (#""unterminated"#, "byte"), ("[1,2", "byte"), (#"{"a":1} x"#, "byte"),
+        ] {
+            let failure = #expect(throws: JSONReader.Failure.self, "\(text)") {
+                try read(Array(text.utf8)) { try $0.skip() }
+            }
+            #expect(failure?.description.contains(said) == true, "\(text): \(String(describing: failure))")
+        }
+        #expect(throws: JSONReader.Failure.self) {
+            try read(Array("99999999999999999999999".utf8)) { try $0.integer() }
+        }
+    }
+}
