@@ -26,15 +26,8 @@ actor Spooler {
     private var gzip: (any NIODecompressor)?
     /// Where inflated bytes go, 64 KiB at a time.
     private var gzipWindow = ByteBuffer()
-    /// The last 8 bytes of the gzip member being read (its trailer once the member is whole:
-    /// CRC-32 and the inflated size modulo 2^32), and the bytes the member inflated to so far.
-    private var gzipTail: [UInt8] = []
-    private var inflatedBytes: UInt64 = 0
-    /// Whether the gzip member read last has ended; what follows must be another member (gzip
-    /// reads concatenated members as one file) or zero bytes of padding.
-    private var gzipMemberEnded = false
-    /// The first bytes after a member's end, held until there are two of them to check.
-    private var nextMemberStart: [UInt8] = []
+    /// Where the gzip members end, and whether the data ended whole.
+    private var members = GzipMembers()
     /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
     /// an upload may arrive one byte at a time. `nil` once told.
     private var leadingBytes: [UInt8]? = []
@@ -138,23 +131,18 @@ actor Spooler {
     /// are padding; anything else after one is refused.
     private func inflate(_ buffer: inout ByteBuffer, with gzip: any NIODecompressor) throws {
         while buffer.readableBytes > 0 {
-            if gzipMemberEnded {
-                if nextMemberStart.isEmpty {
-                    while let byte = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self), byte == 0 {
-                        buffer.moveReaderIndex(forwardBy: 1)
-                    }
+            if members.memberEnded {
+                let (taken, after) = members.afterMember(Array(buffer.readableBytesView))
+                buffer.moveReaderIndex(forwardBy: taken)
+                switch after {
+                case .needMore: return
+                case .notGzip: throw Self.trailingData
+                case .nextMember(let start):
+                    try gzip.resetStream()
+                    var member = ByteBuffer(bytes: start)
+                    member.writeBuffer(&buffer)
+                    buffer = member
                 }
-                nextMemberStart += buffer.readBytes(length: min(2 - nextMemberStart.count, buffer.readableBytes)) ?? []
-                guard nextMemberStart.count == 2 else { return }
-                guard nextMemberStart == [0x1F, 0x8B] else { throw Self.trailingData }
-                try gzip.resetStream()
-                var member = ByteBuffer(bytes: nextMemberStart)
-                member.writeBuffer(&buffer)
-                buffer = member
-                nextMemberStart = []
-                gzipMemberEnded = false
-                gzipTail = []
-                inflatedBytes = 0
             }
             let unread = buffer
             var windowFull = false
@@ -164,21 +152,16 @@ actor Spooler {
                 windowFull = gzipWindow.writableBytes == 0
             }
             let consumed = buffer.readerIndex - unread.readerIndex
-            if consumed > 0,
-                let last = unread.getBytes(at: buffer.readerIndex - min(consumed, 8), length: min(consumed, 8))
-            {
-                gzipTail = Array((gzipTail + last).suffix(8))
-            }
+            let last = unread.getBytes(at: buffer.readerIndex - min(consumed, 8), length: min(consumed, 8)) ?? []
             let inflated = gzipWindow.readableBytes
+            // zlib reads nothing more once a member's trailer is read: what is left starts the
+            // next member, or is not gzip (see GzipMembers).
+            members.inflated(consumed: consumed, lastBytes: last, inflated: inflated, outputFull: windowFull)
             if inflated > 0 {
-                inflatedBytes += UInt64(inflated)
                 try consume(Array(gzipWindow.readableBytesView))
                 try flush(force: false)
                 gzipWindow.clear()
             }
-            // zlib reads nothing more once a member's trailer is read: what is left starts the
-            // next member, or is not gzip.
-            if consumed == 0, inflated == 0, !windowFull { gzipMemberEnded = true }
         }
     }
 
@@ -204,11 +187,10 @@ actor Spooler {
             if format != nil { try route(pending) }
         }
         if gzip != nil {
-            if !nextMemberStart.isEmpty { throw Self.trailingData }
-            // zlib inflates a cut-off stream without complaint, up to the cut: a gzip upload is
-            // whole only when it ends with the trailer that gives the inflated size.
-            let size = ByteBuffer(bytes: gzipTail).getInteger(at: 4, endianness: .little, as: UInt32.self)
-            guard gzipTail.count == 8, size == UInt32(truncatingIfNeeded: inflatedBytes) else {
+            switch members.end() {
+            case .whole: break
+            case .trailingData: throw Self.trailingData
+            case .incomplete(let inflatedBytes):
                 throw DaemonError(
                     "The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported; submit the whole file."
                 )
@@ -410,7 +392,7 @@ actor Spooler {
         guard free - bytes < reserve else { return }
         let inflation =
             gzip != nil && bytesWritten > 0
-            ? " (gzip data inflated to \(Self.mebibytes(Int64(inflatedBytes))) so far)" : ""
+            ? " (gzip data inflated to \(Self.mebibytes(Int64(members.inflatedBytes))) so far)" : ""
         throw DaemonError(
             "The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.",
             unavailable: true)
