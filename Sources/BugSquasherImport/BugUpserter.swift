@@ -2,24 +2,11 @@ public import BugSquasherGraph
 
 /// Inserts or updates bugs from ``BugRecord``s, one chunk at a time, in an importer context.
 ///
-/// For a chunk it makes one `IN` fetch per entity (split at ``inListLimit`` values): the bugs by
-/// `key`, their projects by `key`, people by `name`, components by `name` and comments by
-/// `jiraID`. It then creates what is missing and sets every field from the records. Setting a
-/// property to the value it already has does not dirty an object, so re-importing an unchanged
-/// record leaves the context without changes, and the next save writes only what really changed.
-///
-/// - A bug's components become exactly the record's set (missing ones added, extra ones removed).
-/// - Comments are upserted by `jiraID` and attached to the bug; comments the record does not list
-///   are kept (Jira exports often hold only the first page of an issue's comments).
-/// - A person's display name and a project's name are only set when the record has one.
-/// - When a chunk names the same key more than once, its records are applied to that one bug in
-///   input order, exactly as if each came in a chunk of its own: a later record changes the fields
-///   it carries, keeps the others, and adds its comments to the earlier ones. So where chunk
-///   boundaries fall never changes what an import stores. Keys are the same when their bytes
-///   are: two Unicode forms of one text (`CAF\u{C9}-1`, `CAFE\u{301}-1`) are two bugs, as they
-///   are two rows in the store.
-///
-/// The upserter does not save: the caller does, once per chunk.
+/// For a chunk it makes one `IN` fetch per entity (split at ``inListLimit`` values), creates what
+/// is missing and sets every field from the records; only what really changed is dirtied. A bug's
+/// components become the record's set, comments are upserted by `jiraID` (unlisted ones kept), and
+/// a key named twice in a chunk is applied in input order, as if each record came in a chunk of
+/// its own. The upserter does not save: the caller does, once per chunk.
 ///
 /// ```swift
 /// let upserter = BugUpserter()
@@ -28,6 +15,8 @@ public import BugSquasherGraph
 /// }
 /// try await context.save()
 /// ```
+///
+/// Why it is built this way: docs/DESIGN-NOTES.md, "An upsert changes only what the records change".
 public struct BugUpserter: Sendable {
     /// At most this many values go into one `IN` predicate; longer lists are fetched in parts.
     public static let inListLimit = 500

@@ -6,17 +6,11 @@ import Synchronization
 /// (a job queue and `poll(2)`) becomes Swift concurrency's global executor, and the transport's
 /// `VarlinkStream` reads its connection there without SwiftNIO.
 ///
-/// For processes that mostly wait on a change feed, such as `squasherctl subscribe`: a
-/// notification is read, decoded, merged and printed on the thread that was woken for it, by
-/// little code. Each notification wakes a process from sleep, with cold caches, so the code it
-/// runs is what it costs: `watch --json --values` took 0.20 ms of CPU per notification on
-/// SwiftNIO's event loop (its channel pipeline and async channel) and takes 0.067 ms here
-/// (`subscribe`, which also merges and prints the bug: 0.23 and 0.10 ms), against 0.033 ms for
-/// a bare blocking read loop. Not for a process that needs several cores, or that blocks its
-/// tasks for long: everything waits behind one thread.
+/// For processes that mostly wait on a change feed, such as `squasherctl subscribe`, where each
+/// notification should cost only the little code that handles it. Not for a process that needs
+/// several cores, or that blocks its tasks for long: everything waits behind one thread.
 ///
-/// The runtime's hook is set through a reference the linker resolves (`CConcurrencyHook`): SwiftNIO's
-/// `dlsym` lookup of it finds nothing in a binary linked with `--static-swift-stdlib`.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "A subscriber runs on one thread".
 public enum SingleThreadedRuntime {
     /// Starts the run loop's thread and makes it the global executor; `true` when installed. Call
     /// it once, from the main thread, before any task starts (first thing in `main.swift`).

@@ -7,26 +7,12 @@ import Synchronization
 /// Copies the WAL back into the database file on a connection of its own, so that commits do
 /// not pay for it.
 ///
-/// SQLite's default (`wal_autocheckpoint = 1000`) checkpoints inside the commit that takes the
-/// WAL past 1,000 pages. During an import that is every few chunks, and that commit then holds
-/// the writer — and every edit waiting for it — for the copy and its fsync: measured here, a
-/// chunk's commit took 0.75 ms at the median and 11 ms at the 90th percentile. Instead, the
-/// writer's WAL hook asks this checkpointer for a `PASSIVE` checkpoint each time the WAL has grown
-/// by ``requestFrames`` pages since the last one, which runs beside the writer's transactions on
-/// another thread.
+/// The writer's WAL hook asks for a `PASSIVE` checkpoint each time the WAL has grown by
+/// ``requestFrames`` pages since the last one. Past ``restartFrames`` every commit asks for one,
+/// and one that copied everything also tries a `RESTART`, so that the WAL starts over; past
+/// ``writerFrames`` the writer still checkpoints in its commit.
 ///
-/// SQLite starts the WAL over at a write only when the last checkpoint copied all of it and no
-/// transaction still reads from it. During an import, with one chunk's save right after the
-/// other, that moment hardly ever came: the WAL grew until, past ``writerFrames``, the writer
-/// checkpointed in its commit, every 22 chunks, taking that commit from 6 ms to 19 ms (and an
-/// edit waiting for it with it). So once the WAL is past ``restartFrames``, every commit asks
-/// for a checkpoint, and one that copied everything also tries a `RESTART` at once, without
-/// waiting: when no transaction is running it takes the writer for the few pages committed since
-/// the copy and starts the WAL over. In a 300,000-record import with an edit every 50 ms that
-/// left no checkpoint to the writer, and took the p99 of a chunk's commit from 20 ms to 11 ms and
-/// of the edits' round trips from 17 ms to 9 ms. Past ``writerFrames`` — when restarts keep
-/// finding a transaction running — the writer still checkpoints in its commit, copying only the
-/// pages the checkpointer has not, and the WAL starts over: it stays near 16 MiB (4 KiB pages).
+/// Why it is built this way: docs/DESIGN-NOTES.md, "Checkpoints run beside commits".
 final class BackgroundCheckpointer: Sendable {
     /// WAL pages written since the last background checkpoint past which the next is requested.
     static let requestFrames: CInt = 1_000

@@ -2,21 +2,16 @@ import NIOCore
 import Synchronization
 
 /// Holds the writes that a fan-out makes to many connections, and hands them to each
-/// connection's event loop in one task per loop when the fan-out ends.
-///
-/// squasherd sends a commit's did-save to every live subscriber from the thread that committed
-/// it (``ChannelReplier/sendNow(continuing:)``), and a connection is written on its event loop's
-/// thread. Handed over one by one, each message woke its event loop's thread for that message
-/// alone: with 89 subscribers, 89 wake-ups, and the committing thread and the event loops took
-/// turns on one core, each wake-up preempting the thread that would have handed over the next
-/// message, while the other core sat idle (a `perf sched` trace of a fan-out during an import).
-/// Collected, each event loop is woken once and writes its connections' messages back to back.
+/// connection's event loop in one task per loop when the fan-out ends, so that each event loop
+/// is woken once per fan-out rather than once per message.
 ///
 /// ```swift
 /// ChannelWriteBatch.collecting {
 ///     for subscriber in subscribers { _ = subscriber.replier.sendNow(continuing: message) }
 /// }
 /// ```
+///
+/// Why it is built this way: docs/DESIGN-NOTES.md, "A fan-out wakes each event loop once".
 public enum ChannelWriteBatch {
     /// The collector of the fan-out running on this thread or task, if any.
     @TaskLocal static var current: Collector?

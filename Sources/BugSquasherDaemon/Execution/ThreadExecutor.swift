@@ -4,20 +4,12 @@ import Glibc
 /// Threads of squasherd's own, for work that runs for milliseconds or more without a suspension
 /// point: a ``TaskExecutor``, used with `withTaskExecutorPreference(_:)`.
 ///
-/// Swift's cooperative pool has one thread per core. Work that blocks one of its threads leaves
-/// that much less for everything else: with two such jobs on two cores, no request is answered,
-/// no notification sent and no watchdog ping made until one ends. Two kinds run here instead:
-/// - import jobs' decoding and upserting (`import-N` threads, at `nice` `import_nice`, so the
-///   scheduler runs requests, the change feed and subscriber processes first);
-/// - clients' store reads, `Store.Fetch` and the like (`read-N` threads), which a client can
-///   make as slow as it likes (a `CONTAINS` over every bug, sorted): however many clients ask,
-///   they share these threads and queue for them in order, and the daemon goes on answering
-///   everyone else;
-/// - saves to the store — import chunks and job records (`write-N` threads, at the daemon's
-///   priority; the write socket's edits run on that socket's own thread, an
-///   `EventLoopExecutor`). A save blocks its thread while it waits for the store's one writer
-///   and while it holds it; on the cooperative pool, a few edits waiting for the writer took
-///   every thread, and nothing else was answered until the writer was free.
+/// Import jobs' decoding and upserting (`import-N` threads, at `nice` `import_nice`), clients'
+/// store reads (`read-N`) and saves to the store (`write-N`) run here, because on Swift's
+/// cooperative pool, one thread per core, they would block the threads that answer requests,
+/// send notifications and ping the watchdog.
+///
+/// Why it is built this way: docs/DESIGN-NOTES.md, "Blocking work runs on threads of its own".
 final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     /// Jobs waiting for a thread (guarded by `condition`).

@@ -2,31 +2,13 @@ import Foundation
 import Synchronization
 
 /// Gives an interactive save — an edit, a client's save — the machine for a moment after it
-/// commits, while bulk work (an import) waits.
+/// commits, while bulk work (an import) waits, so that the save's did-save reaches its
+/// subscribers without an import in its way.
 ///
-/// Right after an edit commits, its did-save goes to every subscriber process, and each
-/// refreshes what it holds. During a bulk import those processes share the cores, caches and
-/// memory with the import's decoding, upserting and chunk saves, and the edit reaches them later.
-/// With an `EditsFirst` of window W, bulk work pauses at its next yield point from the moment an
+/// With a window W, bulk work that calls ``yieldToInteractiveSaves()`` pauses from the moment an
 /// interactive save gets the store's writer until W has passed since it committed (the store
-/// calls ``openWindow(at:)`` at both, the second time before it publishes the save, so that no
-/// new bulk work starts while the did-save goes out):
-/// - decoding and upserting call ``yieldToInteractiveSaves()`` between records, before each
-///   fetch, and between two steps of an import (its threads call it before each job they run);
-/// - an import's chunk save calls it before its context readies the save, and the import before
-///   it frees a saved chunk's objects;
-/// - a store gives a bulk save (``SaveChanges/isBulk``) that gets its writer within the window
-///   the writer back, waits for the window's end and tries again;
-/// - a store's background checkpoint waits for the window's end before it starts.
-///
-/// Work already under way when the save begins (a checkpoint's copy, a step between two yield
-/// points) runs on: the gate keeps new bulk work out of the window, it does not stop work.
-///
-/// Bulk work is never held for long: a pause lasts at most W, and after one, bulk work runs for
-/// at least three windows before it pauses again. Under a steady stream of edits the pauses take
-/// at most a quarter of an import's time, and with an edit every 200 ms and W = 20 ms at most a
-/// tenth; the edits' own work takes its share of the machine on top. An edit that changes
-/// nothing commits nothing, and starts no pause.
+/// calls ``openWindow(at:)`` at both). A pause lasts at most W; after one, bulk work runs for at
+/// least three windows before it pauses again.
 ///
 /// ```swift
 /// let editsFirst = EditsFirst(window: .milliseconds(20))
@@ -34,6 +16,8 @@ import Synchronization
 /// // on a thread of bulk work, between records:
 /// editsFirst.yieldToInteractiveSaves()
 /// ```
+///
+/// Why it is built this way: docs/DESIGN-NOTES.md, "Imports give way to edits".
 public final class EditsFirst: Sendable {
     /// How long bulk work waits after an interactive save commits.
     public let window: Duration
