@@ -139,125 +139,99 @@ public struct DaemonConfiguration: Sendable, Hashable {
         ] where value?.isEmpty == true {
             throw DaemonError("\(flag) is empty; give a path, or leave the option out for its default.")
         }
-        let path = configFile ?? "/etc/squasherd/squasherd.conf"
-        var file: [String: String] = [:]
-        var lineOf: [String: Int] = [:]
-        if let data = try readConfigurationFile(path) {
-            guard let text = String(data: data, encoding: .utf8) else {
-                throw DaemonError(
-                    "The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
-            }
-            (file, lineOf) = try parse(text, path: path)
-        } else if configFile != nil {
-            throw DaemonError(
-                "The configuration file \(path) does not exist; pass an existing file or leave --config out.")
-        }
+        let file = try ConfigurationFile.read(configFile ?? "/etc/squasherd/squasherd.conf", given: configFile != nil)
         // systemd passes colon-separated lists; the first entry is ours.
         func systemd(_ name: String) -> String? { environment[name]?.split(separator: ":").first.map(String.init) }
         var configuration = DaemonConfiguration(
-            stateDirectory: stateDirectory ?? systemd("STATE_DIRECTORY") ?? file["state_directory"] ?? "run/state",
-            runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file["runtime_directory"]
+            stateDirectory: stateDirectory ?? systemd("STATE_DIRECTORY") ?? file.values["state_directory"]
+                ?? "run/state",
+            runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file.values["runtime_directory"]
                 ?? "run/sockets"
         )
-        // Where a key's value is, for its error: the file and the line.
-        func at(_ key: String) -> String { lineOf[key].map { "\(path):\($0)" } ?? path }
-        func integer(_ key: String, radix: Int = 10, in range: ClosedRange<Int>? = nil, meaning: String = "") throws
-            -> Int?
+        try configuration.applyImportSettings(of: file)
+        try configuration.applyLimits(of: file)
+        return configuration
+    }
+
+    /// Sets the import's and the sockets' settings the file gives.
+    private mutating func applyImportSettings(of file: ConfigurationFile) throws {
+        if let value = try file.integer(
+            "chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction")
         {
-            guard let text = file[key] else { return nil }
-            let body = text.hasPrefix("0o") ? String(text.dropFirst(2)) : text
-            let value = Int(body, radix: radix)
-            let digits = body.hasPrefix("-") || body.hasPrefix("+") ? body.dropFirst() : Substring(body)
-            let isWhole = radix == 10 && !digits.isEmpty && digits.allSatisfy { $0.isASCII && $0.isNumber }
-            // A value outside the range would not work (a message limit of 0 closes every
-            // connection), so it is refused rather than clamped; so is one too large for any.
-            if let range, isWhole, value.map({ !range.contains($0) }) ?? true {
-                throw DaemonError(
-                    "\(at(key)): '\(key) = \(text)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning))."
-                )
-            }
-            if isWhole, value == nil {
-                throw DaemonError("\(at(key)): '\(key) = \(text)' is too large; use at most \(Int.max).")
-            }
-            if radix == 10, value == nil, let number = Double(body), number.isFinite {
-                throw DaemonError(
-                    "\(at(key)): '\(key) = \(text)' is not a whole number; write it without a fraction or exponent.")
-            }
-            guard let value, value >= 0 else {
-                throw DaemonError(
-                    "\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number")."
-                )
-            }
-            return value
+            self.chunkSize = value
         }
-        if let value = try integer("chunk_size", in: ImportChunkSize.allowed, meaning: "records per import transaction")
+        if let value = try file.integer(
+            "import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest")
         {
-            configuration.chunkSize = value
+            self.importPriority = value
         }
-        if let value = try integer("import_nice", in: 0...19, meaning: "0 is the daemon's own priority, 19 the lowest")
-        {
-            configuration.importPriority = value
-        }
-        if let value = try integer(
+        if let value = try file.integer(
             "import_yield_ms", in: 0...1_000, meaning: "milliseconds an import pauses after an edit; 0 never pauses")
         {
-            configuration.importYield = .milliseconds(value)
+            self.importYield = .milliseconds(value)
         }
         for key in ["read_socket_mode", "write_socket_mode"] {
-            guard let value = try integer(key, radix: 8) else { continue }
+            guard let value = try file.integer(key, radix: 8) else { continue }
             // Permission bits only: setuid, setgid and sticky mean nothing on a socket.
             guard value <= 0o777 else {
                 throw DaemonError(
-                    "\(at(key)): '\(key) = \(file[key] ?? "")' is not a socket's permissions; use an octal mode from 0 to 0777, like 0660."
+                    "\(file.at(key)): '\(key) = \(file.values[key] ?? "")' is not a socket's permissions; use an octal mode from 0 to 0777, like 0660."
                 )
             }
             if key == "read_socket_mode" {
-                configuration.readSocketMode = value
+                self.readSocketMode = value
             } else {
-                configuration.writeSocketMode = value
+                self.writeSocketMode = value
             }
         }
-        if let value = try integer("max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message")
+    }
+
+    /// Sets the limits the file gives: message and reply sizes, records, subscribers,
+    /// registrations, connections, and the log level.
+    private mutating func applyLimits(of file: ConfigurationFile) throws {
+        if let value = try file.integer(
+            "max_message_bytes", in: 65_536...(1 << 30), meaning: "bytes of one Varlink message")
         {
-            configuration.maximumMessageSize = value
+            self.maximumMessageSize = value
         }
-        if let value = try integer(
+        if let value = try file.integer(
             "max_incoming_bytes", in: 65_536...(1 << 40), meaning: "bytes of unfinished messages held at once")
         {
-            configuration.maximumIncomingBytes = value
+            self.maximumIncomingBytes = value
         }
-        if let value = try integer(
+        if let value = try file.integer(
             "max_outgoing_bytes", in: 65_536...(1 << 40), meaning: "bytes of large replies not yet read, held at once")
         {
-            configuration.maximumOutgoingBytes = value
+            self.maximumOutgoingBytes = value
         }
-        if let value = try integer("max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record") {
-            configuration.maximumRecordBytes = value
+        if let value = try file.integer(
+            "max_record_bytes", in: 1_024...(1 << 30), meaning: "bytes of one import record")
+        {
+            self.maximumRecordBytes = value
         }
-        if let value = try integer(
+        if let value = try file.integer(
             "subscriber_pending_limit", in: 1...(1 << 40), meaning: "objects queued for one subscriber")
         {
-            configuration.subscriberPendingLimit = value
+            self.subscriberPendingLimit = value
         }
-        if let value = try integer(
+        if let value = try file.integer(
             "upload_idle_timeout", in: 1...86_400, meaning: "seconds an upload may wait for its next bytes")
         {
-            configuration.uploadIdleTimeout = .seconds(value)
+            self.uploadIdleTimeout = .seconds(value)
         }
-        if let value = try integer("max_registrations_per_subscriber") {
-            configuration.maximumRegistrationsPerSubscriber = value
+        if let value = try file.integer("max_registrations_per_subscriber") {
+            self.maximumRegistrationsPerSubscriber = value
         }
-        if let value = try integer("max_registrations") { configuration.maximumRegistrations = value }
-        if let value = try integer("max_connections") { configuration.maximumConnections = value > 0 ? value : nil }
-        if let value = file["log_level"] {
+        if let value = try file.integer("max_registrations") { self.maximumRegistrations = value }
+        if let value = try file.integer("max_connections") { self.maximumConnections = value > 0 ? value : nil }
+        if let value = file.values["log_level"] {
             guard Logger.Level(rawValue: value) != nil else {
                 throw DaemonError(
-                    "\(at("log_level")): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical."
+                    "\(file.at("log_level")): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical."
                 )
             }
-            configuration.logLevel = value
+            self.logLevel = value
         }
-        return configuration
     }
 
     static let keys: Set<String> = [
@@ -319,4 +293,64 @@ public struct DaemonError: Error, Sendable, CustomStringConvertible {
         self.isUnavailable = unavailable
     }
     public var description: String { message }
+}
+
+/// A configuration file's `key = value` lines, with where each key is, for messages.
+struct ConfigurationFile {
+    /// The file's path.
+    let path: String
+    /// The values, by key.
+    var values: [String: String] = [:]
+    /// The line each key is on.
+    var lines: [String: Int] = [:]
+
+    /// Reads and parses the file at `path`; an empty file when there is none and it was not
+    /// `given` explicitly.
+    static func read(_ path: String, given: Bool) throws -> ConfigurationFile {
+        var file = ConfigurationFile(path: path)
+        if let data = try DaemonConfiguration.readConfigurationFile(path) {
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw DaemonError(
+                    "The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
+            }
+            (file.values, file.lines) = try DaemonConfiguration.parse(text, path: path)
+        } else if given {
+            throw DaemonError(
+                "The configuration file \(path) does not exist; pass an existing file or leave --config out.")
+        }
+        return file
+    }
+
+    /// Where a key's value is, for its error: the file and the line.
+    func at(_ key: String) -> String { lines[key].map { "\(path):\($0)" } ?? path }
+
+    func integer(_ key: String, radix: Int = 10, in range: ClosedRange<Int>? = nil, meaning: String = "") throws
+        -> Int?
+    {
+        guard let text = values[key] else { return nil }
+        let body = text.hasPrefix("0o") ? String(text.dropFirst(2)) : text
+        let value = Int(body, radix: radix)
+        let digits = body.hasPrefix("-") || body.hasPrefix("+") ? body.dropFirst() : Substring(body)
+        let isWhole = radix == 10 && !digits.isEmpty && digits.allSatisfy { $0.isASCII && $0.isNumber }
+        // A value outside the range would not work (a message limit of 0 closes every
+        // connection), so it is refused rather than clamped; so is one too large for any.
+        if let range, isWhole, value.map({ !range.contains($0) }) ?? true {
+            throw DaemonError(
+                "\(at(key)): '\(key) = \(text)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning))."
+            )
+        }
+        if isWhole, value == nil {
+            throw DaemonError("\(at(key)): '\(key) = \(text)' is too large; use at most \(Int.max).")
+        }
+        if radix == 10, value == nil, let number = Double(body), number.isFinite {
+            throw DaemonError(
+                "\(at(key)): '\(key) = \(text)' is not a whole number; write it without a fraction or exponent.")
+        }
+        guard let value, value >= 0 else {
+            throw DaemonError(
+                "\(at(key)): '\(key) = \(text)' is not \(radix == 8 ? "an octal mode like 0660" : "a non-negative number")."
+            )
+        }
+        return value
+    }
 }
