@@ -71,6 +71,43 @@ struct Squasherd: AsyncParsableCommand {
         let notifier = SystemdNotifier()
         var daemon = SquasherDaemon(configuration: configuration, logger: logger)
         daemon.startupSignals = startupSignals
+        try Self.adoptSockets(of: &daemon, configuration: configuration, logger: logger)
+        // A terminal's hangup must not end the daemon (the default action of SIGHUP), nor a
+        // SIGUSR1 or SIGUSR2 meant for a daemon that reopens its logs on one (logrotate habits).
+        let ignored = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2)
+        let notices = Task {
+            for await signal in ignored {
+                logger.notice(
+                    signal == .sighup
+                        ? "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."
+                        : "\(signal) ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM."
+                )
+            }
+        }
+        defer { notices.cancel() }
+        Self.reportToSystemd(&daemon, notifier: notifier, logger: logger)
+        do {
+            try await daemon.run()
+        } catch {
+            // Every reason not to run (the store, the lock, a socket in use) is logged, to the
+            // journal under systemd, and reported as the unit's status.
+            // A refusal says so itself; anything else failed on the way up (a full disk, say).
+            let message =
+                (error as? DaemonError)?.message
+                ?? "squasherd could not start: \((error as? GraphError)?.message ?? String(describing: error))"
+            logger.critical("\(message)")
+            notifier.status("Failed: \(message)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+extension Squasherd {
+    /// Serves the sockets systemd passed (socket activation), checking that they are the read
+    /// and write sockets and that their permissions separate readers from writers; without
+    /// them, warns about the permissions of the sockets the daemon binds itself.
+    static func adoptSockets(of daemon: inout SquasherDaemon, configuration: DaemonConfiguration, logger: Logger) throws
+    {
         do {
             let sockets = try SocketActivation.listeningSockets()
             if !sockets.isEmpty {
@@ -107,19 +144,11 @@ struct Squasherd: AsyncParsableCommand {
             logger.critical("\(error.message)")
             throw ExitCode(1)
         }
-        // A terminal's hangup must not end the daemon (the default action of SIGHUP), nor a
-        // SIGUSR1 or SIGUSR2 meant for a daemon that reopens its logs on one (logrotate habits).
-        let ignored = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2)
-        let notices = Task {
-            for await signal in ignored {
-                logger.notice(
-                    signal == .sighup
-                        ? "SIGHUP ignored: squasherd reads its configuration when it starts; restart it to apply changes (systemctl restart squasherd)."
-                        : "\(signal) ignored: squasherd has no log file to reopen (it logs to the journal or stderr); stop it with SIGTERM."
-                )
-            }
-        }
-        defer { notices.cancel() }
+    }
+
+    /// Tells systemd when the daemon is ready, its status and its shutdown steps, and pings its
+    /// watchdog when the unit asks for one.
+    static func reportToSystemd(_ daemon: inout SquasherDaemon, notifier: SystemdNotifier, logger: Logger) {
         daemon.onReady = {
             if let failure = notifier.ready(status: "Ready") { logger.warning("\(failure)") }
         }
@@ -143,19 +172,6 @@ struct Squasherd: AsyncParsableCommand {
             daemon.watchdogInterval = interval
             daemon.onWatchdog = { notifier.watchdog() }
             logger.info("watchdog enabled", metadata: ["watchdog.interval": "\(interval)"])
-        }
-        do {
-            try await daemon.run()
-        } catch {
-            // Every reason not to run (the store, the lock, a socket in use) is logged, to the
-            // journal under systemd, and reported as the unit's status.
-            // A refusal says so itself; anything else failed on the way up (a full disk, say).
-            let message =
-                (error as? DaemonError)?.message
-                ?? "squasherd could not start: \((error as? GraphError)?.message ?? String(describing: error))"
-            logger.critical("\(message)")
-            notifier.status("Failed: \(message)")
-            throw ExitCode(1)
         }
     }
 }
