@@ -237,7 +237,20 @@ final class ImportRunner: Service {
         }
     }
 
-    private func process(_ id: String) async throws {
+    /// A job taken up: its spooled input positioned where the last committed chunk ended, and
+    /// its progress so far.
+    private struct OpenedJob {
+        let reader: OffsetLineReader
+        let format: ImportFormat
+        let chunkSize: Int
+        let progress: ImportProgress
+        let logger: Logger
+    }
+
+    /// Reads job `id`'s record and opens its spool where its last committed chunk ended; fails
+    /// the job (and returns `nil`) when its format is unknown or its spool lost its end or is
+    /// gone.
+    private func open(_ id: String) async throws -> OpenedJob? {
         let start = try await stack.temporaryContext(name: "jobs").perform {
             context -> (String, Int64, Int64, Int64, Int64, Int64, Int64, Int64)? in
             guard let job = try JobBook.find(id, in: context) else { return nil }
@@ -246,12 +259,14 @@ final class ImportRunner: Service {
                 job.bytesTotal
             )
         }
-        guard let (formatName, offset, linesRead, chunkSize, read, imported, rejected, total) = start else { return }
+        guard let (formatName, offset, linesRead, chunkSize, read, imported, rejected, total) = start else {
+            return nil
+        }
         var logger = self.logger
         logger[metadataKey: "job.id"] = "\(id)"
         guard let format = ImportFormat(rawValue: formatName) else {
             try await fail(id, "The job's format '\(formatName)' is unknown.", logger: logger)
-            return
+            return nil
         }
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
         // A spool shorter than what the upload wrote lost its end (a power loss before the page
@@ -262,7 +277,7 @@ final class ImportRunner: Service {
                 id,
                 "The job's spooled input is shorter than the upload that was committed (\(size) of \(total) bytes; was the machine cut off, or is the disk failing?). The records after byte \(min(size, offset)) were not imported; submit the file again (records imported already are updated, not duplicated).",
                 logger: logger)
-            return
+            return nil
         }
         let reader: OffsetLineReader
         do {
@@ -271,7 +286,7 @@ final class ImportRunner: Service {
                 maximumLineBytes: configuration.maximumRecordBytes)
         } catch {
             try await fail(id, "The job's spooled input is gone (\(spool)); submit the file again.", logger: logger)
-            return
+            return nil
         }
         if offset == 0 {
             logger.info(
@@ -285,16 +300,23 @@ final class ImportRunner: Service {
                 "import resumed",
                 metadata: ["job.offset": "\(offset)", "job.read": "\(read)", "message.id": "\(MessageID.jobStarted)"])
         }
-        try await book.update(id) { $0.state = .running }
-        var progress = ImportProgress(
+        let progress = ImportProgress(
             job: id, read: read, imported: imported, rejected: rejected, bytesDone: offset, bytesTotal: total,
             started: .now, readAtStart: read)
+        return OpenedJob(reader: reader, format: format, chunkSize: Int(chunkSize), progress: progress, logger: logger)
+    }
+
+    private func process(_ id: String) async throws {
+        guard let job = try await open(id) else { return }
+        let logger = job.logger
+        try await book.update(id) { $0.state = .running }
+        var progress = job.progress
         progressHandler(progress)
         // Three stages overlap: decoding chunk n + 2, upserting chunk n + 1 into its importer
         // context, and saving chunk n on the writer. Saves stay one after another, in order.
         let source = ChunkSource(
-            reader: reader, format: format, size: Int(chunkSize), maximumRecordBytes: configuration.maximumRecordBytes,
-            editsFirst: editsFirst)
+            reader: job.reader, format: job.format, size: job.chunkSize,
+            maximumRecordBytes: configuration.maximumRecordBytes, editsFirst: editsFirst)
         var saving: SavingChunk?
         do {
             var chunk = try source.next()
