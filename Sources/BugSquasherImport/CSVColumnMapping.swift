@@ -89,23 +89,38 @@ public struct CSVColumnMapping: Sendable, Hashable {
     ///   an unknown field (with the known ones), a field mapped twice, or a project key that
     ///   cannot start a bug key.
     public init(parsing pairs: [String], project: String? = nil) throws {
-        var columns: [Field: String] = [:]
-        for pair in pairs {
+        let named = try pairs.map { pair -> (field: String, column: String) in
             guard let equals = pair.firstIndex(of: "=") else {
                 throw ImportError(
                     .invalidRecord,
                     "--map \(pair) is not FIELD=COLUMN: write it as, for instance, --map key=\"Issue id\".")
             }
-            let name = pair[..<equals].trimmingCharacters(in: .whitespaces)
-            let column = pair[pair.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            return (
+                pair[..<equals].trimmingCharacters(in: .whitespaces),
+                pair[pair.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            )
+        }
+        try self.init(named: named, project: project)
+    }
+
+    /// Reads the columns of fields given by name (`Import.Begin`'s `columns`, or `--map`'s
+    /// pairs), and a project key.
+    ///
+    /// - Throws: ``ImportError`` (`invalidRecord`) naming an unknown field (with the known
+    ///   ones), an empty column, a field mapped twice, or a project key that cannot start a
+    ///   bug key.
+    public init(named: [(field: String, column: String)], project: String? = nil) throws {
+        var columns: [Field: String] = [:]
+        for (name, column) in named {
             guard let field = Field(named: name) else {
                 throw ImportError(
-                    .invalidRecord, "--map \(pair): there is no field '\(name)'. The fields are \(Field.names).")
+                    .invalidRecord,
+                    "--map \(name)=\(column): there is no field '\(name)'. The fields are \(Field.names).")
             }
             guard !column.isEmpty else {
                 throw ImportError(
                     .invalidRecord,
-                    "--map \(pair) names no column: write the column's name as the header has it after the '='.")
+                    "--map \(name)= names no column: write the column's name as the header has it after the '='.")
             }
             if let earlier = columns[field], earlier.lowercased() != column.lowercased() {
                 throw ImportError(

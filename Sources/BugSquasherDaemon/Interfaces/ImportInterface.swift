@@ -77,7 +77,7 @@ struct ImportInterface: VarlinkInterface {
         let columns: CSVColumnMapping
         do {
             columns = try CSVColumnMapping(
-                parsing: (parameters.columns ?? [:]).map { "\($0.key)=\($0.value)" }.sorted(),
+                named: (parameters.columns ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
                 project: parameters.project)
         } catch let error as ImportError {
             throw invalidInput(error.message)
