@@ -177,7 +177,7 @@ final class Subscription: Sendable {
             let save =
                 registeredOnly
                 ? Self.filter(didSave, to: state.registered, inserts: insertWatch, index: index) : didSave
-            let action = state.mailbox.offer(save, token: didSave.token, directly: directly && state.sendNow != nil) {
+            let action = state.mailbox.offer(save, token: didSave.token, directly: directly) {
                 // Queued without the values this subscriber did not ask for, so that a stalled
                 // one holds IDs and versions, not rows.
                 let queued = includeValues ? save : registeredOnly ? save.withoutValues : withoutValues()
