@@ -39,12 +39,15 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
+        // How errors are said: a statement of what happened and, apart from it, the advice.
+        .target(name: "BugSquasherErrors", swiftSettings: strictSettings),
         // The object graph: model, object IDs, contexts, faults, coordinators, the incremental
         // store protocol, merge policies, did-save notifications, live queries, InMemoryStore.
         // Imports neither GRDB nor NIO.
         .target(
             name: "BugSquasherGraph",
             dependencies: [
+                "BugSquasherErrors",
                 .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "Logging", package: "swift-log"),
@@ -93,7 +96,7 @@ let package = Package(
         // Bug-data readers (Jira REST JSON) and the chunked upsert into importer contexts.
         .target(
             name: "BugSquasherImport",
-            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherJSON", .product(name: "Algorithms", package: "swift-algorithms")],
+            dependencies: ["BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherJSON", .product(name: "Algorithms", package: "swift-algorithms")],
             swiftSettings: strictSettings
         ),
         // Varlink: message framing, call/reply envelopes, org.varlink.service and the interface
@@ -118,13 +121,13 @@ let package = Package(
         // journald log handler. The only module that links libsystemd.
         .target(
             name: "BugSquasherSystemd",
-            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BugSquasherErrors", "CSystemd", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         // The wire types of BugSquasher's Varlink interfaces, shared by daemon and clients.
         .target(
             name: "BugSquasherProtocol",
-            dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink"],
+            dependencies: ["BugSquasherErrors", "BugSquasherGraph", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink"],
             swiftSettings: strictSettings
         ),
         // For SingleThreadedRuntime: sets the Swift runtime's global-executor hook, which a
@@ -138,6 +141,7 @@ let package = Package(
         .target(
             name: "BugSquasherTransport",
             dependencies: [
+                "BugSquasherErrors",
                 "BugSquasherVarlink",
                 "BugSquasherRuntime",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -150,7 +154,7 @@ let package = Package(
         .target(
             name: "BugSquasherDaemon",
             dependencies: [
-                "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherSQLite",
+                "BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherSQLite",
                 "BugSquasherImport", "BugSquasherJSON", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -164,7 +168,8 @@ let package = Package(
         .target(
             name: "BugSquasherClient",
             dependencies: [
-                "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                "BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport",
+                "BugSquasherProtocol",
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -174,7 +179,8 @@ let package = Package(
         .executableTarget(
             name: "squasherd",
             dependencies: [
-                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherModel", "BugSquasherProtocol", "BugSquasherSystemd", "BugSquasherTransport",
+                "BugSquasherDaemon", "BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherProtocol",
+                "BugSquasherSystemd", "BugSquasherTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -185,7 +191,7 @@ let package = Package(
         .executableTarget(
             name: "squasherctl",
             dependencies: [
-                "BugSquasherClient", "BugSquasherGraph", "BugSquasherImport", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport",
+                "BugSquasherClient", "BugSquasherErrors", "BugSquasherGraph", "BugSquasherImport", "BugSquasherJSON", "BugSquasherModel", "BugSquasherVarlink", "BugSquasherTransport",
                 "BugSquasherProtocol", "BugSquasherRuntime",
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
