@@ -65,7 +65,11 @@ public final class RemoteStore: IncrementalStore {
     ///     (see `BlockingVarlinkClient`); `nil` waits as long as it takes.
     public init(socketPath: String, timeout: Duration? = nil) throws {
         self.socketPath = socketPath
-        client = try BlockingVarlinkClient(path: socketPath, timeout: timeout)
+        do {
+            client = try BlockingVarlinkClient(path: socketPath, timeout: timeout)
+        } catch let error as TransportError {
+            throw error.wordedForSquasherd
+        }
     }
 
     /// What the store has asked so far.
@@ -82,7 +86,8 @@ public final class RemoteStore: IncrementalStore {
     private func coding() throws -> WireCoding {
         guard let coding = state.withLock({ $0.coding }) else {
             throw GraphError(
-                .invalidStore, "RemoteStore used before loadMetadata(for:); open it through a StoreCoordinator.")
+                .invalidStore, "RemoteStore used before loadMetadata(for:).",
+                advice: "Open it through a StoreCoordinator.")
         }
         return coding
     }
@@ -93,11 +98,13 @@ public final class RemoteStore: IncrementalStore {
         do {
             return try client.call(method, parameters, as: R.self)
         } catch let error as VarlinkError {
-            let message = error.parameters["message"]?.stringValue ?? error.description
-            throw GraphError(.invalidArgument, "squasherd refused \(method): \(message)", cause: error)
+            throw GraphError(
+                .invalidArgument, "squasherd refused \(method): \(error.statement ?? error.description)",
+                advice: error.advice, cause: error)
         } catch {
             throw GraphError(
-                .storeIO, "The connection to squasherd at \(socketPath) failed during \(method).", cause: error)
+                .storeIO, "The connection to squasherd at \(socketPath) failed during \(method).",
+                cause: TransportError.wordForSquasherd(error))
         }
     }
 
@@ -106,7 +113,8 @@ public final class RemoteStore: IncrementalStore {
         guard info.modelVersionHash == model.versionHash else {
             throw GraphError(
                 .incompatibleModel,
-                "squasherd at \(socketPath) serves model \(info.modelVersionHash), this program has \(model.versionHash); update one of them."
+                "squasherd at \(socketPath) serves model \(info.modelVersionHash), this program has \(model.versionHash).",
+                advice: "Update one of them."
             )
         }
         state.withLock { state in
@@ -123,7 +131,8 @@ public final class RemoteStore: IncrementalStore {
             if request is SaveChanges {
                 throw GraphError(
                     .readOnly,
-                    "A remote store is read-only: write through squasherd's write socket (squasherctl, or io.bugsquasher.Import.Update)."
+                    "A remote store is read-only.",
+                    advice: "Write through squasherd's write socket (squasherctl, or io.bugsquasher.Import.Update)."
                 )
             }
             throw unsupported(request)
@@ -237,7 +246,8 @@ public final class RemoteStore: IncrementalStore {
 
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
         throw GraphError(
-            .readOnly, "A remote store is read-only and assigns no IDs: insert through squasherd's write socket.")
+            .readOnly, "A remote store is read-only and assigns no IDs.",
+            advice: "Insert through squasherd's write socket.")
     }
 
     public func didRegister(_ objectIDs: [ObjectID]) {

@@ -1,4 +1,5 @@
 import Algorithms
+public import BugSquasherErrors
 public import BugSquasherGraph
 public import BugSquasherModel
 import BugSquasherProtocol
@@ -8,23 +9,13 @@ import Foundation
 public import Logging
 import Synchronization
 
-/// A subscriber process's view of the bug store: an `ObjectContext` backed by a
-/// ``RemoteStore`` (fetches and faults over squasherd's read socket), kept current by the
-/// change feed. The objects the context registers are registered with the daemon with the
-/// versions loaded, so it sends only changes to them — for a fault (registered, never loaded),
-/// only its deletion, until it loads; each did-save is merged into the context, refreshing
-/// exactly those objects, and reported on ``refreshes``. When the connection drops or the
-/// daemon asks for a resync, it reconnects and resumes from its last token: nothing is missed.
+/// A subscriber process's view of the bug store: an `ObjectContext` over a ``RemoteStore``, kept
+/// current by the change feed, which sends only changes to the objects the context registers. Each
+/// did-save is merged and reported; a dropped feed resumes from its last token, missing nothing.
 ///
 /// ```swift
 /// let subscriber = try Subscriber(socketPath: "/run/squasherd/squasherd.sock")
-/// try await subscriber.context.perform { context in
-///     _ = try context.fetch(FetchRequest<Bug>(predicate: Key("key").in(["TIMOB-1", "TIMOB-2"]))).map(\.title)
-/// }
-/// try await withThrowingDiscardingTaskGroup { group in
-///     group.addTask { try await subscriber.run() }
-///     for await event in subscriber.refreshes { print(event.refreshed) }
-/// }
+/// try await subscriber.run { context, event in print(event.refreshed) }
 /// ```
 public final class Subscriber: Sendable {
     /// The context the subscriber's objects live in.
@@ -70,31 +61,15 @@ public final class Subscriber: Sendable {
         public var isCatchUp: Bool
     }
 
-    /// Connects to squasherd's read socket.
+    /// Connects to squasherd's read socket (`squasherd.sock` in its runtime directory).
     ///
     /// - Parameters:
-    ///   - socketPath: squasherd's read socket (`squasherd.sock` in its runtime directory).
-    ///   - model: the model of squasherd's store (the bug model by default).
-    ///   - since: resume from this token (a restarted subscriber passes its last token).
-    ///   - includeValues: ask for new values with each change, so refreshing costs no round trip.
-    ///   - registeredOnly: let the daemon filter the feed to the registered objects (the
-    ///     default); `false` receives every change and filters here, for comparison.
-    ///   - insertsOf: an entity whose inserts matching `matching` (on the object's own
-    ///     attributes; all of them when `nil`) are reported in ``RefreshEvent/inserted``: for a
-    ///     subscriber waiting for objects that do not exist yet. squasherd filters them, so a
-    ///     bulk import of other objects costs the subscriber nothing.
-    ///   - matching: see `insertsOf`.
-    ///   - timeout: how long connecting and each call of the store may wait for squasherd
-    ///     before failing with a `TransportError`; `nil` (the default) waits as long as it
-    ///     takes. The change feed itself waits for saves as long as they take.
-    ///   - logger: where the subscriber logs its reconnects and resyncs.
-    ///
-    /// Without `since`, the feed starts at the store's token when the subscriber connects, so
-    /// that nothing committed between creating it and ``run(onRefresh:)`` is missed.
-    ///
-    /// ```swift
-    /// let subscriber = try Subscriber(socketPath: path, insertsOf: "Bug", matching: Key("key").in(["TIMOB-7"]))
-    /// ```
+    ///   - since: the token to resume from; without it, the feed starts at the store's token now.
+    ///   - includeValues: receive new values with each change, so a refresh costs no round trip.
+    ///   - registeredOnly: let squasherd filter the feed to registered objects; `false` filters here.
+    ///   - insertsOf: report this entity's inserts that match `matching` (all when `nil`) in
+    ///     ``RefreshEvent/inserted``, for objects that do not exist yet; squasherd filters them.
+    ///   - timeout: how long connecting and each store call wait before a `TransportError` (`nil`: no limit).
     public init(
         socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil,
         includeValues: Bool = true,
@@ -155,19 +130,9 @@ public final class Subscriber: Sendable {
 
     /// Follows the change feed until the task is cancelled, reconnecting after failures.
     ///
-    /// - Throws: ``StoreReplaced`` when squasherd is back serving another store, which none of
-    ///   this subscriber's objects or tokens belong to; whatever `onRefresh` threw.
-    ///
-    /// - Parameter onRefresh: called with each event inside the context's isolation, right after
-    ///   the merge, where the refreshed objects can be read at once: that saves a consumer of
-    ///   ``refreshes`` its hop to its own task and back into the context for every event. With
-    ///   it, events do not go to ``refreshes``.
-    ///
-    /// ```swift
-    /// try await subscriber.run { context, event in
-    ///     for id in event.refreshed { print((context.registeredObject(for: id) as? Bug)?.title ?? "") }
-    /// }
-    /// ```
+    /// - Parameter onRefresh: called with each event in the context's isolation right after its merge,
+    ///   where the refreshed objects can be read at once; its events do not go to ``refreshes``.
+    /// - Throws: ``StoreReplaced`` when squasherd is back serving another store; whatever `onRefresh` threw.
     public func run(onRefresh: RefreshHandler? = nil) async throws {
         var reconnection = FeedReconnection()
         defer { refreshContinuation.finish() }
@@ -198,7 +163,10 @@ public final class Subscriber: Sendable {
                 guard delay > .zero else { continue }
                 logger.warning(
                     "change feed interrupted; reconnecting",
-                    metadata: ["error": "\(failure)", "token": "\(lastToken.map(\.description) ?? "-")"])
+                    metadata: [
+                        "error": "\(TransportError.wordForSquasherd(failure))",
+                        "token": "\(lastToken.map(\.description) ?? "-")",
+                    ])
                 try? await Task.sleep(for: delay)
             }
         }
@@ -210,7 +178,7 @@ public final class Subscriber: Sendable {
         case is CancellationError: .cancelled
         case is HandlerFailure: .handlerFailed
         case is StoreReplaced: .storeReplaced
-        case let error as VarlinkError where error.name == "io.bugsquasher.MessageTooLarge": .refusedForGood
+        case let error as VarlinkError where error.name == VarlinkError.messageTooLargeName: .refusedForGood
         case let error as VarlinkError where error.name == "io.bugsquasher.Changes.TokenAhead": .tokenAhead
         default: .failed
         }
@@ -242,49 +210,10 @@ public final class Subscriber: Sendable {
                 state.withLock { $0.bytesReceived += bytes + 1 }
                 switch event.event {
                 case "subscribed":
-                    state.withLock { state in
-                        state.subscription = event.subscription
-                        if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
-                        // Everything held is in the Subscribe call or the Register calls just
-                        // below; only later changes (a registration, a fault that loaded since)
-                        // are pending.
-                        state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
-                    }
-                    // Versions held now may be older than the store's: ask for a catch-up.
-                    try sendRegistrations(added: held.filter { $0.1 > 0 } + heldLater, removed: [])
+                    try subscribed(event, held: held, heldLater: heldLater, heldVersions: heldVersions)
                 case "save", "refresh":
                     guard let wire = event.save else { continue }
-                    let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
-                    store.noteVersions(didSave)
-                    let inserted =
-                        insertsOf.map { entity in
-                            didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity }
-                        } ?? []
-                    let watchedKeys = insertsMatching?.keyPaths ?? []
-                    let watchedEntity = insertsOf
-                    let isCatchUp = event.event == "refresh"
-                    let refresh = try await context.perform { context -> RefreshEvent? in
-                        let changedIntoWatch =
-                            watchedKeys.isEmpty
-                            ? []
-                            : didSave.updated.lazy.filter {
-                                $0.objectID.entityName == watchedEntity && !watchedKeys.isDisjoint(with: $0.changedKeys)
-                                    && context.registeredObject(for: $0.objectID) == nil
-                            }.map(\.objectID)
-                        let result = context.merge(didSave)
-                        guard
-                            !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty
-                                || !changedIntoWatch.isEmpty
-                        else { return nil }
-                        var refresh = RefreshEvent(
-                            token: didSave.token, refreshed: result.refreshed, deleted: result.deleted,
-                            inserted: inserted, isCatchUp: isCatchUp)
-                        refresh.changedIntoWatch = Array(changedIntoWatch)
-                        do { try onRefresh?(context, refresh) } catch { throw HandlerFailure(error: error) }
-                        return refresh
-                    }
-                    if !isCatchUp { state.withLock { $0.token = didSave.token } }
-                    if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
+                    try await merge(wire, isCatchUp: event.event == "refresh", onRefresh: onRefresh)
                 case "resync":
                     logger.notice(
                         "squasherd asked for a resync", metadata: ["token": "\(event.resyncFrom ?? event.token)"])
@@ -300,6 +229,59 @@ public final class Subscriber: Sendable {
                 try flushRegistrations()
             }
         }
+    }
+
+    /// The feed began: its subscription takes the registrations held beyond the Subscribe call's,
+    /// and those whose versions may be older than the store's, for a catch-up.
+    private func subscribed(
+        _ event: SubscribeReply, held: [(ObjectID, Int64)], heldLater: [(ObjectID, Int64)],
+        heldVersions: [ObjectID: Int64]
+    ) throws {
+        state.withLock { state in
+            state.subscription = event.subscription
+            if state.token == nil { state.token = HistoryToken(rawValue: event.token) }
+            // Everything held is in the Subscribe call or the Register calls just
+            // below; only later changes (a registration, a fault that loaded since)
+            // are pending.
+            state.pendingAdded.removeAll { heldVersions[$0.0] == $0.1 }
+        }
+        // Versions held now may be older than the store's: ask for a catch-up.
+        try sendRegistrations(added: held.filter { $0.1 > 0 } + heldLater, removed: [])
+    }
+
+    /// Merges a save of the feed into the context, and hands the objects it refreshed to
+    /// `onRefresh` (or to ``refreshes``).
+    private func merge(_ wire: WireSave, isCatchUp: Bool, onRefresh: RefreshHandler?) async throws {
+        let didSave = try coding.decode(wire, storeIdentifier: context.coordinator.storeIdentifier)
+        store.noteVersions(didSave)
+        let inserted =
+            insertsOf.map { entity in
+                didSave.inserted.lazy.map(\.objectID).filter { $0.entityName == entity }
+            } ?? []
+        let watchedKeys = insertsMatching?.keyPaths ?? []
+        let watchedEntity = insertsOf
+        let refresh = try await context.perform { context -> RefreshEvent? in
+            let changedIntoWatch =
+                watchedKeys.isEmpty
+                ? []
+                : didSave.updated.lazy.filter {
+                    $0.objectID.entityName == watchedEntity && !watchedKeys.isDisjoint(with: $0.changedKeys)
+                        && context.registeredObject(for: $0.objectID) == nil
+                }.map(\.objectID)
+            let result = context.merge(didSave)
+            guard
+                !result.refreshed.isEmpty || !result.deleted.isEmpty || !inserted.isEmpty
+                    || !changedIntoWatch.isEmpty
+            else { return nil }
+            var refresh = RefreshEvent(
+                token: didSave.token, refreshed: result.refreshed, deleted: result.deleted,
+                inserted: inserted, isCatchUp: isCatchUp)
+            refresh.changedIntoWatch = Array(changedIntoWatch)
+            do { try onRefresh?(context, refresh) } catch { throw HandlerFailure(error: error) }
+            return refresh
+        }
+        if !isCatchUp { state.withLock { $0.token = didSave.token } }
+        if let refresh, onRefresh == nil { refreshContinuation.yield(refresh) }
     }
 
     /// Registrations made while the feed runs are sent in batches, between events and on queueing.
@@ -389,7 +371,7 @@ private final class Registrar: Sendable {
 /// squasherd serves another store than the one a ``Subscriber`` was created on (it was restarted
 /// on another state directory, or the store was recreated): the subscriber's objects and tokens
 /// mean nothing there, so it stops. Create a new subscriber to hold objects of the store served.
-public struct StoreReplaced: Error, Sendable, CustomStringConvertible {
+public struct StoreReplaced: ExplainedError, Sendable {
     /// The store the subscriber's objects belong to.
     public var held: String
     /// The store squasherd serves now.
@@ -401,7 +383,11 @@ public struct StoreReplaced: Error, Sendable, CustomStringConvertible {
         self.served = served
     }
 
-    public var description: String {
-        "squasherd now serves another store (\(served)) than the one this subscriber's objects and tokens belong to (\(held)); start the subscriber again to hold objects of the store it serves."
+    /// Which store squasherd serves, and which the subscriber's objects belong to.
+    public var statement: String {
+        "squasherd now serves another store (\(served)) than the one this subscriber's objects and tokens belong to (\(held))."
     }
+
+    /// Start the subscriber again.
+    public var advice: String { "Start the subscriber again to hold objects of the store it serves." }
 }

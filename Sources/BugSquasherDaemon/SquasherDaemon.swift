@@ -2,16 +2,14 @@ public import BugSquasherTransport
 import Foundation
 public import Logging
 
-/// squasherd: the store, the import runner, the notification hub and the two Varlink sockets,
-/// run as swift-service-lifecycle services in one `ServiceGroup`.
-///
-/// Services start together and stop in reverse order on SIGTERM/SIGINT: the sockets stop
-/// accepting, the import runner finishes its current chunk, and the store checkpoints its WAL.
+/// squasherd: the store, the import runner, the notification hub and the two Varlink sockets, run
+/// as swift-service-lifecycle services in one `ServiceGroup`. They start together and stop in
+/// reverse order on SIGTERM/SIGINT: the sockets stop accepting, the import runner finishes its
+/// current chunk, and the store checkpoints its WAL.
 ///
 /// ```swift
-/// let daemon = SquasherDaemon(configuration: try .resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: nil),
-///                             logger: Logger(label: "squasherd"))
-/// try await daemon.run()
+/// let configuration = try DaemonConfiguration.resolve(stateDirectory: nil, runtimeDirectory: nil, configFile: nil)
+/// try await SquasherDaemon(configuration: configuration, logger: Logger(label: "squasherd")).run()
 /// ```
 public struct SquasherDaemon: Sendable {
     /// The configuration.

@@ -47,18 +47,7 @@ struct Demo: AsyncParsableCommand {
 
     func run() async throws {
         if let count = emitNDJSON {
-            let encoder = JSONEncoder()
-            encoder.dateEncodingStrategy = .iso8601
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            var start = 1
-            while start <= count {
-                let batch = SampleIssues.generate(count: min(1_000, count - start + 1), startingAt: start)
-                let text =
-                    try batch.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
-                    + "\n"
-                FileHandle.standardOutput.write(Data(text.utf8))
-                start += batch.count
-            }
+            try Self.writeNDJSON(count: count)
             return
         }
         let storeURL = URL(filePath: store)
@@ -78,6 +67,31 @@ struct Demo: AsyncParsableCommand {
         print("  imported: \(first.inserted) inserted, \(first.updated) updated, \(first.unchanged) unchanged")
 
         // The main context registers a few bugs, as a dashboard would.
+        let watched = try await registerWatched(records, in: stack)
+        try await reimportEdited(records, into: stack, watching: watched.count)
+    }
+
+    /// Writes `count` generated issues as BugSquasher NDJSON to standard output.
+    private static func writeNDJSON(count: Int) throws {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var start = 1
+        while start <= count {
+            let batch = SampleIssues.generate(count: min(1_000, count - start + 1), startingAt: start)
+            let text =
+                try batch.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
+                + "\n"
+            FileHandle.standardOutput.write(Data(text.utf8))
+            start += batch.count
+        }
+    }
+
+    /// Registers the first bugs of `records` in the main context, as a dashboard would; returns
+    /// their IDs, keys and statuses.
+    private func registerWatched(
+        _ records: [BugRecord], in stack: PersistentStack
+    ) async throws -> [(ObjectID, String, String)] {
         let watchedKeys = Array(records.map(\.key).prefix(watch))
         let watched = try await stack.mainContext.perform { context in
             try context.fetch(
@@ -88,7 +102,12 @@ struct Demo: AsyncParsableCommand {
         }
         print("\nmain context registers \(watched.count) bugs:")
         for (_, key, status) in watched { print("  \(key): \(status)") }
+        return watched
+    }
 
+    /// Imports `records` again with every third one edited, and shows what the main context,
+    /// holding `watching` bugs registered, refreshed.
+    private func reimportEdited(_ records: [BugRecord], into stack: PersistentStack, watching: Int) async throws {
         // Pass 2: the same data again with every third record edited; the main context is merged
         // after every chunk and refreshes only what it registered.
         let refreshedKeys = Mutex<[ObjectID]>([])
@@ -114,7 +133,7 @@ struct Demo: AsyncParsableCommand {
         )
         for line in report.1 { print("  refreshed \(line)") }
         print(
-            "\nDone. Nothing outside the \(watched.count) registered bugs (and their related faults) was loaded by the main context."
+            "\nDone. Nothing outside the \(watching) registered bugs (and their related faults) was loaded by the main context."
         )
     }
 

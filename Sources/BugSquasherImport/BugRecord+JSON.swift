@@ -6,11 +6,9 @@ extension BugRecord {
     /// Decodes a record from its JSON form — what `JSONEncoder` writes for a `BugRecord` with
     /// ISO 8601 dates, and the `bugsquasher-ndjson` import format — straight from the bytes.
     ///
-    /// `key` and `project` are required; `comments` defaults to empty. Any other field left out
-    /// is one the record does not carry (``absent``): an existing bug keeps its value, and a new
-    /// bug gets its key as title, `Unknown` as status, and nothing for the rest. A field the
-    /// format does not have (a misspelled `titel` would otherwise leave the title as it was), a
-    /// field given twice, and a blank `title` or `status` are refused.
+    /// `key` and `project` are required, `comments` defaults to empty, and any other field left out is
+    /// ``absent`` (an existing bug keeps its value). A field the format does not have (a misspelled
+    /// `titel`), a field given twice, and a blank `title` or `status` are refused.
     ///
     /// - Throws: ``ImportError`` with code `invalidJSON` or `invalidRecord` naming the field.
     public init(json bytes: UnsafeBufferPointer<UInt8>) throws {
@@ -42,60 +40,22 @@ extension BugRecord {
                 case .key?:
                     try once(key == nil, field)
                     key = try reader.string()
-                case .jiraID?:
-                    try record.take(.jiraID, field)
-                    record.jiraID = reader.null() ? nil : try reader.stringOrNumber()
                 case .title?:
                     try record.take(.title, field)
                     title = try reader.string()
-                case .details?:
-                    try record.take(.details, field)
-                    record.details = try reader.optionalString()
                 case .status?:
                     try record.take(.status, field)
                     status = try reader.string()
-                case .resolution?:
-                    try record.take(.resolution, field)
-                    record.resolution = try reader.optionalString()
-                case .priority?:
-                    try record.take(.priority, field)
-                    record.priority = try reader.optionalString()
-                case .type?:
-                    try record.take(.type, field)
-                    record.type = try reader.optionalString()
-                case .labels?:
-                    try record.take(.labels, field)
-                    record.labels = reader.null() ? [] : try reader.strings()
-                case .created?:
-                    try record.take(.created, field)
-                    record.created = try date(&reader)
-                case .updated?:
-                    try record.take(.updated, field)
-                    record.updated = try date(&reader)
-                case .resolved?:
-                    try record.take(.resolved, field)
-                    record.resolved = try date(&reader)
                 case .project?:
                     try once(project == nil, field)
                     project = try ProjectRecord.read(from: &reader)
-                case .components?:
-                    try record.take(.components, field)
-                    record.components = reader.null() ? [] : try reader.strings()
-                case .reporter?:
-                    try record.take(.reporter, field)
-                    record.reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
-                case .assignee?:
-                    try record.take(.assignee, field)
-                    record.assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
                 case .comments?:
                     try once(!hasComments, field)
                     hasComments = true
-                    var comments: [CommentRecord] = []
-                    if !reader.null() {
-                        try reader.array { comments.append(try CommentRecord.read(from: &$0)) }
-                    }
-                    record.comments = comments
-                default:
+                    record.comments = try readComments(from: &reader)
+                case let other?:
+                    try record.readField(other, named: field, from: &reader)
+                case nil:
                     try reader.skip()
                     // A Jira issue in input read as BugSquasher's own format (detected from its first record).
                     throw unknownField(
@@ -109,14 +69,77 @@ extension BugRecord {
         guard let key else { throw ImportError(.missingKey, "missing field 'key'") }
         guard let project else { throw ImportError(.invalidRecord, "missing field 'project'") }
         record.key = key
-        record.title =
-            try title.map { try notBlank($0, "title", leftOut: "keeps the bug's title (a new bug takes its key)") }
-            ?? key
-        record.status =
-            try status.map { try notBlank($0, "status", leftOut: "keeps the bug's status (a new bug gets Unknown)") }
-            ?? "Unknown"
+        try record.settle(title: title, status: status)
         record.project = project
         return record
+    }
+
+    /// Reads a field kept in the record as read (all but the key, title, status, project and
+    /// comments, which ``read(from:)`` reads), refusing it when the record carried it already.
+    @inline(__always)
+    private mutating func readField(_ which: CodingKeys, named field: String, from reader: inout JSONReader) throws {
+        switch which {
+        case .jiraID:
+            try take(.jiraID, field)
+            jiraID = reader.null() ? nil : try reader.stringOrNumber()
+        case .details:
+            try take(.details, field)
+            details = try reader.optionalString()
+        case .resolution:
+            try take(.resolution, field)
+            resolution = try reader.optionalString()
+        case .priority:
+            try take(.priority, field)
+            priority = try reader.optionalString()
+        case .type:
+            try take(.type, field)
+            type = try reader.optionalString()
+        case .labels:
+            try take(.labels, field)
+            labels = reader.null() ? [] : try reader.strings()
+        case .created:
+            try take(.created, field)
+            created = try Self.date(&reader)
+        case .updated:
+            try take(.updated, field)
+            updated = try Self.date(&reader)
+        case .resolved:
+            try take(.resolved, field)
+            resolved = try Self.date(&reader)
+        case .components:
+            try take(.components, field)
+            components = reader.null() ? [] : try reader.strings()
+        case .reporter:
+            try take(.reporter, field)
+            reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
+        case .assignee:
+            try take(.assignee, field)
+            assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
+        case .key, .title, .status, .project, .comments:
+            preconditionFailure("field '\(field)' is read by BugRecord.read(from:)")
+        }
+    }
+
+    /// Reads a record's `comments` (`null` for none).
+    private static func readComments(from reader: inout JSONReader) throws -> [CommentRecord] {
+        var comments: [CommentRecord] = []
+        if !reader.null() {
+            try reader.array { comments.append(try CommentRecord.read(from: &$0)) }
+        }
+        return comments
+    }
+
+    /// Sets the title and status read, refusing blank ones; left out, a new bug takes its key as
+    /// title and `Unknown` as status.
+    private mutating func settle(title: String?, status: String?) throws {
+        self.title =
+            try title.map { try Self.notBlank($0, "title", leftOut: "keeps the bug's title (a new bug takes its key)") }
+            ?? key
+        self.status =
+            try status.map {
+                try Self.notBlank($0, "status", leftOut: "keeps the bug's status (a new bug gets Unknown)")
+            }
+            ?? "Unknown"
     }
 
     /// The fields of a record, in the order ``encode(to:)`` writes them.
@@ -162,7 +185,8 @@ extension BugRecord {
     private static func notBlank(_ text: String, _ field: String, leftOut: String) throws -> String {
         guard text.contains(where: { !$0.isWhitespace }) else {
             throw ImportError(
-                .invalidRecord, "field '\(field)' is blank; give it a value, or leave the field out, which \(leftOut).")
+                .invalidRecord, "field '\(field)' is blank.",
+                advice: "Give it a value, or leave the field out, which \(leftOut).")
         }
         return text
     }
@@ -170,8 +194,9 @@ extension BugRecord {
     /// A syntax or type error in `field`, naming it.
     static func fieldError(_ field: String, _ failure: JSONReader.Failure) -> ImportError {
         // A field of the wrong shape (a project given as its key alone) is shown the right one.
-        let shape = fieldShapes[field].map { "; it is written \"\(field)\": \($0) (docs/IMPORTS.md)" } ?? ""
-        return ImportError(.invalidRecord, "field '\(field)': \(failure.description)\(shape)")
+        let shape = fieldShapes[field].map { "It is written \"\(field)\": \($0) (docs/IMPORTS.md)." } ?? ""
+        return ImportError(
+            .invalidRecord, "field '\(field)': \(failure.description)\(shape.isEmpty ? "" : ".")", advice: shape)
     }
 
     /// How the fields of a record that are not plain strings are written, for messages.
@@ -202,7 +227,8 @@ extension BugRecord {
 /// meaning of a repeated name open, and silently taking one of the values could lose the other.
 private func once(_ first: Bool, _ field: String) throws {
     guard first else {
-        throw ImportError(.invalidRecord, "field '\(field)' appears twice in one object; keep the one value meant.")
+        throw ImportError(
+            .invalidRecord, "field '\(field)' appears twice in one object.", advice: "Keep the one value meant.")
     }
 }
 

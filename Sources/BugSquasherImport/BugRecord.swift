@@ -1,16 +1,12 @@
 public import Foundation
 
-/// One issue, normalized from whatever tracker it came from, ready for ``BugUpserter``.
-///
-/// A record is a plain value: decode it on any thread (``JiraIssueDecoder``), send it to the
-/// importer context, and upsert it there. Its fields follow the `Bug` entity of BugSquasherModel.
+/// One issue, normalized from whatever tracker it came from, ready for ``BugUpserter``: a plain
+/// value, decoded on any thread (``JiraIssueDecoder``) and upserted in the importer context. Its
+/// fields follow the `Bug` entity of BugSquasherModel.
 ///
 /// ```swift
-/// let record = BugRecord(
-///     key: "TIMOB-100", title: "Crash on launch", status: "Open",
-///     project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"),
-///     components: ["Android"], reporter: PersonRecord(name: "user-1a2b3c4d")
-/// )
+/// let record = BugRecord(key: "TIMOB-100", title: "Crash on launch", status: "Open",
+///                        project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: ["Android"])
 /// ```
 public struct BugRecord: Sendable, Hashable, Codable {
     /// The issue key, such as `TIMOB-100`; unique.

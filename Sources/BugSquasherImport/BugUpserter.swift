@@ -1,19 +1,11 @@
 public import BugSquasherGraph
 
-/// Inserts or updates bugs from ``BugRecord``s, one chunk at a time, in an importer context.
-///
-/// For a chunk it makes one `IN` fetch per entity (split at ``inListLimit`` values), creates what
-/// is missing and sets every field from the records; only what really changed is dirtied. A bug's
-/// components become the record's set, comments are upserted by `jiraID` (unlisted ones kept), and
-/// a key named twice in a chunk is applied in input order, as if each record came in a chunk of
-/// its own. The upserter does not save: the caller does, once per chunk.
+/// Inserts or updates bugs from ``BugRecord``s in an importer context, a chunk at a time, with one
+/// `IN` fetch per entity (at most ``inListLimit`` values each); only what really changed is dirtied.
+/// It does not save: the caller does, once per chunk.
 ///
 /// ```swift
-/// let upserter = BugUpserter()
-/// let summary = try await context.perform { context in
-///     try upserter.upsert(records, in: context)
-/// }
-/// try await context.save()
+/// let summary = try await context.perform { context in try BugUpserter().upsert(records, in: context) }
 /// ```
 ///
 /// Why it is built this way: docs/DESIGN-NOTES.md, "An upsert changes only what the records change".
@@ -34,16 +26,11 @@ public struct BugUpserter: Sendable {
     /// Upserts one chunk of records into `context`, without saving it.
     ///
     /// - Parameters:
-    ///   - keys: `UpsertKeys(records)`, when the caller already built them (an importer that
-    ///     checks them against the chunk being saved); built here otherwise.
-    ///   - validated: whether the caller ran ``validate(_:at:)`` on every record already (an
-    ///     importer that decodes the next chunk while this one is upserted); they are not
-    ///     checked again then.
+    ///   - keys: `UpsertKeys(records)`, when the caller built them already; built here otherwise.
+    ///   - validated: whether the caller ran ``validate(_:at:)`` on every record; they are not checked again.
     /// - Returns: how many bugs were inserted, updated or left unchanged.
-    /// - Throws: ``ImportError`` with ``ImportError/Code/invalidRecord`` before changing anything
-    ///   when a record has an empty or blank key, project key, person name, component name or
-    ///   comment ID;
-    ///   `GraphError` when a fetch fails.
+    /// - Throws: ``ImportError`` (``ImportError/Code/invalidRecord``), before changing anything, for an empty
+    ///   or blank key, project key, person name, component name or comment ID; `GraphError` if a fetch fails.
     public func upsert(
         _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, in context: isolated ObjectContext
     ) throws -> UpsertSummary {
@@ -95,7 +82,8 @@ public struct BugUpserter: Sendable {
         if let what = emptyUniqueKey(of: record) {
             throw ImportError(
                 .invalidRecord,
-                "Record \(index) (key \"\(record.pointee.key)\") has an empty or blank \(what); it is a unique key and cannot be stored. Fix the record or leave it out of the chunk."
+                "Record \(index) (key \"\(record.pointee.key)\") has an empty or blank \(what); it is a unique key and cannot be stored.",
+                advice: "Fix the record or leave it out of the chunk."
             )
         }
         // Two checks, not a loop over an array of the keys: this runs for every record imported.
@@ -111,7 +99,8 @@ public struct BugUpserter: Sendable {
     private static func strayCharacters(in what: String, _ key: String, record index: Int) -> ImportError {
         ImportError(
             .invalidRecord,
-            "Record \(index) has the \(what) \(String(reflecting: key)), with spaces around it or a control character in it: no lookup by that key would find it. Fix the record or leave it out of the chunk."
+            "Record \(index) has the \(what) \(String(reflecting: key)), with spaces around it or a control character in it: no lookup by that key would find it.",
+            advice: "Fix the record or leave it out of the chunk."
         )
     }
 

@@ -1,26 +1,12 @@
 import BugSquasherGraph
 public import Foundation
 
-/// Maps CSV exports of Jira and Bugzilla, and CSV files with other column names, to
-/// ``BugRecord``s by their header row.
+/// Maps CSV exports of Jira ("Export → CSV") and Bugzilla (`buglist.cgi?ctype=csv`), and CSV files
+/// with other column names (through a ``CSVColumnMapping``), to ``BugRecord``s by their header row.
 ///
-/// - **Jira** ("Export → CSV"): `Issue key`, `Issue id`, `Summary`, `Description`, `Status`,
-///   `Resolution`, `Priority`, `Issue Type`, `Project key`, `Project name`, `Reporter`,
-///   `Assignee`, `Created`, `Updated`, `Resolved`, repeated `Component/s` and `Labels` columns,
-///   and repeated `Comment` columns (`date;author;body`). Dates as Jira writes them
-///   (`15/Apr/11 2:23 AM`) or ISO 8601. An export with `Issue id` but no `Issue key` needs the
-///   project (``CSVColumnMapping/project``): the key is `PROJECT-<id>`.
-/// - **Bugzilla** (`buglist.cgi?ctype=csv`): `bug_id`, `product`, `component`, `bug_status`,
-///   `resolution`, `short_desc`, `priority`, `bug_severity`, `assigned_to`, `reporter`,
-///   `opendate`, `changeddate`, `cf_last_resolved`, `keywords`; the long names (`Bug ID`,
-///   `Product`, `Summary`, `Status`, `Opened`, `Created`, `Changed`, `Updated`, `Resolved`, …)
-///   too. The key is `BZ-<bug_id>` (or `PROJECT-<bug_id>` with a project) and the project is the
-///   product.
-/// - **Any other CSV**: a ``CSVColumnMapping`` names the columns (`--map key="Ticket"`); the
-///   fields it leaves out are looked for under the names above.
-///
-/// Header names are matched without regard to case. A field no column holds is left as the bug
-/// has it; a date that is there but cannot be read rejects its row, never becomes "no date".
+/// Header names are matched without regard to case. A field no column holds is left as the bug has
+/// it; a date that is there but cannot be read rejects its row, never becomes "no date". The
+/// columns, keys and dates of each flavor: docs/IMPORTS.md, "CSV exports".
 public struct CSVBugMapper: Sendable {
     /// The export's origin: the column names looked for, and the defaults of a record.
     public enum Flavor: String, Sendable, CaseIterable {
@@ -102,7 +88,8 @@ public struct CSVBugMapper: Sendable {
                 guard let indexes = byName[Self.normalized(column)] else {
                     throw ImportError(
                         .invalidRecord,
-                        "--map \(field.rawValue)=\(CSVColumnMapping.quoted(column)): the header has no column '\(column)'. \(Self.listing(header)) Name one of them, as the header writes it."
+                        "--map \(field.rawValue)=\(CSVColumnMapping.quoted(column)): the header has no column '\(column)'. \(Self.listing(header))",
+                        advice: "Name one of them, as the header writes it."
                     )
                 }
                 fieldColumns[field] = indexes
@@ -127,14 +114,18 @@ public struct CSVBugMapper: Sendable {
                 ? "a Jira export names it 'Issue key'" : "a Bugzilla export names it 'bug_id' or 'Bug ID'"
             throw ImportError(
                 .invalidRecord,
-                "The CSV header has no column for the bug's key (\(usual)). \(Self.listing(header)) Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), or pick the right --format."
+                "The CSV header has no column for the bug's key (\(usual)). \(Self.listing(header))",
+                advice:
+                    "Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), or pick the right --format."
             )
         }
         if flavor == .jira, fieldColumns[.key] == nil, mapping.project == nil, fieldColumns[.project] == nil {
             let column = header[fieldColumns[.id]![0]]
             throw ImportError(
                 .invalidRecord,
-                "The CSV header has '\(column)' but no 'Issue key': its numeric IDs need a project to become keys. Give the project with --project KEY (bugs become KEY-<id>), name the key column with --map key=COLUMN, or import it as --format bugzilla-csv (bugs become BZ-<id>). \(Self.listing(header))"
+                "The CSV header has '\(column)' but no 'Issue key': its numeric IDs need a project to become keys. \(Self.listing(header))",
+                advice:
+                    "Give the project with --project KEY (bugs become KEY-<id>), name the key column with --map key=COLUMN, or import it as --format bugzilla-csv (bugs become BZ-<id>)."
             )
         }
     }
@@ -211,7 +202,9 @@ public struct CSVBugMapper: Sendable {
         guard let date = TrackerDate.parse(text) else {
             throw ImportError(
                 .invalidRecord,
-                "Column '\(column(fields, field))' holds '\(text.prefix(80))', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39 with or without a zone such as +00:00, or ISO 8601). Fix the date in the export, or read the field from another column (--map \(field.rawValue)=COLUMN).",
+                "Column '\(column(fields, field))' holds '\(text.prefix(80))', which is not a date this importer reads (15/Apr/11 2:23 AM, 2011-04-15 02:23:39 with or without a zone such as +00:00, or ISO 8601).",
+                advice:
+                    "Fix the date in the export, or read the field from another column (--map \(field.rawValue)=COLUMN).",
                 inputLine: line)
         }
         return date
@@ -226,7 +219,8 @@ public struct CSVBugMapper: Sendable {
         guard fields.count == width else {
             throw ImportError(
                 .invalidRecord,
-                "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?). Fix this row, or export the file again.",
+                "The row has \(fields.count) fields but the header has \(width), so its values cannot be matched to columns (a value with a comma or a quote that is not quoted?).",
+                advice: "Fix this row, or export the file again.",
                 inputLine: line)
         }
         for (name, indexes) in repeated {
@@ -236,7 +230,8 @@ public struct CSVBugMapper: Sendable {
             guard Set(values).count > 1 else { continue }
             throw ImportError(
                 .invalidRecord,
-                "Column '\(name)' is in the header \(indexes.count) times, and this row holds different values in them (\(values.prefix(3).map { "'\($0.prefix(40))'" }.joined(separator: ", "))): which one is meant cannot be told. Keep one of those columns, or export the file again.",
+                "Column '\(name)' is in the header \(indexes.count) times, and this row holds different values in them (\(values.prefix(3).map { "'\($0.prefix(40))'" }.joined(separator: ", "))): which one is meant cannot be told.",
+                advice: "Keep one of those columns, or export the file again.",
                 inputLine: line)
         }
         let (key, idNumber) = try key(fields, line: line)
@@ -297,7 +292,8 @@ public struct CSVBugMapper: Sendable {
         guard let prefix = project ?? (flavor == .bugzilla ? "BZ" : value(fields, .project)) else {
             throw ImportError(
                 .invalidRecord,
-                "Column '\(column(fields, field))' holds the number \(cell), not a bug key, and the row names no project to make one of it: give --project KEY to import it as KEY-\(number).",
+                "Column '\(column(fields, field))' holds the number \(cell), not a bug key, and the row names no project to make one of it.",
+                advice: "Give --project KEY to import it as KEY-\(number).",
                 inputLine: line)
         }
         return ("\(prefix)-\(number)", field == .id ? number : nil)

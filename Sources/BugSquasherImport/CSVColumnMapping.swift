@@ -93,7 +93,7 @@ public struct CSVColumnMapping: Sendable, Hashable {
             guard let equals = pair.firstIndex(of: "=") else {
                 throw ImportError(
                     .invalidRecord,
-                    "--map \(pair) is not FIELD=COLUMN: write it as, for instance, --map key=\"Issue id\".")
+                    "--map \(pair) is not FIELD=COLUMN.", advice: "Write it as, for instance, --map key=\"Issue id\".")
             }
             return (
                 pair[..<equals].trimmingCharacters(in: .whitespaces),
@@ -120,11 +120,13 @@ public struct CSVColumnMapping: Sendable, Hashable {
             guard !column.isEmpty else {
                 throw ImportError(
                     .invalidRecord,
-                    "--map \(name)= names no column: write the column's name as the header has it after the '='.")
+                    "--map \(name)= names no column.",
+                    advice: "Write the column's name as the header has it after the '='.")
             }
             if let earlier = columns[field], earlier.lowercased() != column.lowercased() {
                 throw ImportError(
-                    .invalidRecord, "--map maps \(field.rawValue) twice, to '\(earlier)' and to '\(column)': keep one.")
+                    .invalidRecord, "--map maps \(field.rawValue) twice, to '\(earlier)' and to '\(column)'.",
+                    advice: "Keep one.")
             }
             columns[field] = column
         }
@@ -144,7 +146,8 @@ public struct CSVColumnMapping: Sendable, Hashable {
         guard valid else {
             throw ImportError(
                 .invalidRecord,
-                "--project '\(key)' is not a project key: use letters, digits and underscores, starting with a letter (TIMOB), at most 40 characters."
+                "--project '\(key)' is not a project key.",
+                advice: "Use letters, digits and underscores, starting with a letter (TIMOB), at most 40 characters."
             )
         }
     }

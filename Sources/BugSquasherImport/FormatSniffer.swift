@@ -38,34 +38,22 @@ public struct FormatSniffer: Sendable {
         self.maximumRecordBytes = maximumRecordBytes
     }
 
-    private func refusal(_ message: String) -> ImportError {
-        ImportError(.unsupportedFormat, message)
+    private func refusal(_ statement: String, advice: String = "") -> ImportError {
+        ImportError(.unsupportedFormat, statement, advice: advice)
     }
 
     /// Decides the format of an upload from its first bytes, or checks the declared one against
     /// them; `nil` for an upload of blank lines only that has ended (nothing to import).
     ///
     /// - Parameters:
-    ///   - sniffed: the first bytes, inflated when the upload is gzip-compressed: at least two
-    ///     lines, or ``maximumRecordBytes``, or all of them when `final`.
-    ///   - final: the upload has ended; nothing more comes.
+    ///   - sniffed: the first bytes (inflated when gzip-compressed): at least two lines, or
+    ///     ``maximumRecordBytes``, or all of them when `final` (the upload has ended).
     ///   - insideGzip: the bytes were inflated from gzip data (for messages).
-    /// - Throws: ``ImportError`` (`unsupportedFormat`) saying what the input is instead, and how
-    ///   to convert it when it can be.
+    /// - Throws: ``ImportError`` (`unsupportedFormat`) saying what the input is, and how to convert it.
     public func decide(_ sniffed: [UInt8], final: Bool, insideGzip: Bool) throws(ImportError) -> Decision? {
         // A UTF-8 byte order mark (editors on Windows write one) is not part of the data.
         let sniffed = sniffed.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(sniffed.dropFirst(3)) : sniffed
-        if let encoding = Self.wideEncoding(of: sniffed) {
-            throw refusal(
-                "The input is \(encoding) text; BugSquasher reads UTF-8 (and plain ASCII). Convert it first, for instance: iconv -f \(encoding) -t UTF-8 FILE > FILE.utf8"
-            )
-        }
-        if let (kind, decompress) = Self.archiveKind(of: sniffed) {
-            let inside = insideGzip ? ", inside the gzip compression" : ""
-            throw refusal(
-                "The input is \(kind)\(inside); squasherd reads exports as they are or gzip-compressed (once). Unpack it first, for instance: \(decompress) | squasherctl import -"
-            )
-        }
+        try refuseOtherEncodings(sniffed, insideGzip: insideGzip)
         guard let first = sniffed.first(where: { ![0x20, 0x0A, 0x0D, 0x09].contains($0) }) else {
             if final { return nil }
             throw refusal("The input starts with blank lines only; there is nothing to import.")
@@ -76,90 +64,137 @@ public struct FormatSniffer: Sendable {
             // better than a guess at its format would.
             return Decision(format: declared, layout: nil)
         }
-        // Nothing after the first line's content ends it (yet): one long line so far.
-        let firstLineUnended = !sniffed.drop(while: { $0 != first }).contains(0x0A)
-        var detected: ImportFormat
-        var layout: JSONArraySplitter.Layout?
+        let decision: Decision
         if first == UInt8(ascii: "[") {
-            detected = declared == .bugsquasherNDJSON ? .bugsquasherNDJSON : .jiraJSON
-            layout = .array
+            decision = Decision(format: declared == .bugsquasherNDJSON ? .bugsquasherNDJSON : .jiraJSON, layout: .array)
         } else if first == UInt8(ascii: "{") {
-            let object = try? JSONSerialization.jsonObject(with: Data(firstLine)) as? [String: Any]
-            if let object, object["fields"] != nil {
-                detected = .jiraJSON
-            } else if let object, object["issues"] != nil {
-                detected = .jiraJSON
-                layout = .searchResponse
-            } else if let object, object["key"] != nil {
-                detected = .bugsquasherNDJSON
-            } else if object == nil, firstLineUnended, sniffed.count >= maximumRecordBytes {
-                // The first line is longer than a record may be: its first keys tell a search
-                // response on one line from NDJSON whose first record is too long (a reject).
-                let head = String(decoding: firstLine.prefix(4096), as: UTF8.self)
-                if Self.opensIssuesArray(firstLine) {
-                    detected = .jiraJSON
-                    layout = .searchResponse
-                } else {
-                    detected = recordFormat(hasFields: head.contains("\"fields\""), hasKey: head.contains("\"key\""))
-                }
-            } else if object == nil, firstLineUnended, Self.opensIssuesArray(firstLine) {
-                // A search response on one line, cut short: it must not pass for one broken
-                // NDJSON record (a job that "finished" with one reject).
-                detected = .jiraJSON
-                layout = .searchResponse
-            } else if object == nil, let record = Self.ndjsonWithBrokenFirstLine(firstLine, in: sniffed) {
-                // NDJSON whose first record is broken: it becomes a reject, the others import.
-                detected = recordFormat(hasFields: record["fields"] != nil, hasKey: record["key"] != nil)
-            } else if object == nil {
-                // A pretty-printed document: a Jira search response.
-                detected = .jiraJSON
-                layout = .searchResponse
-            } else {
-                throw refusal(
-                    "The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(ImportFormat.names)."
-                )
-            }
+            // Nothing after the first line's content ends it (yet): one long line so far.
+            let firstLineUnended = !sniffed.drop(while: { $0 != first }).contains(0x0A)
+            decision = try detectObject(sniffed, firstLine: firstLine, unended: firstLineUnended)
         } else {
-            var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
-            let header = (probe.feed(sniffed) + (final ? probe.finish() : [])).first
-            let names: [String]? = if case .fields(let names, _)? = header { names } else { nil }
-            // With the key column mapped, any CSV is read with Jira's defaults.
-            let mapsKey = columns.columns[.key] != nil || columns.columns[.id] != nil
-            guard let names, let flavor = CSVBugMapper.detect(header: names) ?? (mapsKey ? .jira : nil) else {
-                if let (separator, flavor) = Self.headerWithOtherSeparator(firstLine) {
-                    throw refusal(
-                        "The input looks like a \(flavor == .jira ? "Jira" : "Bugzilla") CSV export whose fields are separated by \(separator.name) rather than commas (as spreadsheet programs save CSV in some locales). BugSquasher reads comma-separated exports: export it again, save it as CSV with commas, or convert it, for instance: python3 -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader(sys.stdin, delimiter=\"\(separator.escaped)\"))' < FILE > FILE.csv"
-                    )
-                }
-                if let names, names.count >= 2, names.allSatisfy({ !$0.isEmpty && $0.count <= 100 }) {
-                    // A CSV header, if not one of an export the importer knows.
-                    let shown =
-                        names.prefix(40).map { "'\($0)'" }.joined(separator: ", ")
-                        + (names.count > 40 ? " and \(names.count - 40) more" : "")
-                    throw refusal(
-                        "The input looks like a CSV file, but its header names no key column BugSquasher knows ('Issue key' or 'Issue id' of Jira, 'bug_id' or 'Bug ID' of Bugzilla). Its columns are \(shown). Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), and the others as needed (--map summary=COLUMN, --map created=COLUMN, …)."
-                    )
-                }
-                let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map {
-                    $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0)
-                }.joined()
-                throw refusal(
-                    "The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names)."
-                )
-            }
-            detected = flavor == .jira ? .jiraCSV : .bugzillaCSV
+            decision = try Decision(format: detectCSV(sniffed, firstLine: firstLine, final: final), layout: nil)
         }
+        try check(decision.format)
+        return decision
+    }
+
+    /// Refuses text in a wider encoding than UTF-8, and archives or compressed files.
+    private func refuseOtherEncodings(_ sniffed: [UInt8], insideGzip: Bool) throws(ImportError) {
+        if let encoding = Self.wideEncoding(of: sniffed) {
+            throw refusal(
+                "The input is \(encoding) text; BugSquasher reads UTF-8 (and plain ASCII).",
+                advice: "Convert it first, for instance: iconv -f \(encoding) -t UTF-8 FILE > FILE.utf8"
+            )
+        }
+        if let (kind, decompress) = Self.archiveKind(of: sniffed) {
+            let inside = insideGzip ? ", inside the gzip compression" : ""
+            throw refusal(
+                "The input is \(kind)\(inside); squasherd reads exports as they are or gzip-compressed (once).",
+                advice: "Unpack it first, for instance: \(decompress) | squasherctl import -"
+            )
+        }
+    }
+
+    /// The format of input that starts with a JSON object: Jira issues, a search response or
+    /// BugSquasher records, told from the first line's keys (or its first bytes, when that line
+    /// is longer than a record may be).
+    private func detectObject(
+        _ sniffed: [UInt8], firstLine: [UInt8], unended firstLineUnended: Bool
+    ) throws(ImportError) -> Decision {
+        let object = try? JSONSerialization.jsonObject(with: Data(firstLine)) as? [String: Any]
+        if let object, object["fields"] != nil {
+            return Decision(format: .jiraJSON, layout: nil)
+        } else if let object, object["issues"] != nil {
+            return Decision(format: .jiraJSON, layout: .searchResponse)
+        } else if let object, object["key"] != nil {
+            return Decision(format: .bugsquasherNDJSON, layout: nil)
+        } else if object == nil, firstLineUnended, sniffed.count >= maximumRecordBytes {
+            // The first line is longer than a record may be: its first keys tell a search
+            // response on one line from NDJSON whose first record is too long (a reject).
+            let head = String(decoding: firstLine.prefix(4096), as: UTF8.self)
+            if Self.opensIssuesArray(firstLine) {
+                return Decision(format: .jiraJSON, layout: .searchResponse)
+            } else {
+                return Decision(
+                    format: recordFormat(hasFields: head.contains("\"fields\""), hasKey: head.contains("\"key\"")),
+                    layout: nil)
+            }
+        } else if object == nil, firstLineUnended, Self.opensIssuesArray(firstLine) {
+            // A search response on one line, cut short: it must not pass for one broken
+            // NDJSON record (a job that "finished" with one reject).
+            return Decision(format: .jiraJSON, layout: .searchResponse)
+        } else if object == nil, let record = Self.ndjsonWithBrokenFirstLine(firstLine, in: sniffed) {
+            // NDJSON whose first record is broken: it becomes a reject, the others import.
+            return Decision(
+                format: recordFormat(hasFields: record["fields"] != nil, hasKey: record["key"] != nil), layout: nil)
+        } else if object == nil {
+            // A pretty-printed document: a Jira search response.
+            return Decision(format: .jiraJSON, layout: .searchResponse)
+        } else {
+            throw refusal(
+                "The input is JSON but neither Jira issues (no \"fields\"), a Jira search response (no \"issues\") nor BugSquasher records (no \"key\"). Supported formats: \(ImportFormat.names)."
+            )
+        }
+    }
+
+    /// The format of a CSV export, from its header (or the key column mapped); refuses input
+    /// that is no export BugSquasher reads.
+    private func detectCSV(_ sniffed: [UInt8], firstLine: [UInt8], final: Bool) throws(ImportError) -> ImportFormat {
+        var probe = CSVParser(maximumRecordBytes: maximumRecordBytes)
+        let header = (probe.feed(sniffed) + (final ? probe.finish() : [])).first
+        let names: [String]? = if case .fields(let names, _)? = header { names } else { nil }
+        // With the key column mapped, any CSV is read with Jira's defaults.
+        let mapsKey = columns.columns[.key] != nil || columns.columns[.id] != nil
+        guard let names, let flavor = CSVBugMapper.detect(header: names) ?? (mapsKey ? .jira : nil) else {
+            throw csvRefusal(header: names, firstLine: firstLine)
+        }
+        return flavor == .jira ? .jiraCSV : .bugzillaCSV
+    }
+
+    /// Why input that is neither JSON nor a CSV export BugSquasher knows is refused: a known
+    /// export with other separators, a CSV file without a known key column, or something else.
+    private func csvRefusal(header names: [String]?, firstLine: [UInt8]) -> ImportError {
+        if let (separator, flavor) = Self.headerWithOtherSeparator(firstLine) {
+            return refusal(
+                "The input looks like a \(flavor == .jira ? "Jira" : "Bugzilla") CSV export whose fields are separated by \(separator.name) rather than commas (as spreadsheet programs save CSV in some locales).",
+                advice:
+                    "BugSquasher reads comma-separated exports: export it again, save it as CSV with commas, or convert it, for instance: python3 -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader(sys.stdin, delimiter=\"\(separator.escaped)\"))' < FILE > FILE.csv"
+            )
+        }
+        if let names, names.count >= 2, names.allSatisfy({ !$0.isEmpty && $0.count <= 100 }) {
+            // A CSV header, if not one of an export the importer knows.
+            let shown =
+                names.prefix(40).map { "'\($0)'" }.joined(separator: ", ")
+                + (names.count > 40 ? " and \(names.count - 40) more" : "")
+            return refusal(
+                "The input looks like a CSV file, but its header names no key column BugSquasher knows ('Issue key' or 'Issue id' of Jira, 'bug_id' or 'Bug ID' of Bugzilla). Its columns are \(shown).",
+                advice:
+                    "Name the key column with --map key=COLUMN (or numeric IDs with --map id=COLUMN --project KEY), and the others as needed (--map summary=COLUMN, --map created=COLUMN, …)."
+            )
+        }
+        let preview = String(decoding: firstLine.prefix(60), as: UTF8.self).unicodeScalars.map {
+            $0.value < 0x20 || $0.value == 0xFFFD ? "." : String($0)
+        }.joined()
+        return refusal(
+            "The input is not a supported format: it is neither JSON nor a Jira or Bugzilla CSV export (it starts with \"\(preview)\"). Supported formats: \(ImportFormat.names)."
+        )
+    }
+
+    /// Refuses a detected format other than the declared one, and `--map` or `--project` for a
+    /// format that is not CSV.
+    private func check(_ detected: ImportFormat) throws(ImportError) {
         if let declared, declared != detected {
             throw refusal(
-                "The input was submitted as \(declared.rawValue) but looks like \(detected.rawValue). Submit it with --format \(detected.rawValue), or check the file."
+                "The input was submitted as \(declared.rawValue) but looks like \(detected.rawValue).",
+                advice: "Submit it with --format \(detected.rawValue), or check the file."
             )
         }
         if !columns.isEmpty, !detected.isCSV {
             throw refusal(
-                "The input is \(detected.rawValue), whose fields have fixed names: --map and --project apply to CSV exports only. Import it without them."
+                "The input is \(detected.rawValue), whose fields have fixed names: --map and --project apply to CSV exports only.",
+                advice: "Import it without them."
             )
         }
-        return Decision(format: detected, layout: layout)
     }
 
     /// Whether `bytes` start a JSON object with an `issues` key whose value is an array: a Jira

@@ -1,17 +1,14 @@
-/// The error every import operation throws.
-///
-/// Like `GraphError` in BugSquasherGraph, it carries a ``Code`` (a struct over a private enum, so
-/// that new codes do not break callers that switch over the ones they know), a message that says
-/// what to do, an optional underlying cause, the input line when known, and the place where it
-/// happened.
+public import BugSquasherErrors
+
+/// The error every import operation throws: like `GraphError`, a ``Code`` (a struct over a private
+/// enum, so new codes break no caller's switch), a statement of what happened and, apart from it,
+/// the advice (``ExplainedError``), an optional cause, the input line when known, and the place.
 ///
 /// ```swift
 /// do { let record = try decoder.decode(line.bytes, line: line.lineNumber) }
-/// catch let error as ImportError where error.code == .missingKey {
-///     print("skipping line \(error.inputLine ?? 0): \(error.message)")
-/// }
+/// catch let error as ImportError where error.code == .missingKey { print(error.inputLine ?? 0, error.message) }
 /// ```
-public struct ImportError: Error, Sendable, CustomStringConvertible {
+public struct ImportError: ExplainedError, Sendable {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Wrapped: String, Hashable, Sendable {
@@ -37,8 +34,12 @@ public struct ImportError: Error, Sendable, CustomStringConvertible {
 
     /// What kind of failure this is.
     public var code: Code
-    /// What happened and what to do about it.
-    public var message: String
+    /// What happened, without advice.
+    public var statement: String
+    /// What to do about it; empty when there is nothing to do.
+    public var advice: String
+    /// The statement followed by the advice.
+    public var message: String { Self.joined(statement, advice) }
     /// The error that caused this one, if any (a `DecodingError`, say).
     public var cause: (any Error & Sendable)?
     /// The 1-based line of the input the error is about, when the input is line-oriented.
@@ -49,20 +50,22 @@ public struct ImportError: Error, Sendable, CustomStringConvertible {
     /// Creates an error; `file` and `line` default to the caller's position.
     public init(
         _ code: Code,
-        _ message: String,
+        _ statement: String,
+        advice: String = "",
         cause: (any Error & Sendable)? = nil,
         inputLine: Int? = nil,
         file: String = #fileID,
         line: Int = #line
     ) {
         self.code = code
-        self.message = message
+        self.statement = statement
+        self.advice = advice
         self.cause = cause
         self.inputLine = inputLine
         self.location = SourceLocation(file: file, line: line)
     }
 
-    /// The code, the input line when known, the message and the cause.
+    /// The code, the input line when known, the statement and the advice, and the cause.
     public var description: String {
         var text = "\(code): "
         if let inputLine { text += "line \(inputLine): " }

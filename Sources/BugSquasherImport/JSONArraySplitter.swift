@@ -72,42 +72,15 @@ public struct JSONArraySplitter: Sendable {
             // A newline never starts an element, so counting it first is right for the next.
             if byte == 0x0A { line += 1 }
             if ended {
-                // Nothing may follow the document: a second array or NDJSON lines after it
-                // would otherwise be dropped without a word.
-                if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
-                throw Failure(
-                    description:
-                        "text follows the end of the \(layout == .array ? "JSON array" : "Jira search response") at byte \(offset); a file holds one JSON document (or one issue object per line, without an enclosing array)"
-                )
+                try refuseTrailing(byte)
+                continue
             }
             if !started {
-                if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
-                started = true
-                let expected: UInt8 = layout == .array ? UInt8(ascii: "[") : UInt8(ascii: "{")
-                guard byte == expected else {
-                    throw Failure(
-                        description:
-                            "expected '\(Character(UnicodeScalar(expected)))' at the start of a \(layout == .array ? "JSON array" : "Jira search response")"
-                    )
-                }
-                depth = 1
-                if layout == .array {
-                    collecting = true
-                    arrayDepth = 1
-                }
+                try begin(with: byte)
                 continue
             }
             if inString {
-                if collecting && elementStarted { add(byte) }
-                if !collecting && depth == 1 { keyBuffer.append(byte) }
-                if escaped {
-                    escaped = false
-                } else if byte == UInt8(ascii: "\\") {
-                    escaped = true
-                } else if byte == UInt8(ascii: "\"") {
-                    inString = false
-                    if !collecting && depth == 1 { lastKey = Array(keyBuffer.dropLast()) }
-                }
+                readString(byte)
                 continue
             }
             switch byte {
@@ -118,57 +91,11 @@ public struct JSONArraySplitter: Sendable {
                 startElementIfNeeded()
                 if collecting { add(byte) }
             case UInt8(ascii: "{"), UInt8(ascii: "["):
-                if !collecting && layout == .searchResponse && depth == 1 && byte == UInt8(ascii: "[")
-                    && lastKey == Array("issues".utf8)
-                {
-                    guard !finishedArray else {
-                        throw Failure(
-                            description:
-                                "the Jira search response has a second \"issues\" array at byte \(offset); a response has one"
-                        )
-                    }
-                    depth += 1
-                    collecting = true
-                    arrayDepth = depth
-                    continue
-                }
-                try requireSeparator()
-                startElementIfNeeded()
-                depth += 1
-                if collecting { add(byte) }
+                try openBracket(byte)
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                if collecting && depth == arrayDepth {
-                    guard byte == UInt8(ascii: "]") else { throw Failure(description: "unbalanced '}' in the array") }
-                    guard !afterComma else {
-                        throw Failure(
-                            description: "a comma closes the array at byte \(offset) (a trailing comma is not JSON)")
-                    }
-                    if let element = endElement() { out.append(element) }
-                    collecting = false
-                    finishedArray = true
-                    depth -= 1
-                    ended = depth == 0
-                    continue
-                }
-                depth -= 1
-                guard depth >= 0 else { throw Failure(description: "unbalanced brackets") }
-                ended = depth == 0
-                if collecting { add(byte) }
-                if collecting && depth == arrayDepth { elementClosed = true }
+                if let element = try closeBracket(byte) { out.append(element) }
             case UInt8(ascii: ","):
-                if collecting && depth == arrayDepth {
-                    // An element dropped between two commas would vanish without a reject.
-                    guard elementStarted else {
-                        throw Failure(
-                            description:
-                                "the array has an empty element at byte \(offset) (a comma with no value before it is not JSON)"
-                        )
-                    }
-                    if let element = endElement() { out.append(element) }
-                    afterComma = true
-                } else if collecting {
-                    add(byte)
-                }
+                if let element = try comma() { out.append(element) }
             case 0x20, 0x0A, 0x0D, 0x09:
                 if collecting && elementStarted { add(0x20) }
             default:
@@ -178,6 +105,122 @@ public struct JSONArraySplitter: Sendable {
             }
         }
         return out
+    }
+
+    /// A byte after the document: whitespace is skipped, anything else refused.
+    @inline(__always)
+    private func refuseTrailing(_ byte: UInt8) throws(Failure) {
+        // Nothing may follow the document: a second array or NDJSON lines after it
+        // would otherwise be dropped without a word.
+        if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { return }
+        throw Failure(
+            description:
+                "text follows the end of the \(layout == .array ? "JSON array" : "Jira search response") at byte \(offset); a file holds one JSON document (or one issue object per line, without an enclosing array)"
+        )
+    }
+
+    /// A byte before the document has started: whitespace is skipped, and the first other byte
+    /// must open the array (or the search response's object).
+    @inline(__always)
+    private mutating func begin(with byte: UInt8) throws(Failure) {
+        if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { return }
+        started = true
+        let expected: UInt8 = layout == .array ? UInt8(ascii: "[") : UInt8(ascii: "{")
+        guard byte == expected else {
+            throw Failure(
+                description:
+                    "expected '\(Character(UnicodeScalar(expected)))' at the start of a \(layout == .array ? "JSON array" : "Jira search response")"
+            )
+        }
+        depth = 1
+        if layout == .array {
+            collecting = true
+            arrayDepth = 1
+        }
+    }
+
+    /// A byte inside a string: kept with the element (or the key being read), and the string
+    /// ends at an unescaped quote.
+    @inline(__always)
+    private mutating func readString(_ byte: UInt8) {
+        if collecting && elementStarted { add(byte) }
+        if !collecting && depth == 1 { keyBuffer.append(byte) }
+        if escaped {
+            escaped = false
+        } else if byte == UInt8(ascii: "\\") {
+            escaped = true
+        } else if byte == UInt8(ascii: "\"") {
+            inString = false
+            if !collecting && depth == 1 { lastKey = Array(keyBuffer.dropLast()) }
+        }
+    }
+
+    /// A `{` or `[`: the search response's `issues` array begins, or a nested value does.
+    @inline(__always)
+    private mutating func openBracket(_ byte: UInt8) throws(Failure) {
+        if !collecting && layout == .searchResponse && depth == 1 && byte == UInt8(ascii: "[")
+            && lastKey == Array("issues".utf8)
+        {
+            guard !finishedArray else {
+                throw Failure(
+                    description:
+                        "the Jira search response has a second \"issues\" array at byte \(offset); a response has one"
+                )
+            }
+            depth += 1
+            collecting = true
+            arrayDepth = depth
+            return
+        }
+        try requireSeparator()
+        startElementIfNeeded()
+        depth += 1
+        if collecting { add(byte) }
+    }
+
+    /// A `}` or `]`: the array of elements ends (returning its last element), or a nested value
+    /// does.
+    @inline(__always)
+    private mutating func closeBracket(_ byte: UInt8) throws(Failure) -> Element? {
+        if collecting && depth == arrayDepth {
+            guard byte == UInt8(ascii: "]") else { throw Failure(description: "unbalanced '}' in the array") }
+            guard !afterComma else {
+                throw Failure(
+                    description: "a comma closes the array at byte \(offset) (a trailing comma is not JSON)")
+            }
+            let element = endElement()
+            collecting = false
+            finishedArray = true
+            depth -= 1
+            ended = depth == 0
+            return element
+        }
+        depth -= 1
+        guard depth >= 0 else { throw Failure(description: "unbalanced brackets") }
+        ended = depth == 0
+        if collecting { add(byte) }
+        if collecting && depth == arrayDepth { elementClosed = true }
+        return nil
+    }
+
+    /// A `,`: between elements it ends the current one (returned); inside one it is kept.
+    @inline(__always)
+    private mutating func comma() throws(Failure) -> Element? {
+        if collecting && depth == arrayDepth {
+            // An element dropped between two commas would vanish without a reject.
+            guard elementStarted else {
+                throw Failure(
+                    description:
+                        "the array has an empty element at byte \(offset) (a comma with no value before it is not JSON)"
+                )
+            }
+            let element = endElement()
+            afterComma = true
+            return element
+        } else if collecting {
+            add(UInt8(ascii: ","))
+        }
+        return nil
     }
 
     /// Ends the input.

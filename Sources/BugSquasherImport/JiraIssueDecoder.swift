@@ -5,19 +5,10 @@ public import Foundation
 /// Decodes one Jira REST v2 issue object (one line of an NDJSON export, or one element of the
 /// `issues` array of `/rest/api/2/search`) into a ``BugRecord``.
 ///
-/// It tolerates what real exports contain: missing or `null` description, components, reporter,
-/// assignee, resolution and dates; the literal priority `None` (read as no priority); comments
-/// without body or author; a missing summary (the key becomes the title). It refuses input it
-/// cannot match to a bug or store as it is: text that is not a JSON object, an issue without
-/// `key`, and a date (of the issue or a comment) that is not one.
-///
-/// ```swift
-/// let decoder = JiraIssueDecoder()
-/// for line in try LineReader(path: "titanium-jira-sample.ndjson") {
-///     let record = try decoder.decode(line.bytes, line: line.lineNumber)
-///     print(record.key, record.title)
-/// }
-/// ```
+/// It tolerates what real exports hold: a missing or `null` description, components, reporter,
+/// assignee, resolution or date; the priority `None` (no priority); comments without body or
+/// author; no summary (the key becomes the title). It refuses text that is not a JSON object, an
+/// issue without `key`, and a date (of the issue or a comment) that is not one.
 public struct JiraIssueDecoder: Sendable {
     /// Creates a decoder.
     public init() {}
@@ -51,28 +42,35 @@ public struct JiraIssueDecoder: Sendable {
         } catch let error as JiraPayload.FieldFailure where Self.endsEarly(error.failure, in: bytes) {
             throw ImportError(
                 .invalidJSON,
-                "The issue's JSON ends inside its field \(error.path), at byte \(error.failure.offset): the record is cut short (a truncated line or file). Fix or remove this line.",
+                "The issue's JSON ends inside its field \(error.path), at byte \(error.failure.offset): the record is cut short (a truncated line or file).",
+                advice: "Fix or remove this line.",
                 inputLine: line)
         } catch let error as JiraPayload.FieldFailure {
             throw ImportError(
                 .invalidJSON,
-                "The issue's field \(error.path) is not what Jira's REST API v2 sends (\(error.failure)). Check that the input is Jira's REST API v2 format, or fix this line.",
+                "The issue's field \(error.path) is not what Jira's REST API v2 sends (\(error.failure)).",
+                advice: "Check that the input is Jira's REST API v2 format, or fix this line.",
                 inputLine: line)
         } catch let failure as JSONReader.Failure where Self.endsEarly(failure, in: bytes) {
             throw ImportError(
                 .invalidJSON,
-                "The issue's JSON ends at byte \(failure.offset), before the object closes: the record is cut short (a truncated line or file). Fix or remove this line.",
+                "The issue's JSON ends at byte \(failure.offset), before the object closes: the record is cut short (a truncated line or file).",
+                advice: "Fix or remove this line.",
                 inputLine: line)
         } catch let failure as JSONReader.Failure {
             throw ImportError(
                 .invalidJSON,
-                "The input is not a Jira issue object (\(failure)). Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line.",
+                "The input is not a Jira issue object (\(failure)).",
+                advice:
+                    "Each line must hold one complete JSON object from Jira's REST API v2; fix or remove this line.",
                 inputLine: line)
         }
         guard let key = issue.key, !key.isEmpty else {
             throw ImportError(
                 .missingKey,
-                "The issue has no \"key\" (such as \"TIMOB-100\"), so it cannot be matched to a bug. Export issues with Jira's REST API v2 (/rest/api/2/search), or remove this one from the input.",
+                "The issue has no \"key\" (such as \"TIMOB-100\"), so it cannot be matched to a bug.",
+                advice:
+                    "Export issues with Jira's REST API v2 (/rest/api/2/search), or remove this one from the input.",
                 inputLine: line
             )
         }
@@ -82,7 +80,9 @@ public struct JiraIssueDecoder: Sendable {
             // like this.
             throw ImportError(
                 .invalidRecord,
-                "The issue \(key) has no \"fields\" object, so it is not an issue as Jira's REST API v2 sends it, and importing it would blank the bug's title and status. A file of BugSquasher records (\"key\", \"title\", \"status\" …) imports with --format bugsquasher-ndjson.",
+                "The issue \(key) has no \"fields\" object, so it is not an issue as Jira's REST API v2 sends it, and importing it would blank the bug's title and status.",
+                advice:
+                    "A file of BugSquasher records (\"key\", \"title\", \"status\" …) imports with --format bugsquasher-ndjson.",
                 inputLine: line
             )
         }
@@ -91,22 +91,6 @@ public struct JiraIssueDecoder: Sendable {
 
     /// Maps a decoded issue onto a record.
     private static func record(key: String, issue: JiraPayload.Issue, line: Int?) throws -> BugRecord {
-        /// A date field: `nil` when absent or empty; an unreadable one rejects the issue rather
-        /// than being stored as no date.
-        func date(_ text: String?, _ path: String) throws -> Date? {
-            guard let text, !text.isEmpty else { return nil }
-            guard let date = ISO8601Date.parse(text) else {
-                let problem =
-                    ISO8601Date.isOutsideFourDigitYears(text)
-                    ? "which is outside the years 0001 to 9999 (in UTC)"
-                    : "which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000)"
-                throw ImportError(
-                    .invalidRecord,
-                    "The issue's \(path) holds '\(text.prefix(60))', \(problem). Fix or remove this line.",
-                    inputLine: line)
-            }
-            return date
-        }
         let fields = issue.fields
         let summary = fields?.summary ?? ""
         // A search with `fields=summary,status` (or a Jira plugin's partial export) sends only
@@ -125,34 +109,57 @@ public struct JiraIssueDecoder: Sendable {
             priority: priority,
             type: fields?.issuetype?.name,
             labels: BugRecord.normalizedLabels((fields?.labels ?? []).compactMap { $0 }),
-            created: try date(fields?.created, "fields.created"),
-            updated: try date(fields?.updated, "fields.updated"),
-            resolved: try date(fields?.resolutiondate, "fields.resolutiondate"),
+            created: try date(fields?.created, "fields.created", line: line),
+            updated: try date(fields?.updated, "fields.updated", line: line),
+            resolved: try date(fields?.resolutiondate, "fields.resolutiondate", line: line),
             project: ProjectRecord(key: projectKey, name: fields?.project?.name),
             components: unique((fields?.components ?? []).compactMap { $0?.name }.filter { !$0.isEmpty }),
             reporter: person(fields?.reporter),
             assignee: person(fields?.assignee),
-            comments: try (fields?.comment?.comments ?? []).enumerated().compactMap { index, comment in
-                // A null entry holds nothing; a comment without its id cannot be keyed, and
-                // leaving it out would lose it without a word.
-                guard let comment else { return nil }
-                guard let id = comment.id, !id.isEmpty else {
-                    throw ImportError(
-                        .invalidRecord,
-                        "The issue's fields.comment.comments[\(index)] has no \"id\"; BugSquasher keys comments by their Jira id, so that a re-import updates them instead of adding copies. Give each comment its id, or remove the comment from this line.",
-                        inputLine: line)
-                }
-                return CommentRecord(
-                    jiraID: id,
-                    body: comment.body ?? "",
-                    author: person(comment.author),
-                    created: try date(comment.created, "comment \(id).created"),
-                    updated: try date(comment.updated, "comment \(id).updated")
-                )
-            }
+            comments: try comments(fields?.comment?.comments ?? [], line: line)
         )
         record.absent = absent
         return record
+    }
+
+    /// A date field: `nil` when absent or empty; an unreadable one rejects the issue rather
+    /// than being stored as no date.
+    private static func date(_ text: String?, _ path: String, line: Int?) throws -> Date? {
+        guard let text, !text.isEmpty else { return nil }
+        guard let date = ISO8601Date.parse(text) else {
+            let problem =
+                ISO8601Date.isOutsideFourDigitYears(text)
+                ? "which is outside the years 0001 to 9999 (in UTC)"
+                : "which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000)"
+            throw ImportError(
+                .invalidRecord,
+                "The issue's \(path) holds '\(text.prefix(60))', \(problem).", advice: "Fix or remove this line.",
+                inputLine: line)
+        }
+        return date
+    }
+
+    /// An issue's comments (`fields.comment.comments`); one without its id rejects the issue.
+    private static func comments(_ comments: [JiraPayload.Comment?], line: Int?) throws -> [CommentRecord] {
+        try comments.enumerated().compactMap { index, comment in
+            // A null entry holds nothing; a comment without its id cannot be keyed, and
+            // leaving it out would lose it without a word.
+            guard let comment else { return nil }
+            guard let id = comment.id, !id.isEmpty else {
+                throw ImportError(
+                    .invalidRecord,
+                    "The issue's fields.comment.comments[\(index)] has no \"id\"; BugSquasher keys comments by their Jira id, so that a re-import updates them instead of adding copies.",
+                    advice: "Give each comment its id, or remove the comment from this line.",
+                    inputLine: line)
+            }
+            return CommentRecord(
+                jiraID: id,
+                body: comment.body ?? "",
+                author: person(comment.author),
+                created: try date(comment.created, "comment \(id).created", line: line),
+                updated: try date(comment.updated, "comment \(id).updated", line: line)
+            )
+        }
     }
 
     /// A user as a person record: by account name, else by user key; `nil` without either.

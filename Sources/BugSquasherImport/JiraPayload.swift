@@ -113,11 +113,7 @@ extension JiraPayload.Fields {
                     fields.absent.remove(.type)
                 case "labels":
                     fields.absent.remove(.labels)
-                    if !reader.null() {
-                        var labels: [String?] = []
-                        try reader.array { labels.append(try $0.optionalString()) }
-                        fields.labels = labels
-                    }
+                    if !reader.null() { fields.labels = try readLabels(from: &reader) }
                 case "created":
                     fields.created = try reader.optionalString()
                     fields.absent.remove(.created)
@@ -130,11 +126,7 @@ extension JiraPayload.Fields {
                 case "project": fields.project = try JiraPayload.Project.readOptional(from: &reader)
                 case "components":
                     fields.absent.remove(.components)
-                    if !reader.null() {
-                        var components: [JiraPayload.Named?] = []
-                        try reader.array { components.append(try JiraPayload.Named.readOptional(from: &$0)) }
-                        fields.components = components
-                    }
+                    if !reader.null() { fields.components = try readComponents(from: &reader) }
                 case "reporter":
                     fields.reporter = try JiraPayload.User.readOptional(from: &reader)
                     fields.absent.remove(.reporter)
@@ -147,6 +139,20 @@ extension JiraPayload.Fields {
             }
         }
         return fields
+    }
+
+    /// The elements of a `labels` array, `null` ones kept.
+    private static func readLabels(from reader: inout JSONReader) throws -> [String?] {
+        var labels: [String?] = []
+        try reader.array { labels.append(try $0.optionalString()) }
+        return labels
+    }
+
+    /// The elements of a `components` array, `null` ones kept.
+    private static func readComponents(from reader: inout JSONReader) throws -> [JiraPayload.Named?] {
+        var components: [JiraPayload.Named?] = []
+        try reader.array { components.append(try JiraPayload.Named.readOptional(from: &$0)) }
+        return components
     }
 }
 

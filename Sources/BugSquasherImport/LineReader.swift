@@ -1,21 +1,14 @@
 public import Foundation
 
-/// Reads a file (or any file handle, standard input included) line by line with bounded memory:
-/// it reads 64 KiB at a time and keeps only the unread part of the current chunk, so memory
-/// stays at one chunk plus the longest line however big the input is.
-///
-/// Lines end with `\n` (a `\r` before it is dropped); the last line needs no terminator. Empty
-/// lines are skipped but counted, so ``Element/lineNumber`` always matches what an editor shows.
+/// Reads a file (or any file handle, standard input included) line by line in bounded memory: one
+/// 64 KiB chunk plus the longest line. A `\r` before `\n` is dropped; empty lines are skipped but
+/// counted, so ``Element/lineNumber`` matches an editor's. It is its own iterator: iterate it once.
 ///
 /// ```swift
 /// let reader = try LineReader(path: "/data/titanium-jira-sample.ndjson")
-/// for (lineNumber, bytes) in reader {
-///     let record = try JiraIssueDecoder().decode(bytes, line: lineNumber)
-/// }
+/// for (lineNumber, bytes) in reader { _ = try JiraIssueDecoder().decode(bytes, line: lineNumber) }
 /// if let error = reader.error { throw error }   // a read failed midway
 /// ```
-///
-/// The reader is its own iterator: iterate it once. It is not `Sendable`; use it on one task.
 public final class LineReader: Sequence, IteratorProtocol {
     /// One non-empty line: its 1-based number in the input and its bytes, without terminator.
     public typealias Element = (lineNumber: Int, bytes: Data)
@@ -48,7 +41,8 @@ public final class LineReader: Sequence, IteratorProtocol {
             handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
         } catch {
             throw ImportError(
-                .io, "Cannot open '\(path)' for reading; check that the file exists and is readable.", cause: error)
+                .io, "Cannot open '\(path)' for reading.", advice: "Check that the file exists and is readable.",
+                cause: error)
         }
         self.init(fileHandle: handle, closesHandle: true)
     }
@@ -128,7 +122,8 @@ public final class LineReader: Sequence, IteratorProtocol {
         } catch {
             self.error = ImportError(
                 .io,
-                "Reading the input failed after line \(lineNumber); check the file or the pipe feeding it, then import again.",
+                "Reading the input failed after line \(lineNumber).",
+                advice: "Check the file or the pipe feeding it, then import again.",
                 cause: error, inputLine: lineNumber)
             buffer.removeAll()  // a partial last line must not pass for a complete one
             scanned = 0

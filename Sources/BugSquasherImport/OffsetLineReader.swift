@@ -34,7 +34,7 @@ public final class OffsetLineReader {
     /// - Throws: ``ImportError`` (`io`) when the file cannot be opened or seeked.
     public init(path: String, offset: Int64 = 0, firstLine: Int = 1, maximumLineBytes: Int = 1 << 20) throws {
         guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw ImportError(.io, "Cannot open \(path) for reading; check that it exists and is readable.")
+            throw ImportError(.io, "Cannot open \(path) for reading.", advice: "Check that it exists and is readable.")
         }
         do { try handle.seek(toOffset: UInt64(offset)) } catch {
             throw ImportError(.io, "Cannot seek to byte \(offset) of \(path).", cause: error)

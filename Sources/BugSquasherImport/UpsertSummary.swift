@@ -1,8 +1,6 @@
-/// What one ``BugUpserter/upsert(_:in:)`` call did to the bugs of its chunk.
-///
-/// Each distinct key counts once: ``inserted`` + ``updated`` + ``unchanged`` is the number of
-/// distinct keys, and ``repeated`` counts the records whose key an earlier record of the same
-/// chunk named (applied to the same bug, in order). Summaries add up across chunks:
+/// What one ``BugUpserter/upsert(_:keys:validated:in:)`` call did to the bugs of its chunk: each
+/// distinct key counts once in ``inserted``, ``updated`` or ``unchanged``, and ``repeated`` counts
+/// the records whose key an earlier record of the chunk named. Summaries add up across chunks:
 ///
 /// ```swift
 /// var total = UpsertSummary()

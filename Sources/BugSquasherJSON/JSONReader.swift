@@ -1,23 +1,12 @@
-/// A forward-only reader of one JSON document in UTF-8 that decodes straight into the caller's
-/// values, without building a tree and without `Codable`'s per-field machinery.
-///
-/// The importer decodes hundreds of thousands of records; with `JSONDecoder` that was the
-/// largest share of the daemon's CPU. Record types drive this reader field by field:
+/// A forward-only reader of one UTF-8 JSON document that decodes straight into the caller's values,
+/// with no tree and no `Codable`: strict, errors at their byte offset, ``end()`` after the document.
 ///
 /// ```swift
 /// var reader = JSONReader(bytes)
-/// var title: String?
-/// try reader.object { reader, key in
-///     switch key {
-///     case "title": title = try reader.string()
-///     default: try reader.skip()
-///     }
-/// }
-/// try reader.end()
+/// try reader.object { reader, key in if key == "title" { title = try reader.string() } else { try reader.skip() } }
 /// ```
 ///
-/// It is strict where JSON is (no trailing commas, no comments, control characters in strings
-/// rejected), limits nesting to ``maximumDepth``, and reports errors with the byte offset.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "JSON is read and written without Codable".
 package struct JSONReader {
     /// An error: what was wrong and the byte offset where it was found.
     package struct Failure: Error, Sendable, CustomStringConvertible {
@@ -84,21 +73,15 @@ package struct JSONReader {
         fileprivate var started = false
     }
 
-    /// Starts reading an object whose fields the caller then walks with ``nextKey(_:)``:
+    /// Starts reading an object whose fields the caller walks with ``nextKey(_:)``: unlike ``object(_:)``,
+    /// no closure captures the struct being filled in, so it is returned without a copy.
     ///
     /// ```swift
     /// var fields = try reader.beginObject()
     /// while let key = try reader.nextKey(&fields) {
-    ///     switch key {
-    ///     case "title": record.title = try reader.string()
-    ///     default: try reader.skip()
-    ///     }
+    ///     if key == "title" { record.title = try reader.string() } else { try reader.skip() }
     /// }
     /// ```
-    ///
-    /// Unlike ``object(_:)`` no closure captures the values being filled in, so a struct built
-    /// field by field is returned without a copy (a closure's captured struct is copied out,
-    /// retaining every string in it: measurable when decoding hundreds of thousands of records).
     package mutating func beginObject() throws -> Fields {
         try expect(UInt8(ascii: "{"), "expected an object")
         try enter()

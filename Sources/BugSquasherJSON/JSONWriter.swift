@@ -1,18 +1,12 @@
-/// Writes one JSON document in UTF-8, value by value, without `Codable`'s per-field machinery:
-/// the counterpart of ``JSONReader`` for messages written many times a second (change-feed
-/// saves, replies).
+/// Writes one JSON document in UTF-8, value by value, without `Codable`: the counterpart of
+/// ``JSONReader`` for messages written many times a second (change-feed saves, replies). Keys are
+/// written in the order given; strings are escaped as JSON requires, the rest written as UTF-8.
 ///
 /// ```swift
 /// var writer = JSONWriter()
-/// writer.object { writer in
-///     writer.key("token"); writer.integer(42)
-///     writer.key("keys"); writer.array { writer in writer.string("title") }
-/// }
-/// let bytes = writer.bytes   // {"token":42,"keys":["title"]}
+/// writer.object { writer in writer.key("token"); writer.integer(42) }
+/// let bytes = writer.bytes   // {"token":42}
 /// ```
-///
-/// Keys are written in the order given; strings are escaped as JSON requires (quote, backslash
-/// and control characters), everything else is written as UTF-8.
 package struct JSONWriter: Sendable {
     /// The document so far.
     package private(set) var bytes: [UInt8] = []

@@ -1,19 +1,14 @@
 public import BugSquasherGraph
 
 /// The bug model: `Bug`, `Comment`, `Component`, `Person` and `Project`, with fields that follow
-/// Jira's REST representation of an issue.
+/// Jira's REST representation of an issue, and the daemon's `ImportJob` and `ImportReject`.
 ///
-/// ```swift
-/// let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
-/// ```
-///
-/// - `Bug` is unique by `key` (`TIMOB-100`); it belongs to a `Project`, has a `reporter` and an
-///   `assignee` (`Person`), many `components` (shared with other bugs), and `comments` that are
-///   deleted with it (cascade).
-/// - `Comment` is unique by `jiraID` and belongs to one bug and one `author`.
-/// - `Component`, `Person` and `Project` are shared and upserted by `name`, `name` and `key`.
-/// - `ImportJob` and `ImportReject` are the daemon's bookkeeping: a job's progress is saved in
-///   the same transaction as each chunk it imports, so a restart resumes exactly there.
+/// - `Bug` is unique by `key`; it belongs to a `Project`, has a `reporter` and an `assignee`, shared
+///   `components`, and `comments` deleted with it (cascade).
+/// - `Comment` is unique by `jiraID`, with one bug and one `author`; `Component`, `Person` and
+///   `Project` are shared and upserted by `name`, `name` and `key`.
+/// - A job's progress is saved in the same transaction as each chunk it imports, so a restart
+///   resumes exactly there.
 public enum BugModel {
     /// The entities.
     public static let entities: [EntityDescription] = [

@@ -1,5 +1,4 @@
 import BugSquasherGraph
-public import BugSquasherVarlink
 
 // The parameters and replies of `io.bugsquasher.Import`.
 
@@ -47,32 +46,6 @@ public struct BytesReply: Codable, Sendable {
     public var bytes: Int
     /// Creates a reply.
     public init(bytes: Int) { self.bytes = bytes }
-}
-
-/// The parameters of `io.bugsquasher.Import.Update`.
-public struct UpdateParameters: Codable, Sendable {
-    /// The object ID URI.
-    public var id: String
-    /// New values by attribute (or to-one relationship) name.
-    public var values: [String: JSONValue]
-    /// Creates parameters.
-    public init(id: String, values: [String: JSONValue]) {
-        self.id = id
-        self.values = values
-    }
-}
-
-/// The reply of `io.bugsquasher.Import.Update`.
-public struct UpdateReply: Codable, Sendable {
-    /// The object's version after the save.
-    public var version: Int64
-    /// The save's history token.
-    public var token: Int64
-    /// Creates a reply.
-    public init(version: Int64, token: Int64) {
-        self.version = version
-        self.token = token
-    }
 }
 
 /// The last message of an upgraded `Upload`: the job, queued, and the file's bytes received.

@@ -56,19 +56,6 @@ public struct WireJob: Codable, Sendable, Hashable {
     public var isFinal: Bool { state.isFinal }
 }
 
-/// `io.bugsquasher.Jobs.Reject`.
-public struct WireReject: Codable, Sendable, Hashable {
-    /// The line (or record number) in the input.
-    public var line: Int64
-    /// Why it was rejected.
-    public var reason: String
-    /// Creates a reject.
-    public init(line: Int64, reason: String) {
-        self.line = line
-        self.reason = reason
-    }
-}
-
 /// A parameter object with one `job` field.
 public struct JobParameter: Codable, Sendable {
     /// The job ID.
@@ -99,67 +86,4 @@ public struct JobsReply: Codable, Sendable {
     public var jobs: [WireJob]
     /// Creates a reply.
     public init(jobs: [WireJob]) { self.jobs = jobs }
-}
-
-/// The parameters of `io.bugsquasher.Jobs.Rejects`.
-public struct RejectsParameters: Codable, Sendable {
-    /// The job.
-    public var job: String
-    /// At most this many.
-    public var limit: Int?
-    /// Skip this many first (in input order), for the next page.
-    public var offset: Int?
-    /// Creates parameters.
-    public init(job: String, limit: Int? = nil, offset: Int? = nil) {
-        self.job = job
-        self.limit = limit
-        self.offset = offset
-    }
-}
-
-/// The reply of `io.bugsquasher.Jobs.Rejects`.
-public struct RejectsReply: Codable, Sendable {
-    /// The rejects, in input order.
-    public var rejects: [WireReject]
-    /// `true` when more rejects follow this page (ask again with `offset` past it); absent
-    /// after the last page.
-    public var more: Bool?
-    /// Creates a reply.
-    public init(rejects: [WireReject], more: Bool? = nil) {
-        self.rejects = rejects
-        self.more = more
-    }
-}
-
-/// The reply of `io.bugsquasher.Jobs.Status`.
-public struct StatusReply: Codable, Sendable {
-    /// The store's UUID.
-    public var storeIdentifier: String
-    /// The newest history token.
-    public var token: Int64
-    /// How many bugs the store holds.
-    public var bugs: Int
-    /// How many change-feed subscribers are connected.
-    public var subscribers: Int
-    /// How many clients follow an import job with `Jobs.Watch` (`squasherctl import --wait`);
-    /// not counted in ``subscribers``.
-    public var jobFollowers: Int?
-    /// The running job, if any.
-    public var activeJob: WireJob?
-    /// Save conflicts the daemon's contexts resolved with their merge policy since it started
-    /// (an edit and an import chunk that changed the same bug at the same time).
-    public var conflictsResolved: Int?
-    /// Creates a reply.
-    public init(
-        storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, jobFollowers: Int? = nil,
-        activeJob: WireJob?, conflictsResolved: Int? = nil
-    ) {
-        self.storeIdentifier = storeIdentifier
-        self.token = token
-        self.bugs = bugs
-        self.subscribers = subscribers
-        self.jobFollowers = jobFollowers
-        self.activeJob = activeJob
-        self.conflictsResolved = conflictsResolved
-    }
 }

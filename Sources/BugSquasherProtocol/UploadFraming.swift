@@ -1,7 +1,8 @@
-/// The framing of an upload sent over an upgraded connection (`io.bugsquasher.Import.Upload`
-/// with `upgrade: true`): chunks of a 4-byte big-endian length followed by that many bytes of
-/// the file, and a zero length to end the upload. The explicit end tells a complete upload from
-/// a client that died halfway, which a closed connection alone would not.
+public import BugSquasherErrors
+
+/// The framing of an upload over an upgraded connection (`io.bugsquasher.Import.Upload` with
+/// `upgrade: true`): chunks of a 4-byte big-endian length and that many bytes of the file, then a
+/// zero length. The explicit end tells a complete upload from a client that died halfway.
 ///
 /// ```swift
 /// var framing = UploadFraming()
@@ -67,18 +68,29 @@ public struct UploadFraming: Sendable {
 }
 
 /// Why the bytes of an upgraded upload are not in ``UploadFraming``.
-public enum UploadFramingError: Error, Sendable, Hashable, CustomStringConvertible {
+public enum UploadFramingError: ExplainedError, Sendable, Hashable {
     /// A chunk's length is over the limit.
     case chunkTooLong(Int)
     /// Bytes followed the zero length that ends the upload.
     case bytesAfterEnd
 
-    public var description: String {
+    /// What the client sent that is not in the framing.
+    public var statement: String {
         switch self {
         case .chunkTooLong(let length):
-            "an upload chunk of \(length) bytes is longer than \(UploadFraming.maximumChunkLength); after the upgrade, send chunks of a 4-byte big-endian length and the bytes, and a zero length to end (docs/PROTOCOL.md)"
+            "An upload chunk of \(length) bytes is longer than \(UploadFraming.maximumChunkLength)."
         case .bytesAfterEnd:
-            "bytes followed the zero length that ends the upload; wait for the reply instead"
+            "Bytes followed the zero length that ends the upload."
+        }
+    }
+
+    /// How to frame the upload instead.
+    public var advice: String {
+        switch self {
+        case .chunkTooLong:
+            "After the upgrade, send chunks of a 4-byte big-endian length and the bytes, and a zero length to end (docs/PROTOCOL.md)."
+        case .bytesAfterEnd:
+            "Wait for the reply instead."
         }
     }
 }

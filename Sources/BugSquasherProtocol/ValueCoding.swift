@@ -60,7 +60,8 @@ public struct WireCoding: Sendable {
             if ISO8601Date.isOutsideFourDigitYears(s) {
                 throw GraphError(
                     .invalidArgument,
-                    "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999. Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z."
+                    "'\(attribute.name)' is date; \(s) is outside the years 0001 to 9999.",
+                    advice: "Give a date in them, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z."
                 )
             }
         case (.string(let s), .data):
@@ -70,15 +71,16 @@ public struct WireCoding: Sendable {
         let form =
             switch attribute.type {
             case .date:
-                " Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
-            case .data: " Give data as base64."
-            case .int64: " Give a whole number."
-            case .double: " Give a number."
-            case .bool: " Give true or false."
-            case .string: " Give a string."
+                "Give a date and time that exist, as ISO 8601 with a time zone: 2012-01-31T09:30:00Z, or 2012-01-31T09:30:00.250+01:00."
+            case .data: "Give data as base64."
+            case .int64: "Give a whole number."
+            case .double: "Give a number."
+            case .bool: "Give true or false."
+            case .string: "Give a string."
             }
         let text = (try? JSONEncoder().encode(json)).map { String(decoding: $0, as: UTF8.self) } ?? "\(json)"
-        throw GraphError(.invalidArgument, "'\(attribute.name)' is \(attribute.type); \(text) cannot be one.\(form)")
+        throw GraphError(
+            .invalidArgument, "'\(attribute.name)' is \(attribute.type); \(text) cannot be one.", advice: form)
     }
 
     /// A row from its JSON values.

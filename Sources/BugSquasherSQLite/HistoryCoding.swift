@@ -2,15 +2,13 @@ import BugSquasherGraph
 import Foundation
 
 /// The payload of one `bs_history` row: a did-save without values, as compact JSON grouped by
-/// entity, written by hand because it is on the save path of every chunk:
+/// entity, written by hand because it is on the save path of every chunk. `i` and `d` hold flat
+/// `[primaryKey, version, …]` pairs, `u` one `[primaryKey, version, changed keys…]` per object; the
+/// store identifier and token come from the store and the row.
 ///
 /// ```json
 /// {"i":{"Bug":[1,1,2,1]},"u":{"Bug":[[7,3,"title","status"]]},"d":{"Comment":[9,2]}}
 /// ```
-///
-/// `i` and `d` hold flat `[primaryKey, version, …]` pairs; `u` holds one array per object:
-/// primary key, version, then the changed keys. The store identifier and token come from the
-/// store and the row.
 enum HistoryCoding {
     static func encode(_ didSave: DidSave) -> Data {
         var out = "{\"i\":"

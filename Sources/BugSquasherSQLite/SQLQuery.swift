@@ -70,7 +70,8 @@ struct SQLQuery {
         let distinct = sort.filter { seen.insert($0.keyPath).inserted }
         guard distinct.count <= maximumSortKeys else {
             throw GraphError(
-                .invalidArgument, "The fetch sorts by \(distinct.count) key paths; give at most \(maximumSortKeys).")
+                .invalidArgument, "The fetch sorts by \(distinct.count) key paths.",
+                advice: "Give at most \(maximumSortKeys).")
         }
         return distinct
     }
@@ -88,19 +89,7 @@ struct SQLQuery {
             // and its negation true, where SQL's NOT of unknown stays unknown.
             return "NOT COALESCE(\(try condition(item)), 0)"
         case .isIn(let keyPath, let values):
-            let column = try column(keyPath)
-            let nonNull = values.filter { !$0.isNull }
-            var parts: [String] = []
-            if let last = nonNull.last {
-                // Repeating the last value changes nothing in an IN list, and bounds the number
-                // of distinct statements (they are prepared once and kept when cacheable).
-                let count = Self.paddedCount(nonNull.count)
-                parts.append("\(column) IN (?\(String(repeating: ",?", count: count - 1)))")
-                arguments += nonNull.map(\.databaseValue)
-                arguments += repeatElement(last.databaseValue, count: count - nonNull.count)
-            }
-            if nonNull.count != values.count { parts.append("\(column) IS NULL") }
-            return parts.isEmpty ? "0" : "(" + parts.joined(separator: " OR ") + ")"
+            return try inList(keyPath, values)
         case .relationship(let keyPath, let target):
             let column = try column(keyPath, relationship: true)
             guard let target else { return "\(column) IS NULL" }
@@ -108,39 +97,62 @@ struct SQLQuery {
             arguments.append(target.key.databaseValue)
             return "\(column) = ?"
         case .compare(let keyPath, let op, let value):
-            let (column, attribute) = try resolve(keyPath)
+            return try comparison(keyPath, op, value)
+        }
+    }
+
+    /// `keyPath IN (values)`, with a null among the values as `IS NULL`.
+    private mutating func inList(_ keyPath: String, _ values: [Value]) throws -> String {
+        let column = try column(keyPath)
+        let nonNull = values.filter { !$0.isNull }
+        var parts: [String] = []
+        if let last = nonNull.last {
+            // Repeating the last value changes nothing in an IN list, and bounds the number
+            // of distinct statements (they are prepared once and kept when cacheable).
+            let count = Self.paddedCount(nonNull.count)
+            parts.append("\(column) IN (?\(String(repeating: ",?", count: count - 1)))")
+            arguments += nonNull.map(\.databaseValue)
+            arguments += repeatElement(last.databaseValue, count: count - nonNull.count)
+        }
+        if nonNull.count != values.count { parts.append("\(column) IS NULL") }
+        return parts.isEmpty ? "0" : "(" + parts.joined(separator: " OR ") + ")"
+    }
+
+    /// `keyPath op value`, with null compared as the in-memory evaluation compares it, and text
+    /// searched as UTF-8 bytes.
+    private mutating func comparison(_ keyPath: String, _ op: ComparisonOperator, _ value: Value) throws -> String {
+        let (column, attribute) = try resolve(keyPath)
+        switch op {
+        case .equal where value.isNull: return "\(column) IS NULL"
+        case .notEqual where value.isNull: return "\(column) IS NOT NULL"
+        case .equal:
+            arguments.append(value.databaseValue)
+            return "\(column) = ?"
+        case .notEqual:
+            arguments.append(value.databaseValue)
+            return "\(column) IS NOT ?"
+        case .less, .lessOrEqual, .greater, .greaterOrEqual:
+            guard !value.isNull else { return "0" }
+            arguments.append(value.databaseValue)
+            let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][
+                op]!
+            return "\(column) \(symbol) ?"
+        case .contains, .containsCaseInsensitive, .beginsWith:
+            // Compared as UTF-8 bytes: text holding U+0000 is stored as a blob of its
+            // bytes (see `Value.databaseValue`), and so is such a needle.
+            let isText =
+                attribute?.type == .string ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
             switch op {
-            case .equal where value.isNull: return "\(column) IS NULL"
-            case .notEqual where value.isNull: return "\(column) IS NOT NULL"
-            case .equal:
+            case .contains:
                 arguments.append(value.databaseValue)
-                return "\(column) = ?"
-            case .notEqual:
+                return "(\(isText) AND instr(CAST(\(column) AS BLOB), CAST(? AS BLOB)) > 0)"
+            case .containsCaseInsensitive:
                 arguments.append(value.databaseValue)
-                return "\(column) IS NOT ?"
-            case .less, .lessOrEqual, .greater, .greaterOrEqual:
-                guard !value.isNull else { return "0" }
-                arguments.append(value.databaseValue)
-                let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][
-                    op]!
-                return "\(column) \(symbol) ?"
-            case .contains, .containsCaseInsensitive, .beginsWith:
-                // Compared as UTF-8 bytes: text holding U+0000 is stored as a blob of its
-                // bytes (see `Value.databaseValue`), and so is such a needle.
-                let isText =
-                    attribute?.type == .string ? "typeof(\(column)) IN ('text', 'blob')" : "typeof(\(column)) = 'text'"
-                switch op {
-                case .contains:
-                    arguments.append(value.databaseValue)
-                    return "(\(isText) AND instr(CAST(\(column) AS BLOB), CAST(? AS BLOB)) > 0)"
-                case .containsCaseInsensitive:
-                    arguments.append(value.databaseValue)
-                    return "(\(isText) AND instr(CAST(lower(\(column)) AS BLOB), CAST(lower(?) AS BLOB)) > 0)"
-                default:
-                    arguments += [value.databaseValue, value.databaseValue]
-                    return
-                        "(\(isText) AND substr(CAST(\(column) AS BLOB), 1, length(CAST(? AS BLOB))) = CAST(? AS BLOB))"
-                }
+                return "(\(isText) AND instr(CAST(lower(\(column)) AS BLOB), CAST(lower(?) AS BLOB)) > 0)"
+            default:
+                arguments += [value.databaseValue, value.databaseValue]
+                return
+                    "(\(isText) AND substr(CAST(\(column) AS BLOB), 1, length(CAST(? AS BLOB))) = CAST(? AS BLOB))"
             }
         }
     }
@@ -201,7 +213,8 @@ struct SQLQuery {
         let shown = keyPath.count > 200 ? "\(keyPath.prefix(200))… (\(keyPath.count) characters)" : keyPath
         throw GraphError(
             .invalidArgument,
-            "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key')."
+            "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name).",
+            advice: "Use an attribute name, or to-one relationships leading to one (like 'project.key')."
         )
     }
 }

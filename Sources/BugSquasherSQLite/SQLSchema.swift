@@ -64,7 +64,8 @@ enum SQLSchema {
             for name in entity.attributes.map(\.name) + entity.relationships.map(\.name)
             where reservedColumns.contains(name) {
                 throw GraphError(
-                    .invalidArgument, "Entity '\(entity.name)' uses the reserved name '\(name)'; rename the property.")
+                    .invalidArgument, "Entity '\(entity.name)' uses the reserved name '\(name)'.",
+                    advice: "Rename the property.")
             }
             let columns =
                 ["pk INTEGER PRIMARY KEY", "_version INTEGER NOT NULL"]
@@ -138,7 +139,8 @@ enum SQLSchema {
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 throw GraphError(
                     .invalidStore,
-                    "The unique index \(index.name) is missing and cannot be rebuilt: \(index.table) holds duplicates, which went in while the index was missing (the store was changed outside BugSquasher). Restore it from a backup, or remove the duplicates by hand.",
+                    "The unique index \(index.name) is missing and cannot be rebuilt: \(index.table) holds duplicates, which went in while the index was missing (the store was changed outside BugSquasher).",
+                    advice: "Restore it from a backup, or remove the duplicates by hand.",
                     cause: error)
             }
             rebuilt.append(index.name)

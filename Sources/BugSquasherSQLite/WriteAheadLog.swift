@@ -50,7 +50,16 @@ enum WriteAheadLog {
         guard checksum.s1 == word(header, 24), checksum.s2 == word(header, 28) else {
             return .damagedHeader("has a header whose checksum does not match (it is damaged)")
         }
-        let salts = header[16..<24]
+        return checkFrames(handle, checksum: checksum, salts: header[16..<24], pageSize: pageSize)
+    }
+
+    /// Reads the frames after the header as SQLite applies them, carrying on `checksum` (the
+    /// header's): a damaged frame followed by a commit, or a log that ends partway through a
+    /// frame, is reported.
+    private static func checkFrames(
+        _ handle: FileHandle, checksum headerChecksum: Checksum, salts: ArraySlice<UInt8>, pageSize: Int
+    ) -> Finding {
+        var checksum = headerChecksum
         let frameSize = frameHeaderSize + pageSize
         var frame = 0
         /// The first frame SQLite will not apply, once found.

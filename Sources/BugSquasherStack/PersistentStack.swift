@@ -7,26 +7,11 @@ import Synchronization
 /// The Core Data stack of RTCoreDataStack, fixed and extended: a **main coordinator** for reads
 /// and a **writer coordinator** for writes over one store, and the contexts built on them.
 ///
-/// - ``mainContext``: on the main coordinator, merge policy store-trump. While
-///   ``isMainContextReadOnly`` is set, every save of it is refused with an error (RTCoreDataStack
-///   only swapped the merge policy).
+/// - ``mainContext``: main coordinator, store-trump. Writer-side saves are merged into it before they
+///   return, refreshing only what it holds; its own saves are refused while ``isMainContextReadOnly``.
 /// - ``importerContext(name:bulk:)``: on the writer coordinator, object-trump, for background imports.
 /// - ``temporaryContext(name:)``: on the main coordinator, rollback policy, never saved.
 /// - ``editorContext(name:)``: a child of ``mainContext``, object-trump; refused while read-only.
-///
-/// Saves of writer-side contexts are merged into ``mainContext`` automatically, refreshing only
-/// the objects it has registered ("smart merge"), unless ``shouldMergeIncomingSavedObjects`` is
-/// off. Empty saves post nothing.
-///
-/// ```swift
-/// let stack = try PersistentStack(model: BugModel.model, storeURL: URL(filePath: "bugs.sqlite"))
-/// let importer = stack.importerContext()
-/// try await importer.perform { context in
-///     let bug = context.insert(Bug.self)
-///     bug.key = "TIMOB-1"
-/// }
-/// try await importer.save()          // merged into stack.mainContext before this returns
-/// ```
 public final class PersistentStack: Sendable {
     /// The model.
     public let model: ManagedObjectModel
@@ -143,7 +128,8 @@ public final class PersistentStack: Sendable {
         if isMainContextReadOnly {
             throw GraphError(
                 .readOnly,
-                "The main context is read-only (isMainContextReadOnly), so editor contexts, which save through it, are refused. Use an importer context, or clear isMainContextReadOnly."
+                "The main context is read-only (isMainContextReadOnly), so editor contexts, which save through it, are refused.",
+                advice: "Use an importer context, or clear isMainContextReadOnly."
             )
         }
         return await mainContext.newChildContext(mergePolicy: .mergeByPropertyObjectTrump, name: name)

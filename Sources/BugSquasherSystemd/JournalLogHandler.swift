@@ -2,19 +2,13 @@ import CSystemd
 public import Foundation
 public import Logging
 
-/// A swift-log handler that writes natively to the systemd journal (`sd_journal_sendv(3)`):
-/// `MESSAGE`, `PRIORITY` (from the level), `SYSLOG_IDENTIFIER`, `CODE_FILE`/`CODE_LINE`/
-/// `CODE_FUNC`, and every metadata key as a journal field — uppercased, characters outside
-/// `[A-Z0-9_]` turned into `_`, a leading `_` or digit prefixed with `F` — so `job.id` becomes
-/// `JOB_ID`. The metadata key `message.id` becomes `MESSAGE_ID`.
-///
-/// It never throws and never blocks on a full journal: a failed send is dropped.
+/// A swift-log handler that writes natively to the systemd journal (`sd_journal_sendv(3)`): `MESSAGE`,
+/// `PRIORITY`, `SYSLOG_IDENTIFIER`, `CODE_FILE`/`CODE_LINE`/`CODE_FUNC`, and each metadata key as a
+/// field (``fieldName(_:)``; `message.id` is `MESSAGE_ID`). It never throws and never blocks on a full
+/// journal: a failed send is dropped.
 ///
 /// ```swift
-/// LoggingSystem.bootstrap { label in
-///     JournalLogHandler.shouldUse() ? JournalLogHandler(label: label, identifier: "squasherd")
-///                                   : StreamLogHandler.standardError(label: label)
-/// }
+/// if JournalLogHandler.shouldUse() { LoggingSystem.bootstrap { JournalLogHandler(label: $0, identifier: "squasherd") } }
 /// ```
 public struct JournalLogHandler: LogHandler {
     /// The logger's label (sent as `LOGGER`).
@@ -58,7 +52,9 @@ public struct JournalLogHandler: LogHandler {
         }
     }
 
-    /// A metadata key as a valid journal field name; never empty, never dropped.
+    /// A metadata key as a valid journal field name: uppercased, characters outside `[A-Z0-9_]`
+    /// turned into `_`, a leading `_` or digit prefixed with `F` (`job.id` becomes `JOB_ID`); never
+    /// empty, never dropped.
     public static func fieldName(_ key: String) -> String {
         var name = String(
             key.uppercased().unicodeScalars.map { scalar -> Character in

@@ -1,3 +1,4 @@
+public import BugSquasherErrors
 import CSystemd
 import Foundation
 
@@ -32,17 +33,22 @@ public enum SocketActivation {
                 "Descriptor \(socket.descriptor) passed by the service manager (LISTEN_FDS, name \(socket.name))"
             guard sd_is_socket(socket.descriptor, AF_UNSPEC, 0, -1) > 0 else {
                 throw SystemdError(
-                    "\(passed) is not a socket. Pass sockets only: check ListenStream= in the .socket unit, or the file descriptors of whatever started squasherd."
+                    "\(passed) is not a socket.",
+                    advice:
+                        "Pass sockets only: check ListenStream= in the .socket unit, or the file descriptors of whatever started squasherd."
                 )
             }
             guard sd_is_socket(socket.descriptor, AF_UNSPEC, CInt(SOCK_STREAM.rawValue), -1) > 0 else {
                 throw SystemdError(
-                    "\(passed) is a datagram or packet socket; squasherd serves Varlink on stream sockets. Use ListenStream= (not ListenDatagram= or ListenSequentialPacket=) in the .socket unit, or pass a SOCK_STREAM socket."
+                    "\(passed) is a datagram or packet socket; squasherd serves Varlink on stream sockets.",
+                    advice:
+                        "Use ListenStream= (not ListenDatagram= or ListenSequentialPacket=) in the .socket unit, or pass a SOCK_STREAM socket."
                 )
             }
             guard sd_is_socket(socket.descriptor, AF_UNSPEC, CInt(SOCK_STREAM.rawValue), 1) > 0 else {
                 throw SystemdError(
-                    "\(passed) is a stream socket that is not listening (a connection, not a listening socket): with Accept=yes squasherd would be started per connection. Set Accept=no in the .socket unit, or pass a socket listen(2) was called on."
+                    "\(passed) is a stream socket that is not listening (a connection, not a listening socket): with Accept=yes squasherd would be started per connection.",
+                    advice: "Set Accept=no in the .socket unit, or pass a socket listen(2) was called on."
                 )
             }
         }
@@ -65,11 +71,17 @@ public enum SocketActivation {
     }
 }
 
-/// A systemd integration failure, with what to do.
-public struct SystemdError: Error, Sendable, CustomStringConvertible {
-    /// What happened.
-    public var message: String
+/// A systemd integration failure: what happened and, apart from it, what to do.
+public struct SystemdError: ExplainedError, Sendable {
+    /// What happened, without advice.
+    public var statement: String
+    /// What to do about it; empty when there is nothing to do.
+    public var advice: String
+    /// The statement followed by the advice.
+    public var message: String { Self.joined(statement, advice) }
     /// Creates an error.
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
+    public init(_ statement: String, advice: String = "") {
+        self.statement = statement
+        self.advice = advice
+    }
 }

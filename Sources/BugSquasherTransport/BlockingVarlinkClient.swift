@@ -12,8 +12,8 @@ import Synchronization
 /// first reply only; the replies after it come when there is something to say.
 ///
 /// ```swift
-/// let client = try BlockingVarlinkClient(path: "/run/squasherd/squasherd.sock", timeout: .seconds(60))
-/// let info: Info = try client.call("io.bugsquasher.Store.Info", Empty())
+/// let client = try BlockingVarlinkClient(path: "/run/example/example.sock", timeout: .seconds(60))
+/// let info: Info = try client.call("org.varlink.service.GetInfo", Empty())
 /// ```
 public final class BlockingVarlinkClient: Sendable {
     /// The socket path.
@@ -25,8 +25,7 @@ public final class BlockingVarlinkClient: Sendable {
     private let buffer = Mutex<[UInt8]>([])
 
     /// The longest reply a client reads (64 MiB), so that a peer sending without end cannot
-    /// make it hold gigabytes. squasherd's replies come near it only for a Fetch of thousands
-    /// of rows with long values (a call returns at most 10,000 rows).
+    /// make it hold gigabytes: far more than a reply of a server that pages its large answers.
     public static let maximumReplySize = 64 * 1024 * 1024
 
     /// Connects.
@@ -48,7 +47,12 @@ public final class BlockingVarlinkClient: Sendable {
     /// connection open after the client closed it.
     static func connect(_ path: String, timeout: Duration? = nil) throws -> CInt {
         let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TransportError("Could not create a socket: \(String(cString: strerror(errno))).") }
+        guard fd >= 0 else {
+            let reason = errno
+            throw TransportError(
+                .connectFailed, "Could not create a socket: \(String(cString: strerror(reason))).", path: path,
+                systemError: reason)
+        }
         // SO_SNDTIMEO bounds connect(2) on a Unix socket too (a listener whose backlog is full).
         if let timeout {
             setTimeout(fd, SO_SNDTIMEO, timeout)
@@ -64,24 +68,30 @@ public final class BlockingVarlinkClient: Sendable {
         guard result == 0 else {
             let reason = errno
             close(fd)
+            let described = String(cString: strerror(reason))
             switch reason {
             case ECONNREFUSED where !Self.isSocket(path):
                 throw TransportError(
-                    "\(path) is not a socket; pass the path of squasherd's socket (squasherd.sock or squasherd-write.sock in its runtime directory)."
-                )
+                    .notASocket, "\(path) is not a socket.", advice: "Pass the path of the server's socket.",
+                    path: path,
+                    systemError: reason)
             case ENOENT, ECONNREFUSED:
                 throw TransportError(
-                    "squasherd is not listening on \(path) (\(String(cString: strerror(reason)))). Start it, or pass the right socket path."
-                )
+                    reason == ENOENT ? .notFound : .connectionRefused,
+                    "Nothing is listening on \(path) (\(described)).",
+                    advice: "Start the server, or pass the right socket path.", path: path, systemError: reason)
             case EACCES, EPERM:
                 throw TransportError(
-                    "Permission denied on \(path): this user may not use this socket (see docs/PROTOCOL.md, Access).",
-                    isPermissionDenied: true)
+                    .permissionDenied, "Permission denied on \(path): this user may not use this socket.", path: path,
+                    systemError: reason)
             case EAGAIN, EINPROGRESS:
                 throw TransportError(
-                    "\(path) did not accept the connection within \(TransportError.seconds(timeout)): squasherd is overloaded or stuck (its backlog is full)."
-                )
-            default: throw TransportError("Could not connect to \(path): \(String(cString: strerror(reason))).")
+                    .connectTimedOut,
+                    "\(path) did not accept the connection within \(TransportError.seconds(timeout)): the server is overloaded or stuck (its backlog is full).",
+                    path: path, timeout: timeout, systemError: reason)
+            default:
+                throw TransportError(
+                    .connectFailed, "Could not connect to \(path): \(described).", path: path, systemError: reason)
             }
         }
         return fd
@@ -112,20 +122,22 @@ public final class BlockingVarlinkClient: Sendable {
         _ = setsockopt(fd, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    /// Reads a reply; a message that is not a Varlink reply becomes a ``TransportError`` naming
-    /// the socket.
+    /// Reads a reply; a message that is not a Varlink reply becomes a ``TransportError``
+    /// (``TransportError/Code/malformedReply``, without advice) naming the socket.
     private func decodeReply(_ message: Data, of method: String) throws -> VarlinkReply {
         do {
             return try VarlinkReply(message: message)
         } catch {
             throw TransportError(
-                "The answer from \(path) to \(method) is not a Varlink reply (\(message.prefix(80).count) bytes: \(String(decoding: message.prefix(80), as: UTF8.self).debugDescription)). Is squasherd listening on this path, or another program?"
-            )
+                .malformedReply,
+                "The answer from \(path) to \(method) is not a Varlink reply (\(message.prefix(80).count) bytes: \(String(decoding: message.prefix(80), as: UTF8.self).debugDescription)).",
+                path: path)
         }
     }
 
     /// A reply's parameters. An error reply is thrown as the ``VarlinkError`` it is; parameters
-    /// that are not what `method` answers become a ``TransportError`` naming the socket.
+    /// that are not what `method` answers become a ``TransportError``
+    /// (``TransportError/Code/unexpectedReply``, without advice) naming the socket.
     private func parameters<R: Decodable>(of reply: VarlinkReply, method: String, as type: R.Type) throws -> R {
         if let error = reply.error { throw error }
         do {
@@ -138,8 +150,9 @@ public final class BlockingVarlinkClient: Sendable {
                 default: "parameters"
                 }
             throw TransportError(
-                "The reply from \(path) to \(method) has parameters this program cannot read ('\(parameter)' is missing or of another type). Is squasherd listening on this path, and of the same version as this program?"
-            )
+                .unexpectedReply,
+                "The reply from \(path) to \(method) has parameters this program cannot read ('\(parameter)' is missing or of another type).",
+                path: path)
         }
     }
 
@@ -251,7 +264,7 @@ public final class BlockingVarlinkClient: Sendable {
         fileprivate let client: BlockingVarlinkClient
         fileprivate let fd: CInt
 
-        /// Sends bytes as they are. When the connection broke because the daemon answered and
+        /// Sends bytes as they are. When the connection broke because the server answered and
         /// closed it (an error, typically), that answer is thrown rather than the broken pipe.
         public func send(_ bytes: UnsafeRawBufferPointer) throws {
             do {
@@ -268,10 +281,10 @@ public final class BlockingVarlinkClient: Sendable {
         }
 
         /// Whether `input` can be read — waiting for it when `wait` is true — while watching the
-        /// connection: a reply squasherd sends meanwhile ends the upload early (it was abandoned,
-        /// or squasherd is stopping), and is thrown at once, as is a connection it closed
-        /// without one. A client waiting on a slow or stalled producer thus learns of it now,
-        /// not when its input next moves.
+        /// connection: a reply the server sends meanwhile ends the transfer early (the server
+        /// gave up on it, or is stopping), and is thrown at once, as is a connection it closed
+        /// without one (``TransportError/Code/answeredEarly``). A client waiting on a slow or
+        /// stalled producer thus learns of it now, not when its input next moves.
         public func inputReady(_ input: CInt, wait: Bool) throws -> Bool {
             var watched = [
                 pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
@@ -280,15 +293,18 @@ public final class BlockingVarlinkClient: Sendable {
                 let ready = poll(&watched, 2, wait ? -1 : 0)
                 if ready < 0 && errno == EINTR { continue }
                 guard ready >= 0 else {
+                    let reason = errno
                     throw TransportError(
-                        "Waiting for the input and \(client.path) failed: \(String(cString: strerror(errno))).")
+                        .transferFailed,
+                        "Waiting for the input and \(client.path) failed: \(String(cString: strerror(reason))).",
+                        path: client.path, systemError: reason)
                 }
                 if watched[1].revents != 0 {
                     let reply = try receiveReply()
                     throw reply.error
                         ?? TransportError(
-                            "squasherd answered the upload on \(client.path) before it was sent whole; submit the file again."
-                        )
+                            .answeredEarly, "The server answered on \(client.path) before everything was sent.",
+                            advice: "Send it again.", path: client.path)
                 }
                 return watched[0].revents != 0
             }
@@ -302,14 +318,13 @@ public final class BlockingVarlinkClient: Sendable {
         buffer.withLock { $0.removeAll() }
     }
 
-    /// Sends a call; when squasherd closes the connection meanwhile, throws what it answered
-    /// before closing, if anything (such as ``VarlinkError/messageTooLarge(limit:)`` for a call
-    /// over its `max_message_bytes`: the answer arrives while the call is still being sent),
-    /// rather than a bare "closed".
+    /// Sends a call; when the server closes the connection meanwhile, throws what it answered
+    /// before closing, if anything (such as its error for a call past its message size limit:
+    /// the answer arrives while the call is still being sent), rather than a bare "closed".
     private func sendOrReadRefusal(_ fd: CInt, _ message: Data, method: String) throws {
         do {
             try send(fd, message)
-        } catch let error as TransportError where error.isClosedByPeer {
+        } catch let error as TransportError where error.code == .closedByPeer || error.code == .peerGone {
             // The connection is closed: reading returns what came before the close, then ends.
             if let reply = try? receive(fd), let refusal = try? decodeReply(reply, of: method).error {
                 throw refusal
@@ -335,15 +350,19 @@ public final class BlockingVarlinkClient: Sendable {
             let n = Glibc.send(fd, bytes.baseAddress! + sent, bytes.count - sent, CInt(MSG_NOSIGNAL))
             if n < 0 {
                 if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK {
+                let reason = errno
+                if reason == EAGAIN || reason == EWOULDBLOCK {
                     throw TransportError(
-                        "\(path) took nothing of what was sent for \(TransportError.seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there."
-                    )
+                        .sendTimedOut,
+                        "\(path) took nothing of what was sent for \(TransportError.seconds(timeout)): the server is overloaded or stuck, or another program is listening there.",
+                        path: path, timeout: timeout, systemError: reason)
                 }
-                // The daemon closed the connection (a refused one is closed at once).
-                if errno == EPIPE || errno == ECONNRESET { throw TransportError.closedBeforeAnswering(path) }
+                // The server closed the connection (a refused one is closed at once).
+                if reason == EPIPE || reason == ECONNRESET { throw TransportError.closedBeforeAnswering(path) }
                 throw TransportError(
-                    "The connection to \(path) broke while sending: \(String(cString: strerror(errno))).")
+                    .transferFailed,
+                    "The connection to \(path) broke while sending: \(String(cString: strerror(reason))).", path: path,
+                    systemError: reason)
             }
             sent += n
         }
@@ -364,8 +383,9 @@ public final class BlockingVarlinkClient: Sendable {
                 searched = buffer.count
                 guard searched <= Self.maximumReplySize else {
                     throw TransportError(
-                        "The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read. squasherd answers that much only to a fetch of thousands of rows with long values: ask for fewer (--limit); otherwise another program is listening there."
-                    )
+                        .replyTooLarge,
+                        "The answer from \(path) grew past \(Self.maximumReplySize / 1024 / 1024) MiB without ending, so it was not read.",
+                        advice: "Ask for less in one call; otherwise another program is listening there.", path: path)
                 }
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
@@ -373,11 +393,14 @@ public final class BlockingVarlinkClient: Sendable {
                     throw TransportError.noAnswer(path, within: timeout)
                 }
                 guard n > 0 else {
-                    // End of file, or a reset: the daemon closed the connection (a refused one
+                    // End of file, or a reset: the server closed the connection (a refused one
                     // is closed at once, which resets it when the call was not read).
-                    throw n == 0 || errno == ECONNRESET
+                    let reason = errno
+                    throw n == 0 || reason == ECONNRESET
                         ? TransportError.closedBeforeAnswering(path)
-                        : TransportError("Reading from \(path) failed: \(String(cString: strerror(errno))).")
+                        : TransportError(
+                            .transferFailed, "Reading from \(path) failed: \(String(cString: strerror(reason))).",
+                            path: path, systemError: reason)
                 }
                 buffer.append(contentsOf: chunk[..<n])
             }

@@ -33,9 +33,9 @@ public final class ConnectionLimit: Sendable {
     }
 
     /// Descriptors kept for everything that is not a client connection: half the descriptor
-    /// limit, at least 64 and at most 256. An idle squasherd uses about 30 (its store
-    /// connections, event loops, sockets and log); a busy one more readers and a spool file,
-    /// and connections accepted but not yet refused take some for a moment.
+    /// limit, at least 64 and at most 256. An idle daemon with a database uses a few dozen (its
+    /// database connections, event loops, sockets and log); a busy one more, and connections
+    /// accepted but not yet refused take some for a moment.
     public static func reservedDescriptors(descriptorLimit: Int) -> Int {
         min(256, max(64, descriptorLimit / 2))
     }
@@ -51,8 +51,8 @@ public final class ConnectionLimit: Sendable {
     }
 
     /// Takes a place for a new connection to a server that may write (`writer`) or not; `false`
-    /// (and a throttled warning) when none is left for it.
-    func acquire(socket: String, writer: Bool, logger: Logger) -> Bool {
+    /// (and a throttled warning, ending with `advice`) when none is left for it.
+    func acquire(socket: String, writer: Bool, advice: String, logger: Logger) -> Bool {
         let limit = writer ? maximum : maximum - reservedForWriters
         let opened = open.wrappingAdd(1, ordering: .relaxed).newValue
         if opened <= limit {
@@ -63,7 +63,7 @@ public final class ConnectionLimit: Sendable {
         refusals.warn(logger) { suppressed in
             let kept = writer ? "" : " (the last \(self.reservedForWriters) are kept for the write socket)"
             return
-                "Refused a connection on the \(socket) socket: \(limit) connections are open, the most this daemon serves there at once\(kept)\(suppressed). A client may be opening connections without closing them; raise max_connections (and the descriptor limit, LimitNOFILE=) if this load is expected."
+                "Refused a connection on the \(socket) socket: \(limit) connections are open, the most this process serves there at once\(kept)\(suppressed). \(advice)"
         }
         return false
     }

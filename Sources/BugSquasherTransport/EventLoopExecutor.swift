@@ -6,10 +6,10 @@ import NIOPosix
 /// handler and writes the reply on one thread, without a hop between the loop and another
 /// thread in either direction.
 ///
-/// squasherd serves its write socket this way, so that an edit is read, saved and answered on
-/// one thread: from a cold start (a client that edits now and then), each hop to a sleeping
-/// thread costs a wake-up and cold caches, and the hop from the loop to a write thread and back
-/// was about a fifth of an edit's way to its commit. The handlers may block the thread (an edit
+/// A server whose calls each do a short piece of work (an edit read, saved and answered, say)
+/// gains from it: from a cold start (a client that calls now and then), each hop to a sleeping
+/// thread costs a wake-up and cold caches, and the hop from the loop to a worker thread and back
+/// can be a fifth of a short call's time. The handlers may block the thread (an edit
 /// waits for the store's writer): only this loop's connections wait meanwhile.
 public final class EventLoopExecutor: TaskExecutor, Sendable {
     /// The event loop: channels bound to it do their I/O here, and tasks preferring this

@@ -18,7 +18,7 @@ public final class OutgoingReplyBudget: Sendable {
     private let onDrained: @Sendable () -> Void
 
     /// A budget of `limit` bytes; `onDrained` runs after a reply of 1 MiB or more has been
-    /// written or dropped (squasherd gives the memory it freed back to the system then).
+    /// written or dropped (the owner may give the memory freed back to the system then).
     public init(limit: Int, onDrained: @escaping @Sendable () -> Void = {}) {
         self.limit = limit
         self.onDrained = onDrained

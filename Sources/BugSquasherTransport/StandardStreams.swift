@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 /// The standard streams (descriptors 0, 1 and 2) a process was started without, as in
-/// `squasherctl import - <&-` or `squasherd 2>&-`.
+/// `tool - <&-` or `daemon 2>&-`.
 ///
 /// Left closed, the first file or socket the process opens takes the lowest free number, a
 /// closed standard stream's: a log line would then be written into a socket, or a socket read

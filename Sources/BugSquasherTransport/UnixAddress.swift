@@ -4,16 +4,12 @@ package import Glibc
 /// `sendto(2)`: any path a `sun_path` holds (``VarlinkServer/maximumSocketPathBytes``), where
 /// NIO's `SocketAddress` stops 4 bytes short of Linux's limit.
 ///
-/// - Throws: ``TransportError`` for a longer path.
+/// - Throws: ``TransportError`` (``TransportError/Code/pathTooLong``) for a longer path.
 package func withUnixAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws -> T {
     var address = sockaddr_un()
     address.sun_family = sa_family_t(AF_UNIX)
     let bytes = Array(path.utf8)
-    guard bytes.count <= VarlinkServer.maximumSocketPathBytes else {
-        throw TransportError(
-            "The socket path \(path) is too long (\(bytes.count) bytes; Unix sockets allow \(VarlinkServer.maximumSocketPathBytes))."
-        )
-    }
+    guard bytes.count <= VarlinkServer.maximumSocketPathBytes else { throw TransportError.pathTooLong(path) }
     withUnsafeMutableBytes(of: &address.sun_path) { raw in
         raw.copyBytes(from: bytes)
         raw[bytes.count] = 0

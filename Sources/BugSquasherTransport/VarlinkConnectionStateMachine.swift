@@ -58,7 +58,8 @@ struct VarlinkConnectionStateMachine: Sendable {
         case passToUpgradeHandler
         /// Reply with the error for a malformed message, then close.
         case replyMalformedThenClose
-        /// Warn, reply `MessageTooLarge`, then close.
+        /// Warn, reply with the server's error for a message too large (when it has one), then
+        /// close.
         case replyTooLargeThenClose
         /// Close without a reply.
         case close(CloseReason)

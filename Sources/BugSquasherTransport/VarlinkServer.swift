@@ -45,7 +45,7 @@ public struct VarlinkListenAddress: Sendable, CustomStringConvertible {
 /// closed when it installed none).
 ///
 /// ```swift
-/// let server = VarlinkServer(name: "read", address: .path("/run/squasherd/squasherd.sock", permissions: 0o666),
+/// let server = VarlinkServer(name: "read", address: .path("/run/example/example.sock", permissions: 0o666),
 ///                            mayWrite: false, service: service, logger: logger)
 /// try await server.run(onBound: { print("listening") })
 /// ```
@@ -66,6 +66,8 @@ public final class VarlinkServer: Sendable {
     /// The bytes of large replies not yet written that this server shares with others; `nil`
     /// for no limit.
     public let outgoingBudget: OutgoingReplyBudget?
+    /// What it answers a message past ``maximumMessageSize`` with, and the advice of its warnings.
+    public let wording: VarlinkServerWording
     private let budgetWarnings = WarningThrottle()
     private let outgoingWarnings = WarningThrottle()
     private let sizeWarnings = WarningThrottle()
@@ -78,14 +80,16 @@ public final class VarlinkServer: Sendable {
 
     /// Creates a server; nothing is bound until ``run(onBound:)``. Each connection's task —
     /// reading its calls, handling them, replying — runs on `executor` when one is given
-    /// (as a task executor preference, which its streaming calls inherit).
+    /// (as a task executor preference, which its streaming calls inherit). `wording` is what the
+    /// server says of its limits, in its owner's terms (generic by default).
     public init(
         name: String, address: VarlinkListenAddress, mayWrite: Bool, service: VarlinkService,
         maximumMessageSize: Int = 8 * 1024 * 1024, connectionLimit: ConnectionLimit? = nil,
         incomingBudget: IncomingMessageBudget? = nil, outgoingBudget: OutgoingReplyBudget? = nil,
-        group: (any EventLoopGroup)? = nil,
+        wording: VarlinkServerWording = VarlinkServerWording(), group: (any EventLoopGroup)? = nil,
         executor: (any TaskExecutor)? = nil, logger: Logger
     ) {
+        self.wording = wording
         self.executor = executor
         self.connectionLimit = connectionLimit
         self.incomingBudget = incomingBudget
@@ -116,7 +120,7 @@ public final class VarlinkServer: Sendable {
                     try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
             }
         }
-        let (name, logger) = (self.name, self.logger)
+        let (name, logger, descriptorAdvice) = (self.name, self.logger, wording.descriptorLimitAdvice)
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
             // A client may shut down its sending side once its call is out (`socat`, `nc -N`,
             // a script's `shutdown(SHUT_WR)`) and still read the reply: the connection ends
@@ -124,7 +128,8 @@ public final class VarlinkServer: Sendable {
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(AcceptFailureLogger(socket: name, logger: logger))
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptFailureLogger(socket: name, advice: descriptorAdvice, logger: logger))
                 }
             }
         let server: NIOAsyncChannel<AcceptedConnection, Never>
@@ -141,8 +146,9 @@ public final class VarlinkServer: Sendable {
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             } catch {
                 throw TransportError(
-                    "Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)); create it, or give another --runtime-directory."
-                )
+                    .cannotCreateDirectory,
+                    "Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)).",
+                    advice: "Create it, or choose another place for the socket.", path: directory)
             }
             // Bound here rather than by NIO, which removes whatever socket file the path names when
             // the server closes: a daemon stopping because its socket was replaced would remove
@@ -151,17 +157,22 @@ public final class VarlinkServer: Sendable {
             created = Self.identity(path).map { (path, $0) }
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
             guard chmod(path, mode_t(permissions)) == 0 else {
+                let reason = errno
                 throw TransportError(
-                    "Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(errno)))."
-                )
+                    .listenFailed,
+                    "Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(reason))).",
+                    path: path, systemError: reason)
             }
         case .descriptor(let fd):
             // Sockets handed over by a service manager may be blocking; NIO accepts until
             // EAGAIN, which a blocking socket would never return.
             let flags = fcntl(fd, F_GETFL)
             guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+                let reason = errno
                 throw TransportError(
-                    "The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(errno))).")
+                    .listenFailed,
+                    "The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(reason))).",
+                    systemError: reason)
             }
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
         }
@@ -179,7 +190,10 @@ public final class VarlinkServer: Sendable {
 
     private func serve(_ connection: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) async {
         if let connectionLimit {
-            guard connectionLimit.acquire(socket: name, writer: mayWrite, logger: logger) else {
+            guard
+                connectionLimit.acquire(
+                    socket: name, writer: mayWrite, advice: wording.connectionLimitAdvice, logger: logger)
+            else {
                 try? await connection.executeThenClose { _, _ in }
                 return
             }
@@ -202,7 +216,7 @@ public final class VarlinkServer: Sendable {
                 let replier = ChannelReplier(outbound: outbound, channel: connection.channel, budget: outgoingBudget) {
                     bytes, limit in
                     self.outgoingWarnings.warn(self.logger) { suppressed in
-                        "Closed a connection instead of sending it a reply of \(bytes) bytes: the replies not yet read by their clients would have held more than \(limit) bytes\(suppressed). Clients may be asking for large replies (pages of rows) without reading them; raise max_outgoing_bytes if many clients read large pages at once."
+                        "Closed a connection instead of sending it a reply of \(bytes) bytes: the replies not yet read by their clients would have held more than \(limit) bytes\(suppressed). \(self.wording.outgoingBudgetAdvice)"
                     }
                 }
                 let machine = ConnectionState()
@@ -217,10 +231,11 @@ public final class VarlinkServer: Sendable {
                             logger.debug("malformed message; closing the connection")
                         case (.replyTooLargeThenClose, .tooLarge(let limit)):
                             sizeWarnings.warn(logger) { suppressed in
-                                "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). Raise max_message_bytes if clients send calls this large (a Register of very many IDs, say); otherwise a client is not speaking Varlink."
+                                "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). \(wording.messageTooLargeAdvice)"
                             }
-                            try? await replier.send(
-                                try VarlinkReply.encode(.messageTooLarge(limit: limit)), continues: false)
+                            if let refusal = wording.messageTooLarge?(limit) {
+                                try? await replier.send(try VarlinkReply.encode(refusal), continues: false)
+                            }
                         case (.startStreaming(let number), .call(let call)):
                             await Self.keepLittleInFlight(connection.channel)
                             group.addTask {
@@ -245,7 +260,7 @@ public final class VarlinkServer: Sendable {
                                 throw error
                             } catch {
                                 try await replier.send(
-                                    try VarlinkService.errorReply(error, method: "upgraded connection", logger: logger),
+                                    try service.errorReply(error, method: "upgraded connection", logger: logger),
                                     continues: false)
                             }
                             machine.upgradeEnded()
@@ -263,7 +278,7 @@ public final class VarlinkServer: Sendable {
             }
         } catch VarlinkFramingError.incomingBudgetExceeded(let limit) {
             budgetWarnings.warn(logger) { suppressed in
-                "Closed a connection whose incomplete message would have taken the bytes held for incomplete messages past \(limit)\(suppressed). Clients may be sending large messages without finishing them; raise max_incoming_bytes if such messages are expected."
+                "Closed a connection whose incomplete message would have taken the bytes held for incomplete messages past \(limit)\(suppressed). \(wording.incomingBudgetAdvice)"
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
@@ -307,27 +322,25 @@ public final class VarlinkServer: Sendable {
     /// be replaced, or one a live process listens on (taking it over would cut that process's
     /// clients off), with what to do instead of NIO's bare error. ``run(onBound:)`` checks its
     /// own; a daemon checks them before it creates anything (a store file it would then leave).
+    ///
+    /// - Throws: ``TransportError`` with code ``TransportError/Code/pathTooLong``,
+    ///   ``TransportError/Code/pathOccupied`` or ``TransportError/Code/addressInUse``.
     public static func checkSocketPath(_ path: String) throws {
-        let bytes = path.utf8.count
-        guard bytes <= maximumSocketPathBytes else {
-            throw TransportError(
-                "The socket path \(path) is \(bytes) bytes long; a Unix socket path holds at most \(maximumSocketPathBytes). Give a shorter --runtime-directory (or runtime_directory in the configuration file)."
-            )
-        }
+        guard path.utf8.count <= maximumSocketPathBytes else { throw TransportError.pathTooLong(path) }
         var status = stat()
         guard lstat(path, &status) == 0 else { return }
         guard status.st_mode & S_IFMT == S_IFSOCK else {
             let kind = status.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file that is not a socket"
             throw TransportError(
-                "\(path) is \(kind), where squasherd would create its socket; squasherd does not replace it. Move it away, or give another --runtime-directory."
-            )
+                .pathOccupied, "\(path) is \(kind), where the socket would be created; it is not replaced.",
+                advice: "Move it away, or choose another socket path.", path: path)
         }
         // A socket file left by a process that ended is replaced at bind; one a live process
         // listens on is not.
         if someoneListens(on: path) {
             throw TransportError(
-                "Another process is listening on \(path) (another squasherd?). Stop it, or give this daemon another --runtime-directory."
-            )
+                .addressInUse, "Another process is listening on \(path).",
+                advice: "Stop it, or choose another socket path.", path: path)
         }
     }
 
@@ -337,20 +350,32 @@ public final class VarlinkServer: Sendable {
         let fd = socket(
             AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue) | CInt(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else {
-            throw TransportError("Cannot create a socket for \(path): \(String(cString: strerror(errno))).")
+            let reason = errno
+            throw TransportError(
+                .listenFailed, "Cannot create a socket for \(path): \(String(cString: strerror(reason))).", path: path,
+                systemError: reason)
         }
         do {
             var status = stat()
             if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, unlink(path) != 0, errno != ENOENT {
+                let reason = errno
                 throw TransportError(
-                    "Cannot replace the stale socket file \(path): \(String(cString: strerror(errno))).")
+                    .listenFailed,
+                    "Cannot replace the stale socket file \(path): \(String(cString: strerror(reason))).",
+                    path: path, systemError: reason)
             }
             let bound = try withUnixAddress(path) { bind(fd, $0, $1) }
             guard bound == 0 else {
-                throw TransportError("Cannot bind the socket \(path): \(String(cString: strerror(errno))).")
+                let reason = errno
+                throw TransportError(
+                    .listenFailed, "Cannot bind the socket \(path): \(String(cString: strerror(reason))).", path: path,
+                    systemError: reason)
             }
             guard listen(fd, 512) == 0 else {
-                throw TransportError("Cannot listen on the socket \(path): \(String(cString: strerror(errno))).")
+                let reason = errno
+                throw TransportError(
+                    .listenFailed, "Cannot listen on the socket \(path): \(String(cString: strerror(reason))).",
+                    path: path, systemError: reason)
             }
             return fd
         } catch {
@@ -379,7 +404,7 @@ public final class VarlinkServer: Sendable {
 ///
 /// NIO traps when a `NIOAsyncChannel` goes away without `executeThenClose` having finished its
 /// writer, and a connection accepted while the server stops can be dropped on the way from the
-/// listening channel to the serving loop (apple/swift-nio#2813): squasherd then crashed on
+/// listening channel to the serving loop (apple/swift-nio#2813): a server then crashed on
 /// SIGTERM under a stream of connections instead of exiting 0. One that was never taken is
 /// finished and closed by a task of its own.
 final class AcceptedConnection: Sendable {
@@ -411,11 +436,14 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
     typealias InboundIn = any Channel
 
     private let socket: String
+    /// What to do when the process is out of file descriptors.
+    private let descriptorAdvice: String
     private let logger: Logger
     private let throttle = WarningThrottle()
 
-    init(socket: String, logger: Logger) {
+    init(socket: String, advice descriptorAdvice: String, logger: Logger) {
         self.socket = socket
+        self.descriptorAdvice = descriptorAdvice
         self.logger = logger
     }
 
@@ -423,7 +451,7 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
         if let error = error as? IOError {
             let advice =
                 [EMFILE, ENFILE].contains(error.errnoCode)
-                ? "The process is out of file descriptors (limit \(FileDescriptorLimit.current)): raise LimitNOFILE=, or lower max_connections to keep more in reserve."
+                ? "The process is out of file descriptors (limit \(FileDescriptorLimit.current)). \(descriptorAdvice)"
                 : "It retries in a second."
             throttle.warn(logger) { suppressed in
                 "Cannot accept connections on the \(self.socket) socket: \(error)\(suppressed). \(advice)"
@@ -507,58 +535,6 @@ extension ChannelReplier {
         buffer.writeBytes(message)
         buffer.writeInteger(UInt8(0))
         return buffer
-    }
-}
-
-/// A transport failure, with what to do about it.
-public struct TransportError: Error, Sendable, CustomStringConvertible {
-    /// What happened.
-    public var message: String
-    /// Whether the socket refused this user (`EACCES`): squasherd is there, but this user may
-    /// not use that socket.
-    public var isPermissionDenied = false
-    /// Whether squasherd closed the connection while a call was being sent or before it was
-    /// answered (``closedBeforeAnswering(_:)``).
-    public var isClosedByPeer = false
-    /// Creates an error.
-    public init(_ message: String, isPermissionDenied: Bool = false, isClosedByPeer: Bool = false) {
-        self.message = message
-        self.isPermissionDenied = isPermissionDenied
-        self.isClosedByPeer = isClosedByPeer
-    }
-    public var description: String { message }
-
-    /// Nothing came from `path` within `timeout` (`nil`: the time allowed).
-    public static func noAnswer(_ path: String, within timeout: Duration?) -> TransportError {
-        TransportError(
-            "No answer from \(path) within \(seconds(timeout)): squasherd is overloaded or stuck, or another program is listening there."
-        )
-    }
-
-    /// "60 s", for messages.
-    static func seconds(_ timeout: Duration?) -> String {
-        guard let timeout else { return "the time allowed" }
-        let (seconds, attoseconds) = timeout.components
-        return attoseconds == 0 ? "\(seconds) s" : "\(Double(seconds) + Double(attoseconds) / 1e18) s"
-    }
-
-    /// squasherd closed the connection at `path` before answering a call: it went away (nothing
-    /// listens at `path` any more), or it is there and refused this connection.
-    public static func closedBeforeAnswering(_ path: String) -> TransportError {
-        // Asked a few times over 150 ms: a process that is being killed closes its connections
-        // and its listening sockets one by one, in no set order.
-        let listening = (0..<4).allSatisfy { attempt in
-            if attempt > 0 { usleep(50_000) }
-            return BlockingVarlinkClient.isListening(path)
-        }
-        guard listening else {
-            return TransportError(
-                "squasherd went away while answering on \(path): nothing listens there now (it stopped, crashed or was killed; its log says which, for instance journalctl -u squasherd). Start it again, then retry.",
-                isClosedByPeer: true)
-        }
-        return TransportError(
-            "squasherd closed the connection on \(path) before answering: it may be at its connection limit (max_connections) or out of file descriptors, or stopping. Its log says which; retry later.",
-            isClosedByPeer: true)
     }
 }
 

@@ -11,9 +11,9 @@ import NIOPosix
 /// it is a plain socket read by that runtime's loop instead (same replies, same errors).
 ///
 /// ```swift
-/// try await VarlinkStream.call(path: socket, method: "io.bugsquasher.Changes.Subscribe",
-///                              parameters: SubscribeParameters(since: 42)) { replies in
-///     for try await reply in replies { print(try reply.parameters(SubscribeReply.self).event) }
+/// try await VarlinkStream.call(path: socket, method: "com.example.Feed.Follow",
+///                              parameters: FollowParameters(since: 42)) { replies in
+///     for try await reply in replies { print(try reply.parameters(FollowReply.self).event) }
 /// }
 /// ```
 public enum VarlinkStream {
@@ -35,14 +35,16 @@ public enum VarlinkStream {
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
         // Connected here rather than by NIO, whose socket address stops short of the longest
         // path a Unix socket takes, and whose failure says less (missing, refused, forbidden).
-        // Blocking, as `PollingConnection`'s: a Unix connect waits only while squasherd's
+        // Blocking, as `PollingConnection`'s: a Unix connect waits only while the server's
         // backlog is full.
         let fd = try BlockingVarlinkClient.connect(path)
         do {
             guard fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0 else {
-                let reason = String(cString: strerror(errno))
+                let reason = errno
                 close(fd)
-                throw TransportError("Could not use the connection to squasherd at \(path) (\(reason)).")
+                throw TransportError(
+                    .connectFailed, "Could not use the connection to \(path) (\(String(cString: strerror(reason)))).",
+                    path: path, systemError: reason)
             }
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .withConnectedSocket(fd) { channel in
@@ -55,7 +57,9 @@ public enum VarlinkStream {
         } catch let error as TransportError {
             throw error
         } catch {
-            throw TransportError("Could not connect to squasherd at \(path) (\(error)). Is it running?")
+            throw TransportError(
+                .connectFailed, "Could not connect to \(path) (\(error)).", advice: "Is the server running?", path: path
+            )
         }
         return try await channel.executeThenClose { inbound, outbound in
             try await outbound.write(ByteBuffer(bytes: message))
@@ -143,14 +147,14 @@ public enum VarlinkStream {
 
 /// A stream's connection on a non-blocking socket, read on ``SingleThreadedRuntime``'s loop:
 /// a message is read when the consumer asks for one, so a consumer that is busy leaves the rest
-/// in the socket (the daemon sees it fall behind, as with a channel that stops reading).
+/// in the socket (the server sees it fall behind, as with a channel that stops reading).
 final class PollingConnection {
     private let path: String
     private var fd: CInt
     private var buffer = ByteBuffer()
     private var decoder: VarlinkFrameDecoder
-    /// Why the call could not be sent whole: the daemon closed the connection meanwhile. What it
-    /// answered before closing (a refusal such as `MessageTooLarge`) is read first.
+    /// Why the call could not be sent whole: the server closed the connection meanwhile. What it
+    /// answered before closing (a refusal of a message past its size limit, say) is read first.
     private var sendFailure: TransportError?
 
     /// Connects to `path` (blocking, for the connect only).
@@ -166,14 +170,14 @@ final class PollingConnection {
     func send(_ message: Data) throws {
         do {
             try message.withUnsafeBytes { try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: nil) }
-        } catch let error as TransportError where error.isClosedByPeer {
+        } catch let error as TransportError where error.code == .closedByPeer || error.code == .peerGone {
             // Refused as it arrived (too long, say): the answer is in the socket, unread.
             sendFailure = error
         }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     }
 
-    /// The next message, or `nil` when the daemon closed the connection after a whole one.
+    /// The next message, or `nil` when the server closed the connection after a whole one.
     func next() async throws -> Data? {
         while true {
             if let frame = try decoder.decode(buffer: &buffer) {
@@ -191,15 +195,19 @@ final class PollingConnection {
                 try await SingleThreadedRuntime.readable(fd)
                 continue
             }
-            // End of file, or a reset: the daemon closed the connection.
+            // End of file, or a reset: the server closed the connection.
             if received == 0 || failure == ECONNRESET {
                 guard buffer.readableBytes == 0 else {
-                    throw TransportError("squasherd at \(path) closed the connection in the middle of a message.")
+                    throw TransportError(
+                        .closedMidMessage, "The server at \(path) closed the connection in the middle of a message.",
+                        path: path)
                 }
                 if let sendFailure { throw sendFailure }
                 return nil
             }
-            throw TransportError("Reading from \(path) failed: \(String(cString: strerror(failure))).")
+            throw TransportError(
+                .transferFailed, "Reading from \(path) failed: \(String(cString: strerror(failure))).", path: path,
+                systemError: failure)
         }
     }
 

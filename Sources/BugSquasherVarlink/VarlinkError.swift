@@ -4,7 +4,7 @@
 /// `org.varlink.service` have constructors.
 ///
 /// ```swift
-/// throw VarlinkError("io.bugsquasher.Jobs.JobNotFound", ["job": .string(id)])
+/// throw VarlinkError("com.example.Jobs.JobNotFound", ["job": .string(id)])
 /// ```
 public struct VarlinkError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The fully qualified error name, `interface.ErrorName`.
@@ -34,19 +34,6 @@ public struct VarlinkError: Error, Sendable, Hashable, CustomStringConvertible {
     public static var permissionDenied: Self { .init("org.varlink.service.PermissionDenied") }
     /// The method streams and must be called with `more`.
     public static var expectedMore: Self { .init("org.varlink.service.ExpectedMore") }
-    /// A message longer than the server's `limit` bytes: the server answers it with this error,
-    /// whatever the message was, and closes the connection. (Not an error of one interface: the
-    /// message was not read, so no method is known.)
-    public static func messageTooLarge(limit: Int) -> Self {
-        .init(
-            "io.bugsquasher.MessageTooLarge",
-            [
-                "limit": .int(Int64(limit)),
-                "message": .string(
-                    "squasherd refused a message longer than its limit of \(limit) bytes (max_message_bytes) and closed the connection. Send less in one call (fewer IDs or keys, smaller values), or raise max_message_bytes in squasherd's configuration."
-                ),
-            ])
-    }
 
     public var description: String {
         parameters.isEmpty

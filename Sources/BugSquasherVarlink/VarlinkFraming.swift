@@ -79,8 +79,8 @@ public struct VarlinkServerDecoder: NIOSingleStepByteToMessageDecoder {
             do {
                 decoded = try frames.decode(buffer: &buffer)
             } catch VarlinkFramingError.messageTooLarge(let limit) {
-                // Answered (``VarlinkError/messageTooLarge(limit:)``) before the connection is
-                // closed, rather than closed on a client that would not know why.
+                // Answered (with the server's error for it) before the connection is closed,
+                // rather than closed on a client that would not know why.
                 charge?.release()
                 mode = .ignoring
                 buffer.moveReaderIndex(to: buffer.writerIndex)

@@ -136,7 +136,7 @@ public final class VarlinkConnection: Sendable {
 
 /// One Varlink interface implemented by the service.
 public protocol VarlinkInterface: Sendable {
-    /// The interface's name, `io.bugsquasher.Changes`.
+    /// The interface's name, `com.example.Changes`.
     var name: String { get }
     /// Whether the interface writes (served only on sockets that may write).
     var writes: Bool { get }
@@ -163,8 +163,9 @@ extension VarlinkInterface {
 /// The service: the interfaces it implements, `org.varlink.service`, and dispatch.
 ///
 /// ```swift
-/// let service = VarlinkService(vendor: "BugSquasher", product: "squasherd", version: "0.1",
-///                              url: "https://…", interfaces: [changes, store])
+/// let service = VarlinkService(
+///     vendor: "Example", product: "exampled", version: "0.1", url: "https://…", interfaces: [changes, store],
+///     internalError: { VarlinkError("com.example.InternalError", ["message": .string("\($0)")]) })
 /// try await service.handle(call, context: context, replier: replier)
 /// ```
 public struct VarlinkService: Sendable {
@@ -176,16 +177,24 @@ public struct VarlinkService: Sendable {
     public var version: String
     /// The URL `GetInfo` reports.
     public var url: String
+    /// The error reply to a call whose handler threw something other than a ``VarlinkError``,
+    /// given what it threw: Varlink has no standard error for it, so the owner names one.
+    public var internalError: @Sendable (any Error) -> VarlinkError
     private let interfaces: [String: any VarlinkInterface]
     /// The parameters each method declares in its interface's IDL, by `interface.Method`.
     private let declaredParameters: [String: Set<String>]
 
-    /// Creates a service over interfaces.
-    public init(vendor: String, product: String, version: String, url: String, interfaces: [any VarlinkInterface]) {
+    /// Creates a service over interfaces; `internalError` is the error reply to a call whose
+    /// handler failed with anything but a ``VarlinkError`` (see ``internalError``).
+    public init(
+        vendor: String, product: String, version: String, url: String, interfaces: [any VarlinkInterface],
+        internalError: @escaping @Sendable (any Error) -> VarlinkError
+    ) {
         self.vendor = vendor
         self.product = product
         self.version = version
         self.url = url
+        self.internalError = internalError
         self.interfaces = Dictionary(interfaces.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         var declared: [String: Set<String>] = [:]
         for name in ["org.varlink.service"] + interfaces.map(\.name) {
@@ -242,7 +251,7 @@ public struct VarlinkService: Sendable {
         } catch {
             // A handler's failure answers this call; the connection stays usable.
             try await replier.send(
-                try Self.errorReply(error, method: call.method, logger: context.logger), continues: false)
+                try errorReply(error, method: call.method, logger: context.logger), continues: false)
         }
     }
 
@@ -257,12 +266,12 @@ public struct VarlinkService: Sendable {
     }
 
     /// The error reply for what a handler threw: a ``VarlinkError`` as it is, anything else as
-    /// `io.bugsquasher.InternalError` with its description (and logged, since it is a bug or a
-    /// failure of the machine rather than of the call).
-    public static func errorReply(_ error: any Error, method: String, logger: Logger) throws -> Data {
+    /// the service's ``internalError`` (and logged, since it is a bug or a failure of the machine
+    /// rather than of the call).
+    public func errorReply(_ error: any Error, method: String, logger: Logger) throws -> Data {
         if let error = error as? VarlinkError { return try VarlinkReply.encode(error) }
         logger.error("call failed", metadata: ["varlink.method": "\(method)", "error": "\(error)"])
-        return try VarlinkReply.encode(VarlinkError("io.bugsquasher.InternalError", ["message": .string("\(error)")]))
+        return try VarlinkReply.encode(internalError(error))
     }
 
     private struct InterfaceParameter: Decodable { var interface: String }

@@ -49,9 +49,7 @@ struct WatchCommand: AsyncParsableCommand {
         // program on the path) ends the command after --timeout, as it ends every other one.
         let firstReply = FirstReplyDeadline(path: path, limit: sockets.read.timeout)
         try await untilSignal {
-            var position = since
-            var connected = false
-            var interrupted = false
+            var progress = FeedProgress(position: since)
             // The store followed: a squasherd back on another one has tokens of its own.
             var followed: String?
             while true {
@@ -62,73 +60,101 @@ struct WatchCommand: AsyncParsableCommand {
                     followed = served
                     try await VarlinkStream.call(
                         path: path, method: "io.bugsquasher.Changes.Subscribe",
-                        parameters: SubscribeParameters(since: position, includeValues: values)
+                        parameters: SubscribeParameters(since: progress.position, includeValues: values)
                     ) { replies in
                         for try await (event, _) in replies.decoding(SubscribeReply.self) {
-                            switch event.event {
-                            case "subscribed":
-                                firstReply.arrived()
-                                if interrupted {
-                                    FileHandle.standardError.write(
-                                        Data("reconnected; resuming after token \(position ?? event.token)\n".utf8))
-                                }
-                                connected = true
-                                interrupted = false
-                                if position == nil { position = event.token }
-                            case "resync":
-                                position = event.resyncFrom ?? position
-                            default:
-                                if let save = event.save {
-                                    // A resumed feed never repeats a save already printed.
-                                    if let position, save.token <= position { continue }
-                                    position = save.token
-                                }
-                            }
+                            guard progress.take(event, firstReply: firstReply) else { continue }
                             try Self.print(event, json: json, verbose: verbose)
                         }
                     }
-                } catch let exit as ExitCode {
-                    // The output failed (said already): nothing to resume.
-                    throw exit
-                } catch let error as StoreReplaced {
-                    printError(
-                        "squasherctl: squasherd now serves another store (\(error.served)) than the one this watch followed (\(error.held)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history)."
-                    )
-                    throw Exit.failed
-                } catch let error as VarlinkError {
-                    // Refused (a token ahead of the store, say): said plainly, exit 2.
-                    throw refused(error)
-                } catch let error as TransportError where !connected {
-                    printError("squasherctl: \(error.message)")
-                    throw Exit.unreachable
-                } catch let error as JSONReader.Failure where !connected {
-                    printError(
-                        "squasherctl: The answer from \(path) is not a Varlink reply (\(error)). Is squasherd listening on this path, or another program?"
-                    )
-                    throw Exit.unreachable
-                } catch  where !connected && !Task.isCancelled {
-                    // Reset by the daemon before it answered (NIO's IOError).
-                    printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message) (\(error))")
-                    throw Exit.unreachable
                 } catch {
+                    if let ending = Self.ending(error, connected: progress.connected, path: path) { throw ending }
                     // squasherd went away, or is not back yet: retry below.
                 }
                 // Ctrl-C or SIGTERM ended the feed, not squasherd: nothing to resume.
                 if Task.isCancelled { return }
-                guard connected else {
+                guard progress.connected else {
                     // The feed ended before it began: squasherd closed the connection at once.
-                    printError("squasherctl: \(TransportError.closedBeforeAnswering(path).message)")
+                    printError("squasherctl: \(TransportError.closedBeforeAnswering(path).wordedForSquasherd.message)")
                     throw Exit.unreachable
                 }
-                if !interrupted {
+                if !progress.interrupted {
                     FileHandle.standardError.write(
                         Data(
-                            "the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(position ?? 0)\n"
+                            "the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(progress.position ?? 0)\n"
                                 .utf8))
-                    interrupted = true
+                    progress.interrupted = true
                 }
                 try await Task.sleep(for: .milliseconds(200))
             }
+        }
+    }
+
+    /// Where a watch is in the feed, across its reconnections.
+    private struct FeedProgress {
+        /// The token of the last save printed, or of the feed's start.
+        var position: Int64?
+        /// A feed has begun: a failure before that ends the watch instead of a reconnection.
+        var connected = false
+        /// The feed ended, and the watch is reconnecting.
+        var interrupted = false
+
+        /// Takes in a reply of the feed; `false` for a save printed already, which a resumed
+        /// feed skips.
+        mutating func take(_ event: SubscribeReply, firstReply: FirstReplyDeadline) -> Bool {
+            switch event.event {
+            case "subscribed":
+                firstReply.arrived()
+                if interrupted {
+                    FileHandle.standardError.write(
+                        Data("reconnected; resuming after token \(position ?? event.token)\n".utf8))
+                }
+                connected = true
+                interrupted = false
+                if position == nil { position = event.token }
+            case "resync":
+                position = event.resyncFrom ?? position
+            default:
+                if let save = event.save {
+                    // A resumed feed never repeats a save already printed.
+                    if let position, save.token <= position { return false }
+                    position = save.token
+                }
+            }
+            return true
+        }
+    }
+
+    /// What ends the watch after its feed failed with `error`, said to the user; `nil` when the
+    /// feed is followed again (squasherd went away, or is not back yet).
+    private static func ending(_ error: any Error, connected: Bool, path: String) -> (any Error)? {
+        switch error {
+        case let exit as ExitCode:
+            // The output failed (said already): nothing to resume.
+            return exit
+        case let error as StoreReplaced:
+            printError(
+                "squasherctl: squasherd now serves another store (\(error.served)) than the one this watch followed (\(error.held)); that store's tokens do not continue these. Run squasherctl watch again (with --since 0 for its whole history)."
+            )
+            return Exit.failed
+        case let error as VarlinkError:
+            // Refused (a token ahead of the store, say): said plainly, exit 2.
+            return refused(error)
+        case let error as TransportError where !connected:
+            printError("squasherctl: \(error.wordedForSquasherd.message)")
+            return Exit.unreachable
+        case let error as JSONReader.Failure where !connected:
+            printError(
+                "squasherctl: The answer from \(path) is not a Varlink reply (\(error)). Is squasherd listening on this path, or another program?"
+            )
+            return Exit.unreachable
+        case _ where !connected && !Task.isCancelled:
+            // Reset by the daemon before it answered (NIO's IOError).
+            printError(
+                "squasherctl: \(TransportError.closedBeforeAnswering(path).wordedForSquasherd.message) (\(error))")
+            return Exit.unreachable
+        default:
+            return nil
         }
     }
 
@@ -273,11 +299,51 @@ struct SubscribeCommand: AsyncParsableCommand {
             printError("squasherctl: \(error.message)")
             throw ExitCode.validationFailure
         }
+        let subscriber = try makeSubscriber(keys)
+        let (initial, missing) = try await holdInitial(keys, subscriber: subscriber)
+        do {
+            // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
+            // isolation only, where each event is handled as it is merged.
+            let held = Mutex<Held>(
+                (
+                    missing: missing,
+                    keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })
+                ))
+            try await untilSignal {
+                // Said once SIGTERM is trapped: a stop right after "ready" still ends with stats.
+                try emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
+                try await subscriber.run { context, refresh in
+                    try handle(refresh, in: context, held: held)
+                }
+            }
+        } catch is CancellationError {
+        } catch let error as VarlinkError {
+            // Refused for good (the keys' predicate past max_message_bytes): retrying would not help.
+            throw refused(error)
+        } catch let error as StoreReplaced {
+            printError(
+                "squasherctl: squasherd now serves another store (\(error.served)) than the one these bugs were held in (\(error.held)); run squasherctl subscribe again to hold them there."
+            )
+            throw Exit.failed
+        }
+        let stats = subscriber.store.statistics
+        try emit(
+            Event(
+                event: "stats", token: subscriber.lastToken?.rawValue,
+                loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests,
+                fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
+    }
+
+    /// The keys waited for (no bug has them yet), and the held bugs' keys by ID.
+    private typealias Held = (missing: Set<String>, keysByID: [String: String])
+
+    /// Connects the subscriber that holds the bugs with these keys, and is told of bugs created
+    /// with them.
+    private func makeSubscriber(_ keys: [String]) throws -> Subscriber {
         var logger = Logger(label: "squasherctl")
         logger.logLevel = .warning
-        let subscriber: Subscriber
         do {
-            subscriber = try Subscriber(
+            return try Subscriber(
                 socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all,
                 insertsOf: "Bug",
                 matching: Key("key").in(keys.map { .string($0) }), timeout: sockets.read.timeout, logger: logger
@@ -286,6 +352,13 @@ struct SubscribeCommand: AsyncParsableCommand {
             printError("squasherctl: \(error)")
             throw Exit.unreachable
         }
+    }
+
+    /// Holds the bugs that have these keys now; returns them, and the keys no bug has yet (which
+    /// it says).
+    private func holdInitial(
+        _ keys: [String], subscriber: Subscriber
+    ) async throws -> (initial: [BugState], missing: Set<String>) {
         // The subscriber's feed starts at the token it connected at, before this fetch: a bug
         // created after it is among the feed's inserts, and is picked up there.
         let initial: [BugState]
@@ -305,74 +378,52 @@ struct SubscribeCommand: AsyncParsableCommand {
                 "squasherctl: no bug with key \(shown) (yet); \(missing.count == 1 ? "it is" : "they are") held once created\(others)"
             )
         }
-        do {
-            // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
-            // isolation only, where each event is handled as it is merged.
-            let held = Mutex(
-                (
-                    missing: missing,
-                    keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })
-                ))
-            try await untilSignal {
-                // Said once SIGTERM is trapped: a stop right after "ready" still ends with stats.
-                try emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
-                try await subscriber.run { context, refresh in
-                    let bugs = refresh.refreshed.compactMap {
-                        (context.registeredObject(for: $0) as? Bug).map { Self.state($0) }
-                    }
-                    // A held bug that is deleted is waited for again under its key.
-                    let waiting = held.withLock { held in
-                        for id in refresh.deleted {
-                            if let key = held.keysByID.removeValue(forKey: id.uriString) { held.missing.insert(key) }
-                        }
-                        return held.missing
-                    }
-                    if !bugs.isEmpty || !refresh.deleted.isEmpty {
-                        try emit(
-                            Event(
-                                event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue,
-                                bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
-                    }
-                    // A bug created, or one renamed, may carry a key waited for.
-                    guard !waiting.isEmpty,
-                        refresh.inserted.contains(where: { $0.entityName == "Bug" })
-                            || !refresh.changedIntoWatch.isEmpty
-                    else { return }
-                    let added: [BugState]
-                    do {
-                        added = try Self.hold(Array(waiting), in: context)
-                    } catch {
-                        let keys = waiting.sorted()
-                        printError(
-                            "squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error)"
-                        )
-                        return
-                    }
-                    held.withLock { held in
-                        for bug in added {
-                            held.missing.remove(bug.key)
-                            held.keysByID[bug.id] = bug.key
-                        }
-                    }
-                    if !added.isEmpty { try emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
-                }
-            }
-        } catch is CancellationError {
-        } catch let error as VarlinkError {
-            // Refused for good (the keys' predicate past max_message_bytes): retrying would not help.
-            throw refused(error)
-        } catch let error as StoreReplaced {
-            printError(
-                "squasherctl: squasherd now serves another store (\(error.served)) than the one these bugs were held in (\(error.held)); run squasherctl subscribe again to hold them there."
-            )
-            throw Exit.failed
+        return (initial, missing)
+    }
+
+    /// Prints a refresh of the held bugs, and holds the bugs it created (or renamed) with a key
+    /// waited for.
+    private func handle(
+        _ refresh: Subscriber.RefreshEvent, in context: isolated ObjectContext, held: borrowing Mutex<Held>
+    ) throws {
+        let bugs = refresh.refreshed.compactMap {
+            (context.registeredObject(for: $0) as? Bug).map { Self.state($0) }
         }
-        let stats = subscriber.store.statistics
-        try emit(
-            Event(
-                event: "stats", token: subscriber.lastToken?.rawValue,
-                loaded: stats.loadedObjects.map(\.uriString).sorted(), valueRequests: stats.valueRequests,
-                fetches: stats.fetches, bytesReceived: subscriber.bytesReceived))
+        // A held bug that is deleted is waited for again under its key.
+        let waiting = held.withLock { held in
+            for id in refresh.deleted {
+                if let key = held.keysByID.removeValue(forKey: id.uriString) { held.missing.insert(key) }
+            }
+            return held.missing
+        }
+        if !bugs.isEmpty || !refresh.deleted.isEmpty {
+            try emit(
+                Event(
+                    event: refresh.isCatchUp ? "catch-up" : "refresh", token: refresh.token.rawValue,
+                    bugs: bugs, deleted: refresh.deleted.map(\.uriString)))
+        }
+        // A bug created, or one renamed, may carry a key waited for.
+        guard !waiting.isEmpty,
+            refresh.inserted.contains(where: { $0.entityName == "Bug" })
+                || !refresh.changedIntoWatch.isEmpty
+        else { return }
+        let added: [BugState]
+        do {
+            added = try Self.hold(Array(waiting), in: context)
+        } catch {
+            let keys = waiting.sorted()
+            printError(
+                "squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error)"
+            )
+            return
+        }
+        held.withLock { held in
+            for bug in added {
+                held.missing.remove(bug.key)
+                held.keysByID[bug.id] = bug.key
+            }
+        }
+        if !added.isEmpty { try emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
     }
 
     /// Fetches the bugs with these keys into the subscriber's context, which registers them with
@@ -511,7 +562,7 @@ final class FirstReplyDeadline: Sendable {
         guard let limit else { return }
         Task { [self] in
             guard (try? await Task.sleep(for: limit)) != nil, !answered.load(ordering: .acquiring) else { return }
-            printError("squasherctl: \(TransportError.noAnswer(path, within: limit).message)")
+            printError("squasherctl: \(TransportError.noAnswer(path, within: limit).wordedForSquasherd.message)")
             exit(Exit.unreachable.rawValue)
         }
     }

@@ -87,6 +87,37 @@ struct ImportCommand: ParsableCommand {
     }
 
     func run() throws {
+        let (input, size) = try openInput()
+        let progress = ProgressBar(enabled: wait && isatty(2) != 0)
+        let job: String = try withClient(sockets.write) { client in
+            let job = try client.call(
+                "io.bugsquasher.Import.Begin",
+                BeginImportParameters(
+                    name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format,
+                    chunkSize: chunkSize, columns: mappedColumns, project: project), as: JobParameter.self
+            ).job
+            // The file goes over the connection itself (Upload with upgrade), in chunks of a
+            // length and the bytes, without base64 or a reply per piece; the zero length commits.
+            let reply = try client.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: job)) { connection in
+                try upload(input, size: size, to: connection, progress: progress)
+            }
+            guard reply.job == job else {
+                throw TransportError(
+                    .unexpectedReply, "squasherd committed job \(reply.job) instead of \(job).", path: client.path)
+            }
+            return job
+        }
+        progress.clear()
+        guard wait else {
+            print(job)
+            return
+        }
+        try JobFollower(socket: sockets.read, progress: progress).follow(job, reachedDaemon: true)
+    }
+
+    /// The input to upload, and its size when it is a regular file (0 otherwise); refuses a
+    /// directory, a file that cannot be read, and a closed standard input.
+    private func openInput() throws -> (input: FileHandle, size: Int64) {
         let input: FileHandle
         var size: Int64 = 0
         if file == "-" {
@@ -115,54 +146,40 @@ struct ImportCommand: ParsableCommand {
                 size = Int64(status.st_size)
             }
         }
-        let progress = ProgressBar(enabled: wait && isatty(2) != 0)
-        let job: String = try withClient(sockets.write) { client in
-            let job = try client.call(
-                "io.bugsquasher.Import.Begin",
-                BeginImportParameters(
-                    name: name ?? (file == "-" ? "stdin" : (file as NSString).lastPathComponent), format: format,
-                    chunkSize: chunkSize, columns: mappedColumns, project: project), as: JobParameter.self
-            ).job
-            // The file goes over the connection itself (Upload with upgrade), in chunks of a
-            // length and the bytes, without base64 or a reply per piece; the zero length commits.
-            let reply = try client.upgrade("io.bugsquasher.Import.Upload", JobParameter(job: job)) { connection in
-                var sent: Int64 = 0
-                var chunk = [UInt8](repeating: 0, count: 4 + 1 << 20)
-                while true {
-                    let count = try chunk.withUnsafeMutableBytes {
-                        try fill(
-                            UnsafeMutableRawBufferPointer(rebasing: $0[4...]), from: input.fileDescriptor,
-                            for: connection)
-                    }
-                    if count == 0 && sent < size {
-                        // Ending here would import a part of the file as if it were all of it.
-                        // Without the end of the upload, squasherd abandons it.
-                        printError(
-                            "squasherctl: \(file) shrank while it was read (it ended after \(sent) of the \(size) bytes it had when opened): it is being written or truncated. Nothing was imported; import it again once it is complete."
-                        )
-                        throw Exit.failed
-                    }
-                    chunk.replaceSubrange(0..<4, with: UploadFraming.header(count))
-                    try chunk.withUnsafeBytes {
-                        try connection.send(UnsafeRawBufferPointer(rebasing: $0[..<(4 + count)]))
-                    }
-                    if count == 0 { break }
-                    sent += Int64(count)
-                    progress.show(label: "uploading", done: sent, total: size, unit: "bytes")
-                }
-                return try connection.receiveReply().parameters(UploadReply.self)
+        return (input, size)
+    }
+
+    /// Sends the input over an upgraded `Import.Upload` connection, in chunks of a length and
+    /// the bytes, and ends it with a zero length; returns squasherd's reply.
+    private func upload(
+        _ input: FileHandle, size: Int64, to connection: BlockingVarlinkClient.UpgradedConnection,
+        progress: ProgressBar
+    ) throws -> UploadReply {
+        var sent: Int64 = 0
+        var chunk = [UInt8](repeating: 0, count: 4 + 1 << 20)
+        while true {
+            let count = try chunk.withUnsafeMutableBytes {
+                try fill(
+                    UnsafeMutableRawBufferPointer(rebasing: $0[4...]), from: input.fileDescriptor,
+                    for: connection)
             }
-            guard reply.job == job else {
-                throw TransportError("squasherd committed job \(reply.job) instead of \(job).")
+            if count == 0 && sent < size {
+                // Ending here would import a part of the file as if it were all of it.
+                // Without the end of the upload, squasherd abandons it.
+                printError(
+                    "squasherctl: \(file) shrank while it was read (it ended after \(sent) of the \(size) bytes it had when opened): it is being written or truncated. Nothing was imported; import it again once it is complete."
+                )
+                throw Exit.failed
             }
-            return job
+            chunk.replaceSubrange(0..<4, with: UploadFraming.header(count))
+            try chunk.withUnsafeBytes {
+                try connection.send(UnsafeRawBufferPointer(rebasing: $0[..<(4 + count)]))
+            }
+            if count == 0 { break }
+            sent += Int64(count)
+            progress.show(label: "uploading", done: sent, total: size, unit: "bytes")
         }
-        progress.clear()
-        guard wait else {
-            print(job)
-            return
-        }
-        try JobFollower(socket: sockets.read, progress: progress).follow(job, reachedDaemon: true)
+        return try connection.receiveReply().parameters(UploadReply.self)
     }
 }
 

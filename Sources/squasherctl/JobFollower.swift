@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherClient
 import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherProtocol
@@ -58,39 +59,60 @@ struct JobFollower {
                     return true
                 }
             } catch let error as VarlinkError {
-                progress.clear()
-                if error.name.hasSuffix(".JobNotFound"), let jobStore, let servedStore, servedStore != jobStore {
-                    printError(
-                        "squasherctl: squasherd came back serving another store (\(servedStore)), which has no job \(job); the job is in store \(jobStore). Was squasherd restarted with another state directory? Start it on that store again, and the job resumes there."
-                    )
-                    throw Exit.notFound
-                }
-                throw refused(error)
+                throw refusal(error, job: job, jobStore: jobStore, servedStore: servedStore)
             } catch let error as TransportError where !reached {
-                printError("squasherctl: \(error.message)")
+                printError("squasherctl: \(error.wordedForSquasherd.message)")
                 throw Exit.unreachable
             } catch let error as TransportError {
                 // squasherd stopped or restarts: the job resumes when it is back.
-                let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
-                let now = ContinuousClock.now
-                if let lostAt, now - lostAt > Self.patience {
-                    printError(
-                        "squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait"
-                    )
-                    throw Exit.unreachable
-                }
-                if lostAt == nil {
-                    progress.clear()
-                    printError(
-                        "squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)"
-                    )
-                    lostAt = now
-                }
-                Thread.sleep(forTimeInterval: 0.25)
+                try waitForDaemon(after: error.wordedForSquasherd, job: job, lostAt: &lostAt)
             }
         }
         progress.clear()
         guard let job = final else { throw Exit.failed }
+        try report(job)
+    }
+
+    /// What ends the command when squasherd refused to watch `job`, said to the user: a job
+    /// missing from another store than the one it was followed in is named as such.
+    private func refusal(_ error: VarlinkError, job: String, jobStore: String?, servedStore: String?) -> ExitCode {
+        progress.clear()
+        if error.name.hasSuffix(".JobNotFound"), let jobStore, let servedStore, servedStore != jobStore {
+            printError(
+                "squasherctl: squasherd came back serving another store (\(servedStore)), which has no job \(job); the job is in store \(jobStore). Was squasherd restarted with another state directory? Start it on that store again, and the job resumes there."
+            )
+            return Exit.notFound
+        }
+        return refused(error)
+    }
+
+    /// Waits a moment for squasherd to come back after the connection failed with `error`,
+    /// saying so once (`lostAt` is when it was lost); throws ``Exit/unreachable`` when it has
+    /// been gone for longer than ``patience``.
+    private func waitForDaemon(after error: TransportError, job: String, lostAt: inout ContinuousClock.Instant?)
+        throws
+    {
+        let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
+        let now = ContinuousClock.now
+        if let lostAt, now - lostAt > Self.patience {
+            printError(
+                "squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait"
+            )
+            throw Exit.unreachable
+        }
+        if lostAt == nil {
+            progress.clear()
+            printError(
+                "squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)"
+            )
+            lostAt = now
+        }
+        Thread.sleep(forTimeInterval: 0.25)
+    }
+
+    /// Prints the summary of a job that ended; throws ``Exit/failed`` unless it finished having
+    /// imported something or read nothing.
+    private func report(_ job: WireJob) throws {
         print(
             "job \(job.id) \(job.state.rawValue): \(job.recordsRead) read, \(job.imported) imported, \(job.rejected) rejected\(took(job))"
         )

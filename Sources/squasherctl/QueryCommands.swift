@@ -433,8 +433,9 @@ extension BlockingVarlinkClient {
             }
         guard present else {
             throw TransportError(
-                "The answer from \(path) to io.bugsquasher.Store.Fetch has no '\(result)', which squasherd always sends: another program may be listening there."
-            )
+                .unexpectedReply,
+                "The answer from \(path) to io.bugsquasher.Store.Fetch has no '\(result)', which squasherd always sends: another program may be listening there.",
+                advice: "Pass the path of squasherd's socket.", path: path)
         }
         return reply
     }

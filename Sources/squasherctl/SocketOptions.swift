@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherClient
 import BugSquasherTransport
 import Foundation
 
@@ -55,9 +56,14 @@ struct Endpoint {
     /// How long connecting, a send or the wait for a reply may take; `nil` waits.
     var timeout: Duration?
 
-    /// A client on this socket.
+    /// A client on this socket; what keeps it from connecting is worded for squasherd's users
+    /// (``TransportError/wordedForSquasherd``).
     func connect() throws -> BlockingVarlinkClient {
-        try BlockingVarlinkClient(path: path, timeout: timeout)
+        do {
+            return try BlockingVarlinkClient(path: path, timeout: timeout)
+        } catch let error as TransportError {
+            throw error.wordedForSquasherd
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BugSquasherClient
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -71,12 +72,12 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
     do { client = try endpoint.connect() } catch {
         printError("squasherctl: \(error)")
         // Refused to this user, not unreachable: trying again will not help.
-        throw (error as? TransportError)?.isPermissionDenied == true ? Exit.failed : Exit.unreachable
+        throw (error as? TransportError)?.code == .permissionDenied ? Exit.failed : Exit.unreachable
     }
     do { return try body(client) } catch let error as VarlinkError {
         throw refused(error)
     } catch let error as TransportError {
-        printError("squasherctl: \(error)")
+        printError("squasherctl: \(error.wordedForSquasherd)")
         throw Exit.unreachable
     }
 }
@@ -117,7 +118,7 @@ func refusal(_ error: VarlinkError) -> String {
     if error.name.hasSuffix(".JobNotFound") {
         return "no job \(error.parameters["job"]?.stringValue ?? "?") (squasherctl jobs lists the recent ones)."
     }
-    return error.parameters["message"]?.stringValue ?? error.description
+    return error.statementAndAdvice ?? error.description
 }
 
 /// Writes a line to standard error.

@@ -47,20 +47,7 @@ struct Squasherd: AsyncParsableCommand {
         StandardStreams.reopenClosed()
         // Before anything else: a SIGTERM from here on stops the daemon cleanly once it runs.
         let startupSignals = await StartupSignals()
-        var configuration: DaemonConfiguration
-        do {
-            configuration = try .resolve(
-                stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
-        } catch let error as DaemonError {
-            try Self.refuseToStart(error.message)
-        }
-        if let chunkSize {
-            let sizes = ImportChunkSize.allowed
-            guard sizes.contains(chunkSize) else {
-                throw ValidationError("--chunk-size must be between \(sizes.lowerBound) and \(sizes.upperBound).")
-            }
-            configuration.chunkSize = chunkSize
-        }
+        let configuration = try resolveConfiguration()
         let levelName = logLevel ?? configuration.logLevel
         guard let level = Logger.Level(rawValue: levelName) else {
             throw ValidationError(
@@ -99,6 +86,26 @@ struct Squasherd: AsyncParsableCommand {
             notifier.status("Failed: \(message)")
             throw ExitCode(1)
         }
+    }
+
+    /// The configuration from the flags, the environment and the configuration file, with
+    /// `--chunk-size` applied; one that cannot be read refuses the start.
+    private func resolveConfiguration() throws -> DaemonConfiguration {
+        var configuration: DaemonConfiguration
+        do {
+            configuration = try .resolve(
+                stateDirectory: stateDirectory, runtimeDirectory: runtimeDirectory, configFile: config)
+        } catch let error as DaemonError {
+            try Self.refuseToStart(error.message)
+        }
+        if let chunkSize {
+            let sizes = ImportChunkSize.allowed
+            guard sizes.contains(chunkSize) else {
+                throw ValidationError("--chunk-size must be between \(sizes.lowerBound) and \(sizes.upperBound).")
+            }
+            configuration.chunkSize = chunkSize
+        }
+        return configuration
     }
 }
 

@@ -5,9 +5,8 @@ import Testing
 /// The subscriber's reconnect and resume policy, driven with plain events.
 @Suite("Feed reconnection policy")
 struct FeedReconnectionTests {
-    @Test(
-        "failures back off from 100 ms, doubling to at most 2 s; a stream squasherd ended reconnects at once and starts the back-off over"
-    )
+    /// The back-off starts at 100 ms and doubles up to 2 s; a stream that squasherd ended starts it over.
+    @Test("failures back off exponentially; a stream squasherd ended reconnects at once")
     func backOff() {
         var policy = FeedReconnection()
         let delays = (0..<7).map { _ in policy.feedEnded(.failed) }
@@ -20,7 +19,7 @@ struct FeedReconnectionTests {
         #expect(policy.feedEnded(.failed) == .reconnect(after: .milliseconds(100), fromNow: false))
     }
 
-    @Test("a token the store never issued follows the feed from now, at once, without touching the back-off")
+    @Test("a token the store never issued follows the feed from now, without back-off")
     func tokenAhead() {
         var policy = FeedReconnection()
         _ = policy.feedEnded(.failed)
@@ -28,9 +27,9 @@ struct FeedReconnectionTests {
         #expect(policy.delay == .milliseconds(200))
     }
 
-    @Test(
-        "cancellation stops; a failing handler, a refusal that would repeat and another store stop with the error, whatever came before"
-    )
+    /// A failing handler, a refusal that would repeat and another store stop it with the error, whatever
+    /// came before.
+    @Test("cancellation and unrecoverable errors stop the feed")
     func stops() {
         for ending in [FeedReconnection.Ending.handlerFailed, .refusedForGood, .storeReplaced] {
             var policy = FeedReconnection()

@@ -6,9 +6,8 @@ import Testing
 /// An import job's lifecycle decisions, driven with plain events: no store, no spool.
 @Suite("Import job lifecycle")
 struct JobLifecycleTests {
-    @Test(
-        "a job goes uploading, queued, running and ends once; a running job may run again (resumed); nothing leaves a final state"
-    )
+    /// A running job may run again (resumed); nothing leaves a final state.
+    @Test("a job goes uploading, queued, running and ends once; final states are final")
     func transitions() {
         let allowed: Set<[JobState]> = [
             [.uploading, .queued], [.uploading, .failed], [.uploading, .aborted],
@@ -26,7 +25,8 @@ struct JobLifecycleTests {
         #expect(!JobLifecycle.canMove(from: .uploading, to: .running))
     }
 
-    @Test("between chunks a shutdown pauses the job before an abort stops it; otherwise the next chunk is imported")
+    /// An abort alone stops the job; with neither, the next chunk is imported.
+    @Test("between chunks a shutdown pauses the job, even when an abort is requested")
     func betweenChunks() {
         #expect(JobLifecycle.betweenChunks(shuttingDown: false, abortRequested: false) == .importNext)
         #expect(JobLifecycle.betweenChunks(shuttingDown: false, abortRequested: true) == .abort)
@@ -34,9 +34,9 @@ struct JobLifecycleTests {
         #expect(JobLifecycle.betweenChunks(shuttingDown: true, abortRequested: false) == .pauseForShutdown)
     }
 
-    @Test(
-        "a store locked by another program is retried after 1, 2, 4, 8, 16 s, then every 30 s; a job that runs through starts the back-off over; a failure is recorded"
-    )
+    /// A store locked by another program is retried after 1, 2, 4, 8, 16 s, then every 30 s; a job that
+    /// runs through starts the back-off over.
+    @Test("a locked store is retried with back-off; a failure is recorded")
     func busyRetriesAndFailures() {
         var lifecycle = JobLifecycle()
         let delays = (0..<8).map { _ in lifecycle.jobEnded(.storeBusy) }
@@ -47,9 +47,8 @@ struct JobLifecycleTests {
         #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(1)))
     }
 
-    @Test(
-        "a finished job's spool stays until its end is recorded; a failed one's is put back if that fails, an aborted one's goes all the same"
-    )
+    /// A failed job's spool is put back if recording its end fails; an aborted job's goes all the same.
+    @Test("a finished job's spool stays until its end is recorded")
     func spoolOnEnd() {
         #expect(JobLifecycle.spoolOnEnd(.finished) == .init(moveAsideFirst: false, putBackIfUnrecorded: false))
         #expect(JobLifecycle.spoolOnEnd(.failed) == .init(moveAsideFirst: true, putBackIfUnrecorded: true))

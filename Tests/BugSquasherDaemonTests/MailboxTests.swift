@@ -24,9 +24,9 @@ struct MailboxTests {
         if case .deliver(.save(let save, _)) = action { save.token.rawValue } else { nil }
     }
 
-    @Test(
-        "a waiting task is woken with a live save, or the publisher writes it when it may; a save that finds the task busy is queued and delivered next"
-    )
+    /// A waiting task is woken with the save, or the publisher writes it when it may; a save that finds the
+    /// task busy is queued and delivered next.
+    @Test("a live save wakes a waiting task or is sent at once; a busy task's is queued")
     func wakeSendNowAndQueue() {
         var mailbox = Mailbox(pendingLimit: 100, delivered: .zero)
         guard case .wait = mailbox.next(cancelled: false) else {
@@ -61,9 +61,8 @@ struct MailboxTests {
         #expect(token(mailbox.next(cancelled: false)) == 4)
     }
 
-    @Test(
-        "illegal or stale events change nothing: a save already delivered or replayed, one after close, a refresh after close, next after close"
-    )
+    /// A save already delivered or replayed, a save or a refresh after close, and next after close.
+    @Test("illegal or stale mailbox events change nothing")
     func staleAndClosed() {
         var mailbox = Mailbox(pendingLimit: 100, delivered: HistoryToken(rawValue: 5))
         guard case .none = offer(save(5, updated: [1]), to: &mailbox) else {
@@ -103,7 +102,8 @@ struct MailboxTests {
         #expect(!open.isClosed)
     }
 
-    @Test("a save with nothing for the subscriber moves its position on: the last pending save's token, or delivered")
+    /// The position becomes the last pending save's token, or delivered.
+    @Test("a save with nothing for the subscriber still moves its position on")
     func emptySaveMovesThePosition() {
         var mailbox = Mailbox(pendingLimit: 100, delivered: .zero)
         _ = mailbox.offer(
@@ -141,9 +141,9 @@ struct MailboxTests {
         }
     }
 
-    @Test(
-        "past the pending limit the mailbox is dropped, offers are ignored, and the next event is a resync from the last token sent, a replay's included; then it ends"
-    )
+    /// Offers are ignored from then on; the resync is from the last token sent, a replay's included, and
+    /// then the mailbox ends.
+    @Test("past the pending limit the mailbox is dropped and the next event is a resync")
     func overflowAndResync() {
         var mailbox = Mailbox(pendingLimit: 5, delivered: .zero)
         mailbox.replays(through: HistoryToken(rawValue: 9))
@@ -175,9 +175,8 @@ struct MailboxTests {
         }
     }
 
-    @Test(
-        "a refresh wakes a waiting task, waits for a busy one, comes before pending saves, and past the limit turns into a resync"
-    )
+    /// Past the pending limit a refresh turns into a resync.
+    @Test("a refresh wakes a waiting task, waits for a busy one, and precedes pending saves")
     func refreshes() {
         let change = ObjectChange(objectID: id(1), version: 2, changedKeys: [])
         var mailbox = Mailbox(pendingLimit: 2, delivered: .zero)

@@ -4,9 +4,8 @@ import Testing
 
 @Suite("Socket access")
 struct SocketAccessTests {
-    @Test(
-        "configured modes: the defaults pass; a write socket open to every user, or a socket no one may connect to, is warned about"
-    )
+    /// Warned about: a write socket open to every user, or a socket no one may connect to.
+    @Test("default socket modes pass; risky or unusable modes are warned about")
     func configuredModes() {
         #expect(SocketAccess.bound(readMode: 0o666, writeMode: 0o660) == SocketAccess())
         let open = SocketAccess.bound(readMode: 0o666, writeMode: 0o777)

@@ -9,8 +9,8 @@ import Testing
 
 @Suite("Upload spooler")
 struct SpoolerTests {
-    @Test(
-        "a gzip upload that arrives one byte at a time is recognized and inflated; a one-byte upload is read as it is")
+    /// A one-byte upload is read as it is.
+    @Test("a gzip upload arriving one byte at a time is recognized and inflated")
     func gzipOneByteAtATime() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
             .path
@@ -35,9 +35,8 @@ struct SpoolerTests {
         #expect(error?.message.contains("empty") == false, "\(String(describing: error))")
     }
 
-    @Test(
-        "a gzip upload cut short, or without its trailer, fails with the reason instead of importing what it held up to the cut"
-    )
+    /// What it held up to the cut is not imported as if it were the whole input.
+    @Test("a gzip upload cut short or without its trailer fails with the reason")
     func truncatedGzip() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
             .path
@@ -66,9 +65,9 @@ struct SpoolerTests {
         }
     }
 
-    @Test(
-        "concatenated gzip members inflate one after the other (as gzip -d reads them), zero padding after the last is ignored, and other bytes after one are refused; none of them spins",
-        .timeLimit(.minutes(1)))
+    /// Zero padding after the last member is ignored and other bytes after one are refused; none of these
+    /// cases spins.
+    @Test("concatenated gzip members inflate one after the other, as gzip -d reads them", .timeLimit(.minutes(1)))
     func concatenatedGzip() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
             .path
@@ -119,9 +118,8 @@ struct SpoolerTests {
         }
     }
 
-    @Test(
-        "a CSV upload whose quoted field is never closed fails with the line, instead of importing the rows before it and losing the rest"
-    )
+    /// Instead of importing the rows before it and losing the rest.
+    @Test("a CSV upload with an unclosed quoted field fails, naming the line")
     func unterminatedCSV() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
             .path
@@ -134,9 +132,9 @@ struct SpoolerTests {
         #expect(error?.message.contains("line 3") == true, "\(String(describing: error))")
     }
 
-    @Test(
-        "a Jira search response on one line, cut after a complete issue, is refused as truncated instead of passing for one broken NDJSON record; the key is found only at the top level"
-    )
+    /// Cut after a complete issue, it must not pass for one broken NDJSON record; the key is looked for
+    /// only at the top level.
+    @Test("a one-line Jira search response cut short is refused as truncated")
     func searchResponseCutShort() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
             .path
@@ -159,9 +157,8 @@ struct SpoolerTests {
         #expect(!FormatSniffer.opensIssuesArray(Array(#"{"key":"issues","x":["#.utf8)))
     }
 
-    @Test(
-        "a JSON array's element is spooled with its input line and position, kept as it came; an oversized one as a reject; a bare element (an older spool) reads as one"
-    )
+    /// An oversized element is spooled as a reject; a bare element (an older spool) reads as one.
+    @Test("a JSON array's elements are spooled as they came, with line and position")
     func spooledElements() throws {
         var output: [UInt8] = []
         let element = Array(#"{"key":"E-1","fields":{"summary":"\"}\" at the end"}}"#.utf8)
@@ -200,9 +197,8 @@ struct SpoolerTests {
         }
     }
 
-    @Test(
-        "UTF-16 and UTF-32 input, with or without a byte order mark, is named with the iconv command that converts it; UTF-8 with a mark is read"
-    )
+    /// With or without a byte order mark; UTF-8 with a mark is read.
+    @Test("UTF-16 and UTF-32 input is named with the iconv command that converts it")
     func wideEncodings() async throws {
         let text = #"{"key":"U-1","title":"t","status":"Open","project":{"key":"U"}}"# + "\n"
         let cases: [(String.Encoding, String)] = [
@@ -233,9 +229,9 @@ struct SpoolerTests {
         #expect(try await spooler.finish().0 == .bugsquasherNDJSON)
     }
 
-    @Test(
-        "a Jira or Bugzilla CSV export separated by semicolons, tabs or vertical bars is named, with a command that converts it to commas"
-    )
+    /// Jira and Bugzilla exports separated by semicolons, tabs or vertical bars; the command converts them
+    /// to commas.
+    @Test("CSV exports with other separators are named with a command that converts them")
     func otherSeparatorsNamed() async throws {
         let cases: [(String, String, String)] = [
             (
@@ -292,9 +288,9 @@ struct SpoolerTests {
         )
     }
 
-    @Test(
-        "a declared CSV format is taken as it is, so that the header's own problem is named; any CSV is read with a column mapping, and one without is told how"
-    )
+    /// Taking the declared format as it is lets the header's own problem be named; a CSV without a mapping
+    /// is told how to give one.
+    @Test("a declared CSV format is taken as it is; any CSV is read with a column mapping")
     func declaredCSVFormatAndMappings() async throws {
         let noKey = "Issue id,Summary,Status,Created\n101,Crash,Open,2020-01-02 17:14:21+00:00\n"
         for format in [ImportFormat.jiraCSV, nil] {
@@ -340,9 +336,9 @@ struct SpoolerTests {
             "\(String(describing: json))")
     }
 
-    @Test(
-        "bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, are named with a command that unpacks them, instead of a generic unsupported format"
-    )
+    /// bzip2, xz, zstd, zip and 7-Zip input, and gzip inside gzip, rather than a generic unsupported
+    /// format.
+    @Test("compressed and archived input is named with a command that unpacks it")
     func archivesNamed() async throws {
         let text = #"{"key":"A-1","title":"t","status":"Open","project":{"key":"A"}}"# + "\n"
         var plain = ByteBuffer(string: text)
@@ -375,9 +371,9 @@ struct SpoolerTests {
         #expect(FormatSniffer.archiveKind(of: Array("BZh,title\n".utf8)) == nil)
     }
 
-    @Test(
-        "an NDJSON line longer than max_record_bytes is spooled cut to a few bytes over the limit, so an unending line costs no disk; it is still read as too long, in its place"
-    )
+    /// It is cut to a few bytes over the limit, so an unending line costs no disk; it is still reported as
+    /// too long, in its place.
+    @Test("an NDJSON line over max_record_bytes is spooled cut, and read as too long")
     func oversizedLinesAreCut() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-spool-\(UUID().uuidString)")
             .path

@@ -20,9 +20,8 @@ struct SubscriptionTests {
         )
     }
 
-    @Test(
-        "a subscriber that fell behind (more than eight saves pending) is caught up after an interactive save's window; one that keeps up is not held"
-    )
+    /// Behind means more than eight saves pending; one that keeps up is not held.
+    @Test("a subscriber that fell behind waits out an interactive save's window")
     func behindWaitsOutTheWindow() async throws {
         let window = Duration.milliseconds(400)
         let editsFirst = EditsFirst(window: window)
@@ -81,9 +80,9 @@ struct SubscriptionTests {
         #expect(try subscription.register([id(1)]) == 1)
     }
 
-    @Test(
-        "a live save that finds the feed's task waiting is written by the publisher, the task left waiting; one the connection refuses goes to the task, and so does everything after it until the task waits again"
-    )
+    /// The task is left waiting. A save the connection refuses goes to the task, and so does everything
+    /// after it until the task waits again.
+    @Test("a live save for a waiting feed is written by the publisher itself")
     func sentNowByThePublisher() async throws {
         let subscription = Subscription(
             registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
@@ -133,9 +132,8 @@ struct SubscriptionTests {
         subscription.close()
     }
 
-    @Test(
-        "an insert watch lets through the inserts it waits for, and no others: from the hub's shared index, and checked one by one (a replay); other predicates too"
-    )
+    /// Both from the hub's shared index and checked one by one (a replay); with other predicates too.
+    @Test("an insert watch lets through the inserts it waits for and no others")
     func insertWatch() async throws {
         let entity = EntityDescription(
             name: "Bug",
@@ -181,9 +179,9 @@ struct SubscriptionTests {
         #expect(Subscription.filter(inserting(4, keys), to: [:]).inserted.isEmpty)
     }
 
-    @Test(
-        "an insert watch also lets through an update that makes an object match (a bug renamed to a key waited for); not other updates, nor one the subscriber holds twice"
-    )
+    /// Such as a bug renamed to a key waited for. Other updates do not pass, nor one the subscriber holds
+    /// twice.
+    @Test("an insert watch also lets through an update that makes an object match")
     func updateComesToMatchWatch() async throws {
         let entity = EntityDescription(
             name: "Bug",
@@ -224,9 +222,9 @@ struct SubscriptionTests {
             Subscription.filter(save, to: [:], inserts: InsertWatch(entity: entity, predicate: nil)).updated.isEmpty)
     }
 
-    @Test(
-        "an object registered as a fault (version 0) gets its deletion but no updates until registered with a version; without versions, every change"
-    )
+    /// A fault is registered with version 0; updates come once it is registered with a version. Without
+    /// versions, every change comes.
+    @Test("an object registered as a fault gets its deletion but no updates")
     func faultRegistrations() async throws {
         let subscription = Subscription(
             registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
@@ -255,9 +253,9 @@ struct SubscriptionTests {
         #expect(third.updated.map(\.objectID) == [id(1), id(2)])
     }
 
-    @Test(
-        "filtering through the publish's shared index walks the registrations when they are fewer, with the same result, in the save's order"
-    )
+    /// With fewer registrations than changes it walks the registrations; either way the order is the
+    /// save's.
+    @Test("filtering through the save's shared index gives the direct result, in order")
     func indexedFilter() {
         let big = save(1, updated: Array(stride(from: 40, through: 1, by: -1)), deleted: [50, 41, 42])
         let few: [ObjectID: Subscription.Hold] = [
@@ -292,9 +290,8 @@ struct SubscriptionTests {
         #expect(merged.updated.first?.version == 3)
     }
 
-    @Test(
-        "an import's saves are merged without touching their inserted lists: concatenated, each encoded once for every subscriber, updates merged by object"
-    )
+    /// Each list is encoded once for every subscriber; updates are merged by object.
+    @Test("an import's disjoint saves are merged by concatenating their inserted lists")
     func disjointImportSaves() async {
         let subscribers = (0..<2).map { _ in
             Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100_000, startToken: .zero)
@@ -340,9 +337,8 @@ struct SubscriptionTests {
         }
     }
 
-    @Test(
-        "an insert of an object updated earlier in the merged saves switches to merging every object; inserts past the updated keys do not"
-    )
+    /// Inserts past the updated keys do not.
+    @Test("inserting an object updated earlier switches coalescing to merge by object")
     func insertAfterUpdate() {
         var apart = CoalescedSaves(storeIdentifier: "S")
         apart.add(save(1, updated: [5, 9]))
@@ -356,9 +352,8 @@ struct SubscriptionTests {
             overlapping.result().inserted.map(\.objectID).sorted { $0.key < $1.key } == [id(9), id(10), id(11), id(12)])
     }
 
-    @Test(
-        "coalescing by concatenation gives what merging object by object gives, for random saves that insert, update, delete and insert again"
-    )
+    /// Checked on random saves that insert, update, delete and insert again.
+    @Test("coalescing by concatenation matches merging object by object")
     func disjointMatchesMerging() {
         struct Merged: Equatable {
             var inserted: [ObjectID: Int64] = [:]
@@ -471,7 +466,8 @@ struct SubscriptionTests {
         #expect(Data(spliced) == expected)
     }
 
-    @Test("a run of IDs expands to one change per key; a run without a key or with a count out of range is refused")
+    /// Malformed: a run without a key, or with a count out of range.
+    @Test("a run of IDs expands to one change per key; malformed runs are refused")
     func idRunExpansion() throws {
         let run = WireObjectChange(id: "x-bugsquasher://S/Bug/p41", version: 2, count: 3)
         #expect(
@@ -509,9 +505,8 @@ struct SubscriptionTests {
         #expect(await subscription.next() == nil)
     }
 
-    @Test(
-        "a mailbox that overflows during a history replay resyncs from the last save the replay sent, not from where the replay stood when it overflowed"
-    )
+    /// Not from where the replay stood when the mailbox overflowed.
+    @Test("an overflow during a history replay resyncs from the last save it sent")
     func resyncAfterReplay() async {
         // Subscribed with since = 0 while the store was at token 9: saves 1 to 9 come from the
         // history replay, which the client reads slowly.
@@ -530,9 +525,8 @@ struct SubscriptionTests {
         #expect(from.rawValue == 9)
     }
 
-    @Test(
-        "a slow subscriber's pending saves are counted by distinct objects: the same few objects changing often never force a resync"
-    )
+    /// The same few objects changing often never force a resync.
+    @Test("a slow subscriber's pending saves are counted by distinct objects")
     func coalescedCount() async {
         let subscription = Subscription(
             registeredOnly: false, includeValues: false, pendingLimit: 10, startToken: .zero)
@@ -547,9 +541,8 @@ struct SubscriptionTests {
         #expect(merged.updated.map(\.version) == [1_000, 1_000, 1_000])
     }
 
-    @Test(
-        "past the pending limit, large saves queued since the last merge are not merged on the writer to count distinct objects: the subscriber is told to resync on their upper bound"
-    )
+    /// They are not merged on the writer just to count distinct objects.
+    @Test("past the pending limit, large queued saves cause a resync on their upper bound")
     func largeSavesPastTheLimit() async {
         // Two saves of the same 20,000 objects: 20,000 distinct, 40,000 counted. Merging them
         // would keep the subscriber under its limit of 30,000, at the cost of holding the writer
@@ -571,7 +564,8 @@ struct SubscriptionTests {
         #expect(from.rawValue == 1)
     }
 
-    @Test("a subscriber more than eight saves behind gets them merged into one when it reads; up to eight, one by one")
+    /// Up to eight, they come one by one.
+    @Test("a subscriber more than eight saves behind gets them merged into one on read")
     func behindByMoreThanEight() async {
         let subscription = Subscription(
             registeredOnly: false, includeValues: false, pendingLimit: 1_000, startToken: .zero)
@@ -608,9 +602,8 @@ struct SubscriptionTests {
         #expect(queued.updated.first?.values == nil)
     }
 
-    @Test(
-        "registrations are capped per subscription and over all of them; a refused Register registers nothing; unregistering and closing give places back"
-    )
+    /// A refused Register registers nothing; unregistering and closing give places back.
+    @Test("registrations are capped per subscription and over all of them")
     func registrationLimits() throws {
         let limits = RegistrationLimits(perSubscription: 3, total: 5)
         let first = Subscription(
@@ -655,9 +648,8 @@ struct SubscriptionTests {
         #expect(await subscription.next() == nil)
     }
 
-    @Test(
-        "a save the history replay delivers is never delivered again from the mailbox, even when the saves queued meanwhile are merged"
-    )
+    /// Even when the saves queued meanwhile are merged.
+    @Test("a save the history replay delivered is never delivered again from the mailbox")
     func replayedSaveNotMergedAgain() async throws {
         // Subscribed with since = 10; save 11 was committed before the token was read (start =
         // 11), so the replay delivers it, and the mailbox must not.
@@ -768,7 +760,7 @@ struct SubscriptionTests {
         }
         #expect(
             level?.message
-                == "\(path):2: 'log_level = loud' is not a log level; use trace, debug, info, notice, warning, error or critical.",
+                == "\(path):2: 'log_level = loud' is not a log level. Use trace, debug, info, notice, warning, error or critical.",
             "\(String(describing: level))")
         // A value out of range or not a number names its line too.
         try "chunk_size = 300\nimport_nice = 20\n".write(toFile: path, atomically: true, encoding: .utf8)
@@ -784,9 +776,9 @@ struct SubscriptionTests {
         for (line, said) in [
             (
                 "import_yield_ms = 99999999999999999999",
-                "'import_yield_ms = 99999999999999999999' is out of range; use 0 to 1000"
+                "'import_yield_ms = 99999999999999999999' is out of range. Use 0 to 1000"
             ),
-            ("import_yield_ms = -5", "'import_yield_ms = -5' is out of range; use 0 to 1000"),
+            ("import_yield_ms = -5", "'import_yield_ms = -5' is out of range. Use 0 to 1000"),
             ("import_yield_ms = 20.5", "'import_yield_ms = 20.5' is not a whole number"),
             ("import_yield_ms = 2e1", "'import_yield_ms = 2e1' is not a whole number"),
             ("max_connections = 99999999999999999999", "'max_connections = 99999999999999999999' is too large"),

@@ -6,7 +6,7 @@ import Testing
 
 @Suite("Thread executor")
 struct ThreadExecutorTests {
-    @Test("beforeEachJob runs on the executor's thread before every job, and a job waits while it blocks")
+    @Test("beforeEachJob runs on the executor's thread before each job, which waits on it")
     func beforeEachJobGatesEveryJob() async throws {
         // The import threads give way to edits here (EditsFirst): between any two steps of an
         // import, not only where the import's code asks.

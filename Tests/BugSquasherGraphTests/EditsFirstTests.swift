@@ -6,9 +6,8 @@ struct EditsFirstTests {
     /// Milliseconds, as the gate's nanoseconds.
     private func ms(_ value: UInt64) -> UInt64 { value * 1_000_000 }
 
-    @Test(
-        "bulk work waits until a window after the last interactive save, and every stage asking during a pause waits until the same moment"
-    )
+    /// Every stage asking during a pause waits until the same moment.
+    @Test("bulk work waits until a window after the last interactive save")
     func pausesForTheWindow() {
         let gate = EditsFirst(window: .milliseconds(20))
         #expect(gate.pause(at: ms(1_000)) == 0, "no interactive save yet")
@@ -20,8 +19,7 @@ struct EditsFirstTests {
         #expect(gate.pause(at: ms(1_500)) == 0)
     }
 
-    @Test(
-        "after a pause bulk work runs three windows before it pauses again, so a stream of edits cannot hold an import")
+    @Test("bulk work runs three windows between pauses, so edits cannot hold an import")
     func boundedUnderAStreamOfEdits() {
         let gate = EditsFirst(window: .milliseconds(20))
         gate.openWindow(at: ms(1_000))
@@ -52,7 +50,7 @@ struct EditsFirstTests {
             "\(total / 1_000_000) ms paused in 10 s: the gate should pause in each quiet period")
     }
 
-    @Test("windowRemaining says how long the window after the last interactive save still runs, and grants no pause")
+    @Test("windowRemaining tells how long the edit window still runs, and grants no pause")
     func windowRemaining() {
         let gate = EditsFirst(window: .milliseconds(20))
         #expect(gate.windowRemaining(at: ms(1_000)) == 0, "no interactive save yet")

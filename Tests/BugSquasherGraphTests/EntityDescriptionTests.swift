@@ -3,9 +3,8 @@ import Testing
 
 @Suite("Entity descriptions")
 struct EntityDescriptionTests {
-    @Test(
-        "a name index finds every name at its position, the first of a repeated one, and no other name; past 16 names too"
-    )
+    /// A repeated name is found at its first position; past 16 names too.
+    @Test("a name index finds every name at its position, and no other name")
     func nameIndex() {
         let names = ["key", "title", "status", "jiraID", "type", "title", "caf\u{E9}"]
         let index = NameIndex(names)
@@ -29,7 +28,8 @@ struct EntityDescriptionTests {
         #expect(NameIndex(many + ["caf\u{E9}"])["cafe\u{301}"] == nil)
     }
 
-    @Test("a key with whitespace at either end or a control character is stray, ASCII or not; a clean key is not")
+    /// ASCII or not; a clean key is not stray.
+    @Test("keys with whitespace at either end or a control character are stray")
     func strayCharacters() {
         for stray in [
             " TIMOB-1", "TIMOB-1 ", "\tTIMOB-1", "TIMOB-1\n", "TIM\u{1}OB-1", "TIMOB\u{7F}-1", "\u{A0}TIMOB-1",

@@ -54,7 +54,8 @@ struct PredicateSyntaxTests {
             parsing: String(repeating: "(", count: 60) + #"key == "x""# + String(repeating: ")", count: 60))
     }
 
-    @Test("strings take JSON's escapes, print back with them, and refuse unknown escapes and lone surrogates")
+    /// Unknown escapes and lone surrogates are refused.
+    @Test("strings take JSON's escapes, print back with them, and refuse bad escapes")
     func stringEscapes() throws {
         let parsed = try ObjectPredicate(parsing: #"title == "q\"b\\s\/ \n\r\t\b\f \u00e9\u0000 \uD83D\uDC1B""#)
         #expect(

@@ -148,9 +148,8 @@ private typealias Comment = BugSquasherModel.Comment
                 ))
     }
 
-    @Test(
-        "a record that leaves fields out — Jira JSON with some fields, a CSV with some columns, a partial NDJSON record — changes only what it carries; an explicit null still clears"
-    )
+    /// Jira JSON with some fields, a CSV with some columns, a partial NDJSON record.
+    @Test("a partial record changes only the fields it carries; an explicit null clears")
     func partialRecordsLeaveTheRestAlone() async throws {
         let context = try await savedSampleContext()
         let upserter = self.upserter
@@ -338,9 +337,8 @@ private typealias Comment = BugSquasherModel.Comment
         }
     }
 
-    @Test(
-        "a key with spaces around it or a control character in it is refused (no lookup would find the bug); one inside it is a key"
-    )
+    /// No lookup would find the bug; a space inside a key is fine.
+    @Test("a key with spaces around it or a control character in it is refused")
     func refusesKeysNoLookupWouldFind() throws {
         for key in [" TIMOB-1", "TIMOB-1\t", "\u{A0}TIMOB-1", "TIMOB\u{1}-1", "TIMOB-1\u{85}", "TIMOB-1\u{3000}"] {
             let record = BugRecord(key: key, title: "?", status: "Open", project: ProjectRecord(key: "TIMOB"))

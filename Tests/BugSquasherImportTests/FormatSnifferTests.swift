@@ -12,7 +12,8 @@ struct FormatSnifferTests {
         try (sniffer ?? self.sniffer).decide(Array(text.utf8), final: final, insideGzip: false)
     }
 
-    @Test("each format is told by its first bytes, with the layout of a JSON document; a byte-order mark is not data")
+    /// A JSON document is told by its layout.
+    @Test("each format is told by its first bytes; a byte-order mark is not data")
     func formats() throws {
         #expect(try decide(#"{"key":"A-1","fields":{}}"# + "\n") == .init(format: .jiraJSON, layout: nil))
         #expect(try decide(#"{"key":"A-1","title":"t"}"# + "\n") == .init(format: .bugsquasherNDJSON, layout: nil))
@@ -25,7 +26,8 @@ struct FormatSnifferTests {
         #expect(throws: ImportError.self) { try decide("\n\n", final: false) }
     }
 
-    @Test("a declared CSV format is taken as it is; a mapping reads a CSV of any columns, and is refused for JSON")
+    /// A mapping is refused for JSON.
+    @Test("a declared CSV format is taken as it is; a mapping reads a CSV of any columns")
     func declaredAndMapped() throws {
         let declared = FormatSniffer(declared: .bugzillaCSV, maximumRecordBytes: 1 << 20)
         #expect(try decide("Issue id,Summary\n1,x\n", with: declared) == .init(format: .bugzillaCSV, layout: nil))

@@ -9,9 +9,8 @@ struct GzipMembersTests {
         [0, 0, 0, 0] + (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) }
     }
 
-    @Test(
-        "a member that ends with the trailer of what it inflated to is whole; one cut short, or whose trailer disagrees, is not"
-    )
+    /// One cut short, or whose trailer disagrees, is not whole.
+    @Test("a member is whole only when its trailer matches what it inflated to")
     func trailer() {
         var whole = GzipMembers()
         whole.inflated(consumed: 100, lastBytes: trailer(size: 70_000), inflated: 65_536, outputFull: true)
@@ -25,9 +24,8 @@ struct GzipMembersTests {
         #expect(wrong.end() == .incomplete(inflatedBytes: 10))
     }
 
-    @Test(
-        "after a member: zero padding is skipped, a gzip header starts the next member (even split across reads), anything else is not gzip"
-    )
+    /// Even a header split across reads; anything else is not gzip.
+    @Test("after a member, zero padding is skipped and a gzip header starts the next")
     func afterMember() {
         var members = GzipMembers()
         members.inflated(consumed: 8, lastBytes: trailer(size: 3), inflated: 3, outputFull: false)

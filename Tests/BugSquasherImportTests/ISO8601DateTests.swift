@@ -54,9 +54,8 @@ import Testing
 
     private func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
 
-    @Test(
-        "what format writes, parse reads back as the same instant, from year 1 to 9999, before 1970 and before 1582 included"
-    )
+    /// From year 1 to 9999, before 1970 and before 1582 included.
+    @Test("what format writes, parse reads back as the same instant")
     func formatsWhatItParses() throws {
         for text in [
             "0001-01-01T00:00:00Z", "0001-03-01T00:00:00Z", "1500-03-01T12:00:00Z", "1582-10-10T00:00:00Z",
@@ -104,9 +103,8 @@ import Testing
         #expect(ISO8601Date.parse(text) == nil)
     }
 
-    @Test(
-        "instants outside the years 0001 to 9999 in UTC are refused, also when only the zone takes them there, and told apart from malformed text"
-    )
+    /// Also when only the zone takes them there.
+    @Test("instants outside years 0001 to 9999 UTC are refused, not called malformed")
     func refusesInstantsOutsideFourDigitYears() throws {
         for text in [
             "0000-01-01T00:00:00.000+0000", "0000-12-31T23:59:59Z", "0001-01-01T00:00:00.000+0100",
@@ -129,9 +127,8 @@ import Testing
         #expect(ISO8601Date.refusal(of: "2011-02-30", otherwise: "other") == "other")
     }
 
-    @Test(
-        "CSV tracker dates: the forms Jira and Bugzilla write, with a zone when given; nothing rolled over, cut short or guessed"
-    )
+    /// With a zone when given; nothing rolled over or cut short.
+    @Test("CSV tracker dates are read in Jira's and Bugzilla's forms, never guessed")
     func trackerDates() throws {
         let accepted: [(String, String)] = [
             ("2011-04-15 02:23:39", "2011-04-15T02:23:39Z"), ("2011-04-15 02:23", "2011-04-15T02:23:00Z"),

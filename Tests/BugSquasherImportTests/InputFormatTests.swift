@@ -117,9 +117,8 @@ struct InputFormatTests {
                 == "BZ-99999999999999999999999")
     }
 
-    @Test(
-        "a Jira CSV with Issue id but no Issue key takes its keys from the project; without a project it is refused, naming the columns"
-    )
+    /// Without a project it is refused, naming the columns.
+    @Test("a Jira CSV with Issue id but no Issue key takes its keys from the project")
     func jiraCSVWithIssueIDOnly() throws {
         let header = ["Issue id", "Summary", "Status", "Created"]
         let mapper = try CSVBugMapper(header: header, flavor: .jira, mapping: CSVColumnMapping(project: "TIMOB"))
@@ -143,9 +142,8 @@ struct InputFormatTests {
                 && noKey?.message.contains("--map key=COLUMN") == true, "\(String(describing: noKey))")
     }
 
-    @Test(
-        "a Bugzilla-derived CSV keeps its Created and Resolved dates, in Bugzilla's forms with and without an offset; a date that cannot be read rejects its row"
-    )
+    /// In Bugzilla's forms, with and without an offset; a date that cannot be read rejects its row.
+    @Test("a Bugzilla-derived CSV keeps its Created and Resolved dates")
     func bugzillaCSVDates() throws {
         let header = ["Issue id", "Summary", "Status", "Priority", "Resolution", "Created", "Resolved", "Description"]
         let mapper = try CSVBugMapper(header: header, flavor: .bugzilla)
@@ -184,9 +182,8 @@ struct InputFormatTests {
         #expect(try projected.record(["5", "x"], line: 2).key == "FF-5")
     }
 
-    @Test(
-        "a column mapping reads any CSV: mapped fields from their columns, the others under their usual names; what each column became is told"
-    )
+    /// Mapped fields come from their columns, the others under their usual names.
+    @Test("a column mapping reads any CSV and tells what each column became")
     func columnMapping() throws {
         let mapping = try CSVColumnMapping(parsing: ["key=Ticket", "title=Headline", "created = Opened On"])
         #expect(mapping.columns == [.key: "Ticket", .summary: "Headline", .created: "Opened On"])

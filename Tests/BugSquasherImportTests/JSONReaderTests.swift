@@ -31,9 +31,8 @@ struct JSONReaderTests {
         #expect(decoded == record)
     }
 
-    @Test(
-        "a string's quote, backslash, control character or non-ASCII byte is found wherever it falls in an 8-byte word of a long string"
-    )
+    /// A quote, backslash, control character or non-ASCII byte.
+    @Test("special bytes are found wherever they fall in a long string's 8-byte words")
     func longStrings() throws {
         let plain = "Steps to reproduce: open the app, rotate the device. "
         for position in 0..<24 {
@@ -118,7 +117,7 @@ struct JSONReaderTests {
     }
 
     @Test(
-        "a field the format does not have, a field given twice, and a blank title or status are refused",
+        "unknown or repeated fields and a blank title or status are refused",
         arguments: [
             (
                 #"{"key":"K-1","titel":"t","project":{"key":"K"}}"#,
@@ -160,7 +159,7 @@ struct JSONReaderTests {
             ),
             (
                 #"{"key":"K-1","title":"  ","project":{"key":"K"}}"#,
-                "field 'title' is blank; give it a value, or leave the field out"
+                "field 'title' is blank. Give it a value, or leave the field out"
             ),
             (#"{"key":"K-1","status":"","project":{"key":"K"}}"#, "field 'status' is blank"),
         ])

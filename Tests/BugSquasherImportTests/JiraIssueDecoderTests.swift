@@ -104,7 +104,7 @@ import Testing
         #expect(error?.message.contains("--format bugsquasher-ndjson") == true)
     }
 
-    @Test("a comment without its id rejects the issue, naming the comment; a null entry is passed over")
+    @Test("a comment without an id rejects the issue, naming it; null entries are skipped")
     func rejectsACommentWithoutID() throws {
         for comment in [#"{"body":"no id"}"#, #"{"id":"","body":"empty id"}"#] {
             let text = #"{"key":"C-1","fields":{"comment":{"comments":[{"id":"9001","body":"x"},"# + comment + "]}}}"
@@ -132,9 +132,8 @@ import Testing
         #expect(error?.message.contains("not a date") == true, "\(String(describing: error))")
     }
 
-    @Test(
-        "a string that is not UTF-8 is refused with its position, not repaired; escapes, U+0000 among them, read as written"
-    )
+    /// Escapes, U+0000 among them, read as written.
+    @Test("a string that is not UTF-8 is refused with its position, not repaired")
     func refusesStringsThatAreNotUTF8() throws {
         // Latin-1 "é", a cut "é", a surrogate, junk
         for bytes: [UInt8] in [[0xE9], [0xC3], [0xED, 0xA0, 0x80], [0xFF, 0xFE]] {

@@ -16,9 +16,8 @@ struct JSONReaderWriterTests {
         }
     }
 
-    @Test(
-        "strings with every escape, control characters and non-ASCII text round-trip, and Foundation reads them the same"
-    )
+    /// Control characters included; Foundation reads them the same.
+    @Test("strings with any escape or non-ASCII text round-trip and match Foundation")
     func strings() throws {
         for text in [
             "", "plain", "quote \" backslash \\ slash /", "line\nbreak\ttab\r\u{08}\u{0C}", "nul \u{0} bell \u{07}",

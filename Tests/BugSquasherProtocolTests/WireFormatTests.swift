@@ -45,7 +45,7 @@ struct WireFormatTests {
         }
     }
 
-    @Test("upload chunks are read however the bytes are split; a bad length or bytes after the end are refused")
+    @Test("upload chunks are read however split; a bad length or trailing bytes are refused")
     func uploadFraming() throws {
         let file = Array("line one\nline two\n".utf8) + [0, 1, 2]
         let framed =

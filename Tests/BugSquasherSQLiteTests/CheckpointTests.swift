@@ -8,9 +8,9 @@ import Testing
 /// The WAL is copied back into the database file beside the writer's commits, not in them.
 @Suite("SQLite store checkpoints")
 struct CheckpointTests {
-    @Test(
-        "saves past 1,000 WAL pages are checkpointed in the background, which also starts the WAL over between two saves; the WAL stays bounded while more is written than it may hold"
-    )
+    /// The checkpoint also starts the WAL over between two saves; the WAL stays bounded while more is
+    /// written than it may hold.
+    @Test("saves past 1,000 WAL pages are checkpointed in the background, bounding the WAL")
     func backgroundCheckpoints() async throws {
         // One save right after the other, as an import's chunks. SQLite starts the WAL over only
         // when a write begins after a checkpoint that copied all of it; here the next save has
@@ -29,9 +29,8 @@ struct CheckpointTests {
         #expect(largestWAL < limit, "the WAL reached \(largestWAL) bytes")
     }
 
-    @Test(
-        "the final checkpoint right after a large save waits for the background checkpoint it meets, and truncates the WAL"
-    )
+    /// Right after a large save.
+    @Test("the final checkpoint waits for a background one it meets, then truncates the WAL")
     func finalCheckpointAfterLargeSave() async throws {
         // A save past 1,000 WAL pages starts a background checkpoint; a TRUNCATE checkpoint that
         // meets it holding SQLite's checkpoint lock would fail at once with SQLITE_BUSY (a
@@ -46,9 +45,8 @@ struct CheckpointTests {
         #expect(notes.store.checkpointCounts().background >= 5)
     }
 
-    @Test(
-        "a background checkpoint requested within an interactive save's window (import_yield_ms) waits for the window's end"
-    )
+    /// The window of an interactive save (import_yield_ms).
+    @Test("a background checkpoint requested in an edit window waits for its end")
     func checkpointWaitsOutTheEditWindow() async throws {
         // Right after an edit commits, its subscribers refresh; a checkpoint's copy and fsync
         // would share the machine with them. A small save starts the window, a large one right
@@ -66,9 +64,9 @@ struct CheckpointTests {
         #expect(waited >= window * 0.8, "the checkpoint ended \(waited) after the window started")
     }
 
-    @Test(
-        "a background checkpoint copying when an interactive save gets the writer stops, and runs again; the try after an interrupted one is not stopped"
-    )
+    /// Interrupted while copying, when the save gets the writer; the try after an interrupted one is not
+    /// stopped.
+    @Test("an interactive save interrupts a background checkpoint, which runs again")
     func interactiveSaveInterruptsACheckpoint() async throws {
         // Each interactive save calls `giveWay()` when it gets the writer; here a thread calls it
         // without end, so that the copy meets it for certain.

@@ -163,8 +163,9 @@ struct MergeTests {
         #expect(title == "local draft")
     }
 
+    /// The object was deleted in the store meanwhile. Failing, the save names it and saves nothing.
     @Test(
-        "a save of an object deleted in the store meanwhile: the deletion wins by default; with failsOverStoreDeletions the save fails, naming it, and saves nothing",
+        "a save over a store deletion yields to it, or fails with failsOverStoreDeletions",
         arguments: StoreKind.allCases)
     func saveOverStoreDeletion(kind: StoreKind) async throws {
         for fails in [false, true] {

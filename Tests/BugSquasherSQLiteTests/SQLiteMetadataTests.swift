@@ -100,9 +100,8 @@ struct SQLiteMetadataTests {
                 && older?.message.contains("written by a newer version") == true, "\(String(describing: older))")
     }
 
-    @Test(
-        "a store file marked immutable or append-only (chattr) is refused naming the mark and the command that clears it, not this user's permissions"
-    )
+    /// Set with chattr; the message names the command that clears it, not this user's permissions.
+    @Test("a store file marked immutable or append-only is refused, naming the mark")
     func markedStoreNamed() throws {
         let url = directory.appendingPathComponent("marked.sqlite")
         do { _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url)) }
@@ -146,8 +145,9 @@ struct SQLiteMetadataTests {
         #expect(try Data(contentsOf: garbage) == Data(repeating: 0x41, count: 4096))
     }
 
+    /// A dropped column or table, or duplicates behind a dropped unique index.
     @Test(
-        "a store whose tables were changed outside BugSquasher (a dropped column or table, duplicates behind a dropped unique index) is refused, naming what is wrong",
+        "a store whose tables were changed outside BugSquasher is refused, saying how",
         arguments: [
             ("ALTER TABLE Note DROP COLUMN title", "column Note.title"),
             ("DROP TABLE bs_history", "table bs_history"),

@@ -128,9 +128,8 @@ struct StoreContractTests {
         }
     }
 
-    @Test(
-        "IN lists of every length find the same objects (the SQLite store pads them to a few prepared shapes)",
-        arguments: StoreKind.allCases)
+    /// The SQLite store pads them to a few prepared shapes.
+    @Test("IN lists of every length find the same objects", arguments: StoreKind.allCases)
     func inLists(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         try await fixture.context().perform { context in _ = try context.seedBugs(20) }
@@ -226,9 +225,8 @@ struct StoreContractTests {
         }
     }
 
-    @Test(
-        "a sort that names a key path again and again over a join sorts by it once (SQLite 3.40 crashed the process on 64 such terms); past 32 distinct key paths a sort is refused"
-    )
+    /// SQLite 3.40 crashed the process on 64 such terms. Past 32 distinct key paths a sort is refused.
+    @Test("a key path repeated in a sort over a join sorts by it once")
     func repeatedSortKeys() async throws {
         let fixture = try StoreFixture(.sqlite)
         let context = fixture.context()
@@ -244,7 +242,7 @@ struct StoreContractTests {
                 try context.fetch(FetchRequest<Bug>(sort: (1...33).map { Key("title\($0)").ascending }))
             }
             #expect(
-                error?.message.contains("sorts by 33 key paths; give at most 32") == true,
+                error?.message.contains("sorts by 33 key paths. Give at most 32") == true,
                 "\(String(describing: error))")
         }
     }

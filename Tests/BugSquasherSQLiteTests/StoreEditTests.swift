@@ -7,9 +7,9 @@ import Testing
 
 @Suite("SQLite store: single edits")
 struct StoreEditTests {
-    @Test(
-        "an edit reads, changes and writes one row in one transaction: version bumped, only changed keys named, a history row and the commit observers, as a save; nothing written when nothing changes; a context holding the object sees it as a change made elsewhere"
-    )
+    /// Version bumped, only changed keys named, a history row and the commit observers; nothing written
+    /// when nothing changes; a context holding the object sees it as a change made elsewhere.
+    @Test("an edit reads, changes and writes one row in one transaction, as a save")
     func edits() async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edit")
         defer { directory.remove() }
@@ -81,9 +81,8 @@ struct StoreEditTests {
 
 @Suite("SQLite store: requests past SQLite's limits")
 struct StoreLimitTests {
-    @Test(
-        "a fetch with more values than SQLite binds in one statement is refused as the request's fault, with what to do, not as a store failure"
-    )
+    /// With what to do, not as a store failure.
+    @Test("a fetch with more values than SQLite binds is refused as the request's fault")
     func tooManyValues() throws {
         let fixture = try StoreFixture(.sqlite)
         let values = (0..<1_000_000).map { Value.string("K-\($0)") }
@@ -101,9 +100,8 @@ struct StoreLimitTests {
 
 @Suite("SQLite store: bulk saves give way to interactive ones")
 struct EditsFirstStoreTests {
-    @Test(
-        "with an EditsFirst, a bulk save that comes within an interactive save's window commits only once the window is over; an edit that changes nothing holds none back"
-    )
+    /// The window follows an interactive save; an edit that changes nothing holds none back.
+    @Test("with an EditsFirst, a bulk save in an edit window commits after the window")
     func bulkSavesGiveWayToInteractiveOnes() async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edits-first")
         defer { directory.remove() }
@@ -165,9 +163,9 @@ struct EditsFirstStoreTests {
         #expect(ContinuousClock.now - start < .seconds(4), "a bulk save waited for an edit that changed nothing")
     }
 
-    @Test(
-        "the window bulk work gives way for opens when an interactive save gets the writer, and again at its commit, before the store's observers see the did-save (they send it to the subscribers)"
-    )
+    /// It opens when an interactive save gets the writer, and again at its commit, before the observers
+    /// (which send the did-save to the subscribers) see it.
+    @Test("the edit window opens before the did-save reaches the store's observers")
     func windowOpensBeforeTheDidSaveGoesOut() async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edits-first")
         defer { directory.remove() }

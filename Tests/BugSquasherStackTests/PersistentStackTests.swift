@@ -123,9 +123,8 @@ final class PersistentStackTests {
         #expect(stored == "Edited")
     }
 
-    @Test(
-        "a retired importer's save is merged as usual, registers none of its inserted objects, and refuses further saves"
-    )
+    /// Further saves are refused.
+    @Test("a retired importer's save merges as usual but registers none of its inserts")
     func saveAndRetire() async throws {
         _ = try await importBugs(["TIMOB-1"])
         let cached = stack.writerCoordinator.cachedObjectCount

@@ -17,7 +17,8 @@ struct VarlinkConnectionStateMachineTests {
         #expect(machine.state == .serving)
     }
 
-    @Test("a streaming call runs until its last reply; a call meanwhile closes the connection, one after it is served")
+    /// A streaming call runs until its last reply.
+    @Test("a call during a streaming call closes the connection; one after it is served")
     func streaming() {
         var machine = Machine()
         #expect(machine.received(.call(streams: true, upgrade: false)) == .startStreaming(number: 1))
@@ -33,9 +34,8 @@ struct VarlinkConnectionStateMachineTests {
         #expect(machine.state == .closed)
     }
 
-    @Test(
-        "an upgrade hands the bytes after it to the call's handler, until it ends; without a handler the connection closes"
-    )
+    /// Without a handler the connection closes.
+    @Test("an upgrade hands the bytes after it to the call's handler until it ends")
     func upgrade() {
         var machine = Machine()
         #expect(machine.received(.call(streams: false, upgrade: true)) == .handle)
@@ -50,9 +50,8 @@ struct VarlinkConnectionStateMachineTests {
         #expect(refused.state == .closed)
     }
 
-    @Test(
-        "a malformed or oversized message is answered, then the connection closes, whatever state it is in; raw bytes without an upgrade close it"
-    )
+    /// Whatever state it is in; raw bytes without an upgrade close it too.
+    @Test("a malformed or oversized message is answered, then the connection closes")
     func errorsClose() {
         for prepare in [[], [Machine.Input.call(streams: true, upgrade: false)]] {
             var malformed = Machine()

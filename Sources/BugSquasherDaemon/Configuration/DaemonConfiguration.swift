@@ -1,3 +1,4 @@
+public import BugSquasherErrors
 import BugSquasherProtocol
 public import Foundation
 import Logging
@@ -79,31 +80,17 @@ public struct DaemonConfiguration: Sendable, Hashable {
         guard stat(path, &status) == 0 else {
             if errno == ENOENT || errno == ENOTDIR { return nil }
             throw DaemonError(
-                "Cannot read the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user."
+                "Cannot read the configuration file \(path) (\(String(cString: strerror(errno)))).",
+                advice: "Check that it is readable by this user."
             )
         }
         let kind = status.st_mode & S_IFMT
         let isNull = kind == S_IFCHR && stat("/dev/null", &null) == 0 && status.st_rdev == null.st_rdev
-        guard kind == S_IFREG || isNull else {
-            if kind == S_IFDIR {
-                throw DaemonError(
-                    "The configuration file \(path) is a directory; pass the file itself (such as \(path)/squasherd.conf)."
-                )
-            }
-            let what =
-                switch kind {
-                case S_IFIFO: "a FIFO (named pipe)"
-                case S_IFSOCK: "a socket"
-                case S_IFCHR, S_IFBLK: "a device"
-                default: "not a regular file"
-                }
-            throw DaemonError(
-                "The configuration file \(path) is \(what); pass a regular file of key = value lines, or /dev/null for an empty configuration."
-            )
-        }
+        guard kind == S_IFREG || isNull else { throw notRegularFile(path, kind: kind) }
         guard status.st_size <= maximumFileBytes else {
             throw DaemonError(
-                "The configuration file \(path) holds \(status.st_size) bytes, more than the \(maximumFileBytes) a configuration file may have (a few key = value lines); is it the right file?"
+                "The configuration file \(path) holds \(status.st_size) bytes, more than the \(maximumFileBytes) a configuration file may have (a few key = value lines).",
+                advice: "Is it the right file?"
             )
         }
         // Read through a file handle, which also reads /dev/null (String(contentsOfFile:)
@@ -112,7 +99,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
         do {
             guard let handle = FileHandle(forReadingAtPath: path) else {
                 throw DaemonError(
-                    "Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))); check that it is readable by this user."
+                    "Cannot open the configuration file \(path) (\(String(cString: strerror(errno)))).",
+                    advice: "Check that it is readable by this user."
                 )
             }
             defer { try? handle.close() }
@@ -121,9 +109,32 @@ public struct DaemonConfiguration: Sendable, Hashable {
             throw error
         } catch {
             throw DaemonError(
-                "Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)); check that it is readable by this user."
+                "Cannot read the configuration file \(path) (\((error as NSError).localizedDescription)).",
+                advice: "Check that it is readable by this user."
             )
         }
+    }
+
+    /// Why the configuration file at `path`, of file type `kind`, which is neither a regular
+    /// file nor `/dev/null`, is refused.
+    private static func notRegularFile(_ path: String, kind: mode_t) -> DaemonError {
+        if kind == S_IFDIR {
+            return DaemonError(
+                "The configuration file \(path) is a directory.",
+                advice: "Pass the file itself (such as \(path)/squasherd.conf)."
+            )
+        }
+        let what =
+            switch kind {
+            case S_IFIFO: "a FIFO (named pipe)"
+            case S_IFSOCK: "a socket"
+            case S_IFCHR, S_IFBLK: "a device"
+            default: "not a regular file"
+            }
+        return DaemonError(
+            "The configuration file \(path) is \(what).",
+            advice: "Pass a regular file of key = value lines, or /dev/null for an empty configuration."
+        )
     }
 
     /// Resolves the configuration from flags, environment, file and defaults.
@@ -137,7 +148,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         for (flag, value) in [
             ("--state-directory", stateDirectory), ("--runtime-directory", runtimeDirectory), ("--config", configFile),
         ] where value?.isEmpty == true {
-            throw DaemonError("\(flag) is empty; give a path, or leave the option out for its default.")
+            throw DaemonError("\(flag) is empty.", advice: "Give a path, or leave the option out for its default.")
         }
         let file = try ConfigurationFile.read(configFile ?? "/etc/squasherd/squasherd.conf", given: configFile != nil)
         // systemd passes colon-separated lists; the first entry is ours.
@@ -175,7 +186,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
             // Permission bits only: setuid, setgid and sticky mean nothing on a socket.
             guard value <= 0o777 else {
                 throw DaemonError(
-                    "\(file.at(key)): '\(key) = \(file.values[key] ?? "")' is not a socket's permissions; use an octal mode from 0 to 0777, like 0660."
+                    "\(file.at(key)): '\(key) = \(file.values[key] ?? "")' is not a socket's permissions.",
+                    advice: "Use an octal mode from 0 to 0777, like 0660."
                 )
             }
             if key == "read_socket_mode" {
@@ -227,7 +239,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
         if let value = file.values["log_level"] {
             guard Logger.Level(rawValue: value) != nil else {
                 throw DaemonError(
-                    "\(file.at("log_level")): 'log_level = \(value)' is not a log level; use trace, debug, info, notice, warning, error or critical."
+                    "\(file.at("log_level")): 'log_level = \(value)' is not a log level.",
+                    advice: "Use trace, debug, info, notice, warning, error or critical."
                 )
             }
             self.logLevel = value
@@ -256,7 +269,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
                 $0.properties.generalCategory == .control && $0 != "\t"
             }) {
                 throw DaemonError(
-                    "\(path):\(index + 1): the line has a control character (U+\(String(format: "%04X", control.value))), which no value may hold; remove it (the file may have been written by a program, not an editor)."
+                    "\(path):\(index + 1): the line has a control character (U+\(String(format: "%04X", control.value))), which no value may hold.",
+                    advice: "Remove it (the file may have been written by a program, not an editor)."
                 )
             }
             let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
@@ -270,7 +284,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
             }
             if let first = lines[parts[0]] {
                 throw DaemonError(
-                    "\(path):\(index + 1): '\(parts[0])' is set twice (first on line \(first)); keep one of the two.")
+                    "\(path):\(index + 1): '\(parts[0])' is set twice (first on line \(first)).",
+                    advice: "Keep one of the two.")
             }
             lines[parts[0]] = index + 1
             values[parts[0]] = parts[1]
@@ -279,20 +294,24 @@ public struct DaemonConfiguration: Sendable, Hashable {
     }
 }
 
-/// A daemon failure with what to do about it.
-public struct DaemonError: Error, Sendable, CustomStringConvertible {
-    /// What happened and what to do.
-    public var message: String
+/// A daemon failure: what happened and, apart from it, what to do about it.
+public struct DaemonError: ExplainedError, Sendable {
+    /// What happened, without advice.
+    public var statement: String
+    /// What to do about it; empty when there is nothing to do.
+    public var advice: String
+    /// The statement followed by the advice.
+    public var message: String { Self.joined(statement, advice) }
     /// Whether the failure is on squasherd's side, not in the input or the request: a disk it
     /// writes to is full or failing. The same request succeeds once the operator has dealt with
-    /// what ``message`` names, so a client is told to retry later rather than to change it.
+    /// what ``statement`` names, so a client is told to retry later rather than to change it.
     public var isUnavailable: Bool
     /// Creates an error; `unavailable` marks one on squasherd's side (see ``isUnavailable``).
-    public init(_ message: String, unavailable: Bool = false) {
-        self.message = message
+    public init(_ statement: String, advice: String = "", unavailable: Bool = false) {
+        self.statement = statement
+        self.advice = advice
         self.isUnavailable = unavailable
     }
-    public var description: String { message }
 }
 
 /// A configuration file's `key = value` lines, with where each key is, for messages.
@@ -311,12 +330,14 @@ struct ConfigurationFile {
         if let data = try DaemonConfiguration.readConfigurationFile(path) {
             guard let text = String(data: data, encoding: .utf8) else {
                 throw DaemonError(
-                    "The configuration file \(path) is not UTF-8 text; write it as UTF-8 (key = value lines).")
+                    "The configuration file \(path) is not UTF-8 text.",
+                    advice: "Write it as UTF-8 (key = value lines).")
             }
             (file.values, file.lines) = try DaemonConfiguration.parse(text, path: path)
         } else if given {
             throw DaemonError(
-                "The configuration file \(path) does not exist; pass an existing file or leave --config out.")
+                "The configuration file \(path) does not exist.", advice: "Pass an existing file or leave --config out."
+            )
         }
         return file
     }
@@ -336,15 +357,17 @@ struct ConfigurationFile {
         // connection), so it is refused rather than clamped; so is one too large for any.
         if let range, isWhole, value.map({ !range.contains($0) }) ?? true {
             throw DaemonError(
-                "\(at(key)): '\(key) = \(text)' is out of range; use \(range.lowerBound) to \(range.upperBound) (\(meaning))."
+                "\(at(key)): '\(key) = \(text)' is out of range.",
+                advice: "Use \(range.lowerBound) to \(range.upperBound) (\(meaning))."
             )
         }
         if isWhole, value == nil {
-            throw DaemonError("\(at(key)): '\(key) = \(text)' is too large; use at most \(Int.max).")
+            throw DaemonError("\(at(key)): '\(key) = \(text)' is too large.", advice: "Use at most \(Int.max).")
         }
         if radix == 10, value == nil, let number = Double(body), number.isFinite {
             throw DaemonError(
-                "\(at(key)): '\(key) = \(text)' is not a whole number; write it without a fraction or exponent.")
+                "\(at(key)): '\(key) = \(text)' is not a whole number.",
+                advice: "Write it without a fraction or exponent.")
         }
         guard let value, value >= 0 else {
             throw DaemonError(

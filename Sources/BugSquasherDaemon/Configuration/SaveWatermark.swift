@@ -2,19 +2,11 @@ import BugSquasherGraph
 import Foundation
 
 /// `squasherd.last-save` in the state directory: the store identifier and the history token of
-/// the last save squasherd committed there, rewritten in place after every commit.
+/// the last save squasherd committed there, rewritten in place, without `fsync`, after every
+/// commit. At start-up, ``check(storeIdentifier:token:storePath:)`` refuses a store that went back
+/// or that is another one, saying why and how to go on.
 ///
-/// A store can lose its newest saves without any damage SQLite could see: its write-ahead log
-/// (`bugs.sqlite-wal`) removed while squasherd was stopped, or an older copy of the store put in
-/// its place. Opened as it is, the store would issue the lost tokens again, and a subscriber
-/// resuming from one of them would silently follow another history. The same happens when the
-/// log beside the store came from another store, or the store file itself did. At start-up,
-/// ``check(storeIdentifier:token:storePath:)`` compares the store with what was recorded and refuses a
-/// store that went back or that is another one, saying why and how to go on.
-///
-/// The record is written without `fsync`: a commit reaches the log before its record, so after a
-/// `kill -9` (the page cache survives) the record is never ahead of the store. After a power
-/// cut it can be; the refusal then names that case too.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "A store that went back is refused".
 final class SaveWatermark: Sendable {
     /// The file's name in the state directory.
     static let fileName = "squasherd.last-save"
@@ -31,7 +23,8 @@ final class SaveWatermark: Sendable {
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             throw DaemonError(
-                "Cannot open \(path): \(String(cString: strerror(errno))). Check the state directory's permissions.")
+                "Cannot open \(path): \(String(cString: strerror(errno))).",
+                advice: "Check the state directory's permissions.")
         }
     }
 
@@ -80,12 +73,14 @@ final class SaveWatermark: Sendable {
             "or, to go on with the store as it is, remove \(path) and start again (subscribers that resume with --since must then subscribe afresh)"
         if recordedStore != storeIdentifier {
             throw DaemonError(
-                "Refusing to start: \(storePath) is store \(storeIdentifier), but squasherd last saved to store \(recordedStore) here (up to token \(recordedToken)). The store file was replaced, or its write-ahead log \(storePath)-wal came from another store. Put the right files back; \(goOn)."
+                "Refusing to start: \(storePath) is store \(storeIdentifier), but squasherd last saved to store \(recordedStore) here (up to token \(recordedToken)). The store file was replaced, or its write-ahead log \(storePath)-wal came from another store.",
+                advice: "Put the right files back; \(goOn)."
             )
         }
         if token < recordedToken {
             throw DaemonError(
-                "Refusing to start: \(storePath) holds saves up to token \(token), but squasherd committed up to token \(recordedToken) here, and opening it would issue the tokens after \(token) again, for other saves. Its write-ahead log \(storePath)-wal was removed or replaced while squasherd was stopped, an older copy of the store was put in its place, or the machine lost power before the last saves reached the disk. Put the files back (the store with its -wal); \(goOn)."
+                "Refusing to start: \(storePath) holds saves up to token \(token), but squasherd committed up to token \(recordedToken) here, and opening it would issue the tokens after \(token) again, for other saves. Its write-ahead log \(storePath)-wal was removed or replaced while squasherd was stopped, an older copy of the store was put in its place, or the machine lost power before the last saves reached the disk.",
+                advice: "Put the files back (the store with its -wal); \(goOn)."
             )
         }
     }

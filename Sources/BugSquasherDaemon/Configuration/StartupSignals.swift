@@ -4,10 +4,8 @@ import Synchronization
 import UnixSignals
 
 /// SIGTERM and SIGINT caught from the first moments of squasherd's process, before its service
-/// group listens for them. Until then a signal's default action would end the process at once,
-/// without a word and before anything is closed (a `systemctl stop` right after a start, a
-/// Ctrl-C while a large store opens). Caught here instead, a stop asked for during start-up is
-/// carried out as soon as the daemon runs: gracefully, with a log line, exit status 0.
+/// group listens for them, so that a stop asked for during start-up (a `systemctl stop` right after a
+/// start) is carried out gracefully once the daemon runs, not by the signal's silent default action.
 ///
 /// ```swift
 /// let signals = await StartupSignals()       // first thing in main

@@ -20,7 +20,8 @@ final class StateDirectoryLock: Sendable {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             throw DaemonError(
-                "Cannot open the lock file \(path): \(String(cString: strerror(errno))). Check the state directory's permissions."
+                "Cannot open the lock file \(path): \(String(cString: strerror(errno))).",
+                advice: "Check the state directory's permissions."
             )
         }
         let deadline = ContinuousClock.now + patience
@@ -31,7 +32,8 @@ final class StateDirectoryLock: Sendable {
                 close(fd)
                 if let reason { throw DaemonError("Cannot lock \(path): \(reason).") }
                 throw DaemonError(
-                    "Another squasherd\(owner.map { " (PID \($0))" } ?? "") is using the state directory \(directory). Stop it first, or give this daemon another --state-directory."
+                    "Another squasherd\(owner.map { " (PID \($0))" } ?? "") is using the state directory \(directory).",
+                    advice: "Stop it first, or give this daemon another --state-directory."
                 )
             }
             try await Task.sleep(for: .milliseconds(50))
@@ -78,7 +80,8 @@ final class StoreFileLock: Sendable {
             guard busy else { throw DaemonError("Cannot lock the store \(path): \(reason).") }
             let through = resolved == path ? "" : " (the file \(path) leads to)"
             throw DaemonError(
-                "Refusing to start: another squasherd is using the store file \(resolved)\(through), from another state directory. Two daemons on one store would each resume its import and tell only their own subscribers of their commits. Stop the other one, or give this daemon a store of its own."
+                "Refusing to start: another squasherd is using the store file \(resolved)\(through), from another state directory. Two daemons on one store would each resume its import and tell only their own subscribers of their commits.",
+                advice: "Stop the other one, or give this daemon a store of its own."
             )
         }
         descriptor = fd

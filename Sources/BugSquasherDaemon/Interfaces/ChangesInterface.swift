@@ -242,29 +242,45 @@ struct ChangesInterface: VarlinkInterface {
 
         // History after `since`, up to the token read before subscribing; the mailbox holds
         // everything committed since, and skips what was replayed.
-        if var position = since, position < start {
-            // A page is decoded whole and held while it is sent, as slowly as the client reads:
-            // its size follows its saves' (a few import chunks, or hundreds of edits), so that a
-            // client that asks for the whole history and never reads holds a page of about
-            // `replayPageObjects` objects, not up to 500 import chunks (26 MB per client, measured).
-            var limit = 1
-            while position < start {
-                let (after, count) = (position, limit)
-                let page = try await readers.run { try stack.store.changes(after: after, limit: count) }
-                guard let last = page.last else { break }
-                let objects = page.reduce(0) { $0 + $1.objectCount }
-                limit = max(1, min(Self.replayPageSaves, limit * Self.replayPageObjects / max(1, objects), limit * 2))
-                for save in page where save.token <= start {
-                    let filtered = subscription.filtered(save)
-                    if !filtered.isEmpty {
-                        try await send(.save(filtered, live: false), subscription: subscription, replier: replier)
-                    }
-                    subscription.markDelivered(save.token)
-                }
-                position = last.token
-            }
-            subscription.markDelivered(start)
+        if let since, since < start {
+            try await replay(after: since, through: start, to: subscription, replier: replier)
         }
+        try await followLive(subscription, replier: replier)
+    }
+
+    /// Sends the history after `since` up to `start`, in pages; the mailbox holds everything
+    /// committed since, and skips what was replayed.
+    private func replay(
+        after since: HistoryToken, through start: HistoryToken, to subscription: Subscription,
+        replier: some VarlinkReplier
+    ) async throws {
+        var position = since
+        // A page is decoded whole and held while it is sent, as slowly as the client reads:
+        // its size follows its saves' (a few import chunks, or hundreds of edits), so that a
+        // client that asks for the whole history and never reads holds a page of about
+        // `replayPageObjects` objects, not up to 500 import chunks (26 MB per client, measured).
+        var limit = 1
+        while position < start {
+            let (after, count) = (position, limit)
+            let page = try await readers.run { try stack.store.changes(after: after, limit: count) }
+            guard let last = page.last else { break }
+            let objects = page.reduce(0) { $0 + $1.objectCount }
+            limit = max(1, min(Self.replayPageSaves, limit * Self.replayPageObjects / max(1, objects), limit * 2))
+            for save in page where save.token <= start {
+                let filtered = subscription.filtered(save)
+                if !filtered.isEmpty {
+                    try await send(.save(filtered, live: false), subscription: subscription, replier: replier)
+                }
+                subscription.markDelivered(save.token)
+            }
+            position = last.token
+        }
+        subscription.markDelivered(start)
+    }
+
+    /// Sends the saves committed from now on, as they come, until the subscription ends or
+    /// falls behind (a resync).
+    private func followLive(_ subscription: Subscription, replier: some VarlinkReplier) async throws {
         // From here on, a save that finds this task waiting is written by the publisher itself.
         subscription.sendsNow { save in
             guard let message = try? liveMessage(save, for: subscription) else { return false }

@@ -1,3 +1,4 @@
+import BugSquasherErrors
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
@@ -44,7 +45,7 @@ struct ImportInterface: VarlinkInterface {
                 ["Update", "Delete"].contains(call.methodName)
                 ? "an edit could not be saved" : "\(call.methodName) could not be carried out"
             unsavedWrites.warn(context.logger) { "\(what): \(error.message)\($0)" }
-            throw Self.unavailable(error.message)
+            throw VarlinkError(Self.storeUnavailableName, explaining: error)
         }
     }
 
@@ -80,7 +81,7 @@ struct ImportInterface: VarlinkInterface {
                 named: (parameters.columns ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
                 project: parameters.project)
         } catch let error as ImportError {
-            throw invalidInput(error.message)
+            throw VarlinkError(Self.invalidInputName, explaining: error)
         }
         if !columns.isEmpty, let format, !format.isCSV {
             throw invalidInput(
@@ -93,9 +94,11 @@ struct ImportInterface: VarlinkInterface {
             throw invalidInput("chunkSize must be between \(sizes.lowerBound) and \(sizes.upperBound)")
         }
         guard uploads.count < UploadRegistry.maximumUploads else {
-            throw Self.busy(
-                "\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once; begin this one again once one of them is committed or aborted"
-            )
+            throw VarlinkError(
+                Self.busyName,
+                statement:
+                    "\(UploadRegistry.maximumUploads) uploads are in progress, as many as squasherd takes at once.",
+                advice: "Begin this one again once one of them is committed or aborted.")
         }
         // A job's name is for people: kept (and logged) to its first 500 characters, and on
         // one line (a newline in it would forge a line of the log).
@@ -328,7 +331,8 @@ struct ImportInterface: VarlinkInterface {
                         {
                             throw GraphError(
                                 .invalidArgument,
-                                "'\(key)' names \(target), and no \(targetID.entityName) has that ID (deleted, or never saved); give the ID of one that exists."
+                                "'\(key)' names \(target), and no \(targetID.entityName) has that ID (deleted, or never saved).",
+                                advice: "Give the ID of one that exists."
                             )
                         }
                         object.setRelated(related, for: key)
@@ -337,7 +341,8 @@ struct ImportInterface: VarlinkInterface {
                     } else {
                         throw GraphError(
                             .invalidArgument,
-                            "'\(key)' is a relationship: pass an object ID URI, or null to clear it (nil with squasherctl update)."
+                            "'\(key)' is a relationship.",
+                            advice: "Pass an object ID URI, or null to clear it (nil with squasherctl update)."
                         )
                     }
                 }
@@ -362,13 +367,13 @@ struct ImportInterface: VarlinkInterface {
             switch error.code {
             case .storeIO, .storeBusy: throw error
             case .mergeConflict, .constraintViolation:
-                throw VarlinkError("io.bugsquasher.Import.Conflict", ["message": .string(error.message)])
+                throw VarlinkError("io.bugsquasher.Import.Conflict", explaining: error)
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
                 throw invalidInput(
                     "The change was refused, and nothing was saved: \(error.problems.prefix(20).joined(separator: "; "))."
                 )
-            default: throw invalidInput(error.message)
+            default: throw VarlinkError(Self.invalidInputName, explaining: error)
             }
         }
     }
@@ -462,13 +467,16 @@ struct ImportInterface: VarlinkInterface {
             // The store refused the write (locked by another program past the busy timeout,
             // full, failing): the job cannot be queued, and left as it was it would read
             // `uploading` for good, its spool on disk and its waiters waiting.
-            let reason = (error as? GraphError)?.message ?? "\(error)"
-            let message =
-                "The upload arrived whole, but the job could not be queued: \(reason) Submit the file again once the store can be written."
+            let refusal = error as? GraphError
+            let statement =
+                "The upload arrived whole, but the job could not be queued: \(refusal?.statement ?? "\(error)")"
+            let advice = DaemonError.joined(
+                refusal?.advice ?? "", "Submit the file again once the store can be written.")
             // Not waiting for the store a second time: the client is answered, and the job shows
             // failed, now; the record follows once the store can be written.
-            await fail(job, spooler, message, book: book, logger: logger, recordLater: true)
-            throw Self.unavailable(message)
+            await fail(
+                job, spooler, DaemonError.joined(statement, advice), book: book, logger: logger, recordLater: true)
+            throw VarlinkError(Self.storeUnavailableName, statement: statement, advice: advice)
         }
         runner.enqueue()
         logger.info(
@@ -532,31 +540,32 @@ struct ImportInterface: VarlinkInterface {
     /// ends aborted, as one whose client left, with the stop as its reason.
     func stopUploads() {
         uploads.noteStopping()
-        let message =
-            "squasherd is stopping, so the upload was abandoned before it was committed; submit the file again once squasherd is back."
-        for owner in uploads.owners { owner.endUpgrade(lastReply: try VarlinkReply.encode(Self.busy(message))) }
+        let stopping = VarlinkError(
+            Self.busyName, statement: "squasherd is stopping, so the upload was abandoned before it was committed.",
+            advice: "Submit the file again once squasherd is back.")
+        for owner in uploads.owners { owner.endUpgrade(lastReply: try VarlinkReply.encode(stopping)) }
     }
 
     fileprivate func invalidInput(_ message: String) -> VarlinkError {
-        VarlinkError("io.bugsquasher.Import.InvalidInput", ["message": .string(message)])
+        VarlinkError(Self.invalidInputName, statement: message)
     }
 
+    /// The error for input or a request squasherd refuses: its `message` says what is wrong.
+    fileprivate static let invalidInputName = "io.bugsquasher.Import.InvalidInput"
+
     /// The error for a call the store (or an upload's spool) cannot write now, for a reason on
-    /// squasherd's side: the same call succeeds once the operator has dealt with `message`.
-    private static func unavailable(_ message: String) -> VarlinkError {
-        VarlinkError("io.bugsquasher.Import.StoreUnavailable", ["message": .string(message)])
-    }
+    /// squasherd's side: the same call succeeds once the operator has dealt with its `message`.
+    private static let storeUnavailableName = "io.bugsquasher.Import.StoreUnavailable"
 
     /// The error for a call squasherd does not take now (as many uploads as it takes are in
     /// progress, or it is stopping): nothing was changed, and the same call succeeds later.
-    private static func busy(_ message: String) -> VarlinkError {
-        VarlinkError("io.bugsquasher.Import.Busy", ["message": .string(message)])
-    }
+    private static let busyName = "io.bugsquasher.Import.Busy"
 
     /// How an upload's failure is answered: `StoreUnavailable` for one on squasherd's side (a
-    /// full or failing disk under the spool), `InvalidInput` for one in the file or the request.
+    /// full or failing disk under the spool), `InvalidInput` for one in the file or the request;
+    /// either with the error's statement and advice.
     private func refusal(_ error: DaemonError) -> VarlinkError {
-        error.isUnavailable ? Self.unavailable(error.message) : invalidInput(error.message)
+        VarlinkError(error.isUnavailable ? Self.storeUnavailableName : Self.invalidInputName, explaining: error)
     }
 }
 
@@ -585,6 +594,10 @@ private final class UploadReceiver: VarlinkUpgradeHandler {
                 let payload = try bytes.withUnsafeReadableBytes { try framing.payload(of: $0) }
                 return (payload, framing.ended, framing.payloadBytes)
             }
+        } catch let error as UploadFramingError {
+            await interface.fail(
+                spooler.jobID, spooler, "The upload broke off. \(error.statement)", book: book, logger: logger)
+            throw VarlinkError(ImportInterface.invalidInputName, explaining: error)
         } catch {
             await interface.fail(spooler.jobID, spooler, "The upload broke off: \(error).", book: book, logger: logger)
             throw interface.invalidInput("\(error)")

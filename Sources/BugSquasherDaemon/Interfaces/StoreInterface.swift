@@ -26,7 +26,7 @@ struct StoreInterface: VarlinkInterface {
                 throw VarlinkError.methodNotFound(call.method)
             }
         } catch let error as GraphError {
-            throw invalid(error.message)
+            throw VarlinkError("io.bugsquasher.Store.InvalidRequest", explaining: error)
         }
     }
 

@@ -327,23 +327,10 @@ final class ImportRunner: Service {
                 case .importNext:
                     break
                 case .pauseForShutdown:
-                    if let saving { try await settle(saving, progress: &progress, logger: logger) }
-                    logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
-                    progressHandler(nil)
+                    try await pauseForShutdown(after: saving, progress: &progress, logger: logger)
                     return
                 case .abort:
-                    if let saving { try await settle(saving, progress: &progress, logger: logger) }
-                    try await end(
-                        id, state: .aborted,
-                        error:
-                            "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store."
-                    )
-                    logger.notice(
-                        "import aborted on request",
-                        metadata: [
-                            "job.read": "\(progress.read)", "job.imported": "\(progress.imported)",
-                            "job.offset": "\(progress.bytesDone)",
-                        ])
+                    try await endAborted(id, after: saving, progress: &progress, logger: logger)
                     return
                 }
                 async let upcoming = source.next()
@@ -371,6 +358,40 @@ final class ImportRunner: Service {
             _ = try? await saving?.save.value
             throw error
         }
+        try await endFinished(id, progress: progress, logger: logger)
+    }
+
+    /// Pauses the job for a shutdown once the chunk saving (if any) has committed: it resumes on
+    /// the next start.
+    private func pauseForShutdown(after saving: SavingChunk?, progress: inout ImportProgress, logger: Logger)
+        async throws
+    {
+        if let saving { try await settle(saving, progress: &progress, logger: logger) }
+        logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
+        progressHandler(nil)
+    }
+
+    /// Ends job `id` as aborted on request, once the chunk saving (if any) has committed: the
+    /// records imported before stay in the store.
+    private func endAborted(_ id: String, after saving: SavingChunk?, progress: inout ImportProgress, logger: Logger)
+        async throws
+    {
+        if let saving { try await settle(saving, progress: &progress, logger: logger) }
+        try await end(
+            id, state: .aborted,
+            error:
+                "Aborted on request after \(progress.read) records; the \(progress.imported) imported before stay in the store."
+        )
+        logger.notice(
+            "import aborted on request",
+            metadata: [
+                "job.read": "\(progress.read)", "job.imported": "\(progress.imported)",
+                "job.offset": "\(progress.bytesDone)",
+            ])
+    }
+
+    /// Ends job `id` as finished.
+    private func endFinished(_ id: String, progress: ImportProgress, logger: Logger) async throws {
         try await end(id, state: .finished)
         logger.info(
             "import finished",
@@ -385,18 +406,11 @@ final class ImportRunner: Service {
         try await end(id, state: .failed, error: message)
     }
 
-    /// Records that job `id` ended in `state` and removes its spooled input.
+    /// Records that job `id` ended in `state` and removes its spooled input, in the order
+    /// ``JobLifecycle/SpoolOnEnd`` decides, so that a crash at any step leaves the job resumable or
+    /// failing for a stated reason. The daemon's status stops showing the job first.
     ///
-    /// A job that did not finish has its spool moved aside first, so that whoever is told it
-    /// ended (a `jobs --wait`) finds it gone; should squasherd die in between, the job resumes,
-    /// finds no spool, and fails for that (the one moved aside is swept at the next start, as a
-    /// job the store does not know). When a failure cannot be recorded (the store cannot
-    /// write), the spool is put back: the job is still running in the store, and at the next
-    /// start it resumes from its last committed chunk, with its input. A finished job is recorded
-    /// first: resumed without its spool, it would fail although every record was imported (a
-    /// spool left behind is swept at the next start). The daemon's status stops showing the
-    /// job before that: a `status` right after `jobs --wait` said it ended must not show it
-    /// still importing.
+    /// Why it is built this way: docs/DESIGN-NOTES.md, "A job's input goes when its end is recorded".
     private func end(_ id: String, state: JobState, error: String? = nil) async throws {
         let spool = Spooler.path(job: id, in: configuration.spoolDirectory)
         let aside = Spooler.path(job: id + ".ending", in: configuration.spoolDirectory)
@@ -694,46 +708,7 @@ final class ChunkSource: Sendable {
                 continue
             }
             var entry = ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
-            var record: BugRecord?
-            // An element of a JSON array: its position, for the reject.
-            var issue: Int?
-            do {
-                switch format.spoolLines {
-                case .jira:
-                    record = try line.bytes.withUnsafeBufferPointer { bytes in
-                        guard let element = try SpooledElement(bytes) else {
-                            return try decoder.decode(bytes: bytes, line: line.number)
-                        }
-                        entry.line = element.line
-                        issue = element.issue
-                        switch element.content {
-                        case .issue(let range):
-                            return try decoder.decode(
-                                bytes: UnsafeBufferPointer(rebasing: bytes[range]), line: element.line)
-                        case .reject(let reason): throw ImportError(.invalidRecord, reason)
-                        }
-                    }
-                case .record:
-                    record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
-                case .envelope:
-                    let envelope = try line.bytes.withUnsafeBufferPointer { try SpoolEnvelope(json: $0) }
-                    entry.line = envelope._line
-                    record = envelope.record
-                    entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)
-                }
-                if let record { try BugUpserter.validate(record, at: entry.line) }
-            } catch let error as ImportError {
-                record = nil
-                entry.reject = error.message
-            } catch let error as DecodingError {
-                record = nil
-                entry.reject = "not a valid record: \(ImportRunner.describe(error))"
-            } catch {
-                record = nil
-                entry.reject = "\(error)"
-            }
-            if let issue, let reject = entry.reject { entry.reject = "issue \(issue) of the array: \(reject)" }
-            if let record = record.take() {
+            if let record = decode(line, format: format, decoder: decoder, into: &entry) {
                 entry.record = chunk.records.count
                 chunk.records.append(record)
             }
@@ -741,6 +716,55 @@ final class ChunkSource: Sendable {
         }
         chunk.reads = UpsertKeys(chunk.records)
         return chunk
+    }
+
+    /// Decodes and checks the record of a spooled line; one that cannot be decoded, or is
+    /// invalid, gives `nil` and leaves its reason in `entry`.
+    @inline(__always)
+    private static func decode(
+        _ line: OffsetLineReader.Line, format: ImportFormat, decoder: JiraIssueDecoder,
+        into entry: inout ImportRunner.Entry
+    ) -> BugRecord? {
+        var record: BugRecord?
+        // An element of a JSON array: its position, for the reject.
+        var issue: Int?
+        do {
+            switch format.spoolLines {
+            case .jira:
+                record = try line.bytes.withUnsafeBufferPointer { bytes in
+                    guard let element = try SpooledElement(bytes) else {
+                        return try decoder.decode(bytes: bytes, line: line.number)
+                    }
+                    entry.line = element.line
+                    issue = element.issue
+                    switch element.content {
+                    case .issue(let range):
+                        return try decoder.decode(
+                            bytes: UnsafeBufferPointer(rebasing: bytes[range]), line: element.line)
+                    case .reject(let reason): throw ImportError(.invalidRecord, reason)
+                    }
+                }
+            case .record:
+                record = try line.bytes.withUnsafeBufferPointer { try BugRecord(json: $0) }
+            case .envelope:
+                let envelope = try line.bytes.withUnsafeBufferPointer { try SpoolEnvelope(json: $0) }
+                entry.line = envelope._line
+                record = envelope.record
+                entry.reject = envelope._reject ?? (envelope.record == nil ? "empty record" : nil)
+            }
+            if let record { try BugUpserter.validate(record, at: entry.line) }
+        } catch let error as ImportError {
+            record = nil
+            entry.reject = error.message
+        } catch let error as DecodingError {
+            record = nil
+            entry.reject = "not a valid record: \(ImportRunner.describe(error))"
+        } catch {
+            record = nil
+            entry.reject = "\(error)"
+        }
+        if let issue, let reject = entry.reject { entry.reject = "issue \(issue) of the array: \(reject)" }
+        return record
     }
 }
 

@@ -57,11 +57,13 @@ actor Spooler {
                 "Cannot create the spool directory \(directory): \(Self.reason(error)).", unavailable: true)
         }
         guard FileManager.default.createFile(atPath: path, contents: nil) else {
-            throw DaemonError("Cannot create the spool file: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
+            let why = SQLiteStore.whyNotWritable(path)
+            throw DaemonError("Cannot create the spool file: \(why.problem).", advice: why.advice, unavailable: true)
         }
         guard let handle = FileHandle(forWritingAtPath: path) else {
+            let why = SQLiteStore.whyNotWritable(path)
             throw DaemonError(
-                "Cannot open the spool file for writing: \(SQLiteStore.whyNotWritable(path)).", unavailable: true)
+                "Cannot open the spool file for writing: \(why.problem).", advice: why.advice, unavailable: true)
         }
         self.handle = handle
     }
@@ -115,11 +117,12 @@ actor Spooler {
             failure = error
             throw error
         } catch {
-            let message =
+            let failed =
                 gzip != nil
-                ? "The input is not valid gzip data (\(error)); upload the file as it is, or decompress it first."
-                : "The input could not be read: \(error)."
-            let failed = DaemonError(message)
+                ? DaemonError(
+                    "The input is not valid gzip data (\(error)).",
+                    advice: "Upload the file as it is, or decompress it first.")
+                : DaemonError("The input could not be read: \(error).")
             failure = failed
             throw failed
         }
@@ -166,7 +169,8 @@ actor Spooler {
     }
 
     private static let trailingData = DaemonError(
-        "The gzip data is followed by bytes that are not another gzip member (the file was appended to, or is not one gzip file). Nothing was imported; `gzip -t` checks a file."
+        "The gzip data is followed by bytes that are not another gzip member (the file was appended to, or is not one gzip file). Nothing was imported.",
+        advice: "`gzip -t` checks a file."
     )
 
     /// Ends the upload; returns the format and the spooled size.
@@ -192,7 +196,8 @@ actor Spooler {
             case .trailingData: throw Self.trailingData
             case .incomplete(let inflatedBytes):
                 throw DaemonError(
-                    "The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported; submit the whole file."
+                    "The gzip data is incomplete: it does not end with the gzip trailer for the \(inflatedBytes) bytes it inflates to (a truncated download or copy? `gzip -t` checks a file). Nothing was imported.",
+                    advice: "Submit the whole file."
                 )
             }
         }
@@ -211,7 +216,8 @@ actor Spooler {
         // power loss must not leave a queued job whose input the page cache held.
         do { try handle.synchronize() } catch {
             throw DaemonError(
-                "Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported; check the disk of \(directory), then submit the file again.",
+                "Could not write the spooled upload to disk: \(Self.reason(error)). Nothing was imported.",
+                advice: "Check the disk of \(directory), then submit the file again.",
                 unavailable: true)
         }
         try handle.close()
@@ -306,20 +312,24 @@ actor Spooler {
         case .malformed(let line, let reason):
             guard mapper != nil else {
                 throw DaemonError(
-                    "The CSV header on line \(line) cannot be read: its \(reason). Nothing was imported; fix the header and submit the file again."
+                    "The CSV header on line \(line) cannot be read: its \(reason). Nothing was imported.",
+                    advice: "Fix the header and submit the file again."
                 )
             }
             envelope = SpoolEnvelope(_line: line, record: nil, _reject: reason)
         case .unterminated(let line):
             // Every row after it was read as part of one field: none of them can be trusted.
             throw DaemonError(
-                "The CSV has a quoted field opened on line \(line) that is never closed, so every line after it was read as that one field. Nothing was imported; fix the quoting (a quote inside a quoted field is written \"\") and submit the file again."
+                "The CSV has a quoted field opened on line \(line) that is never closed, so every line after it was read as that one field. Nothing was imported.",
+                advice: "Fix the quoting (a quote inside a quoted field is written \"\") and submit the file again."
             )
         case .fields(let fields, let line):
             guard let mapper else {
                 let flavor = format == .bugzillaCSV ? CSVBugMapper.Flavor.bugzilla : .jira
                 do { mapper = try CSVBugMapper(header: fields, flavor: flavor, mapping: columns) } catch {
-                    throw DaemonError("\((error as? ImportError)?.message ?? "\(error)") Nothing was imported.")
+                    let refusal = error as? ImportError
+                    throw DaemonError(
+                        "\(refusal?.statement ?? "\(error)") Nothing was imported.", advice: refusal?.advice ?? "")
                 }
                 return
             }
@@ -343,7 +353,7 @@ actor Spooler {
             decision = try FormatSniffer(declared: declared, columns: columns, maximumRecordBytes: maximumRecordBytes)
                 .decide(sniffed, final: final, insideGzip: gzip != nil)
         } catch {
-            throw DaemonError(error.message)
+            throw DaemonError(error.statement, advice: error.advice)
         }
         // A UTF-8 byte order mark is not part of the data, and the sniffer left it out.
         if sniffed.starts(with: [0xEF, 0xBB, 0xBF]) { sniffed.removeFirst(3) }
@@ -360,7 +370,8 @@ actor Spooler {
         try checkFreeSpace(for: Int64(output.count))
         do { try handle.write(contentsOf: output) } catch {
             throw DaemonError(
-                "Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported; check the disk of \(directory) (is it full?), then submit the file again.",
+                "Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported.",
+                advice: "Check the disk of \(directory) (is it full?), then submit the file again.",
                 unavailable: true)
         }
         bytesWritten += Int64(output.count)
@@ -371,7 +382,8 @@ actor Spooler {
         var status = stat()
         if fstat(handle.fileDescriptor, &status) == 0, status.st_nlink == 0 {
             throw DaemonError(
-                "The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported; submit the file again.",
+                "The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported.",
+                advice: "Submit the file again.",
                 unavailable: true)
         }
     }
@@ -394,7 +406,8 @@ actor Spooler {
             gzip != nil && bytesWritten > 0
             ? " (gzip data inflated to \(Self.mebibytes(Int64(members.inflatedBytes))) so far)" : ""
         throw DaemonError(
-            "The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported; free space there, or import the file in parts.",
+            "The upload was stopped after spooling \(Self.mebibytes(Int64(bytesWritten)))\(inflation): the file system of \(directory) has \(Self.mebibytes(free)) free, and spooling on would leave less than the \(Self.mebibytes(reserve)) squasherd keeps free for the store. Nothing was imported.",
+            advice: "Free space there, or import the file in parts.",
             unavailable: true)
     }
 

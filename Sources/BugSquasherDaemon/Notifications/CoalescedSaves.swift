@@ -13,13 +13,11 @@ struct QueuedSave: Sendable {
 /// version of each object, its changed keys merged; an object deleted last is only deleted, and
 /// one inserted and deleted in between is gone.
 ///
-/// An import's chunks each insert new objects and update a few older ones (the project whose
-/// `bugs` grew, a bug edited meanwhile). While the saves' inserted and deleted objects are
-/// disjoint, only the updated ones are merged by object; the inserted and deleted lists stay in
-/// their saves (``disjoint``), so that they are neither hashed nor encoded again: merging them
-/// is concatenation. That is checked cheaply, with the range of primary keys inserted per
-/// entity and the set of deleted objects; the first save that may insert, update or delete an
-/// object inserted or deleted before switches to merging every object.
+/// While the saves' inserted and deleted objects are disjoint, as an import's chunks are, only the
+/// updated ones are merged by object: the other lists stay in their saves (``disjoint``), neither
+/// hashed nor encoded again, until a save may touch an object inserted or deleted before.
+///
+/// Why it is built this way: docs/PROTOCOL.md, "Backpressure".
 struct CoalescedSaves: Sendable {
     /// The token of the newest save merged (or skipped).
     var token: HistoryToken = .zero

@@ -5,12 +5,9 @@ import BugSquasherGraph
 /// do. It holds no continuation and no closure, so a test drives it with plain events;
 /// ``Subscription`` keeps it under a mutex and carries its actions out.
 ///
-/// A subscriber that keeps up receives every save on its own, written at once by the publisher
-/// when the feed's task is waiting (``OfferAction/sendNow(_:)``). One that falls more than
-/// ``behindAfterSaves`` saves behind has them coalesced into one when it reads next. Past
-/// ``pendingLimit`` changed objects the mailbox is dropped, and the next event tells the
-/// subscriber to resync from the last token it was sent. Why the limits are what they are:
-/// docs/PROTOCOL.md, "Backpressure".
+/// A subscriber that keeps up gets each save on its own (``OfferAction/sendNow(_:)``); one more than
+/// ``behindAfterSaves`` saves behind gets them coalesced; past ``pendingLimit`` changed objects, it is
+/// told to resync. Why the limits are what they are: docs/PROTOCOL.md, "Backpressure".
 struct Mailbox {
     /// What the subscriber's connection sends next.
     enum Event: Sendable {

@@ -6,17 +6,11 @@ import Synchronization
 /// ``Mailbox`` of pending notifications, under one mutex; this class carries out what the
 /// mailbox decides (waking the feed's task, writing a live save, freeing a dropped mailbox).
 ///
-/// A registered object is held either with its values or as a fault (never loaded). Updates are
-/// sent for the first kind only: a fault reads the current values when it fires, so an update
-/// would only wake the subscriber to refresh nothing — for a to-one target such as a bug's
-/// project, which every import chunk updates (its `bugs` grew), that is one wake-up per chunk
-/// per subscriber. Deletions are sent for both.
+/// An object registered as a fault is sent its deletion but not its updates. The importer never
+/// waits for a subscriber: ``offer(_:withoutValues:encodings:index:)`` runs on the store's writer
+/// after each commit and only filters the save and queues it, sharing its arrays.
 ///
-/// The importer never waits for a subscriber: ``offer(_:withoutValues:encodings:index:)`` runs
-/// on the store's writer, right after each commit, and only filters the save and hands it to
-/// the mailbox under the mutex (the save's arrays are shared with the hub and the other
-/// subscribers, not copied); merging a slow subscriber's saves waits until it reads, on its own
-/// task.
+/// Why it is built this way: docs/PROTOCOL.md, "The change feed" (Faults) and "Backpressure".
 final class Subscription: Sendable {
     /// What the subscriber's connection sends next.
     typealias Event = Mailbox.Event
@@ -97,14 +91,11 @@ final class Subscription: Sendable {
 
     // MARK: Registrations
 
-    /// Registers IDs (a set: registering an ID twice is harmless; the client library counts
-    /// references and sends only first registrations and last unregistrations); returns how
-    /// many IDs are registered.
+    /// Registers IDs (a set: registering one twice is harmless); returns how many are registered.
     ///
-    /// - Parameter versions: the versions held, one per ID (0: a fault). Without them every
-    ///   ID is held with values, so that a client that sends none misses nothing. Registering
-    ///   a fault again with a version upgrades it; nothing downgrades a held object but
-    ///   `unregister(_:)`.
+    /// - Parameter versions: the versions held, one per ID (0: a fault). Without them every ID is held
+    ///   with values, so a client that sends none misses nothing. Registering again can only upgrade a
+    ///   hold (a fault to values); `unregister(_:)` alone removes one.
     /// - Throws: ``RegistrationLimitExceeded``, registering none of the IDs, when the new ones
     ///   would take this subscription or all of them together past ``registrationLimits``.
     func register(_ ids: [ObjectID], versions: [Int64]? = nil) throws(RegistrationLimitExceeded) -> Int {
@@ -141,13 +132,9 @@ final class Subscription: Sendable {
     /// Queues a save (filtered to the registered IDs when asked); never blocks, and costs a
     /// filter and an append: merging a slow subscriber's saves waits until it reads.
     ///
-    /// - Parameters:
-    ///   - withoutValues: the save without row values, which a queued save keeps for a
-    ///     subscriber that did not ask for them; the hub computes it once for all subscribers.
-    ///   - encodings: the save's shared encodings, one per set of options, for a subscriber
-    ///     that receives the whole save; `nil` when nothing is shared.
-    ///   - index: the save indexed for filtering, built once for every subscriber that filters
-    ///     to its registrations.
+    /// The hub builds the other arguments once for all subscribers: `withoutValues`, the save without
+    /// row values (queued for a subscriber that did not ask for them); `encodings`, its shared encodings
+    /// per set of options (`nil` when none); `index`, the save indexed for filtering to registrations.
     func offer(
         _ didSave: DidSave, withoutValues: () -> DidSave, encodings: SharedEncodings? = nil, index: SaveIndex? = nil
     ) {

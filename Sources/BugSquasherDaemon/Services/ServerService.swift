@@ -1,7 +1,8 @@
 import BugSquasherTransport
 import ServiceLifecycle
 
-/// Runs one socket server until graceful shutdown.
+/// Runs one socket server until graceful shutdown; a socket it cannot serve fails it with what
+/// to do in squasherd's terms (``TransportError/wordedForSquasherdOperator``).
 struct ServerService: Service {
     let server: VarlinkServer
     let ready: ReadyLatch
@@ -15,6 +16,9 @@ struct ServerService: Service {
                     ready.arrive()
                 })
             }
-        } catch is CancellationError {}
+        } catch is CancellationError {
+        } catch let error as TransportError {
+            throw error.wordedForSquasherdOperator
+        }
     }
 }

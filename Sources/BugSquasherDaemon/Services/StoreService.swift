@@ -50,11 +50,12 @@ struct StoreService: Service {
         do {
             try store.writeCopy(to: copy)
             fileLoss.rescued(
-                "What it held, every save included, is copied to \(copy). Move that copy to \(path) and start squasherd again.\(moved)"
-            )
+                "What it held, every save included, is copied to \(copy).\(moved)",
+                advice: "Move that copy to \(path) and start squasherd again.")
         } catch {
             fileLoss.rescued(
-                "Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was lost are lost with it, unless the directory was moved rather than removed: then the store in its new place holds them. Otherwise restore the store from a backup."
+                "Copying what it held to \(copy) failed too (\((error as? GraphError)?.message ?? "\(error)")); the saves since the file was lost are lost with it, unless the directory was moved rather than removed: then the store in its new place holds them.",
+                advice: "Otherwise restore the store from a backup."
             )
         }
     }

@@ -23,39 +23,50 @@ extension SquasherDaemon {
     /// a dangling link) and a state directory this user cannot write, with the reason.
     func prepareDirectories() throws {
         // A socket path that cannot be bound is refused before the store is created.
-        for path in [readAddress.path, writeAddress.path].compactMap(\.self) { try VarlinkServer.checkSocketPath(path) }
+        do {
+            for path in [readAddress.path, writeAddress.path].compactMap(\.self) {
+                try VarlinkServer.checkSocketPath(path)
+            }
+        } catch let error as TransportError {
+            throw error.wordedForSquasherdOperator
+        }
         for directory in [configuration.stateDirectory, configuration.spoolDirectory, configuration.runtimeDirectory] {
             do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
                 var isDirectory: ObjCBool = false
                 if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue
                 {
                     throw DaemonError(
-                        "Cannot use \(directory) as a directory: a file is there. Move it away, or point --state-directory/--runtime-directory elsewhere."
+                        "Cannot use \(directory) as a directory: a file is there.",
+                        advice: "Move it away, or point --state-directory/--runtime-directory elsewhere."
                     )
                 }
                 if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: directory) {
                     // The system's "file exists" would send the operator looking for a file.
                     throw DaemonError(
-                        "Cannot use \(directory) as a directory: it is a symbolic link to \(target), which leads to no directory (a missing place, or a loop of links). Mend the link, or point --state-directory/--runtime-directory elsewhere."
+                        "Cannot use \(directory) as a directory: it is a symbolic link to \(target), which leads to no directory (a missing place, or a loop of links).",
+                        advice: "Mend the link, or point --state-directory/--runtime-directory elsewhere."
                     )
                 }
                 let reason = error.localizedDescription.trimmingCharacters(in: CharacterSet(charactersIn: ". "))
                 throw DaemonError(
-                    "Cannot create \(directory): \(reason). Create it, or point --state-directory/--runtime-directory elsewhere."
+                    "Cannot create \(directory): \(reason).",
+                    advice: "Create it, or point --state-directory/--runtime-directory elsewhere."
                 )
             }
         }
         guard FileManager.default.isWritableFile(atPath: configuration.stateDirectory) else {
             if SQLiteStore.isOnReadOnlyFileSystem(configuration.stateDirectory) {
                 throw DaemonError(
-                    "The state directory \(configuration.stateDirectory) is on a file system mounted read-only; remount it read-write, or choose another --state-directory."
+                    "The state directory \(configuration.stateDirectory) is on a file system mounted read-only.",
+                    advice: "Remount it read-write, or choose another --state-directory."
                 )
             }
-            if let problem = SQLiteStore.markProblem(of: [configuration.stateDirectory]) {
-                throw DaemonError("The state directory cannot be written: \(problem).")
+            if let marked = SQLiteStore.markedFile(of: [configuration.stateDirectory]) {
+                throw DaemonError("The state directory cannot be written: \(marked.problem).", advice: marked.advice)
             }
             throw DaemonError(
-                "The state directory \(configuration.stateDirectory) is not writable by this user; fix its permissions or choose another one."
+                "The state directory \(configuration.stateDirectory) is not writable by this user.",
+                advice: "Fix its permissions or choose another one."
             )
         }
     }
@@ -80,7 +91,8 @@ extension SquasherDaemon {
             stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
         } catch let error as GraphError {
             throw DaemonError(
-                "Refusing to start: the store \(configuration.storePath) cannot be used. \(error.message)")
+                "Refusing to start: the store \(configuration.storePath) cannot be used. \(error.statement)",
+                advice: error.advice)
         }
         if storeLock == nil { storeLock = try StoreFileLock(path: configuration.storePath) }
         try checkSoundness(of: stack)
@@ -96,11 +108,13 @@ extension SquasherDaemon {
             let findings: [String]
             do { findings = try store.quickCheck() } catch let error as GraphError {
                 throw DaemonError(
-                    "Refusing to start: the store \(configuration.storePath) cannot be read. \(error.message)")
+                    "Refusing to start: the store \(configuration.storePath) cannot be read. \(error.statement)",
+                    advice: error.advice)
             }
             guard findings == ["ok"] else {
                 throw DaemonError(
-                    "Refusing to start: the store \(configuration.storePath) is damaged (\(findings.prefix(3).joined(separator: "; "))). Restore it from a backup, or move it away to start with an empty store and re-import."
+                    "Refusing to start: the store \(configuration.storePath) is damaged (\(findings.prefix(3).joined(separator: "; "))).",
+                    advice: "Restore it from a backup, or move it away to start with an empty store and re-import."
                 )
             }
         }
@@ -151,12 +165,16 @@ extension SquasherDaemon {
         }
         guard FileManager.default.fileExists(atPath: path) else {
             throw DaemonError(
-                "Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran. Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory)."
+                "Refusing to start: the store \(path) is missing, and \(directory)/\(rescued) is the copy squasherd wrote when the store file was deleted while it ran.",
+                advice:
+                    "Move that copy to \(path) to go on with it; or, to start over with an empty store, move it out of \(directory)."
             )
         }
         if let copy = modified(directory + "/" + rescued), let store = modified(path), copy > store {
             throw DaemonError(
-                "Refusing to start: \(directory)/\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted while it ran, and it is newer than the store \(path), which may lack the saves since. Move the copy to \(path) to go on with it (keep the old file elsewhere until you are sure); or, to go on with the store as it is, move the copy out of \(directory)."
+                "Refusing to start: \(directory)/\(rescued) is the copy squasherd wrote when the store or its write-ahead log was deleted while it ran, and it is newer than the store \(path), which may lack the saves since.",
+                advice:
+                    "Move the copy to \(path) to go on with it (keep the old file elsewhere until you are sure); or, to go on with the store as it is, move the copy out of \(directory)."
             )
         }
     }
@@ -170,7 +188,9 @@ extension SquasherDaemon {
         let path = SQLiteStore.resolvedPath(configuredPath)
         // Before the store lock opens the file, which would block on a FIFO (SQLiteStore checks
         // again for its other users).
-        if let problem = SQLiteStore.notFilesProblem(path) { throw DaemonError("Refusing to start: \(problem)") }
+        if let why = SQLiteStore.notFilesProblem(path) {
+            throw DaemonError("Refusing to start: \(why.problem).", advice: why.advice)
+        }
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size == 0,
             // A log with commits rebuilds the store; an empty one left beside it does not.
             !SQLiteStore.logMayHoldCommits(path),
@@ -178,7 +198,8 @@ extension SquasherDaemon {
             !FileManager.default.fileExists(atPath: SQLiteStore.creationMarkerPath(for: path))
         else { return }
         throw DaemonError(
-            "Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place. Restore the file from a backup; or, to start over with an empty store, delete it."
+            "Refusing to start: the store \(path) is an empty file (0 bytes). squasherd creates the store itself when the file is missing, so an empty one is a store that was truncated or replaced; starting on it would serve an empty store in its place.",
+            advice: "Restore the file from a backup; or, to start over with an empty store, delete it."
         )
     }
 

@@ -77,11 +77,12 @@ extension SquasherDaemon {
         }
         try? await wiring.writeSocketThread.shutdown()
         if let loss = wiring.fileLoss.problem {
-            throw DaemonError("Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)")
+            throw DaemonError(
+                "Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)", advice: loss.advice)
         }
         if let problem = wiring.socketGuard.problem {
             throw DaemonError(
-                "Stopped because \(problem) while squasherd ran. Start it again: it binds its sockets anew.")
+                "Stopped because \(problem) while squasherd ran.", advice: "Start it again: it binds its sockets anew.")
         }
         logger.info("stopped")
     }
@@ -121,7 +122,8 @@ extension SquasherDaemon {
         let service = VarlinkService(
             vendor: "BugSquasher", product: "squasherd", version: BugSquasherVersion.current,
             url: "https://github.com/bugsquasher/bugsquasher",
-            interfaces: [changes, store, jobs, imports]
+            interfaces: [changes, store, jobs, imports],
+            internalError: { VarlinkError.internalError($0) }
         )
         return Interfaces(service: service, runner: runner, imports: imports, status: status)
     }
@@ -140,13 +142,13 @@ extension SquasherDaemon {
                 name: "read", address: readAddress, mayWrite: false, service: service,
                 maximumMessageSize: configuration.maximumMessageSize,
                 connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget,
-                logger: logger
+                wording: .squasherd, logger: logger
             ),
             VarlinkServer(
                 name: "write", address: writeAddress, mayWrite: true, service: service,
                 maximumMessageSize: configuration.maximumMessageSize,
                 connectionLimit: connectionLimit, incomingBudget: incomingBudget, outgoingBudget: outgoingBudget,
-                group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
+                wording: .squasherd, group: writeSocketThread.loop, executor: writeSocketThread, logger: logger
             ),
         ]
     }

@@ -123,7 +123,8 @@ extension ContextCore {
         guard !id.isTemporary else {
             throw GraphError(
                 .objectNotFound,
-                "\(id) is a temporary ID that this context does not hold; pass permanent IDs between contexts (save first)."
+                "\(id) is a temporary ID that this context does not hold.",
+                advice: "Pass permanent IDs between contexts (save first)."
             )
         }
         let object = self.object(for: id)

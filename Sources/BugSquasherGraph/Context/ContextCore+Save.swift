@@ -35,7 +35,8 @@ extension ContextCore {
         guard problems.isEmpty else {
             var error = GraphError(
                 .validation,
-                "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : ""). Fix these objects, or roll back."
+                "The save was refused: \(problems.prefix(20).joined(separator: "; "))\(problems.count > 20 ? "; and \(problems.count - 20) more" : "").",
+                advice: "Fix these objects, or roll back."
             )
             error.problems = problems
             throw error
@@ -164,7 +165,8 @@ extension ContextCore {
                     lost.prefix(3).map { "\($0.objectID)" }.joined(separator: ", ") + (lost.count > 3 ? ", …" : "")
                 throw GraphError(
                     .mergeConflict,
-                    "\(lost.count) object(s) this context changed were deleted in the store meanwhile (\(named)); nothing was saved. Fetch them again to save them anew.",
+                    "\(lost.count) object(s) this context changed were deleted in the store meanwhile (\(named)); nothing was saved.",
+                    advice: "Fetch them again to save them anew.",
                     conflicts: lost)
             }
         }

@@ -129,7 +129,8 @@ final class ContextCore {
                         target,
                         GraphError(
                             .objectNotFound,
-                            "\(id) has no row in the store: it was deleted, or never saved. Drop the object, or fetch again."
+                            "\(id) has no row in the store: it was deleted, or never saved.",
+                            advice: "Drop the object, or fetch again."
                         ))
                 }
             }

@@ -1,25 +1,14 @@
 public import Logging
 import Synchronization
 
-/// A scratchpad of objects — Core Data's `NSManagedObjectContext`.
-///
-/// Each context is an actor: its objects live on its executor and never leave it (they are not
-/// `Sendable`). Work with objects inside ``perform(_:)``, and pass ``ObjectID``s between
-/// contexts.
+/// A scratchpad of objects — Core Data's `NSManagedObjectContext` — and an actor whose objects never
+/// leave it (they are not `Sendable`): work with them in ``perform(_:)``, pass ``ObjectID``s between
+/// contexts, and ``save()`` to the store or, for a child context, into its parent.
 ///
 /// ```swift
-/// let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump)
-/// let id = try await context.perform { context in
-///     let bug = context.insert(Bug.self)
-///     bug.key = "TIMOB-1"
-///     bug.title = "Crash on launch"
-///     try context.saveToStore()
-///     return bug.objectID
-/// }
+/// try await context.perform { context in context.insert(Bug.self).key = "TIMOB-1" }
+/// try await context.save()
 /// ```
-///
-/// A context may have a parent context instead of saving to the store: its ``save()`` pushes
-/// its changes into the parent, which saves them later (``saveToPersistentStore()`` does both).
 public actor ObjectContext {
     /// A name for logs and debugging.
     public let name: String
@@ -32,13 +21,10 @@ public actor ObjectContext {
     private let readOnlyReason = Mutex<String?>(nil)
     private let didSaveHandler: (@Sendable (DidSave) async -> Void)?
 
-    /// Creates a context on a coordinator.
+    /// Creates a context on a coordinator, whose store it reads and saves to.
     ///
     /// - Parameters:
-    ///   - coordinator: the coordinator whose store the context reads and saves to.
     ///   - mergePolicy: how a save resolves conflicts with changes saved meanwhile.
-    ///   - name: a name for logs and messages.
-    ///   - logger: where the context logs (at info and below).
     ///   - savesAreBulk: whether the context's saves are bulk work, such as an import's chunks
     ///     (see ``EditsFirst``).
     ///   - didSave: called after each save that reached the store, with its did-save (a stack
@@ -258,7 +244,7 @@ public actor ObjectContext {
         guard parent == nil else {
             throw GraphError(
                 .invalidArgument,
-                "Context '\(name)' is a child context; call save() to push its changes into its parent.")
+                "Context '\(name)' is a child context.", advice: "Call save() to push its changes into its parent.")
         }
         return try core.saveToStore()
     }

@@ -1,17 +1,13 @@
 import Synchronization
 
 /// Routes a context's requests to its store and keeps the row cache — Core Data's
-/// `NSPersistentStoreCoordinator`.
-///
-/// The row cache holds the values and version of every object some context of this coordinator
-/// has registered, so that a second context faulting the same object does not go back to the
-/// store. Entries are reference-counted by registrations and dropped when the last context lets
-/// go, so memory follows what contexts hold, not what passed through. Registrations are also
-/// forwarded to the store (``IncrementalStore/didRegister(_:)``).
+/// `NSPersistentStoreCoordinator`. The cache holds the values and version of each object its
+/// contexts registered, so a second context faulting it does not go back to the store; entries
+/// are counted by registrations (forwarded to ``IncrementalStore/didRegister(_:)``), so memory
+/// follows what contexts hold.
 ///
 /// ```swift
-/// let coordinator = try StoreCoordinator(model: model, store: InMemoryStore())
-/// let context = ObjectContext(coordinator: coordinator)
+/// let context = ObjectContext(coordinator: try StoreCoordinator(model: model, store: InMemoryStore()))
 /// ```
 public final class StoreCoordinator: Sendable {
     /// The model the store was opened with.

@@ -1,16 +1,14 @@
-/// The error every object-graph operation throws.
-///
-/// Like NIOFS's `FileSystemError`, it carries a ``Code`` (a struct over a private enum, so that new
-/// codes do not break callers that switch over the ones they know), a message that says what to
-/// do, an optional underlying cause, and the place where it happened.
+public import BugSquasherErrors
+
+/// The error every object-graph operation throws: a ``Code`` (a struct over a private enum, so new
+/// codes break no caller's switch), a statement of what happened and, apart from it, the advice
+/// (``ExplainedError``), an optional underlying cause, and the place where it happened.
 ///
 /// ```swift
 /// do { try await context.save() }
-/// catch let error as GraphError where error.code == .mergeConflict {
-///     print(error.conflicts.map(\.objectID))
-/// }
+/// catch let error as GraphError where error.code == .mergeConflict { print(error.conflicts.map(\.objectID)) }
 /// ```
-public struct GraphError: Error, Sendable, CustomStringConvertible {
+public struct GraphError: ExplainedError, Sendable {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Wrapped: String, Hashable, Sendable {
@@ -52,8 +50,12 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
 
     /// What kind of failure this is.
     public var code: Code
-    /// What happened and what to do about it.
-    public var message: String
+    /// What happened, without advice.
+    public var statement: String
+    /// What to do about it; empty when there is nothing to do.
+    public var advice: String
+    /// The statement followed by the advice.
+    public var message: String { Self.joined(statement, advice) }
     /// The error that caused this one, if any (a GRDB `DatabaseError`, say).
     public var cause: (any Error & Sendable)?
     /// The conflicts of a failed save under the `.error` merge policy; empty otherwise.
@@ -67,19 +69,22 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
     /// Creates an error; `file` and `line` default to the caller's position.
     public init(
         _ code: Code,
-        _ message: String,
+        _ statement: String,
+        advice: String = "",
         cause: (any Error & Sendable)? = nil,
         conflicts: [MergeConflict] = [],
         file: String = #fileID,
         line: Int = #line
     ) {
         self.code = code
-        self.message = message
+        self.statement = statement
+        self.advice = advice
         self.cause = cause
         self.conflicts = conflicts
         self.location = SourceLocation(file: file, line: line)
     }
 
+    /// The code, the statement and the advice, and the cause.
     public var description: String {
         var text = "\(code): \(message)"
         if let cause { text += " (cause: \(cause))" }

@@ -1,8 +1,6 @@
-/// A filter on an entity's objects, evaluated by the store (SQL for SQLiteStore) or in memory
-/// (InMemoryStore, unsaved objects, live queries) with the same meaning.
-///
-/// Key paths name an attribute (`"status"`), or follow to-one relationships to one
-/// (`"project.key"`). Build predicates with ``Key``:
+/// A filter on an entity's objects, with one meaning whether the store evaluates it (SQL for
+/// SQLiteStore) or memory does (InMemoryStore, unsaved objects, live queries). Key paths name an
+/// attribute (`"status"`) or follow to-one relationships to one (`"project.key"`). Build it with ``Key``:
 ///
 /// ```swift
 /// let open: ObjectPredicate = Key("status") == "Open" && Key("project.key").in(["TIMOB", "ALOY"])

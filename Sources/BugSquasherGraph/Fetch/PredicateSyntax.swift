@@ -4,17 +4,11 @@ import Foundation
 ///
 /// ```
 /// status == "Open" AND (priority IN ("High", "Critical") OR title CONTAINS[c] "crash")
-/// project.key BEGINSWITH "TI" AND NOT resolution == nil AND created >= "2012-01-01T00:00:00Z"
-/// project == "x-bugsquasher://6F1C…/Project/p3"
 /// ```
 ///
-/// Operators: `==`, `!=`, `<`, `<=`, `>`, `>=`, `IN (…)`, `CONTAINS`, `CONTAINS[c]`,
-/// `BEGINSWITH`, combined with `AND`/`&&`, `OR`/`||`, `NOT`/`!` and parentheses; `TRUEPREDICATE`
-/// matches everything. Values are double-quoted strings (with JSON's escapes: `\"`, `\\`, `\n`,
-/// `\t`, `\u00E9` and the others; an unknown escape is an error), numbers,
-/// `true`, `false` and `nil`. Strings compared with date attributes are ISO 8601 dates, and
-/// strings compared with to-one relationships are object ID URIs: ``coerced(for:in:)`` converts
-/// them once the entity is known.
+/// Also `!=`, `<`, `<=`, `>`, `>=`, `CONTAINS`, `BEGINSWITH`, `&&`, `||`, `NOT`/`!` and `TRUEPREDICATE`;
+/// values are strings with JSON's escapes (an unknown one is an error), numbers, `true`, `false`, `nil`.
+/// ``coerced(for:in:)`` reads strings compared with dates or to-one relationships as dates or object IDs.
 extension ObjectPredicate {
     /// Parses the text syntax.
     ///
@@ -114,7 +108,8 @@ extension ObjectPredicate {
                 guard op == .equal || op == .notEqual else {
                     throw GraphError(
                         .invalidArgument,
-                        "'\(keyPath)' is a relationship: compare it with == or != to an object ID URI or nil.")
+                        "'\(keyPath)' is a relationship.",
+                        advice: "Compare it with == or != to an object ID URI or nil.")
                 }
                 let id: ObjectID?
                 switch value {
@@ -127,7 +122,8 @@ extension ObjectPredicate {
                     id = parsed
                 default:
                     throw GraphError(
-                        .invalidArgument, "'\(keyPath)' is a relationship: compare it with an object ID URI or nil.")
+                        .invalidArgument, "'\(keyPath)' is a relationship.",
+                        advice: "Compare it with an object ID URI or nil.")
                 }
                 let predicate = ObjectPredicate.relationship(keyPath: keyPath, id)
                 return op == .equal ? predicate : .not(predicate)
@@ -158,7 +154,9 @@ extension ObjectPredicate {
         }
         throw GraphError(
             .invalidArgument,
-            "'\(keyPath)' is not a key path of \(entity.name): use one of its attributes (\(entity.attributes.map(\.name).joined(separator: ", "))) or a to-one chain like 'project.key'."
+            "'\(keyPath)' is not a key path of \(entity.name).",
+            advice:
+                "Use one of its attributes (\(entity.attributes.map(\.name).joined(separator: ", "))) or a to-one chain like 'project.key'."
         )
     }
 

@@ -36,17 +36,13 @@ public struct LiveQueryChanges: Sendable, Hashable {
 }
 
 /// A live query — Core Data's `NSFetchedResultsController`: a fetch request whose results follow
-/// every save of its context and every did-save merged into it.
+/// every save of its context and every did-save merged into it. It lives in its context (it is not
+/// `Sendable`) and stops updating when released.
 ///
 /// ```swift
-/// try await stack.mainContext.perform { context in
-///     let open = try context.liveQuery(FetchRequest<Bug>(predicate: Key("status") == "Open",
-///                                                         sort: [Key("key").ascending]))
-///     open.onChange = { changes in print(changes.inserted.count, "new open bugs") }
-/// }
+/// let open = try context.liveQuery(FetchRequest<Bug>(predicate: Key("status") == "Open"))
+/// open.onChange = { changes in print(changes.inserted.count, "new open bugs") }
 /// ```
-///
-/// The query lives in its context (it is not `Sendable`) and stops updating when released.
 public final class LiveQuery<Object: ManagedObject>: LiveQueryUpdating {
     /// The query's request.
     public let request: FetchRequest<Object>

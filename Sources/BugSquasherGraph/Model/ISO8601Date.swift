@@ -1,31 +1,13 @@
 public import Foundation
 
-/// The strict ISO 8601 timestamp parser every date squasherd reads goes through: import records,
-/// `Import.Update` values and predicates — so that one text is one instant everywhere — and the
-/// timestamps of Jira's REST API (`2011-04-15T02:23:39.000+0000`).
+/// The strict ISO 8601 timestamp parser every date squasherd reads goes through (import records,
+/// `Import.Update` values, predicates, Jira's `2011-04-15T02:23:39.000+0000`): one text is one
+/// instant everywhere, bit for bit, and a date that does not exist (`2020-02-30`) is refused.
 ///
-/// It reads the bytes by hand instead of going through `DateFormatter` or `ISO8601FormatStyle`
-/// (an import parses three to five dates per issue, tens of thousands of issues at a time), and
-/// computes the epoch seconds with the days-from-civil algorithm, so the same text always gives
-/// the same `Date`, bit for bit: re-importing an unchanged issue then changes nothing. It
-/// refuses what does not exist, where Foundation's parser rolls it over (`2020-02-30` to
-/// March 1st, `24:00` to the next day, the days 1582 skipped to ten days later).
+/// Forms: `2011-04-15T02:23[:39[.000]]` with a zone (`Z`, `+0100`, `+01:00`, `+01`), and `2011-04-15`
+/// (midnight UTC); years 0001–9999, proleptic Gregorian. A time without a zone is ambiguous, refused.
 ///
-/// Accepted forms (proleptic Gregorian calendar; the instant, in UTC, in the years 0001–9999,
-/// which ISO 8601 writes with four digits: ``format(_:fractionalSeconds:)`` writes every date
-/// it accepts in a form it reads back, and other programs read):
-/// - `2011-04-15T02:23:39.000+0000` (Jira's own), any number of fractional digits or none;
-/// - the zone as `Z`, `+0100`, `+01:00` or `+01`;
-/// - `2011-04-15T02:23` (no seconds), still with a zone;
-/// - `2011-04-15`, read as midnight UTC.
-///
-/// A time without a zone is ambiguous and rejected.
-///
-/// ```swift
-/// ISO8601Date.parse("2011-04-15T02:23:39.000+0000")  // 2011-04-15 02:23:39 UTC
-/// ISO8601Date.parse("2011-04-15T03:23:39+01:00")     // the same instant
-/// ISO8601Date.parse("2011-02-30")                    // nil
-/// ```
+/// Why it is built this way: docs/DESIGN-NOTES.md, "Every date goes through one strict parser".
 public enum ISO8601Date {
     /// The instants ISO 8601 writes with a four-digit year: 0001-01-01 to 9999-12-31, UTC.
     public static let fourDigitYears =

@@ -28,7 +28,8 @@ public final class ManagedObjectModel: Sendable {
         for entity in entities {
             guard byName.updateValue(entity, forKey: entity.name) == nil else {
                 throw GraphError(
-                    .invalidArgument, "The model defines entity '\(entity.name)' twice; give each entity a unique name."
+                    .invalidArgument, "The model defines entity '\(entity.name)' twice.",
+                    advice: "Give each entity a unique name."
                 )
             }
         }
@@ -199,11 +200,14 @@ public struct ModelMigration: Sendable, Hashable {
         guard problems.isEmpty else {
             let newer =
                 storeHasMore
-                ? " The store has what this model lacks, so it was most likely written by a newer version of the software: run that version (or a later one) on it, since a store is never migrated back."
+                ? " The store has what this model lacks, so it was most likely written by a newer version of the software, and a store is never migrated back."
                 : ""
             throw GraphError(
                 .incompatibleModel,
-                "The store was written with an incompatible model: \(problems.joined(separator: "; ")).\(newer) Only adding optional attributes (or attributes with a default) migrates automatically; open the store with the model it was written with, or export and re-import the data."
+                "The store was written with an incompatible model: \(problems.joined(separator: "; ")).\(newer) Only adding optional attributes (or attributes with a default) migrates automatically.",
+                advice: storeHasMore
+                    ? "Run that version (or a later one) on it."
+                    : "Open the store with the model it was written with, or export and re-import the data."
             )
         }
         return ModelMigration(addedAttributes: added)

@@ -1,12 +1,9 @@
 import Foundation
 
 /// A string that is equal, hashed and ordered by its UTF-8 bytes, the way the store compares text
-/// (SQLite's `BINARY` collation), and not by Swift's canonical equivalence.
-///
-/// Swift's `String` calls `"CAF\u{C9}"` and `"CAFE\u{301}"` equal: both read "CAFÉ". The store
-/// holds them as two different keys. A dictionary or set of unique keys that is meant to mirror
-/// the store's rows, such as an importer's map from bug key to object, must use `StoredText`, or
-/// two stored keys fall into one entry and one of their records is lost.
+/// (SQLite's `BINARY` collation), not by Swift's canonical equivalence: `"CAF\u{C9}"` and
+/// `"CAFE\u{301}"` are two keys in the store. A dictionary or set meant to mirror the store's rows
+/// (an importer's bugs by key) must use it, or two records fall into one entry and one is lost.
 ///
 /// ```swift
 /// var bugs: [StoredText: Bug] = [:]

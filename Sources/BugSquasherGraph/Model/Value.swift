@@ -1,10 +1,8 @@
 public import Foundation
 
-/// One attribute value, as it travels between objects, coordinators, stores and the wire.
-///
-/// Strings are equal, hashed and ordered by their UTF-8 bytes, as the store compares them (see
-/// ``StoredText``): setting a title to another Unicode form of the same text is a change, which
-/// is saved, and two keys the store holds apart are never one value here.
+/// One attribute value, as it travels between objects, coordinators, stores and the wire. Strings
+/// compare by their UTF-8 bytes, as the store does (see ``StoredText``): another Unicode form of a
+/// title is a change, which is saved, and two keys the store holds apart are never one value.
 ///
 /// ```swift
 /// bug["title"] = .string("Crash on launch")

@@ -1,24 +1,12 @@
 import OrderedCollections
 
-/// An object of the graph — Core Data's `NSManagedObject`.
-///
-/// An object lives in exactly one ``ObjectContext`` and never leaves it (it is not `Sendable`);
-/// pass its ``objectID`` instead. A fetched object is a *fault* until a property is read; the
-/// read fulfils it from the coordinator's row cache or the store. Setting a property to the value
-/// it already has changes nothing.
-///
-/// Subclass it per entity for typed properties:
+/// An object of the graph — Core Data's `NSManagedObject` — that lives in one ``ObjectContext`` and
+/// never leaves it (pass its ``objectID``). A fetched object is a *fault* until a property is read;
+/// setting a property to the value it has changes nothing. Subclass it per entity for typed properties:
 ///
 /// ```swift
 /// final class Bug: ManagedObject {
-///     var title: String {
-///         get { get("title") ?? "" }
-///         set { set("title", newValue) }
-///     }
-///     var project: Project? {
-///         get { related("project") }
-///         set { setRelated(newValue, for: "project") }
-///     }
+///     var title: String { get { get("title") ?? "" } set { set("title", newValue) } }
 /// }
 /// ```
 open class ManagedObject: Hashable, CustomStringConvertible {

@@ -1,15 +1,12 @@
 import Synchronization
 
 /// The identity of one object: store identifier + entity + primary key, or a temporary ID for an
-/// object inserted but not yet saved.
-///
-/// Object IDs are Sendable values: pass them between contexts, tasks and processes, never the
-/// objects themselves. Their URI form is stable and is what travels on the wire:
+/// object not saved yet. A `Sendable` value, passed between contexts, tasks and processes instead of
+/// the object; its stable URI form is what travels on the wire:
 ///
 /// ```swift
 /// let id = bug.objectID                       // x-bugsquasher://6F1C…/Bug/p42
 /// let same = ObjectID(uri: id.uriString)      // == id
-/// let bugAgain = try context.existingObject(with: same!)
 /// ```
 public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Comparable {
     /// The URI scheme of object IDs.

@@ -1,21 +1,10 @@
 import Foundation
 import Synchronization
 
-/// Gives an interactive save — an edit, a client's save — the machine for a moment after it
-/// commits, while bulk work (an import) waits, so that the save's did-save reaches its
-/// subscribers without an import in its way.
-///
-/// With a window W, bulk work that calls ``yieldToInteractiveSaves()`` pauses from the moment an
-/// interactive save gets the store's writer until W has passed since it committed (the store
-/// calls ``openWindow(at:)`` at both). A pause lasts at most W; after one, bulk work runs for at
-/// least three windows before it pauses again.
-///
-/// ```swift
-/// let editsFirst = EditsFirst(window: .milliseconds(20))
-/// let store = try SQLiteStore(url: url, editsFirst: editsFirst)
-/// // on a thread of bulk work, between records:
-/// editsFirst.yieldToInteractiveSaves()
-/// ```
+/// Gives an interactive save (an edit, a client's save) the machine for a moment after it commits:
+/// bulk work that calls ``yieldToInteractiveSaves()`` pauses from when the save gets the store's
+/// writer until ``window`` after it committed (the store calls ``openWindow(at:)`` at both), so the
+/// save's did-save reaches its subscribers without an import in its way.
 ///
 /// Why it is built this way: docs/DESIGN-NOTES.md, "Imports give way to edits".
 public final class EditsFirst: Sendable {

@@ -116,22 +116,7 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
         let handlers = commitHandlers.withLock { $0 }
         return try state.withLock { state in
             guard let model = state.model, let metadata = state.metadata else { throw notLoaded() }
-            var conflicts: [MergeConflict] = []
-            for row in changes.updated {
-                let current = state.tables[row.objectID.entityName]?[row.objectID.key]
-                if current?.version != row.expectedVersion {
-                    conflicts.append(
-                        MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: current))
-                }
-            }
-            for deletion in changes.deleted {
-                let current = state.tables[deletion.objectID.entityName]?[deletion.objectID.key]
-                if let current, current.version != deletion.expectedVersion {
-                    conflicts.append(
-                        MergeConflict(
-                            objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
-                }
-            }
+            let conflicts = Self.conflicts(of: changes, in: state)
             guard conflicts.isEmpty else {
                 throw GraphError(
                     .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
@@ -141,51 +126,85 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
             var didSave = DidSave(
                 token: HistoryToken(rawValue: Int64(state.history.count + 1)), storeIdentifier: metadata.storeIdentifier
             )
-            for row in changes.inserted {
-                let entity = try model.requireEntity(row.objectID.entityName)
-                let snapshot = RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)
-                next.tables[entity.name, default: [:]][row.objectID.key] = snapshot
-                didSave.inserted.append(
-                    ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: snapshot))
-            }
-            for row in changes.updated {
-                let version = row.expectedVersion + 1
-                let snapshot = RowSnapshot(version: version, attributes: row.attributes, toOne: row.toOne)
-                next.tables[row.objectID.entityName, default: [:]][row.objectID.key] = snapshot
-                didSave.updated.append(
-                    ObjectChange(
-                        objectID: row.objectID, version: version, changedKeys: row.changedKeys, values: snapshot))
-            }
-            for deletion in changes.deleted {
-                let removed = next.tables[deletion.objectID.entityName]?.removeValue(forKey: deletion.objectID.key)
-                next.links = next.links.filter {
-                    !(($0.entity == deletion.objectID.entityName && $0.source == deletion.objectID.key)
-                        || (model.entity(named: $0.entity)?.relationship(named: $0.relationship)?.destination
-                            == deletion.objectID.entityName && $0.destination == deletion.objectID.key))
-                }
-                didSave.deleted.append(
-                    ObjectChange(
-                        objectID: deletion.objectID, version: removed?.version ?? deletion.expectedVersion,
-                        changedKeys: []))
-            }
-            for link in changes.linksRemoved {
-                next.links.remove(
-                    LinkKey(
-                        entity: link.source.entityName, relationship: link.relationship, source: link.source.key,
-                        destination: link.destination.key))
-            }
-            for link in changes.linksAdded {
-                next.links.insert(
-                    LinkKey(
-                        entity: link.source.entityName, relationship: link.relationship, source: link.source.key,
-                        destination: link.destination.key))
-            }
+            try Self.apply(changes, to: &next, recording: &didSave, model: model)
+            Self.applyLinks(of: changes, to: &next)
             try Self.checkUniqueKeys(in: next, changes: changes, model: model)
             next.history.append(didSave.withoutValues)
             state = next
             // Still under the store's lock: observers see saves in token order.
             for handler in handlers { handler(didSave) }
             return didSave
+        }
+    }
+
+    /// The rows a save updates or deletes that changed in `state` since the context loaded them.
+    private static func conflicts(of changes: SaveChanges, in state: State) -> [MergeConflict] {
+        var conflicts: [MergeConflict] = []
+        for row in changes.updated {
+            let current = state.tables[row.objectID.entityName]?[row.objectID.key]
+            if current?.version != row.expectedVersion {
+                conflicts.append(
+                    MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: current))
+            }
+        }
+        for deletion in changes.deleted {
+            let current = state.tables[deletion.objectID.entityName]?[deletion.objectID.key]
+            if let current, current.version != deletion.expectedVersion {
+                conflicts.append(
+                    MergeConflict(
+                        objectID: deletion.objectID, cachedVersion: deletion.expectedVersion, persisted: current))
+            }
+        }
+        return conflicts
+    }
+
+    /// Writes the rows a save inserts, updates and deletes (with their links) into `next`, and
+    /// records them in `didSave`.
+    private static func apply(
+        _ changes: SaveChanges, to next: inout State, recording didSave: inout DidSave, model: ManagedObjectModel
+    ) throws {
+        for row in changes.inserted {
+            let entity = try model.requireEntity(row.objectID.entityName)
+            let snapshot = RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)
+            next.tables[entity.name, default: [:]][row.objectID.key] = snapshot
+            didSave.inserted.append(
+                ObjectChange(objectID: row.objectID, version: 1, changedKeys: [], values: snapshot))
+        }
+        for row in changes.updated {
+            let version = row.expectedVersion + 1
+            let snapshot = RowSnapshot(version: version, attributes: row.attributes, toOne: row.toOne)
+            next.tables[row.objectID.entityName, default: [:]][row.objectID.key] = snapshot
+            didSave.updated.append(
+                ObjectChange(
+                    objectID: row.objectID, version: version, changedKeys: row.changedKeys, values: snapshot))
+        }
+        for deletion in changes.deleted {
+            let removed = next.tables[deletion.objectID.entityName]?.removeValue(forKey: deletion.objectID.key)
+            next.links = next.links.filter {
+                !(($0.entity == deletion.objectID.entityName && $0.source == deletion.objectID.key)
+                    || (model.entity(named: $0.entity)?.relationship(named: $0.relationship)?.destination
+                        == deletion.objectID.entityName && $0.destination == deletion.objectID.key))
+            }
+            didSave.deleted.append(
+                ObjectChange(
+                    objectID: deletion.objectID, version: removed?.version ?? deletion.expectedVersion,
+                    changedKeys: []))
+        }
+    }
+
+    /// Removes and adds the links a save changes in `next`.
+    private static func applyLinks(of changes: SaveChanges, to next: inout State) {
+        for link in changes.linksRemoved {
+            next.links.remove(
+                LinkKey(
+                    entity: link.source.entityName, relationship: link.relationship, source: link.source.key,
+                    destination: link.destination.key))
+        }
+        for link in changes.linksAdded {
+            next.links.insert(
+                LinkKey(
+                    entity: link.source.entityName, relationship: link.relationship, source: link.source.key,
+                    destination: link.destination.key))
         }
     }
 
@@ -199,7 +218,8 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
             for row in state.tables[name, default: [:]].values where !seen.insert(row.attributes[index]).inserted {
                 throw GraphError(
                     .constraintViolation,
-                    "Another \(entity.name) already has \(key) = \(row.attributes[index]); \(entity.name).\(key) is unique. Fetch and update the existing object instead of inserting a second one."
+                    "Another \(entity.name) already has \(key) = \(row.attributes[index]); \(entity.name).\(key) is unique.",
+                    advice: "Fetch and update the existing object instead of inserting a second one."
                 )
             }
         }
@@ -282,7 +302,9 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
     }
 
     private func notLoaded() -> GraphError {
-        GraphError(.invalidStore, "InMemory store used before loadMetadata(for:); open it through a StoreCoordinator.")
+        GraphError(
+            .invalidStore, "InMemory store used before loadMetadata(for:).",
+            advice: "Open it through a StoreCoordinator.")
     }
 
     static func checkKeyPath(_ path: String, from entity: EntityDescription, model: ManagedObjectModel) throws {
@@ -298,7 +320,8 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
         }
         throw GraphError(
             .invalidArgument,
-            "'\(path)' is not a key path of \(entity.name): use an attribute name, or to-one relationships leading to one (like 'project.key')."
+            "'\(path)' is not a key path of \(entity.name).",
+            advice: "Use an attribute name, or to-one relationships leading to one (like 'project.key')."
         )
     }
 

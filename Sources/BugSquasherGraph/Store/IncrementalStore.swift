@@ -1,20 +1,11 @@
-/// The store protocol, with the duties of Core Data's `NSIncrementalStore`.
+/// The store protocol, with the duties of Core Data's `NSIncrementalStore`: open and check the
+/// store (``loadMetadata(for:)``), fetch and save (``execute(_:)``), fulfil faults
+/// (``newValues(for:)``), issue permanent IDs, count registrations, and keep persistent history
+/// (``changes(after:limit:)``).
 ///
-/// A coordinator calls a store synchronously, from any thread: implementations are `Sendable`
-/// and serialize internally (``InMemoryStore`` with a mutex, SQLiteStore with GRDB's pool). The
-/// protocol is deliberately free of SQLite assumptions — object IDs carry an opaque 64-bit key
-/// and history tokens are only ordered — so that a store backed by PostgreSQL or by a remote
-/// daemon can implement it.
-///
-/// Duties:
-/// - ``loadMetadata(for:)``: open or create the store, check the model (a zero-length file is a
-///   new store), migrate what migrates automatically.
-/// - ``execute(_:)``: fetches and saves; any other request kind throws
-///   ``GraphError/Code/unsupportedRequest``.
-/// - ``newValues(for:)`` and ``newValue(forRelationship:of:)``: fault fulfilment.
-/// - ``obtainPermanentIDs(for:)``: permanent IDs, in the order asked.
-/// - ``didRegister(_:)`` / ``didUnregister(_:)``: reference counts of the IDs contexts hold.
-/// - ``changes(after:limit:)``: persistent history, for catching up after a did-save was missed.
+/// A coordinator calls a store synchronously, from any thread: implementations are `Sendable` and
+/// serialize internally. Nothing in it assumes SQLite (keys are opaque, tokens only ordered), so
+/// that a PostgreSQL store or a remote daemon can implement it: docs/OBJECT-GRAPH.md, "The store protocol".
 public protocol IncrementalStore: AnyObject, Sendable {
     /// A name for the kind of store, recorded in its metadata (`"SQLite"`).
     var storeType: String { get }
@@ -62,16 +53,13 @@ public protocol CommitObservable: Sendable {
 /// A store that edits the attributes of one object in a single write transaction, without a
 /// context: the short path for one edit (`Import.Update` in squasherd).
 public protocol AttributeEditable: Sendable {
-    /// Reads the object's row, applies `attributes` (by name) and writes it with its version
-    /// bumped and a history row, all in one write transaction, as a save of it would be (commit
-    /// observers see it as any save). No other write can come between the read and the write,
-    /// so there is no conflict to resolve; a context that holds the object sees the new version
-    /// as any change made elsewhere. An edit that changes nothing writes nothing and returns
-    /// `nil`. Relationships are left to contexts, which keep both sides of them.
+    /// Reads the object's row, applies `attributes` (by name) and writes it with its version bumped
+    /// and a history row, in one write transaction, as a save would (commit observers see a save):
+    /// nothing can come between, so there is no conflict. An edit that changes nothing writes
+    /// nothing and returns `nil`; relationships are left to contexts, which keep both sides.
     ///
-    /// - Throws: ``GraphError`` with ``GraphError/Code/objectNotFound`` when the object does not
-    ///   exist; ``GraphError/Code/validation`` for a nil in a required attribute or a value of
-    ///   another type; ``GraphError/Code/constraintViolation`` when a unique key would repeat.
+    /// - Throws: ``GraphError``: ``GraphError/Code/objectNotFound``, ``GraphError/Code/validation`` (a nil
+    ///   in a required attribute, a value of another type) or ``GraphError/Code/constraintViolation``.
     func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave?
 }
 
