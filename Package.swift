@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "BugSquasherVarlink", targets: ["BugSquasherVarlink"]),
         .library(name: "BugSquasherTransport", targets: ["BugSquasherTransport"]),
         .library(name: "BugSquasherClient", targets: ["BugSquasherClient"]),
+        .library(name: "BugSquasherTesting", targets: ["BugSquasherTesting"]),
         .executable(name: "squasherd", targets: ["squasherd"]),
         .executable(name: "squasherctl", targets: ["squasherctl"]),
         .executable(name: "bugsquasher-demo", targets: ["BugSquasherDemo"]),
@@ -176,6 +177,13 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The testing kit: a real squasherd per test (`withDaemon`), squasherctl and subscriber
+        // processes, typed calls, raw sockets for hostile-client tests.
+        .target(
+            name: "BugSquasherTesting",
+            dependencies: ["BugSquasherProtocol", "BugSquasherTransport", "BugSquasherVarlink", "CConcurrencyHook"],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "squasherd",
             dependencies: [
@@ -262,7 +270,10 @@ let package = Package(
         // End-to-end: real squasherd and squasherctl processes on real sockets.
         .testTarget(
             name: "BugSquasherEndToEndTests",
-            dependencies: ["BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "CConcurrencyHook"],
+            dependencies: [
+                "BugSquasherTesting", "BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink",
+                "BugSquasherTransport", "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "CConcurrencyHook",
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

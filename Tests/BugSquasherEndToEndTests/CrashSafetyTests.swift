@@ -1,6 +1,7 @@
 import BugSquasherImport
 import BugSquasherModel
 import BugSquasherProtocol
+import BugSquasherTesting
 import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
@@ -16,9 +17,9 @@ struct CrashSafetyTests {
         return process.output
     }
 
-    @Test(
-        "kill -9 twice and SIGTERM once at random points of an import: every record imported exactly once, the job resumes by itself (a `jobs --wait` rides out the restarts), the store is sound, the history has no gap, a follower saw every change once"
-    )
+    /// Two kill -9 and one SIGTERM at random points. The job resumes by itself (a `jobs --wait` rides out
+    /// the restarts), the store is sound, the history has no gap, and a follower saw every change once.
+    @Test("an import survives kill -9 and SIGTERM with every record imported once")
     func killDuringImport() async throws {
         let directory = "/tmp/bscrash-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -117,22 +118,21 @@ struct CrashSafetyTests {
         }
         // The job resumes by itself after the last restart and finishes.
         let deadline = ContinuousClock.now + .seconds(120)
-        var final: [String: Any] = [:]
+        var final: WireJob?
         while ContinuousClock.now < deadline {
             let status = try ChildProcess(
                 name: "jobs", executable: Products.squasherctl, arguments: ["jobs", jobID, "--json"],
                 environment: environment)
             _ = try await status.waitForExit()
-            final =
-                (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["job"]
-                as? [String: Any] ?? [:]
-            if final["state"] as? String == "finished" { break }
+            final = try? JSONDecoder().decode(JobReply.self, from: Data(status.output.joined().utf8)).job
+            if final?.state == .finished { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        #expect(final["state"] as? String == "finished", "\(final)")
-        #expect(final["recordsRead"] as? Int == count)
-        #expect(final["imported"] as? Int == count - 1)
-        #expect(final["rejected"] as? Int == 1)
+        let job = try #require(final, "squasherctl jobs \(jobID) --json printed no job")
+        #expect(job.state == .finished, "\(job)")
+        #expect(job.recordsRead == Int64(count))
+        #expect(job.imported == Int64(count - 1))
+        #expect(job.rejected == 1)
         // The waiter rode out the stops, reconnecting, and printed the job's summary.
         #expect(try await waiter.waitForExit() == 0, "\(waiter.errorOutput)")
         #expect(
@@ -150,29 +150,27 @@ struct CrashSafetyTests {
         let status = try ChildProcess(
             name: "status", executable: Products.squasherctl, arguments: ["status", "--json"], environment: environment)
         _ = try await status.waitForExit()
-        let finalToken = try #require(
-            (try JSONSerialization.jsonObject(with: Data(status.output.joined().utf8)) as? [String: Any])?["token"]
-                as? Int)
+        let finalToken = try JSONDecoder().decode(StatusReply.self, from: Data(status.output.joined().utf8)).token
         _ = try await follower.waitForLine {
             $0.contains(#""token":\#(finalToken)"#) && $0.contains(#""event":"save""#)
         }
         follower.signal(SIGTERM)
         _ = try await follower.waitForExit()
-        let saves = follower.output.compactMap { line -> [String: Any]? in
-            guard let event = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                event["event"] as? String == "save"
+        let saves = follower.output.compactMap { line -> WireSave? in
+            guard let event = try? JSONDecoder().decode(SubscribeReply.self, from: Data(line.utf8)),
+                event.event == "save"
             else { return nil }
-            return event["save"] as? [String: Any]
+            return event.save
         }
-        let tokens = saves.compactMap { $0["token"] as? Int }
+        let tokens = saves.map(\.token)
         #expect(
             tokens.last == finalToken && zip(tokens, tokens.dropFirst()).allSatisfy(<),
             "the follower's tokens went back or stopped short of \(finalToken): \(tokens); its messages: \(follower.errorOutput)"
         )
         var insertions: [String: Int] = [:]
         for save in saves {
-            for change in save["inserted"] as? [[String: Any]] ?? [] {
-                insertions[change["id"] as? String ?? "?", default: 0] += 1
+            for change in save.inserted {
+                insertions[change.id, default: 0] += 1
             }
         }
         func inserted(_ entity: String) -> Int { insertions.keys.count { $0.contains("/\(entity)/") } }

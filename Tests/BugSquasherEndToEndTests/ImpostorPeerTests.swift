@@ -1,3 +1,4 @@
+import BugSquasherTesting
 import BugSquasherTransport
 import Foundation
 import Testing
@@ -52,9 +53,9 @@ struct ImpostorPeerTests {
         return (status, process.errorOutput)
     }
 
-    @Test(
-        "a peer that never answers makes squasherctl give up after --timeout; garbage, or a reply of another shape, is named as not squasherd's; exit 4 each time, with no raw decoding error"
-    )
+    /// A peer that never answers is given up on after --timeout; garbage, or a reply of another shape, is
+    /// named as not squasherd's; no raw decoding error is shown.
+    @Test("squasherctl exits 4 on a peer that is not squasherd, naming the problem")
     func impostors() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "impostor-\(UUID().uuidString.prefix(8))"

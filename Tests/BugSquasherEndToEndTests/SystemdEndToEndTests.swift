@@ -1,3 +1,4 @@
+import BugSquasherTesting
 import BugSquasherTransport
 import Foundation
 import Synchronization
@@ -63,9 +64,9 @@ struct SystemdEndToEndTests {
         return directory
     }
 
-    @Test(
-        "READY after the sockets are bound, STATUS during an import, WATCHDOG at half the interval, STOPPING on SIGTERM"
-    )
+    /// READY after the sockets are bound, STATUS during an import, WATCHDOG at half the interval, STOPPING
+    /// on SIGTERM.
+    @Test("READY, STATUS, WATCHDOG and STOPPING notifications come at the right moments")
     func notifications() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -129,9 +130,8 @@ struct SystemdEndToEndTests {
             })
     }
 
-    @Test(
-        "a WATCHDOG_USEC too short to follow is raised to 100 ms with a warning; one that is not a number turns the watchdog off with a warning"
-    )
+    /// One too short to follow is raised to 100 ms; one that is not a number turns the watchdog off.
+    @Test("unusable WATCHDOG_USEC values are corrected or ignored, with a warning")
     func unusableWatchdogValues() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -168,14 +168,14 @@ struct SystemdEndToEndTests {
 
     @Test("nothing is sent and nothing fails without NOTIFY_SOCKET")
     func withoutNotifySocket() async throws {
-        let harness = try await DaemonHarness()
-        #expect(try await harness.ctl(["status"]).joined().contains("history token"))
-        #expect(try await harness.stop() == 0)
+        try await withDaemon { squasherd in
+            let status = try await squasherd.ctl(["status"])
+            #expect(status.joined().contains("history token"))
+        }
     }
 
-    @Test(
-        "a NOTIFY_SOCKET that names no socket is said in a warning (a Type=notify start would time out otherwise unexplained); the daemon serves on"
-    )
+    /// Otherwise a Type=notify start would time out unexplained.
+    @Test("a NOTIFY_SOCKET that names no socket is warned about; the daemon serves on")
     func notifySocketMissing() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -250,9 +250,8 @@ struct SystemdEndToEndTests {
         #expect(try await activator.waitForExit() == 0)
     }
 
-    @Test(
-        "sockets passed with swapped or duplicate names are refused, so that the read socket never takes imports and edits"
-    )
+    /// So that the read socket never takes imports and edits.
+    @Test("activated sockets with swapped or duplicate names are refused")
     func misnamedActivatedSockets() async throws {
         let directory = try tempDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -1,4 +1,5 @@
 import BugSquasherProtocol
+import BugSquasherTesting
 import Foundation
 import Testing
 
@@ -22,75 +23,77 @@ struct VarlinkInteropTests {
         let python = try #require(
             try await Self.python(),
             "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
-        let harness = try await DaemonHarness()
-        let records = (1...3).map {
-            #"{"key":"INTEROP-\#($0)","title":"Interop \#($0)","status":"Open","labels":[],"project":{"key":"INTEROP"},"components":[],"comments":[]}"#
-        }
-        let file = harness.directory + "/interop.ndjson"
-        try (records.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-        try await harness.ctl(["import", file, "--wait"])
-        let script = """
-            import json, sys, varlink
-            out = {}
-            with varlink.Client(address="unix:" + sys.argv[1]) as client:
-                with client.open("org.varlink.service") as service:
-                    info = service.GetInfo()
-                    out["interfaces"] = info["interfaces"]
-                    out["version"] = info["version"]
-                    out["description"] = service.GetInterfaceDescription("io.bugsquasher.Changes")["description"]
-                with client.open("io.bugsquasher.Store") as store:
-                    out["fetch"] = store.Fetch("Bug", 'key BEGINSWITH "INTEROP"', ["key"], None, None, "rows")
-                with client.open("io.bugsquasher.Changes") as changes:
-                    for reply in changes.Subscribe(0, None, None, None, _more=True):
-                        out.setdefault("subscribe", []).append(reply)
-                        if len(out["subscribe"]) == 2:
-                            break
-                try:
+        try await withDaemon { squasherd in
+            let records = (1...3).map {
+                #"{"key":"INTEROP-\#($0)","title":"Interop \#($0)","status":"Open","labels":[],"project":{"key":"INTEROP"},"components":[],"comments":[]}"#
+            }
+            let file = squasherd.directory + "/interop.ndjson"
+            try (records.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+            try await squasherd.ctl(["import", file, "--wait"])
+            let script = """
+                import json, sys, varlink
+                out = {}
+                with varlink.Client(address="unix:" + sys.argv[1]) as client:
+                    with client.open("org.varlink.service") as service:
+                        info = service.GetInfo()
+                        out["interfaces"] = info["interfaces"]
+                        out["version"] = info["version"]
+                        out["description"] = service.GetInterfaceDescription("io.bugsquasher.Changes")["description"]
                     with client.open("io.bugsquasher.Store") as store:
-                        store.Fetch("Nope")
-                except varlink.VarlinkError as error:
-                    out["error"] = error.error()
-            print(json.dumps(out))
-            """
-        let process = try ChildProcess(
-            name: "python varlink", executable: python, arguments: ["-c", script, harness.readSocket])
-        #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
-        let result = try JSONSerialization.jsonObject(with: Data(process.output.joined().utf8)) as! [String: Any]
-        #expect((result["interfaces"] as! [String]).contains("io.bugsquasher.Changes"))
-        #expect((result["description"] as! String).contains("method Subscribe"))
-        let rows = (result["fetch"] as! [String: Any])["rows"] as! [[String: Any]]
-        #expect(
-            rows.map { ($0["values"] as! [String: Any])["key"] as! String } == ["INTEROP-1", "INTEROP-2", "INTEROP-3"])
-        let replies = result["subscribe"] as! [[String: Any]]
-        #expect(replies.first?["event"] as? String == "subscribed")
-        #expect(replies.last?["event"] as? String == "save")
-        #expect(result["error"] as? String == "io.bugsquasher.Store.InvalidRequest")
-        // The daemon's GetInfo, `squasherd --version` and `squasherctl --version` name one release.
-        #expect(result["version"] as? String == BugSquasherVersion.current)
-        for binary in [Products.squasherd, Products.squasherctl] {
-            let version = try ChildProcess(name: "--version", executable: binary, arguments: ["--version"])
-            #expect(try await version.waitForExit() == 0)
-            #expect(version.output == [BugSquasherVersion.current], "\(binary) --version printed \(version.output)")
+                        out["fetch"] = store.Fetch("Bug", 'key BEGINSWITH "INTEROP"', ["key"], None, None, "rows")
+                    with client.open("io.bugsquasher.Changes") as changes:
+                        for reply in changes.Subscribe(0, None, None, None, _more=True):
+                            out.setdefault("subscribe", []).append(reply)
+                            if len(out["subscribe"]) == 2:
+                                break
+                    try:
+                        with client.open("io.bugsquasher.Store") as store:
+                            store.Fetch("Nope")
+                    except varlink.VarlinkError as error:
+                        out["error"] = error.error()
+                print(json.dumps(out))
+                """
+            let process = try ChildProcess(
+                name: "python varlink", executable: python, arguments: ["-c", script, squasherd.readSocket])
+            #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
+            let result = try JSONSerialization.jsonObject(with: Data(process.output.joined().utf8)) as! [String: Any]
+            #expect((result["interfaces"] as! [String]).contains("io.bugsquasher.Changes"))
+            #expect((result["description"] as! String).contains("method Subscribe"))
+            let rows = (result["fetch"] as! [String: Any])["rows"] as! [[String: Any]]
+            #expect(
+                rows.map { ($0["values"] as! [String: Any])["key"] as! String } == [
+                    "INTEROP-1", "INTEROP-2", "INTEROP-3",
+                ])
+            let replies = result["subscribe"] as! [[String: Any]]
+            #expect(replies.first?["event"] as? String == "subscribed")
+            #expect(replies.last?["event"] as? String == "save")
+            #expect(result["error"] as? String == "io.bugsquasher.Store.InvalidRequest")
+            // The daemon's GetInfo, `squasherd --version` and `squasherctl --version` name one release.
+            #expect(result["version"] as? String == BugSquasherVersion.current)
+            for binary in [Products.squasherd, Products.squasherctl] {
+                let version = try ChildProcess(name: "--version", executable: binary, arguments: ["--version"])
+                #expect(try await version.waitForExit() == 0)
+                #expect(version.output == [BugSquasherVersion.current], "\(binary) --version printed \(version.output)")
+            }
         }
-        #expect(try await harness.stop() == 0)
     }
 
     @Test("a client that shuts down its sending side after its calls still gets every reply")
     func halfClosingClient() async throws {
-        let harness = try await DaemonHarness()
-        // What `printf '…\0' | socat - UNIX-CONNECT:…/squasherd.sock` does: the calls, then
-        // the end of its input (SHUT_WR), then it reads the replies.
-        let socket = try RawSocket(path: harness.readSocket)
-        socket.send(
-            varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#)
-                + varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#))
-        socket.finishSending()
-        let replies = socket.receiveAll().split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-        #expect(replies.count == 2, "\(replies)")
-        #expect(replies.first?.contains(#""storeType":"SQLite""#) == true, "\(replies)")
-        #expect(replies.last?.contains(#""vendor":"#) == true, "\(replies)")
-        // Every call read was answered: squasherd then ends the connection.
-        #expect(socket.peerClosed)
-        #expect(try await harness.stop() == 0)
+        try await withDaemon { squasherd in
+            // What `printf '…\0' | socat - UNIX-CONNECT:…/squasherd.sock` does: the calls, then
+            // the end of its input (SHUT_WR), then it reads the replies.
+            let socket = try RawSocket(path: squasherd.readSocket)
+            socket.send(
+                varlinkCall(#"{"method":"io.bugsquasher.Store.Info"}"#)
+                    + varlinkCall(#"{"method":"org.varlink.service.GetInfo"}"#))
+            socket.finishSending()
+            let replies = socket.receiveAll().split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            #expect(replies.count == 2, "\(replies)")
+            #expect(replies.first?.contains(#""storeType":"SQLite""#) == true, "\(replies)")
+            #expect(replies.last?.contains(#""vendor":"#) == true, "\(replies)")
+            // Every call read was answered: squasherd then ends the connection.
+            #expect(socket.peerClosed)
+        }
     }
 }

@@ -2,11 +2,12 @@ import BugSquasherTransport
 import Foundation
 
 /// A plain Unix stream socket, for sending squasherd arbitrary bytes (hostile-client tests).
-final class RawSocket {
-    let fd: Int32
+public final class RawSocket {
+    /// The socket's descriptor.
+    public let fd: Int32
 
     /// Connects to `path`; throws with the errno text when the connection is refused.
-    init(path: String, receiveTimeout seconds: Int = 10) throws {
+    public init(path: String, receiveTimeout seconds: Int = 10) throws {
         // `self.fd` is set only once connected: a class whose stored properties are all set
         // runs its deinit when its init throws, which would close the descriptor a second
         // time — by then perhaps another thread's.
@@ -27,7 +28,7 @@ final class RawSocket {
 
     /// Sends all of `bytes`; returns how many the peer took before it closed (or a timeout).
     @discardableResult
-    func send(_ bytes: [UInt8]) -> Int {
+    public func send(_ bytes: [UInt8]) -> Int {
         var sent = 0
         while sent < bytes.count {
             let n = bytes.withUnsafeBytes {
@@ -41,7 +42,7 @@ final class RawSocket {
 
     /// Receives until a NUL-terminated message arrived, the peer closed, or the timeout passed;
     /// returns the message without its terminator (empty when none came).
-    func receiveMessage() -> String {
+    public func receiveMessage() -> String {
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while !reply.contains(0) {
@@ -53,7 +54,7 @@ final class RawSocket {
     }
 
     /// Whether bytes wait to be read, without reading them.
-    var hasPendingInput: Bool {
+    public var hasPendingInput: Bool {
         var probe = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         return poll(&probe, 1, 0) == 1 && probe.revents & Int16(POLLIN) != 0
     }
@@ -64,7 +65,7 @@ final class RawSocket {
     /// The next NUL-terminated message of a stream of them, without its terminator; `nil` when
     /// the peer closed or the timeout passed first. Reads at most `readSize` bytes at a time,
     /// so that little waits on this side: a slow reader's backlog stays with the sender.
-    func nextMessage(readSize: Int = 1024) -> [UInt8]? {
+    public func nextMessage(readSize: Int = 1024) -> [UInt8]? {
         var buffer = [UInt8](repeating: 0, count: readSize)
         while true {
             if let end = unread.firstIndex(of: 0) {
@@ -78,7 +79,7 @@ final class RawSocket {
     }
 
     /// Reads whatever arrives until the peer closes or nothing comes for the receive timeout.
-    func receiveAll(limit: Int = 64 << 20) -> [UInt8] {
+    public func receiveAll(limit: Int = 64 << 20) -> [UInt8] {
         var data: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while data.count < limit {
@@ -91,19 +92,19 @@ final class RawSocket {
 
     /// Shuts down this side's sending direction (`shutdown(SHUT_WR)`), as `socat` and `nc -N` do
     /// once their input has ended; receiving still works.
-    func finishSending() {
+    public func finishSending() {
         shutdown(fd, Int32(SHUT_WR))
     }
 
     /// Whether the peer has closed the connection: the next read returns end of file, and
     /// returns it at once.
-    var peerClosed: Bool {
+    public var peerClosed: Bool {
         var byte: UInt8 = 0
         return recv(fd, &byte, 1, Int32(MSG_DONTWAIT)) == 0
     }
 
     /// Connects, sends `bytes`, and returns the first reply (empty when the daemon closed).
-    static func exchange(_ path: String, _ bytes: [UInt8]) throws -> String {
+    public static func exchange(_ path: String, _ bytes: [UInt8]) throws -> String {
         let socket = try RawSocket(path: path)
         socket.send(bytes)
         return socket.receiveMessage()
@@ -112,16 +113,16 @@ final class RawSocket {
 
 /// A Unix socket of `type` that no child process inherits (see ``ChildPipe`` for why a test
 /// process's descriptors must not leak into the children of tests running beside it).
-func unixSocket(_ type: Int32) -> Int32 {
+public func unixSocket(_ type: Int32) -> Int32 {
     socket(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0)
 }
 
 /// Whether a path is a listening Unix socket of this type.
-func connectable(_ path: String, type: Int32) -> Bool {
+public func connectable(_ path: String, type: Int32) -> Bool {
     let fd = unixSocket(type)
     defer { close(fd) }
     return (try? withUnixAddress(path) { connect(fd, $0, $1) }) == 0
 }
 
 /// A Varlink call as bytes: the JSON text and its NUL terminator.
-func varlinkCall(_ json: String) -> [UInt8] { Array(json.utf8) + [0] }
+public func varlinkCall(_ json: String) -> [UInt8] { Array(json.utf8) + [0] }
