@@ -3,15 +3,8 @@ public import BugSquasherTransport
 extension TransportError {
     /// This error as squasherd's clients tell it: the statement names squasherd where the
     /// transport says "the server", and the advice is in squasherd's terms (its log, its
-    /// `max_connections`, its sockets, squasherctl's `--limit`).
-    ///
-    /// The code and the facts stay the same. A code with nothing to add for squasherd keeps the
-    /// transport's words; a reply that is malformed or unexpected keeps its statement (it quotes
-    /// what came back) and any advice its thrower gave. Wording an error twice changes nothing.
-    ///
-    /// ```swift
-    /// catch let error as TransportError { print("squasherctl: \(error.wordedForSquasherd)") }
-    /// ```
+    /// `max_connections`, its sockets, squasherctl's `--limit`). The code and the facts stay the same.
+    /// Why it is built this way: docs/DESIGN-NOTES.md, "The transport names no program".
     public var wordedForSquasherd: TransportError {
         var worded = self
         let path = self.path ?? "squasherd's socket"

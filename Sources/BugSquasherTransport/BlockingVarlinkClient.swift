@@ -2,19 +2,11 @@ public import BugSquasherVarlink
 import Foundation
 import Synchronization
 
-/// A Varlink client on a blocking Unix socket, for synchronous callers (an incremental store's
-/// methods are synchronous) and command-line tools. Calls are serialized by a mutex; each reads
-/// its replies before the next call is sent.
-///
-/// With a `timeout`, connecting, each send and each wait for a reply give up after it, with a
-/// ``TransportError`` that says so: a peer that accepts and never answers (a stuck daemon,
-/// another program on the path) cannot hang the caller. A streaming call waits that long for its
-/// first reply only; the replies after it come when there is something to say.
-///
-/// ```swift
-/// let client = try BlockingVarlinkClient(path: "/run/example/example.sock", timeout: .seconds(60))
-/// let info: Info = try client.call("org.varlink.service.GetInfo", Empty())
-/// ```
+/// A Varlink client on a blocking Unix socket, for synchronous callers and command-line tools.
+/// Calls are serialized by a mutex; each reads its replies before the next call is sent. With a
+/// `timeout`, connecting, each send and the wait for a call's first reply give up with a
+/// ``TransportError``.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "A blocking call gives up after its timeout".
 public final class BlockingVarlinkClient: Sendable {
     /// The socket path.
     public let path: String

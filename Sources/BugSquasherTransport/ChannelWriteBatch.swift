@@ -4,13 +4,6 @@ import Synchronization
 /// Holds the writes that a fan-out makes to many connections, and hands them to each
 /// connection's event loop in one task per loop when the fan-out ends, so that each event loop
 /// is woken once per fan-out rather than once per message.
-///
-/// ```swift
-/// ChannelWriteBatch.collecting {
-///     for subscriber in subscribers { _ = subscriber.replier.sendNow(continuing: message) }
-/// }
-/// ```
-///
 /// Why it is built this way: docs/DESIGN-NOTES.md, "A fan-out wakes each event loop once".
 public enum ChannelWriteBatch {
     /// The collector of the fan-out running on this thread or task, if any.

@@ -2,18 +2,10 @@ import Foundation
 import Logging
 import Synchronization
 
-/// How many connections a process's servers hold open together.
-///
-/// Every connection is a file descriptor, and so are the store's database connections, an
-/// import's spool file and the journal socket. A client that opens connections and keeps them
-/// open would otherwise take descriptors until the process hits its limit (`EMFILE`): then no
-/// client can connect and the store cannot open what it needs. Past ``maximum``, a server closes
-/// each new connection at once and logs a warning (at most every ten seconds), keeping a reserve
-/// of descriptors for the store; connections already open are not affected.
-///
-/// The last ``reservedForWriters`` places are for the servers that may write: connections
-/// to the read socket, which every local user may open, cannot take them, so that a user who
-/// holds many of those open still leaves room for imports and edits.
+/// How many connections a process's servers hold open together. Past ``maximum``, a server
+/// closes each new connection at once and logs a warning; the last ``reservedForWriters`` places
+/// are for the servers that may write.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "A server keeps descriptors in reserve".
 public final class ConnectionLimit: Sendable {
     /// The most connections served at once, over every server sharing this limit.
     public let maximum: Int

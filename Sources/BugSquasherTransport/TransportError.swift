@@ -3,17 +3,9 @@ import Foundation
 
 /// A transport failure: what kind it is (``Code``), the facts a caller needs to say it in its
 /// own terms (the socket's path, the time allowed, the system's error number), and a statement
-/// and advice (``ExplainedError``) that name no program, since the transport does not know which
-/// server listens on a path.
-///
-/// A program that knows its peer words the error for its users by ``code``, from the facts, and
-/// keeps these words for a code it has nothing to add to.
-///
-/// ```swift
-/// catch let error as TransportError where error.code == .permissionDenied {
-///     print("\(error.path ?? "the socket") does not let this user in")
-/// }
-/// ```
+/// and advice (``ExplainedError``) that name no program: a program that knows its peer words
+/// the error for its users by ``code``.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "The transport names no program".
 public struct TransportError: ExplainedError, Sendable {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {

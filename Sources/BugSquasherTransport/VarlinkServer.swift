@@ -5,50 +5,11 @@ public import NIOCore
 import NIOPosix
 import Synchronization
 
-/// Where a server listens: a path it binds itself, or a socket handed over by systemd.
-public struct VarlinkListenAddress: Sendable, CustomStringConvertible {
-    enum Kind: Sendable {
-        case path(String, permissions: Int)
-        case descriptor(CInt)
-    }
-
-    let kind: Kind
-
-    /// The path the server binds; `nil` for an inherited socket.
-    public var path: String? {
-        if case .path(let path, _) = kind { return path }
-        return nil
-    }
-
-    /// A Unix socket the server binds at `path` (replacing a stale socket file) and `chmod`s to
-    /// `permissions` — the permissions decide who may connect.
-    public static func path(_ path: String, permissions: Int) -> Self {
-        .init(kind: .path(path, permissions: permissions))
-    }
-
-    /// An already bound and listening socket, such as one passed by systemd socket activation.
-    public static func descriptor(_ fd: CInt) -> Self { .init(kind: .descriptor(fd)) }
-
-    public var description: String {
-        switch kind {
-        case .path(let path, let permissions): "\(path) (mode \(String(permissions, radix: 8)))"
-        case .descriptor(let fd): "fd \(fd)"
-        }
-    }
-}
-
 /// Serves a ``VarlinkService`` on one Unix stream socket: one task per connection, calls on a
 /// connection handled in order, a streaming call cancelled when its peer goes away. One
 /// connection's error — malformed JSON, an oversized message, a protocol violation — closes
 /// that connection only. After a call with `upgrade: true` has been answered, the rest of the
-/// connection goes to the ``VarlinkUpgradeHandler`` the call installed (or the connection is
-/// closed when it installed none).
-///
-/// ```swift
-/// let server = VarlinkServer(name: "read", address: .path("/run/example/example.sock", permissions: 0o666),
-///                            mayWrite: false, service: service, logger: logger)
-/// try await server.run(onBound: { print("listening") })
-/// ```
+/// connection goes to the ``VarlinkUpgradeHandler`` the call installed (or is closed if none).
 public final class VarlinkServer: Sendable {
     /// The socket's name in logs and call contexts (`read`, `write`).
     public let name: String
@@ -110,28 +71,8 @@ public final class VarlinkServer: Sendable {
 
     /// Binds (or adopts) the socket, calls `onBound`, and serves until the task is cancelled.
     public func run(onBound: @Sendable () async -> Void = {}) async throws {
-        let (maximumMessageSize, incomingBudget) = (self.maximumMessageSize, self.incomingBudget)
-        let initializer: @Sendable (any Channel) -> EventLoopFuture<AcceptedConnection> = { channel in
-            channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(
-                    ByteToMessageHandler(
-                        VarlinkServerDecoder(maximumMessageSize: maximumMessageSize, budget: incomingBudget)))
-                return AcceptedConnection(
-                    try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
-            }
-        }
-        let (name, logger, descriptorAdvice) = (self.name, self.logger, wording.descriptorLimitAdvice)
-        let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
-            // A client may shut down its sending side once its call is out (`socat`, `nc -N`,
-            // a script's `shutdown(SHUT_WR)`) and still read the reply: the connection ends
-            // once the calls read before the end of its input are answered.
-            .childChannelOption(.allowRemoteHalfClosure, value: true)
-            .serverChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        AcceptFailureLogger(socket: name, advice: descriptorAdvice, logger: logger))
-                }
-            }
+        let bootstrap = makeBootstrap()
+        let initializer = connectionInitializer
         let server: NIOAsyncChannel<AcceptedConnection, Never>
         // The socket file this server created, removed when it stops if the path still names it.
         var created: (path: String, identity: [UInt64])?
@@ -140,40 +81,12 @@ public final class VarlinkServer: Sendable {
         }
         switch address.kind {
         case .path(let path, let permissions):
-            try Self.checkSocketPath(path)
-            let directory = (path as NSString).deletingLastPathComponent
-            do {
-                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            } catch {
-                throw TransportError(
-                    .cannotCreateDirectory,
-                    "Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)).",
-                    advice: "Create it, or choose another place for the socket.", path: directory)
-            }
-            // Bound here rather than by NIO, which removes whatever socket file the path names when
-            // the server closes: a daemon stopping because its socket was replaced would remove
-            // the replacement, the socket of another daemon that serves there now.
-            let fd = try Self.bindListeningSocket(path)
+            let fd = try Self.bindListeningSocket(inDirectoryMadeFor: path)
             created = Self.identity(path).map { (path, $0) }
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
-            guard chmod(path, mode_t(permissions)) == 0 else {
-                let reason = errno
-                throw TransportError(
-                    .listenFailed,
-                    "Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(reason))).",
-                    path: path, systemError: reason)
-            }
+            try Self.setPermissions(of: path, to: permissions)
         case .descriptor(let fd):
-            // Sockets handed over by a service manager may be blocking; NIO accepts until
-            // EAGAIN, which a blocking socket would never return.
-            let flags = fcntl(fd, F_GETFL)
-            guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
-                let reason = errno
-                throw TransportError(
-                    .listenFailed,
-                    "The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(reason))).",
-                    systemError: reason)
-            }
+            try Self.makeNonBlocking(fd)
             server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
         }
         logger.info("listening", metadata: ["socket.address": "\(address)"])
@@ -188,15 +101,86 @@ public final class VarlinkServer: Sendable {
         }
     }
 
-    private func serve(_ connection: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) async {
-        if let connectionLimit {
-            guard
-                connectionLimit.acquire(
-                    socket: name, writer: mayWrite, advice: wording.connectionLimitAdvice, logger: logger)
-            else {
-                try? await connection.executeThenClose { _, _ in }
-                return
+    /// Sets up each accepted connection: the Varlink decoder, then an async channel around it.
+    private var connectionInitializer: @Sendable (any Channel) -> EventLoopFuture<AcceptedConnection> {
+        let (maximumMessageSize, incomingBudget) = (self.maximumMessageSize, self.incomingBudget)
+        return { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(
+                    ByteToMessageHandler(
+                        VarlinkServerDecoder(maximumMessageSize: maximumMessageSize, budget: incomingBudget)))
+                return AcceptedConnection(
+                    try NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>(wrappingChannelSynchronously: channel))
             }
+        }
+    }
+
+    /// The listening socket's bootstrap: its backlog, half-closure, and the accept-failure logger.
+    private func makeBootstrap() -> ServerBootstrap {
+        let (name, logger, descriptorAdvice) = (self.name, self.logger, wording.descriptorLimitAdvice)
+        return ServerBootstrap(group: group).serverChannelOption(.backlog, value: 512)
+            // A client may shut down its sending side once its call is out (`socat`, `nc -N`,
+            // a script's `shutdown(SHUT_WR)`) and still read the reply: the connection ends
+            // once the calls read before the end of its input are answered.
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptFailureLogger(socket: name, advice: descriptorAdvice, logger: logger))
+                }
+            }
+    }
+
+    /// Checks `path`, creates its directory, and binds a listening socket there.
+    ///
+    /// Bound here rather than by NIO, which removes whatever socket file the path names when the
+    /// server closes: a server stopping because its socket was replaced would remove the
+    /// replacement, the socket of another server that serves there now.
+    private static func bindListeningSocket(inDirectoryMadeFor path: String) throws -> CInt {
+        try checkSocketPath(path)
+        let directory = (path as NSString).deletingLastPathComponent
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw TransportError(
+                .cannotCreateDirectory,
+                "Cannot create the socket directory \(directory) (\((error as NSError).localizedDescription)).",
+                advice: "Create it, or choose another place for the socket.", path: directory)
+        }
+        return try bindListeningSocket(path)
+    }
+
+    /// Sets the socket file's permissions.
+    private static func setPermissions(of path: String, to permissions: Int) throws {
+        guard chmod(path, mode_t(permissions)) == 0 else {
+            let reason = errno
+            throw TransportError(
+                .listenFailed,
+                "Could not set the permissions of \(path) to \(String(permissions, radix: 8)): \(String(cString: strerror(reason))).",
+                path: path, systemError: reason)
+        }
+    }
+
+    /// Makes a socket handed over by a service manager non-blocking: it may be blocking, and NIO
+    /// accepts until EAGAIN, which a blocking socket would never return.
+    private static func makeNonBlocking(_ fd: CInt) throws {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            let reason = errno
+            throw TransportError(
+                .listenFailed,
+                "The socket passed as fd \(fd) cannot be used: \(String(cString: strerror(reason))).",
+                systemError: reason)
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<VarlinkServerInbound, ByteBuffer>) async {
+        if let connectionLimit,
+            !connectionLimit.acquire(
+                socket: name, writer: mayWrite, advice: wording.connectionLimitAdvice, logger: logger)
+        {
+            try? await connection.executeThenClose { _, _ in }
+            return
         }
         defer { connectionLimit?.release() }
         connections.add(1, ordering: .relaxed)
@@ -213,68 +197,13 @@ public final class VarlinkServer: Sendable {
         }
         do {
             try await connection.executeThenClose { inbound, outbound in
-                let replier = ChannelReplier(outbound: outbound, channel: connection.channel, budget: outgoingBudget) {
+                let replier = ChannelReplier(outbound: outbound, channel: channel, budget: outgoingBudget) {
                     bytes, limit in
                     self.outgoingWarnings.warn(self.logger) { suppressed in
                         "Closed a connection instead of sending it a reply of \(bytes) bytes: the replies not yet read by their clients would have held more than \(limit) bytes\(suppressed). \(self.wording.outgoingBudgetAdvice)"
                     }
                 }
-                let machine = ConnectionState()
-                var upgraded: (any VarlinkUpgradeHandler)?
-                try await withThrowingDiscardingTaskGroup { group in
-                    reading: for try await item in inbound {
-                        switch (machine.received(Self.input(item, service: service)), item) {
-                        case (.read, _):
-                            continue
-                        case (.replyMalformedThenClose, .malformed(let error)):
-                            try? await replier.send(try VarlinkReply.encode(error), continues: false)
-                            logger.debug("malformed message; closing the connection")
-                        case (.replyTooLargeThenClose, .tooLarge(let limit)):
-                            sizeWarnings.warn(logger) { suppressed in
-                                "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). \(wording.messageTooLargeAdvice)"
-                            }
-                            if let refusal = wording.messageTooLarge?(limit) {
-                                try? await replier.send(try VarlinkReply.encode(refusal), continues: false)
-                            }
-                        case (.startStreaming(let number), .call(let call)):
-                            await Self.keepLittleInFlight(connection.channel)
-                            group.addTask {
-                                defer { machine.streamEnded(number) }
-                                let replier = StreamingReplier(base: replier, connection: machine, number: number)
-                                try await self.service.handle(call, context: context, replier: replier)
-                            }
-                            continue
-                        case (.handle, .call(let call)):
-                            try await service.handle(call, context: context, replier: replier)
-                            // After an upgrade, what follows goes to the handler the call installed.
-                            if call.upgrade { upgraded = context.connection.takeUpgradeHandler() }
-                            if machine.callHandled(handlerInstalled: upgraded != nil) == .read { continue }
-                        case (.passToUpgradeHandler, .raw(let bytes)):
-                            guard let handler = upgraded else { break }
-                            do {
-                                guard let last = try await handler.receive(bytes) else { continue }
-                                try await replier.send(last, continues: false)
-                            } catch is CancellationError {
-                                throw CancellationError()
-                            } catch let error as VarlinkPeerGone {
-                                throw error
-                            } catch {
-                                try await replier.send(
-                                    try service.errorReply(error, method: "upgraded connection", logger: logger),
-                                    continues: false)
-                            }
-                            machine.upgradeEnded()
-                        case (.close(.callDuringStreamingCall), _):
-                            // Varlink allows no new call while a streaming call is running.
-                            logger.debug("call during a streaming call; closing the connection")
-                        case (.close, _), (.replyMalformedThenClose, _), (.replyTooLargeThenClose, _),
-                            (.startStreaming, _), (.handle, _), (.passToUpgradeHandler, _):
-                            break
-                        }
-                        break reading
-                    }
-                    group.cancelAll()
-                }
+                try await read(inbound, channel: channel, replier: replier, context: context)
             }
         } catch VarlinkFramingError.incomingBudgetExceeded(let limit) {
             budgetWarnings.warn(logger) { suppressed in
@@ -284,6 +213,84 @@ public final class VarlinkServer: Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         await context.connection.close()
+    }
+
+    /// Reads a connection's messages until its state machine says to close, carrying out each
+    /// action the machine decides; streaming calls run in tasks of their own.
+    private func read(
+        _ inbound: NIOAsyncChannelInboundStream<VarlinkServerInbound>, channel: any Channel, replier: ChannelReplier,
+        context: VarlinkCallContext
+    ) async throws {
+        let machine = ConnectionState()
+        var upgraded: (any VarlinkUpgradeHandler)?
+        try await withThrowingDiscardingTaskGroup { group in
+            reading: for try await item in inbound {
+                switch (machine.received(Self.input(item, service: service)), item) {
+                case (.read, _):
+                    continue
+                case (.replyMalformedThenClose, .malformed(let error)):
+                    try? await replier.send(try VarlinkReply.encode(error), continues: false)
+                    logger.debug("malformed message; closing the connection")
+                case (.replyTooLargeThenClose, .tooLarge(let limit)):
+                    await refuseTooLarge(limit, replier: replier)
+                case (.startStreaming(let number), .call(let call)):
+                    await Self.keepLittleInFlight(channel)
+                    group.addTask {
+                        defer { machine.streamEnded(number) }
+                        let replier = StreamingReplier(base: replier, connection: machine, number: number)
+                        try await self.service.handle(call, context: context, replier: replier)
+                    }
+                    continue
+                case (.handle, .call(let call)):
+                    try await service.handle(call, context: context, replier: replier)
+                    // After an upgrade, what follows goes to the handler the call installed.
+                    if call.upgrade { upgraded = context.connection.takeUpgradeHandler() }
+                    if machine.callHandled(handlerInstalled: upgraded != nil) == .read { continue }
+                case (.passToUpgradeHandler, .raw(let bytes)):
+                    guard let handler = upgraded else { break }
+                    guard try await pass(bytes, to: handler, replier: replier) else { continue }
+                    machine.upgradeEnded()
+                case (.close(.callDuringStreamingCall), _):
+                    // Varlink allows no new call while a streaming call is running.
+                    logger.debug("call during a streaming call; closing the connection")
+                case (.close, _), (.replyMalformedThenClose, _), (.replyTooLargeThenClose, _),
+                    (.startStreaming, _), (.handle, _), (.passToUpgradeHandler, _):
+                    break
+                }
+                break reading
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// Warns of a message that grew past `limit` bytes and answers it with the owner's refusal,
+    /// if it gave one.
+    private func refuseTooLarge(_ limit: Int, replier: ChannelReplier) async {
+        sizeWarnings.warn(logger) { suppressed in
+            "Closed a connection whose message grew past \(limit) bytes without its terminating NUL byte\(suppressed). \(wording.messageTooLargeAdvice)"
+        }
+        if let refusal = wording.messageTooLarge?(limit) {
+            try? await replier.send(try VarlinkReply.encode(refusal), continues: false)
+        }
+    }
+
+    /// Hands raw bytes after an upgrade to `handler`; `true` when the upgraded exchange ended
+    /// (its last reply, or an error reply, sent), `false` when the handler waits for more.
+    private func pass(_ bytes: ByteBuffer, to handler: any VarlinkUpgradeHandler, replier: ChannelReplier)
+        async throws -> Bool
+    {
+        do {
+            guard let last = try await handler.receive(bytes) else { return false }
+            try await replier.send(last, continues: false)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch let error as VarlinkPeerGone {
+            throw error
+        } catch {
+            try await replier.send(
+                try service.errorReply(error, method: "upgraded connection", logger: logger), continues: false)
+        }
+        return true
     }
 
     /// What a message read is, for the connection's state machine.
@@ -461,86 +468,9 @@ final class AcceptFailureLogger: ChannelInboundHandler, Sendable {
     }
 }
 
-/// Writes replies to a connection, each terminated by NUL; waits while the peer does not read.
-struct ChannelReplier: VarlinkReplier {
-    let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
-    /// The connection under `outbound`, written to directly by ``sendNow(continuing:)`` and
-    /// for large replies.
-    let channel: any Channel
-    /// What large replies are charged to, until they are written.
-    var budget: OutgoingReplyBudget?
-    /// Told the size of a reply the budget refused, and the budget's limit.
-    var onRefused: @Sendable (_ bytes: Int, _ limit: Int) -> Void = { _, _ in }
-
-    /// Hands the message to the channel (its event loop writes it) when the channel is
-    /// writable: below its high water mark, so a slow reader holds a few messages at most.
-    /// Inside ``ChannelWriteBatch/collecting(_:)`` it is handed over when that fan-out ends,
-    /// with the other messages for the same event loop. Ordered with ``send(_:continues:)``:
-    /// both reach the event loop through its task queue (this one even when called on the
-    /// loop), and a send that waited for writability has returned before its caller sends again.
-    func sendNow(continuing message: Data) -> Bool {
-        guard channel.isWritable, channel.isActive else { return false }
-        let (channel, message) = (self.channel, Self.terminated(message, allocator: channel.allocator))
-        if ChannelWriteBatch.current?.add(message, to: channel) != true {
-            channel.eventLoop.execute { channel.writeAndFlush(message, promise: nil) }
-        }
-        return true
-    }
-
-    func send(_ message: consuming Data, continues: Bool) async throws {
-        let buffer = Self.terminated(message, allocator: channel.allocator)
-        // Copied: a large reply is held once while its peer reads it, not twice.
-        _ = consume message
-        if let budget, buffer.readableBytes >= OutgoingReplyBudget.smallestCharged {
-            return try await sendCharged(buffer, to: budget)
-        }
-        do {
-            try await outbound.write(buffer)
-        } catch is CancellationError {
-            throw CancellationError()
-        } catch {
-            throw VarlinkPeerGone(reason: "\(error)")
-        }
-    }
-}
-
-extension ChannelReplier {
-    /// Writes a large reply charged to `budget` until its last byte is in the socket (a peer
-    /// that does not read holds it), or closes the connection, sending nothing, when the budget
-    /// cannot take it. Ordered with the other sends: each returns before its caller sends again.
-    private func sendCharged(_ buffer: ByteBuffer, to budget: OutgoingReplyBudget) async throws {
-        let bytes = buffer.readableBytes
-        guard budget.take(bytes) else {
-            onRefused(bytes, budget.limit)
-            throw VarlinkPeerGone(reason: "a reply of \(bytes) bytes was over the budget for replies not yet read")
-        }
-        defer { budget.giveBack(bytes) }
-        let channel = self.channel
-        do {
-            // A future's wait does not end on cancellation (a stopping daemon, a streaming call
-            // ended): closing the connection fails the write, which ends it.
-            try await withTaskCancellationHandler {
-                try await channel.writeAndFlush(buffer).get()
-            } onCancel: {
-                channel.close(promise: nil)
-            }
-        } catch {
-            throw VarlinkPeerGone(reason: "\(error)")
-        }
-    }
-
-    /// `message` with the NUL byte that ends a Varlink message.
-    static func terminated(_ message: Data, allocator: ByteBufferAllocator) -> ByteBuffer {
-        var buffer = allocator.buffer(capacity: message.count + 1)
-        buffer.writeBytes(message)
-        buffer.writeInteger(UInt8(0))
-        return buffer
-    }
-}
-
 /// A connection's ``VarlinkConnectionStateMachine``, shared by the task that reads the
 /// connection and the task of its streaming call, which ends the call as it sends its last reply.
-private final class ConnectionState: Sendable {
+final class ConnectionState: Sendable {
     private let machine = Mutex(VarlinkConnectionStateMachine())
 
     func received(_ input: VarlinkConnectionStateMachine.Input) -> VarlinkConnectionStateMachine.Action {
@@ -558,20 +488,4 @@ private final class ConnectionState: Sendable {
     func upgradeEnded() {
         machine.withLock { _ = $0.upgradeEnded() }
     }
-}
-
-/// The replier of a streaming call: the call ends, for the connection, as its last reply is
-/// sent — before the write, so that a call the client sends once it has that reply never
-/// finds the streaming call still running.
-private struct StreamingReplier<Base: VarlinkReplier>: VarlinkReplier {
-    let base: Base
-    let connection: ConnectionState
-    let number: Int
-
-    func send(_ message: consuming Data, continues: Bool) async throws {
-        if !continues { connection.streamEnded(number) }
-        try await base.send(message, continues: continues)
-    }
-
-    func sendNow(continuing message: Data) -> Bool { base.sendNow(continuing: message) }
 }

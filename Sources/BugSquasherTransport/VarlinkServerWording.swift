@@ -1,15 +1,9 @@
 public import BugSquasherVarlink
 
 /// What a ``VarlinkServer`` says of the limits it keeps, in the terms of the program that runs
-/// it: the error reply to a message past its size limit (Varlink's `org.varlink.service` has
-/// none), and the advice of the warnings it logs, which may name that program's settings. The
-/// defaults name no program and no setting.
-///
-/// ```swift
-/// var wording = VarlinkServerWording()
-/// wording.messageTooLarge = { limit in VarlinkError("com.example.MessageTooLarge", ["limit": .int(Int64(limit))]) }
-/// wording.messageTooLargeAdvice = "Raise max_message if clients send calls this large."
-/// ```
+/// it: the error reply to a message past its size limit, and the advice of the warnings it logs.
+/// The defaults name no program and no setting.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "The transport names no program".
 public struct VarlinkServerWording: Sendable {
     /// The error reply to a message longer than `limit` bytes, sent before the connection is
     /// closed; `nil` closes it without one.

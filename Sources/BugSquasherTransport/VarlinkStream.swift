@@ -5,17 +5,9 @@ import NIOCore
 import NIOPosix
 
 /// A streaming Varlink call over its own connection, structured: the connection lives as long as
-/// `body` runs and is closed when it returns or throws (or its task is cancelled).
-///
-/// The connection is a SwiftNIO channel; in a process that installed ``SingleThreadedRuntime``,
-/// it is a plain socket read by that runtime's loop instead (same replies, same errors).
-///
-/// ```swift
-/// try await VarlinkStream.call(path: socket, method: "com.example.Feed.Follow",
-///                              parameters: FollowParameters(since: 42)) { replies in
-///     for try await reply in replies { print(try reply.parameters(FollowReply.self).event) }
-/// }
-/// ```
+/// `body` runs and is closed when it returns or throws (or its task is cancelled). The connection
+/// is a SwiftNIO channel, or, under ``SingleThreadedRuntime``, a plain socket read by its loop.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "A subscriber runs on one thread".
 public enum VarlinkStream {
     /// Connects, sends the call with `more`, and hands the replies to `body`.
     ///

@@ -25,12 +25,8 @@ public struct VarlinkCall: Sendable {
 
     private struct Empty: Codable {}
 
-    /// Reads a call from one message.
-    ///
-    /// The whole message is checked here, parameters included, with
-    /// ``JSONReader/validate()``: a key given twice (at any depth) or a number beyond a
-    /// `Double`'s range is refused, so that no parameter is read one way here and another way
-    /// by a proxy or a logger in front of the daemon.
+    /// Reads a call from one message, after checking all of it with ``JSONReader/validate()``.
+    /// Why it is built this way: docs/DESIGN-NOTES.md, "A call is checked whole before it is read".
     ///
     /// - Throws: ``VarlinkError`` `org.varlink.service.InvalidParameter` naming the parameter
     ///   whose value is not valid JSON (a lone surrogate, invalid UTF-8, a key twice, `1e400`),
