@@ -64,12 +64,16 @@ public final class Subscriber: Sendable {
     /// Connects to squasherd's read socket (`squasherd.sock` in its runtime directory).
     ///
     /// - Parameters:
+    ///   - socketPath: squasherd's read socket (`squasherd.sock` in its runtime directory).
+    ///   - model: the model of squasherd's store (the bug model by default).
     ///   - since: the token to resume from; without it, the feed starts at the store's token now.
     ///   - includeValues: receive new values with each change, so a refresh costs no round trip.
     ///   - registeredOnly: let squasherd filter the feed to registered objects; `false` filters here.
     ///   - insertsOf: report this entity's inserts that match `matching` (all when `nil`) in
     ///     ``RefreshEvent/inserted``, for objects that do not exist yet; squasherd filters them.
+    ///   - matching: the predicate the inserts of `insertsOf` must match.
     ///   - timeout: how long connecting and each store call wait before a `TransportError` (`nil`: no limit).
+    ///   - logger: where the subscriber logs its reconnects and resyncs.
     public init(
         socketPath: String, model: ManagedObjectModel = BugModel.model, since: HistoryToken? = nil,
         includeValues: Bool = true,

@@ -24,7 +24,10 @@ public actor ObjectContext {
     /// Creates a context on a coordinator, whose store it reads and saves to.
     ///
     /// - Parameters:
+    ///   - coordinator: the coordinator whose store the context reads and saves to.
     ///   - mergePolicy: how a save resolves conflicts with changes saved meanwhile.
+    ///   - name: a name for logs and messages.
+    ///   - logger: where the context logs (at info and below).
     ///   - savesAreBulk: whether the context's saves are bulk work, such as an import's chunks
     ///     (see ``EditsFirst``).
     ///   - didSave: called after each save that reached the store, with its did-save (a stack

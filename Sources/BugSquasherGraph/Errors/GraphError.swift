@@ -2,7 +2,7 @@ public import BugSquasherErrors
 
 /// The error every object-graph operation throws: a ``Code`` (a struct over a private enum, so new
 /// codes break no caller's switch), a statement of what happened and, apart from it, the advice
-/// (``ExplainedError``), an optional underlying cause, and the place where it happened.
+/// (`ExplainedError`), an optional underlying cause, and the place where it happened.
 ///
 /// ```swift
 /// do { try await context.save() }
