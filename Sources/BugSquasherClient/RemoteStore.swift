@@ -291,16 +291,6 @@ public final class RemoteStore: IncrementalStore {
         }
     }
 
-    private struct HistoryParameters: Encodable {
-        var after: Int64
-        var limit: Int
-    }
-
-    private struct HistoryReply: Decodable {
-        var saves: [WireSave]
-        var token: Int64
-    }
-
     public func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] {
         let coding = try coding()
         let store = state.withLock { $0.storeIdentifier }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Runs `body` against a squasherd of its own, on a fresh temporary directory (removed afterwards),
 /// then stops it with SIGTERM: after success it must exit with status 0 within 30 s, or the test
@@ -41,8 +42,12 @@ public func withDaemon<T>(
 public final class TestDaemon: Sendable {
     /// The daemon's own directory: `state/` holds its store, `run/` its sockets.
     public let directory: String
-    /// The squasherd process.
-    public let process: ChildProcess
+    /// The squasherd process (after ``restart(stateDirectory:)``, the new one).
+    public var process: ChildProcess { current.withLock { $0 } }
+    private let current: Mutex<ChildProcess>
+    /// squasherd's command line without its state directory: the launcher, the executable, the
+    /// runtime directory, the chunk size and the caller's arguments.
+    private let command: [String]
 
     /// Starts squasherd and waits until it logs that it is ready; prefer
     /// ``withDaemon(chunkSize:configuration:extraArguments:launcher:_:)``, which also stops it.
@@ -58,18 +63,40 @@ public final class TestDaemon: Sendable {
             try configuration.write(toFile: directory + "/squasherd.conf", atomically: true, encoding: .utf8)
             arguments += ["--config", directory + "/squasherd.conf"]
         }
-        let command =
+        command =
             launcher + [
-                Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory",
-                directory + "/run", "--chunk-size", "\(chunkSize)",
+                Products.squasherd, "--runtime-directory", directory + "/run", "--chunk-size", "\(chunkSize)",
             ] + arguments
-        process = try ChildProcess(name: "squasherd", executable: command[0], arguments: Array(command.dropFirst()))
+        current = Mutex(try Self.start(command, stateDirectory: directory + "/state"))
         do {
             try await waitForLog("ready")
         } catch {
             await stopAfterFailure()
             throw error
         }
+    }
+
+    /// Starts squasherd again on the same sockets and arguments, once the last one has exited
+    /// (stopped, killed, or stopped by itself), and waits until it is ready; `stateDirectory`
+    /// (below ``directory``) puts it on another store. ``withDaemon(chunkSize:configuration:extraArguments:launcher:_:)``
+    /// stops the new one as it would have stopped the first.
+    public func restart(stateDirectory: String = "state") async throws {
+        guard let status = process.exitStatus else {
+            throw HarnessError("restart() needs the running squasherd (pid \(process.pid)) stopped or killed first.")
+        }
+        let next = try Self.start(command, stateDirectory: directory + "/" + stateDirectory)
+        current.withLock { $0 = next }
+        do {
+            try await waitForLog("ready")
+        } catch {
+            throw HarnessError("squasherd (the last one exited with \(status)) did not start again: \(error)")
+        }
+    }
+
+    private static func start(_ command: [String], stateDirectory: String) throws -> ChildProcess {
+        try ChildProcess(
+            name: "squasherd", executable: command[0],
+            arguments: Array(command.dropFirst()) + ["--state-directory", stateDirectory])
     }
 
     /// The read-only socket: fetches, the change feed, job status.

@@ -768,16 +768,7 @@ struct FaultTests {
             // and the socket files the killed daemon left are replaced.
             squasherd.process.signal(SIGKILL)
             _ = try await squasherd.process.waitForExit()
-            let restarted = try ChildProcess(
-                name: "squasherd", executable: Products.squasherd,
-                arguments: [
-                    "--state-directory", squasherd.directory + "/state", "--runtime-directory",
-                    squasherd.directory + "/run",
-                ])
-            try await restarted.waitForErrorOutput(containing: "ready")
-            restarted.signal(SIGTERM)
-            #expect(try await restarted.waitForExit() == 0, "\(restarted.errorOutput)")
-            try? FileManager.default.removeItem(atPath: squasherd.directory)
+            try await squasherd.restart()
         }
     }
 
@@ -805,24 +796,14 @@ struct FaultTests {
             try handle.truncate(atOffset: UInt64(text.utf8.count / 2))
             try handle.close()
 
-            let restarted = try ChildProcess(
-                name: "squasherd", executable: Products.squasherd,
-                arguments: [
-                    "--state-directory", squasherd.directory + "/state", "--runtime-directory",
-                    squasherd.directory + "/run",
-                ])
-            try await restarted.waitForErrorOutput(containing: "ready")
+            try await squasherd.restart()
             try await squasherd.ctl(["jobs", job, "--wait"], expectStatus: 2)
-            let ended = try BlockingVarlinkClient(path: squasherd.readSocket).call(
-                "io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self
-            ).job
+            let ended = try squasherd.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
             #expect(
                 ended.state == .failed
                     && ended.error?.contains("spooled input is shorter than the upload that was committed") == true,
                 "\(ended)")
             #expect(try FileManager.default.contentsOfDirectory(atPath: spoolDirectory).isEmpty)
-            restarted.signal(SIGTERM)
-            #expect(try await restarted.waitForExit() == 0)
         }
     }
 

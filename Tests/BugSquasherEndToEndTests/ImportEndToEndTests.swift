@@ -45,7 +45,10 @@ struct ImportEndToEndTests {
             // A project with bugs cannot be deleted (deny rule); the refusal says what to do, in a
             // client's terms.
             let project = try #require(try squasherd.ids(of: "Project").first)
-            let denied = try squasherd.refusal("io.bugsquasher.Import.Delete", ["id": project], on: .write).explanation
+            let denied = try squasherd.refusal(
+                "io.bugsquasher.Import.Delete", DeleteParameters(id: project), on: .write
+            )
+            .explanation
             #expect(
                 denied.contains("The change was refused, and nothing was saved")
                     && denied.contains("delete those objects, or point them elsewhere, first")
@@ -888,21 +891,10 @@ struct ImportEndToEndTests {
 
 @Suite("End to end: an import racing deletes")
 struct ImportRacingDeletesTests {
-    private struct IDParameter: Codable { var id: String }
-    private struct TokenReply: Codable { var token: Int64 }
-    private struct HistoryParameters: Codable {
-        var after: Int64
-        var limit: Int
-    }
-    private struct HistoryReply: Codable {
-        var saves: [WireSave]
-        var token: Int64
-    }
-
     /// Every bug's ID and title by key.
     private func bugs(_ squasherd: TestDaemon) throws -> [String: (id: String, title: String)] {
         let rows =
-            try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            try squasherd.call(
                 "io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", result: "rows"), as: FetchReply.self
             ).rows ?? []
         var bugs: [String: (id: String, title: String)] = [:]
@@ -926,7 +918,7 @@ struct ImportRacingDeletesTests {
             ])
             let original = try bugs(squasherd)
             try #require(original.count == count)
-            let start = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let start = try squasherd.call(
                 "io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self
             ).token
             let second = try squasherd.writeRecords("second.ndjson", count: count, prefix: "RD", title: "second")
@@ -940,22 +932,22 @@ struct ImportRacingDeletesTests {
             let deleter = try BlockingVarlinkClient(path: squasherd.writeSocket)
             for n in stride(from: count, through: 1, by: -1) {
                 _ = try deleter.call(
-                    "io.bugsquasher.Import.Delete", IDParameter(id: original["RD-\(n)"]!.id), as: TokenReply.self)
+                    "io.bugsquasher.Import.Delete", DeleteParameters(id: original["RD-\(n)"]!.id), as: DeleteReply.self)
             }
             try await squasherd.ctl(["jobs", job, "--wait"])
-            let ended = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let ended = try squasherd.call(
                 "io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self
             ).job
             #expect(ended.recordsRead == Int64(count) && ended.imported + ended.rejected == Int64(count), "\(ended)")
             let rejected = Set(
-                try BlockingVarlinkClient(path: squasherd.readSocket).call(
+                try squasherd.call(
                     "io.bugsquasher.Jobs.Rejects", RejectsParameters(job: job), as: RejectsReply.self
                 ).rejects.map(\.line))
             // The version each original bug was deleted at: 2 when the import had updated it first.
             var deletedAt: [String: Int64] = [:]
             var after = start
             while true {
-                let page = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+                let page = try squasherd.call(
                     "io.bugsquasher.Changes.History", HistoryParameters(after: after, limit: 1_000),
                     as: HistoryReply.self)
                 for save in page.saves { for change in save.deleted { deletedAt[change.id] = change.version } }
@@ -1010,7 +1002,7 @@ struct AbortEndToEndTests {
             let aborted = abort.output
             let summary = try #require(aborted.first)
             #expect(summary.hasPrefix("job \(job) aborted: "), "\(aborted)")
-            let ended = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let ended = try squasherd.call(
                 "io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self
             ).job
             #expect(ended.state == .aborted)
@@ -1019,7 +1011,7 @@ struct AbortEndToEndTests {
                 "the abort came after the import ended, or before it began: \(ended)")
             #expect(ended.error?.contains("Aborted on request") == true, "\(String(describing: ended.error))")
             // Chunks commit whole: exactly the records the job counts are in the store.
-            let stored = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let stored = try squasherd.call(
                 "io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", predicate: #"key BEGINSWITH "AB-""#),
                 as: FetchReply.self)
             #expect(Int64(stored.ids?.count ?? -1) == ended.imported)
@@ -1360,16 +1352,6 @@ extension AbortEndToEndTests {
                     "io.bugsquasher.Import.Append", AppendParameters(job: job, data: first), as: BytesReply.self)
                 return (job, write)
             }
-            func start(stateDirectory: String) async throws -> ChildProcess {
-                let daemon = try ChildProcess(
-                    name: "squasherd", executable: Products.squasherd,
-                    arguments: [
-                        "--state-directory", squasherd.directory + "/" + stateDirectory, "--runtime-directory",
-                        squasherd.directory + "/run",
-                    ])
-                try await daemon.waitForErrorOutput(containing: "ready")
-                return daemon
-            }
             let (job, client) = try beginUpload()
             // A client sending over an upgraded connection, waiting on its input when squasherd
             // stops, is told why the upload ended instead of finding the connection closed.
@@ -1401,11 +1383,9 @@ extension AbortEndToEndTests {
             #expect(
                 squasherd.process.errorOutput.contains("upload abandoned: squasherd is stopping"),
                 "\(squasherd.process.errorOutput.suffix(2000))")
-            let restarted = try await start(stateDirectory: "state")
+            try await squasherd.restart()
             for job in [job, upgradedJob] {
-                let ended = try BlockingVarlinkClient(path: squasherd.readSocket).call(
-                    "io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self
-                ).job
+                let ended = try squasherd.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
                 #expect(
                     ended.state == .aborted
                         && ended.error?.contains("squasherd stopped before the upload was committed") == true,
@@ -1418,14 +1398,12 @@ extension AbortEndToEndTests {
             let (second, secondClient) = try beginUpload()
             let waiter = try squasherd.startCtl("jobs --wait", ["jobs", second, "--wait"])
             try await squasherd.waitForSubscriptions(1, startedBy: waiter)
-            restarted.signal(SIGKILL)
-            _ = try await restarted.waitForExit()
+            squasherd.process.signal(SIGKILL)
+            _ = try await squasherd.process.waitForExit()
             withExtendedLifetime(secondClient) {}
-            let elsewhere = try await start(stateDirectory: "other")
+            try await squasherd.restart(stateDirectory: "other")
             #expect(try await waiter.waitForExit(timeout: .seconds(30)) == 3)
             #expect(waiter.errorOutput.contains("squasherd came back serving another store"), "\(waiter.errorOutput)")
-            elsewhere.signal(SIGTERM)
-            #expect(try await elsewhere.waitForExit() == 0)
         }
     }
 }
@@ -1447,7 +1425,7 @@ struct PagingEndToEndTests {
             let input = try squasherd.writeRecords("race.ndjson", count: count, prefix: "RACE", title: "imported")
             let ids = try (1...editors).map { n in
                 try #require(
-                    try BlockingVarlinkClient(path: squasherd.readSocket).call(
+                    try squasherd.call(
                         "io.bugsquasher.Store.Fetch",
                         FetchParameters(entity: "Bug", predicate: #"key == "EDIT-\#(n)""#),
                         as: FetchReply.self
@@ -1523,11 +1501,11 @@ struct PagingEndToEndTests {
                 var rows: [Row]
                 var more: Bool?
             }
-            let capped = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let capped = try squasherd.call(
                 "io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", result: "rows"), as: Page.self)
             #expect(capped.rows.count == 10_000)
             #expect(capped.more == true)
-            let rest = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let rest = try squasherd.call(
                 "io.bugsquasher.Store.Fetch", FetchParameters(entity: "Bug", offset: 10_000, result: "rows"),
                 as: Page.self)
             #expect(rest.rows.count == 50)
@@ -1570,7 +1548,7 @@ struct PagingEndToEndTests {
                 return (project.objectID, project.bugs.count)
             }
             #expect(bugs == count)
-            let tail = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let tail = try squasherd.call(
                 "io.bugsquasher.Store.Related",
                 RelatedParameters(id: project.uriString, relationship: "bugs", offset: 10_000), as: IDsReply.self)
             #expect(tail.ids.count == count - 10_000 && tail.more == nil)

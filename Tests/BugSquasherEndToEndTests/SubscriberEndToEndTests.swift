@@ -339,7 +339,7 @@ struct SubscriberEndToEndTests {
                 var saves: [WireSave] = []
                 var bytes = 0
                 var messages: [String] = []
-                let current = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+                let current = try squasherd.call(
                     "io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self
                 ).token
                 try BlockingVarlinkClient(path: squasherd.readSocket).stream(
@@ -412,7 +412,7 @@ struct SubscriberEndToEndTests {
             }
             #expect(try await importer.waitForExit(timeout: .seconds(120)) == 0)
             let saves =
-                try BlockingVarlinkClient(path: squasherd.readSocket).call(
+                try squasherd.call(
                     "io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self
                 ).token - first.token
             print("slow reader: \(messages) messages for \(saves) saves, \(coalesced) coalesced")
@@ -442,7 +442,7 @@ struct SubscriberEndToEndTests {
             // the replay of the first nine saves is still being sent.
             let second = try squasherd.writeRecords("second.ndjson", count: 2_500, prefix: "LV", title: "live")
             _ = try await squasherd.ctl(["import", second.path, "--wait"])
-            let current = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+            let current = try squasherd.call(
                 "io.bugsquasher.Store.Info", [String: String](), as: StoreInfo.self
             ).token
 
@@ -593,14 +593,7 @@ struct SubscriberEndToEndTests {
             }
             // Restarted: the subscriber subscribes again with all it holds, and goes on refreshing.
             #expect(try await squasherd.stop() == 0)
-            let restarted = try ChildProcess(
-                name: "squasherd again", executable: Products.squasherd,
-                arguments: [
-                    "--state-directory", squasherd.directory + "/state", "--runtime-directory",
-                    squasherd.directory + "/run",
-                    "--config", squasherd.directory + "/squasherd.conf",
-                ])
-            try await restarted.waitForErrorOutput(containing: " ready")
+            try await squasherd.restart()
             _ = try await squasherd.ctl(["update", "MANY-29999", "title=after the restart"])
             _ = try await subscriber.waitForLine(from: refreshed.index + 1) { line in
                 SubscriberEvent.parse(line)?.bugs?.contains {
@@ -608,11 +601,10 @@ struct SubscriberEndToEndTests {
                 }
                     == true
             }
-            #expect(!restarted.errorOutput.contains("grew past"), "\(restarted.errorOutput.suffix(2000))")
+            #expect(
+                !squasherd.process.errorOutput.contains("grew past"), "\(squasherd.process.errorOutput.suffix(2000))")
             subscriber.signal(SIGTERM)
             _ = try await subscriber.waitForExit()
-            restarted.signal(SIGTERM)
-            #expect(try await restarted.waitForExit() == 0)
         }
     }
 
@@ -739,13 +731,7 @@ struct SubscriberEndToEndTests {
             #expect(try await squasherd.stop() == 0)
             // Another store on the same sockets, with a bug of the same key and more saves than
             // the first had.
-            let other = try ChildProcess(
-                name: "squasherd on store B", executable: Products.squasherd,
-                arguments: [
-                    "--state-directory", squasherd.directory + "/state-b", "--runtime-directory",
-                    squasherd.directory + "/run",
-                ])
-            try await other.waitForErrorOutput(containing: " ready")
+            try await squasherd.restart(stateDirectory: "state-b")
             for round in 1...3 {
                 try await squasherd.ctl([
                     "import",
@@ -763,8 +749,6 @@ struct SubscriberEndToEndTests {
                 "\(watch.errorOutput)")
             // Store A saved nothing after the watch began: every save printed would be store B's.
             #expect(!watch.output.contains { $0.hasPrefix("token ") }, "\(watch.output)")
-            other.signal(SIGTERM)
-            #expect(try await other.waitForExit() == 0)
         }
     }
 
@@ -775,7 +759,7 @@ struct SubscriberEndToEndTests {
             try await squasherd.ctl([
                 "import", try squasherd.writeRecords("a.ndjson", count: 3, prefix: "FULL", title: "t").path, "--wait",
             ])
-            let environment = ["SQUASHERD_RUNTIME_DIRECTORY": squasherd.directory + "/run"]
+            let environment = squasherd.environment
             for command in [
                 ["watch"], ["watch", "--json"], ["subscribe", "FULL-1"], ["subscribe", "FULL-1", "--json"],
             ] {

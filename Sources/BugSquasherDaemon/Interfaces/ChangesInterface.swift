@@ -24,16 +24,6 @@ struct ChangesInterface: VarlinkInterface {
     /// ``Subscription/catchUpAfterInteractiveSaves(_:)``).
     var editsFirst: EditsFirst? = nil
 
-    private struct HistoryParameters: Decodable {
-        var after: Int64
-        var limit: Int?
-    }
-
-    private struct HistoryReply: Encodable {
-        var saves: [WireSave]
-        var token: Int64
-    }
-
     /// `Subscribe` streams.
     func streams(_ method: String) -> Bool { method == "Subscribe" }
 

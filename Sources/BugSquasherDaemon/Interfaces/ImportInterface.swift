@@ -27,9 +27,6 @@ struct ImportInterface: VarlinkInterface {
     /// every ten seconds.
     private let unsavedWrites = WarningThrottle()
 
-    private struct IDParameter: Decodable { var id: String }
-    private struct TokenReply: Encodable { var token: Int64 }
-
     /// `Upload` takes the connection over for the file's bytes.
     func upgrades(_ method: String) -> Bool { method == "Upload" }
 
@@ -242,13 +239,13 @@ struct ImportInterface: VarlinkInterface {
     private func handleDelete(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
         async throws
     {
-        let id = try editableObjectID(try call.parameters(IDParameter.self).id)
+        let id = try editableObjectID(try call.parameters(DeleteParameters.self).id)
         let editor = newEditor("varlink-delete")
         try await mapGraphErrors {
             try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
         }
         let didSave = try await mapGraphErrors { try await editor.save() }
-        try await replier.reply(TokenReply(token: didSave?.token.rawValue ?? 0))
+        try await replier.reply(DeleteReply(token: didSave?.token.rawValue ?? 0))
     }
 
     private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {

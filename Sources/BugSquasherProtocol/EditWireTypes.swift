@@ -1,6 +1,6 @@
 public import BugSquasherVarlink
 
-// The parameters and reply of `io.bugsquasher.Import.Update`.
+// The parameters and replies of `io.bugsquasher.Import.Update` and `Delete`.
 
 /// The parameters of `io.bugsquasher.Import.Update`.
 public struct UpdateParameters: Codable, Sendable {
@@ -26,4 +26,20 @@ public struct UpdateReply: Codable, Sendable {
         self.version = version
         self.token = token
     }
+}
+
+/// The parameters of `io.bugsquasher.Import.Delete`.
+public struct DeleteParameters: Codable, Sendable {
+    /// The object ID URI.
+    public var id: String
+    /// Creates parameters.
+    public init(id: String) { self.id = id }
+}
+
+/// The reply of `io.bugsquasher.Import.Delete`.
+public struct DeleteReply: Codable, Sendable {
+    /// The save's history token (0 when nothing was saved).
+    public var token: Int64
+    /// Creates a reply.
+    public init(token: Int64) { self.token = token }
 }
