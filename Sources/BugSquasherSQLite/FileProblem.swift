@@ -22,7 +22,4 @@ public struct FileProblem: Sendable, Hashable {
 
     /// The remedy as a sentence: capitalized, with a full stop.
     public var advice: String { remedy.prefix(1).uppercased() + remedy.dropFirst() + "." }
-
-    /// Both in one clause, "problem; remedy", for a sentence that quotes them together.
-    public var clause: String { "\(problem); \(remedy)" }
 }

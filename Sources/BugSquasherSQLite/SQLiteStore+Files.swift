@@ -203,9 +203,6 @@ extension SQLiteStore {
         markedFile(of: [path, path + "-wal", path + "-shm", URL(filePath: path).deletingLastPathComponent().path])
     }
 
-    /// ``markedFile(of:)`` as one clause, the problem and the remedy.
-    public static func markProblem(of files: [String]) -> String? { markedFile(of: files)?.clause }
-
     /// The first of `files` marked immutable or append-only (`chattr +i`, `+a`), which not even
     /// root may change, with the command that clears the mark as the remedy; `nil` when none is,
     /// or when the file system has no such marks.

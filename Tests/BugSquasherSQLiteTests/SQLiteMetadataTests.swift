@@ -121,7 +121,8 @@ struct SQLiteMetadataTests {
             }
             defer { _ = try? chattr(["-i", "-a", url.path]) }
             #expect(
-                SQLiteStore.markProblem(of: [directory.path, url.path])?.contains("\(url.path) is marked \(named)")
+                SQLiteStore.markedFile(of: [directory.path, url.path])?.problem.contains(
+                    "\(url.path) is marked \(named)")
                     == true)
             let error = #expect(throws: GraphError.self) {
                 _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url))
@@ -131,7 +132,7 @@ struct SQLiteMetadataTests {
                     && error?.message.contains("chattr -\(flag.dropFirst()) \(url.path)") == true,
                 "\(String(describing: error))")
         }
-        #expect(SQLiteStore.markProblem(of: [directory.path, url.path]) == nil)
+        #expect(SQLiteStore.markedFile(of: [directory.path, url.path]) == nil)
     }
 
     @Test("a file that is not a store is refused, and nothing is written to it")
