@@ -15,6 +15,7 @@ let package = Package(
     products: [
         .library(name: "BugSquasherGraph", targets: ["BugSquasherGraph"]),
         .library(name: "BugSquasherSQLite", targets: ["BugSquasherSQLite"]),
+        .library(name: "BugSquasherPostgres", targets: ["BugSquasherPostgres"]),
         .library(name: "BugSquasherModel", targets: ["BugSquasherModel"]),
         .library(name: "BugSquasherStack", targets: ["BugSquasherStack"]),
         .library(name: "BugSquasherImport", targets: ["BugSquasherImport"]),
@@ -36,6 +37,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", exact: "1.33.2"),
         // Builds the DocC catalogues of the libraries (`swift package generate-documentation`).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -64,6 +66,20 @@ let package = Package(
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // PostgresStore: the incremental store on PostgreSQL, for more than one host. The only
+        // module on PostgresNIO.
+        .target(
+            name: "BugSquasherPostgres",
+            dependencies: [
+                "BugSquasherErrors",
+                "BugSquasherGraph",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -235,7 +251,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherSQLiteTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherModel", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherPostgres", "BugSquasherModel", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -274,6 +290,11 @@ let package = Package(
                 "BugSquasherTesting", "BugSquasherProtocol", "BugSquasherImport", "BugSquasherVarlink",
                 "BugSquasherTransport", "BugSquasherClient", "BugSquasherGraph", "BugSquasherModel", "CConcurrencyHook",
             ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "BugSquasherPostgresTests",
+            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres"],
             swiftSettings: strictSettings
         ),
         .testTarget(

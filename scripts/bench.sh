@@ -61,10 +61,8 @@ for tool in squasherd squasherctl bugsquasher-bench; do
 done
 
 pg_dir=""
-pg_bin=""
 bench_pid=""
-# PostgreSQL refuses to run as root: as root, initdb and start it as the postgres system user.
-as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+source scripts/postgres.sh
 cleanup() {
     # A second signal (a double Ctrl-C, `timeout` passing its own) must not cut the cleanup short
     # and leave PostgreSQL running.
@@ -73,10 +71,7 @@ cleanup() {
         kill -TERM "$bench_pid" 2>/dev/null || true   # it stops its daemons and subscribers
         wait "$bench_pid" 2>/dev/null || true
     fi
-    if [[ -n $pg_dir ]]; then
-        as_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
-        rm -rf "$pg_dir"
-    fi
+    pg_stop "$pg_dir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -84,24 +79,10 @@ trap 'exit 143' TERM
 
 pg_args=()
 if ((!skip_postgres)); then
-    pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
-    if [[ -z $pg_bin || ! -x $pg_bin/initdb || ! -x $pg_bin/pg_ctl ]]; then
-        echo "bench: installing PostgreSQL (Debian's postgresql package)"
-        sudo=""
-        [[ $(id -u) -eq 0 ]] || sudo=sudo
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
-        pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-    fi
     pg_dir=$(mktemp -d /tmp/bsbench-pg.XXXXXX)
-    [[ $(id -u) -ne 0 ]] || chown postgres:postgres "$pg_dir"
-    as_pg "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U postgres --no-sync >"$pg_dir/initdb.log" 2>&1 \
-        || { cat "$pg_dir/initdb.log" >&2; exit 1; }
-    # Only a Unix socket in the temporary directory. synchronous_commit=off is the setting
-    # comparable to SQLite in WAL with synchronous=NORMAL (no fsync per commit); fsync stays on.
-    as_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/postgres.log" -w -t 60 \
-        -o "-c listen_addresses='' -c unix_socket_directories='$pg_dir' -c max_connections=300 -c synchronous_commit=off" start >/dev/null \
-        || { cat "$pg_dir/postgres.log" >&2; exit 1; }
+    # synchronous_commit=off is the setting comparable to SQLite in WAL with synchronous=NORMAL
+    # (no fsync per commit); fsync stays on.
+    pg_start "$pg_dir" -c max_connections=300 -c synchronous_commit=off || exit 1
     pg_args=(--pg-socket "$pg_dir")
 fi
 

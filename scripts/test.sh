@@ -7,7 +7,15 @@ scripts/setup.sh
 echo "== lint: swift format (.swift-format; 'swift format format --in-place --recursive --parallel Sources Tests' fixes what it finds)"
 swift format lint --strict --recursive --parallel Sources Tests
 swift build --build-tests
-swift test --skip-build
+# A throwaway PostgreSQL for the store contract suite's third store (BUGSQUASHER_POSTGRES_URL);
+# without it, the PostgreSQL cases are skipped with a message.
+source scripts/postgres.sh
+pg_dir=$(mktemp -d /tmp/bstest-pg.XXXXXX)
+trap 'pg_stop "$pg_dir"' EXIT
+pg_start "$pg_dir" -c max_connections=200 -c fsync=off
+BUGSQUASHER_POSTGRES_URL=$(pg_url "$pg_dir") swift test --skip-build
+pg_stop "$pg_dir"
+trap - EXIT
 echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"
 scripts/bench.sh --smoke --debug
 scripts/stress.sh --smoke --debug   # kill -9, SIGTERM, churn; every stress invariant (docs/STRESS.md), ~20 s

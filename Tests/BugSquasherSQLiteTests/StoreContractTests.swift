@@ -1,10 +1,11 @@
 import BugSquasherGraph
 import BugSquasherModel
+import BugSquasherPostgres
 import BugSquasherSQLite
 import Foundation
 import Testing
 
-/// The store contract: every test runs against SQLiteStore and InMemoryStore.
+/// The store contract: every test runs against SQLiteStore, InMemoryStore and PostgresStore.
 @Suite("Store contract")
 struct StoreContractTests {
     @Test("insert, save, fetch: permanent IDs, URIs, faults, uniquing", arguments: StoreKind.allCases)
@@ -444,6 +445,7 @@ struct StoreContractTests {
             switch fixture.counting.base {
             case let store as InMemoryStore: store.registeredObjectIDs
             case let store as SQLiteStore: store.registeredObjectIDs
+            case let store as PostgresStore: store.registeredObjectIDs
             default: []
             }
         }

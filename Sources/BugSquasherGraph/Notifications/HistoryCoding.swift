@@ -1,7 +1,6 @@
-import BugSquasherGraph
-import Foundation
+package import Foundation
 
-/// The payload of one `bs_history` row: a did-save without values, as compact JSON grouped by
+/// The payload of one history row (`bs_history`, in every store that keeps one): a did-save without values, as compact JSON grouped by
 /// entity, written by hand because it is on the save path of every chunk. `i` and `d` hold flat
 /// `[primaryKey, version, …]` pairs, `u` one `[primaryKey, version, changed keys…]` per object; the
 /// store identifier and token come from the store and the row.
@@ -9,8 +8,8 @@ import Foundation
 /// ```json
 /// {"i":{"Bug":[1,1,2,1]},"u":{"Bug":[[7,3,"title","status"]]},"d":{"Comment":[9,2]}}
 /// ```
-enum HistoryCoding {
-    static func encode(_ didSave: DidSave) -> Data {
+package enum HistoryCoding {
+    package static func encode(_ didSave: DidSave) -> Data {
         var out = "{\"i\":"
         appendPairs(didSave.inserted, to: &out)
         out += ",\"u\":{"
@@ -38,7 +37,7 @@ enum HistoryCoding {
         return Data(out.utf8)
     }
 
-    static func decode(_ data: Data, store: String, token: HistoryToken) throws -> DidSave {
+    package static func decode(_ data: Data, store: String, token: HistoryToken) throws -> DidSave {
         guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             throw GraphError(.invalidStore, "A history row is not a JSON object; the history table is damaged.")
         }

@@ -1,0 +1,179 @@
+import BugSquasherGraph
+import Foundation
+
+/// Compiles a ``FetchDescription`` to PostgreSQL: joins for to-one key paths, a `WHERE` clause
+/// with the same meaning as in-memory evaluation (and as the SQLite store's), `ORDER BY` with the
+/// primary key last, `LIMIT`/`OFFSET`. Parameters are `$1`, `$2`, … in ``arguments``.
+struct PostgresSelect {
+    let model: ManagedObjectModel
+    let entity: EntityDescription
+    let storeIdentifier: String
+    private(set) var joins: [String] = []
+    private var aliases: [String: (alias: String, entity: EntityDescription)] = [:]
+    private(set) var arguments: [Value] = []
+
+    init(model: ManagedObjectModel, entity: EntityDescription, storeIdentifier: String) {
+        self.model = model
+        self.entity = entity
+        self.storeIdentifier = storeIdentifier
+    }
+
+    /// The most key paths a fetch sorts by, as in the SQLite store.
+    static let maximumSortKeys = 32
+
+    /// The full `SELECT` for a fetch.
+    mutating func select(_ request: FetchDescription) throws -> String {
+        let whereClause = try request.predicate.map { try condition($0) } ?? "TRUE"
+        var seen = Set<String>()
+        let sort = request.sort.filter { seen.insert($0.keyPath).inserted }
+        guard sort.count <= Self.maximumSortKeys else {
+            throw GraphError(
+                .invalidArgument, "The fetch sorts by \(sort.count) key paths.",
+                advice: "Give at most \(Self.maximumSortKeys).")
+        }
+        let order = try sort.map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + ["t.pk ASC"]
+        let head: String
+        switch request.resultType {
+        case .count: head = "SELECT t.pk"
+        case .objectIDs: head = "SELECT t.pk"
+        case .rows: head = "SELECT \(PostgresSchema.columns(of: entity))"
+        }
+        var sql =
+            "\(head) FROM \(PostgresSchema.quote(entity.name)) t \(joins.joined(separator: " ")) WHERE \(whereClause)"
+        if request.resultType != .count { sql += " ORDER BY \(order.joined(separator: ", "))" }
+        if request.limit != nil || request.offset > 0 {
+            if request.resultType == .count { sql += " ORDER BY t.pk" }
+            sql += " LIMIT \(request.limit.map(String.init) ?? "ALL") OFFSET \(request.offset)"
+        }
+        return request.resultType == .count ? "SELECT count(*) FROM (\(sql)) AS counted" : sql
+    }
+
+    private mutating func condition(_ predicate: ObjectPredicate) throws -> String {
+        switch predicate {
+        case .all:
+            return "TRUE"
+        case .and(let items):
+            return items.isEmpty ? "TRUE" : "(" + (try items.map { try condition($0) }).joined(separator: " AND ") + ")"
+        case .or(let items):
+            return items.isEmpty ? "FALSE" : "(" + (try items.map { try condition($0) }).joined(separator: " OR ") + ")"
+        case .not(let item):
+            // Two-valued, as the in-memory evaluation: a comparison with null is false there,
+            // and its negation true, where SQL's NOT of unknown stays unknown.
+            return "NOT COALESCE(\(try condition(item)), FALSE)"
+        case .isIn(let keyPath, let values):
+            return try inList(keyPath, values)
+        case .relationship(let keyPath, let target):
+            let column = try resolve(keyPath, relationship: true).column
+            guard let target else { return "\(column) IS NULL" }
+            guard !target.isTemporary, target.storeIdentifier == storeIdentifier else { return "FALSE" }
+            return "\(column) = \(parameter(.int64(target.key)))"
+        case .compare(let keyPath, let op, let value):
+            return try comparison(keyPath, op, value)
+        }
+    }
+
+    /// The next parameter, `$n`, holding `value`.
+    private mutating func parameter(_ value: Value) -> String {
+        arguments.append(value)
+        return "$\(arguments.count)"
+    }
+
+    /// `keyPath IN (values)`, with a null among the values as `IS NULL`.
+    private mutating func inList(_ keyPath: String, _ values: [Value]) throws -> String {
+        let (column, attribute) = try resolve(keyPath)
+        let nonNull = values.filter { !$0.isNull && Self.fits($0, attribute) }
+        var parts: [String] = []
+        if !nonNull.isEmpty {
+            parts.append("\(column) IN (\(nonNull.map { parameter($0) }.joined(separator: ", ")))")
+        }
+        if values.contains(where: \.isNull) { parts.append("\(column) IS NULL") }
+        return parts.isEmpty ? "FALSE" : "(" + parts.joined(separator: " OR ") + ")"
+    }
+
+    /// Whether a value can be compared with the attribute's column: PostgreSQL refuses to
+    /// compare text with a number, where the in-memory evaluation finds them unequal.
+    private static func fits(_ value: Value, _ attribute: AttributeDescription?) -> Bool {
+        guard let attribute else { return true }
+        switch (attribute.type, value) {
+        case (.string, .string), (.bool, .bool), (.data, .data): return true
+        case (.int64, .int64), (.int64, .double), (.double, .int64), (.double, .double): return true
+        case (.date, .date), (.date, .double), (.date, .int64): return true
+        default: return false
+        }
+    }
+
+    /// `keyPath op value`, with null compared as the in-memory evaluation compares it.
+    private mutating func comparison(_ keyPath: String, _ op: ComparisonOperator, _ value: Value) throws -> String {
+        let (column, attribute) = try resolve(keyPath)
+        switch op {
+        case .equal where value.isNull: return "\(column) IS NULL"
+        case .notEqual where value.isNull: return "\(column) IS NOT NULL"
+        case .equal:
+            guard Self.fits(value, attribute) else { return "FALSE" }
+            return "\(column) = \(parameter(value))"
+        case .notEqual:
+            guard Self.fits(value, attribute) else { return "TRUE" }
+            return "\(column) IS DISTINCT FROM \(parameter(value))"
+        case .less, .lessOrEqual, .greater, .greaterOrEqual:
+            guard !value.isNull, Self.fits(value, attribute) else { return "FALSE" }
+            let symbol = [ComparisonOperator.less: "<", .lessOrEqual: "<=", .greater: ">", .greaterOrEqual: ">="][op]!
+            return "\(column) \(symbol) \(parameter(value))"
+        case .contains, .containsCaseInsensitive, .beginsWith:
+            guard attribute?.type == .string, case .string = value else { return "FALSE" }
+            let needle = parameter(value)
+            switch op {
+            case .contains: return "COALESCE(strpos(\(column), \(needle)) > 0, FALSE)"
+            case .containsCaseInsensitive: return "COALESCE(strpos(lower(\(column)), lower(\(needle))) > 0, FALSE)"
+            default: return "COALESCE(starts_with(\(column), \(needle)), FALSE)"
+            }
+        }
+    }
+
+    /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.
+    private mutating func column(_ keyPath: String) throws -> String {
+        try resolve(keyPath).column
+    }
+
+    /// The SQL column for a key path and the attribute it ends at (`nil` for a relationship),
+    /// adding `LEFT JOIN`s for the to-one links it follows.
+    private mutating func resolve(_ keyPath: String, relationship: Bool = false) throws -> (
+        column: String, attribute: AttributeDescription?
+    ) {
+        let parts = keyPath.split(separator: ".").map(String.init)
+        var alias = "t"
+        var current = entity
+        var prefix = ""
+        for (index, part) in parts.enumerated() {
+            if index == parts.count - 1 {
+                let column = "\(alias).\(PostgresSchema.quote(part))"
+                if relationship {
+                    if current.toOneRelationships.contains(where: { $0.name == part }) { return (column, nil) }
+                } else if let attribute = current.attribute(named: part) {
+                    return (column, attribute)
+                }
+                break
+            }
+            guard let link = current.relationship(named: part), !link.isToMany,
+                let next = model.entity(named: link.destination)
+            else { break }
+            prefix += (prefix.isEmpty ? "" : ".") + part
+            if let known = aliases[prefix] {
+                alias = known.alias
+            } else {
+                let newAlias = "j\(aliases.count + 1)"
+                joins.append(
+                    "LEFT JOIN \(PostgresSchema.quote(next.name)) \(newAlias) ON \(newAlias).pk = \(alias).\(PostgresSchema.quote(part))"
+                )
+                aliases[prefix] = (newAlias, next)
+                alias = newAlias
+            }
+            current = next
+        }
+        let shown = keyPath.count > 200 ? "\(keyPath.prefix(200))… (\(keyPath.count) characters)" : keyPath
+        throw GraphError(
+            .invalidArgument,
+            "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name).",
+            advice: "Use an attribute name, or to-one relationships leading to one (like 'project.key')."
+        )
+    }
+}

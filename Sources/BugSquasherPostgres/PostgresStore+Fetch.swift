@@ -1,0 +1,118 @@
+public import BugSquasherGraph
+import Foundation
+import PostgresNIO
+
+// Fetches, and the values of faults and to-many relationships.
+extension PostgresStore {
+    public func execute(_ request: any StoreRequest) throws -> StoreResult {
+        switch request {
+        case let fetch as FetchDescription: return .fetched(try self.fetch(fetch))
+        case let save as SaveChanges: return .saved(try self.save(save))
+        default: throw unsupported(request)
+        }
+    }
+
+    private func fetch(_ request: FetchDescription) throws -> StoreFetchResult {
+        let state = try requireLoaded()
+        let entity = try state.model.requireEntity(request.entityName)
+        let store = state.metadata.storeIdentifier
+        var query = PostgresSelect(model: state.model, entity: entity, storeIdentifier: store)
+        let sql = try query.select(request)
+        return try withConnection("fetch \(entity.name)") { connection in
+            let rows = try run(sql, query.arguments, on: connection)
+            switch request.resultType {
+            case .count:
+                return .count(Int(try rows.first?.decode(Int64.self) ?? 0))
+            case .objectIDs:
+                return .objectIDs(
+                    try rows.map { ObjectID(store: store, entity: entity.name, primaryKey: try $0.decode(Int64.self)) })
+            case .rows:
+                return .rows(try rows.map { try Self.decode($0, entity: entity, store: store) })
+            }
+        }
+    }
+
+    public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
+        let state = try requireLoaded()
+        let store = state.metadata.storeIdentifier
+        let byEntity = Dictionary(
+            grouping: objectIDs.filter { !$0.isTemporary && $0.storeIdentifier == store }, by: \.entityName)
+        return try withConnection("load values") { connection in
+            var result: [ObjectID: RowSnapshot] = [:]
+            for (name, ids) in byEntity {
+                let entity = try state.model.requireEntity(name)
+                let table = PostgresSchema.quote(name)
+                var bindings = PostgresBindings()
+                bindings.append(ids.map(\.key))
+                let rows = try connection.query(
+                    PostgresQuery(
+                        unsafeSQL: "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)",
+                        binds: bindings),
+                    logger: logger
+                ).wait()
+                for row in rows {
+                    let decoded = try Self.decode(row, entity: entity, store: store)
+                    result[decoded.objectID] = decoded.snapshot
+                }
+            }
+            return result
+        }
+    }
+
+    public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
+        let state = try requireLoaded()
+        let model = state.model
+        let (relationship, destination, inverse) = try model.toManyRelationship(name, of: objectID.entityName)
+        let entity = try model.requireEntity(objectID.entityName)
+        let sql: String
+        if !inverse.isToMany {
+            sql =
+                "SELECT pk FROM \(PostgresSchema.quote(destination.name)) WHERE \(PostgresSchema.quote(inverse.name)) = $1 ORDER BY pk"
+        } else if relationship.ownsManyToManyLinks(in: entity.name) {
+            sql =
+                "SELECT dst FROM \(PostgresSchema.joinTable(owner: entity.name, relationship: name)) WHERE src = $1 ORDER BY dst"
+        } else {
+            sql =
+                "SELECT src FROM \(PostgresSchema.joinTable(owner: destination.name, relationship: inverse.name)) WHERE dst = $1 ORDER BY src"
+        }
+        let keys = try withConnection("load \(entity.name).\(name)") { connection in
+            try run(sql, [.int64(objectID.key)], on: connection).map { try $0.decode(Int64.self) }
+        }
+        return keys.map { ObjectID(store: state.metadata.storeIdentifier, entity: destination.name, primaryKey: $0) }
+    }
+
+    public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
+        let state = try requireLoaded()
+        var counts: [(entity: String, count: Int64)] = []
+        for id in objectIDs {
+            if let index = counts.firstIndex(where: { $0.entity == id.entityName }) {
+                counts[index].count += 1
+            } else {
+                counts.append((id.entityName, 1))
+            }
+        }
+        // Each entity's first key; in the order of `counts`.
+        var nextKeys: [String: Int64] = try withConnection("allocate primary keys") { connection in
+            try transaction(on: connection) {
+                var first: [String: Int64] = [:]
+                for (entity, count) in counts {
+                    _ = try run(
+                        "INSERT INTO bs_sequence (entity, next) VALUES ($1, 1) ON CONFLICT (entity) DO NOTHING",
+                        [.string(entity)], on: connection)
+                    let next =
+                        try run(
+                            "UPDATE bs_sequence SET next = next + $1 WHERE entity = $2 RETURNING next",
+                            [.int64(count), .string(entity)], on: connection
+                        ).first?.decode(Int64.self) ?? count + 1
+                    first[entity] = next - count
+                }
+                return first
+            }
+        }
+        return objectIDs.map { id in
+            defer { nextKeys[id.entityName, default: 0] += 1 }
+            return ObjectID(
+                store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[id.entityName] ?? 0)
+        }
+    }
+}
