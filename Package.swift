@@ -172,7 +172,7 @@ let package = Package(
             name: "BugSquasherDaemon",
             dependencies: [
                 "BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherSQLite",
-                "BugSquasherImport", "BugSquasherJSON", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                "BugSquasherPostgres", "BugSquasherImport", "BugSquasherJSON", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),

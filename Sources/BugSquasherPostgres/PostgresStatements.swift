@@ -20,7 +20,7 @@ extension PostgresStore {
     {
         var bindings = PostgresBindings(capacity: arguments.count)
         for argument in arguments { try Self.bind(argument, to: &bindings) }
-        return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).wait()
+        return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue()
     }
 
     static func bind(_ value: Value, to bindings: inout PostgresBindings) throws {

@@ -49,7 +49,7 @@ extension PostgresStore {
                         unsafeSQL: "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)",
                         binds: bindings),
                     logger: logger
-                ).wait()
+                ).blockingValue()
                 for row in rows {
                     let decoded = try Self.decode(row, entity: entity, store: store)
                     result[decoded.objectID] = decoded.snapshot

@@ -43,7 +43,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     }
 
     deinit {
-        if let open = connection.withLock({ $0 }) { try? open.close().wait() }
+        if let open = connection.withLock({ $0 }) { try? open.close().blockingValue() }
     }
 
     public func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void) {
@@ -87,13 +87,13 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
                 password: configuration.password, database: configuration.database, tls: .disable)
         }
         let connection = try PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.next(), configuration: connectionConfiguration, id: 1,
+            on: PostgresEventLoops.group.next(), configuration: connectionConfiguration, id: 1,
             logger: logger
-        ).wait()
+        ).blockingValue()
         _ = try connection.query(
             PostgresQuery(unsafeSQL: "SET search_path TO \(PostgresSchema.quote(configuration.schema))"),
             logger: logger
-        ).wait()
+        ).blockingValue()
         return connection
     }
 

@@ -1,4 +1,5 @@
 public import BugSquasherErrors
+public import BugSquasherPostgres
 import BugSquasherProtocol
 public import Foundation
 import Logging
@@ -54,6 +55,14 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     /// The store file.
     public var storePath: String { stateDirectory + "/bugs.sqlite" }
+    /// The PostgreSQL database of the store (`store = postgresql://…`); `nil` for the SQLite
+    /// file in the state directory, the default.
+    public var postgres: PostgresStoreConfiguration?
+    /// The store, as messages name it: its file, or its PostgreSQL schema and server.
+    public var storeDescription: String {
+        guard let postgres else { return storePath }
+        return "schema \(postgres.schema) of \(postgres.database) at \(postgres.address)"
+    }
     /// The spool directory of uploaded imports.
     public var spoolDirectory: String { stateDirectory + "/spool" }
     /// The read socket.
@@ -159,6 +168,13 @@ public struct DaemonConfiguration: Sendable, Hashable {
             runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file.values["runtime_directory"]
                 ?? "run/sockets"
         )
+        if let url = file.values["store"] {
+            do {
+                configuration.postgres = try PostgresStoreConfiguration(url: url)
+            } catch let error as PostgresStoreError {
+                throw DaemonError("\(file.at("store")): \(error.statement)", advice: error.advice)
+            }
+        }
         try configuration.applyImportSettings(of: file)
         try configuration.applyLimits(of: file)
         return configuration
@@ -248,7 +264,8 @@ public struct DaemonConfiguration: Sendable, Hashable {
     }
 
     static let keys: Set<String> = [
-        "state_directory", "runtime_directory", "chunk_size", "import_nice", "import_yield_ms", "read_socket_mode",
+        "state_directory", "runtime_directory", "store", "chunk_size", "import_nice", "import_yield_ms",
+        "read_socket_mode",
         "write_socket_mode",
         "max_message_bytes", "max_incoming_bytes", "max_outgoing_bytes", "max_record_bytes", "subscriber_pending_limit",
         "upload_idle_timeout", "max_registrations_per_subscriber", "max_registrations", "max_connections", "log_level",

@@ -1,5 +1,6 @@
 import BugSquasherGraph
 import BugSquasherModel
+import BugSquasherPostgres
 import BugSquasherSQLite
 import BugSquasherStack
 import BugSquasherTransport
@@ -12,8 +13,8 @@ struct OpenedStore {
     let stack: PersistentStack
     /// What imports give way to.
     let editsFirst: EditsFirst
-    /// The record of the last save, kept up to date with every commit.
-    let watermark: SaveWatermark
+    /// The record of the last save, kept up to date with every commit (the SQLite store's).
+    let watermark: SaveWatermark?
     /// The lock on the store file, held while the daemon runs.
     let lock: StoreFileLock?
 }
@@ -71,19 +72,44 @@ extension SquasherDaemon {
         }
     }
 
-    /// Opens the store, after refusing one that was emptied or replaced by a rescue copy, and
-    /// checks it: sound, and the one last saved to here. Uploads cut off by the last exit are
-    /// failed, and the spools of ended jobs removed.
+    /// Opens the store, the SQLite file or the PostgreSQL database the configuration names.
+    /// Uploads cut off by the last exit are failed, and the spools of ended jobs removed.
     func openStore() async throws -> OpenedStore {
+        // Imports give way to edits for a moment after each commits (decoding and upserting
+        // between records, and the store's chunk saves).
+        let editsFirst = EditsFirst(window: configuration.importYield)
+        let opened =
+            try configuration.postgres.map { try openPostgresStore($0, editsFirst: editsFirst) }
+            ?? openSQLiteStore(editsFirst: editsFirst)
+        try await failInterruptedUploads(opened.stack)
+        try await removeSpoolsOfEndedJobs(opened.stack)
+        return opened
+    }
+
+    /// Opens the store in a PostgreSQL database: the server checks and keeps it.
+    private func openPostgresStore(_ postgres: PostgresStoreConfiguration, editsFirst: EditsFirst) throws
+        -> OpenedStore
+    {
+        do {
+            let store = PostgresStore(configuration: postgres, logger: logger)
+            let stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
+            return OpenedStore(stack: stack, editsFirst: editsFirst, watermark: nil, lock: nil)
+        } catch let error as GraphError {
+            throw DaemonError(
+                "Refusing to start: the store in \(configuration.storeDescription) cannot be used. \(error.statement)",
+                advice: error.advice)
+        }
+    }
+
+    /// Opens the SQLite store file, after refusing one that was emptied or replaced by a rescue
+    /// copy, and checks it: sound, and the one last saved to here.
+    private func openSQLiteStore(editsFirst: EditsFirst) throws -> OpenedStore {
         try Self.refuseEmptiedStore(at: configuration.storePath)
         try Self.refuseStoreReplacedByRescue(at: configuration.storePath)
         // The store file too, before it is opened when it exists (or right after it is created).
         var storeLock =
             FileManager.default.fileExists(atPath: configuration.storePath)
             ? try StoreFileLock(path: configuration.storePath) : nil
-        // Imports give way to edits for a moment after each commits (decoding and upserting
-        // between records, and the store's chunk saves).
-        let editsFirst = EditsFirst(window: configuration.importYield)
         let stack: PersistentStack
         do {
             let store = try SQLiteStore(
@@ -97,8 +123,6 @@ extension SquasherDaemon {
         if storeLock == nil { storeLock = try StoreFileLock(path: configuration.storePath) }
         try checkSoundness(of: stack)
         let watermark = try checkWatermark(of: stack)
-        try await failInterruptedUploads(stack)
-        try await removeSpoolsOfEndedJobs(stack)
         return OpenedStore(stack: stack, editsFirst: editsFirst, watermark: watermark, lock: storeLock)
     }
 

@@ -40,7 +40,7 @@ extension SquasherDaemon {
             logger.info(
                 "ready",
                 metadata: [
-                    "store.path": "\(configuration.storePath)", "socket.read": "\(readAddress)",
+                    "store": "\(configuration.storeDescription)", "socket.read": "\(readAddress)",
                     "socket.write": "\(writeAddress)",
                 ])
             onReady()
@@ -102,7 +102,7 @@ extension SquasherDaemon {
             store.observeCommits { didSave in
                 // Subscribers first: the record is a write to a file that no one waits for.
                 hub.publish(didSave)
-                watermark.record(storeIdentifier: didSave.storeIdentifier, token: didSave.token)
+                watermark?.record(storeIdentifier: didSave.storeIdentifier, token: didSave.token)
             }
         } else {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
