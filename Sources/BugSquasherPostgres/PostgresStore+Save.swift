@@ -10,8 +10,15 @@ extension PostgresStore {
         let state = try requireLoaded()
         return try withConnection("save") { connection in
             let didSave = try transaction(on: connection) { try write(changes, state: state, on: connection) }
-            // Still holding the connection: this process's observers see its saves in token order.
-            for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
+            // Still holding the connection: the observers see the saves in token order, the
+            // other processes' saves before this one first (see `deliverHistory`).
+            let handlers = commitHandlers.withLock { $0 }
+            if !handlers.isEmpty {
+                try? deliverHistory(
+                    before: didSave.token.rawValue, to: handlers, store: didSave.storeIdentifier, on: connection)
+                for handler in handlers { handler(didSave) }
+                delivered.withLock { $0 = didSave.token.rawValue }
+            }
             return didSave
         }
     }
@@ -36,6 +43,8 @@ extension PostgresStore {
             "INSERT INTO bs_history (token, committed_at, payload) VALUES ($1, $2, $3)",
             [.int64(token), .double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave))],
             on: connection)
+        // A hint to the other daemons, sent by the server when (and if) the transaction commits.
+        _ = try run("SELECT pg_notify($1, $2)", [.string(hintChannel), .string(String(token))], on: connection)
         didSave.token = HistoryToken(rawValue: token)
         return didSave
     }

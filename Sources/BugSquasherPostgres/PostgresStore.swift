@@ -34,6 +34,11 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     private let connection = Mutex<PostgresConnection?>(nil)
     private let registrations = Mutex<[ObjectID: Int]>([:])
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
+    /// The newest token handed to the commit observers; read and written with the connection
+    /// held, so that deliveries are serialized in token order.
+    let delivered = Mutex<Int64?>(nil)
+    /// Follows the other processes' commits once someone observes commits.
+    private let follower = Mutex<HistoryFollower?>(nil)
 
     /// A store in the database `configuration` names; nothing connects before the coordinator
     /// loads it.
@@ -43,11 +48,22 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     }
 
     deinit {
+        follower.withLock { $0?.stop() }
         if let open = connection.withLock({ $0 }) { try? open.close().blockingValue() }
     }
 
+    /// Calls `handler` after each commit to the store, this process's and every other's
+    /// (other daemons on other hosts), serially and in token order, from the next one on. The
+    /// other processes' saves come without values.
     public func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void) {
         commitHandlers.withLock { $0.append(handler) }
+        if delivered.withLock({ $0 }) == nil, let token = try? currentHistoryToken() {
+            delivered.withLock { $0 = $0 ?? token.rawValue }
+        }
+        follower.withLock { follower in
+            guard follower == nil else { return }
+            follower = HistoryFollower(store: self)
+        }
     }
 
     // MARK: The connection
@@ -75,20 +91,24 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
         }
     }
 
-    private func connect() throws -> PostgresConnection {
-        let connectionConfiguration: PostgresConnection.Configuration
+    /// How postgres-nio connects to the server.
+    var connectionConfiguration: PostgresConnection.Configuration {
         if let directory = configuration.socketDirectory {
-            connectionConfiguration = .init(
+            return .init(
                 unixSocketPath: "\(directory)/.s.PGSQL.\(configuration.port)", username: configuration.user,
                 password: configuration.password, database: configuration.database)
-        } else {
-            connectionConfiguration = .init(
-                host: configuration.host ?? "localhost", port: configuration.port, username: configuration.user,
-                password: configuration.password, database: configuration.database, tls: .disable)
         }
+        return .init(
+            host: configuration.host ?? "localhost", port: configuration.port, username: configuration.user,
+            password: configuration.password, database: configuration.database, tls: .disable)
+    }
+
+    /// The channel of the store's commit hints: `NOTIFY` after each save, with its token.
+    var hintChannel: String { String(decoding: Array("bs_\(configuration.schema)".utf8.prefix(63)), as: UTF8.self) }
+
+    private func connect() throws -> PostgresConnection {
         let connection = try PostgresConnection.connect(
-            on: PostgresEventLoops.group.next(), configuration: connectionConfiguration, id: 1,
-            logger: logger
+            on: PostgresEventLoops.group.next(), configuration: connectionConfiguration, id: 1, logger: logger
         ).blockingValue()
         _ = try connection.query(
             PostgresQuery(unsafeSQL: "SET search_path TO \(PostgresSchema.quote(configuration.schema))"),
@@ -154,6 +174,48 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
         return try withConnection("read the history") { connection in
             let rows = try run("SELECT token FROM bs_counter WHERE id = 1", [], on: connection)
             return HistoryToken(rawValue: try rows.first?.decode(Int64.self) ?? 0)
+        }
+    }
+
+    /// Hands the commit observers the saves in the history after the last one delivered (and
+    /// before `limit`, when given): the other processes' saves, which this one learns of from the
+    /// history. Runs with the connection held, so deliveries never interleave.
+    func deliverHistory(
+        before limit: Int64?, to handlers: [@Sendable (DidSave) -> Void], store: String,
+        on connection: PostgresConnection
+    ) throws {
+        guard var last = delivered.withLock({ $0 }) else {
+            if let limit { delivered.withLock { $0 = limit - 1 } }
+            return
+        }
+        while limit.map({ last + 1 < $0 }) ?? true {
+            let rows = try run(
+                "SELECT token, payload FROM bs_history WHERE token > $1 AND token < $2 ORDER BY token LIMIT 1000",
+                [.int64(last), .int64(limit ?? .max)], on: connection)
+            for row in rows {
+                let cells = row.makeRandomAccess()
+                let token = try cells[0].decode(Int64.self)
+                let didSave = try HistoryCoding.decode(
+                    try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token))
+                for handler in handlers { handler(didSave) }
+                last = token
+                delivered.withLock { $0 = token }
+            }
+            if rows.count < 1000 { break }
+        }
+    }
+
+    /// Delivers the saves other processes committed since the last one delivered (the follower
+    /// calls this on each hint, and once a second).
+    func deliverCommitsOfOthers() {
+        let handlers = commitHandlers.withLock { $0 }
+        guard !handlers.isEmpty, let store = loaded.withLock({ $0?.metadata.storeIdentifier }) else { return }
+        do {
+            try withConnection("read the history") { connection in
+                try deliverHistory(before: nil, to: handlers, store: store, on: connection)
+            }
+        } catch {
+            logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])
         }
     }
 

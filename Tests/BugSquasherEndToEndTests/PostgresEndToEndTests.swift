@@ -39,6 +39,44 @@ struct PostgresEndToEndTests {
         }
     }
 
+    /// Two daemons on one database, as on two hosts: a save through either reaches the other's
+    /// subscribers, once, in token order.
+    @Test("a subscriber on one daemon sees the saves made through another")
+    func savesCrossDaemons() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(configuration: store) { first in
+            try await withDaemon(configuration: store) { second in
+                let records = try first.writeRecords("both.ndjson", count: 20, prefix: "X", title: "shared")
+                try await first.ctl(["import", records.path, "--wait"])
+                #expect(try second.status().bugs == 20)
+                let subscriber = try second.startSubscriber("subscriber on the second", keys: ["X-3"])
+                _ = try await subscriber.waitForLine { $0.contains(#""event":"ready""#) }
+                try await first.ctl(["update", "X-3", "title=through the first"])
+                _ = try await subscriber.waitForLine(timeout: .seconds(10)) {
+                    $0.contains(#""event":"refresh""#) && $0.contains("through the first")
+                }
+                // The watch follows both daemons' saves, in token order.
+                let watch = try second.startCtl("watch on the second", ["watch"])
+                let subscribed = try await watch.waitForLine { $0.hasPrefix("subscribed at token") }.line
+                let token = try #require(Int(subscribed.split(separator: " ").last ?? ""))
+                try await first.ctl(["update", "X-4", "title=watched"])
+                try await second.ctl(["update", "X-5", "title=watched too"])
+                _ = try await watch.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("token \(token + 2):") }
+                #expect(
+                    watch.output.filter { $0.hasPrefix("token ") }
+                        == [
+                            "token \(token + 1): 0 inserted, 1 updated, 0 deleted",
+                            "token \(token + 2): 0 inserted, 1 updated, 0 deleted",
+                        ],
+                    "\(watch.output)")
+                subscriber.signal(SIGTERM)
+                watch.signal(SIGTERM)
+                _ = try await subscriber.waitForExit()
+                _ = try await watch.waitForExit()
+            }
+        }
+    }
+
     @Test("a store line that is not a PostgreSQL URL is refused at start, naming the line")
     func badStoreLine() async throws {
         let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"

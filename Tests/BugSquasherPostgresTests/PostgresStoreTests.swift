@@ -89,6 +89,47 @@ struct PostgresStoreTests {
         )
     }
 
+    /// What a daemon publishes: its own saves and every other process's, once each, in token
+    /// order, whichever committed first.
+    @Test("commit observers see every process's saves once, in token order", .timeLimit(.minutes(1)))
+    func observersSeeOtherProcessesSaves() async throws {
+        guard serverURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let coordinators = try [here, there].map { try StoreCoordinator(model: BugModel.model, store: $0) }
+        let observed = Mutex<[(token: Int64, inserted: Int)]>([])
+        here.observeCommits { didSave in
+            observed.withLock { $0.append((didSave.token.rawValue, didSave.inserted.count)) }
+        }
+        let saves = 30
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (side, coordinator) in coordinators.enumerated() {
+                group.addTask {
+                    let context = ObjectContext(coordinator: coordinator, name: "side \(side)")
+                    for n in 1...saves {
+                        try await context.perform { context in
+                            let bug = context.insert(Bug.self)
+                            (bug.key, bug.title, bug.status) = ("S\(side)-\(n)", "t", "Open")
+                            try context.saveToStore()
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        // The other side's last saves arrive by hint (or within the follower's second).
+        let deadline = ContinuousClock.now + .seconds(10)
+        while observed.withLock({ $0.count }) < 2 * saves, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let tokens = observed.withLock { $0.map(\.token) }
+        #expect(tokens == Array(1...Int64(2 * saves)), "\(tokens)")
+        #expect(observed.withLock { $0.allSatisfy { $0.inserted == 1 } })
+    }
+
     @Test("text holding U+0000 and the escape character reads back whole")
     func textEscapes() async throws {
         guard serverURL != nil else {
