@@ -17,14 +17,16 @@ struct ThreadExecutorTests {
             beforeEachJob: {
                 calls.add(1, ordering: .relaxed)
                 var spins = 0
-                while hold.load(ordering: .relaxed), spins < 10_000 {  // 10 s at most
+                // 60 s at most: a bound for a broken test, far above how long the test task may
+                // wait for a thread when the whole suite runs (a 10 s bound failed once at 44 s).
+                while hold.load(ordering: .relaxed), spins < 60_000 {
                     usleep(1_000)
                     spins += 1
                 }
             })
         // Whether the hold was released when the job ran.
         let job = Task { try await executor.run { !hold.load(ordering: .relaxed) } }
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(60)
         while calls.load(ordering: .relaxed) == 0, ContinuousClock.now < deadline { await Task.yield() }
         try #require(calls.load(ordering: .relaxed) >= 1, "the hook did not run for the job")
         hold.store(false, ordering: .relaxed)
