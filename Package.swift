@@ -294,7 +294,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherPostgresTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres"],
+            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherStack"],
             swiftSettings: strictSettings
         ),
         .testTarget(

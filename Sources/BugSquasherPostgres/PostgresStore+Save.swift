@@ -12,11 +12,9 @@ extension PostgresStore {
             let didSave = try transaction(on: connection) { try write(changes, state: state, on: connection) }
             // Still holding the connection: the observers see the saves in token order, the
             // other processes' saves before this one first (see `deliverHistory`).
-            let handlers = commitHandlers.withLock { $0 }
-            if !handlers.isEmpty {
-                try? deliverHistory(
-                    before: didSave.token.rawValue, to: handlers, store: didSave.storeIdentifier, on: connection)
-                for handler in handlers { handler(didSave) }
+            if isObserved {
+                try? deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
+                for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
                 delivered.withLock { $0 = didSave.token.rawValue }
             }
             return didSave

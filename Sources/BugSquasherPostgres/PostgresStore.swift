@@ -16,7 +16,7 @@ import Synchronization
 /// let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: "postgresql://squasherd@db/bugs"))
 /// let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
 /// ```
-public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
+public final class PostgresStore: IncrementalStore, CommitObservable, SharedStore, Sendable {
     public var storeType: String { "PostgreSQL" }
 
     /// Where the database is.
@@ -34,6 +34,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     private let connection = Mutex<PostgresConnection?>(nil)
     private let registrations = Mutex<[ObjectID: Int]>([:])
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
+    /// The observers of the other processes' saves only (``SharedStore``).
+    let otherHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The newest token handed to the commit observers; read and written with the connection
     /// held, so that deliveries are serialized in token order.
     let delivered = Mutex<Int64?>(nil)
@@ -57,6 +59,16 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     /// other processes' saves come without values.
     public func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void) {
         commitHandlers.withLock { $0.append(handler) }
+        startFollowing()
+    }
+
+    public func observeCommitsOfOthers(_ handler: @escaping @Sendable (DidSave) -> Void) {
+        otherHandlers.withLock { $0.append(handler) }
+        startFollowing()
+    }
+
+    /// Starts the follower of the other processes' saves, from the store's newest token.
+    private func startFollowing() {
         if delivered.withLock({ $0 }) == nil, let token = try? currentHistoryToken() {
             delivered.withLock { $0 = $0 ?? token.rawValue }
         }
@@ -181,9 +193,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     /// before `limit`, when given): the other processes' saves, which this one learns of from the
     /// history. Runs with the connection held, so deliveries never interleave.
     func deliverHistory(
-        before limit: Int64?, to handlers: [@Sendable (DidSave) -> Void], store: String,
-        on connection: PostgresConnection
+        before limit: Int64?, store: String, on connection: PostgresConnection
     ) throws {
+        let handlers = commitHandlers.withLock { $0 } + otherHandlers.withLock { $0 }
         guard var last = delivered.withLock({ $0 }) else {
             if let limit { delivered.withLock { $0 = limit - 1 } }
             return
@@ -208,16 +220,18 @@ public final class PostgresStore: IncrementalStore, CommitObservable, Sendable {
     /// Delivers the saves other processes committed since the last one delivered (the follower
     /// calls this on each hint, and once a second).
     func deliverCommitsOfOthers() {
-        let handlers = commitHandlers.withLock { $0 }
-        guard !handlers.isEmpty, let store = loaded.withLock({ $0?.metadata.storeIdentifier }) else { return }
+        guard isObserved, let store = loaded.withLock({ $0?.metadata.storeIdentifier }) else { return }
         do {
             try withConnection("read the history") { connection in
-                try deliverHistory(before: nil, to: handlers, store: store, on: connection)
+                try deliverHistory(before: nil, store: store, on: connection)
             }
         } catch {
             logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])
         }
     }
+
+    /// Whether anyone observes commits, this process's or the others'.
+    var isObserved: Bool { !commitHandlers.withLock({ $0.isEmpty }) || !otherHandlers.withLock({ $0.isEmpty }) }
 
     func requireLoaded() throws -> Loaded {
         guard let current = loaded.withLock({ $0 }) else {

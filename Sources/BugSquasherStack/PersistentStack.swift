@@ -33,6 +33,8 @@ public final class PersistentStack: Sendable {
 
     private let settings = Mutex(Settings())
     private let logger: Logger
+    /// The other processes' saves of a ``SharedStore``, merged into ``mainContext`` in order.
+    private let othersSaves: AsyncStream<DidSave>.Continuation?
 
     /// Opens a stack over an SQLite store file (created when missing or empty).
     ///
@@ -58,8 +60,21 @@ public final class PersistentStack: Sendable {
             coordinator: mainCoordinator, mergePolicy: .mergeByPropertyStoreTrump, name: "main", logger: logger,
             didSave: { didSave in await box.stack?.notifyObservers(didSave) }
         )
+        if let shared = store as? any SharedStore {
+            // Merged one after the other, in the order the store hands them over.
+            let (saves, continuation) = AsyncStream.makeStream(of: DidSave.self)
+            othersSaves = continuation
+            shared.observeCommitsOfOthers { continuation.yield($0) }
+            Task { [box] in
+                for await didSave in saves { await box.stack?.mergeSaveOfAnotherProcess(didSave) }
+            }
+        } else {
+            othersSaves = nil
+        }
         box.stack = self
     }
+
+    deinit { othersSaves?.finish() }
 
     // MARK: Settings
 
@@ -136,6 +151,18 @@ public final class PersistentStack: Sendable {
     }
 
     // MARK: Notifications
+
+    /// A save another process committed to a shared store: merged into ``mainContext`` as a
+    /// writer save is (it did not reach the store through this stack, so the did-save observers
+    /// are not told).
+    private func mergeSaveOfAnotherProcess(_ didSave: DidSave) async {
+        guard shouldMergeIncomingSavedObjects else {
+            mainCoordinator.absorb(didSave)
+            return
+        }
+        let result = await mainContext.merge(didSave)
+        for observer in settings.withLock({ $0.mergeObservers }) { await observer(result) }
+    }
 
     private func writerDidSave(_ didSave: DidSave) async {
         if shouldMergeIncomingSavedObjects {

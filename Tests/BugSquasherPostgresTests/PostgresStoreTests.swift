@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherPostgres
+import BugSquasherStack
 import Foundation
 import Synchronization
 import Testing
@@ -128,6 +129,49 @@ struct PostgresStoreTests {
         let tokens = observed.withLock { $0.map(\.token) }
         #expect(tokens == Array(1...Int64(2 * saves)), "\(tokens)")
         #expect(observed.withLock { $0.allSatisfy { $0.inserted == 1 } })
+    }
+
+    /// Two programs, each with a PersistentStack on one database: a save through one refreshes
+    /// what the other's main context holds, and loads nothing it does not hold.
+    @Test("a stack merges another program's saves into its registered objects only", .timeLimit(.minutes(1)))
+    func stacksSeeEachOthersSaves() async throws {
+        guard serverURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (reader, writer) = (
+            try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema)),
+            try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema))
+        )
+        let ids = try await writer.importerContext().perform { context in
+            let bugs = (1...3).map { n in
+                let bug = context.insert(Bug.self)
+                (bug.key, bug.title, bug.status) = ("M-\(n)", "first", "Open")
+                return bug
+            }
+            try context.saveToStore()
+            return bugs.map(\.objectID)
+        }
+        let merges = Mutex<[MergeResult]>([])
+        reader.observeMainContextMerges { result in merges.withLock { $0.append(result) } }
+        let held = try await reader.mainContext.perform { context in
+            let bug = try context.existingObject(with: ids[0]) as! Bug
+            return bug.title
+        }
+        #expect(held == "first")
+        try await writer.importerContext().perform { context in
+            for id in ids { (try context.existingObject(with: id) as! Bug).title = "second" }
+            try context.saveToStore()
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while merges.withLock({ $0.isEmpty }), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let refreshed = merges.withLock { $0.flatMap(\.refreshed) }
+        #expect(refreshed == [ids[0]], "the merge refreshes the one object the reader holds")
+        let title = await reader.mainContext.perform { context in (context.object(with: ids[0]) as! Bug).title }
+        #expect(title == "second")
     }
 
     @Test("text holding U+0000 and the escape character reads back whole")

@@ -30,3 +30,12 @@ public protocol FileBacked: Sendable {
     /// Writes a consistent copy of the open store to a new file at `path`.
     func writeCopy(to path: String) throws
 }
+
+/// A store that other processes write too (a database several programs share): it hands this
+/// process the saves they commit, in token order and without values, so that a stack merges them
+/// into its main context as it merges its own.
+public protocol SharedStore: Sendable {
+    /// Calls `handler` after each save another process commits, serially and in token order,
+    /// from the next one on.
+    func observeCommitsOfOthers(_ handler: @escaping @Sendable (DidSave) -> Void)
+}
