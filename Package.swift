@@ -38,6 +38,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
         .package(url: "https://github.com/vapor/postgres-nio", exact: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         // Builds the DocC catalogues of the libraries (`swift package generate-documentation`).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -78,6 +79,7 @@ let package = Package(
                 "BugSquasherErrors",
                 "BugSquasherGraph",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -277,7 +279,7 @@ let package = Package(
         .testTarget(
             name: "BugSquasherDaemonTests",
             dependencies: [
-                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherModel", "BugSquasherProtocol",
+                "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherProtocol",
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

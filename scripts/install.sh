@@ -2,16 +2,20 @@
 # Installs squasherd as a system service: release binaries in /usr/local/bin, the units in
 # /etc/systemd/system, the sysusers/tmpfiles snippets, and the default configuration in
 # /etc/squasherd (kept when it exists). Then: systemctl enable --now squasherd.socket squasherd-write.socket
-# Usage: sudo scripts/install.sh [--prefix /usr/local] [--destdir DIR]   (DESTDIR stages a package)
+# Usage: sudo scripts/install.sh [--prefix /usr/local] [--destdir DIR] [--postgresql]
+#   --destdir DIR   stage a package; --postgresql   also the drop-in for a store in PostgreSQL
+#                   (systemd/squasherd-postgresql.conf: edit its IPAddressAllow= afterwards)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=/usr/local
 destdir=""
+postgresql=0
 while (($#)); do
     case $1 in
         --prefix) prefix=$2; shift ;;
         --destdir) destdir=$2; shift ;;
-        *) echo "usage: scripts/install.sh [--prefix DIR] [--destdir DIR]" >&2; exit 2 ;;
+        --postgresql) postgresql=1 ;;
+        *) echo "usage: scripts/install.sh [--prefix DIR] [--destdir DIR] [--postgresql]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -26,6 +30,10 @@ sed "s|/usr/local/bin/squasherd|$prefix/bin/squasherd|" systemd/squasherd.servic
 install -m 0644 systemd/squasherd.socket systemd/squasherd-write.socket "$destdir/etc/systemd/system/"
 install -m 0644 systemd/squasherd.sysusers "$destdir/usr/lib/sysusers.d/squasherd.conf"
 install -m 0644 systemd/squasherd.tmpfiles "$destdir/usr/lib/tmpfiles.d/squasherd.conf"
+if ((postgresql)); then
+    install -d "$destdir/etc/systemd/system/squasherd.service.d"
+    install -m 0644 systemd/squasherd-postgresql.conf "$destdir/etc/systemd/system/squasherd.service.d/postgresql.conf"
+fi
 [[ -e $destdir/etc/squasherd/squasherd.conf ]] || install -m 0644 etc/squasherd.conf "$destdir/etc/squasherd/squasherd.conf"
 if [[ -z $destdir ]] && [[ -d /run/systemd/system ]]; then
     systemd-sysusers /usr/lib/sysusers.d/squasherd.conf

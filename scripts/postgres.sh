@@ -6,7 +6,8 @@
 # Sourced: `source scripts/postgres.sh`, then
 #   pg_start DIR [server options…]   initdb (trust, user postgres) and start; sets pg_bin
 #   pg_stop DIR                      stop (fast) and remove DIR
-#   pg_url DIR [DATABASE]            the store URL for a socket in DIR
+#   pg_start_tls DIR PORT [options…] the same, and TLS on 127.0.0.1:PORT (see below)
+#   pg_url DIR [PORT]                the store URL for the socket in DIR
 pg_bin=""
 
 as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -43,4 +44,34 @@ pg_stop() {
     rm -rf "$dir"
 }
 
-pg_url() { echo "postgresql:///${2:-postgres}?host=$1&user=postgres"; }
+pg_url() { echo "postgresql:///postgres?host=$1&user=postgres${2:+&port=$2}"; }
+
+# pg_start_tls DIR PORT: as pg_start, and TCP on 127.0.0.1:PORT with TLS, its certificate (for
+# localhost and 127.0.0.1) signed by a CA made here (DIR/ca.crt); the role bsuser (password in
+# DIR/password) may connect over TLS with its password only.
+pg_start_tls() {
+    local dir=$1 port=$2
+    pg_install
+    mkdir -p "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=BugSquasher test CA" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$dir/san.ext"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
+        -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null
+    chmod 600 "$dir/server.key"
+    head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$dir/password"
+    [[ $(id -u) -ne 0 ]] || chown -R postgres:postgres "$dir"
+    as_pg "$pg_bin/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log" >&2; return 1; }
+    # bsuser: TLS and its password, nothing else; everyone else as initdb set it (trust).
+    { printf 'hostssl all bsuser 127.0.0.1/32 scram-sha-256\nhost all bsuser all reject\nlocal all bsuser reject\n'
+      cat "$dir/data/pg_hba.conf"; } >"$dir/hba" && cp "$dir/hba" "$dir/data/pg_hba.conf"
+    [[ $(id -u) -ne 0 ]] || chown postgres:postgres "$dir/data/pg_hba.conf"
+    as_pg "$pg_bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories='$dir' -c ssl=on \
+            -c ssl_cert_file='$dir/server.crt' -c ssl_key_file='$dir/server.key' ${*:3}" start >/dev/null \
+        || { cat "$dir/postgres.log" >&2; return 1; }
+    as_pg "$pg_bin/psql" -h "$dir" -p "$port" -U postgres -q -c \
+        "CREATE ROLE bsuser LOGIN SUPERUSER PASSWORD '$(cat "$dir/password")'" >/dev/null
+}

@@ -7,13 +7,16 @@ scripts/setup.sh
 echo "== lint: swift format (.swift-format; 'swift format format --in-place --recursive --parallel Sources Tests' fixes what it finds)"
 swift format lint --strict --recursive --parallel Sources Tests
 swift build --build-tests
-# A throwaway PostgreSQL for the store contract suite's third store (BUGSQUASHER_POSTGRES_URL);
-# without it, the PostgreSQL cases are skipped with a message.
+# A throwaway PostgreSQL for the store contract suite's third store (BUGSQUASHER_POSTGRES_URL)
+# and the TLS and password tests (BUGSQUASHER_POSTGRES_TLS: host:port:CA file:password file);
+# without them, those cases are skipped with a message.
 source scripts/postgres.sh
 pg_dir=$(mktemp -d /tmp/bstest-pg.XXXXXX)
 trap 'pg_stop "$pg_dir"' EXIT
-pg_start "$pg_dir" -c max_connections=200 -c fsync=off
-BUGSQUASHER_POSTGRES_URL=$(pg_url "$pg_dir") swift test --skip-build
+pg_port=$((20000 + RANDOM % 20000))
+pg_start_tls "$pg_dir" "$pg_port" -c max_connections=200 -c fsync=off
+BUGSQUASHER_POSTGRES_URL=$(pg_url "$pg_dir" "$pg_port") \
+    BUGSQUASHER_POSTGRES_TLS="localhost:$pg_port:$pg_dir/ca.crt:$pg_dir/password" swift test --skip-build
 pg_stop "$pg_dir"
 trap - EXIT
 echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"

@@ -24,7 +24,7 @@ final class HistoryFollower: Sendable {
     private let listener = Mutex<Task<Void, Never>?>(nil)
 
     init(store: PostgresStore) {
-        let (configuration, channel, logger) = (store.connectionConfiguration, store.hintChannel, store.logger)
+        let (configuration, channel, logger) = (try? store.connectionConfiguration(), store.hintChannel, store.logger)
         Thread.detachNewThread { [weak store, wake, stopped] in
             while !stopped.isSet {
                 _ = wake.wait(timeout: .now() + .seconds(1))
@@ -32,6 +32,7 @@ final class HistoryFollower: Sendable {
                 store.deliverCommitsOfOthers()
             }
         }
+        guard let configuration else { return }  // the store's own connection says why
         listener.withLock {
             $0 = Task { [wake, stopped] in
                 await Self.listen(configuration, channel: channel, logger: logger, stopped: stopped) { wake.signal() }

@@ -3,6 +3,7 @@ import Foundation
 public import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import PostgresNIO
 import Synchronization
 
@@ -96,6 +97,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 return try body(open)
             } catch let error as GraphError {
                 throw error
+            } catch let error as PostgresStoreError {
+                throw GraphError(.storeIO, error.statement, advice: error.advice)
             } catch {
                 if let open = current, open.isClosed { current = nil }
                 throw storeError(action, error)
@@ -103,16 +106,29 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
     }
 
-    /// How postgres-nio connects to the server.
-    var connectionConfiguration: PostgresConnection.Configuration {
+    /// How postgres-nio connects to the server: the password read, the TLS context made.
+    func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        let password = try configuration.resolvedPassword()
         if let directory = configuration.socketDirectory {
             return .init(
                 unixSocketPath: "\(directory)/.s.PGSQL.\(configuration.port)", username: configuration.user,
-                password: configuration.password, database: configuration.database)
+                password: password, database: configuration.database)
         }
         return .init(
             host: configuration.host ?? "localhost", port: configuration.port, username: configuration.user,
-            password: configuration.password, database: configuration.database, tls: .disable)
+            password: password, database: configuration.database, tls: try tlsContext())
+    }
+
+    private func tlsContext() throws -> PostgresConnection.Configuration.TLS {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch configuration.tls {
+        case .disable: return .disable
+        case .require: tls.certificateVerification = .none
+        case .verify(let caFile, let checkName):
+            tls.certificateVerification = checkName ? .fullVerification : .noHostnameVerification
+            if let caFile { tls.trustRoots = .file(caFile) }
+        }
+        return .require(try NIOSSLContext(configuration: tls))
     }
 
     /// The channel of the store's commit hints: `NOTIFY` after each save, with its token.
@@ -120,7 +136,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     private func connect() throws -> PostgresConnection {
         let connection = try PostgresConnection.connect(
-            on: PostgresEventLoops.group.next(), configuration: connectionConfiguration, id: 1, logger: logger
+            on: PostgresEventLoops.group.next(), configuration: try connectionConfiguration(), id: 1, logger: logger
         ).blockingValue()
         _ = try connection.query(
             PostgresQuery(unsafeSQL: "SET search_path TO \(PostgresSchema.quote(configuration.schema))"),

@@ -22,6 +22,21 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
     public var database: String
     /// The schema (namespace) of the store's tables: one database can hold several stores.
     public var schema: String
+    /// Whether and how the connection is encrypted (libpq's `sslmode`).
+    public var tls: TLSMode = .disable
+    /// A file whose content is the password (`password_file=`; a systemd credential, say).
+    public var passwordFile: String?
+
+    /// libpq's `sslmode`, as far as BugSquasher follows it.
+    public enum TLSMode: Sendable, Hashable {
+        /// No TLS (`disable`; a Unix socket never uses TLS).
+        case disable
+        /// Encrypted, the server not verified (`require`).
+        case require
+        /// Encrypted, the server's certificate verified against `caFile` (the system's roots
+        /// when `nil`), its name too when `checkName` (`verify-full`; `verify-ca` without it).
+        case verify(caFile: String?, checkName: Bool)
+    }
 
     /// Creates a configuration.
     public init(
@@ -50,11 +65,13 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
         }
         let query = Dictionary(
             (components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { _, last in last })
-        let known: Set<String> = ["host", "port", "user", "password", "schema", "dbname"]
+        let known: Set<String> = [
+            "host", "port", "user", "password", "schema", "dbname", "sslmode", "sslrootcert", "password_file",
+        ]
         if let unknown = query.keys.sorted().first(where: { !known.contains($0) }) {
             throw PostgresStoreError.configuration(
                 "The PostgreSQL URL has a parameter '\(unknown)' BugSquasher does not read.",
-                advice: "Use host, port, user, password, dbname or schema.")
+                advice: "Use host, port, user, password_file, dbname, schema, sslmode or sslrootcert.")
         }
         let host = query["host"] ?? components.host.flatMap { $0.isEmpty ? nil : $0 }
         let portText = query["port"] ?? components.port.map(String.init)
@@ -77,6 +94,36 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
             host: isSocket ? nil : host, socketDirectory: isSocket ? (host ?? "/run/postgresql") : nil, port: port,
             user: user, password: query["password"] ?? components.password, database: database,
             schema: query["schema"] ?? "public")
+        passwordFile = query["password_file"]
+        tls = try Self.tlsMode(query["sslmode"], rootCertificate: query["sslrootcert"])
+    }
+
+    /// The TLS mode of `sslmode` and `sslrootcert`.
+    private static func tlsMode(_ mode: String?, rootCertificate: String?) throws -> TLSMode {
+        switch mode ?? "disable" {
+        case "disable": return .disable
+        case "require": return .require
+        case "verify-ca": return .verify(caFile: rootCertificate, checkName: false)
+        case "verify-full": return .verify(caFile: rootCertificate, checkName: true)
+        default:
+            throw PostgresStoreError.configuration(
+                "sslmode=\(mode ?? "") is not a mode BugSquasher supports.",
+                advice: "Use disable, require, verify-ca or verify-full (prefer and allow are not offered).")
+        }
+    }
+
+    /// The password to send: ``password``, or the content of ``passwordFile`` (its last line
+    /// end left out).
+    public func resolvedPassword() throws -> String? {
+        guard let passwordFile else { return password }
+        do {
+            let text = try String(contentsOfFile: passwordFile, encoding: .utf8)
+            return text.hasSuffix("\n") ? String(text.dropLast()) : text
+        } catch {
+            throw PostgresStoreError.configuration(
+                "The PostgreSQL password file \(passwordFile) cannot be read (\(error.localizedDescription)).",
+                advice: "Check the path and its permissions (with LoadCredential=, $CREDENTIALS_DIRECTORY/<name>).")
+        }
     }
 
     /// The server's address as people write it, for messages.

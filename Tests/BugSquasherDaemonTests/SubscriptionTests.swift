@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherPostgres
 import BugSquasherProtocol
 import BugSquasherVarlink
 import Foundation
@@ -679,6 +680,31 @@ struct SubscriptionTests {
         #expect(
             Set(inserted) == Set((12...1_100).map { id($0) }) && inserted.count == 1_089,
             "\(inserted.count) inserted, \(inserted.filter { $0 == id(11) }.count) of them save 11's")
+    }
+
+    /// A password belongs in password_file= (a systemd credential), not in a file others read.
+    @Test("a store URL with a password is refused in a world-readable configuration file")
+    func storePasswordInConfiguration() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try "store = postgresql://squasherd:secret@db/bugs\n".write(toFile: path, atomically: true, encoding: .utf8)
+        func resolve() throws -> DaemonConfiguration {
+            try DaemonConfiguration.resolve(
+                stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:])
+        }
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: path)
+        let refused = #expect(throws: DaemonError.self) { try resolve() }
+        #expect(
+            refused?.statement.contains("every user of this machine may read \(path)") == true,
+            "\(String(describing: refused))")
+        #expect(refused?.advice.contains("password_file=") == true)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+        #expect(try resolve().postgres?.password == "secret")
+        try "store = postgresql://squasherd@db/bugs?password_file=/run/credentials/squasherd.service/pg\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: path)
+        #expect(try resolve().postgres?.passwordFile == "/run/credentials/squasherd.service/pg")
     }
 
     @Test("the configuration file is parsed strictly and loses to flags and systemd's variables")

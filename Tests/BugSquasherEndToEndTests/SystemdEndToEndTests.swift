@@ -405,6 +405,29 @@ struct SystemdUnitTests {
         #expect(score <= 1.0, "\(line)")
     }
 
+    /// The drop-in of PostgreSQL mode opens the network to the database's address alone.
+    @Test("squasherd.service with the PostgreSQL drop-in scores at most 1.0 too")
+    func securityWithPostgreSQL() async throws {
+        let root = "/tmp/bssecurity-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let dropIns = root + "/etc/systemd/system/squasherd.service.d"
+        try FileManager.default.createDirectory(atPath: dropIns, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: root + "/usr/local/bin", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(
+            atPath: units + "/squasherd.service", toPath: root + "/etc/systemd/system/squasherd.service")
+        try FileManager.default.copyItem(
+            atPath: units + "/squasherd-postgresql.conf", toPath: dropIns + "/postgresql.conf")
+        try FileManager.default.copyItem(atPath: Products.squasherd, toPath: root + "/usr/local/bin/squasherd")
+        let (_, output) = try await run([
+            "security", "--offline=true", "--no-pager", "--root=\(root)", "squasherd.service",
+        ])
+        let line = try #require(output.split(separator: "\n").first { $0.contains("Overall exposure level") })
+        let score = Double(line.split(separator: ":").last!.split(separator: " ").first!)!
+        #expect(score <= 1.0, "\(line)")
+        #expect(
+            output.contains("Service has access to the host's network"), "the drop-in was read: \(output.prefix(300))")
+    }
+
     /// Verifies units in a root that has the distribution's units and the binary in place.
     func verify(_ files: [String]) async throws -> (status: Int32, output: String) {
         let root = "/tmp/bsverify-\(UUID().uuidString.prefix(8))"

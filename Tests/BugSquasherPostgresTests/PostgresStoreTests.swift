@@ -174,6 +174,54 @@ struct PostgresStoreTests {
         #expect(title == "second")
     }
 
+    /// The test server's TLS listener: host, port, its CA's certificate, and the password file of
+    /// the role that may connect only over TLS with its password (scripts/postgres.sh).
+    private var tlsServer: (host: String, port: String, ca: String, passwordFile: String)? {
+        let parts = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_TLS"]?.split(separator: ":").map(
+            String.init)
+        guard let parts, parts.count == 4 else {
+            print("skipped: BUGSQUASHER_POSTGRES_TLS is not set (scripts/test.sh starts a server with TLS)")
+            return nil
+        }
+        return (parts[0], parts[1], parts[2], parts[3])
+    }
+
+    /// Opens a store and returns the error opening it gave, `nil` when it opened.
+    private func openingError(_ url: String) throws -> GraphError? {
+        let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: url))
+        do {
+            _ = try StoreCoordinator(model: BugModel.model, store: store)
+            return nil
+        } catch let error as GraphError {
+            return error
+        }
+    }
+
+    @Test("TLS with verify-full against the server's CA and a password file connects; the rest is refused")
+    func tlsAndPasswords() throws {
+        guard let server = tlsServer else { return }
+        let base =
+            "postgresql://bsuser@\(server.host):\(server.port)/postgres?schema=tls_\(UUID().uuidString.prefix(8).lowercased())"
+        let secure = base + "&sslmode=verify-full&sslrootcert=\(server.ca)&password_file=\(server.passwordFile)"
+        #expect(try openingError(secure) == nil)
+        #expect(try openingError(base + "&sslmode=require&password_file=\(server.passwordFile)") == nil)
+        // Without TLS, the server refuses the role; with the system's roots, the certificate is not trusted.
+        let plain = try openingError(base + "&password_file=\(server.passwordFile)")
+        #expect(
+            plain?.statement.contains("PostgreSQL at \(server.host):\(server.port) said") == true,
+            "\(String(describing: plain))")
+        let untrusted = try openingError(base + "&sslmode=verify-full&password_file=\(server.passwordFile)")
+        #expect(untrusted?.code == .storeIO, "\(String(describing: untrusted))")
+        let wrongPassword = try openingError(base + "&sslmode=verify-full&sslrootcert=\(server.ca)&password=nope")
+        #expect(
+            wrongPassword?.statement.contains("password authentication failed") == true,
+            "\(String(describing: wrongPassword))")
+        let missingFile = try openingError(base + "&sslmode=require&password_file=/nonexistent/password")
+        #expect(
+            missingFile?.statement.contains("/nonexistent/password cannot be read") == true,
+            "\(String(describing: missingFile))")
+    }
+
     @Test("text holding U+0000 and the escape character reads back whole")
     func textEscapes() async throws {
         guard serverURL != nil else {

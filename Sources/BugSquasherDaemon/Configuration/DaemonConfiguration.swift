@@ -168,13 +168,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
             runtimeDirectory: runtimeDirectory ?? systemd("RUNTIME_DIRECTORY") ?? file.values["runtime_directory"]
                 ?? "run/sockets"
         )
-        if let url = file.values["store"] {
-            do {
-                configuration.postgres = try PostgresStoreConfiguration(url: url)
-            } catch let error as PostgresStoreError {
-                throw DaemonError("\(file.at("store")): \(error.statement)", advice: error.advice)
-            }
-        }
+        configuration.postgres = try file.postgresStore()
         try configuration.applyImportSettings(of: file)
         try configuration.applyLimits(of: file)
         return configuration
@@ -360,6 +354,27 @@ struct ConfigurationFile {
     }
 
     /// Where a key's value is, for its error: the file and the line.
+    /// The PostgreSQL store of the `store` line; refused with a password in a file that users
+    /// other than squasherd's may read.
+    func postgresStore() throws -> PostgresStoreConfiguration? {
+        guard let url = values["store"] else { return nil }
+        let store: PostgresStoreConfiguration
+        do {
+            store = try PostgresStoreConfiguration(url: url)
+        } catch let error as PostgresStoreError {
+            throw DaemonError("\(at("store")): \(error.statement)", advice: error.advice)
+        }
+        var info = stat()
+        if store.password != nil, stat(path, &info) == 0, info.st_mode & S_IROTH != 0 {
+            throw DaemonError(
+                "\(at("store")): the store's URL holds a password, and every user of this machine may read \(path).",
+                advice:
+                    "Give it with password_file= instead (under systemd, a credential: LoadCredential=postgres-password:… and password_file=/run/credentials/squasherd.service/postgres-password), or make the file readable by squasherd alone."
+            )
+        }
+        return store
+    }
+
     func at(_ key: String) -> String { lines[key].map { "\(path):\($0)" } ?? path }
 
     func integer(_ key: String, radix: Int = 10, in range: ClosedRange<Int>? = nil, meaning: String = "") throws
