@@ -58,11 +58,14 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The SQL text both SQL stores build alike: quoted names, row columns, key path joins.
+        .target(name: "BugSquasherSQL", dependencies: ["BugSquasherGraph"], swiftSettings: strictSettings),
         // SQLiteStore: the default incremental store, on GRDB (WAL, one pool per file).
         .target(
             name: "BugSquasherSQLite",
             dependencies: [
                 "BugSquasherGraph",
+                "BugSquasherSQL",
                 "CSQLiteTuning",
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -78,6 +81,7 @@ let package = Package(
             dependencies: [
                 "BugSquasherErrors",
                 "BugSquasherGraph",
+                "BugSquasherSQL",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),

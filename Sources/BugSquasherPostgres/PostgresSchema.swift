@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherSQL
 import Foundation
 
 /// How the object graph maps to PostgreSQL: the same layout as the SQLite store's (one table per
@@ -10,9 +11,7 @@ enum PostgresSchema {
     static let reservedColumns: Set<String> = ["pk", "_version"]
 
     /// `name` as a quoted SQL identifier.
-    static func quote(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-    }
+    static func quote(_ name: String) -> String { SQLNames.quote(name) }
 
     /// The column type of an attribute type.
     static func sqlType(_ type: AttributeType) -> String {
@@ -27,14 +26,12 @@ enum PostgresSchema {
 
     /// The join table of a many-to-many relationship, named after its owning side.
     static func joinTable(owner: String, relationship: String) -> String {
-        quote("\(owner)_\(relationship)")
+        SQLNames.joinTable(owner: owner, relationship: relationship)
     }
 
-    /// The `SELECT` list that reads a row of `entity` from alias `t`: pk, version, attributes, to-one keys.
+    /// The `SELECT` list that reads a row of `entity` from alias `t`.
     static func columns(of entity: EntityDescription, alias: String = "t") -> String {
-        (["\(alias).pk", "\(alias)._version"]
-            + entity.attributes.map { "\(alias).\(quote($0.name))" }
-            + entity.toOneRelationships.map { "\(alias).\(quote($0.name))" }).joined(separator: ", ")
+        SQLNames.columns(of: entity, alias: alias)
     }
 
     /// ` DEFAULT <literal>` for an attribute with a default value.

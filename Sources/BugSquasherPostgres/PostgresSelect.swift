@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherSQL
 import Foundation
 
 /// Compiles a ``FetchDescription`` to PostgreSQL: joins for to-one key paths, a `WHERE` clause
@@ -8,14 +9,14 @@ struct PostgresSelect {
     let model: ManagedObjectModel
     let entity: EntityDescription
     let storeIdentifier: String
-    private(set) var joins: [String] = []
-    private var aliases: [String: (alias: String, entity: EntityDescription)] = [:]
+    private var paths: KeyPathJoins
     private(set) var arguments: [Value] = []
 
     init(model: ManagedObjectModel, entity: EntityDescription, storeIdentifier: String) {
         self.model = model
         self.entity = entity
         self.storeIdentifier = storeIdentifier
+        paths = KeyPathJoins(model: model, entity: entity)
     }
 
     /// The most key paths a fetch sorts by, as in the SQLite store.
@@ -39,7 +40,7 @@ struct PostgresSelect {
         case .rows: head = "SELECT \(PostgresSchema.columns(of: entity))"
         }
         var sql =
-            "\(head) FROM \(PostgresSchema.quote(entity.name)) t \(joins.joined(separator: " ")) WHERE \(whereClause)"
+            "\(head) FROM \(PostgresSchema.quote(entity.name)) t \(paths.joins.joined(separator: " ")) WHERE \(whereClause)"
         if request.resultType != .count { sql += " ORDER BY \(order.joined(separator: ", "))" }
         if request.limit != nil || request.offset > 0 {
             if request.resultType == .count { sql += " ORDER BY t.pk" }
@@ -139,41 +140,6 @@ struct PostgresSelect {
     private mutating func resolve(_ keyPath: String, relationship: Bool = false) throws -> (
         column: String, attribute: AttributeDescription?
     ) {
-        let parts = keyPath.split(separator: ".").map(String.init)
-        var alias = "t"
-        var current = entity
-        var prefix = ""
-        for (index, part) in parts.enumerated() {
-            if index == parts.count - 1 {
-                let column = "\(alias).\(PostgresSchema.quote(part))"
-                if relationship {
-                    if current.toOneRelationships.contains(where: { $0.name == part }) { return (column, nil) }
-                } else if let attribute = current.attribute(named: part) {
-                    return (column, attribute)
-                }
-                break
-            }
-            guard let link = current.relationship(named: part), !link.isToMany,
-                let next = model.entity(named: link.destination)
-            else { break }
-            prefix += (prefix.isEmpty ? "" : ".") + part
-            if let known = aliases[prefix] {
-                alias = known.alias
-            } else {
-                let newAlias = "j\(aliases.count + 1)"
-                joins.append(
-                    "LEFT JOIN \(PostgresSchema.quote(next.name)) \(newAlias) ON \(newAlias).pk = \(alias).\(PostgresSchema.quote(part))"
-                )
-                aliases[prefix] = (newAlias, next)
-                alias = newAlias
-            }
-            current = next
-        }
-        let shown = keyPath.count > 200 ? "\(keyPath.prefix(200))… (\(keyPath.count) characters)" : keyPath
-        throw GraphError(
-            .invalidArgument,
-            "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name).",
-            advice: "Use an attribute name, or to-one relationships leading to one (like 'project.key')."
-        )
+        try paths.resolve(keyPath, relationship: relationship)
     }
 }

@@ -1,4 +1,5 @@
 public import BugSquasherGraph
+import BugSquasherSQL
 import Foundation
 import PostgresNIO
 
@@ -61,21 +62,8 @@ extension PostgresStore {
 
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
         let state = try requireLoaded()
-        let model = state.model
-        let (relationship, destination, inverse) = try model.toManyRelationship(name, of: objectID.entityName)
-        let entity = try model.requireEntity(objectID.entityName)
-        let sql: String
-        if !inverse.isToMany {
-            sql =
-                "SELECT pk FROM \(PostgresSchema.quote(destination.name)) WHERE \(PostgresSchema.quote(inverse.name)) = $1 ORDER BY pk"
-        } else if relationship.ownsManyToManyLinks(in: entity.name) {
-            sql =
-                "SELECT dst FROM \(PostgresSchema.joinTable(owner: entity.name, relationship: name)) WHERE src = $1 ORDER BY dst"
-        } else {
-            sql =
-                "SELECT src FROM \(PostgresSchema.joinTable(owner: destination.name, relationship: inverse.name)) WHERE dst = $1 ORDER BY src"
-        }
-        let keys = try withConnection("load \(entity.name).\(name)") { connection in
+        let (sql, destination) = try SQLNames.toMany(name, of: objectID.entityName, in: state.model, parameter: "$1")
+        let keys = try withConnection("load \(objectID.entityName).\(name)") { connection in
             try run(sql, [.int64(objectID.key)], on: connection).map { try $0.decode(Int64.self) }
         }
         return keys.map { ObjectID(store: state.metadata.storeIdentifier, entity: destination.name, primaryKey: $0) }

@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherSQL
 import Foundation
 import GRDB
 
@@ -9,8 +10,7 @@ struct SQLQuery {
     let model: ManagedObjectModel
     let entity: EntityDescription
     let storeIdentifier: String
-    private(set) var joins: [String] = []
-    private var aliases: [String: (alias: String, entity: EntityDescription)] = [:]
+    private var paths: KeyPathJoins
     private(set) var arguments: [DatabaseValue] = []
     /// Whether the SQL has few enough shapes to be kept as a prepared statement: the whole
     /// request is one comparison of an attribute (a look-up by key, such as an import job's by
@@ -22,6 +22,7 @@ struct SQLQuery {
         self.model = model
         self.entity = entity
         self.storeIdentifier = storeIdentifier
+        paths = KeyPathJoins(model: model, entity: entity)
     }
 
     /// The full `SELECT` for a fetch.
@@ -48,7 +49,8 @@ struct SQLQuery {
         case .objectIDs: head = "SELECT t.pk"
         case .rows: head = "SELECT \(SQLSchema.columns(of: entity))"
         }
-        var sql = "\(head) FROM \(SQLSchema.quote(entity.name)) t \(joins.joined(separator: " ")) WHERE \(whereClause)"
+        var sql =
+            "\(head) FROM \(SQLSchema.quote(entity.name)) t \(paths.joins.joined(separator: " ")) WHERE \(whereClause)"
         if request.resultType != .count { sql += " ORDER BY \(order.joined(separator: ", "))" }
         if request.limit != nil || request.offset > 0 {
             sql += " LIMIT \(request.limit ?? -1) OFFSET \(request.offset)"
@@ -178,43 +180,6 @@ struct SQLQuery {
     private mutating func resolve(_ keyPath: String, relationship: Bool = false) throws -> (
         column: String, attribute: AttributeDescription?
     ) {
-        let parts = keyPath.split(separator: ".").map(String.init)
-        var alias = "t"
-        var current = entity
-        var prefix = ""
-        for (index, part) in parts.enumerated() {
-            let isLast = index == parts.count - 1
-            if isLast {
-                let column = "\(alias).\(SQLSchema.quote(part))"
-                if relationship {
-                    if current.toOneRelationships.contains(where: { $0.name == part }) { return (column, nil) }
-                } else if let attribute = current.attribute(named: part) {
-                    return (column, attribute)
-                }
-                break
-            }
-            guard let link = current.relationship(named: part), !link.isToMany,
-                let next = model.entity(named: link.destination)
-            else { break }
-            prefix += (prefix.isEmpty ? "" : ".") + part
-            if let known = aliases[prefix] {
-                alias = known.alias
-            } else {
-                let newAlias = "j\(aliases.count + 1)"
-                joins.append(
-                    "LEFT JOIN \(SQLSchema.quote(next.name)) \(newAlias) ON \(newAlias).pk = \(alias).\(SQLSchema.quote(part))"
-                )
-                aliases[prefix] = (newAlias, next)
-                alias = newAlias
-            }
-            current = next
-        }
-        // A path of any length may come from a client: the message quotes its start only.
-        let shown = keyPath.count > 200 ? "\(keyPath.prefix(200))… (\(keyPath.count) characters)" : keyPath
-        throw GraphError(
-            .invalidArgument,
-            "'\(shown)' is not \(relationship ? "a to-one relationship" : "an attribute") key path of \(entity.name).",
-            advice: "Use an attribute name, or to-one relationships leading to one (like 'project.key')."
-        )
+        try paths.resolve(keyPath, relationship: relationship)
     }
 }

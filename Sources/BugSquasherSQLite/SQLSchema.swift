@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherSQL
 import Foundation
 import GRDB
 
@@ -8,16 +9,7 @@ import GRDB
 enum SQLSchema {
     static let reservedColumns: Set<String> = ["pk", "_version"]
 
-    static func quote(_ name: String) -> String {
-        // Without Foundation: this runs for every query built.
-        var quoted = "\""
-        for character in name {
-            if character == "\"" { quoted.append("\"") }
-            quoted.append(character)
-        }
-        quoted.append("\"")
-        return quoted
-    }
+    static func quote(_ name: String) -> String { SQLNames.quote(name) }
 
     static func sqlType(_ type: AttributeType) -> String {
         switch type {
@@ -30,14 +22,12 @@ enum SQLSchema {
 
     /// The join table of a many-to-many relationship, named after its owning side.
     static func joinTable(owner: String, relationship: String) -> String {
-        quote("\(owner)_\(relationship)")
+        SQLNames.joinTable(owner: owner, relationship: relationship)
     }
 
-    /// The `SELECT` list that reads a row of `entity` from alias `t`: pk, version, attributes, to-one keys.
+    /// The `SELECT` list that reads a row of `entity` from alias `t`.
     static func columns(of entity: EntityDescription, alias: String = "t") -> String {
-        (["\(alias).pk", "\(alias)._version"]
-            + entity.attributes.map { "\(alias).\(quote($0.name))" }
-            + entity.toOneRelationships.map { "\(alias).\(quote($0.name))" }).joined(separator: ", ")
+        SQLNames.columns(of: entity, alias: alias)
     }
 
     static func defaultClause(_ attribute: AttributeDescription) -> String {

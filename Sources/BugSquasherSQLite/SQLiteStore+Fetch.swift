@@ -1,5 +1,6 @@
 import Algorithms
 public import BugSquasherGraph
+import BugSquasherSQL
 import Foundation
 import GRDB
 
@@ -98,21 +99,8 @@ extension SQLiteStore {
 
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
         let state = try requireLoaded()
-        let model = state.model
-        let (relationship, destination, inverse) = try model.toManyRelationship(name, of: objectID.entityName)
-        let entity = try model.requireEntity(objectID.entityName)
-        let sql: String
-        if !inverse.isToMany {
-            sql =
-                "SELECT pk FROM \(SQLSchema.quote(destination.name)) WHERE \(SQLSchema.quote(inverse.name)) = ? ORDER BY pk"
-        } else if relationship.ownsManyToManyLinks(in: entity.name) {
-            sql =
-                "SELECT dst FROM \(SQLSchema.joinTable(owner: entity.name, relationship: name)) WHERE src = ? ORDER BY dst"
-        } else {
-            sql =
-                "SELECT src FROM \(SQLSchema.joinTable(owner: destination.name, relationship: inverse.name)) WHERE dst = ? ORDER BY src"
-        }
-        let keys = try wrap("load \(entity.name).\(name)") {
+        let (sql, destination) = try SQLNames.toMany(name, of: objectID.entityName, in: state.model, parameter: "?")
+        let keys = try wrap("load \(objectID.entityName).\(name)") {
             try pool.read { db in try Int64.fetchAll(db, sql: sql, arguments: [objectID.key]) }
         }
         return keys.map { ObjectID(store: state.metadata.storeIdentifier, entity: destination.name, primaryKey: $0) }

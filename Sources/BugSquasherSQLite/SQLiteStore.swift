@@ -96,7 +96,7 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
     }
 
     let loaded = Mutex<Loaded?>(nil)
-    private let registrations = Mutex<[ObjectID: Int]>([:])
+    private let registrations = RegistrationCounts()
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
 
     public func observeCommits(_ handler: @escaping @Sendable (DidSave) -> Void) {
@@ -237,26 +237,15 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
 
     // MARK: Registration
 
-    public func didRegister(_ objectIDs: [ObjectID]) {
-        registrations.withLock { counts in for id in objectIDs { counts[id, default: 0] += 1 } }
-    }
+    public func didRegister(_ objectIDs: [ObjectID]) { registrations.register(objectIDs) }
 
-    public func didUnregister(_ objectIDs: [ObjectID]) {
-        registrations.withLock { counts in
-            for id in objectIDs {
-                let count = counts[id, default: 0] - 1
-                counts[id] = count > 0 ? count : nil
-            }
-        }
-    }
+    public func didUnregister(_ objectIDs: [ObjectID]) { registrations.unregister(objectIDs) }
 
     /// How many registrations this process's contexts hold for an object.
-    public func registrationCount(for objectID: ObjectID) -> Int {
-        registrations.withLock { $0[objectID, default: 0] }
-    }
+    public func registrationCount(for objectID: ObjectID) -> Int { registrations.count(for: objectID) }
 
     /// The IDs some context of this process has registered.
-    public var registeredObjectIDs: Set<ObjectID> { registrations.withLock { Set($0.keys) } }
+    public var registeredObjectIDs: Set<ObjectID> { registrations.objectIDs }
 
     // MARK: History
 
