@@ -411,12 +411,14 @@ extension VarlinkTests {
         let (release, releaser) = AsyncStream.makeStream(of: Void.self)
         defer { releaser.finish() }
         let replies = try await withCountdownServer(release: release) { path in
-            let fd = try BlockingVarlinkClient.connect(path, timeout: .seconds(10))
+            // 60 s: a bound for a broken server. In a full run the server's tasks can wait a long
+            // while for a pool thread (the store tests block theirs on I/O); 10 s failed once.
+            let fd = try BlockingVarlinkClient.connect(path, timeout: .seconds(60))
             defer { close(fd) }
             let calls =
                 #"{"method":"io.example.Countdown.Ping","more":true}\#0{"method":"io.example.Countdown.Ping"}\#0"#
             try Array(calls.utf8).withUnsafeBytes {
-                try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: .seconds(10))
+                try BlockingVarlinkClient.sendAll(fd, $0, path: path, timeout: .seconds(60))
             }
             // Both replies, then the end of the connection once this side has shut down its own.
             shutdown(fd, CInt(SHUT_WR))
