@@ -22,6 +22,9 @@ trap - EXIT
 echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"
 scripts/bench.sh --smoke --debug
 scripts/stress.sh --smoke --debug   # kill -9, SIGTERM, churn; every stress invariant (docs/STRESS.md), ~20 s
+echo "== multi-host: PostgreSQL and three squasherd in network namespaces; kill -9, database restart, 30 s partition"
+scripts/cluster.sh --smoke --debug --faults --prefix "bs$((RANDOM % 100000))" \
+    --work "$(mktemp -d /tmp/bscluster.XXXXXX)"
 echo "== smoke: documentation (DocC catalogues of the libraries; a broken link or an undocumented parameter fails)"
 swift package --disable-sandbox generate-documentation --warnings-as-errors \
     --target BugSquasherGraph --target BugSquasherStack --target BugSquasherClient >/dev/null

@@ -1,3 +1,5 @@
+import BugSquasherGraph
+import BugSquasherStack
 public import BugSquasherTransport
 import Foundation
 public import Logging
@@ -56,5 +58,7 @@ public struct SquasherDaemon: Sendable {
         let opened = try await openStore()
         defer { withExtendedLifetime(opened.lock) {} }
         try await serve(wire(opened))
+        // Off the list of a shared store's daemons: a clean stop is not an outage.
+        (opened.stack.store as? any StoreMembership)?.detach()
     }
 }

@@ -92,6 +92,7 @@ public enum BugModel {
                 .attribute("finished", .date, optional: true),
                 .attribute("error", .string, optional: true),
                 .attribute("columns", .string, optional: true),
+                .attribute("owner", .string, optional: true),
             ],
             relationships: [.toMany("rejects", "ImportReject", inverse: "job", deleteRule: .cascade)]
         ),

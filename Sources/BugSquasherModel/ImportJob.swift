@@ -15,6 +15,12 @@ public final class ImportJob: ManagedObject {
         get { get("name") ?? "" }
         set { set("name", newValue) }
     }
+    /// The daemon that spooled the job's input and runs it (its daemon ID); `nil` on jobs
+    /// recorded before jobs had owners.
+    public var owner: String? {
+        get { get("owner") }
+        set { set("owner", newValue) }
+    }
     /// The input format.
     public var format: String {
         get { get("format") ?? "" }

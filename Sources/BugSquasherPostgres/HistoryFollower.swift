@@ -12,7 +12,7 @@ import Synchronization
 /// itself and the thread catches up from the last token.
 /// Why it is built this way: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
 final class HistoryFollower: Sendable {
-    /// Set once, when the follower stops.
+    /// Set once: when the follower stops, or a heartbeat's deadline passed.
     final class StopFlag: Sendable {
         private let value = Atomic<Bool>(false)
         var isSet: Bool { value.load(ordering: .acquiring) }
@@ -34,8 +34,10 @@ final class HistoryFollower: Sendable {
         }
         guard let configuration else { return }  // the store's own connection says why
         listener.withLock {
-            $0 = Task { [wake, stopped] in
-                await Self.listen(configuration, channel: channel, logger: logger, stopped: stopped) { wake.signal() }
+            $0 = Task { [weak store, wake, stopped] in
+                await Self.listen(configuration, channel: channel, store: store, logger: logger, stopped: stopped) {
+                    wake.signal()
+                }
             }
         }
     }
@@ -47,48 +49,77 @@ final class HistoryFollower: Sendable {
         listener.withLock { $0?.cancel() }
     }
 
-    /// Calls `hint` once listening on `channel`, and for each notification, until the
-    /// connection ends.
+    /// How often the listening connection sends a heartbeat, and how long one may go unanswered.
+    static let heartbeatInterval = Duration.seconds(2)
+    static let heartbeatDeadline = Duration.seconds(4)
+
+    /// Calls `hint` once listening on `channel`, and for each notification, and sends the
+    /// store's heartbeats, until the connection ends.
     private static func listen(
-        on connection: PostgresConnection, channel: String, logger: Logger, lost: inout Bool,
-        hint: @escaping @Sendable () -> Void
+        on connection: PostgresConnection, channel: String, store: PostgresStore?, hint: @escaping @Sendable () -> Void
     ) async throws {
-        let wasLost = lost
-        lost = false
         try await connection.listen(on: channel) { notifications in
-            if wasLost {
-                logger.notice("listening for other daemons' saves again", metadata: ["channel": "\(channel)"])
-            }
+            store?.markReachable()
             hint()
-            for try await _ in notifications { hint() }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { for try await _ in notifications { hint() } }
+                group.addTask { [weak store] in
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: heartbeatInterval)
+                        guard let store else { return }
+                        try await beat(store, on: connection)
+                    }
+                }
+                try await group.next()
+                group.cancelAll()
+            }
         }
+    }
+
+    /// One heartbeat; one that goes unanswered past the deadline closes the connection and
+    /// throws ``Unanswered``.
+    private static func beat(_ store: PostgresStore, on connection: PostgresConnection) async throws {
+        let fired = StopFlag()
+        let watchdog = Task {
+            try await Task.sleep(for: heartbeatDeadline)
+            fired.set()
+            try? await connection.close()
+        }
+        defer { watchdog.cancel() }
+        do {
+            try await store.heartbeat(on: connection)
+            store.markReachable()
+        } catch {
+            throw fired.isSet ? Unanswered() : error
+        }
+    }
+
+    /// A heartbeat the server did not answer in time.
+    struct Unanswered: Error, CustomStringConvertible {
+        var description: String { "no answer to a heartbeat within \(heartbeatDeadline)" }
     }
 
     /// Listens on `channel` and calls `hint` for each notification, reconnecting after a lost
     /// connection (and hinting then, so that what was sent meanwhile is read).
     private static func listen(
-        _ configuration: PostgresConnection.Configuration, channel: String, logger: Logger, stopped: StopFlag,
-        hint: @escaping @Sendable () -> Void
+        _ configuration: PostgresConnection.Configuration, channel: String, store: PostgresStore?, logger: Logger,
+        stopped: StopFlag, hint: @escaping @Sendable () -> Void
     ) async {
-        var lost = false
+        weak let store = store
         while !stopped.isSet, !Task.isCancelled {
             do {
                 let connection = try await PostgresConnection.connect(
                     on: PostgresEventLoops.group.next(), configuration: configuration, id: 2, logger: logger)
                 do {
-                    try await listen(on: connection, channel: channel, logger: logger, lost: &lost, hint: hint)
+                    try await listen(on: connection, channel: channel, store: store, hint: hint)
                 } catch {
                     try? await connection.close()
                     throw error
                 }
                 try? await connection.close()
             } catch {
-                if !lost, !Task.isCancelled {
-                    logger.warning(
-                        "lost the connection that hears of other daemons' saves; reconnecting (their saves are read from the history meanwhile)",
-                        metadata: ["error": "\(error)"])
-                    lost = true
-                }
+                guard !Task.isCancelled, !stopped.isSet else { return }
+                store?.markUnreachable("\(error)", hung: error is Unanswered)
                 try? await Task.sleep(for: .seconds(1))
             }
         }

@@ -5,7 +5,7 @@ import Foundation
 /// How the object graph maps to PostgreSQL: the same layout as the SQLite store's (one table per
 /// entity with `pk`, `_version`, a column per attribute and per to-one relationship; a join table
 /// per many-to-many relationship; `bs_metadata`, `bs_sequence`, `bs_history`), plus `bs_counter`,
-/// the one row whose update issues history tokens. Text columns sort byte-wise (`COLLATE "C"`),
+/// the one row whose update issues history tokens, and `bs_daemons`, the programs attached. Text columns sort byte-wise (`COLLATE "C"`),
 /// as SQLite's do; dates are seconds since 1970, as there.
 enum PostgresSchema {
     static let reservedColumns: Set<String> = ["pk", "_version"]
@@ -46,6 +46,11 @@ enum PostgresSchema {
         }
     }
 
+    /// The programs attached to the store (``PostgresStore/attach(as:host:)``), created with a new
+    /// store and added to one created before it existed.
+    static let membersTable =
+        "CREATE TABLE IF NOT EXISTS bs_daemons (id text PRIMARY KEY, host text NOT NULL, token bigint NOT NULL, started_at timestamptz NOT NULL, last_seen timestamptz NOT NULL)"
+
     /// The statements that create the store's tables, for a new store.
     static func create(_ model: ManagedObjectModel) throws -> [String] {
         var statements = [
@@ -54,6 +59,7 @@ enum PostgresSchema {
             "CREATE TABLE bs_history (token bigint PRIMARY KEY, committed_at double precision NOT NULL, payload bytea NOT NULL)",
             "CREATE TABLE bs_counter (id integer PRIMARY KEY CHECK (id = 1), token bigint NOT NULL)",
             "INSERT INTO bs_counter (id, token) VALUES (1, 0)",
+            membersTable,
         ]
         for entity in model.entities {
             statements += try create(entity, in: model)

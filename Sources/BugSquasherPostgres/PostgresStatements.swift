@@ -5,9 +5,12 @@ import PostgresNIO
 
 // Statements with `Value` parameters and rows read back as `Value`s.
 extension PostgresStore {
-    /// Runs one statement with `arguments` as `$1`, `$2`, … and returns its rows.
-    func run(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) throws -> [PostgresRow] {
-        try execute(sql, arguments, on: connection).rows
+    /// Runs one statement with `arguments` as `$1`, `$2`, … (then `arrays`, as `int8[]`
+    /// parameters) and returns its rows.
+    func run(_ sql: String, _ arguments: [Value], arrays: [[Int64]] = [], on connection: PostgresConnection) throws
+        -> [PostgresRow]
+    {
+        try execute(sql, arguments, arrays: arrays, on: connection).rows
     }
 
     /// Runs one statement and returns how many rows it changed.
@@ -15,11 +18,12 @@ extension PostgresStore {
         try execute(sql, arguments, on: connection).metadata.rows ?? 0
     }
 
-    private func execute(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) throws
-        -> PostgresQueryResult
-    {
-        var bindings = PostgresBindings(capacity: arguments.count)
+    private func execute(
+        _ sql: String, _ arguments: [Value], arrays: [[Int64]] = [], on connection: PostgresConnection
+    ) throws -> PostgresQueryResult {
+        var bindings = PostgresBindings(capacity: arguments.count + arrays.count)
         for argument in arguments { try Self.bind(argument, to: &bindings) }
+        for array in arrays { bindings.append(array) }
         return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue()
     }
 

@@ -41,7 +41,10 @@ extension PostgresStore {
                     "SELECT count(*), count(*) FILTER (WHERE tablename = 'bs_metadata') FROM pg_tables WHERE schemaname = $1",
                     [.string(configuration.schema)], on: connection
                 ).first.map { try Self.integers($0) } ?? [0, 0]
-            guard tables[1] == 0 else { return }
+            guard tables[1] == 0 else {
+                _ = try run(PostgresSchema.membersTable, [], on: connection)
+                return
+            }
             guard tables[0] == 0 else {
                 throw GraphError(
                     .invalidStore,
@@ -99,8 +102,16 @@ extension PostgresStore {
         }
         let migration = try ModelMigration.plan(from: stored, to: model)
         try transaction(on: connection) {
-            for statement in PostgresSchema.migrate(migration) { _ = try run(statement, [], on: connection) }
+            // Several daemons may start on the new model at once: the first migrates.
+            _ = try run(
+                "SELECT pg_advisory_xact_lock(hashtext($1))", [.string("bugsquasher:" + configuration.schema)],
+                on: connection)
+            let current = try run(
+                "SELECT value FROM bs_metadata WHERE key = 'modelVersionHash'", [], on: connection
+            ).first?.decode(String.self)
             metadata.modelVersionHash = model.versionHash
+            guard current != model.versionHash else { return }
+            for statement in PostgresSchema.migrate(migration) { _ = try run(statement, [], on: connection) }
             try write(metadata, schema: model.schema, on: connection)
         }
         logger.info("migrated store", metadata: ["store.schema": "\(configuration.schema)"])

@@ -109,57 +109,98 @@ extension PostgresStore {
         return conflicts
     }
 
+    /// Inserts the rows entity by entity, many rows per statement (a round trip per row is what
+    /// bounds an import on a server).
     private func writeInserts(
         _ rows: [SaveChanges.Row], into didSave: inout DidSave, state: Loaded, on connection: PostgresConnection
     ) throws {
+        var byEntity: [String: [SaveChanges.Row]] = [:]
+        var order: [String] = []
         for row in rows {
-            let entity = try state.model.requireEntity(row.objectID.entityName)
+            if byEntity[row.objectID.entityName] == nil { order.append(row.objectID.entityName) }
+            byEntity[row.objectID.entityName, default: []].append(row)
+        }
+        for name in order {
+            let entity = try state.model.requireEntity(name)
             let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
-            let arguments: [Value] =
-                [.int64(row.objectID.key)] + row.attributes + row.toOne.map { $0.map { .int64($0.key) } ?? .null }
-            let placeholders = (2...arguments.count).map { "$\($0)" }
-            let sql =
-                "INSERT INTO \(PostgresSchema.quote(entity.name)) (pk, _version\(names.map { ", " + PostgresSchema.quote($0) }.joined())) VALUES ($1, 1\(placeholders.map { ", " + $0 }.joined()))"
-            _ = try keepingKeysUnique(entity, row.attributes, updating: false) {
-                try changeCount(sql, arguments, on: connection)
+            let head =
+                "INSERT INTO \(PostgresSchema.quote(entity.name)) (pk, _version\(names.map { ", " + PostgresSchema.quote($0) }.joined())) VALUES "
+            let entityRows = byEntity[name] ?? []
+            // PostgreSQL takes at most 65,535 parameters in a statement.
+            for batch in Self.batches(of: entityRows, columns: names.count + 1) {
+                var arguments: [Value] = []
+                arguments.reserveCapacity(batch.count * (names.count + 1))
+                var tuples: [String] = []
+                for row in batch {
+                    let first = arguments.count + 1
+                    arguments.append(.int64(row.objectID.key))
+                    arguments += row.attributes
+                    arguments += row.toOne.map { $0.map { .int64($0.key) } ?? .null }
+                    let rest = ((first + 1)...arguments.count).map { ", $\($0)" }.joined()
+                    tuples.append("($\(first), 1\(rest))")
+                }
+                _ = try keepingKeysUnique(entity, batch.count == 1 ? batch[0].attributes : nil, updating: false) {
+                    try changeCount(head + tuples.joined(separator: ", "), arguments, on: connection)
+                }
             }
-            didSave.inserted.append(
-                ObjectChange(
-                    objectID: row.objectID, version: 1, changedKeys: [],
-                    values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
+            for row in entityRows {
+                didSave.inserted.append(
+                    ObjectChange(
+                        objectID: row.objectID, version: 1, changedKeys: [],
+                        values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
+            }
         }
     }
 
+    /// `items` cut into statements of at most 1,000 rows and 30,000 parameters.
+    static func batches<T>(of items: [T], columns: Int) -> [ArraySlice<T>] {
+        let size = max(1, min(1_000, 30_000 / max(columns, 1)))
+        return stride(from: 0, to: items.count, by: size).map { items[$0..<min($0 + size, items.count)] }
+    }
+
+    /// Removes and adds links, one statement per join table and direction.
     private func writeLinks(removed: [SaveChanges.Link], added: [SaveChanges.Link], on connection: PostgresConnection)
         throws
     {
-        for link in removed {
-            let table = PostgresSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)
+        for (table, links) in Self.byJoinTable(removed) {
             _ = try run(
-                "DELETE FROM \(table) WHERE src = $1 AND dst = $2",
-                [.int64(link.source.key), .int64(link.destination.key)], on: connection)
+                "DELETE FROM \(table) t USING unnest($1::int8[], $2::int8[]) AS x(src, dst) WHERE t.src = x.src AND t.dst = x.dst",
+                [], arrays: [links.map(\.source.key), links.map(\.destination.key)], on: connection)
         }
-        for link in added {
-            let table = PostgresSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)
+        for (table, links) in Self.byJoinTable(added) {
             _ = try run(
-                "INSERT INTO \(table) (src, dst) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                [.int64(link.source.key), .int64(link.destination.key)], on: connection)
+                "INSERT INTO \(table) (src, dst) SELECT * FROM unnest($1::int8[], $2::int8[]) ON CONFLICT DO NOTHING",
+                [], arrays: [links.map(\.source.key), links.map(\.destination.key)], on: connection)
         }
     }
 
-    /// Runs a write of a row of `entity`; a clash with its unique index becomes a
-    /// ``GraphError/Code/constraintViolation`` that names the key and what to do.
+    /// Links grouped by their join table, in the order the tables first appear.
+    private static func byJoinTable(_ links: [SaveChanges.Link]) -> [(String, [SaveChanges.Link])] {
+        var groups: [String: [SaveChanges.Link]] = [:]
+        var order: [String] = []
+        for link in links {
+            let table = PostgresSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)
+            if groups[table] == nil { order.append(table) }
+            groups[table, default: []].append(link)
+        }
+        return order.map { ($0, groups[$0] ?? []) }
+    }
+
+    /// Runs a write of rows of `entity`; a clash with its unique index becomes a
+    /// ``GraphError/Code/constraintViolation`` that names the key (from `attributes` for one row,
+    /// from the server's words for many) and what to do.
     private func keepingKeysUnique<T>(
-        _ entity: EntityDescription, _ attributes: [Value], updating: Bool, _ body: () throws -> T
+        _ entity: EntityDescription, _ attributes: [Value]?, updating: Bool, _ body: () throws -> T
     ) throws -> T {
         do {
             return try body()
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "23505" {
-            let key =
+            let fromRow = attributes.flatMap { attributes in
                 entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map {
                     "\(entity.uniqueKey!) = \(attributes[$0])"
                 }
-                ?? "its key"
+            }
+            let key = fromRow ?? Self.clashingKey(error.serverInfo?[.detail]) ?? "its key"
             let advice =
                 updating
                 ? "Choose a value no other \(entity.name) has, or change that one first."
@@ -167,6 +208,14 @@ extension PostgresStore {
             throw GraphError(
                 .constraintViolation, "Another \(entity.name) already has \(key).", advice: advice, cause: error)
         }
+    }
+
+    /// `key = "value"` from the server's `Key (key)=(value) already exists.`
+    static func clashingKey(_ detail: String?) -> String? {
+        guard let detail, let match = detail.firstMatch(of: /Key \((.+?)\)=\((.*)\) already exists/) else {
+            return nil
+        }
+        return "\(match.1) = \"\(PostgresText.decode(String(match.2)))\""
     }
 
     private func currentRow(_ id: ObjectID, entity: EntityDescription, on connection: PostgresConnection) throws

@@ -42,6 +42,11 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let delivered = Mutex<Int64?>(nil)
     /// Follows the other processes' commits once someone observes commits.
     private let follower = Mutex<HistoryFollower?>(nil)
+    /// This process's row among the daemons attached, and whether the server answers.
+    let health = Mutex(Health())
+    /// The store's connection, reachable while a statement holds ``connection``, so that a
+    /// heartbeat that went unanswered can close it (see ``markUnreachable(_:hung:)``).
+    private let liveConnection = Mutex<PostgresConnection?>(nil)
 
     /// A store in the database `configuration` names; nothing connects before the coordinator
     /// loads it.
@@ -69,7 +74,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     /// Starts the follower of the other processes' saves, from the store's newest token.
-    private func startFollowing() {
+    func startFollowing() {
         if delivered.withLock({ $0 }) == nil, let token = try? currentHistoryToken() {
             delivered.withLock { $0 = $0 ?? token.rawValue }
         }
@@ -93,6 +98,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 } else {
                     open = try connect()
                     current = open
+                    liveConnection.withLock { $0 = open }
                 }
                 return try body(open)
             } catch let error as GraphError {
@@ -106,17 +112,31 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
     }
 
-    /// How postgres-nio connects to the server: the password read, the TLS context made.
+    /// Closes the store's connection from any thread: a statement waiting on it fails, and the
+    /// next one connects again.
+    func closeOpenConnection() {
+        liveConnection.withLock { open in
+            if let open, !open.isClosed { open.close().whenComplete { _ in } }
+            open = nil
+        }
+    }
+
+    /// How postgres-nio connects to the server: the password read, the TLS context made, and
+    /// a server that does not answer given up on after five seconds.
     func connectionConfiguration() throws -> PostgresConnection.Configuration {
         let password = try configuration.resolvedPassword()
+        var connection: PostgresConnection.Configuration
         if let directory = configuration.socketDirectory {
-            return .init(
+            connection = .init(
                 unixSocketPath: "\(directory)/.s.PGSQL.\(configuration.port)", username: configuration.user,
                 password: password, database: configuration.database)
+        } else {
+            connection = .init(
+                host: configuration.host ?? "localhost", port: configuration.port, username: configuration.user,
+                password: password, database: configuration.database, tls: try tlsContext())
         }
-        return .init(
-            host: configuration.host ?? "localhost", port: configuration.port, username: configuration.user,
-            password: password, database: configuration.database, tls: try tlsContext())
+        connection.options.connectTimeout = .seconds(5)
+        return connection
     }
 
     private func tlsContext() throws -> PostgresConnection.Configuration.TLS {
@@ -153,8 +173,20 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 advice: "See the server's log for more.", cause: psql)
         }
         return GraphError(
-            .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) cannot be reached (\(error)).",
+            .storeIO,
+            "Could not \(action): PostgreSQL at \(configuration.address) cannot be reached (\(Self.describe(error))).",
             advice: "Check that the server runs and that this host may connect to it (pg_hba.conf).")
+    }
+
+    /// A failure with no words from the server, in words: postgres-nio's own description hides
+    /// what happened (its code and the underlying error say it).
+    static func describe(_ error: any Error) -> String {
+        guard let psql = error as? PSQLError else { return "\(error)" }
+        switch psql.code {
+        case .clientClosedConnection: return "the connection was closed here: the server had stopped answering"
+        case .serverClosedConnection: return "the server closed the connection (it stopped or restarted)"
+        default: return psql.underlying.map { "\(psql.code): \($0)" } ?? "\(psql.code)"
+        }
     }
 
     // MARK: Registration

@@ -31,11 +31,15 @@ public struct WireJob: Codable, Sendable, Hashable {
     public var error: String?
     /// For a CSV export: the column each field was read from, and the columns not imported.
     public var columns: String?
+    /// The daemon that runs the job (its ID, as `squasherctl status` lists the daemons of a
+    /// shared store).
+    public var daemon: String?
 
     /// Creates a job description.
     public init(
         id: String, name: String, format: String, state: JobState, recordsRead: Int64, imported: Int64, rejected: Int64,
-        bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil
+        bytesDone: Int64, bytesTotal: Int64, created: String, finished: String?, error: String?, columns: String? = nil,
+        daemon: String? = nil
     ) {
         self.id = id
         self.name = name
@@ -50,6 +54,7 @@ public struct WireJob: Codable, Sendable, Hashable {
         self.finished = finished
         self.error = error
         self.columns = columns
+        self.daemon = daemon
     }
 
     /// Whether the job will not change any more.

@@ -18,6 +18,16 @@ public struct StatusReply: Codable, Sendable {
     /// Save conflicts the daemon's contexts resolved with their merge policy since it started
     /// (an edit and an import chunk that changed the same bug at the same time).
     public var conflictsResolved: Int?
+    /// Which store: `SQLite /path/bugs.sqlite` or `PostgreSQL schema S of DATABASE at HOST:PORT`.
+    public var store: String?
+    /// Why the store cannot be used now (a database that does not answer); the counts above are
+    /// then the last known or zero.
+    public var storeProblem: String?
+    /// This daemon's ID among the daemons of a shared store.
+    public var daemon: String?
+    /// The daemons attached to a shared store, this one included, with how far each is behind.
+    public var daemons: [WireDaemon]?
+
     /// Creates a reply.
     public init(
         storeIdentifier: String, token: Int64, bugs: Int, subscribers: Int, jobFollowers: Int? = nil,
@@ -30,5 +40,24 @@ public struct StatusReply: Codable, Sendable {
         self.jobFollowers = jobFollowers
         self.activeJob = activeJob
         self.conflictsResolved = conflictsResolved
+    }
+}
+
+/// A daemon attached to a shared store, as `Jobs.Status` lists it.
+public struct WireDaemon: Codable, Sendable, Hashable {
+    /// Its daemon ID (the `daemon` of the jobs it runs).
+    public var id: String
+    /// The host it runs on.
+    public var host: String
+    /// The newest save it has read from the history.
+    public var token: Int64
+    /// Saves committed after ``token``.
+    public var behind: Int64
+    /// Seconds since the database last heard from it; more than a few means it is gone.
+    public var silentSeconds: Double
+
+    /// Creates a description.
+    public init(id: String, host: String, token: Int64, behind: Int64, silentSeconds: Double) {
+        (self.id, self.host, self.token, self.behind, self.silentSeconds) = (id, host, token, behind, silentSeconds)
     }
 }

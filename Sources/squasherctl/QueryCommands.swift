@@ -116,7 +116,8 @@ struct StatusCommand: ParsableCommand {
             try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
         }
         if json { return try printJSON(status) }
-        print("store \(status.storeIdentifier)")
+        print("store \(status.storeIdentifier)\(status.store.map { ": " + $0 } ?? "")")
+        if let problem = status.storeProblem { print("STORE PROBLEM: \(problem)") }
         print(
             "bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)"
         )
@@ -126,6 +127,20 @@ struct StatusCommand: ParsableCommand {
             )
         } else {
             print("idle")
+        }
+        if let daemons = status.daemons { Self.printDaemons(daemons, this: status.daemon) }
+    }
+
+    /// The daemons of a shared store, one per line; this one marked, silent ones called gone.
+    static func printDaemons(_ daemons: [WireDaemon], this: String?) {
+        print("daemons attached to the store: \(daemons.count)")
+        for daemon in daemons {
+            let seen =
+                daemon.silentSeconds > 10
+                ? "silent for \(Int(daemon.silentSeconds)) s (stopped or cut off)" : "answering"
+            print(
+                "  \(daemon.id) on \(printable(daemon.host, limit: 64))\(daemon.id == this ? " (this one)" : ""): token \(daemon.token), \(daemon.behind) behind, \(seen)"
+            )
         }
     }
 }

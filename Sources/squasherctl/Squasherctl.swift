@@ -85,14 +85,17 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
 /// Prints what a refused call says to a person and returns the exit status to end with:
 /// ``Exit/unreachable`` when the peer does not know squasherd's methods (it is not squasherd),
 /// ``Exit/notFound`` for an unknown job, ``Exit/unavailable`` for a call squasherd could not carry
-/// out now (its store or spool cannot write, or it takes no more uploads), ``Exit/failed``
-/// otherwise.
+/// out now (its store cannot be read or written, its spool cannot write, or it takes no more
+/// uploads), ``Exit/failed`` otherwise.
 func refused(_ error: VarlinkError) -> ExitCode {
     printError("squasherctl: \(refusal(error))")
     if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) {
         return Exit.unreachable
     }
-    if ["io.bugsquasher.Import.StoreUnavailable", "io.bugsquasher.Import.Busy"].contains(error.name) {
+    if [
+        "io.bugsquasher.Import.StoreUnavailable", "io.bugsquasher.Store.StoreUnavailable", "io.bugsquasher.Import.Busy",
+    ]
+    .contains(error.name) {
         return Exit.unavailable
     }
     return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed

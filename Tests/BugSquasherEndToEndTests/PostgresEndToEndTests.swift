@@ -1,3 +1,4 @@
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTesting
 import Foundation
@@ -73,6 +74,46 @@ struct PostgresEndToEndTests {
                 watch.signal(SIGTERM)
                 _ = try await subscriber.waitForExit()
                 _ = try await watch.waitForExit()
+            }
+        }
+    }
+
+    /// A job belongs to the daemon that spooled its input: killed mid-import, that daemon resumes
+    /// it at its next start; the other daemon, restarted meanwhile, neither runs nor fails it, and
+    /// refuses to abort it, naming the owner. Both are listed in `status`.
+    @Test("a daemon killed mid-import resumes its job; the other leaves it alone")
+    func jobsBelongToTheirDaemon() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(chunkSize: 50, configuration: store) { first in
+            try await withDaemon(configuration: store) { second in
+                let (owner, other) = (try #require(first.status().daemon), try #require(second.status().daemon))
+                #expect(owner != other)
+                #expect(Set(try second.status().daemons?.map(\.id) ?? []) == [owner, other])
+                let records = try first.writeRecords("big.ndjson", count: 4_000, prefix: "K", title: "killed")
+                let job = try #require(try await first.ctl(["import", records.path]).last)
+                _ = try await poll(for: .seconds(60)) {
+                    try first.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
+                }
+                first.process.signal(SIGKILL)
+                _ = try await first.process.waitForExit()
+                // The other daemon, started again while the owner is down, leaves the job as it is.
+                #expect(try await second.stop() == 0)
+                try await second.restart()
+                let stranded: JobReply = try await second.ctlJSON(["jobs", job, "--json"])
+                #expect(stranded.job.state == .running && stranded.job.daemon == owner, "\(stranded.job)")
+                #expect(try second.status().activeJob == nil)
+                let refusal = try await second.ctlError(["abort", job], expectStatus: 2)
+                #expect(refusal.contains("runs on daemon \(owner), not on this one (\(other))"), "\(refusal)")
+                // Its owner resumes it.
+                try await first.restart()
+                let finished = try await poll(for: .seconds(120)) { () -> WireJob? in
+                    let current = try second.call(
+                        "io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self
+                    ).job
+                    return current.isFinal ? current : nil
+                }
+                #expect(finished?.state == .finished && finished?.imported == 4_000, "\(String(describing: finished))")
+                #expect(try second.status().bugs == 4_000)
             }
         }
     }

@@ -203,6 +203,14 @@ struct ImportInterface: VarlinkInterface {
             await spooler.discard(reason: "The upload was aborted on request.")
         }
         guard let current = try await book.job(job) else { throw Self.jobNotFound(job) }
+        if book.identity.sharesStore, let owner = current.daemon, owner != book.identity.id, !current.isFinal {
+            throw VarlinkError(
+                Self.invalidInputName,
+                statement:
+                    "Job \(job) runs on daemon \(owner), not on this one (\(book.identity.id)); only the daemon that runs a job can stop it.",
+                advice: "Abort it through that daemon's socket; `squasherctl status` lists the daemons and their hosts."
+            )
+        }
         guard JobLifecycle.canMove(from: current.state, to: .aborted) else {
             throw invalidInput(
                 "job \(job) is \(current.state.rawValue) already; only jobs that are uploading, queued or running can be aborted"

@@ -14,6 +14,8 @@ struct JobsInterface: VarlinkInterface {
     let activeJob: @Sendable () -> String?
     /// The jobs, with the failures the store could not record (the import runner's book).
     let book: JobBook
+    /// Which store, for people (``DaemonConfiguration/storeDescription``).
+    let storeDescription: String
 
     /// The most rejects one `Rejects` call answers (a reply of a few MB); `offset` pages past
     /// it. Any local user may call it on the read socket, and every unread reply is held.
@@ -79,18 +81,37 @@ struct JobsInterface: VarlinkInterface {
     private func handleStatus(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
         async throws
     {
-        let count = try stack.mainCoordinator.fetch(FetchDescription(entityName: "Bug", resultType: .count))
-        var bugs = 0
-        if case .count(let n) = count { bugs = n }
         let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
-        try await replier.reply(
-            StatusReply(
-                storeIdentifier: stack.mainCoordinator.storeIdentifier,
-                token: try stack.store.currentHistoryToken().rawValue,
-                bugs: bugs, subscribers: hub.count, jobFollowers: hub.jobFollowerCount, activeJob: active,
-                conflictsResolved: stack.writerCoordinator.resolvedConflictCount
-                    + stack.mainCoordinator.resolvedConflictCount
-            ))
+        var reply = StatusReply(
+            storeIdentifier: stack.mainCoordinator.storeIdentifier, token: 0, bugs: 0, subscribers: hub.count,
+            jobFollowers: hub.jobFollowerCount, activeJob: active,
+            conflictsResolved: stack.writerCoordinator.resolvedConflictCount
+                + stack.mainCoordinator.resolvedConflictCount)
+        reply.store = storeDescription
+        if book.identity.sharesStore { reply.daemon = book.identity.id }
+        let membership = stack.store as? any StoreMembership
+        // A database that does not answer is reported at once, not waited for.
+        if case .unreachable(let since, let reason) = membership?.reachability {
+            reply.storeProblem =
+                "The database has not answered since \(ISO8601Date.format(since, fractionalSeconds: false)): \(reason)."
+            try await replier.reply(reply)
+            return
+        }
+        do {
+            if case .count(let n) = try stack.mainCoordinator.fetch(
+                FetchDescription(entityName: "Bug", resultType: .count))
+            {
+                reply.bugs = n
+            }
+            reply.token = try stack.store.currentHistoryToken().rawValue
+            reply.daemons = try membership?.members().map {
+                WireDaemon(
+                    id: $0.id, host: $0.host, token: $0.token.rawValue, behind: $0.behind, silentSeconds: $0.silentFor)
+            }
+        } catch let error as GraphError where error.code == .storeIO {
+            reply.storeProblem = error.statement
+        }
+        try await replier.reply(reply)
     }
 
     /// Sends the job after every commit that touches it, until it is final.

@@ -25,6 +25,8 @@ struct StoreInterface: VarlinkInterface {
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
+        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+            throw VarlinkError("io.bugsquasher.Store.StoreUnavailable", explaining: error)
         } catch let error as GraphError {
             throw VarlinkError("io.bugsquasher.Store.InvalidRequest", explaining: error)
         }

@@ -48,7 +48,7 @@ final class ImportRunner: Service {
     }
 
     init(
-        stack: PersistentStack, configuration: DaemonConfiguration, writers: ThreadExecutor,
+        stack: PersistentStack, configuration: DaemonConfiguration, identity: DaemonIdentity, writers: ThreadExecutor,
         editsFirst: EditsFirst? = nil, logger: Logger,
         progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }
     ) {
@@ -56,7 +56,7 @@ final class ImportRunner: Service {
         self.writers = writers
         self.editsFirst = editsFirst
         // Failures of jobs that the store could not record: the book shows them with the jobs.
-        self.book = JobBook(stack: stack, outcomes: UnrecordedFailures(), writers: writers)
+        self.book = JobBook(stack: stack, outcomes: UnrecordedFailures(), writers: writers, identity: identity)
         self.configuration = configuration
         self.logger = logger
         self.progressHandler = progress
@@ -157,6 +157,9 @@ final class ImportRunner: Service {
                         switch failure {
                         case nil: .ended
                         case let error as GraphError where error.code == .storeBusy: .storeBusy
+                        // A database server that cannot be reached (restarting, cut off) comes back.
+                        case let error as GraphError where error.code == .storeIO && stack.store is any SharedStore:
+                            .storeBusy
                         default: .failed
                         }
                     switch lifecycle.jobEnded(outcome) {
@@ -164,10 +167,14 @@ final class ImportRunner: Service {
                         continue
                     case .retryAfter(let delay):
                         // Another program holds the store's write lock (sqlite3 left in a
-                        // transaction, a backup): a transient state, not the job's fault.
+                        // transaction, a backup), or the database server is away: a transient
+                        // state, not the job's fault.
                         progressHandler(nil)
+                        let why =
+                            (failure as? GraphError)?.code == .storeIO
+                            ? "the database cannot be reached" : "the store is locked by another program"
                         logger.warning(
-                            "the store is locked by another program; the import resumes from its last committed chunk once it can write",
+                            "\(why); the import resumes from its last committed chunk once it can write",
                             metadata: [
                                 "job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(lifecycle.busyRetries)",
                                 "error": "\((failure as? GraphError)?.message ?? "")",

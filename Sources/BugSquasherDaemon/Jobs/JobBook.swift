@@ -16,6 +16,8 @@ struct JobBook: Sendable {
     /// Where the saves of jobs run, beside import chunks and edits (see
     /// ``ThreadExecutor/writers()``).
     let writers: ThreadExecutor
+    /// This daemon, which owns the jobs it creates and runs only its own.
+    let identity: DaemonIdentity
 
     /// Creates a job in state `uploading`; returns its ID.
     func create(name: String, format: ImportFormat?, chunkSize: Int, columns: CSVColumnMapping = CSVColumnMapping())
@@ -27,6 +29,7 @@ struct JobBook: Sendable {
             await context.perform { context in
                 let job = context.insert(ImportJob.self)
                 job.jobID = id
+                job.owner = identity.id
                 job.name = name
                 job.format = format?.rawValue ?? "auto"
                 job.state = .uploading
@@ -96,13 +99,16 @@ struct JobBook: Sendable {
         }
     }
 
-    /// The job to run next: an interrupted one first, then the oldest queued one.
+    /// This daemon's job to run next: an interrupted one first, then the oldest queued one.
     func nextRunnable(excluding skipped: Set<String> = []) async throws -> String? {
-        try await stack.temporaryContext(name: "jobs").perform { context in
+        try await stack.temporaryContext(name: "jobs").perform { [identity] context in
             for state in [JobState.running, .queued] {
-                let request = FetchRequest<ImportJob>(
+                var request = FetchRequest<ImportJob>(
                     predicate: Key("state") == .string(state.rawValue), sort: [Key("created").ascending])
-                if let job = try context.fetch(request).first(where: { !skipped.contains($0.jobID) }) {
+                request.returnsObjectsAsFaults = false
+                if let job = try context.fetch(request).first(where: {
+                    !skipped.contains($0.jobID) && identity.runs($0)
+                }) {
                     return job.jobID
                 }
             }
@@ -117,7 +123,9 @@ struct JobBook: Sendable {
             id: job.jobID, name: job.name, format: job.format, state: job.state,
             recordsRead: job.recordsRead, imported: job.imported, rejected: job.rejected,
             bytesDone: job.byteOffset, bytesTotal: job.bytesTotal,
-            created: job.created.map(iso) ?? "", finished: job.finished.map(iso), error: job.error, columns: job.columns
+            created: job.created.map(iso) ?? "", finished: job.finished.map(iso), error: job.error,
+            columns: job.columns,
+            daemon: job.owner
         )
     }
 }

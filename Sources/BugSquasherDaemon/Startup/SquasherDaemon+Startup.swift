@@ -17,6 +17,8 @@ struct OpenedStore {
     let watermark: SaveWatermark?
     /// The lock on the store file, held while the daemon runs.
     let lock: StoreFileLock?
+    /// This daemon among the store's daemons.
+    var identity = DaemonIdentity(id: "", host: "", sharesStore: false)
 }
 
 extension SquasherDaemon {
@@ -78,10 +80,15 @@ extension SquasherDaemon {
         // Imports give way to edits for a moment after each commits (decoding and upserting
         // between records, and the store's chunk saves).
         let editsFirst = EditsFirst(window: configuration.importYield)
-        let opened =
+        var opened =
             try configuration.postgres.map { try openPostgresStore($0, editsFirst: editsFirst) }
             ?? openSQLiteStore(editsFirst: editsFirst)
-        try await failInterruptedUploads(opened.stack)
+        opened.identity = try DaemonIdentity.load(
+            stateDirectory: configuration.stateDirectory, sharesStore: opened.stack.store is any SharedStore)
+        if let membership = opened.stack.store as? any StoreMembership {
+            membership.attach(as: opened.identity.id, host: opened.identity.host)
+        }
+        try await failInterruptedUploads(opened.stack, identity: opened.identity)
         try await removeSpoolsOfEndedJobs(opened.stack)
         return opened
     }
@@ -258,13 +265,14 @@ extension SquasherDaemon {
         }
     }
 
-    /// Uploads cut off by a previous exit cannot resume (their bytes came from a client).
-    private func failInterruptedUploads(_ stack: PersistentStack) async throws {
+    /// This daemon's uploads cut off by its previous exit cannot resume (their bytes came from a
+    /// client); other daemons' uploads go on.
+    private func failInterruptedUploads(_ stack: PersistentStack, identity: DaemonIdentity) async throws {
         let importer = stack.importerContext(name: "startup")
         try await importer.perform { context in
             for job in try context.fetch(
                 FetchRequest<ImportJob>(predicate: Key("state") == .string(JobState.uploading.rawValue)))
-            {
+            where identity.runs(job) {
                 job.state = .failed
                 job.error = "The upload was interrupted when the daemon stopped; submit the file again."
                 job.finished = Date()

@@ -95,7 +95,8 @@ extension SquasherDaemon {
         // Saves to the store, off the cooperative pool (see ThreadExecutor).
         let writers = ThreadExecutor.writers()
         let runner = ImportRunner(
-            stack: stack, configuration: configuration, writers: writers, editsFirst: editsFirst, logger: logger
+            stack: stack, configuration: configuration, identity: opened.identity, writers: writers,
+            editsFirst: editsFirst, logger: logger
         ) { progress in status.update(progress) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
@@ -116,7 +117,9 @@ extension SquasherDaemon {
             stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit,
             registrationLimits: registrationLimits, readers: readers, editsFirst: editsFirst)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
-        let jobs = JobsInterface(stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book)
+        let jobs = JobsInterface(
+            stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book,
+            storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)")
         let imports = ImportInterface(
             stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
         let service = VarlinkService(

@@ -39,3 +39,47 @@ public protocol SharedStore: Sendable {
     /// from the next one on.
     func observeCommitsOfOthers(_ handler: @escaping @Sendable (DidSave) -> Void)
 }
+
+/// What a ``SharedStore`` knows of its users: which programs are attached and how far each has
+/// read, and whether its server answers. squasherd shows both in its status.
+public protocol StoreMembership: Sendable {
+    /// Names this process to the store's other users as `member` on `host`; from then on it is
+    /// listed by ``members()``, with the newest save it has read, until ``detach()``.
+    func attach(as member: String, host: String)
+
+    /// Takes this process off the list (a clean stop).
+    func detach()
+
+    /// The programs attached to the store, this one included.
+    func members() throws -> [StoreMember]
+
+    /// Whether the store's server answered this process's last heartbeat.
+    var reachability: StoreReachability { get }
+}
+
+/// A program attached to a shared store, as the store last heard of it.
+public struct StoreMember: Sendable, Equatable {
+    /// The ID the program attached with (squasherd's daemon ID).
+    public var id: String
+    /// The host it runs on.
+    public var host: String
+    /// The newest save it has read from the history.
+    public var token: HistoryToken
+    /// Saves committed after ``token``: how far behind it is.
+    public var behind: Int64
+    /// Seconds since its last heartbeat, by the server's clock.
+    public var silentFor: Double
+
+    /// A member as the store lists it.
+    public init(id: String, host: String, token: HistoryToken, behind: Int64, silentFor: Double) {
+        (self.id, self.host, self.token, self.behind, self.silentFor) = (id, host, token, behind, silentFor)
+    }
+}
+
+/// Whether a store on a server can be reached from this process.
+public enum StoreReachability: Sendable, Equatable {
+    /// The last heartbeat was answered.
+    case reachable
+    /// No answer since `since`; `reason` says what failed.
+    case unreachable(since: Date, reason: String)
+}

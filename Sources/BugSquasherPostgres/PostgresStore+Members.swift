@@ -1,0 +1,116 @@
+public import BugSquasherGraph
+import Foundation
+import PostgresNIO
+import Synchronization
+
+// The daemons attached to the store (`bs_daemons`), and whether the server answers: each
+// process's follower writes a heartbeat row every couple of seconds on its listening connection.
+extension PostgresStore: StoreMembership {
+    /// What this process tells the others and knows of the server.
+    struct Health: Sendable {
+        var member: (id: String, host: String)?
+        var reachability = StoreReachability.reachable
+    }
+
+    public func attach(as member: String, host: String) {
+        health.withLock { $0.member = (member, host) }
+        // Listed at once; the follower's heartbeats keep the row fresh from then on.
+        let token = delivered.withLock { $0 } ?? 0
+        do {
+            try withConnection("attach to the store") { connection in
+                _ = try run(
+                    Self.heartbeatSQL(table: "bs_daemons"), [.string(member), .string(host), .int64(token)],
+                    on: connection)
+            }
+        } catch {
+            logger.warning("could not list this daemon among the store's daemons yet", metadata: ["error": "\(error)"])
+        }
+        startFollowing()
+    }
+
+    /// The heartbeat: a member's row, made or refreshed, with the token it has read.
+    static func heartbeatSQL(table: String) -> String {
+        """
+        INSERT INTO \(table) (id, host, token, started_at, last_seen) VALUES ($1, $2, $3, now(), now())
+        ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, token = EXCLUDED.token, last_seen = now()
+        """
+    }
+
+    public func detach() {
+        guard let member = health.withLock({ $0.member }) else { return }
+        health.withLock { $0.member = nil }
+        _ = try? withConnection("detach from the store") { connection in
+            try run("DELETE FROM bs_daemons WHERE id = $1", [.string(member.id)], on: connection)
+        }
+    }
+
+    public func members() throws -> [StoreMember] {
+        try withConnection("list the daemons attached") { connection in
+            try run(
+                """
+                SELECT d.id, d.host, d.token, c.token - d.token, extract(epoch FROM now() - d.last_seen)::float8
+                FROM bs_daemons d, bs_counter c WHERE c.id = 1 AND d.last_seen > now() - interval '1 day'
+                ORDER BY d.host, d.id
+                """, [], on: connection
+            ).map { row in
+                let (id, host, token, behind, silent) = try row.decode((String, String, Int64, Int64, Double).self)
+                return StoreMember(
+                    id: id, host: host, token: HistoryToken(rawValue: token), behind: behind, silentFor: silent)
+            }
+        }
+    }
+
+    public var reachability: StoreReachability { health.withLock { $0.reachability } }
+
+    /// One heartbeat, on the follower's connection: this process's row, or a plain round trip
+    /// while it has not attached.
+    func heartbeat(on connection: PostgresConnection) async throws {
+        let member = health.withLock { $0.member }
+        let token = delivered.withLock { $0 } ?? 0
+        guard let member else {
+            _ = try await connection.query("SELECT 1", logger: logger).get()
+            return
+        }
+        let table = "\(PostgresSchema.quote(configuration.schema)).bs_daemons"
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(member.id)
+        bindings.append(member.host)
+        bindings.append(token)
+        _ = try await connection.query(
+            PostgresQuery(unsafeSQL: Self.heartbeatSQL(table: table), binds: bindings), logger: logger
+        ).get()
+    }
+
+    /// The server answered: logged when it had not before.
+    func markReachable() {
+        let was = health.withLock { health in
+            defer { health.reachability = .reachable }
+            return health.reachability
+        }
+        if case .unreachable(let since, _) = was {
+            logger.notice(
+                "PostgreSQL answers again; reading the saves missed from the history",
+                metadata: [
+                    "store.address": "\(configuration.address)",
+                    "outage.seconds": "\(Int(Date().timeIntervalSince(since).rounded()))",
+                ])
+        }
+    }
+
+    /// The server did not answer; with `hung`, a heartbeat went unanswered on an open connection
+    /// (a network that drops packets), so the store's own connection is closed too, ending the
+    /// statements that wait on it.
+    func markUnreachable(_ reason: String, hung: Bool) {
+        let first = health.withLock { health in
+            guard case .reachable = health.reachability else { return false }
+            health.reachability = .unreachable(since: Date(), reason: reason)
+            return true
+        }
+        if first {
+            logger.warning(
+                "PostgreSQL does not answer; saves are refused until it does",
+                metadata: ["store.address": "\(configuration.address)", "reason": "\(reason)"])
+        }
+        if hung { closeOpenConnection() }
+    }
+}

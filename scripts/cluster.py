@@ -1,0 +1,481 @@
+#!/usr/bin/env python3
+"""BugSquasher on PostgreSQL across hosts, on one machine.
+
+PostgreSQL runs in a network namespace of its own and three squasherd daemons in three more
+(`ip netns`, a veth pair from each daemon's host to the database's, IPv4), each with its own
+runtime directory and its own subscribers. An import goes through the first daemon, edits
+through the second, and subscribers on every host follow; at the end every subscriber's feed is
+audited: no change missing, none twice, tokens increasing.
+
+With --faults, three faults, each bounded in time:
+  - kill -9 of the first daemon mid-import: it resumes its job when started again, and the
+    other daemons' subscribers are not disturbed;
+  - an immediate stop and restart of PostgreSQL during edits: no daemon exits, each edit is
+    either committed and announced once or refused with StoreUnavailable (exit 75), and the
+    daemons reconnect by themselves;
+  - a partition of the third host (its link down) for --partition seconds: its daemon notices
+    within seconds and says so in `squasherctl status` and its log; after the link comes back
+    its subscribers catch up with nothing missed.
+
+Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke). Needs root (network
+namespaces). Everything it starts runs under --work (removed at the end unless --keep).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HOSTS = ["a", "b", "c"]
+KEYS = [f"CL-{i}" for i in range(1, 11)]  # the bugs the subscribers hold and the edits change
+
+
+def say(text):
+    print(text, flush=True)
+
+
+def run(command, check=True, **options):
+    result = subprocess.run(command, capture_output=True, text=True, **options)
+    if check and result.returncode != 0:
+        raise SystemExit(f"cluster: {' '.join(command)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def wait_until(what, timeout, check, interval=0.1):
+    """Polls `check` until it returns something true; fails naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"cluster: gave up after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Network:
+    """A namespace for the database and one per daemon host, each linked to the database's."""
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+        self.db = prefix + "db"
+
+    def namespace(self, host):
+        return self.prefix + host
+
+    def link(self, host):
+        return f"{self.prefix}{host}1"  # the host's end of its veth pair
+
+    def address(self, host, side):
+        index = HOSTS.index(host) + 1
+        return f"10.77.{index}.{1 if side == 'db' else 2}"
+
+    def create(self):
+        self.destroy()
+        run(["ip", "netns", "add", self.db])
+        run(["ip", "-n", self.db, "link", "set", "lo", "up"])
+        for host in HOSTS:
+            namespace, outer, inner = self.namespace(host), f"{self.prefix}{host}0", self.link(host)
+            run(["ip", "netns", "add", namespace])
+            run(["ip", "-n", namespace, "link", "set", "lo", "up"])
+            run(["ip", "link", "add", outer, "type", "veth", "peer", "name", inner])
+            run(["ip", "link", "set", outer, "netns", self.db])
+            run(["ip", "link", "set", inner, "netns", namespace])
+            run(["ip", "-n", self.db, "addr", "add", self.address(host, "db") + "/24", "dev", outer])
+            run(["ip", "-n", namespace, "addr", "add", self.address(host, "host") + "/24", "dev", inner])
+            run(["ip", "-n", self.db, "link", "set", outer, "up"])
+            run(["ip", "-n", namespace, "link", "set", inner, "up"])
+
+    def cut(self, host):
+        run(["ip", "-n", self.namespace(host), "link", "set", self.link(host), "down"])
+
+    def heal(self, host):
+        run(["ip", "-n", self.namespace(host), "link", "set", self.link(host), "up"])
+
+    def destroy(self):
+        for namespace in [self.db] + [self.namespace(h) for h in HOSTS]:
+            run(["ip", "netns", "del", namespace], check=False)
+
+
+class Postgres:
+    """Debian's PostgreSQL in the database namespace, on TCP to the three hosts' links."""
+
+    def __init__(self, directory, network):
+        self.directory, self.network = directory, network
+        self.password = os.urandom(12).hex()
+        versions = sorted(os.listdir("/usr/lib/postgresql"), key=lambda v: [int(x) for x in v.split(".")])
+        self.bin = f"/usr/lib/postgresql/{versions[-1]}/bin"
+
+    def as_postgres(self, command):
+        return ["runuser", "-u", "postgres", "--"] + command
+
+    def create(self):
+        os.makedirs(self.directory)
+        shutil.chown(self.directory, "postgres", "postgres")
+        run(self.as_postgres([f"{self.bin}/initdb", "-D", f"{self.directory}/data", "-A", "trust", "-U", "postgres",
+                              "--no-sync"]))
+        with open(f"{self.directory}/data/pg_hba.conf", "a") as hba:
+            hba.write("host all bsuser 10.77.0.0/16 scram-sha-256\n")
+        self.start()
+        for statement in [f"CREATE ROLE bsuser LOGIN PASSWORD '{self.password}'",
+                          "CREATE DATABASE bugs OWNER bsuser"]:
+            run(self.as_postgres([f"{self.bin}/psql", "-h", self.directory, "-U", "postgres", "-q", "-c",
+                                  statement]))
+
+    def start(self):
+        listen = ",".join(self.network.address(h, "db") for h in HOSTS)
+        options = (f"-c listen_addresses='{listen}' -c unix_socket_directories='{self.directory}' "
+                   "-c max_connections=100 -c fsync=off")
+        run(["ip", "netns", "exec", self.network.db] + self.as_postgres(
+            [f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-l", f"{self.directory}/postgres.log", "-w",
+             "-t", "60", "-o", options, "start"]))
+
+    def stop(self, mode="fast"):
+        run(self.as_postgres([f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-m", mode, "-w", "-t", "60",
+                              "stop"]), check=False)
+
+
+class Process:
+    """A program started in a host's namespace, its output in files."""
+
+    def __init__(self, name, command, directory, environment=None):
+        self.name = name
+        self.out_path, self.err_path = f"{directory}/{name}.out", f"{directory}/{name}.err"
+        self.process = subprocess.Popen(
+            command, stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"),
+            env=dict(os.environ, **(environment or {})))
+
+    def lines(self):
+        with open(self.out_path) as f:
+            return f.read().splitlines()
+
+    def errors(self):
+        with open(self.err_path) as f:
+            return f.read()
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def signal(self, number):
+        if self.alive():
+            self.process.send_signal(number)
+
+    def wait(self, timeout=30):
+        return self.process.wait(timeout=timeout)
+
+
+class Daemon:
+    """squasherd on one host, with squasherctl run beside it."""
+
+    def __init__(self, host, work, network, postgres, binaries):
+        self.host, self.network, self.binaries = host, network, binaries
+        self.directory = f"{work}/{host}"
+        os.makedirs(self.directory)
+        with open(f"{self.directory}/pgpass", "w") as f:
+            f.write(postgres.password)
+        os.chmod(f"{self.directory}/pgpass", 0o600)
+        address = network.address(host, "db")
+        with open(f"{self.directory}/squasherd.conf", "w") as f:
+            f.write(f"store = postgresql://bsuser@{address}:5432/bugs?schema=cluster&sslmode=disable"
+                    f"&password_file={self.directory}/pgpass\nchunk_size = 100\n")
+        self.environment = {"SQUASHERD_RUNTIME_DIRECTORY": f"{self.directory}/run"}
+        self.process = None
+        self.starts = 0
+
+    def command(self, program, arguments):
+        # A host name of its own, as on another machine (status lists the daemons by host).
+        return (["ip", "netns", "exec", self.network.namespace(self.host), "unshare", "--uts", "sh", "-c",
+                 'hostname "$0"; exec "$@"', f"host-{self.host}", f"{self.binaries}/{program}"] + arguments)
+
+    def start(self):
+        self.starts += 1
+        self.process = Process(
+            f"squasherd-{self.starts}",
+            self.command("squasherd", ["--config", f"{self.directory}/squasherd.conf", "--state-directory",
+                                       f"{self.directory}/state", "--runtime-directory", f"{self.directory}/run"]),
+            self.directory)
+        wait_until(f"squasherd on host {self.host} to be ready", 60,
+                   lambda: " ready" in self.process.errors() or self.exited())
+
+    def exited(self):
+        if not self.process.alive():
+            raise SystemExit(f"cluster: squasherd on host {self.host} exited:\n{self.process.errors()[-3000:]}")
+        return False
+
+    def log(self):
+        return "".join(open(f"{self.directory}/squasherd-{n}.err").read() for n in range(1, self.starts + 1))
+
+    def ctl(self, arguments, check=True, timeout=60):
+        return run(self.command("squasherctl", arguments), check=check, timeout=timeout,
+                   env=dict(os.environ, **self.environment))
+
+    def status(self):
+        return json.loads(self.ctl(["status", "--json"], timeout=30).stdout)
+
+    def follow(self, name, arguments):
+        return Process(f"{name}", self.command("squasherctl", arguments), self.directory, self.environment)
+
+
+def records(path, count):
+    """`count` records in BugSquasher's NDJSON: the subscribers' keys first, then bulk."""
+    with open(path, "w") as f:
+        for i in range(1, count + 1):
+            f.write(json.dumps({"key": f"CL-{i}", "title": f"imported {i}", "status": "Open",
+                                "project": {"key": "CL"}}) + "\n")
+
+
+class Cluster:
+    def __init__(self, options):
+        self.options = options
+        self.work = options.work
+        self.network = Network(options.prefix)
+        self.postgres = Postgres(f"{self.work}/postgres", self.network)
+        self.daemons = {}
+        self.feeds = []
+        self.edits = []  # (number, key, outcome): "committed" or "refused"
+        self.figures = []
+
+    def figure(self, text):
+        self.figures.append(text)
+        say("  " + text)
+
+    def up(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        os.chmod(self.work, 0o755)
+        say(f"network: namespaces {self.network.db} (PostgreSQL) and "
+            + ", ".join(self.network.namespace(h) for h in HOSTS) + " (squasherd), linked by veth pairs")
+        self.network.create()
+        self.postgres.create()
+        say("postgres: started in " + self.network.db + ", listening on "
+            + ", ".join(self.network.address(h, "db") + ":5432" for h in HOSTS))
+        for host in HOSTS:
+            daemon = Daemon(host, self.work, self.network, self.postgres, self.options.binaries)
+            daemon.start()
+            self.daemons[host] = daemon
+        say("squasherd: one daemon per host, all on schema 'cluster' of database 'bugs'")
+        status = self.daemons["c"].status()
+        for member in status.get("daemons", []):
+            say(f"  daemon {member['id']} on {member['host']}: token {member['token']}, {member['behind']} behind")
+        # Subscribers: every host watches the whole feed; b and c hold the edited bugs.
+        for host in HOSTS:
+            self.feeds.append((host, "watch", self.daemons[host].follow("watch", ["watch", "--json"])))
+        for host in ["b", "c"]:
+            self.feeds.append((host, "subscribe", self.daemons[host].follow("subscribe", ["subscribe", "--json"] + KEYS)))
+        for host, kind, feed in self.feeds:
+            marker = '"event":"subscribed"' if kind == "watch" else '"event":"ready"'
+            wait_until(f"the {kind} on host {host} to start", 30, lambda: any(marker in l for l in feed.lines()))
+
+    def import_through_a(self):
+        a = self.daemons["a"]
+        path = f"{self.work}/export.ndjson"
+        records(path, self.options.records)
+        say(f"import: {self.options.records} records through host a, in chunks of 100")
+        job = a.ctl(["import", path]).stdout.split()[-1]
+        if self.options.faults:
+            third = self.options.records // 3
+            wait_until("the import to pass a third", 120,
+                       lambda: (a.status().get("activeJob") or {}).get("imported", 0) >= third, 0.05)
+            a.process.signal(signal.SIGKILL)
+            a.process.wait()
+            got = json.loads(self.daemons["b"].ctl(["jobs", job, "--json"]).stdout)["job"]
+            self.figure(f"fault 1: kill -9 of host a's squasherd mid-import, at {got['imported']} records imported")
+            if got["state"] != "running":
+                raise SystemExit(f"cluster: the job was {got['state']} when host a was killed; nothing interrupted")
+            a.start()
+        started = time.monotonic()
+        final = wait_until("the import to finish", 300, lambda: self.job_if_final(a, job), 0.2)
+        if final["state"] != "finished" or final["imported"] != self.options.records:
+            raise SystemExit(f"cluster: the import ended {final}")
+        self.figure(f"import finished: {final['imported']} imported, {final['rejected']} rejected"
+                    + (" (resumed by host a after its restart)" if self.options.faults else "")
+                    + f", {time.monotonic() - started:.1f} s after the last start")
+
+    @staticmethod
+    def job_if_final(daemon, job):
+        current = json.loads(daemon.ctl(["jobs", job, "--json"]).stdout)["job"]
+        return current if current["state"] in ("finished", "failed", "aborted") else None
+
+    def edit(self, count, during=None):
+        """`count` edits through host b, round-robin over KEYS; `during(i)` runs before edit i."""
+        b = self.daemons["b"]
+        for i in range(count):
+            if during:
+                during(i)
+            number = len(self.edits) + 1
+            key = KEYS[number % len(KEYS)]
+            result = b.ctl(["update", key, f"title=edit {number}"], check=False, timeout=120)
+            if result.returncode == 0:
+                self.edits.append((number, key, "committed"))
+            elif result.returncode == 75:
+                self.edits.append((number, key, "refused"))
+            else:
+                raise SystemExit(f"cluster: edit {number} failed with {result.returncode}: {result.stderr}")
+
+    def restart_postgres_during_edits(self):
+        refused_before = sum(1 for e in self.edits if e[2] == "refused")
+
+        def fault(i):
+            if i == self.options.edits // 4:
+                self.postgres.stop("immediate")
+                self.restarted_at = time.monotonic()
+                say("  fault 2: PostgreSQL stopped (immediate) while edits go on")
+            if i == self.options.edits // 4 + 3:
+                self.postgres.start()
+                say(f"  PostgreSQL started again after {time.monotonic() - self.restarted_at:.1f} s")
+
+        self.edit(self.options.edits, during=fault)
+        refused = sum(1 for e in self.edits if e[2] == "refused") - refused_before
+        for host, daemon in self.daemons.items():
+            daemon.exited()
+        self.figure(f"PostgreSQL restart: {refused} edit(s) refused with StoreUnavailable, the rest committed; "
+                    "no daemon exited")
+
+    def partition_c(self):
+        c = self.daemons["c"]
+        cut = time.monotonic()
+        self.network.cut("c")
+        say(f"  fault 3: host c cut off from the database for {self.options.partition} s while edits go on")
+        problem = wait_until("host c's status to report the database unreachable", 30,
+                             lambda: c.status().get("storeProblem"), 0.25)
+        noticed = time.monotonic() - cut
+        self.figure(f"host c noticed in {noticed:.1f} s; status says: {problem}")
+        for line in c.ctl(["status"]).stdout.splitlines():
+            say("    host-c$ squasherctl status | " + line)
+        if "PostgreSQL does not answer" not in c.log():
+            raise SystemExit("cluster: host c's log does not say that PostgreSQL does not answer")
+        while time.monotonic() - cut < self.options.partition:
+            self.edit(1)
+        self.network.heal("c")
+        healed = time.monotonic()
+        last = max(n for n, _, outcome in self.edits if outcome == "committed")
+        wait_until("host c's subscriber to catch up after the partition", 60,
+                   lambda: f'"edit {last}"' in "".join(self.feed("c", "subscribe").lines()), 0.1)
+        self.figure(f"host c's subscribers caught up {time.monotonic() - healed:.1f} s after the link came back")
+        wait_until("host c's status to clear", 30, lambda: not c.status().get("storeProblem"), 0.25)
+        for line in c.ctl(["status"]).stdout.splitlines():
+            say("    host-c$ squasherctl status | " + line)
+
+    def feed(self, host, kind):
+        return next(f for h, k, f in self.feeds if h == host and k == kind)
+
+    def audit(self):
+        """Every feed: tokens increasing, no change twice, none missing."""
+        token = self.daemons["b"].status()["token"]
+        committed = {n: key for n, key, outcome in self.edits if outcome == "committed"}
+        refused = {n: key for n, key, outcome in self.edits if outcome == "refused"}
+        for host, kind, feed in self.feeds:
+            if kind == "watch":
+                wait_until(f"host {host}'s watch to reach token {token}", 60,
+                           lambda: any(f'"token":{token}' in l for l in feed.lines()))
+            else:
+                last = {key: n for n, key in committed.items()}
+                wait_until(f"host {host}'s subscriber to see the last edits", 60,
+                           lambda: all(f'"edit {n}"' in "".join(feed.lines()) for n in last.values()))
+        for host, kind, feed in self.feeds:
+            feed.signal(signal.SIGTERM)
+            feed.wait()
+            events = [json.loads(line) for line in feed.lines() if line.startswith("{")]
+            if kind == "watch":
+                self.audit_watch(host, events, token)
+            else:
+                self.audit_subscriber(host, events, committed, refused)
+
+    def audit_watch(self, host, events, token):
+        tokens = [e["token"] for e in events if e.get("event") == "save"]
+        if any(b <= a for a, b in zip(tokens, tokens[1:])) or tokens[-1] != token:
+            raise SystemExit(f"cluster: host {host}'s watch: tokens not increasing to {token}: {tokens}")
+        inserted = [c["id"] for e in events if e.get("event") == "save" for c in e["save"].get("inserted", [])]
+        bugs = [i for i in inserted if "/Bug/" in i]
+        if len(bugs) != len(set(bugs)) or len(set(bugs)) != self.options.records:
+            raise SystemExit(f"cluster: host {host}'s watch saw {len(bugs)} bug insertions, "
+                             f"{len(set(bugs))} distinct, of {self.options.records}")
+        self.figure(f"host {host} watch: {len(tokens)} saves up to token {token}, tokens increasing, "
+                    f"every bug inserted once")
+
+    def audit_subscriber(self, host, events, committed, refused):
+        seen = {}
+        last_token = 0
+        for event in events:
+            if event.get("event") not in ("refresh", "catch-up", "added"):
+                continue
+            if event["token"] < last_token:
+                raise SystemExit(f"cluster: host {host}'s subscriber went back from token {last_token}: {event}")
+            last_token = event["token"]
+            for bug in event.get("bugs", []):
+                if bug["title"].startswith("edit "):
+                    seen.setdefault(bug["key"], []).append(int(bug["title"].split()[1]))
+        merged = 0
+        for key in KEYS:
+            numbers = seen.get(key, [])
+            expected = sorted(n for n, k in committed.items() if k == key)
+            if any(b <= a for a, b in zip(numbers, numbers[1:])):
+                raise SystemExit(f"cluster: host {host}'s subscriber saw {key}'s edits twice or out of order: {numbers}")
+            unknown = [n for n in numbers if n not in committed and n not in refused]
+            if unknown or not numbers or numbers[-1] != expected[-1]:
+                raise SystemExit(f"cluster: host {host}'s subscriber, {key}: saw {numbers}, committed {expected}")
+            # A subscriber that falls behind gets an object's pending changes merged into one
+            # refresh with the newest values (docs/PROTOCOL.md, Backpressure): skipped values
+            # are counted, never lost, since the last one is always the store's.
+            merged += len([n for n in expected if n not in numbers])
+        announced_refused = sorted(n for key in seen for n in seen[key] if n in refused)
+        self.figure(f"host {host} subscriber: its {len(KEYS)} bugs end at their last edit; no edit seen twice or "
+                    f"out of order; {sum(len(v) for v in seen.values())} refreshes"
+                    + (f", {merged} edit(s) merged into a later refresh while it was behind" if merged else "")
+                    + (f"; {len(announced_refused)} refused edit(s) committed after all and announced once"
+                       if announced_refused else ""))
+
+    def down(self):
+        for _, _, feed in self.feeds:
+            feed.signal(signal.SIGTERM)
+        for daemon in self.daemons.values():
+            if daemon.process:
+                daemon.process.signal(signal.SIGTERM)
+        for daemon in self.daemons.values():
+            if daemon.process:
+                try:
+                    daemon.process.wait(30)
+                except subprocess.TimeoutExpired:
+                    daemon.process.signal(signal.SIGKILL)
+        self.postgres.stop()
+        self.network.destroy()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--binaries", required=True, help="the directory of squasherd and squasherctl")
+    parser.add_argument("--work", default="/tmp/bugsquasher-cluster", help="where everything runs")
+    parser.add_argument("--prefix", default="bsq", help="the namespaces' names start with this")
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--edits", type=int, default=100)
+    parser.add_argument("--partition", type=float, default=30, help="seconds host c is cut off")
+    parser.add_argument("--faults", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep --work afterwards")
+    options = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("cluster: needs root, for network namespaces (ip netns)")
+    cluster = Cluster(options)
+    started = time.monotonic()
+    try:
+        cluster.up()
+        cluster.import_through_a()
+        say(f"edits: {options.edits} through host b")
+        if options.faults:
+            cluster.restart_postgres_during_edits()
+            cluster.partition_c()
+        else:
+            cluster.edit(options.edits)
+        cluster.audit()
+    finally:
+        cluster.down()
+        if not options.keep:
+            shutil.rmtree(options.work, ignore_errors=True)
+    say(f"cluster: passed in {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
