@@ -9,8 +9,10 @@ import Synchronization
 /// on the store's hint channel wakes a thread that reads the history after the last token
 /// delivered; the thread also looks once a second, for a hint that never came (hints sent while
 /// the listener was disconnected are lost). After a lost connection the listener reconnects by
-/// itself and the thread catches up from the last token.
-/// Why it is built this way: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
+/// itself and the thread catches up from the last token. The listening connection also sends the
+/// store's heartbeat, which notices a network that drops packets.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints" and
+/// "A heartbeat tells a dead network from a quiet one".
 final class HistoryFollower: Sendable {
     /// Set once: when the follower stops, or a heartbeat's deadline passed.
     final class StopFlag: Sendable {

@@ -37,6 +37,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).
     let otherHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
+    /// The observers of saves pruned before this process read them (``SharedStore``).
+    let gapHandlers = Mutex<[@Sendable (HistoryToken) -> Void]>([])
     /// The newest token handed to the commit observers; read and written with the connection
     /// held, so that deliveries are serialized in token order.
     let delivered = Mutex<Int64?>(nil)
@@ -244,6 +246,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             for row in rows {
                 let cells = row.makeRandomAccess()
                 let token = try cells[0].decode(Int64.self)
+                // Tokens have no gaps: a missing one was pruned (retention) before it was read.
+                if token > last + 1 { reportGap(after: last, through: token - 1) }
                 let didSave = try HistoryCoding.decode(
                     try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token))
                 for handler in handlers { handler(didSave) }

@@ -54,17 +54,30 @@ public struct SubscribeReply: Codable, Sendable {
     public var save: WireSave?
     /// Where to resume after `resync`.
     public var resyncFrom: Int64?
+    /// Why a `resync`: ``ResyncReason/behind`` or ``ResyncReason/historyExpired``.
+    public var reason: String?
 
     /// Creates a reply.
     public init(
-        event: String, subscription: String? = nil, token: Int64, save: WireSave? = nil, resyncFrom: Int64? = nil
+        event: String, subscription: String? = nil, token: Int64, save: WireSave? = nil, resyncFrom: Int64? = nil,
+        reason: String? = nil
     ) {
         self.event = event
         self.subscription = subscription
         self.token = token
         self.save = save
         self.resyncFrom = resyncFrom
+        self.reason = reason
     }
+}
+
+/// Why squasherd asked a subscriber to resync.
+public enum ResyncReason {
+    /// It fell too far behind: resume from `resyncFrom`, the history replays what it missed.
+    public static let behind = "behind"
+    /// Its `since` is older than the retained history: resume from `resyncFrom` (the current
+    /// token) and refetch what it holds, since the saves in between are gone.
+    public static let historyExpired = "historyExpired"
 }
 
 /// The parameters of Register / Unregister.

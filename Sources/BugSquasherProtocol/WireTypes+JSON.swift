@@ -112,6 +112,7 @@ extension SubscribeReply: JSONReadable, JSONWritable {
         var token: Int64?
         var save: WireSave?
         var resyncFrom: Int64?
+        var reason: String?
         try reader.object { reader, key in
             switch key {
             case "event": event = try reader.field("event") { try $0.string() }
@@ -120,12 +121,14 @@ extension SubscribeReply: JSONReadable, JSONWritable {
             case "save": save = reader.null() ? nil : try WireSave(reading: &reader)
             case "resyncFrom":
                 resyncFrom = reader.null() ? nil : Int64(try reader.field("resyncFrom") { try $0.integer() })
+            case "reason": reason = try reader.optionalString()
             default: try reader.skip()
             }
         }
         guard let event else { throw JSONReader.Failure.missing("event") }
         guard let token else { throw JSONReader.Failure.missing("token") }
-        self.init(event: event, subscription: subscription, token: token, save: save, resyncFrom: resyncFrom)
+        self.init(
+            event: event, subscription: subscription, token: token, save: save, resyncFrom: resyncFrom, reason: reason)
     }
 
     package func write(to writer: inout JSONWriter) {
@@ -145,6 +148,10 @@ extension SubscribeReply: JSONReadable, JSONWritable {
             if let resyncFrom {
                 writer.key("resyncFrom")
                 writer.integer(resyncFrom)
+            }
+            if let reason {
+                writer.key("reason")
+                writer.string(reason)
             }
         }
     }

@@ -34,7 +34,7 @@ public final class PersistentStack: Sendable {
     private let settings = Mutex(Settings())
     private let logger: Logger
     /// The other processes' saves of a ``SharedStore``, merged into ``mainContext`` in order.
-    private let othersSaves: AsyncStream<DidSave>.Continuation?
+    private let othersSaves: AsyncStream<OthersEvent>.Continuation?
 
     /// Opens a stack over an SQLite store file (created when missing or empty).
     ///
@@ -62,11 +62,17 @@ public final class PersistentStack: Sendable {
         )
         if let shared = store as? any SharedStore {
             // Merged one after the other, in the order the store hands them over.
-            let (saves, continuation) = AsyncStream.makeStream(of: DidSave.self)
+            let (events, continuation) = AsyncStream.makeStream(of: OthersEvent.self)
             othersSaves = continuation
-            shared.observeCommitsOfOthers { continuation.yield($0) }
+            shared.observeCommitsOfOthers { continuation.yield(.save($0)) }
+            shared.observeHistoryGaps { _ in continuation.yield(.historyGap) }
             Task { [box] in
-                for await didSave in saves { await box.stack?.mergeSaveOfAnotherProcess(didSave) }
+                for await event in events {
+                    switch event {
+                    case .save(let didSave): await box.stack?.mergeSaveOfAnotherProcess(didSave)
+                    case .historyGap: await box.stack?.refetchRegisteredObjects()
+                    }
+                }
             }
         } else {
             othersSaves = nil
@@ -164,6 +170,30 @@ public final class PersistentStack: Sendable {
         for observer in settings.withLock({ $0.mergeObservers }) { await observer(result) }
     }
 
+    /// Saves of other processes were pruned from the history before this stack read them: the
+    /// main context's registered objects are read again and merged as a save of them would be.
+    private func refetchRegisteredObjects() async {
+        let ids = await mainContext.perform { context in
+            context.registeredObjects.map(\.objectID).filter { !$0.isTemporary }
+        }
+        guard !ids.isEmpty else { return }
+        let rows: [ObjectID: RowSnapshot]
+        do {
+            rows = try store.newValues(for: ids)
+        } catch {
+            logger.error(
+                "could not refetch the objects held after saves were pruned unread; they may be stale",
+                metadata: ["error": "\(error)"])
+            return
+        }
+        var didSave = DidSave(token: .zero, storeIdentifier: mainCoordinator.storeIdentifier)
+        didSave.updated = rows.map {
+            ObjectChange(objectID: $0.key, version: $0.value.version, changedKeys: [], values: $0.value)
+        }
+        didSave.deleted = ids.filter { rows[$0] == nil }.map { ObjectChange(objectID: $0, version: 0, changedKeys: []) }
+        await mergeSaveOfAnotherProcess(didSave)
+    }
+
     private func writerDidSave(_ didSave: DidSave) async {
         if shouldMergeIncomingSavedObjects {
             let result = await mainContext.merge(didSave)
@@ -178,6 +208,12 @@ public final class PersistentStack: Sendable {
         let observers = settings.withLock { $0.observers }
         for observer in observers { await observer(didSave) }
     }
+}
+
+/// What the store tells a stack of the other processes: a save, or saves pruned unread.
+private enum OthersEvent: Sendable {
+    case save(DidSave)
+    case historyGap
 }
 
 /// Lets the main context's save handler reach the stack that owns it without a retain cycle.

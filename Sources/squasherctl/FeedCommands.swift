@@ -164,6 +164,10 @@ struct WatchCommand: AsyncParsableCommand {
         } else {
             switch event.event {
             case "subscribed": Swift.print("subscribed at token \(event.token)")
+            case "resync" where event.reason == ResyncReason.historyExpired:
+                Swift.print(
+                    "the saves after the last token printed were pruned from the history (retention); resuming after token \(event.resyncFrom ?? event.token)"
+                )
             case "resync": Swift.print("fell behind; resuming after token \(event.resyncFrom ?? event.token)")
             default:
                 guard let save = event.save else { return }

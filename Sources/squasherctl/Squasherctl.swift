@@ -109,6 +109,11 @@ func refusal(_ error: VarlinkError) -> String {
         return
             "the store's newest token is \(token), before --since \(since): it never issued that token (restored from a backup, or another store?). Leave --since out, or pass a token it issued."
     }
+    if error.name == "io.bugsquasher.Changes.HistoryExpired" {
+        let horizon = error.parameters["horizon"]?.intValue.map(String.init) ?? "?"
+        return
+            "the saves up to token \(horizon) were pruned from the history (history_retention_days, history_retention_saves), so what changed after the token asked for cannot be told. Refetch what you hold and go on from the current token."
+    }
     if error.name == "org.varlink.service.InvalidParameter" {
         return "squasherd refused the value of '\(error.parameters["parameter"]?.stringValue ?? "?")' as invalid."
     }

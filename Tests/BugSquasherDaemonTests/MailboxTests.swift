@@ -61,6 +61,36 @@ struct MailboxTests {
         #expect(token(mailbox.next(cancelled: false)) == 4)
     }
 
+    /// Saves pruned from a shared store's history before the daemon read them: a waiting task is
+    /// woken with a resync from what it has; a busy one drops what is pending and resyncs next.
+    @Test("saves lost from the history make the subscriber resync from its last token")
+    func lostHistory() {
+        var waiting = Mailbox(pendingLimit: 100, delivered: HistoryToken(rawValue: 3))
+        _ = waiting.next(cancelled: false)
+        guard case .wake(.resync(let from)) = waiting.lostHistory() else {
+            Issue.record("a waiting task was not woken to resync")
+            return
+        }
+        #expect(from.rawValue == 3 && waiting.isClosed)
+        guard case .none = waiting.lostHistory() else {
+            Issue.record("a closed mailbox resynced twice")
+            return
+        }
+        var busy = Mailbox(pendingLimit: 100, delivered: HistoryToken(rawValue: 3))
+        _ = offer(save(4, updated: [1]), to: &busy)
+        guard case .drop(let dropped, _) = busy.lostHistory() else {
+            Issue.record("the pending save was not dropped")
+            return
+        }
+        #expect(dropped.map(\.save.token.rawValue) == [4])
+        #expect(!busy.accepts(HistoryToken(rawValue: 5)))
+        guard case .deliver(.resync(let busyFrom)) = busy.next(cancelled: false) else {
+            Issue.record("a busy task did not resync next")
+            return
+        }
+        #expect(busyFrom.rawValue == 3)
+    }
+
     /// A save already delivered or replayed, a save or a refresh after close, and next after close.
     @Test("illegal or stale mailbox events change nothing")
     func staleAndClosed() {

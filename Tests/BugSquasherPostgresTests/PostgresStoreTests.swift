@@ -1,10 +1,11 @@
 import BugSquasherGraph
 import BugSquasherModel
-import BugSquasherPostgres
 import BugSquasherStack
 import Foundation
 import Synchronization
 import Testing
+
+@testable import BugSquasherPostgres
 
 /// The bug model's Bug (swift-testing has a `Bug` trait too).
 private typealias Bug = BugSquasherModel.Bug
@@ -129,6 +130,37 @@ struct PostgresStoreTests {
         let tokens = observed.withLock { $0.map(\.token) }
         #expect(tokens == Array(1...Int64(2 * saves)), "\(tokens)")
         #expect(observed.withLock { $0.allSatisfy { $0.inserted == 1 } })
+    }
+
+    /// A process cut off longer than the retention finds the saves it had not read pruned: the
+    /// store reports the gap (so that a daemon's subscribers refetch) and goes on after it.
+    @Test("saves pruned before a process read them are reported as a gap", .timeLimit(.minutes(1)))
+    func prunedUnreadSavesAreAGap() async throws {
+        guard serverURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let coordinators = try [writer, reader].map { try StoreCoordinator(model: BugModel.model, store: $0) }
+        let context = ObjectContext(coordinator: coordinators[0], name: "writer")
+        for n in 1...5 {
+            try await context.perform { context in
+                let bug = context.insert(Bug.self)
+                (bug.key, bug.title, bug.status) = ("G-\(n)", "t", "Open")
+                try context.saveToStore()
+            }
+        }
+        let gaps = Mutex<[Int64]>([])
+        let seen = Mutex<[Int64]>([])
+        reader.observeHistoryGaps { missed in gaps.withLock { $0.append(missed.rawValue) } }
+        reader.observeCommitsOfOthers { didSave in seen.withLock { $0.append(didSave.token.rawValue) } }
+        #expect(try writer.pruneHistory(before: nil, keepingNewest: 1) == 4)
+        // As if the reader had read token 1 and then been cut off while 2 to 4 were pruned.
+        reader.delivered.withLock { $0 = 1 }
+        reader.deliverCommitsOfOthers()
+        #expect(gaps.withLock { $0 } == [4])
+        #expect(seen.withLock { $0 } == [5])
     }
 
     /// Two programs, each with a PersistentStack on one database: a save through one refreshes

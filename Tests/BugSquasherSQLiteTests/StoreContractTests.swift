@@ -428,6 +428,37 @@ struct StoreContractTests {
         #expect(try fixture.counting.currentHistoryToken().rawValue == 3)
     }
 
+    /// Retention deletes the oldest saves only, keeps the newest (its token is the store's), and
+    /// says where the history now begins; the next save takes the next token.
+    @Test(
+        "pruning the history keeps a run of the newest saves", arguments: StoreKind.allCases.filter { $0 != .inMemory })
+    func historyPruning(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let store = try #require(fixture.counting.base as? any HistoryPruning)
+        let context = fixture.context()
+        let ids = try await context.perform { try $0.seedBugs(1) }
+        for round in 1...9 {
+            try await context.perform { context in
+                try context.existingObject(with: ids[0])["title"] = .string("round \(round)")
+                _ = try context.saveToStore()
+            }
+        }
+        #expect(try store.historyHorizon().rawValue == 0)
+        #expect(try store.pruneHistory(before: nil, keepingNewest: 3) == 7)
+        #expect(try store.historyHorizon().rawValue == 7)
+        #expect(try fixture.coordinator.changes(after: HistoryToken(rawValue: 7)).map(\.token.rawValue) == [8, 9, 10])
+        #expect(try store.pruneHistory(before: nil, keepingNewest: 3) == 0)
+        // By age: everything older than a minute from now, except the newest save.
+        #expect(try store.pruneHistory(before: Date().addingTimeInterval(60), keepingNewest: nil) == 2)
+        #expect(try store.historyHorizon().rawValue == 9)
+        #expect(try fixture.counting.currentHistoryToken().rawValue == 10)
+        try await context.perform { context in
+            try context.existingObject(with: ids[0])["title"] = "after pruning"
+            #expect(try context.saveToStore()?.token.rawValue == 11)
+        }
+        #expect(try fixture.coordinator.changes(after: HistoryToken(rawValue: 9)).map(\.token.rawValue) == [10, 11])
+    }
+
     @Test("a store rejects request kinds it does not know", arguments: StoreKind.allCases)
     func unknownRequest(kind: StoreKind) throws {
         struct VacuumRequest: StoreRequest {}

@@ -52,6 +52,11 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var uploadIdleTimeout: Duration = .seconds(600)
     /// The log level (`trace` … `critical`).
     public var logLevel: String = "info"
+    /// Days the history keeps a save (`nil`: for ever); a subscriber away longer refetches what
+    /// it holds (docs/OPERATIONS.md, "History retention").
+    public var historyRetentionDays: Int? = 30
+    /// The most saves the history keeps (`nil`: no limit).
+    public var historyRetentionSaves: Int?
 
     /// The store file.
     public var storePath: String { stateDirectory + "/bugs.sqlite" }
@@ -171,6 +176,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
         configuration.postgres = try file.postgresStore()
         try configuration.applyImportSettings(of: file)
         try configuration.applyLimits(of: file)
+        try configuration.applyRetention(of: file)
         return configuration
     }
 
@@ -257,7 +263,22 @@ public struct DaemonConfiguration: Sendable, Hashable {
         }
     }
 
+    /// Sets how long the history keeps saves; 0 keeps them for ever.
+    private mutating func applyRetention(of file: ConfigurationFile) throws {
+        if let value = try file.integer(
+            "history_retention_days", in: 0...36_500, meaning: "days the history keeps a save; 0 keeps them for ever")
+        {
+            historyRetentionDays = value == 0 ? nil : value
+        }
+        if let value = try file.integer(
+            "history_retention_saves", in: 0...(1 << 40), meaning: "saves the history keeps; 0 sets no limit")
+        {
+            historyRetentionSaves = value == 0 ? nil : value
+        }
+    }
+
     static let keys: Set<String> = [
+        "history_retention_days", "history_retention_saves",
         "state_directory", "runtime_directory", "store", "chunk_size", "import_nice", "import_yield_ms",
         "read_socket_mode",
         "write_socket_mode",

@@ -3,8 +3,8 @@ import Foundation
 
 /// Who this daemon is among the daemons of a shared store: an ID kept in its state directory
 /// (`daemon-id`, made at the first start), and its host. A job belongs to the daemon that
-/// spooled its input, and only that daemon runs or resumes it (docs/OPERATIONS.md, "Running on
-/// PostgreSQL").
+/// spooled its input, and only that daemon runs or resumes it (docs/DESIGN-NOTES.md, "Jobs belong
+/// to the daemon that spooled them").
 struct DaemonIdentity: Sendable {
     /// Eight hex digits, the same at every start on this state directory.
     let id: String

@@ -97,6 +97,13 @@ struct ChangesInterface: VarlinkInterface {
                 "io.bugsquasher.Changes.TokenAhead",
                 ["since": .int(parameters.after), "token": .int(token.rawValue)])
         }
+        // Saves after `after` that were pruned would be skipped without a word.
+        if let horizon = try historyHorizon(), parameters.after < horizon.rawValue {
+            throw VarlinkError(
+                "io.bugsquasher.Changes.HistoryExpired",
+                ["after": .int(parameters.after), "horizon": .int(horizon.rawValue)]
+            )
+        }
         try await replier.reply(
             HistoryReply(saves: saves.map { coding.encode($0, includeValues: false) }, token: token.rawValue))
     }
@@ -222,6 +229,21 @@ struct ChangesInterface: VarlinkInterface {
             throw VarlinkError(
                 "io.bugsquasher.Changes.TokenAhead", ["since": .int(since.rawValue), "token": .int(start.rawValue)])
         }
+        if let since, let horizon = try historyHorizon(), since < horizon {
+            // The saves after `since` are partly gone: resuming would skip them without a word.
+            try await replier.reply(
+                SubscribeReply(event: "subscribed", subscription: subscription.id, token: since.rawValue),
+                continues: true)
+            context.logger.info(
+                "subscriber's token is older than the retained history; told to refetch",
+                metadata: ["since": "\(since)", "history.horizon": "\(horizon)"])
+            try await replier.reply(
+                SubscribeReply(
+                    event: "resync", token: start.rawValue, resyncFrom: start.rawValue,
+                    reason: ResyncReason.historyExpired),
+                continues: false)
+            return
+        }
         if since == nil { subscription.markDelivered(start) } else { subscription.replays(through: start) }
         context.logger.debug(
             "subscribed",
@@ -236,6 +258,11 @@ struct ChangesInterface: VarlinkInterface {
             try await replay(after: since, through: start, to: subscription, replier: replier)
         }
         try await followLive(subscription, replier: replier)
+    }
+
+    /// The newest token pruned from the history, when the store prunes it (`nil` otherwise).
+    private func historyHorizon() throws -> HistoryToken? {
+        try (stack.store as? any HistoryPruning)?.historyHorizon()
     }
 
     /// Sends the history after `since` up to `start`, in pages; the mailbox holds everything
@@ -312,7 +339,9 @@ struct ChangesInterface: VarlinkInterface {
                 continues: true)
         case .resync(let token):
             try await replier.reply(
-                SubscribeReply(event: "resync", token: token.rawValue, resyncFrom: token.rawValue), continues: false)
+                SubscribeReply(
+                    event: "resync", token: token.rawValue, resyncFrom: token.rawValue, reason: ResyncReason.behind),
+                continues: false)
         }
     }
 }

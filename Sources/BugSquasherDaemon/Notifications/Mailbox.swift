@@ -166,6 +166,25 @@ struct Mailbox {
         return .none
     }
 
+    /// Saves after ``delivered`` are gone from the history before the daemon read them (it was
+    /// cut off from a shared store longer than the retention): what is pending is dropped and
+    /// the subscriber told to resync, so that its resumed feed tells it to refetch what it holds.
+    mutating func lostHistory() -> OfferAction {
+        guard !isClosed, !mustResync else { return .none }
+        let dropped = (pending, coalesced)
+        pending = []
+        coalesced = nil
+        pendingObjects = 0
+        refreshes.removeAll()
+        if isWaiting {
+            isWaiting = false
+            isClosed = true
+            return .wake(.resync(delivered))
+        }
+        mustResync = true
+        return dropped.0.isEmpty && dropped.1 == nil ? .none : .drop(dropped.0, dropped.1)
+    }
+
     /// The feed's task asks for the next event (`cancelled`: its task was cancelled).
     mutating func next(cancelled: Bool) -> NextAction {
         if isClosed || cancelled { return .end }

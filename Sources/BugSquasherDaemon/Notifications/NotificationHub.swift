@@ -42,6 +42,12 @@ final class NotificationHub: Sendable {
     /// How many clients follow an import job (`Jobs.Watch`).
     var jobFollowerCount: Int { subscriptions.withLock { $0.values.count(where: \.followsJob) } }
 
+    /// Saves were pruned from a shared store's history before this daemon read them: every
+    /// subscriber is told to resync, and refetches what it holds when it resumes.
+    func lostHistory() {
+        for subscription in subscriptions.withLock({ Array($0.values) }) { subscription.lostHistory() }
+    }
+
     /// Hands a committed save to every subscriber's mailbox; never waits for one.
     func publish(_ didSave: DidSave) {
         let all = subscriptions.withLock { Array($0.values) }

@@ -221,6 +221,12 @@ final class Subscription: Sendable {
         offer(didSave) { didSave.withoutValues }
     }
 
+    /// Saves this subscriber had not received are gone from the history: it is told to resync
+    /// (see ``Mailbox/lostHistory()``).
+    func lostHistory() {
+        perform(state.withLock { state in Self.delivery(of: state.mailbox.lostHistory(), in: &state) })
+    }
+
     /// Queues objects a registration found stale.
     func offerRefresh(_ changes: [ObjectChange]) {
         perform(state.withLock { state in Self.delivery(of: state.mailbox.offerRefresh(changes), in: &state) })

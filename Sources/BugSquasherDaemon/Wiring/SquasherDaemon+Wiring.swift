@@ -108,6 +108,7 @@ extension SquasherDaemon {
         } else {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
         }
+        (stack.store as? any SharedStore)?.observeHistoryGaps { _ in hub.lostHistory() }
         let coding = WireCoding(model: stack.model)
         let registrationLimits = RegistrationLimits(
             perSubscription: configuration.maximumRegistrationsPerSubscriber, total: configuration.maximumRegistrations)
@@ -187,6 +188,13 @@ extension SquasherDaemon {
                 service: UploadSweeper(
                     imports: interfaces.imports, interval: min(configuration.uploadIdleTimeout / 2, .seconds(30)),
                     logger: logger)))
+        if let store = stack.store as? any HistoryPruning {
+            services.append(
+                .init(
+                    service: HistoryPruner(
+                        store: store, days: configuration.historyRetentionDays,
+                        saves: configuration.historyRetentionSaves, interval: .seconds(300), logger: logger)))
+        }
         if let watchdogInterval {
             services.append(
                 .init(

@@ -38,6 +38,23 @@ public protocol SharedStore: Sendable {
     /// Calls `handler` after each save another process commits, serially and in token order,
     /// from the next one on.
     func observeCommitsOfOthers(_ handler: @escaping @Sendable (DidSave) -> Void)
+
+    /// Calls `handler` when saves this process had not read yet were pruned from the history
+    /// before it could (it was cut off longer than the retention): `missed` is the newest token
+    /// gone. What it holds may be stale, with no save to say so; it must refetch.
+    func observeHistoryGaps(_ handler: @escaping @Sendable (_ missed: HistoryToken) -> Void)
+}
+
+/// A store that keeps its history for a while, not for ever (docs/OPERATIONS.md, "History
+/// retention"): a reader whose token is older than the retained history is told so and refetches.
+public protocol HistoryPruning: Sendable {
+    /// Deletes the oldest saves: those committed before `date`, and those beyond the newest
+    /// `count`. The newest save always stays (its token is the store's). Returns how many went.
+    func pruneHistory(before date: Date?, keepingNewest count: Int?) throws -> Int
+
+    /// The newest token whose save is gone from the history (0 while none is): a reader at a
+    /// token below it cannot learn what changed from the history.
+    func historyHorizon() throws -> HistoryToken
 }
 
 /// What a ``SharedStore`` knows of its users: which programs are attached and how far each has
