@@ -218,13 +218,15 @@ class Daemon:
     """A squasherd with its own store, sockets and configuration in a fresh directory; ready when it
     says READY=1 on $NOTIFY_SOCKET (a socket we read until it stops, like a service manager)."""
 
-    def __init__(self, root, name, pending_limit):
+    def __init__(self, root, name, pending_limit, store=None):
         import varlink  # noqa: F401  (fail early when the venv lacks it)
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
         self.config = f"{self.dir}/squasherd.conf"
         with open(self.config, "w") as f:
             f.write(f"log_level = warning\nchunk_size = 1000\nsubscriber_pending_limit = {pending_limit}\n")
+            if store:  # a PostgreSQL store (the sections of bench_postgres.py)
+                f.write(f"store = {store}\n")
         self.read_socket = f"{self.dir}/run/squasherd.sock"
         self.write_socket = f"{self.dir}/run/squasherd-write.sock"
         self.env = dict(os.environ, SQUASHERD_RUNTIME_DIRECTORY=f"{self.dir}/run")
@@ -575,14 +577,15 @@ class PgListeners:
             stop_process(p)
 
 
-def paired_latency(daemon, pg_socket, n, rounds, warmup, pause, key):
+def paired_latency(daemon, pg_socket, n, rounds, warmup, pause, key, editor_daemon=None):
     """Section b for one count: an edit of `key` through squasherd -> the last of `n`
     `squasherctl subscribe` holding it printed the refreshed bug; and, with `pg_socket`, the
     same count of PostgreSQL listeners (`PgListeners`). Both sets run at once and their rounds
     alternate, so that each pair of figures is measured on the machine in one state: timed one
     after the other, the two sides could land in different phases of the shared host (in one
     run, PostgreSQL's p50 and the raw fan-out's were 0.50 and 0.03 ms, against 0.74 and 0.08
-    in the runs before)."""
+    in the runs before). With `editor_daemon`, the edits go through that daemon instead (another
+    daemon on the same PostgreSQL store)."""
     subs = Subscribers(daemon, [[key]] * n, mark_key=key)
     pg = None
     ours, theirs = [], []
@@ -590,7 +593,7 @@ def paired_latency(daemon, pg_socket, n, rounds, warmup, pause, key):
         subs.wait_ready()
         daemon.wait_subscribers(n)
         pg = PgListeners(pg_socket, n) if pg_socket else None
-        editor = Editor(daemon, key)
+        editor = Editor(editor_daemon or daemon, key)
         try:
             for i in range(warmup + rounds):
                 ms = edit_round(editor, subs, f"S{i}-{n}")
@@ -1290,6 +1293,7 @@ def main():
                         "at most 100,000, so that section e's stalled subscriber overflows its mailbox and is told to resync)")
     parser.add_argument("--catch-up-timeout", type=int, default=600)
     parser.add_argument("--skip-graph", action="store_true")
+    parser.add_argument("--h-seconds", type=float, default=10, help="seconds of each run of section h (32 writers)")
     args = parser.parse_args()
     if args.big_rows < args.rows:
         parser.error(f"--big-rows ({args.big_rows:,}) must be at least --rows ({args.rows:,}): sections 1 and d compare the two")
@@ -1320,6 +1324,9 @@ def main():
         finally:
             daemon.stop()
         section_de(args, root, files, report)
+        if args.pg_socket:
+            import bench_postgres
+            bench_postgres.run(args, root, files, report)
     except Broken as error:
         report.broken.append(str(error))
     finally:

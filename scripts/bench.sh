@@ -9,7 +9,10 @@
 #   c. bytes and work per subscriber, filtered by squasherd vs unfiltered;
 #   d. peak squasherd RSS after importing --rows vs --big-rows records;
 #   e. --big-rows import with 100 subscribers (89 fast, 10 slow, 1 stalled) vs none; the stalled
-#      one must be told to resync and end consistent after resuming with `since`.
+#      one must be told to resync and end consistent after resuming with `since`;
+#   f-i. PostgreSQL as the store (scripts/bench_postgres.py): f. import vs raw COPY; g. edit through
+#      daemon A -> subscribers on daemon B vs UPDATE + pg_notify; h. 32 concurrent writers vs
+#      pgbench UPDATE + pg_notify; i. g's latency while a third daemon imports vs idle.
 # PostgreSQL (Debian's package, installed when missing) runs as the postgres user in a temporary
 # directory, on a Unix socket there only, and is stopped and removed on exit, also on failure.
 # Exit status 1 when something is broken (wrong counts, an inconsistent subscriber); a missed
@@ -35,7 +38,7 @@ skip_postgres=0
 while (($#)); do
     case $1 in
         --smoke) args+=(--rows 2000 --big-rows 8000 --rounds 5 --warmup 1 --counts 1,3 --e-subscribers 12 --e-slow 2
-                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120) ;;
+                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1) ;;
         --debug) config=debug ;;
         --rows|--big-rows|--rounds)
             (($# >= 2)) || { echo "scripts/bench.sh: $1 needs a value" >&2; usage; }
