@@ -1294,6 +1294,7 @@ def main():
     parser.add_argument("--catch-up-timeout", type=int, default=600)
     parser.add_argument("--skip-graph", action="store_true")
     parser.add_argument("--h-seconds", type=float, default=10, help="seconds of each run of section h (32 writers)")
+    parser.add_argument("--postgres-only", action="store_true", help="sections f to i only")
     args = parser.parse_args()
     if args.big_rows < args.rows:
         parser.error(f"--big-rows ({args.big_rows:,}) must be at least --rows ({args.rows:,}): sections 1 and d compare the two")
@@ -1310,20 +1311,21 @@ def main():
     started = time.monotonic()
     root = tempfile.mkdtemp(prefix="bsbench-")
     try:
-        if not args.skip_graph:
+        if not args.skip_graph and not args.postgres_only:
             section_graph(args, report)
         files = {}
         for n in sorted({args.rows, args.big_rows}):
             files[n] = f"{root}/rows-{n}.ndjson"
             generate(files[n], n)
-        daemon = Daemon(root, "shared", args.pending_limit)
-        try:
-            section_a(args, daemon, files, root, report)
-            section_b(args, daemon, report)
-            section_c(args, daemon, root, report)
-        finally:
-            daemon.stop()
-        section_de(args, root, files, report)
+        if not args.postgres_only:
+            daemon = Daemon(root, "shared", args.pending_limit)
+            try:
+                section_a(args, daemon, files, root, report)
+                section_b(args, daemon, report)
+                section_c(args, daemon, root, report)
+            finally:
+                daemon.stop()
+            section_de(args, root, files, report)
         if args.pg_socket:
             import bench_postgres
             bench_postgres.run(args, root, files, report)

@@ -25,6 +25,7 @@
 #   --smoke         tiny sizes, to check that the benchmark works (figures mean nothing)
 #   --debug         use the debug build in .build/debug (and build nothing)
 #   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)
+#   --postgres-only sections f to i only (PostgreSQL as the store)
 # Environment: BENCH_NO_BUILD=1 uses the binaries already in .build/release without building;
 # BENCH_BIN=DIR takes them from DIR instead.
 set -euo pipefail
@@ -48,12 +49,16 @@ while (($#)); do
                 echo "scripts/bench.sh: $1 takes a whole number from $minimum to 100000000, not '$2'" >&2; usage; }
             args+=("$1" "$2"); shift ;;
         --skip-postgres) skip_postgres=1 ;;
+        --postgres-only) args+=(--postgres-only) ;;
         -h|--help) help ;;
         *) echo "scripts/bench.sh: unknown argument $1" >&2; usage ;;
     esac
     shift
 done
 
+if ((skip_postgres)) && [[ " ${args[*]-} " == *" --postgres-only "* ]]; then
+    echo "scripts/bench.sh: --postgres-only and --skip-postgres leave nothing to run" >&2; usage
+fi
 scripts/setup.sh
 bin=${BENCH_BIN:-.build/$config}
 if [[ $config == release && -z ${BENCH_NO_BUILD:-} && -z ${BENCH_BIN:-} ]]; then

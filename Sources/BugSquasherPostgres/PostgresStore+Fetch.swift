@@ -35,29 +35,34 @@ extension PostgresStore {
 
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
         let state = try requireLoaded()
+        return try withConnection("load values") { connection in try rows(for: objectIDs, state: state, on: connection) }
+    }
+
+    /// The current rows of `objectIDs`, one statement per entity, on a connection held already.
+    func rows(for objectIDs: [ObjectID], state: Loaded, on connection: PostgresConnection) throws
+        -> [ObjectID: RowSnapshot]
+    {
         let store = state.metadata.storeIdentifier
         let byEntity = Dictionary(
             grouping: objectIDs.filter { !$0.isTemporary && $0.storeIdentifier == store }, by: \.entityName)
-        return try withConnection("load values") { connection in
-            var result: [ObjectID: RowSnapshot] = [:]
-            for (name, ids) in byEntity {
-                let entity = try state.model.requireEntity(name)
-                let table = PostgresSchema.quote(name)
-                var bindings = PostgresBindings()
-                bindings.append(ids.map(\.key))
-                let rows = try connection.query(
-                    PostgresQuery(
-                        unsafeSQL: "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)",
-                        binds: bindings),
-                    logger: logger
-                ).blockingValue()
-                for row in rows {
-                    let decoded = try Self.decode(row, entity: entity, store: store)
-                    result[decoded.objectID] = decoded.snapshot
-                }
+        var result: [ObjectID: RowSnapshot] = [:]
+        for (name, ids) in byEntity {
+            let entity = try state.model.requireEntity(name)
+            let table = PostgresSchema.quote(name)
+            var bindings = PostgresBindings()
+            bindings.append(ids.map(\.key))
+            let rows = try connection.query(
+                PostgresQuery(
+                    unsafeSQL: "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)",
+                    binds: bindings),
+                logger: logger
+            ).blockingValue()
+            for row in rows {
+                let decoded = try Self.decode(row, entity: entity, store: store)
+                result[decoded.objectID] = decoded.snapshot
             }
-            return result
         }
+        return result
     }
 
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {

@@ -34,15 +34,19 @@ extension PostgresStore {
         try writeLinks(removed: changes.linksRemoved, added: changes.linksAdded, on: connection)
         // Last: the counter row's lock is held from here to the commit, so tokens are issued in
         // commit order and a save that rolls back gives its token back.
+        // One statement, so that the lock is held for one round trip before the commit's: the
+        // token, the history row, and a hint to the other daemons (sent by the server when, and
+        // if, the transaction commits).
         let token =
-            try run("UPDATE bs_counter SET token = token + 1 WHERE id = 1 RETURNING token", [], on: connection)
-            .first?.decode(Int64.self) ?? 0
-        _ = try run(
-            "INSERT INTO bs_history (token, committed_at, payload) VALUES ($1, $2, $3)",
-            [.int64(token), .double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave))],
-            on: connection)
-        // A hint to the other daemons, sent by the server when (and if) the transaction commits.
-        _ = try run("SELECT pg_notify($1, $2)", [.string(hintChannel), .string(String(token))], on: connection)
+            try run(
+                """
+                WITH issued AS (UPDATE bs_counter SET token = token + 1 WHERE id = 1 RETURNING token),
+                written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $1, $2 FROM issued RETURNING token)
+                SELECT token, pg_notify($3, token::text) FROM written
+                """,
+                [.double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave)), .string(hintChannel)],
+                on: connection
+            ).first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
         didSave.token = HistoryToken(rawValue: token)
         return didSave
     }

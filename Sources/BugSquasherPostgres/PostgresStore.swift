@@ -248,13 +248,35 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 let token = try cells[0].decode(Int64.self)
                 // Tokens have no gaps: a missing one was pruned (retention) before it was read.
                 if token > last + 1 { reportGap(after: last, through: token - 1) }
-                let didSave = try HistoryCoding.decode(
+                var didSave = try HistoryCoding.decode(
                     try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token))
+                try attachValues(to: &didSave, on: connection)
                 for handler in handlers { handler(didSave) }
                 last = token
                 delivered.withLock { $0 = token }
             }
             if rows.count < 1000 { break }
+        }
+    }
+
+    /// Saves of other processes with at most this many objects are delivered with their values.
+    static let valuesUpToObjects = 1_000
+
+    /// The values of a small save read from the history, which keeps none: read once here for
+    /// every subscriber of this process, rather than by each of them. A row a later save changed
+    /// already keeps its values out (they would not be this save's).
+    private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection) throws {
+        guard didSave.objectCount <= Self.valuesUpToObjects, let state = loaded.withLock({ $0 }) else { return }
+        let ids = (didSave.inserted + didSave.updated).map(\.objectID)
+        guard !ids.isEmpty else { return }
+        let rows = try rows(for: ids, state: state, on: connection)
+        for index in didSave.inserted.indices {
+            let change = didSave.inserted[index]
+            if let row = rows[change.objectID], row.version == change.version { didSave.inserted[index].values = row }
+        }
+        for index in didSave.updated.indices {
+            let change = didSave.updated[index]
+            if let row = rows[change.objectID], row.version == change.version { didSave.updated[index].values = row }
         }
     }
 

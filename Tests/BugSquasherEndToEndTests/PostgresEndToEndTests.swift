@@ -118,6 +118,52 @@ struct PostgresEndToEndTests {
         }
     }
 
+    /// Two daemons (two writer processes) committing at once, edits through both in parallel: the
+    /// history has every token from the first to the last once, and a watcher on either daemon
+    /// sees them in increasing order.
+    @Test("tokens stay gapless with two daemons committing at once")
+    func gaplessAcrossDaemons() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(configuration: store) { first in
+            try await withDaemon(configuration: store) { second in
+                let records = try first.writeRecords("w.ndjson", count: 8, prefix: "W", title: "written")
+                try await first.ctl(["import", records.path, "--wait"])
+                let start = try first.status().token
+                let watch = try second.startCtl("watch", ["watch", "--json"])
+                _ = try await watch.waitForLine { $0.contains(#""event":"subscribed""#) }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for writer in 0..<8 {
+                        group.addTask {
+                            let daemon = writer % 2 == 0 ? first : second
+                            for n in 1...10 { try await daemon.ctl(["update", "W-\(writer + 1)", "title=edit \(n)"]) }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                let end = try second.status().token
+                #expect(end == start + 80)
+                var tokens: [Int64] = []
+                var after = start
+                while after < end {
+                    let page = try second.call(
+                        "io.bugsquasher.Changes.History", HistoryParameters(after: after), as: HistoryReply.self)
+                    tokens += page.saves.map(\.token)
+                    after = page.saves.last?.token ?? end
+                }
+                #expect(tokens == Array((start + 1)...end))
+                _ = try await watch.waitForLine { $0.contains(#""token":\#(end)"#) && $0.contains(#""event":"save""#) }
+                watch.signal(SIGTERM)
+                _ = try await watch.waitForExit()
+                let seen = watch.output.compactMap { line in
+                    (try? JSONDecoder().decode(SubscribeReply.self, from: Data(line.utf8))).flatMap {
+                        $0.event == "save" ? $0.token : nil
+                    }
+                }
+                #expect(zip(seen, seen.dropFirst()).allSatisfy(<) && seen.last == end, "\(seen)")
+            }
+        }
+    }
+
     @Test("a store line that is not a PostgreSQL URL is refused at start, naming the line")
     func badStoreLine() async throws {
         let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
