@@ -122,7 +122,11 @@ enum PostgresText {
 
     /// `text` with U+0000 and the escape character escaped.
     static func encode(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.value == 0 || $0.value == 0x10FFFF }) else { return text }
+        // On the bytes first: every value of an import passes here, and 0xF4 leads only the
+        // UTF-8 of U+100000 and above.
+        guard mayNeedEscaping(text, nul: true),
+            text.unicodeScalars.contains(where: { $0.value == 0 || $0.value == 0x10FFFF })
+        else { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count + 8)
         for scalar in text.unicodeScalars {
@@ -135,9 +139,16 @@ enum PostgresText {
         return out
     }
 
+    /// Whether `text` has a byte of U+0000 (when `nul`) or of a code point from U+100000 on.
+    private static func mayNeedEscaping(_ text: String, nul: Bool) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in bytes.contains { $0 == 0xF4 || (nul && $0 == 0) } }
+    }
+
     /// The text `encode` escaped.
     static func decode(_ stored: String) -> String {
-        guard stored.unicodeScalars.contains(where: { $0.value == 0x10FFFF }) else { return stored }
+        guard mayNeedEscaping(stored, nul: false), stored.unicodeScalars.contains(where: { $0.value == 0x10FFFF })
+        else { return stored }
         var out = String.UnicodeScalarView()
         var escaped = false
         for scalar in stored.unicodeScalars {
