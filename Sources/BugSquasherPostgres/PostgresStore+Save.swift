@@ -9,7 +9,10 @@ extension PostgresStore {
     func save(_ changes: SaveChanges) throws -> DidSave {
         let state = try requireLoaded()
         return try withConnection("save") { connection in
-            let didSave = try transaction(on: connection) { try write(changes, state: state, on: connection) }
+            // An edit of one object is one statement, its own transaction: one round trip.
+            let didSave =
+                try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
+                ?? transaction(on: connection) { try write(changes, state: state, on: connection) }
             // Still holding the connection: the observers see the saves in token order, the
             // other processes' saves before this one first (see `deliverHistory`).
             if isObserved {
@@ -57,37 +60,52 @@ extension PostgresStore {
         var conflicts: [MergeConflict] = []
         for row in rows {
             let entity = try state.model.requireEntity(row.objectID.entityName)
-            let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
-            let columns = row.changedKeys.compactMap { names.firstIndex(of: $0) }.sorted()
-            var arguments: [Value] = []
-            var sql = "UPDATE \(PostgresSchema.quote(entity.name)) SET _version = _version + 1"
-            for column in columns {
-                arguments.append(
-                    column < row.attributes.count
-                        ? row.attributes[column]
-                        : row.toOne[column - row.attributes.count].map { .int64($0.key) } ?? .null)
-                sql += ", \(PostgresSchema.quote(names[column])) = $\(arguments.count)"
-            }
-            arguments += [.int64(row.objectID.key), .int64(row.expectedVersion)]
-            sql += " WHERE pk = $\(arguments.count - 1) AND _version = $\(arguments.count)"
+            let (sql, arguments) = Self.update(row, of: entity)
             let changed = try keepingKeysUnique(entity, row.attributes, updating: true) {
                 try changeCount(sql, arguments, on: connection)
             }
             if changed == 0 {
-                conflicts.append(
-                    MergeConflict(
-                        objectID: row.objectID, cachedVersion: row.expectedVersion,
-                        persisted: try currentRow(row.objectID, entity: entity, on: connection)))
+                conflicts.append(try conflict(row, entity: entity, on: connection))
             } else {
-                let snapshot = RowSnapshot(
-                    version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
-                didSave.updated.append(
-                    ObjectChange(
-                        objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys,
-                        values: snapshot))
+                didSave.updated.append(Self.change(row))
             }
         }
         return conflicts
+    }
+
+    /// The UPDATE of `row`'s changed columns, checked against the version the context saw:
+    /// its parameters are `$1`… in the order of `arguments`.
+    static func update(_ row: SaveChanges.Row, of entity: EntityDescription) -> (sql: String, arguments: [Value]) {
+        let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
+        let columns = row.changedKeys.compactMap { names.firstIndex(of: $0) }.sorted()
+        var arguments: [Value] = []
+        var sql = "UPDATE \(PostgresSchema.quote(entity.name)) SET _version = _version + 1"
+        for column in columns {
+            arguments.append(
+                column < row.attributes.count
+                    ? row.attributes[column]
+                    : row.toOne[column - row.attributes.count].map { .int64($0.key) } ?? .null)
+            sql += ", \(PostgresSchema.quote(names[column])) = $\(arguments.count)"
+        }
+        arguments += [.int64(row.objectID.key), .int64(row.expectedVersion)]
+        sql += " WHERE pk = $\(arguments.count - 1) AND _version = $\(arguments.count)"
+        return (sql, arguments)
+    }
+
+    /// The change an updated row makes, with its new values.
+    static func change(_ row: SaveChanges.Row) -> ObjectChange {
+        let snapshot = RowSnapshot(version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
+        return ObjectChange(
+            objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys, values: snapshot)
+    }
+
+    /// The conflict of a row whose version in the store is not the one the context saw.
+    func conflict(_ row: SaveChanges.Row, entity: EntityDescription, on connection: PostgresConnection) throws
+        -> MergeConflict
+    {
+        MergeConflict(
+            objectID: row.objectID, cachedVersion: row.expectedVersion,
+            persisted: try currentRow(row.objectID, entity: entity, on: connection))
     }
 
     private func writeDeletions(
@@ -193,7 +211,7 @@ extension PostgresStore {
     /// Runs a write of rows of `entity`; a clash with its unique index becomes a
     /// ``GraphError/Code/constraintViolation`` that names the key (from `attributes` for one row,
     /// from the server's words for many) and what to do.
-    private func keepingKeysUnique<T>(
+    func keepingKeysUnique<T>(
         _ entity: EntityDescription, _ attributes: [Value]?, updating: Bool, _ body: () throws -> T
     ) throws -> T {
         do {
@@ -222,7 +240,7 @@ extension PostgresStore {
         return "\(match.1) = \"\(PostgresText.decode(String(match.2)))\""
     }
 
-    private func currentRow(_ id: ObjectID, entity: EntityDescription, on connection: PostgresConnection) throws
+    func currentRow(_ id: ObjectID, entity: EntityDescription, on connection: PostgresConnection) throws
         -> RowSnapshot?
     {
         try run(
