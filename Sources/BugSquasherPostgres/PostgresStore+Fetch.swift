@@ -35,7 +35,8 @@ extension PostgresStore {
 
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
         let state = try requireLoaded()
-        return try withConnection("load values") { connection in try rows(for: objectIDs, state: state, on: connection) }
+        return try withConnection("load values") { connection in try rows(for: objectIDs, state: state, on: connection)
+        }
     }
 
     /// The current rows of `objectIDs`, one statement per entity, on a connection held already.

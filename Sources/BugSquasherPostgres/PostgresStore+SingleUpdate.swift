@@ -24,7 +24,9 @@ extension PostgresStore {
         var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
         didSave.updated = [Self.change(row)]
         var (update, arguments) = Self.update(row, of: entity)
-        arguments += [.double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave)), .string(hintChannel)]
+        arguments += [
+            .double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave)), .string(hintChannel),
+        ]
         let n = arguments.count
         let sql = """
             WITH changed AS (\(update) RETURNING pk),
