@@ -25,6 +25,11 @@ scripts/stress.sh --smoke --debug   # kill -9, SIGTERM, churn; every stress inva
 echo "== multi-host: PostgreSQL and three squasherd in network namespaces; kill -9, database restart, 30 s partition"
 scripts/cluster.sh --smoke --debug --faults --prefix "bs$((RANDOM % 100000))" \
     --work "$(mktemp -d /tmp/bscluster.XXXXXX)"
+echo "== CLI: completions and man pages, as scripts/install.sh installs them (debug binaries)"
+extras=$(mktemp -d /tmp/bsextras.XXXXXX)
+scripts/cli-extras.sh .build/debug "$extras"
+scripts/check-cli-extras.sh "$extras"
+rm -rf "$extras"
 echo "== smoke: documentation (DocC catalogues of the libraries; a broken link or an undocumented parameter fails)"
 swift package --disable-sandbox generate-documentation --warnings-as-errors \
     --target BugSquasherGraph --target BugSquasherStack --target BugSquasherClient >/dev/null
