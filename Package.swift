@@ -38,6 +38,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
         .package(url: "https://github.com/vapor/postgres-nio", exact: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         // Builds the DocC catalogues of the libraries (`swift package generate-documentation`).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -174,11 +176,28 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         // The daemon's services: store, import jobs, notification hub, Varlink method handlers.
+        // Metrics: swift-metrics bootstrapped with swift-prometheus, and the HTTP endpoint that
+        // serves a scrape (on an address, or on a socket systemd passes).
+        .target(
+            name: "BugSquasherMetrics",
+            dependencies: [
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .target(
             name: "BugSquasherDaemon",
             dependencies: [
                 "BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherStack", "BugSquasherSQLite",
                 "BugSquasherPostgres", "BugSquasherImport", "BugSquasherJSON", "BugSquasherVarlink", "BugSquasherTransport", "BugSquasherProtocol",
+                "BugSquasherMetrics",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -210,7 +229,7 @@ let package = Package(
             name: "squasherd",
             dependencies: [
                 "BugSquasherDaemon", "BugSquasherErrors", "BugSquasherGraph", "BugSquasherModel", "BugSquasherProtocol",
-                "BugSquasherSystemd", "BugSquasherTransport",
+                "BugSquasherSystemd", "BugSquasherTransport", "BugSquasherMetrics",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

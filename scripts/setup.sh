@@ -27,11 +27,12 @@ command -v swift >/dev/null || { echo "setup: the Swift toolchain is not on PATH
 # The scripts build release binaries with scripts/build-release.sh (the flags, and why).
 
 # The `varlink` package from PyPI, for the interoperability test (a client nobody here wrote),
-# and `psycopg` (with its bundled libpq), for the PostgreSQL LISTEN/NOTIFY baseline of
-# scripts/bench.sh, in a virtual environment inside the build folder.
+# `prometheus-client`, whose parser reads squasherd's metrics in their test, and `psycopg`
+# (with its bundled libpq), for the PostgreSQL LISTEN/NOTIFY baseline of scripts/bench.sh, in a
+# virtual environment inside the build folder.
 venv=.build/venv
-if ! "$venv/bin/python3" -c "import varlink, psycopg" 2>/dev/null; then
-    echo "setup: installing the varlink and psycopg Python packages into $venv"
+if ! "$venv/bin/python3" -c "import varlink, psycopg, prometheus_client" 2>/dev/null; then
+    echo "setup: installing the varlink, prometheus-client and psycopg Python packages into $venv"
     [[ -x $venv/bin/python3 ]] || python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check varlink "psycopg[binary]"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check varlink prometheus-client "psycopg[binary]"
 fi

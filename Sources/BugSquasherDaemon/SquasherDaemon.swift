@@ -1,4 +1,5 @@
 import BugSquasherGraph
+public import BugSquasherMetrics
 import BugSquasherStack
 public import BugSquasherTransport
 import Foundation
@@ -38,6 +39,11 @@ public struct SquasherDaemon: Sendable {
     /// The watchdog keep-alive.
     public var onWatchdog: @Sendable () -> Void = {}
     let logger: Logger
+    /// The metrics registry squasherd's main bootstrapped, for `Jobs.Metrics` and the endpoint.
+    public var metricsExporter: MetricsExporter?
+    /// Where the metrics endpoint listens (`metrics_listen`, or the socket systemd passed named
+    /// `metrics`); `nil` serves no endpoint (`squasherctl metrics` still reads them).
+    public var metricsAddress: MetricsEndpoint.Address?
 
     /// Creates a daemon.
     public init(configuration: DaemonConfiguration, logger: Logger) {

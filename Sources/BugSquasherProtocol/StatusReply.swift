@@ -27,6 +27,11 @@ public struct StatusReply: Codable, Sendable {
     public var daemon: String?
     /// The daemons attached to a shared store, this one included, with how far each is behind.
     public var daemons: [WireDaemon]?
+    /// `ok`, or `degraded` when ``problems`` lists why (`squasherctl status` then exits 5).
+    public var health: String?
+    /// Why the daemon is degraded: a store that does not answer or refused a write, a job that
+    /// failed, subscribers dropped for falling behind.
+    public var problems: [WireProblem]?
 
     /// Creates a reply.
     public init(
@@ -40,6 +45,28 @@ public struct StatusReply: Codable, Sendable {
         self.jobFollowers = jobFollowers
         self.activeJob = activeJob
         self.conflictsResolved = conflictsResolved
+    }
+}
+
+/// The reply of `Jobs.Metrics`.
+public struct MetricsReply: Codable, Sendable {
+    /// The metrics in the Prometheus text format.
+    public var text: String
+
+    /// Creates a reply.
+    public init(text: String) { self.text = text }
+}
+
+/// A reason a daemon is degraded, as `Jobs.Status` lists it.
+public struct WireProblem: Codable, Sendable, Hashable {
+    /// `store-unavailable`, `store-cannot-write`, `job-failed` or `subscribers-dropped`.
+    public var code: String
+    /// What happened, for a person.
+    public var message: String
+
+    /// Creates a problem.
+    public init(code: String, message: String) {
+        (self.code, self.message) = (code, message)
     }
 }
 

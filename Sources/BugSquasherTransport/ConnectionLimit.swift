@@ -17,6 +17,12 @@ public final class ConnectionLimit: Sendable {
     /// said so.
     private let peak = Atomic<Int>(0)
     private let refusals = WarningThrottle()
+    private let refused = Atomic<Int>(0)
+
+    /// Connections open now, over every server sharing this limit.
+    public var openCount: Int { open.load(ordering: .relaxed) }
+    /// Connections refused since the process started.
+    public var refusedCount: Int { refused.load(ordering: .relaxed) }
 
     /// A limit of `maximum` connections (at least 1).
     public init(maximum: Int) {
@@ -52,6 +58,7 @@ public final class ConnectionLimit: Sendable {
             return true
         }
         open.subtract(1, ordering: .relaxed)
+        refused.add(1, ordering: .relaxed)
         refusals.warn(logger) { suppressed in
             let kept = writer ? "" : " (the last \(self.reservedForWriters) are kept for the write socket)"
             return

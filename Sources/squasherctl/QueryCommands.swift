@@ -104,7 +104,10 @@ struct JobsCommand: ParsableCommand {
 /// `squasherctl status`.
 struct StatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "status", abstract: "Show the daemon's store, token, subscribers and running job.")
+        commandName: "status", abstract: "Show the daemon's store, health, token, subscribers and running job.",
+        discussion:
+            "Exits 0 when the daemon is healthy and 5 when it is degraded (a store that does not answer or refused a write in the last 5 minutes, a job that failed in the last hour, subscribers dropped for falling behind in the last 5 minutes), printing the status either way; 4 when it cannot be reached. With --json the shape is StatusReply's (docs/PROTOCOL.md), stable for monitoring checks."
+    )
 
     @OptionGroup var sockets: SocketOptions
 
@@ -115,8 +118,16 @@ struct StatusCommand: ParsableCommand {
         let status = try withClient(sockets.read) {
             try $0.call("io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
         }
-        if json { return try printJSON(status) }
+        // Degraded: the status is printed all the same, and the exit status says so.
+        let degraded = status.health == "degraded"
+        if json {
+            try printJSON(status)
+            if degraded { throw Exit.degraded }
+            return
+        }
         print("store \(status.storeIdentifier)\(status.store.map { ": " + $0 } ?? "")")
+        if let health = status.health { print("health: \(health)") }
+        for problem in status.problems ?? [] { print("  \(problem.code): \(printable(problem.message, limit: 400))") }
         if let problem = status.storeProblem { print("STORE PROBLEM: \(problem)") }
         print(
             "bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)"
@@ -129,6 +140,7 @@ struct StatusCommand: ParsableCommand {
             print("idle")
         }
         if let daemons = status.daemons { Self.printDaemons(daemons, this: status.daemon) }
+        if degraded { throw Exit.degraded }
     }
 
     /// The daemons of a shared store, one per line; this one marked, silent ones called gone.
@@ -142,6 +154,24 @@ struct StatusCommand: ParsableCommand {
                 "  \(daemon.id) on \(printable(daemon.host, limit: 64))\(daemon.id == this ? " (this one)" : ""): token \(daemon.token), \(daemon.behind) behind, \(seen)"
             )
         }
+    }
+}
+
+/// `squasherctl metrics`: the daemon's metrics, as its endpoint serves them.
+struct MetricsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "metrics", abstract: "Print squasherd's metrics in the Prometheus text format.",
+        discussion:
+            "The same text squasherd's metrics endpoint serves (metrics_listen, or squasherd-metrics.socket), read over the read socket: for a machine without Prometheus. What each metric means: docs/OPERATIONS.md, Monitoring."
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    func run() throws {
+        let reply = try withClient(sockets.read) {
+            try $0.call("io.bugsquasher.Jobs.Metrics", Empty(), as: MetricsReply.self)
+        }
+        print(reply.text, terminator: reply.text.hasSuffix("\n") ? "" : "\n")
     }
 }
 

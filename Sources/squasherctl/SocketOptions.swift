@@ -75,6 +75,8 @@ enum Exit {
     static let notFound = ExitCode(3)
     /// The daemon could not be reached.
     static let unreachable = ExitCode(4)
+    /// `status` answered, and the daemon is degraded (its `problems` say why).
+    static let degraded = ExitCode(5)
     /// Standard output could not be written (`EX_IOERR`).
     static let outputFailed = ExitCode(74)
     /// squasherd could not carry out the command now, for a reason on its side (a full disk, its

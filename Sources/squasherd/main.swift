@@ -1,6 +1,7 @@
 import ArgumentParser
 import BugSquasherDaemon
 import BugSquasherGraph
+import BugSquasherMetrics
 import BugSquasherProtocol
 import BugSquasherSystemd
 import BugSquasherTransport
@@ -58,6 +59,9 @@ struct Squasherd: AsyncParsableCommand {
         let notifier = SystemdNotifier()
         var daemon = SquasherDaemon(configuration: configuration, logger: logger)
         daemon.startupSignals = startupSignals
+        // Every metric made from here on lands in the daemon's registry.
+        daemon.metricsExporter = MetricsExporter.bootstrap()
+        daemon.metricsAddress = configuration.metricsListen.map { .bind(host: $0.host, port: $0.port) }
         try Self.adoptSockets(of: &daemon, configuration: configuration, logger: logger)
         // A terminal's hangup must not end the daemon (the default action of SIGHUP), nor a
         // SIGUSR1 or SIGUSR2 meant for a daemon that reopens its logs on one (logrotate habits).
@@ -118,7 +122,11 @@ extension Squasherd {
         do {
             let sockets = try SocketActivation.listeningSockets()
             if !sockets.isEmpty {
-                let names = sockets.map(\.name)
+                // The metrics socket (squasherd-metrics.socket) comes with them when enabled.
+                if let metrics = sockets.first(where: { $0.name == "metrics" }) {
+                    daemon.metricsAddress = .descriptor(metrics.descriptor)
+                }
+                let names = sockets.map(\.name).filter { $0 != "metrics" }
                 guard names.sorted() == ["read", "write"],
                     let read = sockets.first(where: { $0.name == "read" })?.descriptor,
                     let write = sockets.first(where: { $0.name == "write" })?.descriptor

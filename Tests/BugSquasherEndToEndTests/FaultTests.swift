@@ -490,7 +490,9 @@ struct FaultTests {
                 upload.output.joined(separator: "\n").contains("20000 read, 20000 imported, 0 rejected"),
                 "\(upload.output)"
             )
-            #expect(try await squasherd.ctl(["status"]).joined().contains("bugs 20000"))
+            // Degraded for a while: the store refused the import's writes (`status` exits 5).
+            let status = try await squasherd.ctl(["status"], expectStatus: 5).joined(separator: "\n")
+            #expect(status.contains("bugs 20000") && status.contains("store-cannot-write"), "\(status)")
             // Taken up again after the lock (resumed past the chunks committed before it, if any).
             let log = squasherd.process.errorOutput
             let retried = try #require(log.range(of: "the store is locked by another program"))
@@ -1198,6 +1200,13 @@ struct FaultTests {
         #expect(job.state == .failed)
         #expect(job.imported > 0, "chunks before the disk filled up stay committed: \(job)")
         #expect(job.error?.contains("is full") == true, "\(job)")
+        // Still serving, and saying it is degraded, and why: `status` exits 5.
+        let health = try ChildProcess(
+            name: "status", executable: Products.squasherctl, arguments: ["status", "--json"], environment: environment)
+        #expect(try await health.waitForExit() == 5, "\(health.errorOutput)")
+        let reply = try JSONDecoder().decode(StatusReply.self, from: Data(health.output.joined().utf8))
+        #expect(reply.health == "degraded", "\(reply)")
+        #expect(reply.problems?.contains { $0.code == "job-failed" } == true, "\(String(describing: reply.problems))")
         let count = try ChildProcess(
             name: "count", executable: Products.squasherctl, arguments: ["list", "--count"], environment: environment)
         #expect(try await count.waitForExit() == 0)

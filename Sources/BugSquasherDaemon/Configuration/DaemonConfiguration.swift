@@ -57,6 +57,9 @@ public struct DaemonConfiguration: Sendable, Hashable {
     public var historyRetentionDays: Int? = 30
     /// The most saves the history keeps (`nil`: no limit).
     public var historyRetentionSaves: Int?
+    /// Where the metrics endpoint listens (`metrics_listen = HOST:PORT`); `nil`, the default,
+    /// serves none (a socket systemd passes still does).
+    public var metricsListen: HostAndPort?
 
     /// The store file.
     public var storePath: String { stateDirectory + "/bugs.sqlite" }
@@ -275,10 +278,21 @@ public struct DaemonConfiguration: Sendable, Hashable {
         {
             historyRetentionSaves = value == 0 ? nil : value
         }
+        if let value = file.values["metrics_listen"] {
+            guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]),
+                (0...65_535).contains(port), colon > value.startIndex
+            else {
+                throw DaemonError(
+                    "\(file.at("metrics_listen")): 'metrics_listen = \(value)' is not an address.",
+                    advice: "Give HOST:PORT, like 127.0.0.1:9464, or leave the line out for no metrics endpoint.")
+            }
+            metricsListen = HostAndPort(
+                host: String(value[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: port)
+        }
     }
 
     static let keys: Set<String> = [
-        "history_retention_days", "history_retention_saves",
+        "history_retention_days", "history_retention_saves", "metrics_listen",
         "state_directory", "runtime_directory", "store", "chunk_size", "import_nice", "import_yield_ms",
         "read_socket_mode",
         "write_socket_mode",
@@ -429,4 +443,12 @@ struct ConfigurationFile {
         }
         return value
     }
+}
+
+/// A TCP address in a configuration file, `HOST:PORT`.
+public struct HostAndPort: Sendable, Hashable {
+    /// The host name or address (an IPv6 address without its brackets).
+    public var host: String
+    /// The port; 0 lets the system choose.
+    public var port: Int
 }

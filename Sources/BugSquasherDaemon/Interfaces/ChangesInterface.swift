@@ -2,6 +2,7 @@ import BugSquasherGraph
 import BugSquasherProtocol
 import BugSquasherStack
 import BugSquasherVarlink
+import CoreMetrics
 import Foundation
 import Logging
 import Synchronization
@@ -23,6 +24,10 @@ struct ChangesInterface: VarlinkInterface {
     /// When given, a subscriber that fell behind is caught up after an edit's window (see
     /// ``Subscription/catchUpAfterInteractiveSaves(_:)``).
     var editsFirst: EditsFirst? = nil
+    /// Where dropped subscribers are noted, for the daemon's health.
+    var health = HealthRecord()
+    /// Coalesced saves and resyncs, counted.
+    var metrics = SquasherdMetrics()
 
     /// `Subscribe` streams.
     func streams(_ method: String) -> Bool { method == "Subscribe" }
@@ -306,6 +311,11 @@ struct ChangesInterface: VarlinkInterface {
         while true {
             if let editsFirst { await subscription.catchUpAfterInteractiveSaves(editsFirst) }
             guard let event = await subscription.next() else { return }
+            switch event {
+            // From the mailbox, a save that is not live is the pending saves merged into one.
+            case .save(_, live: false), .disjoint: metrics.coalesced.increment()
+            default: break
+            }
             try await send(event, subscription: subscription, replier: replier)
             if case .resync = event { return }
         }
@@ -338,6 +348,8 @@ struct ChangesInterface: VarlinkInterface {
                 SubscribeReply(event: "refresh", token: save.token.rawValue, save: encode(save, for: subscription)),
                 continues: true)
         case .resync(let token):
+            health.droppedSubscriber()
+            metrics.resynced.increment()
             try await replier.reply(
                 SubscribeReply(
                     event: "resync", token: token.rawValue, resyncFrom: token.rawValue, reason: ResyncReason.behind),

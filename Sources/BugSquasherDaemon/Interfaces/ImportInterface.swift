@@ -6,6 +6,7 @@ import BugSquasherProtocol
 import BugSquasherStack
 import BugSquasherTransport
 import BugSquasherVarlink
+import CoreMetrics
 import Foundation
 import Logging
 import NIOCore
@@ -26,13 +27,22 @@ struct ImportInterface: VarlinkInterface {
     /// another program's write lock): each client is told, and the operator in the log at most
     /// every ten seconds.
     private let unsavedWrites = WarningThrottle()
+    /// Where refused writes are noted, for the daemon's health.
+    var health = HealthRecord()
+    /// Edits and their conflicts, counted.
+    var metrics = SquasherdMetrics()
 
     /// `Upload` takes the connection over for the file's bytes.
     func upgrades(_ method: String) -> Bool { method == "Upload" }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
+        let isEdit = ["Update", "Delete"].contains(call.methodName)
+        if isEdit { metrics.edits.increment() }
         do {
             try await dispatch(call, context: context, replier: replier)
+        } catch let error as VarlinkError where isEdit && error.name == "io.bugsquasher.Import.Conflict" {
+            metrics.editConflicts.increment()
+            throw error
         } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
             // What the call had to write (an edit, a job's record) the store could not: not the
             // client's doing, and not for it alone to know, since the next calls fail the same
@@ -42,6 +52,7 @@ struct ImportInterface: VarlinkInterface {
                 ["Update", "Delete"].contains(call.methodName)
                 ? "an edit could not be saved" : "\(call.methodName) could not be carried out"
             unsavedWrites.warn(context.logger) { "\(what): \(error.message)\($0)" }
+            health.refusedWrite()
             throw VarlinkError(Self.storeUnavailableName, explaining: error)
         }
     }

@@ -16,6 +16,10 @@ struct JobsInterface: VarlinkInterface {
     let book: JobBook
     /// Which store, for people (``DaemonConfiguration/storeDescription``).
     let storeDescription: String
+    /// What went wrong lately, for the health in the status.
+    var health = HealthRecord()
+    /// What `Metrics` answers.
+    let metricsText = MetricsText()
 
     /// The most rejects one `Rejects` call answers (a reply of a few MB); `offset` pages past
     /// it. Any local user may call it on the read socket, and every unread reply is held.
@@ -31,6 +35,14 @@ struct JobsInterface: VarlinkInterface {
         case "Rejects": try await handleRejects(call, context: context, replier: replier)
         case "Watch": try await handleWatch(call, context: context, replier: replier)
         case "Status": try await handleStatus(call, context: context, replier: replier)
+        case "Metrics":
+            guard let text = metricsText() else {
+                throw VarlinkError(
+                    "io.bugsquasher.Jobs.MetricsUnavailable",
+                    statement: "This squasherd keeps no metrics (it was started without a metrics registry).",
+                    advice: "Run squasherd itself, which always keeps them.")
+            }
+            try await replier.reply(MetricsReply(text: text))
         default:
             throw VarlinkError.methodNotFound(call.method)
         }
@@ -94,7 +106,7 @@ struct JobsInterface: VarlinkInterface {
         if case .unreachable(let since, let reason) = membership?.reachability {
             reply.storeProblem =
                 "The database has not answered since \(ISO8601Date.format(since, fractionalSeconds: false)): \(reason)."
-            try await replier.reply(reply)
+            try await replier.reply(judged(reply))
             return
         }
         do {
@@ -111,7 +123,16 @@ struct JobsInterface: VarlinkInterface {
         } catch let error as GraphError where error.code == .storeIO {
             reply.storeProblem = error.statement
         }
-        try await replier.reply(reply)
+        try await replier.reply(judged(reply))
+    }
+
+    /// `reply` with the daemon's health.
+    private func judged(_ reply: StatusReply) -> StatusReply {
+        var reply = reply
+        let health = DaemonHealth(health.current, storeProblem: reply.storeProblem, now: Date())
+        reply.health = health.state
+        reply.problems = health.problems.map { WireProblem(code: $0.code, message: $0.message) }
+        return reply
     }
 
     /// Sends the job after every commit that touches it, until it is final.

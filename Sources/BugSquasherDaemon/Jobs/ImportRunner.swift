@@ -3,6 +3,7 @@ import BugSquasherImport
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherStack
+import CoreMetrics
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -32,6 +33,10 @@ final class ImportRunner: Service {
     private let writers: ThreadExecutor
     /// What decoding and upserting give way to (the store holds chunk saves back with it).
     private let editsFirst: EditsFirst?
+    /// Where failed jobs and chunks the store refused are noted, for the daemon's health.
+    let health: HealthRecord
+    /// Records and chunks, counted; chunks' commits, timed.
+    let metrics: SquasherdMetrics
     /// The job being imported with the callers of ``abort(_:)`` waiting for it to stop, and the
     /// jobs aborted before the runner took them up (never to be taken up).
     private let jobs = Mutex(Jobs())
@@ -49,12 +54,15 @@ final class ImportRunner: Service {
 
     init(
         stack: PersistentStack, configuration: DaemonConfiguration, identity: DaemonIdentity, writers: ThreadExecutor,
-        editsFirst: EditsFirst? = nil, logger: Logger,
+        editsFirst: EditsFirst? = nil, health: HealthRecord = HealthRecord(),
+        metrics: SquasherdMetrics = SquasherdMetrics(), logger: Logger,
         progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }
     ) {
         self.stack = stack
         self.writers = writers
         self.editsFirst = editsFirst
+        self.health = health
+        self.metrics = metrics
         // Failures of jobs that the store could not record: the book shows them with the jobs.
         self.book = JobBook(stack: stack, outcomes: UnrecordedFailures(), writers: writers, identity: identity)
         self.configuration = configuration
@@ -170,6 +178,7 @@ final class ImportRunner: Service {
                         // transaction, a backup), or the database server is away: a transient
                         // state, not the job's fault.
                         progressHandler(nil)
+                        health.refusedWrite()
                         let why =
                             (failure as? GraphError)?.code == .storeIO
                             ? "the database cannot be reached" : "the store is locked by another program"
@@ -197,6 +206,7 @@ final class ImportRunner: Service {
     private func recordFailure(of job: String, _ error: (any Error)?) async {
         var jobLogger = logger
         jobLogger[metadataKey: "job.id"] = "\(job)"
+        health.jobFailed(job)
         progressHandler(nil)
         let message = (error as? GraphError)?.message ?? error.map { "\($0)" } ?? "unknown error"
         do {
@@ -346,7 +356,12 @@ final class ImportRunner: Service {
                     &saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
                 // Not on the import threads: the save holds the writer, which edits wait for.
                 saving = SavingChunk(
-                    chunk: prepared, save: Task(executorPreference: writers) { try await self.save(prepared, job: id) })
+                    chunk: prepared,
+                    save: Task(executorPreference: writers) {
+                        let started = ContinuousClock.now
+                        defer { self.metrics.chunkCommit.recordSince(started) }
+                        return try await self.save(prepared, job: id)
+                    })
                 // The saved chunk's context and objects are freed while the next one saves, not
                 // between the two saves, and beside the next upsert rather than before it: by a
                 // task of their own on the import threads (which give way to interactive saves
@@ -516,6 +531,10 @@ final class ImportRunner: Service {
         progress.read += Int64(entries.count)
         progress.imported += imported
         progress.rejected += rejected
+        metrics.chunks.increment()
+        metrics.recordsRead.increment(by: entries.count)
+        metrics.recordsImported.increment(by: Int(imported))
+        metrics.recordsRejected.increment(by: Int(rejected))
         progress.bytesDone = entries.last!.endOffset
         progressHandler(progress)
         logger.debug(

@@ -95,6 +95,9 @@ struct Mailbox {
         self.delivered = delivered
     }
 
+    /// Changed objects and refreshes waiting to be sent.
+    var pendingCount: Int { pendingObjects + refreshes.count }
+
     /// Whether the subscriber fell behind: ``next(cancelled:)`` would merge its pending saves
     /// into one.
     var isBehind: Bool { pending.count > Self.behindAfterSaves || coalesced != nil }

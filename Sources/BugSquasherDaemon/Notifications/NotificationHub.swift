@@ -39,6 +39,9 @@ final class NotificationHub: Sendable {
     /// How many subscribers are connected (change feeds; not the followers of import jobs).
     var count: Int { subscriptions.withLock { $0.values.count { !$0.followsJob } } }
 
+    /// Changed objects waiting in the subscribers' mailboxes, over all of them.
+    var pendingChanges: Int { subscriptions.withLock { Array($0.values) }.reduce(0) { $0 + $1.pendingCount } }
+
     /// How many clients follow an import job (`Jobs.Watch`).
     var jobFollowerCount: Int { subscriptions.withLock { $0.values.count(where: \.followsJob) } }
 

@@ -232,6 +232,9 @@ final class Subscription: Sendable {
         perform(state.withLock { state in Self.delivery(of: state.mailbox.offerRefresh(changes), in: &state) })
     }
 
+    /// Changed objects and refreshes waiting to be sent to this subscriber.
+    var pendingCount: Int { state.withLock { $0.mailbox.pendingCount } }
+
     /// Whether the subscriber fell behind: ``next()`` would merge its pending saves into one.
     var isBehind: Bool { state.withLock { $0.mailbox.isBehind } }
 

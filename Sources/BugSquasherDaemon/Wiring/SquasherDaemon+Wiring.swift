@@ -1,8 +1,11 @@
 import BugSquasherGraph
+import BugSquasherMetrics
+import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherStack
 import BugSquasherTransport
 import BugSquasherVarlink
+import CoreMetrics
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -27,6 +30,10 @@ private struct Interfaces {
     let runner: ImportRunner
     let imports: ImportInterface
     let status: StatusReporter
+    let hub: NotificationHub
+    let metrics: SquasherdMetrics
+    /// What `Jobs.Metrics` answers, set once the collector is built.
+    let metricsText: MetricsText
 }
 
 extension SquasherDaemon {
@@ -47,6 +54,9 @@ extension SquasherDaemon {
             interfaces.status.publish()
         }
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
+        let collect = Self.metricsCollector(
+            opened.stack, hub: interfaces.hub, metrics: interfaces.metrics, connectionLimit: connectionLimit)
+        interfaces.metricsText.set { [metricsExporter] in metricsExporter?.text(collect: collect) }
         // The write socket has a thread of its own, its event loop, on which its connections
         // are served, and so are its edits and deletes: an edit is read, saved and answered on
         // one thread, without hops to a write thread and back; neither edits waiting for the
@@ -61,6 +71,12 @@ extension SquasherDaemon {
         wiring.services = makeServices(
             opened.stack, interfaces: interfaces, servers: servers, ready: ready, connectionLimit: connectionLimit,
             wiring: wiring)
+        if let metricsExporter, let metricsAddress {
+            wiring.services.append(
+                .init(
+                    service: MetricsEndpoint(
+                        address: metricsAddress, exporter: metricsExporter, logger: logger, collect: collect)))
+        }
         return wiring
     }
 
@@ -94,15 +110,22 @@ extension SquasherDaemon {
         let status = StatusReporter(hub: hub, onStatus: onStatus)
         // Saves to the store, off the cooperative pool (see ThreadExecutor).
         let writers = ThreadExecutor.writers()
+        // What went wrong lately, noted by the interfaces and the runner, judged by Status.
+        let health = HealthRecord()
+        let metrics = SquasherdMetrics()
         let runner = ImportRunner(
             stack: stack, configuration: configuration, identity: opened.identity, writers: writers,
-            editsFirst: editsFirst, logger: logger
+            editsFirst: editsFirst, health: health, metrics: metrics, logger: logger
         ) { progress in status.update(progress) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
             store.observeCommits { didSave in
                 // Subscribers first: the record is a write to a file that no one waits for.
+                let committed = ContinuousClock.now
                 hub.publish(didSave)
+                metrics.commitToSend.recordSince(committed)
+                metrics.savesCommitted.increment()
+                metrics.didSavesSent.increment(by: hub.count)
                 watermark?.record(storeIdentifier: didSave.storeIdentifier, token: didSave.token)
             }
         } else {
@@ -116,20 +139,24 @@ extension SquasherDaemon {
         let readers = ThreadExecutor.readers()
         let changes = ChangesInterface(
             stack: stack, hub: hub, coding: coding, pendingLimit: configuration.subscriberPendingLimit,
-            registrationLimits: registrationLimits, readers: readers, editsFirst: editsFirst)
+            registrationLimits: registrationLimits, readers: readers, editsFirst: editsFirst, health: health,
+            metrics: metrics)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(
             stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book,
-            storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)")
+            storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)", health: health)
         let imports = ImportInterface(
-            stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry())
+            stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), health: health,
+            metrics: metrics)
         let service = VarlinkService(
             vendor: "BugSquasher", product: "squasherd", version: BugSquasherVersion.current,
             url: "https://github.com/bugsquasher/bugsquasher",
             interfaces: [changes, store, jobs, imports],
             internalError: { VarlinkError.internalError($0) }
         )
-        return Interfaces(service: service, runner: runner, imports: imports, status: status)
+        return Interfaces(
+            service: service, runner: runner, imports: imports, status: status, hub: hub, metrics: metrics,
+            metricsText: jobs.metricsText)
     }
 
     /// The read and the write socket's servers. They share limits: connections, bytes of

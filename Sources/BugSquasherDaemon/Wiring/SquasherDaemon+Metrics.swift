@@ -1,0 +1,57 @@
+import BugSquasherGraph
+import BugSquasherMetrics
+import BugSquasherModel
+import BugSquasherStack
+import BugSquasherTransport
+import CoreMetrics
+import Foundation
+import Synchronization
+
+/// What `Jobs.Metrics` answers: the exporter's text, once the daemon's collector is built;
+/// `nil` in a process that did not bootstrap metrics.
+final class MetricsText: Sendable {
+    private let body = Mutex<(@Sendable () -> String?)?>(nil)
+
+    /// Sets what answers.
+    func set(_ text: @escaping @Sendable () -> String?) { body.withLock { $0 = text } }
+
+    /// The metrics, or `nil`.
+    func callAsFunction() -> String? { body.withLock { $0 }?() }
+}
+
+extension SquasherDaemon {
+    /// Sets the gauges read at a scrape: subscribers and what waits for them, connections, the
+    /// history token, the store's files, jobs by state, the process's memory and descriptors.
+    static func metricsCollector(
+        _ stack: PersistentStack, hub: NotificationHub, metrics: SquasherdMetrics, connectionLimit: ConnectionLimit
+    ) -> @Sendable () -> Void {
+        let refusedSeen = Mutex(0)
+        return {
+            metrics.subscribers.record(hub.count)
+            metrics.pendingChanges.record(hub.pendingChanges)
+            metrics.connectionsOpen.record(connectionLimit.openCount)
+            let refused = connectionLimit.refusedCount
+            let new = refusedSeen.withLock { seen in
+                defer { seen = refused }
+                return refused - seen
+            }
+            if new > 0 { metrics.connectionsRefused.increment(by: new) }
+            if let token = try? stack.store.currentHistoryToken() { metrics.historyToken.record(token.rawValue) }
+            if let file = stack.store as? any FileBacked {
+                metrics.storeSize.record(Self.size(of: file.url.path))
+                metrics.walSize.record(Self.size(of: file.url.path + "-wal"))
+            }
+            for (state, gauge) in metrics.jobs {
+                let request = FetchDescription(
+                    entityName: "ImportJob", predicate: Key("state") == .string(state.rawValue), resultType: .count)
+                if case .count(let n) = try? stack.mainCoordinator.fetch(request) { gauge.record(n) }
+            }
+            if let bytes = ProcessMetrics.residentBytes() { metrics.residentMemory.record(bytes) }
+            if let fds = ProcessMetrics.openDescriptors() { metrics.openDescriptors.record(fds) }
+        }
+    }
+
+    private static func size(of path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0
+    }
+}

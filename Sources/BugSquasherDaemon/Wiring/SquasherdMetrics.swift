@@ -1,0 +1,43 @@
+import BugSquasherModel
+import CoreMetrics
+import Foundation
+
+/// squasherd's metrics, through swift-metrics: what squasherd's main bootstraps (a Prometheus
+/// registry) receives them; without a bootstrap they cost nothing. Names follow Prometheus's
+/// conventions (units in the name, `_total` on counters). What each means: docs/OPERATIONS.md,
+/// "Monitoring".
+struct SquasherdMetrics: Sendable {
+    let recordsRead = Counter(label: "squasherd_import_records_read_total")
+    let recordsImported = Counter(label: "squasherd_import_records_imported_total")
+    let recordsRejected = Counter(label: "squasherd_import_records_rejected_total")
+    let chunks = Counter(label: "squasherd_import_chunks_total")
+    let chunkCommit = CoreMetrics.Timer(label: "squasherd_import_chunk_commit_duration_seconds")
+    let edits = Counter(label: "squasherd_edits_total")
+    let editConflicts = Counter(label: "squasherd_edit_conflicts_total")
+    let savesCommitted = Counter(label: "squasherd_saves_committed_total")
+    let historyToken = Gauge(label: "squasherd_history_token")
+    let didSavesSent = Counter(label: "squasherd_did_saves_sent_total")
+    let commitToSend = CoreMetrics.Timer(label: "squasherd_commit_to_send_duration_seconds")
+    let subscribers = Gauge(label: "squasherd_subscribers")
+    let pendingChanges = Gauge(label: "squasherd_subscriber_pending_changes")
+    let coalesced = Counter(label: "squasherd_subscriber_coalesced_saves_total")
+    let resynced = Counter(label: "squasherd_subscriber_resyncs_total")
+    let connectionsOpen = Gauge(label: "squasherd_connections_open")
+    let connectionsRefused = Counter(label: "squasherd_connections_refused_total")
+    let storeSize = Gauge(label: "squasherd_store_size_bytes")
+    let walSize = Gauge(label: "squasherd_store_wal_size_bytes")
+    let residentMemory = Gauge(label: "process_resident_memory_bytes")
+    let openDescriptors = Gauge(label: "process_open_fds")
+    let jobs: [JobState: Gauge] = Dictionary(
+        uniqueKeysWithValues: JobState.allCases.map {
+            ($0, Gauge(label: "squasherd_import_jobs", dimensions: [("state", $0.rawValue)]))
+        })
+}
+
+extension CoreMetrics.Timer {
+    /// Records the time from `start` to now.
+    func recordSince(_ start: ContinuousClock.Instant) {
+        let elapsed = (ContinuousClock.now - start).components
+        recordNanoseconds(elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000)
+    }
+}

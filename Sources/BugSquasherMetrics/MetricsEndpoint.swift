@@ -1,0 +1,106 @@
+public import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+public import ServiceLifecycle
+
+/// Serves `GET /metrics` in the Prometheus text format over HTTP, on an address of its own or
+/// on a listening socket systemd passed (`squasherd-metrics.socket`), so that a daemon without a
+/// network of its own serves scrapes. `collect` runs before each scrape, to set the gauges read
+/// at that moment (sizes, counts, the process's memory).
+/// Why a socket unit: docs/OPERATIONS.md, "Monitoring".
+public struct MetricsEndpoint: Service {
+    /// Where it listens.
+    public enum Address: Sendable {
+        /// A TCP address to bind, `host` and `port`.
+        case bind(host: String, port: Int)
+        /// A listening socket's descriptor, passed by systemd.
+        case descriptor(Int32)
+    }
+
+    let address: Address
+    let exporter: MetricsExporter
+    let collect: @Sendable () -> Void
+    let logger: Logger
+
+    /// An endpoint serving `exporter`'s metrics at `address`.
+    public init(
+        address: Address, exporter: MetricsExporter, logger: Logger, collect: @escaping @Sendable () -> Void = {}
+    ) {
+        (self.address, self.exporter, self.logger, self.collect) = (address, exporter, logger, collect)
+    }
+
+    public func run() async throws {
+        let (exporter, collect) = (exporter, collect)
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 64)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.pipeline.configureHTTPServerPipeline().flatMap {
+                    channel.pipeline.addHandler(ScrapeHandler(exporter: exporter, collect: collect))
+                }
+            }
+        let channel: any Channel
+        switch address {
+        case .bind(let host, let port): channel = try await bootstrap.bind(host: host, port: port).get()
+        case .descriptor(let fd): channel = try await bootstrap.withBoundSocket(fd).get()
+        }
+        logger.info(
+            "serving metrics", metadata: ["metrics.address": "\(channel.localAddress.map { "\($0)" } ?? "fd")"])
+        await withGracefulShutdownHandler {
+            try? await channel.closeFuture.get()
+        } onGracefulShutdown: {
+            channel.close(promise: nil)
+        }
+    }
+}
+
+/// Answers `GET /metrics` (and `/`) with the registry's text; anything else with 404 or 405.
+private final class ScrapeHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    let exporter: MetricsExporter
+    let collect: @Sendable () -> Void
+    private var head: HTTPRequestHead?
+
+    init(exporter: MetricsExporter, collect: @escaping @Sendable () -> Void) {
+        (self.exporter, self.collect) = (exporter, collect)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let request): head = request
+        case .body: break
+        case .end:
+            guard let request = head else { return }
+            head = nil
+            respond(to: request, context: context)
+        }
+    }
+
+    private func respond(to request: HTTPRequestHead, context: ChannelHandlerContext) {
+        let path = request.uri.split(separator: "?").first.map(String.init) ?? request.uri
+        let (status, type, body): (HTTPResponseStatus, String, [UInt8])
+        if request.method != .GET && request.method != .HEAD {
+            (status, type, body) = (.methodNotAllowed, "text/plain", Array("Use GET /metrics.\n".utf8))
+        } else if path == "/metrics" || path == "/" {
+            (status, type, body) = (.ok, "text/plain; version=0.0.4; charset=utf-8", exporter.bytes(collect: collect))
+        } else {
+            (status, type, body) = (.notFound, "text/plain", Array("Metrics are at /metrics.\n".utf8))
+        }
+        var headers = HTTPHeaders([("Content-Type", type), ("Content-Length", "\(body.count)")])
+        if !request.isKeepAlive { headers.add(name: "Connection", value: "close") }
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: request.version, status: status, headers: headers))),
+            promise: nil)
+        if request.method != .HEAD {
+            context.write(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
+        }
+        let (keepAlive, channel) = (request.isKeepAlive, context.channel)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            if !keepAlive { channel.close(promise: nil) }
+        }
+    }
+}
