@@ -87,7 +87,8 @@ wait "$editor" || true
 sleep 0.5
 
 echo "== status"
-$bin/squasherctl status
+# Exit status 5 means degraded (the status says why); the demo goes on to stop the daemon.
+$bin/squasherctl status || [[ $? -eq 5 ]]
 echo "== stopping (SIGTERM): the daemon finishes its chunk, checkpoints and exits 0"
 cleanup
 pids=()

@@ -36,8 +36,8 @@ final class HistoryFollower: Sendable {
         }
         guard let configuration else { return }  // the store's own connection says why
         listener.withLock {
-            $0 = Task { [weak store, wake, stopped] in
-                await Self.listen(configuration, channel: channel, store: store, logger: logger, stopped: stopped) {
+            $0 = Task { [box = WeakStore(store), wake, stopped] in
+                await Self.listen(configuration, channel: channel, store: box, logger: logger, stopped: stopped) {
                     wake.signal()
                 }
             }
@@ -55,21 +55,27 @@ final class HistoryFollower: Sendable {
     static let heartbeatInterval = Duration.seconds(2)
     static let heartbeatDeadline = Duration.seconds(4)
 
+    /// The store, held weakly: a store no one holds any more goes, and its follower with it.
+    final class WeakStore: Sendable {
+        weak let store: PostgresStore?
+        init(_ store: PostgresStore?) { self.store = store }
+    }
+
     /// Calls `hint` once listening on `channel`, and for each notification, and sends the
     /// store's heartbeats, until the connection ends.
     private static func listen(
-        on connection: PostgresConnection, channel: String, store: PostgresStore?, hint: @escaping @Sendable () -> Void
+        on connection: PostgresConnection, channel: String, store: WeakStore, hint: @escaping @Sendable () -> Void
     ) async throws {
         try await connection.listen(on: channel) { notifications in
-            store?.markReachable()
+            store.store?.markReachable()
             hint()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { for try await _ in notifications { hint() } }
-                group.addTask { [weak store] in
+                group.addTask {
                     while !Task.isCancelled {
                         try await Task.sleep(for: heartbeatInterval)
-                        guard let store else { return }
-                        try await beat(store, on: connection)
+                        guard let current = store.store else { return }
+                        try await beat(current, on: connection)
                     }
                 }
                 try await group.next()
@@ -104,10 +110,9 @@ final class HistoryFollower: Sendable {
     /// Listens on `channel` and calls `hint` for each notification, reconnecting after a lost
     /// connection (and hinting then, so that what was sent meanwhile is read).
     private static func listen(
-        _ configuration: PostgresConnection.Configuration, channel: String, store: PostgresStore?, logger: Logger,
+        _ configuration: PostgresConnection.Configuration, channel: String, store: WeakStore, logger: Logger,
         stopped: StopFlag, hint: @escaping @Sendable () -> Void
     ) async {
-        weak let store = store
         while !stopped.isSet, !Task.isCancelled {
             do {
                 let connection = try await PostgresConnection.connect(
@@ -121,7 +126,7 @@ final class HistoryFollower: Sendable {
                 try? await connection.close()
             } catch {
                 guard !Task.isCancelled, !stopped.isSet else { return }
-                store?.markUnreachable("\(error)", hung: error is Unanswered)
+                store.store?.markUnreachable("\(error)", hung: error is Unanswered)
                 try? await Task.sleep(for: .seconds(1))
             }
         }

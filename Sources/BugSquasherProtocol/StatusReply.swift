@@ -48,6 +48,23 @@ public struct StatusReply: Codable, Sendable {
     }
 }
 
+/// A reply of `Import.Backup`: what the copy holds, then its bytes.
+public struct BackupReply: Codable, Sendable {
+    /// The store's identifier.
+    public var storeIdentifier: String
+    /// The newest history token the copy holds.
+    public var token: Int64
+    /// The copy's size in bytes.
+    public var bytes: Int64
+    /// The next bytes of the file, base64 (none in the first reply).
+    public var data: String?
+
+    /// Creates a reply.
+    public init(storeIdentifier: String, token: Int64, bytes: Int64, data: String? = nil) {
+        (self.storeIdentifier, self.token, self.bytes, self.data) = (storeIdentifier, token, bytes, data)
+    }
+}
+
 /// The reply of `Jobs.Metrics`.
 public struct MetricsReply: Codable, Sendable {
     /// The metrics in the Prometheus text format.

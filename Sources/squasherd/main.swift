@@ -42,6 +42,14 @@ struct Squasherd: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Put a backup (squasherctl backup FILE) in place of the store, with squasherd stopped, and exit.",
+            discussion:
+                "The backup is checked first; the store it replaces is kept beside it. Subscribers that resume afterwards are told to refetch what they hold (docs/OPERATIONS.md, Backup and restore).",
+            valueName: "file"))
+    var restore: String?
+
     func run() async throws {
         // A closed standard stream gets a stand-in before any descriptor is opened: the log
         // must not go into a socket or the lock file that took descriptor 2 (`squasherd 2>&-`).
@@ -56,6 +64,15 @@ struct Squasherd: AsyncParsableCommand {
         }
         Self.bootstrapLogging(level: level)
         let logger = Logger(label: "squasherd")
+        if let restore {
+            do {
+                print(try await SquasherDaemon(configuration: configuration, logger: logger).restore(from: restore))
+                return
+            } catch let error as DaemonError {
+                logger.critical("\(error.message)")
+                throw ExitCode(1)
+            }
+        }
         let notifier = SystemdNotifier()
         var daemon = SquasherDaemon(configuration: configuration, logger: logger)
         daemon.startupSignals = startupSignals

@@ -66,6 +66,7 @@ struct ImportInterface: VarlinkInterface {
         case "Abort": try await handleAbort(call, context: context, replier: replier)
         case "Update": try await handleUpdate(call, context: context, replier: replier)
         case "Delete": try await handleDelete(call, context: context, replier: replier)
+        case "Backup": try await handleBackup(call, context: context, replier: replier)
         default: throw VarlinkError.methodNotFound(call.method)
         }
     }

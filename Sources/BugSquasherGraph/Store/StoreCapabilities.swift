@@ -100,3 +100,25 @@ public enum StoreReachability: Sendable, Equatable {
     /// No answer since `since`; `reason` says what failed.
     case unreachable(since: Date, reason: String)
 }
+
+/// A store that writes a consistent copy of itself while it is in use: an online backup that
+/// imports, edits and subscribers go on beside (docs/OPERATIONS.md, "Backup and restore").
+public protocol Snapshotting: Sendable {
+    /// Writes the copy to a new file at `path`, checks it, and says what it holds.
+    func writeSnapshot(to path: String) throws -> StoreSnapshot
+}
+
+/// What a store's snapshot holds.
+public struct StoreSnapshot: Sendable, Equatable {
+    /// The store's identifier.
+    public var storeIdentifier: String
+    /// The newest history token the snapshot holds.
+    public var token: HistoryToken
+    /// Its size in bytes.
+    public var bytes: Int
+
+    /// A description of a snapshot.
+    public init(storeIdentifier: String, token: HistoryToken, bytes: Int) {
+        (self.storeIdentifier, self.token, self.bytes) = (storeIdentifier, token, bytes)
+    }
+}
