@@ -199,13 +199,14 @@ struct SystemdEndToEndTests {
     /// `systemd-socket-activate` binding squasherd's two sockets in `directory/run` (named
     /// `names`, with its `options`), which starts squasherd on them at the first connection
     /// (or datagram); squasherd's own runtime directory is `directory/unused`.
-    func socketActivated(in directory: String, names: String = "read:write", options: [String] = []) throws
-        -> ChildProcess
-    {
+    func socketActivated(
+        in directory: String, names: String = "read:write", options: [String] = [], alsoListen: [String] = []
+    ) throws -> ChildProcess {
         try ChildProcess(
             name: "systemd-socket-activate", executable: "/usr/bin/systemd-socket-activate",
             arguments: options + [
                 "-l", directory + "/run/squasherd.sock", "-l", directory + "/run/squasherd-write.sock",
+            ] + alsoListen.flatMap { ["-l", $0] } + [
                 "--fdname=" + names,
                 Products.squasherd, "--state-directory", directory + "/state", "--runtime-directory",
                 directory + "/unused",
@@ -247,6 +248,41 @@ struct SystemdEndToEndTests {
         #expect(activator.errorOutput.contains("using sockets passed by systemd"))
         #expect(!FileManager.default.fileExists(atPath: directory + "/unused/squasherd.sock"))
         activator.signal(SIGTERM)  // the activator exec'd squasherd: same PID
+        #expect(try await activator.waitForExit() == 0)
+    }
+
+    /// squasherd-metrics.socket's way: the metrics endpoint on a TCP socket systemd passes,
+    /// named `metrics`, beside the read and write sockets; scraped with Python's urllib.
+    @Test("a passed socket named metrics serves the metrics over HTTP")
+    func socketActivatedMetrics() async throws {
+        let directory = try tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory + "/run", withIntermediateDirectories: true)
+        let port = Int.random(in: 40_000...49_999)
+        let activator = try socketActivated(
+            in: directory, names: "read:write:metrics", alsoListen: ["127.0.0.1:\(port)"])
+        defer { activator.signal(SIGTERM) }
+        let scrape = #"""
+            import sys, time, urllib.request
+            for attempt in range(300):
+                try:
+                    with urllib.request.urlopen(sys.argv[1], timeout=10) as response:
+                        print(response.status, response.headers["Content-Type"])
+                        print(response.read().decode())
+                        break
+                except OSError:
+                    time.sleep(0.1)
+            """#
+        // The first connection, to the metrics socket itself, starts squasherd.
+        let client = try ChildProcess(
+            name: "scrape", executable: "/usr/bin/python3",
+            arguments: ["-c", scrape, "http://127.0.0.1:\(port)/metrics"])
+        #expect(try await client.waitForExit(timeout: .seconds(60)) == 0, "\(client.errorOutput)")
+        let text = client.output.joined(separator: "\n")
+        #expect(text.hasPrefix("200 text/plain; version=0.0.4"), "\(text.prefix(300))\n\(activator.errorOutput)")
+        #expect(text.contains("# TYPE squasherd_subscribers gauge"), "\(text.prefix(2000))")
+        #expect(activator.errorOutput.contains("using sockets passed by systemd"))
+        activator.signal(SIGTERM)
         #expect(try await activator.waitForExit() == 0)
     }
 

@@ -93,10 +93,9 @@ struct JobsInterface: VarlinkInterface {
     private func handleStatus(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
         async throws
     {
-        let active = try await activeJob().asyncMap { try await book.job($0) } ?? nil
         var reply = StatusReply(
             storeIdentifier: stack.mainCoordinator.storeIdentifier, token: 0, bugs: 0, subscribers: hub.count,
-            jobFollowers: hub.jobFollowerCount, activeJob: active,
+            jobFollowers: hub.jobFollowerCount, activeJob: nil,
             conflictsResolved: stack.writerCoordinator.resolvedConflictCount
                 + stack.mainCoordinator.resolvedConflictCount)
         reply.store = storeDescription
@@ -110,6 +109,7 @@ struct JobsInterface: VarlinkInterface {
             return
         }
         do {
+            reply.activeJob = try await activeJob().asyncMap { try await book.job($0) } ?? nil
             if case .count(let n) = try stack.mainCoordinator.fetch(
                 FetchDescription(entityName: "Bug", resultType: .count))
             {
