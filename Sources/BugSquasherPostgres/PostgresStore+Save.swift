@@ -29,9 +29,7 @@ extension PostgresStore {
         var conflicts = try writeUpdates(changes.updated, into: &didSave, state: state, on: connection)
         conflicts += try writeDeletions(changes.deleted, into: &didSave, state: state, on: connection)
         guard conflicts.isEmpty else {
-            throw GraphError(
-                .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
-                conflicts: conflicts)
+            throw GraphError.staleObjects(conflicts)
         }
         try writeInserts(changes.inserted, into: &didSave, state: state, on: connection)
         try writeLinks(removed: changes.linksRemoved, added: changes.linksAdded, on: connection)

@@ -38,9 +38,7 @@ extension PostgresStore {
             try run(sql, arguments, on: connection).first?.makeRandomAccess()[0].decode(Int64.self)
         }
         guard let token else {
-            throw GraphError(
-                .mergeConflict, "1 object(s) changed in the store since this context loaded them.",
-                conflicts: [try conflict(row, entity: entity, on: connection)])
+            throw GraphError.staleObjects([try conflict(row, entity: entity, on: connection)])
         }
         didSave.token = HistoryToken(rawValue: token)
         return didSave

@@ -101,9 +101,7 @@ extension SQLiteStore {
         var conflicts = try writeUpdates(changes.updated, into: &didSave, state: state, db: db)
         conflicts += try writeDeletions(changes.deleted, into: &didSave, state: state, db: db)
         guard conflicts.isEmpty else {
-            throw GraphError(
-                .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
-                conflicts: conflicts)
+            throw GraphError.staleObjects(conflicts)
         }
         try writeInserts(changes.inserted, into: &didSave, state: state, db: db)
         try writeLinks(removed: changes.linksRemoved, added: changes.linksAdded, db: db)

@@ -100,3 +100,13 @@ public struct GraphError: ExplainedError, Sendable {
         public var description: String { "\(file):\(line)" }
     }
 }
+
+extension GraphError {
+    /// What every store throws when a save meets objects whose versions in the store are not
+    /// the ones its context loaded: the conflicts, for the merge policy to resolve.
+    public static func staleObjects(_ conflicts: [MergeConflict]) -> GraphError {
+        GraphError(
+            .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
+            conflicts: conflicts)
+    }
+}

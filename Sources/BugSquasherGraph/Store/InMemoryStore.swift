@@ -118,9 +118,7 @@ public final class InMemoryStore: IncrementalStore, CommitObservable {
             guard let model = state.model, let metadata = state.metadata else { throw notLoaded() }
             let conflicts = Self.conflicts(of: changes, in: state)
             guard conflicts.isEmpty else {
-                throw GraphError(
-                    .mergeConflict, "\(conflicts.count) object(s) changed in the store since this context loaded them.",
-                    conflicts: conflicts)
+                throw GraphError.staleObjects(conflicts)
             }
             var next = state
             var didSave = DidSave(
