@@ -16,6 +16,9 @@ public final class ConnectionLimit: Sendable {
     /// The most connections open at once since ``manyClosedSinceLastAsked(atLeast:)`` last
     /// said so.
     private let peak = Atomic<Int>(0)
+    /// The connections open when ``manyClosedSinceLastAsked(atLeast:)`` last said so, while
+    /// they kept falling at each call since; -1 otherwise.
+    private let fallingFrom = Atomic<Int>(-1)
     private let refusals = WarningThrottle()
     private let refused = Atomic<Int>(0)
 
@@ -73,16 +76,23 @@ public final class ConnectionLimit: Sendable {
     }
 
     /// Whether many connections closed since this last said so: the open ones fell by at least
-    /// `count` from their peak since, and to half of it or less. Each connection held about
-    /// 10 kB, which the allocator keeps once freed, so that after a burst of clients (or one
-    /// client that opened thousands) the caller gives it back to the system.
+    /// `count` from their peak since, and to half of it or less; or it said so last time and
+    /// more have closed since (a burst that a caller asking now and then meets half closed).
+    /// Each connection held about 10 kB, which the allocator keeps once freed, so that after a
+    /// burst of clients (or one client that opened thousands) the caller gives it back to the
+    /// system.
     public func manyClosedSinceLastAsked(atLeast count: Int = 1_000) -> Bool {
         let now = open.load(ordering: .relaxed)
         let high = peak.load(ordering: .relaxed)
-        guard high - now >= count, now <= high / 2 else { return false }
+        let falling = fallingFrom.load(ordering: .relaxed)
+        guard (high - now >= count && now <= high / 2) || (falling >= 0 && now < falling) else {
+            fallingFrom.store(-1, ordering: .relaxed)
+            return false
+        }
         // A connection opened meanwhile may raise the peak it replaces: the next burst is
         // then measured from a little lower, which only makes it count sooner.
         peak.store(now, ordering: .relaxed)
+        fallingFrom.store(now, ordering: .relaxed)
         return true
     }
 }

@@ -209,7 +209,8 @@ struct VarlinkTests {
         }
     }
 
-    /// A burst is a fall of at least 1,000 from the peak, to half of it or less, since it last said so.
+    /// A burst is a fall of at least 1,000 from the peak, to half of it or less, since it last said so;
+    /// connections still closing after it are a burst too.
     @Test("the connection limit reports bursts of closed connections")
     func connectionLimitNoticesClosedBursts() {
         let limit = ConnectionLimit(maximum: 10_000)
@@ -227,6 +228,13 @@ struct VarlinkTests {
         #expect(!limit.manyClosedSinceLastAsked(), "only 900 closed since")
         for _ in 0..<100 { limit.release() }
         #expect(limit.manyClosedSinceLastAsked())
+        // A burst met half closed: once it said so, it says so again while more close.
+        for _ in 0..<3_500 { #expect(limit.acquire(socket: "read", writer: false, advice: "", logger: logger)) }
+        for _ in 0..<3_000 { limit.release() }
+        #expect(limit.manyClosedSinceLastAsked())
+        for _ in 0..<500 { limit.release() }
+        #expect(limit.manyClosedSinceLastAsked(), "500 more closed after the burst")
+        #expect(!limit.manyClosedSinceLastAsked(), "none closed since")
     }
 
     @Test("the service answers org.varlink.service, dispatches, maps errors and guards writes")
