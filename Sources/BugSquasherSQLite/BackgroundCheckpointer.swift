@@ -40,6 +40,8 @@ final class BackgroundCheckpointer: Sendable {
     private let interrupted = Atomic<Int>(0)
     /// Whether the last checkpoint was interrupted: the next one is not.
     private let lastInterrupted = Atomic<Bool>(false)
+    /// Told of each checkpoint that ran (see ``observe(_:)``).
+    private let observer = Mutex<(@Sendable (CheckpointRun) -> Void)?>(nil)
 
     /// A checkpointer with no connection yet: requests are ignored until ``open(path:)``.
     init(logger: Logger, editsFirst: EditsFirst? = nil) {
@@ -68,7 +70,9 @@ final class BackgroundCheckpointer: Sendable {
                     // The checkpointer fell behind, or could not start the WAL over: copy what is
                     // left now, as SQLite's own hook would.
                     checkpointer.writerCheckpoints.add(1, ordering: .relaxed)
+                    let start = ContinuousClock.now
                     sqlite3_wal_checkpoint(connection, name)
+                    checkpointer.ran(.writer, since: start)
                 } else {
                     checkpointer.committed(frames: frames)
                 }
@@ -117,6 +121,7 @@ final class BackgroundCheckpointer: Sendable {
             do {
                 // A statement clears an interrupt that arrived as the last copy ended.
                 try db.execute(sql: "SELECT 1")
+                let start = ContinuousClock.now
                 let mayInterrupt = editsFirst != nil && !lastInterrupted.exchange(false, ordering: .relaxed)
                 interruptible.withLock { $0 = mayInterrupt }
                 let passive: (Int, Int)
@@ -142,6 +147,7 @@ final class BackgroundCheckpointer: Sendable {
                 }
                 checkpointedFrames.store(CInt(clamping: walFrames), ordering: .relaxed)
                 completed.add(1, ordering: .relaxed)
+                ran(.background, since: start)
             } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
                 // Another checkpoint runs (the writer's own, past `writerFrames`, after a large
                 // save): it does this one's work; the next commit asks again.
@@ -151,6 +157,17 @@ final class BackgroundCheckpointer: Sendable {
                 logger.warning("background checkpoint failed", metadata: ["error": "\(error)"])
             }
         }
+    }
+
+    /// Calls `handler` after each checkpoint from now on (replacing the one given before).
+    func observe(_ handler: @escaping @Sendable (CheckpointRun) -> Void) {
+        observer.withLock { $0 = handler }
+    }
+
+    /// Tells the observer that a checkpoint run by `kind` started at `start` ended now.
+    func ran(_ kind: CheckpointRun.Kind, since start: ContinuousClock.Instant) {
+        let handler = observer.withLock { $0 }
+        handler?(CheckpointRun(kind: kind, duration: ContinuousClock.now - start))
     }
 
     /// Checkpoints since the store opened.

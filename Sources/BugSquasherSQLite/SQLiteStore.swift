@@ -291,9 +291,17 @@ public final class SQLiteStore: IncrementalStore, CommitObservable, AttributeEdi
         // checkpoint meeting it fails at once with SQLITE_BUSY instead of waiting (a daemon
         // stopped right after a large save logged "checkpoint failed"): let it finish first.
         _ = checkpointer.drain()
+        let start = ContinuousClock.now
         try wrap("checkpoint") {
             _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
         }
+        checkpointer.ran(.requested, since: start)
+    }
+
+    /// Calls `handler` after each checkpoint: the background ones, those a commit ran itself,
+    /// and ``checkpoint()``'s.
+    public func observeCheckpoints(_ handler: @escaping @Sendable (CheckpointRun) -> Void) {
+        checkpointer.observe(handler)
     }
 
     /// Waits for the background checkpoints requested so far; returns how many of each kind

@@ -68,6 +68,10 @@ struct MetricsEndToEndTests {
             #expect(after.values["squasherd_import_chunk_commit_duration_seconds_count"] == 200)
             #expect(after.values["squasherd_import_jobs"] == 1)
             #expect((after.values["squasherd_history_token"] ?? 0) >= 200)
+            // 20,000 records write more than the 1,000 WAL pages after which a background
+            // checkpoint runs.
+            #expect(after.types["squasherd_store_checkpoint_duration_seconds"] == "histogram", "\(after.types)")
+            #expect((after.values["squasherd_store_checkpoint_duration_seconds_count"] ?? 0) >= 1, "\(after.values)")
             #expect(
                 (after.values["squasherd_saves_committed_total"] ?? 0)
                     > (during.values["squasherd_saves_committed_total"] ?? 0))

@@ -1,3 +1,4 @@
+import BugSquasherGraph
 import BugSquasherModel
 import CoreMetrics
 import Foundation
@@ -26,6 +27,14 @@ struct SquasherdMetrics: Sendable {
     let connectionsRefused = Counter(label: "squasherd_connections_refused_total")
     let storeSize = Gauge(label: "squasherd_store_size_bytes")
     let walSize = Gauge(label: "squasherd_store_wal_size_bytes")
+    let checkpoints: [CheckpointRun.Kind: CoreMetrics.Timer] = Dictionary(
+        uniqueKeysWithValues: CheckpointRun.Kind.allCases.map {
+            (
+                $0,
+                CoreMetrics.Timer(
+                    label: "squasherd_store_checkpoint_duration_seconds", dimensions: [("kind", $0.rawValue)])
+            )
+        })
     let residentMemory = Gauge(label: "process_resident_memory_bytes")
     let openDescriptors = Gauge(label: "process_open_fds")
     let jobs: [JobState: Gauge] = Dictionary(

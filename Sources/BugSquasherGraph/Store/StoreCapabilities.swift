@@ -16,6 +16,34 @@ public protocol SelfChecking: Sendable {
 public protocol Checkpointing: Sendable {
     /// Moves the committed saves into the main storage.
     func checkpoint() throws
+
+    /// Calls `handler` after each checkpoint the store runs by itself or on request, with how
+    /// long it took and who ran it: what a daemon graphs. A later call replaces the handler.
+    func observeCheckpoints(_ handler: @escaping @Sendable (CheckpointRun) -> Void)
+}
+
+/// One checkpoint a ``Checkpointing`` store ran: who ran it and how long it took.
+public struct CheckpointRun: Sendable, Hashable {
+    /// Who ran a checkpoint.
+    public enum Kind: String, Sendable, CaseIterable {
+        /// The store's own background checkpoint, beside commits.
+        case background
+        /// A checkpoint a commit ran itself, because the background ones fell behind.
+        case writer
+        /// A checkpoint asked for through ``Checkpointing/checkpoint()`` (at shutdown).
+        case requested
+    }
+
+    /// Who ran it.
+    public var kind: Kind
+    /// How long it took, from its start to its end (its wait for an interactive save not counted).
+    public var duration: Duration
+
+    /// A checkpoint run by `kind` that took `duration`.
+    public init(kind: Kind, duration: Duration) {
+        self.kind = kind
+        self.duration = duration
+    }
 }
 
 /// A store kept in files on this machine, which can be deleted or replaced under it while it is
