@@ -1295,6 +1295,8 @@ def main():
     parser.add_argument("--skip-graph", action="store_true")
     parser.add_argument("--h-seconds", type=float, default=10, help="seconds of each run of section h (32 writers)")
     parser.add_argument("--postgres-only", action="store_true", help="sections f to i only")
+    parser.add_argument("--k-runs", type=int, default=3, help="runs of section k with a backup (and as many without, alternating)")
+    parser.add_argument("--backup-only", action="store_true", help="section k only")
     args = parser.parse_args()
     if args.big_rows < args.rows:
         parser.error(f"--big-rows ({args.big_rows:,}) must be at least --rows ({args.rows:,}): sections 1 and d compare the two")
@@ -1311,13 +1313,13 @@ def main():
     started = time.monotonic()
     root = tempfile.mkdtemp(prefix="bsbench-")
     try:
-        if not args.skip_graph and not args.postgres_only:
+        if not args.skip_graph and not args.postgres_only and not args.backup_only:
             section_graph(args, report)
         files = {}
         for n in sorted({args.rows, args.big_rows}):
             files[n] = f"{root}/rows-{n}.ndjson"
             generate(files[n], n)
-        if not args.postgres_only:
+        if not args.postgres_only and not args.backup_only:
             daemon = Daemon(root, "shared", args.pending_limit)
             try:
                 section_a(args, daemon, files, root, report)
@@ -1326,7 +1328,10 @@ def main():
             finally:
                 daemon.stop()
             section_de(args, root, files, report)
-        if args.pg_socket:
+        if not args.postgres_only:
+            import bench_backup
+            bench_backup.run(args, root, files, report)
+        if args.pg_socket and not args.backup_only:
             import bench_postgres
             bench_postgres.run(args, root, files, report)
     except Broken as error:

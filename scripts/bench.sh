@@ -12,7 +12,9 @@
 #      one must be told to resync and end consistent after resuming with `since`;
 #   f-i. PostgreSQL as the store (scripts/bench_postgres.py): f. import vs raw COPY; g. edit through
 #      daemon A -> subscribers on daemon B vs UPDATE + pg_notify; h. 32 concurrent writers vs
-#      pgbench UPDATE + pg_notify; i. g's latency while a third daemon imports vs idle.
+#      pgbench UPDATE + pg_notify; i. g's latency while a third daemon imports vs idle;
+#   k. the --big-rows import's rate while `squasherctl backup` runs vs without, and the copy's
+#      consistency (runs alternating).
 # PostgreSQL (Debian's package, installed when missing) runs as the postgres user in a temporary
 # directory, on a Unix socket there only, and is stopped and removed on exit, also on failure.
 # Exit status 1 when something is broken (wrong counts, an inconsistent subscriber); a missed
@@ -26,6 +28,7 @@
 #   --debug         use the debug build in .build/debug (and build nothing)
 #   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)
 #   --postgres-only sections f to i only (PostgreSQL as the store)
+#   --backup-only   section k only (a backup during the --big-rows import)
 # Environment: BENCH_NO_BUILD=1 uses the binaries already in .build/release without building;
 # BENCH_BIN=DIR takes them from DIR instead.
 set -euo pipefail
@@ -39,7 +42,7 @@ skip_postgres=0
 while (($#)); do
     case $1 in
         --smoke) args+=(--rows 2000 --big-rows 8000 --rounds 5 --warmup 1 --counts 1,3 --e-subscribers 12 --e-slow 2
-                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1) ;;
+                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1 --k-runs 1) ;;
         --debug) config=debug ;;
         --rows|--big-rows|--rounds)
             (($# >= 2)) || { echo "scripts/bench.sh: $1 needs a value" >&2; usage; }
@@ -50,12 +53,16 @@ while (($#)); do
             args+=("$1" "$2"); shift ;;
         --skip-postgres) skip_postgres=1 ;;
         --postgres-only) args+=(--postgres-only) ;;
+        --backup-only) args+=(--backup-only); skip_postgres=1 ;;
         -h|--help) help ;;
         *) echo "scripts/bench.sh: unknown argument $1" >&2; usage ;;
     esac
     shift
 done
 
+if [[ " ${args[*]-} " == *" --postgres-only "* && " ${args[*]-} " == *" --backup-only "* ]]; then
+    echo "scripts/bench.sh: --postgres-only and --backup-only each leave the other's sections out" >&2; usage
+fi
 if ((skip_postgres)) && [[ " ${args[*]-} " == *" --postgres-only "* ]]; then
     echo "scripts/bench.sh: --postgres-only and --skip-postgres leave nothing to run" >&2; usage
 fi

@@ -247,7 +247,7 @@ public final class BlockingVarlinkClient: Sendable {
             try send(fd, try VarlinkCall.encode(method: method, parameters: parameters, upgrade: true))
             let reply = try decodeReply(try receive(fd), of: method)
             if let error = reply.error { throw error }
-            return try body(UpgradedConnection(client: self, fd: fd))
+            return try body(UpgradedConnection(client: self, fd: fd, reply: reply))
         }
     }
 
@@ -255,6 +255,8 @@ public final class BlockingVarlinkClient: Sendable {
     public struct UpgradedConnection {
         fileprivate let client: BlockingVarlinkClient
         fileprivate let fd: CInt
+        /// The method's reply to the call, before the upgrade.
+        public let reply: VarlinkReply
 
         /// Sends bytes as they are. When the connection broke because the server answered and
         /// closed it (an error, typically), that answer is thrown rather than the broken pipe.
@@ -265,6 +267,12 @@ public final class BlockingVarlinkClient: Sendable {
                 if let reply = try? VarlinkReply(message: client.receive(fd)), let error = reply.error { throw error }
                 throw failure
             }
+        }
+
+        /// Receives bytes the server sends as they are (a download after the reply) into
+        /// `destination`; returns how many, 0 once the server closed the connection.
+        public func receiveBytes(into destination: UnsafeMutableRawBufferPointer) throws -> Int {
+            try client.receiveRaw(fd, into: destination)
         }
 
         /// Receives the next NUL-terminated message as a reply.
@@ -357,6 +365,28 @@ public final class BlockingVarlinkClient: Sendable {
                     systemError: reason)
             }
             sent += n
+        }
+    }
+
+    /// Bytes as they come, those read past the last message first; 0 at the end of the connection.
+    fileprivate func receiveRaw(_ fd: CInt, into destination: UnsafeMutableRawBufferPointer) throws -> Int {
+        try buffer.withLock { buffer in
+            if !buffer.isEmpty {
+                let count = min(buffer.count, destination.count)
+                buffer.withUnsafeBytes { destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+                buffer.removeFirst(count)
+                return count
+            }
+            while true {
+                let n = recv(fd, destination.baseAddress, destination.count, 0)
+                if n >= 0 { return n }
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { throw TransportError.noAnswer(path, within: timeout) }
+                let reason = errno
+                throw TransportError(
+                    .transferFailed, "Reading from \(path) failed: \(String(cString: strerror(reason))).", path: path,
+                    systemError: reason)
+            }
         }
     }
 

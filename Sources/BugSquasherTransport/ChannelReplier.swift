@@ -31,6 +31,14 @@ struct ChannelReplier: VarlinkReplier {
         return true
     }
 
+    /// Writes bytes as they are (no terminator) until the last of them is in the socket, charged
+    /// to the budget meanwhile: a download after an upgraded call's reply. (Handed to the
+    /// channel without waiting, the last piece could still be queued when the connection closes.)
+    func sendRaw(_ buffer: ByteBuffer) async throws {
+        if let budget { return try await sendCharged(buffer, to: budget) }
+        try await writeFlushed(buffer)
+    }
+
     func send(_ message: consuming Data, continues: Bool) async throws {
         let buffer = Self.terminated(message, allocator: channel.allocator)
         // Copied: a large reply is held once while its peer reads it, not twice.
@@ -59,6 +67,11 @@ extension ChannelReplier {
             throw VarlinkPeerGone(reason: "a reply of \(bytes) bytes was over the budget for replies not yet read")
         }
         defer { budget.giveBack(bytes) }
+        try await writeFlushed(buffer)
+    }
+
+    /// Writes `buffer` and waits until its last byte is in the socket.
+    private func writeFlushed(_ buffer: ByteBuffer) async throws {
         let channel = self.channel
         do {
             // A future's wait does not end on cancellation (a stopping daemon, a streaming call

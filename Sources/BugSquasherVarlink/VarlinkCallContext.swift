@@ -71,11 +71,21 @@ public protocol VarlinkUpgradeHandler: Sendable {
     func receive(_ bytes: ByteBuffer) async throws -> Data?
 }
 
+/// Sends bytes after the reply to a call with `upgrade: true`, in the method's own protocol (a
+/// file's bytes as they are): the transport runs it once the reply is sent, then closes the
+/// connection. For transfers that base64 in Varlink replies would make several times dearer.
+public protocol VarlinkDownload: Sendable {
+    /// Writes the bytes that follow the reply through `write`, which waits while the client
+    /// reads slower than this writes and throws once it is gone.
+    func send(through write: @Sendable (ByteBuffer) async throws -> Void) async throws
+}
+
 /// One client connection, as handlers see it: state that must not outlive the connection (an
 /// upload that was never committed) registers its clean-up here.
 public final class VarlinkConnection: Sendable {
     private let state = Mutex<(closed: Bool, actions: [@Sendable () async -> Void])>((false, []))
     private let upgradeHandler = Mutex<(any VarlinkUpgradeHandler)?>(nil)
+    private let download = Mutex<(any VarlinkDownload)?>(nil)
     private let upgraded = Atomic<Bool>(false)
     private let ender = Mutex<(@Sendable (Data) -> Void)?>(nil)
 
@@ -88,6 +98,20 @@ public final class VarlinkConnection: Sendable {
     public func upgrade(to handler: any VarlinkUpgradeHandler) {
         upgraded.store(true, ordering: .releasing)
         upgradeHandler.withLock { $0 = handler }
+    }
+
+    /// Has the transport send `download`'s bytes once the reply to the current call (which asked
+    /// for an upgrade) has been sent, then close the connection.
+    public func upgrade(toDownload download: any VarlinkDownload) {
+        self.download.withLock { $0 = download }
+    }
+
+    /// The download an upgraded call installed, once (for the transport).
+    public func takeDownload() -> (any VarlinkDownload)? {
+        download.withLock { download in
+            defer { download = nil }
+            return download
+        }
     }
 
     /// Installs how ``endUpgrade(lastReply:)`` sends a last message and closes the connection

@@ -37,26 +37,25 @@ struct BackupCommand: ParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: partial) }
         // The snapshot of a large store takes a while before the first reply: no time limit.
         let endpoint = Endpoint(path: sockets.write.path, timeout: nil)
-        var head: BackupReply?
         var written: Int64 = 0
-        try withClient(endpoint) { client in
-            try client.stream("io.bugsquasher.Import.Backup", Empty()) { reply in
-                let part = try reply.parameters(BackupReply.self)
-                if head == nil { head = part }
-                if let data = part.data {
-                    guard let bytes = Data(base64Encoded: data) else {
-                        throw ValidationError("squasherd sent a part of the backup that is not base64.")
-                    }
-                    try output.write(contentsOf: bytes)
-                    written += Int64(bytes.count)
+        // The copy's bytes follow the reply as they are, on the upgraded connection.
+        let head = try withClient(endpoint) { client in
+            try client.upgrade("io.bugsquasher.Import.Backup", Empty()) { connection in
+                let head = try connection.reply.parameters(BackupReply.self)
+                var piece = [UInt8](repeating: 0, count: 1 << 20)
+                while written < head.bytes {
+                    let count = try piece.withUnsafeMutableBytes { try connection.receiveBytes(into: $0) }
+                    guard count > 0 else { break }
+                    try output.write(contentsOf: piece[..<count])
+                    written += Int64(count)
                 }
-                return true
+                return head
             }
         }
         try output.close()
-        guard let head, written == head.bytes else {
+        guard written == head.bytes else {
             printError(
-                "squasherctl: the backup arrived short (\(written) of \(head?.bytes ?? 0) bytes); nothing was written to \(file)."
+                "squasherctl: the backup arrived short (\(written) of \(head.bytes) bytes); nothing was written to \(file)."
             )
             throw Exit.failed
         }

@@ -96,4 +96,39 @@ struct VarlinkInteropTests {
             #expect(socket.peerClosed)
         }
     }
+
+    /// A client that cannot upgrade a connection takes the backup in base64 replies (`more`).
+    @Test("python varlink takes a backup in base64 replies")
+    func pythonBackup() async throws {
+        let python = try #require(
+            try await Self.python(),
+            "python3 with the varlink package is needed; scripts/setup.sh installs it into .build/venv")
+        try await withDaemon { squasherd in
+            let records = try squasherd.writeRecords("backup.ndjson", count: 300, prefix: "COPY", title: "copied")
+            try await squasherd.ctl(["import", records.path, "--wait"])
+            let script = """
+                import base64, json, sqlite3, sys, varlink
+                head, data = None, bytearray()
+                with varlink.Client(address="unix:" + sys.argv[1]) as client:
+                    with client.open("io.bugsquasher.Import") as service:
+                        for reply in service.Backup(_more=True):
+                            head = head or reply
+                            data += base64.b64decode(reply.get("data") or "")
+                with open(sys.argv[2], "wb") as out:
+                    out.write(data)
+                db = sqlite3.connect(sys.argv[2])
+                bugs = db.execute("SELECT count(*) FROM Bug").fetchone()[0]
+                token = db.execute("SELECT max(token) FROM bs_history").fetchone()[0]
+                print(json.dumps({"bytes": head["bytes"], "received": len(data), "bugs": bugs, "token": token, "said": head["token"]}))
+                """
+            let process = try ChildProcess(
+                name: "python varlink backup", executable: python,
+                arguments: ["-c", script, squasherd.writeSocket, squasherd.directory + "/copy.sqlite"])
+            #expect(try await process.waitForExit() == 0, "\(process.errorOutput)")
+            let result = try JSONSerialization.jsonObject(with: Data(process.output.joined().utf8)) as! [String: Int]
+            #expect(result["received"] == result["bytes"] && (result["bytes"] ?? 0) > 0, "\(result)")
+            #expect(result["bugs"] == 300, "\(result)")
+            #expect(result["token"] == result["said"], "\(result)")
+        }
+    }
 }

@@ -32,8 +32,9 @@ struct ImportInterface: VarlinkInterface {
     /// Edits and their conflicts, counted.
     var metrics = SquasherdMetrics()
 
-    /// `Upload` takes the connection over for the file's bytes.
-    func upgrades(_ method: String) -> Bool { method == "Upload" }
+    /// `Upload` takes the connection over for the file's bytes; `Backup` sends the copy's bytes
+    /// over it after its reply.
+    func upgrades(_ method: String) -> Bool { method == "Upload" || method == "Backup" }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
         let isEdit = ["Update", "Delete"].contains(call.methodName)
