@@ -1297,6 +1297,9 @@ def main():
     parser.add_argument("--postgres-only", action="store_true", help="sections f to i only")
     parser.add_argument("--k-runs", type=int, default=3, help="runs of section k with a backup (and as many without, alternating)")
     parser.add_argument("--backup-only", action="store_true", help="section k only")
+    parser.add_argument("--j-runs", type=int, default=3, help="runs of each path in section j (the medians are compared)")
+    parser.add_argument("--j-smoke", action="store_true", help="section j on the export's 1,000-issue sample")
+    parser.add_argument("--import-only", action="store_true", help="section j only")
     args = parser.parse_args()
     if args.big_rows < args.rows:
         parser.error(f"--big-rows ({args.big_rows:,}) must be at least --rows ({args.rows:,}): sections 1 and d compare the two")
@@ -1313,13 +1316,14 @@ def main():
     started = time.monotonic()
     root = tempfile.mkdtemp(prefix="bsbench-")
     try:
-        if not args.skip_graph and not args.postgres_only and not args.backup_only:
+        only = args.postgres_only or args.backup_only or args.import_only
+        if not args.skip_graph and not only:
             section_graph(args, report)
         files = {}
-        for n in sorted({args.rows, args.big_rows}):
+        for n in sorted({args.rows, args.big_rows}) if not args.import_only else []:
             files[n] = f"{root}/rows-{n}.ndjson"
             generate(files[n], n)
-        if not args.postgres_only and not args.backup_only:
+        if not only:
             daemon = Daemon(root, "shared", args.pending_limit)
             try:
                 section_a(args, daemon, files, root, report)
@@ -1328,10 +1332,13 @@ def main():
             finally:
                 daemon.stop()
             section_de(args, root, files, report)
-        if not args.postgres_only:
+        if not args.postgres_only and not args.backup_only:
+            import bench_import
+            bench_import.run(args, root, report)
+        if not args.postgres_only and not args.import_only:
             import bench_backup
             bench_backup.run(args, root, files, report)
-        if args.pg_socket and not args.backup_only:
+        if args.pg_socket and not args.backup_only and not args.import_only:
             import bench_postgres
             bench_postgres.run(args, root, files, report)
     except Broken as error:

@@ -13,6 +13,8 @@
 #   f-i. PostgreSQL as the store (scripts/bench_postgres.py): f. import vs raw COPY; g. edit through
 #      daemon A -> subscribers on daemon B vs UPDATE + pg_notify; h. 32 concurrent writers vs
 #      pgbench UPDATE + pg_notify; i. g's latency while a third daemon imports vs idle;
+#   j. a real Jira export (../shared/data): first import, unchanged and 1 % changed re-imports vs
+#      a naive Python importer and the C-API floor of the same rows (runs alternating);
 #   k. the --big-rows import's rate while `squasherctl backup` runs vs without, and the copy's
 #      consistency (runs alternating).
 # PostgreSQL (Debian's package, installed when missing) runs as the postgres user in a temporary
@@ -29,6 +31,7 @@
 #   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)
 #   --postgres-only sections f to i only (PostgreSQL as the store)
 #   --backup-only   section k only (a backup during the --big-rows import)
+#   --import-only   section j only (a real Jira export: squasherd vs a naive importer and the floor)
 # Environment: BENCH_NO_BUILD=1 uses the binaries already in .build/release without building;
 # BENCH_BIN=DIR takes them from DIR instead.
 set -euo pipefail
@@ -42,7 +45,7 @@ skip_postgres=0
 while (($#)); do
     case $1 in
         --smoke) args+=(--rows 2000 --big-rows 8000 --rounds 5 --warmup 1 --counts 1,3 --e-subscribers 12 --e-slow 2
-                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1 --k-runs 1) ;;
+                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1 --k-runs 1 --j-runs 1 --j-smoke) ;;
         --debug) config=debug ;;
         --rows|--big-rows|--rounds)
             (($# >= 2)) || { echo "scripts/bench.sh: $1 needs a value" >&2; usage; }
@@ -54,6 +57,7 @@ while (($#)); do
         --skip-postgres) skip_postgres=1 ;;
         --postgres-only) args+=(--postgres-only) ;;
         --backup-only) args+=(--backup-only); skip_postgres=1 ;;
+        --import-only) args+=(--import-only); skip_postgres=1 ;;
         -h|--help) help ;;
         *) echo "scripts/bench.sh: unknown argument $1" >&2; usage ;;
     esac

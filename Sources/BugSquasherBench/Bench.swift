@@ -32,6 +32,12 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Directory for the store files (a fresh temporary one by default).")
     var directory: String?
 
+    @Option(
+        help:
+            "Instead: the write side's floor. Reads the rows of the squasherd store FILE, then times their insert into an empty store of the same schema through SQLite's C API, --chunk bugs per transaction."
+    )
+    var floor: String?
+
     mutating func validate() throws {
         guard rows > 0, chunk > 0 else { throw ValidationError("--rows and --chunk must be positive.") }
         guard ["sequential", "random", "both"].contains(order) else {
@@ -46,6 +52,13 @@ struct Bench: AsyncParsableCommand {
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("bugsquasher-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(at: base) } }
+        if let floor {
+            let (seconds, counts) = try FloorImport(source: floor, chunk: chunk).run(
+                into: base.appendingPathComponent("floor-\(UUID().uuidString.prefix(8)).sqlite").path)
+            let rows = counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            print(String(format: "floor: %.3f seconds, ", seconds) + rows)
+            return
+        }
         print("rows=\(rows) chunk=\(chunk) mode=\(mode)")
         print("order       path          rows/s     seconds   ratio (graph/raw)")
         for randomOrder in order == "both" ? [false, true] : [order == "random"] {
