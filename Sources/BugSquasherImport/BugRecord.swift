@@ -47,6 +47,10 @@ public struct BugRecord: Sendable, Hashable, Codable {
     /// some columns): an existing bug keeps what it has for them, rather than have them blanked.
     /// Empty for a record that carries every field; not part of the record's JSON form.
     public var absent: Fields = []
+    /// The ``SourceDigest`` of the bytes the record was read from, which the import keeps on its
+    /// bug to skip the same bytes next time; `nil` for a record without one (a CSV row, say),
+    /// which clears the bug's. Not part of the record's JSON form.
+    public var sourceDigest: Int64?
 
     /// Fields of a record that a source may leave out.
     public struct Fields: OptionSet, Sendable, Hashable {

@@ -74,6 +74,7 @@ struct UpsertPass {
         if !kept.contains(.created) { bug.created = record.pointee.created }
         if !kept.contains(.updated) { bug.updated = record.pointee.updated }
         if !kept.contains(.resolved) { bug.resolved = record.pointee.resolved }
+        bug.sourceDigest = record.pointee.sourceDigest
         bug.project = project(record.pointee.project, in: context)
         if !kept.contains(.reporter) { bug.reporter = person(record.pointee.reporter, in: context) }
         if !kept.contains(.assignee) { bug.assignee = person(record.pointee.assignee, in: context) }

@@ -65,6 +65,13 @@ public final class Bug: ManagedObject {
         get { get("resolved") }
         set { set("resolved", newValue) }
     }
+    /// The digest of the source bytes the bug was last imported from (see docs/DESIGN-NOTES.md,
+    /// "Unchanged records are skipped"); `nil` once it is edited, or when it came from a source
+    /// without one. An import meeting the same bytes for its key again skips them.
+    public var sourceDigest: Int64? {
+        get { get("sourceDigest") }
+        set { set("sourceDigest", newValue) }
+    }
 
     /// The project.
     public var project: Project? {

@@ -27,6 +27,7 @@ public enum BugModel {
                 .attribute("created", .date, optional: true),
                 .attribute("updated", .date, optional: true),
                 .attribute("resolved", .date, optional: true),
+                .attribute("sourceDigest", .int64, optional: true),
             ],
             relationships: [
                 .toOne("project", "Project", inverse: "bugs"),

@@ -261,6 +261,8 @@ struct ImportInterface: VarlinkInterface {
         async throws
     {
         let id = try editableObjectID(try call.parameters(DeleteParameters.self).id)
+        // A deleted comment's bug no longer holds what its source bytes made it.
+        if id.entityName == "Comment" { try await mapGraphErrors { try await forgetSourceDigest(ofBugOf: id) } }
         let editor = newEditor("varlink-delete")
         try await mapGraphErrors {
             try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
@@ -299,13 +301,17 @@ struct ImportInterface: VarlinkInterface {
         }
         let didSave: DidSave?
         let attributes = values.keys.compactMap { entity.attribute(named: $0) }
+        if entity.name == "Comment" { try await mapGraphErrors { try await forgetSourceDigest(ofBugOf: id) } }
         if let store = stack.store as? any AttributeEditable, attributes.count == values.count {
             // Attributes only: read, changed and written in one write transaction of the store,
             // without a context.
-            let changes = try await mapGraphErrors {
+            var changes = try await mapGraphErrors {
                 try Dictionary(
                     uniqueKeysWithValues: attributes.map { ($0.name, try WireCoding.decode(values[$0.name]!, as: $0)) })
             }
+            // An edited bug is no longer what its source bytes made it: the next import of those
+            // bytes applies them again.
+            if entity.name == "Bug", changes["sourceDigest"] == nil { changes["sourceDigest"] = .null }
             didSave = try await mapGraphErrors { try store.edit(id, attributes: changes) }
         } else {
             didSave = try await editInContext(id, entity: entity, values: values)
@@ -329,6 +335,7 @@ struct ImportInterface: VarlinkInterface {
         try await mapGraphErrors {
             try await editor.perform { context in
                 let object = try context.existingObject(with: id)
+                if entity.name == "Bug", values["sourceDigest"] == nil { object.setValue(.null, for: "sourceDigest") }
                 for (key, json) in values {
                     if let attribute = entity.attribute(named: key) {
                         object.setValue(try WireCoding.decode(json, as: attribute), for: key)
@@ -367,6 +374,33 @@ struct ImportInterface: VarlinkInterface {
             }
         }
         return try await mapGraphErrors { try await editor.save() }
+    }
+
+    /// Clears the source digest of the bug that `id` is (a `Bug`) or belongs to (a `Comment`),
+    /// when it has one: the bug no longer holds what its source bytes made it, so that the next
+    /// import of those bytes applies them again instead of skipping them (docs/DESIGN-NOTES.md,
+    /// "Unchanged records are skipped").
+    private func forgetSourceDigest(ofBugOf id: ObjectID) async throws {
+        guard ["Bug", "Comment"].contains(id.entityName), let bug = stack.model.entity(named: "Bug"),
+            let digest = bug.attributeIndex["sourceDigest"]
+        else { return }
+        var bugID = id
+        if id.entityName == "Comment" {
+            guard let comment = stack.model.entity(named: "Comment"), let link = comment.toOneIndex["bug"],
+                let owner = try stack.store.newValues(for: id)?.toOne[link]
+            else { return }
+            bugID = owner
+        }
+        guard let row = try stack.store.newValues(for: bugID), row.attributes[digest] != .null else { return }
+        if let store = stack.store as? any AttributeEditable {
+            _ = try store.edit(bugID, attributes: ["sourceDigest": .null])
+            return
+        }
+        let editor = newEditor("varlink-update")
+        try await editor.perform { [bugID] context in
+            try context.existingObject(with: bugID).setValue(.null, for: "sourceDigest")
+        }
+        _ = try await editor.save()
     }
 
     /// A fresh writer-side context (object-trump, like an editor) for one edit: an edit that

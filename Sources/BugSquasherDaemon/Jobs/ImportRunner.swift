@@ -1,3 +1,4 @@
+import Algorithms
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
@@ -234,6 +235,9 @@ final class ImportRunner: Service {
         /// line was rejected.
         var record: Int?
         var reject: String?
+        /// Whether the line is the very bytes its bug was last imported from: skipped, and
+        /// counted as imported (see ``SourceDigest``).
+        var unchanged = false
     }
 
     /// One chunk of the input. The records are kept apart from the entries, in one array that
@@ -333,7 +337,8 @@ final class ImportRunner: Service {
         // context, and saving chunk n on the writer. Saves stay one after another, in order.
         let source = ChunkSource(
             reader: job.reader, format: job.format, size: job.chunkSize,
-            maximumRecordBytes: configuration.maximumRecordBytes, editsFirst: editsFirst)
+            maximumRecordBytes: configuration.maximumRecordBytes, editsFirst: editsFirst,
+            unchanged: UnchangedRecords(format: job.format, coordinator: stack.writerCoordinator))
         var saving: SavingChunk?
         do {
             var chunk = try source.next()
@@ -621,9 +626,10 @@ final class ImportRunner: Service {
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
             return (UpsertKeys(writtenIn: context), job.objectID)
         }
+        let unchanged = entries.count { $0.unchanged }
         return PreparedChunk(
-            input: input, context: context, job: job, imported: Int64(records.count), rejects: rejects, written: written
-        )
+            input: input, context: context, job: job, imported: Int64(records.count + unchanged), rejects: rejects,
+            written: written)
     }
 
     /// Records the chunk's progress and rejects on the job and saves the chunk with them, in one
@@ -674,28 +680,32 @@ struct ImportProgress: Sendable {
 /// mutex, so that the next chunk can be decoded in a child task while the current one commits;
 /// only one read runs at a time.
 final class ChunkSource: Sendable {
-    private let reader: Mutex<OffsetLineReader>
+    private let reader: Mutex<(reader: OffsetLineReader, recent: [Set<String>])>
     private let format: ImportFormat
     private let size: Int
     private let maximumRecordBytes: Int
     private let editsFirst: EditsFirst?
+    private let unchanged: UnchangedRecords?
 
     init(
         reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int,
-        editsFirst: EditsFirst? = nil
+        editsFirst: EditsFirst? = nil, unchanged: UnchangedRecords? = nil
     ) {
-        self.reader = Mutex(reader)
+        self.reader = Mutex((reader, []))
         self.format = format
         self.size = size
         self.maximumRecordBytes = maximumRecordBytes
         self.editsFirst = editsFirst
+        self.unchanged = unchanged
     }
 
     /// The next chunk; without entries at the end of the input.
     func next() throws -> ImportRunner.Chunk {
-        try reader.withLock { reader in
+        try reader.withLock { state in
             try Self.readChunk(
-                reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes, editsFirst: editsFirst)
+                state.reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes,
+                editsFirst: editsFirst,
+                unchanged: unchanged, recent: &state.recent)
         }
     }
 
@@ -707,14 +717,21 @@ final class ChunkSource: Sendable {
 
     /// Reads up to `size` records (non-empty lines), or records of up to about
     /// ``maximumChunkBytes``, decoding each; undecodable ones become rejects with their line and
-    /// reason. Before each line it gives way to interactive saves (see ``EditsFirst``).
+    /// reason. Lines that are the very bytes their bug was last imported from are not decoded but
+    /// marked unchanged (see ``UnchangedRecords``); `recent` holds the keys the two chunks before
+    /// write, which may not have committed yet. Before each line it gives way to interactive
+    /// saves (see ``EditsFirst``).
     private static func readChunk(
-        _ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?
+        _ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?,
+        unchanged: UnchangedRecords?, recent: inout [Set<String>]
     ) throws -> ImportRunner.Chunk {
         var chunk = ImportRunner.Chunk()
         chunk.records.reserveCapacity(size)
         let decoder = JiraIssueDecoder()
         var bytes = 0
+        // The lines holding records, with the position of their entry.
+        var lines: [(entry: Int, line: OffsetLineReader.Line)] = []
+        lines.reserveCapacity(size)
         while chunk.entries.count < size, bytes < maximumChunkBytes, let line = try reader.next() {
             editsFirst?.yieldToInteractiveSaves()
             bytes += line.bytes.count
@@ -733,13 +750,28 @@ final class ChunkSource: Sendable {
                 }
                 continue
             }
-            var entry = ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset)
-            if let record = decode(line, format: format, decoder: decoder, into: &entry) {
-                entry.record = chunk.records.count
+            lines.append((chunk.entries.count, line))
+            chunk.entries.append(
+                ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset))
+        }
+        let sources = try unchanged?.find(in: lines.map(\.line), format: format, excluding: recent)
+        var written = Set<String>()
+        for (index, pending) in lines.enumerated() {
+            if sources?.unchanged.contains(index) == true {
+                chunk.entries[pending.entry].unchanged = true
+                continue
+            }
+            editsFirst?.yieldToInteractiveSaves()
+            if var record = decode(pending.line, format: format, decoder: decoder, into: &chunk.entries[pending.entry])
+            {
+                // The digest is kept only for the key it was read under.
+                if let source = sources?.lines[index], source.key == record.key { record.sourceDigest = source.digest }
+                written.insert(record.key)
+                chunk.entries[pending.entry].record = chunk.records.count
                 chunk.records.append(record)
             }
-            chunk.entries.append(entry)
         }
+        recent = [written, recent.first ?? []]
         chunk.reads = UpsertKeys(chunk.records)
         return chunk
     }
@@ -802,4 +834,82 @@ public enum MessageID {
     public static let jobFinished = "2e9b7c4a6d1f4b3e8a5c0d9f7b2e6a14"
     /// An import job failed.
     public static let jobFailed = "c4d1e8b2a7f34c6e9b0a5d3f8e1c7b29"
+}
+
+/// Finds the lines of a chunk that are the very bytes their bug was last imported from, by
+/// their ``SourceDigest`` against the one kept on the bug: those are not decoded or upserted.
+/// Only Jira JSON and BugSquasher NDJSON lines have digests (a CSV row means nothing without its
+/// header and mapping). Why and when a line is skipped: docs/DESIGN-NOTES.md, "Unchanged records
+/// are skipped".
+struct UnchangedRecords: Sendable {
+    /// What the digests of one chunk's lines found.
+    struct Found {
+        /// Each line's key and digest, where it has them.
+        var lines: [(key: String, digest: Int64)?]
+        /// The positions of the lines to skip.
+        var unchanged: Set<Int>
+    }
+
+    let seed: UInt64
+    let coordinator: StoreCoordinator
+
+    /// Skips the unchanged lines of `format`'s jobs; `nil` for a format without digests.
+    init?(format: ImportFormat, coordinator: StoreCoordinator) {
+        guard format.spoolLines != .envelope else { return nil }
+        seed = SourceDigest.seed([format.rawValue, "1"])
+        self.coordinator = coordinator
+    }
+
+    /// The digests of `lines` and which of them are unchanged. A key met twice in the chunk, or
+    /// written by a chunk before that may not have committed yet (`excluding`), is decoded
+    /// whatever its digest: the last record of a key must win.
+    func find(in lines: [OffsetLineReader.Line], format: ImportFormat, excluding recent: [Set<String>]) throws -> Found
+    {
+        var found = Found(lines: [], unchanged: [])
+        found.lines.reserveCapacity(lines.count)
+        var counts: [String: Int] = [:]
+        for line in lines {
+            let source = line.bytes.withUnsafeBufferPointer { bytes -> (key: String, digest: Int64)? in
+                // An element of a JSON array is spooled with its position: decoded as it is.
+                guard format.spoolLines != .jira || ((try? SpooledElement(bytes)) ?? nil) == nil,
+                    let key = SourceDigest.key(ofJSONObject: bytes)
+                else { return nil }
+                return (key, SourceDigest.of(bytes, seed: seed))
+            }
+            if let source { counts[source.key, default: 0] += 1 }
+            found.lines.append(source)
+        }
+        var candidates = Set(counts.compactMap { $0.value == 1 ? $0.key : nil })
+        for keys in recent { candidates.subtract(keys) }
+        guard !candidates.isEmpty else { return found }
+        let stored = try storedDigests(of: Array(candidates))
+        for (index, source) in found.lines.enumerated() {
+            if let source, candidates.contains(source.key), stored[source.key] == source.digest {
+                found.unchanged.insert(index)
+            }
+        }
+        return found
+    }
+
+    /// The digests kept on the bugs with these keys, read as rows (no objects), 500 keys a fetch.
+    private func storedDigests(of keys: [String]) throws -> [String: Int64] {
+        guard let entity = coordinator.model.entity(named: "Bug"), let keyIndex = entity.attributeIndex["key"],
+            let digestIndex = entity.attributeIndex["sourceDigest"]
+        else { return [:] }
+        var result: [String: Int64] = [:]
+        result.reserveCapacity(keys.count)
+        for batch in keys.chunks(ofCount: BugUpserter.inListLimit) {
+            let request = FetchDescription(
+                entityName: "Bug", predicate: Key("key").in(batch.map { Value.string($0) }), resultType: .rows)
+            guard case .rows(let rows) = try coordinator.fetch(request) else { continue }
+            for row in rows {
+                if case .string(let key) = row.snapshot.attributes[keyIndex],
+                    case .int64(let digest) = row.snapshot.attributes[digestIndex]
+                {
+                    result[key] = digest
+                }
+            }
+        }
+        return result
+    }
 }
