@@ -238,9 +238,9 @@ extension JiraPayload {
     }
 
     /// Runs `body`, naming the innermost field `path` in a failure it throws.
-    static func field(_ path: String, _ body: () throws -> Void) throws {
+    static func field(_ path: @autoclosure () -> String, _ body: () throws -> Void) throws {
         do { try body() } catch let failure as JSONReader.Failure {
-            throw FieldFailure(path: path, failure: failure)
+            throw FieldFailure(path: path(), failure: failure)
         }
     }
 }

@@ -276,6 +276,30 @@ package struct JSONReader {
         throw Failure(message: "unterminated string", offset: start - 1)
     }
 
+    /// Skips a string without making it: a plain ASCII one (most of what a record's reader skips)
+    /// is only scanned; one with escapes or non-ASCII bytes is read and checked as ``string()``
+    /// reads it, so that skipping refuses what reading refuses.
+    private mutating func skipString() throws {
+        let quote = index
+        index += 1
+        index = Self.skipPlainASCII(bytes, from: index)
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                return
+            }
+            if byte == UInt8(ascii: "\\") || byte >= 0x80 {
+                index = quote
+                _ = try string()
+                return
+            }
+            if byte < 0x20 { throw Failure(message: "control character in a string", offset: index) }
+            index += 1
+        }
+        throw Failure(message: "unterminated string", offset: quote)
+    }
+
     /// Skips one value of any type, checking its syntax.
     package mutating func skip() throws {
         skipWhitespace()
@@ -283,7 +307,7 @@ package struct JSONReader {
         switch bytes[index] {
         case UInt8(ascii: "{"): try object { reader, _ in try reader.skip() }
         case UInt8(ascii: "["): try array { try $0.skip() }
-        case UInt8(ascii: "\""): _ = try string()
+        case UInt8(ascii: "\""): try skipString()
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")
