@@ -1299,7 +1299,7 @@ def main():
     parser.add_argument("--backup-only", action="store_true", help="section k only")
     parser.add_argument("--j-runs", type=int, default=3, help="runs of each path in section j (the medians are compared)")
     parser.add_argument("--j-smoke", action="store_true", help="section j on the export's 1,000-issue sample")
-    parser.add_argument("--import-only", action="store_true", help="section j only")
+    parser.add_argument("--import-only", action="store_true", help="sections j and l only")
     args = parser.parse_args()
     if args.big_rows < args.rows:
         parser.error(f"--big-rows ({args.big_rows:,}) must be at least --rows ({args.rows:,}): sections 1 and d compare the two")
@@ -1320,7 +1320,7 @@ def main():
         if not args.skip_graph and not only:
             section_graph(args, report)
         files = {}
-        for n in sorted({args.rows, args.big_rows}) if not args.import_only else []:
+        for n in sorted({args.rows, args.big_rows}) if not args.import_only else [args.big_rows]:
             files[n] = f"{root}/rows-{n}.ndjson"
             generate(files[n], n)
         if not only:
@@ -1335,6 +1335,7 @@ def main():
         if not args.postgres_only and not args.backup_only:
             import bench_import
             bench_import.run(args, root, report)
+            bench_import.run_generated(args, root, files, report)
         if not args.postgres_only and not args.import_only:
             import bench_backup
             bench_backup.run(args, root, files, report)

@@ -15,6 +15,7 @@
 #      pgbench UPDATE + pg_notify; i. g's latency while a third daemon imports vs idle;
 #   j. a real Jira export (../shared/data): first import, unchanged and 1 % changed re-imports vs
 #      a naive Python importer and the C-API floor of the same rows (runs alternating);
+#   l. the --big-rows import, sequential and random key order, vs the C-API floor of its rows;
 #   k. the --big-rows import's rate while `squasherctl backup` runs vs without, and the copy's
 #      consistency (runs alternating).
 # PostgreSQL (Debian's package, installed when missing) runs as the postgres user in a temporary
@@ -31,7 +32,7 @@
 #   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)
 #   --postgres-only sections f to i only (PostgreSQL as the store)
 #   --backup-only   section k only (a backup during the --big-rows import)
-#   --import-only   section j only (a real Jira export: squasherd vs a naive importer and the floor)
+#   --import-only   sections j and l only (a real Jira export, and the --big-rows import, vs the floor)
 # Environment: BENCH_NO_BUILD=1 uses the binaries already in .build/release without building;
 # BENCH_BIN=DIR takes them from DIR instead.
 set -euo pipefail
