@@ -243,14 +243,14 @@ public final class VarlinkServer: Sendable {
                     continue
                 case (.handle, .call(let call)):
                     try await service.handle(call, context: context, replier: replier)
-                    // A download's bytes follow its reply; then the connection ends.
+                    // A download's bytes follow its reply; then, with no handler installed, the
+                    // machine ends the connection.
                     if call.upgrade, let download = context.connection.takeDownload() {
                         do {
                             try await download.send { buffer in try await replier.sendRaw(buffer) }
                         } catch {
                             logger.debug("download ended early", metadata: ["error": "\(error)"])
                         }
-                        break reading
                     }
                     // After an upgrade, what follows goes to the handler the call installed.
                     if call.upgrade { upgraded = context.connection.takeUpgradeHandler() }
