@@ -506,20 +506,24 @@ struct FaultTests {
     @Test("an input file truncated during upload abandons it, importing nothing")
     func inputShrinksDuringUpload() async throws {
         try await withDaemon { squasherd in
-            // About 60 MB, so that the upload is still running when the file is cut.
+            // About 300 MB, so that the upload is still running when squasherctl is stopped (60 MB
+            // were uploaded before a loaded CI machine's test saw the log line).
             let line =
                 #"{"key":"SHR-%d","title":"cut short","details":"\#(String(repeating: "x", count: 2_000))","status":"Open","project":{"key":"SHR"}}"#
             let path = squasherd.directory + "/shrinks.ndjson"
             #expect(FileManager.default.createFile(atPath: path, contents: nil))
             let writer = try #require(FileHandle(forWritingAtPath: path))
-            for block in 0..<30 {
+            for block in 0..<150 {
                 try writer.write(
                     contentsOf: Data((0..<1_000).map { String(format: line, block * 1_000 + $0) + "\n" }.joined().utf8))
             }
             try writer.close()
             let upload = try squasherd.startCtl("squasherctl import", ["import", path, "--wait"])
             try await squasherd.waitForLog("upload started")
+            // Stopped while the file is cut.
+            kill(upload.pid, SIGSTOP)
             try #require(truncate(path, 1_000_000) == 0)
+            kill(upload.pid, SIGCONT)
             #expect(try await upload.waitForExit(timeout: .seconds(120)) == 2)
             #expect(
                 upload.errorOutput.contains("shrinks.ndjson shrank while it was read")
