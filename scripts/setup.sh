@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libsqlite3-dev zlib1g-dev libsystemd-dev pkg-config sqlite3 python3 python3-venv systemd)
+packages=(libsqlite3-dev zlib1g-dev libisal-dev libsystemd-dev pkg-config sqlite3 python3 python3-venv systemd)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

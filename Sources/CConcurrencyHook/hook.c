@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "CConcurrencyHook.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <unistd.h>
@@ -32,4 +33,8 @@ void bugsquasher_name_current_thread(const char *name) {
 
 int bugsquasher_pipe2(int descriptors[2], int flags) {
     return pipe2(descriptors, flags);
+}
+
+int bugsquasher_start_writeback(int fd, long long offset, long long count) {
+    return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);
 }

@@ -1,9 +1,9 @@
+import BugSquasherGzip
 import BugSquasherImport
 import BugSquasherProtocol
 import BugSquasherSQLite
-import CompressNIO
+import CConcurrencyHook
 import Foundation
-import NIOCore
 
 /// Receives an upload and writes it to the job's spool file in a form the import runner reads
 /// line by line from any byte offset: gzip is inflated, JSON arrays and search responses become
@@ -19,13 +19,16 @@ actor Spooler {
     private let handle: FileHandle
     private var output: [UInt8] = []
     private(set) var bytesWritten: Int64 = 0
+    /// Up to where the spool file's writeback was started (see ``flush(force:)``).
+    private var writebackStarted: Int64 = 0
     private let directory: String
     private var sniffed: [UInt8] = []
     private var sniffedLines = 0
     private var decided = false
-    private var gzip: (any NIODecompressor)?
-    /// Where inflated bytes go, 64 KiB at a time.
-    private var gzipWindow = ByteBuffer()
+    private var gzip: GzipInflater?
+    /// Where inflated bytes go, a window at a time (a small, highly compressed upload cannot
+    /// inflate into memory all at once).
+    private var gzipWindow: [UInt8] = []
     /// Where the gzip members end, and whether the data ended whole.
     private var members = GzipMembers()
     /// The first bytes, held until there are two of them to tell gzip (`1F 8B`) from the rest:
@@ -100,15 +103,12 @@ actor Spooler {
                 }
                 leadingBytes = nil
                 if bytes.starts(with: [0x1F, 0x8B]) {
-                    let decompressor = CompressionAlgorithm.gzip().decompressor
-                    gzipWindow = ByteBufferAllocator().buffer(capacity: 64 * 1024)
-                    try decompressor.startStream()
-                    gzip = decompressor
+                    gzipWindow = [UInt8](repeating: 0, count: 256 * 1024)
+                    gzip = GzipInflater()
                 }
             }
             if let gzip {
-                var buffer = ByteBuffer(bytes: bytes)
-                try inflate(&buffer, with: gzip)
+                try inflate(bytes[...], with: gzip)
             } else {
                 try consume(bytes)
             }
@@ -128,44 +128,51 @@ actor Spooler {
         }
     }
 
-    /// Inflates `buffer` one 64 KiB window at a time (a small, highly compressed upload cannot
-    /// inflate into memory all at once) and consumes what it inflates to. Concatenated gzip
-    /// members inflate one after the other, as `gzip -d` reads them; zero bytes after a member
-    /// are padding; anything else after one is refused.
-    private func inflate(_ buffer: inout ByteBuffer, with gzip: any NIODecompressor) throws {
-        while buffer.readableBytes > 0 {
-            if members.memberEnded {
-                let (taken, after) = members.afterMember(Array(buffer.readableBytesView))
-                buffer.moveReaderIndex(forwardBy: taken)
-                switch after {
-                case .needMore: return
-                case .notGzip: throw Self.trailingData
-                case .nextMember(let start):
-                    try gzip.resetStream()
-                    var member = ByteBuffer(bytes: start)
-                    member.writeBuffer(&buffer)
-                    buffer = member
-                }
+    /// Inflates `bytes` and consumes what they inflate to. Concatenated gzip members inflate one
+    /// after the other, as `gzip -d` reads them; zero bytes after a member are padding; anything
+    /// else after one is refused.
+    private func inflate(_ bytes: ArraySlice<UInt8>, with gzip: GzipInflater) throws {
+        var rest = bytes
+        while !rest.isEmpty {
+            guard members.memberEnded else {
+                let taken = try inflateMember(rest, with: gzip)
+                // (Never seen: the inflater takes input while it has room to write.)
+                guard taken > 0 || members.memberEnded else { throw GzipError.stalled }
+                rest = rest.dropFirst(taken)
+                continue
             }
-            let unread = buffer
-            var windowFull = false
-            do {
-                try buffer.decompressStream(to: &gzipWindow, with: gzip)
-            } catch let error as CompressNIOError where error == .bufferOverflow {
-                windowFull = gzipWindow.writableBytes == 0
-            }
-            let consumed = buffer.readerIndex - unread.readerIndex
-            let last = unread.getBytes(at: buffer.readerIndex - min(consumed, 8), length: min(consumed, 8)) ?? []
-            let inflated = gzipWindow.readableBytes
-            // zlib reads nothing more once a member's trailer is read: what is left starts the
-            // next member, or is not gzip (see GzipMembers).
-            members.inflated(consumed: consumed, lastBytes: last, inflated: inflated, outputFull: windowFull)
-            if inflated > 0 {
-                try consume(Array(gzipWindow.readableBytesView))
-                try flush(force: false)
-                gzipWindow.clear()
+            let (taken, after) = members.afterMember(Array(rest))
+            rest = rest.dropFirst(taken)
+            switch after {
+            case .needMore: return
+            case .notGzip: throw Self.trailingData
+            case .nextMember(let start):
+                gzip.startMember()
+                _ = try inflateMember(start[...], with: gzip)
             }
         }
+    }
+
+    /// Inflates from `bytes` until they are used up and nothing more comes out, or the member
+    /// ends; returns how many bytes it took.
+    private func inflateMember(_ bytes: ArraySlice<UInt8>, with gzip: GzipInflater) throws -> Int {
+        var taken = 0
+        var windowFilled = false
+        while (taken < bytes.count || windowFilled) && !members.memberEnded {
+            let step = try bytes[(bytes.startIndex + taken)...].withUnsafeBytes { input in
+                try gzipWindow.withUnsafeMutableBytes { try gzip.inflate(input, into: $0) }
+            }
+            taken += step.consumed
+            windowFilled = step.produced == gzipWindow.count
+            members.inflated(step.produced, memberEnded: step.memberEnded)
+            if step.produced > 0 {
+                try consume(Array(gzipWindow[..<step.produced]))
+                try flush(force: false)
+            } else if step.consumed == 0, !step.memberEnded {
+                break
+            }
+        }
+        return taken
     }
 
     private static let trailingData = DaemonError(
@@ -376,6 +383,13 @@ actor Spooler {
         }
         bytesWritten += Int64(output.count)
         output.removeAll(keepingCapacity: true)
+        // Writeback starts as the upload goes, 8 MiB at a time, so that the fsync that ends it
+        // waits for the last few MiB rather than the whole file.
+        if bytesWritten - writebackStarted >= 8 << 20 {
+            _ = bugsquasher_start_writeback(
+                handle.fileDescriptor, writebackStarted, bytesWritten - writebackStarted)
+            writebackStarted = bytesWritten
+        }
         // A spool file removed meanwhile (its directory deleted or cleaned by a tmp reaper) is
         // still written to, through this handle, but nothing can read it: say so now rather
         // than after the rest of the upload.

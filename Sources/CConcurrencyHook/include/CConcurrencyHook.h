@@ -20,4 +20,10 @@ void bugsquasher_name_current_thread(const char *name);
 /// declare `pipe2`, a GNU extension. Returns 0, or -1 with `errno` set.
 int bugsquasher_pipe2(int descriptors[2], int flags);
 
+/// `sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE`: starts writing `count` bytes of `fd` from
+/// `offset` back to the disk, without waiting, so that a later `fsync` has little left to wait
+/// for. Swift's Glibc module does not declare it, a Linux extension. Returns 0, or -1 with
+/// `errno` set.
+int bugsquasher_start_writeback(int fd, long long offset, long long count);
+
 #endif

@@ -1,10 +1,9 @@
 /// The bookkeeping of a gzip upload's members, apart from inflating them: where a member ends,
 /// what may follow it (another member, as `gzip -d` reads concatenated ones, or zero padding),
-/// and whether the data ended whole — with the trailer that gives the inflated size, which zlib
-/// does not check: it inflates a stream cut short without complaint, up to the cut.
+/// and whether the data ended whole.
 ///
-/// The spooler inflates with zlib and reports each step here; pure, so the rules are tested
-/// with plain bytes.
+/// The spooler inflates with ``GzipInflater``, which checks each member's trailer, and reports
+/// each step here; pure, so the rules are tested with plain bytes.
 public struct GzipMembers: Sendable {
     /// What the bytes after a member are.
     public enum AfterMember: Sendable, Equatable {
@@ -18,7 +17,7 @@ public struct GzipMembers: Sendable {
 
     /// How the gzip data ended.
     public enum End: Sendable, Equatable {
-        /// With the trailer of its last member, which matches what that member inflated to.
+        /// With the trailer of its last member.
         case whole
         /// Followed by the start of something that is not a gzip member.
         case trailingData
@@ -31,22 +30,17 @@ public struct GzipMembers: Sendable {
     public private(set) var memberEnded = false
     /// The bytes the member being read inflated to so far.
     public private(set) var inflatedBytes: UInt64 = 0
-    /// The last 8 bytes the member consumed: its trailer once it is whole (CRC-32 and the
-    /// inflated size modulo 2^32).
-    private var tail: [UInt8] = []
     /// The first bytes after a member's end, held until there are two of them to check.
     private var nextStart: [UInt8] = []
 
     /// Bookkeeping for an upload whose first member starts now.
     public init() {}
 
-    /// A step of inflating the current member consumed `consumed` bytes, of which `lastBytes`
-    /// are the last (up to 8), and inflated `inflated` bytes. A step that consumes and inflates
-    /// nothing, with room left for output, means the member's trailer was read.
-    public mutating func inflated(consumed: Int, lastBytes: [UInt8], inflated: Int, outputFull: Bool) {
-        if consumed > 0 { tail = Array((tail + lastBytes).suffix(8)) }
+    /// A step of inflating the current member wrote `inflated` bytes, and ended the member
+    /// (its trailer read and checked) or not.
+    public mutating func inflated(_ inflated: Int, memberEnded ended: Bool) {
         inflatedBytes += UInt64(inflated)
-        if consumed == 0, inflated == 0, !outputFull { memberEnded = true }
+        if ended { memberEnded = true }
     }
 
     /// Takes the bytes that follow a member's end: zero padding is skipped, and a gzip header
@@ -64,7 +58,6 @@ public struct GzipMembers: Sendable {
         defer {
             nextStart = []
             memberEnded = false
-            tail = []
             inflatedBytes = 0
         }
         return (taken, .nextMember(start: nextStart))
@@ -73,8 +66,6 @@ public struct GzipMembers: Sendable {
     /// The upload ended: whether its gzip data was whole.
     public func end() -> End {
         if !nextStart.isEmpty { return .trailingData }
-        guard tail.count == 8 else { return .incomplete(inflatedBytes: inflatedBytes) }
-        let size = tail[4...].reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-        return size == UInt32(truncatingIfNeeded: inflatedBytes) ? .whole : .incomplete(inflatedBytes: inflatedBytes)
+        return memberEnded ? .whole : .incomplete(inflatedBytes: inflatedBytes)
     }
 }
