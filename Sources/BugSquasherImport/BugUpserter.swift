@@ -13,6 +13,10 @@ public struct BugUpserter: Sendable {
     /// At most this many values go into one `IN` predicate; longer lists are fetched in parts.
     public static let inListLimit = 500
 
+    /// The entities whose objects many bugs share (people, components, projects): links to
+    /// them can be deferred (see ``DeferredLinks``).
+    public static let sharedEntities: Set<String> = ["Person", "Component", "Project"]
+
     /// When set, the upserter gives way to interactive saves before each record it checks or
     /// applies and before each fetch (see ``EditsFirst/yieldToInteractiveSaves()``): it may then
     /// block its thread for a moment.
@@ -34,6 +38,37 @@ public struct BugUpserter: Sendable {
     public func upsert(
         _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, in context: isolated ObjectContext
     ) throws -> UpsertSummary {
+        var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst)
+        return try upsert(records, keys: keys, validated: validated, with: &pass, in: context)
+    }
+
+    /// Upserts `records` like ``upsert(_:keys:validated:in:)``, except that the links to the
+    /// people, components and projects with `deferred` keys (which another save is writing) are
+    /// not made: they are returned, for ``link(_:in:)`` once that save has committed. The
+    /// objects with those keys are neither fetched nor touched meanwhile, and a bug whose only
+    /// change waits counts as unchanged in ``upsert(_:keys:validated:in:)``'s terms.
+    public func upsert(
+        _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, deferring deferred: UpsertKeys,
+        in context: isolated ObjectContext
+    ) throws -> DeferredLinks {
+        var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst, deferring: deferred)
+        _ = try upsert(records, keys: keys, validated: validated, with: &pass, in: context)
+        return DeferredLinks(keys: deferred, links: pass.links)
+    }
+
+    /// Makes the links an upsert deferred (see ``DeferredLinks``): fetches the objects they
+    /// name, applies the records' values to them (a person's display name, a project's name),
+    /// and links them. Objects that do not exist after all are inserted.
+    public func link(_ deferred: DeferredLinks, in context: isolated ObjectContext) throws {
+        guard !deferred.isEmpty else { return }
+        var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst)
+        try pass.link(deferred, in: context)
+    }
+
+    private func upsert(
+        _ records: [BugRecord], keys: UpsertKeys?, validated: Bool, with pass: inout UpsertPass,
+        in context: isolated ObjectContext
+    ) throws -> UpsertSummary {
         // Records are read in place (through the buffer), not copied: a copy of a record retains
         // every string of it, and this runs for every record of every chunk. `apply` takes a
         // pointer because a subscript's element, passed as an argument, is copied out.
@@ -48,7 +83,6 @@ public struct BugUpserter: Sendable {
             // The key set tells whether a key repeats; only then is each key's outcome merged
             // over its records.
             let repeated = records.count - (keys.byEntity["Bug"]?.count ?? 0)
-            var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst)
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(repeated: repeated)
             if repeated == 0 {

@@ -12,6 +12,11 @@ public struct UpsertKeys: Sendable, Equatable {
     /// The keys, by entity name.
     public var byEntity: [String: Set<StoredText>]
 
+    /// These keys, by entity name.
+    public init(byEntity: [String: Set<StoredText>]) {
+        self.byEntity = byEntity
+    }
+
     /// The keys of every object upserting `records` looks up.
     public init(_ records: [BugRecord]) {
         self = records.withUnsafeBufferPointer { UpsertKeys($0) }
@@ -53,11 +58,25 @@ public struct UpsertKeys: Sendable, Equatable {
         byEntity = keys
     }
 
-    /// Whether any entity has a key in both.
-    public func overlaps(_ other: UpsertKeys) -> Bool {
+    /// Whether any entity has a key in both; only the entities in `entities`, when given.
+    public func overlaps(_ other: UpsertKeys, in entities: Set<String>? = nil) -> Bool {
         byEntity.contains { entity, keys in
-            guard let others = other.byEntity[entity] else { return false }
+            guard entities?.contains(entity) ?? true, let others = other.byEntity[entity] else { return false }
             return keys.count <= others.count ? !keys.isDisjoint(with: others) : !others.isDisjoint(with: keys)
         }
     }
+
+    /// The keys of `entities` in both.
+    public func common(with other: UpsertKeys, in entities: Set<String>) -> UpsertKeys {
+        var common = UpsertKeys(byEntity: [:])
+        for entity in entities {
+            guard let keys = byEntity[entity], let others = other.byEntity[entity] else { continue }
+            let both = keys.count <= others.count ? keys.intersection(others) : others.intersection(keys)
+            if !both.isEmpty { common.byEntity[entity] = both }
+        }
+        return common
+    }
+
+    /// Whether there is no key at all.
+    public var isEmpty: Bool { byEntity.values.allSatisfy(\.isEmpty) }
 }

@@ -27,20 +27,67 @@ struct UpsertPass {
     private var persons: [StoredText: Person] = [:]
     private var components: [StoredText: Component] = [:]
     private var comments: [StoredText: Comment] = [:]
+    /// The keys of the people, components and projects left alone, and the links to them that
+    /// wait (see ``DeferredLinks``).
+    private var deferred: UpsertKeys?
+    private(set) var links: [DeferredLinks.Link] = []
 
-    init(inListLimit: Int, editsFirst: EditsFirst? = nil) {
+    init(inListLimit: Int, editsFirst: EditsFirst? = nil, deferring deferred: UpsertKeys? = nil) {
         self.inListLimit = inListLimit
         self.editsFirst = editsFirst
+        self.deferred = deferred
     }
 
-    /// Fetches the existing objects the records name, one `IN` fetch per entity and part.
+    /// Fetches the existing objects the records name, one `IN` fetch per entity and part; not
+    /// those whose links are deferred.
     mutating func fetchExisting(_ keys: UpsertKeys, in context: isolated ObjectContext) throws {
-        bugs = try fetch(Bug.self, by: "key", in: keys.byEntity["Bug", default: []], context: context)
-        projects = try fetch(Project.self, by: "key", in: keys.byEntity["Project", default: []], context: context)
-        persons = try fetch(Person.self, by: "name", in: keys.byEntity["Person", default: []], context: context)
-        components = try fetch(
-            Component.self, by: "name", in: keys.byEntity["Component", default: []], context: context)
-        comments = try fetch(Comment.self, by: "jiraID", in: keys.byEntity["Comment", default: []], context: context)
+        func keysOf(_ entity: String) -> Set<StoredText> {
+            let all = keys.byEntity[entity, default: []]
+            guard let left = deferred?.byEntity[entity], !left.isEmpty else { return all }
+            return all.subtracting(left)
+        }
+        bugs = try fetch(Bug.self, by: "key", in: keysOf("Bug"), context: context)
+        projects = try fetch(Project.self, by: "key", in: keysOf("Project"), context: context)
+        persons = try fetch(Person.self, by: "name", in: keysOf("Person"), context: context)
+        components = try fetch(Component.self, by: "name", in: keysOf("Component"), context: context)
+        comments = try fetch(Comment.self, by: "jiraID", in: keysOf("Comment"), context: context)
+    }
+
+    /// Whether the links to the `entity` object with `key` wait.
+    @inline(__always)
+    private func isDeferred(_ entity: String, _ key: String) -> Bool {
+        guard let deferred else { return false }
+        return deferred.byEntity[entity]?.contains(StoredText(key)) == true
+    }
+
+    /// Makes the deferred links, now that the objects they name can be read: fetches those
+    /// objects (or inserts them, when they do not exist after all) and applies each link's record
+    /// to them, in the order the records named them.
+    mutating func link(_ deferred: DeferredLinks, in context: isolated ObjectContext) throws {
+        self.deferred = nil
+        try fetchExisting(deferred.keys, in: context)
+        for link in deferred.links {
+            editsFirst?.yieldToInteractiveSaves()
+            switch link {
+            case .project(let bug, let record):
+                (context.object(with: bug) as? Bug)?.project = project(record, in: context)
+            case .reporter(let bug, let record):
+                (context.object(with: bug) as? Bug)?.reporter = person(record, in: context)
+            case .assignee(let bug, let record):
+                (context.object(with: bug) as? Bug)?.assignee = person(record, in: context)
+            case .author(let comment, let record):
+                (context.object(with: comment) as? Comment)?.author = person(record, in: context)
+            case .components(let bug, let wanted, let isNew):
+                guard let bug = context.object(with: bug) as? Bug else { continue }
+                let components = wanted.compactMap { wanted -> Component? in
+                    switch wanted {
+                    case .object(let id): context.object(with: id) as? Component
+                    case .named(let name): component(named: name, in: context)
+                    }
+                }
+                setComponents(components, of: bug, isNew: isNew)
+            }
+        }
     }
 
     /// Inserts or updates the bug of one record, with its relationships and comments.
@@ -75,10 +122,37 @@ struct UpsertPass {
         if !kept.contains(.updated) { bug.updated = record.pointee.updated }
         if !kept.contains(.resolved) { bug.resolved = record.pointee.resolved }
         bug.sourceDigest = record.pointee.sourceDigest
-        bug.project = project(record.pointee.project, in: context)
-        if !kept.contains(.reporter) { bug.reporter = person(record.pointee.reporter, in: context) }
-        if !kept.contains(.assignee) { bug.assignee = person(record.pointee.assignee, in: context) }
-        if !kept.contains(.components) { setComponents(record.pointee.components, of: bug, isNew: isNew, in: context) }
+        if isDeferred("Project", record.pointee.project.key) {
+            links.append(.project(bug: bug.objectID, record.pointee.project))
+        } else {
+            bug.project = project(record.pointee.project, in: context)
+        }
+        if !kept.contains(.reporter) {
+            if let reporter = record.pointee.reporter, isDeferred("Person", reporter.name) {
+                links.append(.reporter(bug: bug.objectID, reporter))
+            } else {
+                bug.reporter = person(record.pointee.reporter, in: context)
+            }
+        }
+        if !kept.contains(.assignee) {
+            if let assignee = record.pointee.assignee, isDeferred("Person", assignee.name) {
+                links.append(.assignee(bug: bug.objectID, assignee))
+            } else {
+                bug.assignee = person(record.pointee.assignee, in: context)
+            }
+        }
+        if !kept.contains(.components) {
+            let names = record.pointee.components
+            if deferred != nil, names.contains(where: { isDeferred("Component", $0) }) {
+                // The others are found or inserted now, as they would be without the wait.
+                let wanted = names.map { name -> DeferredLinks.Component in
+                    isDeferred("Component", name) ? .named(name) : .object(component(named: name, in: context).objectID)
+                }
+                links.append(.components(bug: bug.objectID, wanted, isNew: isNew))
+            } else if !(isNew && names.isEmpty) {
+                setComponents(names.map { component(named: $0, in: context) }, of: bug, isNew: isNew)
+            }
+        }
 
         var commentsChanged = false
         for comment in record.pointee.comments where upsert(comment, on: bug, in: context) {
@@ -128,12 +202,9 @@ struct UpsertPass {
         return component
     }
 
-    /// Makes the bug's components exactly the named ones. A bug inserted by this pass has none
-    /// yet, and its empty relationship is not read.
-    private mutating func setComponents(_ names: [String], of bug: Bug, isNew: Bool, in context: isolated ObjectContext)
-    {
-        if isNew && names.isEmpty { return }
-        let wanted = names.map { component(named: $0, in: context) }
+    /// Makes the bug's components exactly `wanted`. A bug inserted by this pass has none yet,
+    /// and its empty relationship is not read.
+    private func setComponents(_ wanted: [Component], of bug: Bug, isNew: Bool) {
         let current = isNew ? [] : bug.components
         let wantedSet = Set(wanted)
         let currentSet = Set(current)
@@ -159,7 +230,11 @@ struct UpsertPass {
         comment.body = record.body
         comment.created = record.created
         comment.updated = record.updated
-        comment.author = person(record.author, in: context)
+        if let author = record.author, isDeferred("Person", author.name) {
+            links.append(.author(comment: comment.objectID, author))
+        } else {
+            comment.author = person(record.author, in: context)
+        }
         comment.bug = bug
         return comment.hasChanges
     }

@@ -313,6 +313,74 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(title.map { Array($0.utf8) } == [Array("Cafe\u{301}".utf8)])
     }
 
+    /// The importer upserts a chunk while the one before saves. People, components and projects
+    /// the one before writes are left aside and linked after its save: the result is what the
+    /// two chunks give one after the other, with no second insert of a shared object.
+    @Test("links to shared objects another chunk writes wait for its save, and end the same")
+    func deferredLinks() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "upsert-deferred-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let stack = try PersistentStack(
+            model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
+        let upserter = self.upserter
+        let first = [sampleRecords()[0]]
+        let second = [
+            BugRecord(
+                key: "TIMOB-3", title: "Web view leaks", status: "Open",
+                project: ProjectRecord(key: "TIMOB", name: "Titanium SDK"), components: ["Runtime", "Web"],
+                reporter: PersonRecord(name: "user-alice", displayName: "Alice B."),
+                assignee: PersonRecord(name: "user-dave", displayName: "Dave"),
+                comments: [CommentRecord(jiraID: "c9", body: "Confirmed.", author: PersonRecord(name: "user-bob"))]),
+            // "Web" again, not shared: the one object both bugs link to.
+            BugRecord(
+                key: "TIMOB-4", title: "Web view blank", status: "Open", project: ProjectRecord(key: "TIMOB"),
+                components: ["Web"]),
+        ]
+
+        let one = stack.importerContext()
+        let written = try await one.perform { context in
+            _ = try upserter.upsert(first, in: context)
+            return UpsertKeys(writtenIn: context)
+        }
+        let shared = written.common(with: UpsertKeys(second), in: BugUpserter.sharedEntities)
+        #expect(shared.byEntity["Person"]?.map(\.string).sorted() == ["user-alice", "user-bob"])
+        #expect(shared.byEntity["Component"]?.map(\.string) == ["Runtime"])
+        #expect(shared.byEntity["Project"]?.map(\.string) == ["TIMOB"])
+        #expect(!written.overlaps(UpsertKeys(second), in: ["Bug", "Comment"]))
+
+        // The second chunk is upserted before the first is saved.
+        let two = stack.importerContext()
+        let links = try await two.perform { context in
+            try upserter.upsert(second, deferring: shared, in: context)
+        }
+        #expect(links.links.count == 5)  // 2 projects, a reporter, components, the comment's author
+        let didSave = try #require(try await one.save())
+        try await two.perform { context in
+            _ = context.merge(didSave)
+            try upserter.link(links, in: context)
+        }
+        _ = try await two.save()
+
+        let reader = stack.temporaryContext()
+        #expect(try await count(Person.self, in: reader) == 3)
+        #expect(try await count(Component.self, in: reader) == 3)
+        #expect(try await count(Project.self, in: reader) == 1)
+        let stored = try await reader.perform { context in
+            let bug = try #require(try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-3")).first)
+            return (
+                bug.reporter?.displayName, bug.assignee?.name, bug.project?.key, bug.components.map(\.name).sorted(),
+                bug.comments.first?.author?.name
+            )
+        }
+        #expect(stored.0 == "Alice B.")
+        #expect(stored.1 == "user-dave")
+        #expect(stored.2 == "TIMOB")
+        #expect(stored.3 == ["Runtime", "Web"])
+        #expect(stored.4 == "user-bob")
+    }
+
     @Test func refusesARecordWithAnEmptyOrBlankKeyAndChangesNothing() async throws {
         let context = try makeContext()
         let upserter = self.upserter

@@ -474,6 +474,8 @@ final class ImportRunner: Service {
         var rejects: [(line: Int, reason: String)]
         /// The keys of the objects whose stored values its save writes.
         var written: UpsertKeys
+        /// The links to shared objects the chunk before is writing, made once it has saved.
+        var links: DeferredLinks?
     }
 
     /// A prepared chunk whose save runs on the writer.
@@ -483,10 +485,12 @@ final class ImportRunner: Service {
     }
 
     /// Upserts `chunk` into a new importer context while `saving` (the previous chunk) is
-    /// still being saved, and settles that save. When the chunk reads an object the previous one
-    /// writes, it waits for that save first; objects the previous save only bumped the version of
-    /// (the project of every bug, say) are brought up to date by merging its did-save, so that
-    /// this chunk's save does not meet them as conflicts.
+    /// still being saved, and settles that save. When the chunk reads a bug or comment the
+    /// previous one writes, it waits for that save first; its links to people, components and
+    /// projects the previous one writes are made after that save (see ``DeferredLinks``).
+    /// Objects the previous save only bumped the version of (the project of every bug, say) are
+    /// brought up to date by merging its did-save, so that this chunk's save does not meet them
+    /// as conflicts.
     private func prepareAfter(
         _ saving: inout SavingChunk?, _ chunk: Chunk, job: String, retired: inout PreparedChunk?,
         progress: inout ImportProgress, logger: Logger
@@ -495,22 +499,38 @@ final class ImportRunner: Service {
         retired = previous.chunk
         editsFirst?.yieldToInteractiveSaves()
         let reads = chunk.reads ?? UpsertKeys(chunk.records)
-        if previous.chunk.written.overlaps(reads) {
+        let written = previous.chunk.written
+        if written.overlaps(reads, in: Self.ownEntities) {
             saving = nil
             try await settle(previous, progress: &progress, logger: logger)
             return try await prepare(chunk, job: job, reads: reads)
         }
+        let shared = written.common(with: reads, in: BugUpserter.sharedEntities)
         // Until it is settled, the previous save stays in `saving`: if preparing this chunk
         // fails, the caller still waits for it before failing the job.
-        let prepared = try await prepare(chunk, job: job, reads: reads)
+        var prepared = try await prepare(chunk, job: job, reads: reads, deferring: shared.isEmpty ? nil : shared)
         saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
             return try await prepare(chunk, job: job, reads: reads)
         }
-        await prepared.context.perform { _ = $0.merge(didSave) }
+        let upserter = BugUpserter(editsFirst: editsFirst)
+        let links = prepared.links
+        prepared.written =
+            try await prepared.context.perform { context in
+                _ = context.merge(didSave)
+                guard let links, !links.isEmpty else { return nil }
+                try upserter.link(links, in: context)
+                return UpsertKeys(writtenIn: context)
+            } ?? prepared.written
+        prepared.links = nil
         return prepared
     }
+
+    /// The entities whose objects are a chunk's own (its bugs and their comments), against
+    /// ``BugUpserter/sharedEntities``: a chunk that reads one the chunk before writes waits for
+    /// that save before it upserts anything.
+    static let ownEntities: Set<String> = ["Bug", "Comment"]
 
     /// Waits for a chunk's save and reports its progress. When the store refused the chunk as a
     /// whole, imports its records one by one so that only the bad ones are rejected; the result
@@ -599,9 +619,10 @@ final class ImportRunner: Service {
 
     /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
     /// already built. The lines in `extraRejects` are rejected instead, with the reasons given.
-    private func prepare(_ input: Chunk, job id: String, reads: UpsertKeys? = nil, extraRejects: [Int: String] = [:])
-        async throws -> PreparedChunk
-    {
+    private func prepare(
+        _ input: Chunk, job id: String, reads: UpsertKeys? = nil, deferring shared: UpsertKeys? = nil,
+        extraRejects: [Int: String] = [:]
+    ) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import", bulk: true)
         let upserter = BugUpserter(editsFirst: editsFirst)
         let entries = input.entries
@@ -615,21 +636,26 @@ final class ImportRunner: Service {
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
         }
-        let (written, job) = try await context.perform { context in
+        let (written, job, links) = try await context.perform { context in
             // A bug deleted between this upsert and the save fails the save instead of taking
             // the record with it: the records are then saved one by one, re-creating it.
             context.failsOverStoreDeletions = true
-            _ = try upserter.upsert(records, keys: reads, validated: true, in: context)
+            var links: DeferredLinks?
+            if let shared {
+                links = try upserter.upsert(records, keys: reads, validated: true, deferring: shared, in: context)
+            } else {
+                _ = try upserter.upsert(records, keys: reads, validated: true, in: context)
+            }
             editsFirst?.yieldToInteractiveSaves()
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
-            return (UpsertKeys(writtenIn: context), job.objectID)
+            return (UpsertKeys(writtenIn: context), job.objectID, links)
         }
         let unchanged = entries.count { $0.unchanged }
         return PreparedChunk(
             input: input, context: context, job: job, imported: Int64(records.count + unchanged), rejects: rejects,
-            written: written)
+            written: written, links: links)
     }
 
     /// Records the chunk's progress and rejects on the job and saves the chunk with them, in one
