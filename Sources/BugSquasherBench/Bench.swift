@@ -1,5 +1,6 @@
 import ArgumentParser
 import BugSquasherGraph
+import BugSquasherImport
 import BugSquasherModel
 import BugSquasherSQLite
 import BugSquasherStack
@@ -38,6 +39,12 @@ struct Bench: AsyncParsableCommand {
     )
     var floor: String?
 
+    @Option(
+        help:
+            "Instead: decoding alone. Decodes every line of the uncompressed Jira NDJSON FILE as squasherd's importer does and prints the time: for profiling the decoder (valgrind --tool=callgrind counts its instructions)."
+    )
+    var decode: String?
+
     mutating func validate() throws {
         guard rows > 0, chunk > 0 else { throw ValidationError("--rows and --chunk must be positive.") }
         guard ["sequential", "random", "both"].contains(order) else {
@@ -52,6 +59,11 @@ struct Bench: AsyncParsableCommand {
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("bugsquasher-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(at: base) } }
+        if let decode {
+            let (seconds, issues) = try DecodeOnly(path: decode).run()
+            print(String(format: "decode: %.3f seconds, %d issues", seconds, issues))
+            return
+        }
         if let floor {
             let (seconds, counts) = try FloorImport(source: floor, chunk: chunk).run(
                 into: base.appendingPathComponent("floor-\(UUID().uuidString.prefix(8)).sqlite").path)

@@ -241,37 +241,36 @@ package struct JSONReader {
         }
         index += 1
         let start = index
-        // The common case: no escapes, one copy; non-ASCII bytes are validated, not repaired.
-        var nonASCII: UInt8 = 0
-        index = Self.skipPlainASCII(bytes, from: index)
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") {
-                let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                let text =
-                    nonASCII & 0x80 == 0 ? String(decoding: raw, as: UTF8.self) : try Self.validated(raw, at: start)
-                index += 1
-                return text
-            }
-            if byte == UInt8(ascii: "\\") { break }
-            if byte < 0x20 { throw Failure(message: "control character in a string", offset: index) }
-            nonASCII |= byte
+        // Every byte passed is OR-ed in here: its high bits say whether any was non-ASCII, and
+        // only then is the text validated as UTF-8 (what `\u` escapes add is valid already).
+        var seen: UInt64 = 0
+        index = Self.scanText(bytes, from: index, seen: &seen)
+        // The common case: no escapes, one copy.
+        if index < bytes.count, bytes[index] == UInt8(ascii: "\"") {
+            let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
             index += 1
+            return seen & Self.highBits == 0 ? String(decoding: raw, as: UTF8.self) : try Self.validated(raw, at: start)
         }
-        var utf8 = Array(bytes[start..<index])
+        // Escapes: the runs between them are copied whole.
+        var utf8: [UInt8] = []
+        utf8.reserveCapacity(index - start + 64)
+        utf8.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
         while index < bytes.count {
             let byte = bytes[index]
             index += 1
             switch byte {
             case UInt8(ascii: "\""):
-                return try utf8.withUnsafeBufferPointer { try Self.validated($0, at: start) }
+                return try utf8.withUnsafeBufferPointer {
+                    seen & Self.highBits == 0 ? String(decoding: $0, as: UTF8.self) : try Self.validated($0, at: start)
+                }
             case UInt8(ascii: "\\"):
                 try unescape(into: &utf8)
-            case ..<0x20:
-                throw Failure(message: "control character in a string", offset: index - 1)
             default:
-                utf8.append(byte)
+                throw Failure(message: "control character in a string", offset: index - 1)
             }
+            let run = index
+            index = Self.scanText(bytes, from: index, seen: &seen)
+            utf8.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<index]))
         }
         throw Failure(message: "unterminated string", offset: start - 1)
     }
@@ -281,23 +280,14 @@ package struct JSONReader {
     /// reads it, so that skipping refuses what reading refuses.
     private mutating func skipString() throws {
         let quote = index
-        index += 1
-        index = Self.skipPlainASCII(bytes, from: index)
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") {
-                index += 1
-                return
-            }
-            if byte == UInt8(ascii: "\\") || byte >= 0x80 {
-                index = quote
-                _ = try string()
-                return
-            }
-            if byte < 0x20 { throw Failure(message: "control character in a string", offset: index) }
+        var seen: UInt64 = 0
+        index = Self.scanText(bytes, from: index + 1, seen: &seen)
+        if index < bytes.count, bytes[index] == UInt8(ascii: "\""), seen & Self.highBits == 0 {
             index += 1
+            return
         }
-        throw Failure(message: "unterminated string", offset: quote)
+        index = quote
+        _ = try string()
     }
 
     /// Skips one value of any type, checking its syntax.
@@ -400,32 +390,40 @@ package struct JSONReader {
         }
     }
 
-    /// The string of `utf8`, or a failure naming `offset` when it is not valid UTF-8 (a byte
-    /// sequence in another encoding, or cut in the middle of a character).
-    /// The index of the first byte at or after `index` that a string's byte loop must look at:
-    /// a quote, a backslash, a control character or a non-ASCII byte. Skips eight bytes at a
-    /// time while none of them is one (a record's long texts are mostly plain ASCII; byte by
-    /// byte, their scan was the largest share of decoding).
-    private static func skipPlainASCII(_ bytes: UnsafeBufferPointer<UInt8>, from index: Int) -> Int {
+    /// The high bit of each byte of a word.
+    private static let highBits: UInt64 = 0x8080_8080_8080_8080
+
+    /// The index of the first quote, backslash or control character at or after `index`, or the
+    /// end: what a string's text runs to. Eight bytes at a time while none of them is one; every
+    /// byte passed is OR-ed into `seen` (its high bits then tell whether one was non-ASCII).
+    private static func scanText(_ bytes: UnsafeBufferPointer<UInt8>, from index: Int, seen: inout UInt64) -> Int {
         guard let base = UnsafeRawPointer(bytes.baseAddress) else { return index }
         let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
         var index = index
         while bytes.count - index >= 8 {
             let word = base.loadUnaligned(fromByteOffset: index, as: UInt64.self)
             let quote = word ^ (ones &* UInt64(UInt8(ascii: "\"")))
             let backslash = word ^ (ones &* UInt64(UInt8(ascii: "\\")))
-            // Nonzero in a byte's high bit when some byte is zero (below 0x20 for `control`);
+            // Nonzero in a byte's high bit when some byte is zero (below 0x20 for the third);
             // exact as to whether any is, which is all that is asked.
             let hasQuote = (quote &- ones) & ~quote
             let hasBackslash = (backslash &- ones) & ~backslash
             let hasControl = (word &- ones &* 0x20) & ~word
-            if (hasQuote | hasBackslash | hasControl | word) & highs != 0 { break }
+            if (hasQuote | hasBackslash | hasControl) & highBits != 0 { break }
+            seen |= word
             index += 8
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            seen |= UInt64(byte)
+            index += 1
         }
         return index
     }
 
+    /// The string of `utf8`, or a failure naming `offset` when it is not valid UTF-8 (a byte
+    /// sequence in another encoding, or cut in the middle of a character).
     private static func validated(_ utf8: UnsafeBufferPointer<UInt8>, at offset: Int) throws -> String {
         guard let text = String(validating: utf8, as: UTF8.self) else {
             throw Failure(

@@ -63,6 +63,24 @@ struct JSONReaderTests {
                     return try reader.string()
                 }
             }
+            // The same after an escape, in the runs copied between escapes; skipping refuses
+            // what reading refuses.
+            let escaped = Array(("\"" + prefix + "\\n" + plain).utf8)
+            for bad: [UInt8] in [[0xFF], [0x01], Array("\\n".utf8) + [0xC3]] {
+                let text = escaped + bad + Array((plain + "\"").utf8)
+                #expect(throws: JSONReader.Failure.self, "\(bad) at \(position)") {
+                    try text.withUnsafeBufferPointer { bytes in
+                        var reader = JSONReader(bytes)
+                        return try reader.string()
+                    }
+                }
+                #expect(throws: JSONReader.Failure.self, "\(bad) at \(position), skipped") {
+                    try text.withUnsafeBufferPointer { bytes in
+                        var reader = JSONReader(bytes)
+                        try reader.skip()
+                    }
+                }
+            }
             // Unterminated: the scan stops at the end.
             let open = Array(("\"" + prefix + plain).utf8)
             #expect(throws: JSONReader.Failure.self) {
