@@ -207,19 +207,33 @@ extension SQLiteStore {
 
     /// Removes and adds the to-many links of a save.
     private func writeLinks(removed: [SaveChanges.Link], added: [SaveChanges.Link], db: Database) throws {
+        var delete = LinkStatement { "DELETE FROM \($0) WHERE src = ? AND dst = ?" }
         for link in removed {
-            try db.cachedStatement(
-                sql:
-                    "DELETE FROM \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) WHERE src = ? AND dst = ?"
-            )
-            .execute(arguments: [link.source.key, link.destination.key])
+            try delete.statement(for: link, db: db).execute(arguments: [link.source.key, link.destination.key])
         }
+        var insert = LinkStatement { "INSERT OR IGNORE INTO \($0) (src, dst) VALUES (?, ?)" }
         for link in added {
-            try db.cachedStatement(
-                sql:
-                    "INSERT OR IGNORE INTO \(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)) (src, dst) VALUES (?, ?)"
-            )
-            .execute(arguments: [link.source.key, link.destination.key])
+            try insert.statement(for: link, db: db).execute(arguments: [link.source.key, link.destination.key])
+        }
+    }
+
+    /// The statement for one join table's links, looked up again only when the table changes:
+    /// a save's links come table by table, and building the SQL and hashing it in GRDB's cache
+    /// for every link of a chunk (a bug's components) cost more than executing it.
+    private struct LinkStatement {
+        let sql: (String) -> String
+        private var last: (owner: String, relationship: String, statement: Statement)?
+
+        init(sql: @escaping (String) -> String) { self.sql = sql }
+
+        mutating func statement(for link: SaveChanges.Link, db: Database) throws -> Statement {
+            if let last, last.owner == link.source.entityName, last.relationship == link.relationship {
+                return last.statement
+            }
+            let statement = try db.cachedStatement(
+                sql: sql(SQLSchema.joinTable(owner: link.source.entityName, relationship: link.relationship)))
+            last = (link.source.entityName, link.relationship, statement)
+            return statement
         }
     }
 
