@@ -53,7 +53,7 @@ let package = Package(
         .target(
             name: "BugSquasherGraph",
             dependencies: [
-                "BugSquasherErrors",
+                "BugSquasherErrors", "BugSquasherJSON",
                 .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "Algorithms", package: "swift-algorithms"),
                 .product(name: "Logging", package: "swift-log"),

@@ -63,10 +63,22 @@ package struct JSONWriter: Sendable {
         needsComma = true
     }
 
-    /// Writes an integer.
+    /// Writes an integer, its digits straight into the bytes (no `String` made: the history
+    /// and the feed write one or two for every object saved).
     package mutating func integer(_ value: Int64) {
         separate()
-        bytes.append(contentsOf: String(value).utf8)
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for UInt64.max's 20
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var end = buffer.count
+            repeat {
+                end -= 1
+                buffer[end] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[end...]))
+        }
         needsComma = true
     }
 

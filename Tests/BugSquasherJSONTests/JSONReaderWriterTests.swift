@@ -32,6 +32,21 @@ struct JSONReaderWriterTests {
         #expect(try read(Array(#""\u00e9 \ud83d\udc1b \/""#.utf8)) { try $0.string() } == "é 🐛 /")
     }
 
+    @Test("integers are written as their digits, the extremes included")
+    func integers() {
+        for value: Int64 in [0, 7, -1, 10, 1_000_000_007, -987_654_321, .max, .min] {
+            var writer = JSONWriter()
+            writer.integer(value)
+            #expect(writer.bytes == Array(String(value).utf8))
+        }
+        var pair = JSONWriter()
+        pair.array { array in
+            array.integer(12)
+            array.integer(-3)
+        }
+        #expect(pair.bytes == Array("[12,-3]".utf8))
+    }
+
     @Test("objects, arrays, numbers, booleans and null are written and read in order")
     func documents() throws {
         var writer = JSONWriter()

@@ -1,3 +1,4 @@
+import BugSquasherJSON
 package import Foundation
 
 /// The payload of one history row (`bs_history`, in every store that keeps one): a did-save without values, as compact JSON grouped by
@@ -10,31 +11,31 @@ package import Foundation
 /// ```
 package enum HistoryCoding {
     package static func encode(_ didSave: DidSave) -> Data {
-        var out = "{\"i\":"
-        appendPairs(didSave.inserted, to: &out)
-        out += ",\"u\":{"
-        var first = true
-        for (entity, positions) in grouped(didSave.updated) {
-            if !first { out += "," }
-            first = false
-            appendString(entity, to: &out)
-            out += ":["
-            for (index, position) in positions.enumerated() {
-                if index > 0 { out += "," }
-                let change = didSave.updated[position]
-                out += "[\(change.objectID.key),\(change.version)"
-                for key in change.changedKeys {
-                    out += ","
-                    appendString(key, to: &out)
+        // About 12 bytes an object.
+        var writer = JSONWriter(capacity: 64 + 12 * (didSave.inserted.count + didSave.updated.count))
+        writer.object { writer in
+            writer.key("i")
+            writePairs(didSave.inserted, to: &writer)
+            writer.key("u")
+            writer.object { writer in
+                for (entity, positions) in grouped(didSave.updated) {
+                    writer.key(entity)
+                    writer.array { writer in
+                        for position in positions {
+                            let change = didSave.updated[position]
+                            writer.array { writer in
+                                writer.integer(change.objectID.key)
+                                writer.integer(change.version)
+                                for key in change.changedKeys { writer.string(key) }
+                            }
+                        }
+                    }
                 }
-                out += "]"
             }
-            out += "]"
+            writer.key("d")
+            writePairs(didSave.deleted, to: &writer)
         }
-        out += "},\"d\":"
-        appendPairs(didSave.deleted, to: &out)
-        out += "}"
-        return Data(out.utf8)
+        return Data(writer.bytes)
     }
 
     package static func decode(_ data: Data, store: String, token: HistoryToken) throws -> DidSave {
@@ -76,33 +77,17 @@ package enum HistoryCoding {
         return groups.entries
     }
 
-    private static func appendPairs(_ changes: [ObjectChange], to out: inout String) {
-        out += "{"
-        for (index, (entity, positions)) in grouped(changes).enumerated() {
-            if index > 0 { out += "," }
-            appendString(entity, to: &out)
-            out += ":["
-            for (count, position) in positions.enumerated() {
-                if count > 0 { out += "," }
-                out += String(changes[position].objectID.key)
-                out += ","
-                out += String(changes[position].version)
-            }
-            out += "]"
-        }
-        out += "}"
-    }
-
-    private static func appendString(_ text: String, to out: inout String) {
-        out += "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
+    private static func writePairs(_ changes: [ObjectChange], to writer: inout JSONWriter) {
+        writer.object { writer in
+            for (entity, positions) in grouped(changes) {
+                writer.key(entity)
+                writer.array { writer in
+                    for position in positions {
+                        writer.integer(changes[position].objectID.key)
+                        writer.integer(changes[position].version)
+                    }
+                }
             }
         }
-        out += "\""
     }
 }
