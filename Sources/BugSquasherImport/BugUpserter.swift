@@ -32,13 +32,17 @@ public struct BugUpserter: Sendable {
     /// - Parameters:
     ///   - keys: `UpsertKeys(records)`, when the caller built them already; built here otherwise.
     ///   - validated: whether the caller ran ``validate(_:at:)`` on every record; they are not checked again.
+    ///   - absentBugs: keys of bugs the caller found no row for (a query of its own, such as the
+    ///     digests of ``SourceDigest``): they are not looked up again. Should one exist after all
+    ///     (inserted meanwhile), the save fails on the bug's unique key.
     /// - Returns: how many bugs were inserted, updated or left unchanged.
     /// - Throws: ``ImportError`` (``ImportError/Code/invalidRecord``), before changing anything, for an empty
     ///   or blank key, project key, person name, component name or comment ID; `GraphError` if a fetch fails.
     public func upsert(
-        _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, in context: isolated ObjectContext
+        _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, absentBugs: Set<StoredText> = [],
+        in context: isolated ObjectContext
     ) throws -> UpsertSummary {
-        var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst)
+        var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst, absentBugs: absentBugs)
         return try upsert(records, keys: keys, validated: validated, with: &pass, in: context)
     }
 
@@ -48,10 +52,11 @@ public struct BugUpserter: Sendable {
     /// objects with those keys are neither fetched nor touched meanwhile, and a bug whose only
     /// change waits counts as unchanged in ``upsert(_:keys:validated:in:)``'s terms.
     public func upsert(
-        _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, deferring deferred: UpsertKeys,
-        in context: isolated ObjectContext
+        _ records: [BugRecord], keys: UpsertKeys? = nil, validated: Bool = false, absentBugs: Set<StoredText> = [],
+        deferring deferred: UpsertKeys, in context: isolated ObjectContext
     ) throws -> DeferredLinks {
-        var pass = UpsertPass(inListLimit: Self.inListLimit, editsFirst: editsFirst, deferring: deferred)
+        var pass = UpsertPass(
+            inListLimit: Self.inListLimit, editsFirst: editsFirst, deferring: deferred, absentBugs: absentBugs)
         _ = try upsert(records, keys: keys, validated: validated, with: &pass, in: context)
         return DeferredLinks(keys: deferred, links: pass.links)
     }

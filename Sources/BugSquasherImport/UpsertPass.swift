@@ -32,10 +32,17 @@ struct UpsertPass {
     private var deferred: UpsertKeys?
     private(set) var links: [DeferredLinks.Link] = []
 
-    init(inListLimit: Int, editsFirst: EditsFirst? = nil, deferring deferred: UpsertKeys? = nil) {
+    /// The keys of bugs the caller knows the store has no row for: not looked up.
+    private let absentBugs: Set<StoredText>
+
+    init(
+        inListLimit: Int, editsFirst: EditsFirst? = nil, deferring deferred: UpsertKeys? = nil,
+        absentBugs: Set<StoredText> = []
+    ) {
         self.inListLimit = inListLimit
         self.editsFirst = editsFirst
         self.deferred = deferred
+        self.absentBugs = absentBugs
     }
 
     /// Fetches the existing objects the records name, one `IN` fetch per entity and part; not
@@ -46,7 +53,9 @@ struct UpsertPass {
             guard let left = deferred?.byEntity[entity], !left.isEmpty else { return all }
             return all.subtracting(left)
         }
-        bugs = try fetch(Bug.self, by: "key", in: keysOf("Bug"), context: context)
+        let bugKeys = keysOf("Bug")
+        bugs = try fetch(
+            Bug.self, by: "key", in: absentBugs.isEmpty ? bugKeys : bugKeys.subtracting(absentBugs), context: context)
         projects = try fetch(Project.self, by: "key", in: keysOf("Project"), context: context)
         persons = try fetch(Person.self, by: "name", in: keysOf("Person"), context: context)
         components = try fetch(Component.self, by: "name", in: keysOf("Component"), context: context)

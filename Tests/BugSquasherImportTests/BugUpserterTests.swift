@@ -381,6 +381,29 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(stored.4 == "user-bob")
     }
 
+    /// A key the caller found absent is not looked up: the bug is inserted. Should it exist after
+    /// all, the save fails on the unique key (the importer then saves the chunk's records one by
+    /// one, looking each up), never two bugs with one key.
+    @Test("bugs named absent are inserted without a lookup; one that exists fails the save")
+    func absentBugs() async throws {
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
+        let upserter = self.upserter
+        let records = sampleRecords()
+        let absent = Set(records.map { StoredText($0.key) })
+        let first = ObjectContext(coordinator: coordinator)
+        let summary = try await first.perform { context in
+            try upserter.upsert(records, absentBugs: absent, in: context)
+        }
+        #expect(summary == UpsertSummary(inserted: 3))
+        try await first.save()
+
+        let second = ObjectContext(coordinator: coordinator)
+        _ = try await second.perform { context in try upserter.upsert(records, absentBugs: absent, in: context) }
+        let failure = await #expect(throws: GraphError.self) { try await second.save() }
+        #expect(failure?.code == .constraintViolation)
+        #expect(try await count(Bug.self, in: ObjectContext(coordinator: coordinator)) == 3)
+    }
+
     @Test func refusesARecordWithAnEmptyOrBlankKeyAndChangesNothing() async throws {
         let context = try makeContext()
         let upserter = self.upserter

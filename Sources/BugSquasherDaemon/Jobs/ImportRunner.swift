@@ -249,6 +249,9 @@ final class ImportRunner: Service {
         /// `UpsertKeys(records)`, built where the chunk is decoded (beside the upsert of the
         /// chunk before it) rather than between that upsert and this one's.
         var reads: UpsertKeys?
+        /// The keys of bugs the store had no row for when the chunk was read, which no chunk
+        /// before it writes (see ``UnchangedRecords``): the upsert does not look them up again.
+        var absentBugs: Set<StoredText> = []
 
         /// A chunk of one entry of this one, for importing record by record.
         func single(_ entry: Entry) -> Chunk {
@@ -642,9 +645,11 @@ final class ImportRunner: Service {
             context.failsOverStoreDeletions = true
             var links: DeferredLinks?
             if let shared {
-                links = try upserter.upsert(records, keys: reads, validated: true, deferring: shared, in: context)
+                links = try upserter.upsert(
+                    records, keys: reads, validated: true, absentBugs: input.absentBugs, deferring: shared, in: context)
             } else {
-                _ = try upserter.upsert(records, keys: reads, validated: true, in: context)
+                _ = try upserter.upsert(
+                    records, keys: reads, validated: true, absentBugs: input.absentBugs, in: context)
             }
             editsFirst?.yieldToInteractiveSaves()
             // The job is read here, off the path between two saves; the previous chunk's
@@ -799,6 +804,7 @@ final class ChunkSource: Sendable {
         }
         recent = [written, recent.first ?? []]
         chunk.reads = UpsertKeys(chunk.records)
+        chunk.absentBugs = sources?.absent ?? []
         return chunk
     }
 
@@ -874,6 +880,8 @@ struct UnchangedRecords: Sendable {
         var lines: [(key: String, digest: Int64)?]
         /// The positions of the lines to skip.
         var unchanged: Set<Int>
+        /// The keys looked up that the store has no bug for.
+        var absent: Set<StoredText> = []
     }
 
     let seed: UInt64
@@ -910,32 +918,33 @@ struct UnchangedRecords: Sendable {
         guard !candidates.isEmpty else { return found }
         let stored = try storedDigests(of: Array(candidates))
         for (index, source) in found.lines.enumerated() {
-            if let source, candidates.contains(source.key), stored[source.key] == source.digest {
+            if let source, candidates.contains(source.key), stored.digests[source.key] == source.digest {
                 found.unchanged.insert(index)
             }
         }
+        found.absent = Set(candidates.lazy.map(StoredText.init)).subtracting(stored.present)
         return found
     }
 
-    /// The digests kept on the bugs with these keys, read as rows (no objects), 500 keys a fetch.
-    private func storedDigests(of keys: [String]) throws -> [String: Int64] {
+    /// The digests kept on the bugs with these keys, and the keys that have a bug, read as rows
+    /// (no objects), 500 keys a fetch.
+    private func storedDigests(of keys: [String]) throws -> (digests: [String: Int64], present: Set<StoredText>) {
         guard let entity = coordinator.model.entity(named: "Bug"), let keyIndex = entity.attributeIndex["key"],
             let digestIndex = entity.attributeIndex["sourceDigest"]
-        else { return [:] }
+        else { return ([:], Set(keys.map(StoredText.init))) }
         var result: [String: Int64] = [:]
+        var present = Set<StoredText>()
         result.reserveCapacity(keys.count)
         for batch in keys.chunks(ofCount: BugUpserter.inListLimit) {
             let request = FetchDescription(
                 entityName: "Bug", predicate: Key("key").in(batch.map { Value.string($0) }), resultType: .rows)
             guard case .rows(let rows) = try coordinator.fetch(request) else { continue }
             for row in rows {
-                if case .string(let key) = row.snapshot.attributes[keyIndex],
-                    case .int64(let digest) = row.snapshot.attributes[digestIndex]
-                {
-                    result[key] = digest
-                }
+                guard case .string(let key) = row.snapshot.attributes[keyIndex] else { continue }
+                present.insert(StoredText(key))
+                if case .int64(let digest) = row.snapshot.attributes[digestIndex] { result[key] = digest }
             }
         }
-        return result
+        return (result, present)
     }
 }
