@@ -21,10 +21,13 @@ package enum SQLNames {
     }
 
     /// The `SELECT` list that reads a row of `entity` from alias `t`: pk, version, attributes, to-one keys.
-    package static func columns(of entity: EntityDescription, alias: String = "t") -> String {
+    /// With `only`, the attributes not in it and the to-one keys are `NULL` (see
+    /// ``FetchDescription/attributesToFetch``).
+    package static func columns(of entity: EntityDescription, alias: String = "t", only: Set<String>? = nil) -> String {
         (["\(alias).pk", "\(alias)._version"]
-            + entity.attributes.map { "\(alias).\(quote($0.name))" }
-            + entity.toOneRelationships.map { "\(alias).\(quote($0.name))" }).joined(separator: ", ")
+            + entity.attributes.map { only?.contains($0.name) == false ? "NULL" : "\(alias).\(quote($0.name))" }
+            + entity.toOneRelationships.map { only == nil ? "\(alias).\(quote($0.name))" : "NULL" })
+            .joined(separator: ", ")
     }
 
     /// The query for the destinations of a to-many relationship of one object, whose key is the

@@ -47,7 +47,8 @@ struct SQLQuery {
         switch request.resultType {
         case .count: head = "SELECT count(*)"
         case .objectIDs: head = "SELECT t.pk"
-        case .rows: head = "SELECT \(SQLSchema.columns(of: entity))"
+        // Only the attributes asked for: a bug's text is not read to compare its key and digest.
+        case .rows: head = "SELECT \(SQLSchema.columns(of: entity, only: request.attributesToFetch))"
         }
         var sql =
             "\(head) FROM \(SQLSchema.quote(entity.name)) t \(paths.joins.joined(separator: " ")) WHERE \(whereClause)"

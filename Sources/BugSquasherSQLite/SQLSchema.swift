@@ -26,8 +26,8 @@ enum SQLSchema {
     }
 
     /// The `SELECT` list that reads a row of `entity` from alias `t`.
-    static func columns(of entity: EntityDescription, alias: String = "t") -> String {
-        SQLNames.columns(of: entity, alias: alias)
+    static func columns(of entity: EntityDescription, alias: String = "t", only: Set<String>? = nil) -> String {
+        SQLNames.columns(of: entity, alias: alias, only: only)
     }
 
     static func defaultClause(_ attribute: AttributeDescription) -> String {

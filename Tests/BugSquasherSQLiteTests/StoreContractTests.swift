@@ -130,6 +130,26 @@ struct StoreContractTests {
     }
 
     /// The SQLite store pads them to a few prepared shapes.
+    @Test("a rows fetch of some attributes reads them as a full fetch does", arguments: StoreKind.allCases)
+    func attributesToFetch(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        try await fixture.context().perform { context in _ = try context.seedBugs(5) }
+        let entity = try #require(fixture.coordinator.model.entity(named: "Bug"))
+        let asked: Set<String> = ["key", "status"]
+        var request = FetchDescription(entityName: "Bug", sort: [Key("key").ascending], resultType: .rows)
+        guard case .rows(let full) = try fixture.coordinator.fetch(request) else { throw ContractFailure() }
+        request.attributesToFetch = asked
+        guard case .rows(let some) = try fixture.coordinator.fetch(request) else { throw ContractFailure() }
+        #expect(some.map(\.objectID) == full.map(\.objectID))
+        for (partial, whole) in zip(some, full) {
+            for name in asked {
+                let index = try #require(entity.attributeIndex[name])
+                #expect(partial.snapshot.attributes[index] == whole.snapshot.attributes[index], "\(name)")
+            }
+            #expect(partial.snapshot.version == whole.snapshot.version)
+        }
+    }
+
     @Test("IN lists of every length find the same objects", arguments: StoreKind.allCases)
     func inLists(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
@@ -528,3 +548,6 @@ struct StoreContractTests {
         }
     }
 }
+
+/// A store answered a fetch with another kind of result than asked.
+private struct ContractFailure: Error {}

@@ -937,7 +937,8 @@ struct UnchangedRecords: Sendable {
         result.reserveCapacity(keys.count)
         for batch in keys.chunks(ofCount: BugUpserter.inListLimit) {
             let request = FetchDescription(
-                entityName: "Bug", predicate: Key("key").in(batch.map { Value.string($0) }), resultType: .rows)
+                entityName: "Bug", predicate: Key("key").in(batch.map { Value.string($0) }), resultType: .rows,
+                attributesToFetch: ["key", "sourceDigest"])
             guard case .rows(let rows) = try coordinator.fetch(request) else { continue }
             for row in rows {
                 guard case .string(let key) = row.snapshot.attributes[keyIndex] else { continue }

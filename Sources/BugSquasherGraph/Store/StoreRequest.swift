@@ -28,11 +28,16 @@ public struct FetchDescription: StoreRequest, Hashable {
     public var offset: Int
     /// What to return.
     public var resultType: ResultType
+    /// For ``ResultType/rows``: the attributes to read; the others, and the to-one
+    /// relationships, may come back null (a store may read more than asked). `nil` reads
+    /// everything. Such rows are for the caller to read — a key and a digest, say, without a
+    /// bug's text — never snapshots for a context, as `propertiesToFetch` in Core Data.
+    public var attributesToFetch: Set<String>?
 
     /// Creates a fetch description.
     public init(
         entityName: String, predicate: ObjectPredicate? = nil, sort: [SortKey] = [], limit: Int? = nil, offset: Int = 0,
-        resultType: ResultType = .objectIDs
+        resultType: ResultType = .objectIDs, attributesToFetch: Set<String>? = nil
     ) {
         self.entityName = entityName
         self.predicate = predicate
@@ -40,6 +45,7 @@ public struct FetchDescription: StoreRequest, Hashable {
         self.limit = limit
         self.offset = offset
         self.resultType = resultType
+        self.attributesToFetch = attributesToFetch
     }
 }
 
