@@ -170,7 +170,10 @@ extension BugRecord {
         var seen = Set<String>()
         var result: [String] = []
         for label in labels {
-            let cleaned = String(label.map { $0.isWhitespace ? "_" : $0 })
+            // Most labels are plain ASCII without whitespace: kept as they are, without asking
+            // each character's Unicode properties (2 % of an import's CPU did).
+            let plain = label.utf8.allSatisfy { $0 < 0x80 && $0 != 0x20 && !(0x09...0x0D).contains($0) }
+            let cleaned = plain ? label : String(label.map { $0.isWhitespace ? "_" : $0 })
             if !cleaned.isEmpty, seen.insert(cleaned).inserted { result.append(cleaned) }
         }
         return result

@@ -404,6 +404,19 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(try await count(Bug.self, in: ObjectContext(coordinator: coordinator)) == 3)
     }
 
+    @Test("labels keep plain text; whitespace of any kind becomes _, empty and repeated ones go")
+    func labels() async throws {
+        let context = try makeContext()
+        let upserter = self.upserter
+        var record = sampleRecords()[0]
+        record.labels = ["ios", "needs triage", "no\u{A0}break", "", "ios", "tab\there", "caf\u{E9}"]
+        _ = try await context.perform { [record] context in try upserter.upsert([record], in: context) }
+        let labels = try await context.perform { context in
+            try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "TIMOB-1")).first?.labels
+        }
+        #expect(labels == ["ios", "needs_triage", "no_break", "tab_here", "caf\u{E9}"])
+    }
+
     @Test func refusesARecordWithAnEmptyOrBlankKeyAndChangesNothing() async throws {
         let context = try makeContext()
         let upserter = self.upserter

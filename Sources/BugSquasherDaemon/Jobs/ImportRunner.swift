@@ -475,7 +475,8 @@ final class ImportRunner: Service {
         var job: ObjectID
         var imported: Int64
         var rejects: [(line: Int, reason: String)]
-        /// The keys of the objects whose stored values its save writes.
+        /// The keys of the objects whose stored values its save writes (empty while ``links``
+        /// wait).
         var written: UpsertKeys
         /// The links to shared objects the chunk before is writing, made once it has saved.
         var links: DeferredLinks?
@@ -639,7 +640,8 @@ final class ImportRunner: Service {
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
         }
-        let (written, job, links) = try await context.perform { context in
+        let (written, job, links) = try await context.perform {
+            context -> (UpsertKeys, ObjectID, DeferredLinks?) in
             // A bug deleted between this upsert and the save fails the save instead of taking
             // the record with it: the records are then saved one by one, re-creating it.
             context.failsOverStoreDeletions = true
@@ -655,7 +657,9 @@ final class ImportRunner: Service {
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
-            return (UpsertKeys(writtenIn: context), job.objectID, links)
+            // With links left, what the chunk writes is known once they are made (prepareAfter).
+            guard let links, !links.isEmpty else { return (UpsertKeys(writtenIn: context), job.objectID, nil) }
+            return (UpsertKeys(byEntity: [:]), job.objectID, Optional(links))
         }
         let unchanged = entries.count { $0.unchanged }
         return PreparedChunk(
