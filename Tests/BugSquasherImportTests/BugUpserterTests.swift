@@ -56,6 +56,15 @@ private typealias Comment = BugSquasherModel.Comment
         ]
     }
 
+    /// A stack on a SQLite store in a fresh directory, and what removes the directory.
+    private func sqliteStack(_ name: String) throws -> (stack: PersistentStack, remove: () -> Void) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let stack = try PersistentStack(
+            model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
+        return (stack, { try? FileManager.default.removeItem(at: directory) })
+    }
+
     private func count<T: ManagedObject>(_ type: T.Type, in context: ObjectContext) async throws -> Int {
         try await context.perform { context in try context.count(FetchRequest<T>()) }
     }
@@ -255,12 +264,8 @@ private typealias Comment = BugSquasherModel.Comment
     /// but the store holds them as two keys: one chunk naming both must write two bugs, not let
     /// one replace the other. A title changed to another Unicode form of itself is saved.
     @Test func keysAndTextAreComparedByteForByteAsTheStoreDoes() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "upsert-unicode-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let stack = try PersistentStack(
-            model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
+        let (stack, remove) = try sqliteStack("upsert-unicode")
+        defer { remove() }
         let upserter = self.upserter
         let composed = "CAF\u{C9}-1"
         let decomposed = "CAFE\u{301}-1"
@@ -318,12 +323,8 @@ private typealias Comment = BugSquasherModel.Comment
     /// two chunks give one after the other, with no second insert of a shared object.
     @Test("links to shared objects another chunk writes wait for its save, and end the same")
     func deferredLinks() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "upsert-deferred-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let stack = try PersistentStack(
-            model: BugModel.model, storeURL: directory.appendingPathComponent("bugs.sqlite"))
+        let (stack, remove) = try sqliteStack("upsert-deferred")
+        defer { remove() }
         let upserter = self.upserter
         let first = [sampleRecords()[0]]
         let second = [
