@@ -35,9 +35,10 @@ package struct ByEntity<Value> {
         return names.count - 1
     }
 
-    /// The value at `index`.
+    /// The value at `index`, changed in place (`groups[i].append(x)` does not copy the array
+    /// it appends to).
     @inlinable package subscript(index: Int) -> Value {
         get { values[index] }
-        set { values[index] = newValue }
+        _modify { yield &values[index] }
     }
 }
