@@ -48,7 +48,8 @@ public struct BugUpserter: Sendable {
 
     /// Upserts `records` like ``upsert(_:keys:validated:in:)``, except that the links to the
     /// people, components and projects with `deferred` keys (which another save is writing) are
-    /// not made: they are returned, for ``link(_:in:)`` once that save has committed. The
+    /// not made: they are returned, for ``link(_:in:)`` once that save has committed (none, when
+    /// `deferred` is empty). The
     /// objects with those keys are neither fetched nor touched meanwhile, and a bug whose only
     /// change waits counts as unchanged in ``upsert(_:keys:validated:in:)``'s terms.
     public func upsert(

@@ -41,7 +41,8 @@ struct UpsertPass {
     ) {
         self.inListLimit = inListLimit
         self.editsFirst = editsFirst
-        self.deferred = deferred
+        // No key deferred: no lookup per link.
+        self.deferred = deferred?.isEmpty == false ? deferred : nil
         self.absentBugs = absentBugs
     }
 

@@ -512,7 +512,7 @@ final class ImportRunner: Service {
         let shared = written.common(with: reads, in: BugUpserter.sharedEntities)
         // Until it is settled, the previous save stays in `saving`: if preparing this chunk
         // fails, the caller still waits for it before failing the job.
-        var prepared = try await prepare(chunk, job: job, reads: reads, deferring: shared.isEmpty ? nil : shared)
+        var prepared = try await prepare(chunk, job: job, reads: reads, deferring: shared)
         saving = nil
         guard let didSave = try await settle(previous, progress: &progress, logger: logger) else {
             // The previous chunk was imported record by record: what this one read is stale.
@@ -622,9 +622,11 @@ final class ImportRunner: Service {
     }
 
     /// Upserts a chunk's records into a new importer context; `reads` are the records' keys when
-    /// already built. The lines in `extraRejects` are rejected instead, with the reasons given.
+    /// already built; the links to the `shared` keys wait (see ``DeferredLinks``). The lines in
+    /// `extraRejects` are rejected instead, with the reasons given.
     private func prepare(
-        _ input: Chunk, job id: String, reads: UpsertKeys? = nil, deferring shared: UpsertKeys? = nil,
+        _ input: Chunk, job id: String, reads: UpsertKeys? = nil,
+        deferring shared: UpsertKeys = UpsertKeys(byEntity: [:]),
         extraRejects: [Int: String] = [:]
     ) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import", bulk: true)
@@ -645,21 +647,16 @@ final class ImportRunner: Service {
             // A bug deleted between this upsert and the save fails the save instead of taking
             // the record with it: the records are then saved one by one, re-creating it.
             context.failsOverStoreDeletions = true
-            var links: DeferredLinks?
-            if let shared {
-                links = try upserter.upsert(
-                    records, keys: reads, validated: true, absentBugs: input.absentBugs, deferring: shared, in: context)
-            } else {
-                _ = try upserter.upsert(
-                    records, keys: reads, validated: true, absentBugs: input.absentBugs, in: context)
-            }
+            let links = try upserter.upsert(
+                records, keys: reads, validated: true, absentBugs: input.absentBugs,
+                deferring: shared, in: context)
             editsFirst?.yieldToInteractiveSaves()
             // The job is read here, off the path between two saves; the previous chunk's
             // did-save, merged before this chunk saves, brings its progress up to date.
             guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
             // With links left, what the chunk writes is known once they are made (prepareAfter).
-            guard let links, !links.isEmpty else { return (UpsertKeys(writtenIn: context), job.objectID, nil) }
-            return (UpsertKeys(byEntity: [:]), job.objectID, Optional(links))
+            guard !links.isEmpty else { return (UpsertKeys(writtenIn: context), job.objectID, nil) }
+            return (UpsertKeys(byEntity: [:]), job.objectID, links)
         }
         let unchanged = entries.count { $0.unchanged }
         return PreparedChunk(
