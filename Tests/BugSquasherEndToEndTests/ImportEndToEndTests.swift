@@ -732,7 +732,7 @@ struct ImportEndToEndTests {
                     otherNice.insert(nice)
                 }
             }
-            #expect(importThreads == 2)
+            #expect(importThreads == 3)
             #expect(importTicks > 0, "the import threads did no work")
             #expect(!otherNice.contains(7), "another thread runs at the import's priority")
             #expect(!squasherd.process.errorOutput.contains("cannot lower the import threads' priority"))

@@ -73,8 +73,10 @@ final class ImportRunner: Service {
         // keys), not only between records.
         var giveWay: (@Sendable () -> Void)?
         if let editsFirst { giveWay = { editsFirst.yieldToInteractiveSaves() } }
+        // Three threads: decoding ahead, upserting and freeing the saved chunk's objects each
+        // have one (see ``ChunkReadAhead``); on two cores the scheduler shares them.
         executor = ThreadExecutor(
-            name: "import", threads: 2, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
+            name: "import", threads: 3, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
         if !executor.isPriorityLowered {
             logger.warning(
                 "cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them",
@@ -336,15 +338,21 @@ final class ImportRunner: Service {
         try await book.update(id) { $0.state = .running }
         var progress = job.progress
         progressHandler(progress)
-        // Three stages overlap: decoding chunk n + 2, upserting chunk n + 1 into its importer
-        // context, and saving chunk n on the writer. Saves stay one after another, in order.
+        // Three stages overlap: decoding chunks n + 2 … n + 1 + ``readAhead``, one after another,
+        // upserting chunk n + 1 into its importer context, and saving chunk n on the writer.
+        // Saves stay one after another, in order.
         let source = ChunkSource(
             reader: job.reader, format: job.format, size: job.chunkSize,
             maximumRecordBytes: configuration.maximumRecordBytes, editsFirst: editsFirst,
-            unchanged: UnchangedRecords(format: job.format, coordinator: stack.writerCoordinator))
+            unchanged: UnchangedRecords(format: job.format, coordinator: stack.writerCoordinator),
+            uncommitted: Self.readAhead + 1)
         var saving: SavingChunk?
+        var ahead: ChunkReadAhead?
+        // Decoding that runs ahead ends with the job (its chunks are read again on resume).
+        defer { ahead?.cancel() }
         do {
             var chunk = try source.next()
+            ahead = ChunkReadAhead(source: source, depth: Self.readAhead, executor: executor)
             while !chunk.entries.isEmpty {
                 switch JobLifecycle.betweenChunks(
                     shuttingDown: Task.isShuttingDownGracefully, abortRequested: abortRequested(id))
@@ -358,7 +366,6 @@ final class ImportRunner: Service {
                     try await endAborted(id, after: saving, progress: &progress, logger: logger)
                     return
                 }
-                async let upcoming = source.next()
                 var retired: PreparedChunk?
                 let prepared = try await prepareAfter(
                     &saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
@@ -377,7 +384,7 @@ final class ImportRunner: Service {
                 if let done = retired.take() {
                     Task(executorPreference: executor) { withExtendedLifetime(done) {} }
                 }
-                chunk = try await upcoming
+                chunk = try await ahead!.next()
             }
             if let last = saving {
                 saving = nil
@@ -530,6 +537,11 @@ final class ImportRunner: Service {
         prepared.links = nil
         return prepared
     }
+
+    /// How many chunks are decoded ahead of the one being upserted (see ``ChunkReadAhead``).
+    /// One keeps a core busy only while decoding and upserting take equally long; with two, the
+    /// import threads decode whenever the writer and the upsert leave a core idle.
+    static let readAhead = 2
 
     /// The entities whose objects are a chunk's own (its bugs and their comments), against
     /// ``BugUpserter/sharedEntities``: a chunk that reads one the chunk before writes waits for
@@ -708,9 +720,52 @@ struct ImportProgress: Sendable {
     }
 }
 
+/// Decodes the chunks after the one being imported, up to `depth` of them, each in a task of
+/// its own on the import threads that starts once the chunk before is decoded: in order, one
+/// at a time, and without blocking a thread while it waits.
+///
+/// Why: docs/DESIGN-NOTES.md, "Chunks are decoded ahead".
+struct ChunkReadAhead {
+    private var pending: [Task<ImportRunner.Chunk, any Error>] = []
+    private let source: ChunkSource
+    private let executor: any TaskExecutor
+
+    /// Starts decoding the next `depth` chunks of `source` on `executor`.
+    init(source: ChunkSource, depth: Int, executor: any TaskExecutor) {
+        self.source = source
+        self.executor = executor
+        for _ in 0..<max(1, depth) { decodeOneMore() }
+    }
+
+    /// The next chunk (without entries at the end of the input), once decoded; decoding of the
+    /// one after the last pending chunk starts.
+    mutating func next() async throws -> ImportRunner.Chunk {
+        let first = pending.removeFirst()
+        decodeOneMore()
+        return try await first.value
+    }
+
+    /// Stops decoding: the pending chunks that have not started are not decoded.
+    func cancel() {
+        for task in pending { task.cancel() }
+    }
+
+    private mutating func decodeOneMore() {
+        let before = pending.last
+        let source = source
+        pending.append(
+            Task(executorPreference: executor) {
+                // The chunk before reads first; its failure ends the chunks after it too.
+                _ = try await before?.value
+                try Task.checkCancellation()
+                return try source.next()
+            })
+    }
+}
+
 /// The spooled input of one job, read and decoded a chunk at a time. The reader lives behind a
-/// mutex, so that the next chunk can be decoded in a child task while the current one commits;
-/// only one read runs at a time.
+/// mutex, so that chunks can be decoded ahead (``ChunkReadAhead``) while the current one
+/// commits; only one read runs at a time.
 final class ChunkSource: Sendable {
     private let reader: Mutex<(reader: OffsetLineReader, recent: [Set<String>])>
     private let format: ImportFormat
@@ -718,10 +773,14 @@ final class ChunkSource: Sendable {
     private let maximumRecordBytes: Int
     private let editsFirst: EditsFirst?
     private let unchanged: UnchangedRecords?
+    private let uncommitted: Int
 
+    /// A source reading `reader`. `uncommitted` is how many chunks read before the one being
+    /// read may not have committed yet: the keys they write are never taken as unchanged or
+    /// absent (see ``UnchangedRecords``).
     init(
         reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int,
-        editsFirst: EditsFirst? = nil, unchanged: UnchangedRecords? = nil
+        editsFirst: EditsFirst? = nil, unchanged: UnchangedRecords? = nil, uncommitted: Int = 2
     ) {
         self.reader = Mutex((reader, []))
         self.format = format
@@ -729,6 +788,7 @@ final class ChunkSource: Sendable {
         self.maximumRecordBytes = maximumRecordBytes
         self.editsFirst = editsFirst
         self.unchanged = unchanged
+        self.uncommitted = uncommitted
     }
 
     /// The next chunk; without entries at the end of the input.
@@ -737,25 +797,25 @@ final class ChunkSource: Sendable {
             try Self.readChunk(
                 state.reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes,
                 editsFirst: editsFirst,
-                unchanged: unchanged, recent: &state.recent)
+                unchanged: unchanged, uncommitted: uncommitted, recent: &state.recent)
         }
     }
 
     /// The input bytes past which a chunk ends before it has `size` records. An object graph
-    /// of records takes about ten times their bytes, and three chunks are in flight at once: a
-    /// thousand records of a megabyte each (many comments) would take tens of gigabytes, where
+    /// of records takes about ten times their bytes, two chunks have one at once (upserting and
+    /// saving), and ``ImportRunner/readAhead`` more are decoded: a thousand records of a megabyte each (many comments) would take tens of gigabytes, where
     /// this bounds an import at a few hundred megabytes. Typical records (1 KB) never reach it.
     static let maximumChunkBytes = 8 << 20
 
     /// Reads up to `size` records (non-empty lines), or records of up to about
     /// ``maximumChunkBytes``, decoding each; undecodable ones become rejects with their line and
     /// reason. Lines that are the very bytes their bug was last imported from are not decoded but
-    /// marked unchanged (see ``UnchangedRecords``); `recent` holds the keys the two chunks before
-    /// write, which may not have committed yet. Before each line it gives way to interactive
+    /// marked unchanged (see ``UnchangedRecords``); `recent` holds the keys the `uncommitted`
+    /// chunks before write, which may not have committed yet. Before each line it gives way to interactive
     /// saves (see ``EditsFirst``).
     private static func readChunk(
         _ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?,
-        unchanged: UnchangedRecords?, recent: inout [Set<String>]
+        unchanged: UnchangedRecords?, uncommitted: Int, recent: inout [Set<String>]
     ) throws -> ImportRunner.Chunk {
         var chunk = ImportRunner.Chunk()
         chunk.records.reserveCapacity(size)
@@ -803,7 +863,8 @@ final class ChunkSource: Sendable {
                 chunk.records.append(record)
             }
         }
-        recent = [written, recent.first ?? []]
+        recent.insert(written, at: 0)
+        if recent.count > uncommitted { recent.removeLast(recent.count - uncommitted) }
         chunk.reads = UpsertKeys(chunk.records)
         chunk.absentBugs = sources?.absent ?? []
         return chunk
