@@ -22,9 +22,20 @@ public struct BugUpserter: Sendable {
     /// block its thread for a moment.
     public var editsFirst: EditsFirst?
 
-    /// Creates an upserter; `editsFirst`, when given, is ``editsFirst``.
-    public init(editsFirst: EditsFirst? = nil) {
+    /// Whether new bugs and their comments are inserted as rows, without objects
+    /// (`ObjectContext.insertRow(_:values:)`), for a context that saves and is dropped without
+    /// reading them again, such as an importer's chunk. A chunk in which a bug or comment key
+    /// repeats, and a new bug with a comment that exists already, are upserted as objects. What
+    /// the save writes and broadcasts is the same either way.
+    ///
+    /// Why: docs/DESIGN-NOTES.md, "New bugs are inserted as rows".
+    public var insertsRows: Bool
+
+    /// Creates an upserter; `editsFirst`, when given, is ``editsFirst``; `insertsRows` is
+    /// ``insertsRows``.
+    public init(editsFirst: EditsFirst? = nil, insertsRows: Bool = false) {
         self.editsFirst = editsFirst
+        self.insertsRows = insertsRows
     }
 
     /// Upserts one chunk of records into `context`, without saving it.
@@ -84,11 +95,16 @@ public struct BugUpserter: Sendable {
                 try Self.validate(records.baseAddress! + index, at: index)
             }
             let keys = keys ?? UpsertKeys(records)
-            // Each record's bug and comments, and a few projects, people and components.
-            context.reserveCapacity(records.reduce(records.count) { $0 + $1.comments.count } + 64)
+            let commentCount = records.reduce(0) { $0 + $1.comments.count }
             // The key set tells whether a key repeats; only then is each key's outcome merged
             // over its records.
             let repeated = records.count - (keys.byEntity["Bug"]?.count ?? 0)
+            if insertsRows, repeated == 0, commentCount == keys.byEntity["Comment"]?.count ?? 0 {
+                pass.rowColumns = RowColumns(context.coordinator.model)
+            }
+            // Each record's bug and comments (unless they are rows), and a few projects, people and
+            // components.
+            context.reserveCapacity((pass.rowColumns == nil ? records.count + commentCount : 0) + 64)
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(repeated: repeated)
             if repeated == 0 {

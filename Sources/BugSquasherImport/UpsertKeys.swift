@@ -55,6 +55,12 @@ public struct UpsertKeys: Sendable, Equatable {
             }
             keys[object.entity.name, default: []].insert(StoredText(key))
         }
+        for row in context.insertedRows {
+            guard let attribute = row.entity.uniqueKey, let index = row.entity.attributeIndex[attribute],
+                case .string(let key) = row.values[index]
+            else { continue }
+            keys[row.entity.name, default: []].insert(StoredText(key))
+        }
         byEntity = keys
     }
 

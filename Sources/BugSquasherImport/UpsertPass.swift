@@ -34,6 +34,9 @@ struct UpsertPass {
 
     /// The keys of bugs the caller knows the store has no row for: not looked up.
     private let absentBugs: Set<StoredText>
+    /// Set when new bugs, and their comments, are inserted as rows without objects (see
+    /// ``BugUpserter/insertsRows``); only for chunks in which no bug or comment key repeats.
+    var rowColumns: RowColumns?
 
     init(
         inListLimit: Int, editsFirst: EditsFirst? = nil, deferring deferred: UpsertKeys? = nil,
@@ -72,7 +75,8 @@ struct UpsertPass {
 
     /// Makes the deferred links, now that the objects they name can be read: fetches those
     /// objects (or inserts them, when they do not exist after all) and applies each link's record
-    /// to them, in the order the records named them.
+    /// to them, in the order the records named them. Links of bugs and comments inserted as rows
+    /// go to those rows.
     mutating func link(_ deferred: DeferredLinks, in context: isolated ObjectContext) throws {
         self.deferred = nil
         try fetchExisting(deferred.keys, in: context)
@@ -80,22 +84,45 @@ struct UpsertPass {
             editsFirst?.yieldToInteractiveSaves()
             switch link {
             case .project(let bug, let record):
-                (context.object(with: bug) as? Bug)?.project = project(record, in: context)
+                let project = project(record, in: context)
+                if context.isInsertedRow(bug) {
+                    context.setToOne(ofRow: bug, "project", to: project)
+                } else {
+                    (context.object(with: bug) as? Bug)?.project = project
+                }
             case .reporter(let bug, let record):
-                (context.object(with: bug) as? Bug)?.reporter = person(record, in: context)
+                let person = person(record, in: context)
+                if context.isInsertedRow(bug) {
+                    context.setToOne(ofRow: bug, "reporter", to: person)
+                } else {
+                    (context.object(with: bug) as? Bug)?.reporter = person
+                }
             case .assignee(let bug, let record):
-                (context.object(with: bug) as? Bug)?.assignee = person(record, in: context)
+                let person = person(record, in: context)
+                if context.isInsertedRow(bug) {
+                    context.setToOne(ofRow: bug, "assignee", to: person)
+                } else {
+                    (context.object(with: bug) as? Bug)?.assignee = person
+                }
             case .author(let comment, let record):
-                (context.object(with: comment) as? Comment)?.author = person(record, in: context)
+                let person = person(record, in: context)
+                if context.isInsertedRow(comment) {
+                    context.setToOne(ofRow: comment, "author", to: person)
+                } else {
+                    (context.object(with: comment) as? Comment)?.author = person
+                }
             case .components(let bug, let wanted, let isNew):
-                guard let bug = context.object(with: bug) as? Bug else { continue }
                 let components = wanted.compactMap { wanted -> Component? in
                     switch wanted {
                     case .object(let id): context.object(with: id) as? Component
                     case .named(let name): component(named: name, in: context)
                     }
                 }
-                setComponents(components, of: bug, isNew: isNew)
+                if context.isInsertedRow(bug) {
+                    for component in components { context.add(component, toRow: bug, "components") }
+                } else if let bug = context.object(with: bug) as? Bug {
+                    setComponents(components, of: bug, isNew: isNew)
+                }
             }
         }
     }
@@ -108,6 +135,12 @@ struct UpsertPass {
         let bug: Bug
         let isNew: Bool
         let key = StoredText(record.pointee.key)
+        if let columns = rowColumns, bugs[key] == nil,
+            !record.pointee.comments.contains(where: { comments[StoredText($0.jiraID)] != nil })
+        {
+            insertRows(record, columns, in: context)
+            return .inserted
+        }
         if let existing = bugs[key] {
             bug = existing
             isNew = false
@@ -170,6 +203,52 @@ struct UpsertPass {
         }
         if isNew { return .inserted }
         return bug.hasChanges || commentsChanged ? .updated : .unchanged
+    }
+
+    /// Inserts a new bug and its new comments as rows (see ``rowColumns``), linked as
+    /// ``apply(_:in:)`` links a new `Bug` object and its comments.
+    private mutating func insertRows(
+        _ record: UnsafePointer<BugRecord>, _ columns: RowColumns, in context: isolated ObjectContext
+    ) {
+        let bug = context.insertRow(columns.bug, values: columns.bugValues(record))
+        if isDeferred("Project", record.pointee.project.key) {
+            links.append(.project(bug: bug, record.pointee.project))
+        } else {
+            context.setToOne(ofRow: bug, "project", to: project(record.pointee.project, in: context))
+        }
+        if let reporter = record.pointee.reporter {
+            if isDeferred("Person", reporter.name) {
+                links.append(.reporter(bug: bug, reporter))
+            } else {
+                context.setToOne(ofRow: bug, "reporter", to: person(reporter, in: context))
+            }
+        }
+        if let assignee = record.pointee.assignee {
+            if isDeferred("Person", assignee.name) {
+                links.append(.assignee(bug: bug, assignee))
+            } else {
+                context.setToOne(ofRow: bug, "assignee", to: person(assignee, in: context))
+            }
+        }
+        let names = record.pointee.components
+        if deferred != nil, names.contains(where: { isDeferred("Component", $0) }) {
+            let wanted = names.map { name -> DeferredLinks.Component in
+                isDeferred("Component", name) ? .named(name) : .object(component(named: name, in: context).objectID)
+            }
+            links.append(.components(bug: bug, wanted, isNew: true))
+        } else {
+            for name in names { context.add(component(named: name, in: context), toRow: bug, "components") }
+        }
+        for comment in record.pointee.comments {
+            let row = context.insertRow(columns.comment, values: columns.commentValues(comment))
+            context.setToOne(ofRow: row, "bug", toRow: bug)
+            guard let author = comment.author else { continue }
+            if isDeferred("Person", author.name) {
+                links.append(.author(comment: row, author))
+            } else {
+                context.setToOne(ofRow: row, "author", to: person(author, in: context))
+            }
+        }
     }
 
     // MARK: Related objects

@@ -16,10 +16,11 @@ private typealias Comment = BugSquasherModel.Comment
         ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: InMemoryStore()))
     }
 
-    /// A context whose store holds the sample records, saved.
-    private func savedSampleContext() async throws -> ObjectContext {
+    /// A context whose store holds the sample records, saved; new bugs inserted as rows or as
+    /// objects (``BugUpserter/insertsRows``).
+    private func savedSampleContext(insertsRows: Bool = false) async throws -> ObjectContext {
         let context = try makeContext()
-        let (upserter, records) = (self.upserter, sampleRecords())
+        let (upserter, records) = (BugUpserter(insertsRows: insertsRows), sampleRecords())
         _ = try await context.perform { context in try upserter.upsert(records, in: context) }
         try await context.save()
         return context
@@ -69,9 +70,10 @@ private typealias Comment = BugSquasherModel.Comment
         try await context.perform { context in try context.count(FetchRequest<T>()) }
     }
 
-    @Test func insertsThenLeavesUnchangedRecordsClean() async throws {
+    @Test(arguments: [false, true])
+    func insertsThenLeavesUnchangedRecordsClean(insertsRows: Bool) async throws {
         let context = try makeContext()
-        let upserter = self.upserter
+        let upserter = BugUpserter(insertsRows: insertsRows)
         let records = sampleRecords()
 
         let first = try await context.perform { context in try upserter.upsert(records, in: context) }
@@ -124,8 +126,9 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(title == "Typo in the docs")
     }
 
-    @Test func setsFieldsRelationshipsAndComments() async throws {
-        let context = try await savedSampleContext()
+    @Test(arguments: [false, true])
+    func setsFieldsRelationshipsAndComments(insertsRows: Bool) async throws {
+        let context = try await savedSampleContext(insertsRows: insertsRows)
 
         struct Snapshot: Sendable, Equatable {
             var title: String, status: String, priority: String?, labels: [String], created: Date?
@@ -226,9 +229,10 @@ private typealias Comment = BugSquasherModel.Comment
     /// A key named twice in one chunk gets both records, in order, as it would from two chunks:
     /// the later record's fields over the earlier's, the fields it lacks kept, and the comments
     /// of both. Where chunk boundaries fall must not change what an import stores.
-    @Test func repeatedKeysAreAppliedInOrder() async throws {
+    @Test(arguments: [false, true])
+    func repeatedKeysAreAppliedInOrder(insertsRows: Bool) async throws {
         let context = try makeContext()
-        let upserter = self.upserter
+        let upserter = BugUpserter(insertsRows: insertsRows)
         var first = sampleRecords()[0]
         first.comments = [CommentRecord(jiraID: "rk-1", body: "first")]
         var second = first
@@ -321,11 +325,11 @@ private typealias Comment = BugSquasherModel.Comment
     /// The importer upserts a chunk while the one before saves. People, components and projects
     /// the one before writes are left aside and linked after its save: the result is what the
     /// two chunks give one after the other, with no second insert of a shared object.
-    @Test("links to shared objects another chunk writes wait for its save, and end the same")
-    func deferredLinks() async throws {
+    @Test("links to shared objects another chunk writes wait for its save, and end the same", arguments: [false, true])
+    func deferredLinks(insertsRows: Bool) async throws {
         let (stack, remove) = try sqliteStack("upsert-deferred")
         defer { remove() }
-        let upserter = self.upserter
+        let upserter = BugUpserter(insertsRows: insertsRows)
         let first = [sampleRecords()[0]]
         let second = [
             BugRecord(
@@ -382,13 +386,66 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(stored.4 == "user-bob")
     }
 
+    /// New bugs and comments inserted as rows, without objects, are saved and announced as the
+    /// same bugs and comments inserted as objects: the same rows, links and versions, and a
+    /// did-save naming the same objects, with the shared objects they join as updated.
+    @Test("new bugs inserted as rows save and announce what objects would")
+    func rowsSaveWhatObjectsWould() async throws {
+        struct Saved: Equatable {
+            var inserted: [String: Int]
+            var updated: [String: [String]]
+            var bugs: [String]
+        }
+        func importSample(insertsRows: Bool) async throws -> Saved {
+            let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
+            let seed = ObjectContext(coordinator: coordinator)
+            // An existing project and person, which the new bugs join.
+            try await seed.perform { context in
+                context.insert(Project.self).key = "TIMOB"
+                context.insert(Person.self).name = "user-bob"
+                try context.saveToStore()
+            }
+            let context = ObjectContext(coordinator: coordinator)
+            let upserter = BugUpserter(insertsRows: insertsRows)
+            let records = sampleRecords()
+            let rows = try await context.perform { context in
+                _ = try upserter.upsert(records, in: context)
+                return (context.insertedRows.count, UpsertKeys(writtenIn: context).byEntity["Bug"]?.count)
+            }
+            #expect(rows.0 == (insertsRows ? 6 : 0))  // 3 bugs, 3 comments
+            #expect(rows.1 == 3)
+            // Nothing saved would fail the comparison below.
+            let didSave = try await context.save() ?? DidSave(token: .zero, storeIdentifier: "")
+            #expect(didSave.objectIDs.allSatisfy { !$0.isTemporary })
+            let bugs = try await ObjectContext(coordinator: coordinator).perform { context in
+                try context.fetch(FetchRequest<Bug>(sort: [Key("key").ascending])).map { bug in
+                    let comments = bug.comments.map { "\($0.jiraID):\($0.author?.name ?? "-")" }.sorted()
+                    return
+                        "\(bug.key) v\(bug.snapshotVersion) \(bug.project?.key ?? "-") \(bug.reporter?.name ?? "-") \(bug.assignee?.name ?? "-") \(bug.components.map(\.name).sorted()) \(comments) \(bug.labels)"
+                }
+            }
+            return Saved(
+                inserted: Dictionary(grouping: didSave.inserted, by: \.objectID.entityName).mapValues(\.count),
+                updated: Dictionary(
+                    uniqueKeysWithValues: didSave.updated.map {
+                        ("\($0.objectID.entityName) v\($0.version)", $0.changedKeys.sorted())
+                    }),
+                bugs: bugs)
+        }
+        let asObjects = try await importSample(insertsRows: false)
+        let asRows = try await importSample(insertsRows: true)
+        #expect(asRows == asObjects)
+        #expect(asRows.inserted == ["Bug": 3, "Comment": 3, "Project": 1, "Person": 2, "Component": 2])
+        #expect(asRows.updated["Project v2"]?.contains("bugs") == true)
+    }
+
     /// A key the caller found absent is not looked up: the bug is inserted. Should it exist after
     /// all, the save fails on the unique key (the importer then saves the chunk's records one by
     /// one, looking each up), never two bugs with one key.
-    @Test("bugs named absent are inserted without a lookup; one that exists fails the save")
-    func absentBugs() async throws {
+    @Test("bugs named absent are inserted without a lookup; one that exists fails the save", arguments: [false, true])
+    func absentBugs(insertsRows: Bool) async throws {
         let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
-        let upserter = self.upserter
+        let upserter = BugUpserter(insertsRows: insertsRows)
         let records = sampleRecords()
         let absent = Set(records.map { StoredText($0.key) })
         let first = ObjectContext(coordinator: coordinator)

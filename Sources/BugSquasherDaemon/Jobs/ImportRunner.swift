@@ -525,7 +525,7 @@ final class ImportRunner: Service {
             // The previous chunk was imported record by record: what this one read is stale.
             return try await prepare(chunk, job: job, reads: reads)
         }
-        let upserter = BugUpserter(editsFirst: editsFirst)
+        let upserter = BugUpserter(editsFirst: editsFirst, insertsRows: true)
         let links = prepared.links
         prepared.written =
             try await prepared.context.perform { context in
@@ -642,7 +642,7 @@ final class ImportRunner: Service {
         extraRejects: [Int: String] = [:]
     ) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import", bulk: true)
-        let upserter = BugUpserter(editsFirst: editsFirst)
+        let upserter = BugUpserter(editsFirst: editsFirst, insertsRows: true)
         let entries = input.entries
         let records =
             extraRejects.isEmpty

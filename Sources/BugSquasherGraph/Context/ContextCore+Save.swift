@@ -4,7 +4,7 @@ import OrderedCollections
 extension ContextCore {
     /// Validates pending changes: required attributes, attribute types, deny rules.
     func validate(inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]) throws {
-        var problems: [String] = []
+        var problems = rowProblems()
         for object in inserted + updated {
             // Every attribute of every object a chunk saves: checked in place (copying each
             // attribute's description, or building its message, for the values that pass was
@@ -43,11 +43,18 @@ extension ContextCore {
         }
     }
 
-    /// Replaces the temporary IDs of inserted objects with permanent ones from the store.
+    /// Replaces the temporary IDs of inserted objects, and of the rows inserted without objects,
+    /// with permanent ones from the store, in one call.
     func obtainPermanentIDs(for objects: [ManagedObject]) throws {
         let temporary = objects.filter { $0.objectID.isTemporary }
+        let temporaryRows = temporaryRowIDs
+        guard !temporary.isEmpty || !temporaryRows.isEmpty else { return }
+        var permanent = try coordinator.obtainPermanentIDs(for: temporary.map { $0.objectID } + temporaryRows)
+        if !temporaryRows.isEmpty {
+            adoptRowIDs(permanent[temporary.count...])
+            permanent.removeLast(permanent.count - temporary.count)
+        }
         guard !temporary.isEmpty else { return }
-        let permanent = try coordinator.obtainPermanentIDs(for: temporary.map { $0.objectID })
         guard temporary.count * 2 > registered.count else {
             for (object, id) in zip(temporary, permanent) {
                 registered[object.objectID] = nil
@@ -128,17 +135,19 @@ extension ContextCore {
         while true {
             attempt += 1
             let (inserted, updated, deleted) = pendingChanges()
-            guard !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty else {
+            guard !inserted.isEmpty || !rows.isEmpty || !updated.isEmpty || !deleted.isEmpty else {
                 self.updated.removeAll()
                 return nil
             }
             try validate(inserted: inserted, updated: updated, deleted: deleted)
             try obtainPermanentIDs(for: inserted)
             var changes = saveChanges(inserted: inserted, updated: updated, deleted: deleted)
+            appendRows(to: &changes)
             changes.isBulk = savesAreBulk
             do {
                 let didSave = try coordinator.save(changes)
                 if retiring { isRetired = true }
+                dropRows()
                 didSaveToStore(didSave, inserted: retiring ? [] : inserted, updated: updated, deleted: deleted)
                 return didSave
             } catch let error as GraphError where error.code == .mergeConflict && mergePolicy != .error && attempt < 5 {

@@ -21,6 +21,10 @@ final class ContextCore {
     var inserted: OrderedSet<ManagedObject> = []
     var updated: OrderedSet<ManagedObject> = []
     var deleted: OrderedSet<ManagedObject> = []
+    /// Rows inserted without objects, in order, and the position of each by its ID (see
+    /// ``ObjectContext/insertRow(_:values:)``).
+    var rows: [InsertedRow] = []
+    var rowIndex: [ObjectID: Int] = [:]
     var liveQueries: [WeakLiveQuery] = []
     /// Newly registered permanent IDs not yet reported to the coordinator.
     private var pendingRegistrations: [ObjectID] = []
@@ -240,7 +244,7 @@ final class ContextCore {
     }
 
     /// Changes a to-many relationship's state without loading it, and marks the object changed.
-    private func changeMembers(of object: ManagedObject, slot: Int, _ change: (inout ToManyState) -> Void) {
+    func changeMembers(of object: ManagedObject, slot: Int, _ change: (inout ToManyState) -> Void) {
         if object.isFault { fulfillFault(object) }
         guard slot < object.toMany.count else { return }
         change(&object.toMany[slot])
@@ -312,7 +316,7 @@ final class ContextCore {
     // MARK: Change sets
 
     var hasChanges: Bool {
-        !inserted.isEmpty || !deleted.isEmpty || updated.contains { !$0.changedKeys.isEmpty }
+        !inserted.isEmpty || !rows.isEmpty || !deleted.isEmpty || updated.contains { !$0.changedKeys.isEmpty }
     }
 
     /// Inserted, updated (with real differences) and deleted objects.
@@ -340,6 +344,7 @@ final class ContextCore {
         inserted.removeAll()
         updated.removeAll()
         deleted.removeAll()
+        dropRows()
         let reported = Set(pendingRegistrations)
         pendingRegistrations.removeAll()
         coordinator.unregister(ids.filter { !reported.contains($0) })
@@ -358,6 +363,7 @@ final class ContextCore {
         inserted.removeAll()
         updated.removeAll()
         deleted.removeAll()
+        dropRows()
     }
 }
 

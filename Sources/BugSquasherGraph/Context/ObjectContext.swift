@@ -159,6 +159,62 @@ public actor ObjectContext {
     /// Whether there is anything to save.
     public var hasChanges: Bool { core.hasChanges }
 
+    // MARK: Rows
+
+    /// Inserts an object of `entity` as a row, without a managed object, and returns its ID:
+    /// for bulk imports of new objects the context does not read again, as Core Data's
+    /// `NSBatchInsertRequest`. `values` are the entity's attributes in the order of
+    /// ``EntityDescription/attributes`` (start from ``EntityDescription/defaultValues``). The
+    /// next save inserts the row like an inserted object (validated, a permanent ID, in the
+    /// did-save); until then no fetch or relationship of this context shows it, and its ID is
+    /// temporary. Root contexts only.
+    ///
+    /// Why: docs/DESIGN-NOTES.md, "New bugs are inserted as rows".
+    public func insertRow(_ entity: EntityDescription, values: [Value]) -> ObjectID {
+        core.insertRow(entity: entity, values: values)
+    }
+
+    /// Points the to-one `relationship` of the row `row` (from ``insertRow(_:values:)``) at
+    /// `object`, an object of this context, or at nothing. The object's to-many inverse does not
+    /// list the row, but counts as changed: the save bumps its version and its did-save names
+    /// the relationship, as for an inserted object. The relationship's inverse must be to-many.
+    public func setToOne(ofRow row: ObjectID, _ relationship: String, to object: ManagedObject?) {
+        precondition(object.map { $0.core === core } ?? true, "\(object!.objectID) is an object of another context.")
+        core.setToOne(ofRow: row, slot: toOneSlot(relationship, ofRow: row), to: object.map(RowTarget.object))
+    }
+
+    /// Points the to-one `relationship` of the row `row` at another row, `target`, both from
+    /// ``insertRow(_:values:)`` (a new comment at its new bug).
+    public func setToOne(ofRow row: ObjectID, _ relationship: String, toRow target: ObjectID) {
+        core.setToOne(ofRow: row, slot: toOneSlot(relationship, ofRow: row), to: core.rowTarget(target))
+    }
+
+    private func toOneSlot(_ relationship: String, ofRow row: ObjectID) -> Int {
+        guard let slot = coordinator.model.entity(named: row.entityName)?.toOneIndex[relationship] else {
+            preconditionFailure("Entity '\(row.entityName)' has no to-one relationship '\(relationship)'.")
+        }
+        return slot
+    }
+
+    /// Adds `object` to the many-to-many `relationship` of the row `row` (from
+    /// ``insertRow(_:values:)``), whose links the row's entity keeps; adding it twice adds it
+    /// once. The object counts as changed, as in ``setToOne(ofRow:_:to:)``.
+    public func add(_ object: ManagedObject, toRow row: ObjectID, _ relationship: String) {
+        guard let slot = coordinator.model.entity(named: row.entityName)?.toManyIndex[relationship] else {
+            preconditionFailure("Entity '\(row.entityName)' has no to-many relationship '\(relationship)'.")
+        }
+        core.add(object, toRow: row, slot: slot)
+    }
+
+    /// Whether `id` names a row inserted with ``insertRow(_:values:)`` and not saved yet.
+    public func isInsertedRow(_ id: ObjectID) -> Bool { core.rowIndex[id] != nil }
+
+    /// The rows inserted with ``insertRow(_:values:)`` and not saved yet: each one's entity and
+    /// values.
+    public var insertedRows: [(entity: EntityDescription, values: [Value])] {
+        core.rows.map { ($0.entity, $0.values) }
+    }
+
     // MARK: Fetching
 
     /// Fetches objects (faults unless the request prefetches).

@@ -59,6 +59,7 @@ extension ContextCore {
             for slot in object.toMany.indices where slot < pendingLinks.count {
                 object.toMany[slot].added = pendingLinks[slot].added
                 object.toMany[slot].removed = pendingLinks[slot].removed
+                object.toMany[slot].addedRows = pendingLinks[slot].addedRows
             }
         }
         object.values = attributes

@@ -92,8 +92,9 @@ public final class EntityDescription: Sendable {
         relationshipIndex[name].map { relationships[$0] }
     }
 
-    /// The values a newly inserted object starts with.
-    let defaultValues: [Value]
+    /// The values a newly inserted object starts with, in the order of ``attributes``: where
+    /// a row inserted with `ObjectContext.insertRow(_:values:)` starts.
+    public let defaultValues: [Value]
 
     /// The entity's shape without its class: what the store keeps in its metadata.
     var schema: EntitySchema {

@@ -213,6 +213,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         for slot in toMany.indices where toMany[slot].hasChanges {
             toMany[slot].added.removeAll()
             toMany[slot].removed.removeAll()
+            toMany[slot].addedRows = 0
         }
     }
 
@@ -234,8 +235,11 @@ struct ToManyState {
     var members: OrderedSet<ManagedObject>?
     var added: OrderedSet<ManagedObject> = []
     var removed: OrderedSet<ManagedObject> = []
+    /// Rows inserted without objects (``ObjectContext/insertRow(_:values:)``) that joined the
+    /// relationship: they are not members here, but the relationship changed.
+    var addedRows = 0
 
-    var hasChanges: Bool { !added.isEmpty || !removed.isEmpty }
+    var hasChanges: Bool { !added.isEmpty || !removed.isEmpty || addedRows > 0 }
 
     mutating func insert(_ object: ManagedObject) {
         if members?.contains(object) == true { return }
