@@ -720,13 +720,15 @@ struct ImportProgress: Sendable {
     }
 }
 
-/// Decodes the chunks after the one being imported, up to `depth` of them, each in a task of
-/// its own on the import threads that starts once the chunk before is decoded: in order, one
-/// at a time, and without blocking a thread while it waits.
+/// Decodes the chunks after the one being imported, up to `depth` of them, on the import
+/// threads, without blocking a thread while one waits for another: each chunk's lines are read
+/// once the chunk before has read its own, their digests computed at once, and the chunk is
+/// classified and decoded once the chunk before is decoded (see ``ChunkSource``).
 ///
 /// Why: docs/DESIGN-NOTES.md, "Chunks are decoded ahead".
 struct ChunkReadAhead {
     private var pending: [Task<ImportRunner.Chunk, any Error>] = []
+    private var lastRead: Task<ChunkSource.Lines, any Error>?
     private let source: ChunkSource
     private let executor: any TaskExecutor
 
@@ -747,27 +749,50 @@ struct ChunkReadAhead {
 
     /// Stops decoding: the pending chunks that have not started are not decoded.
     func cancel() {
+        lastRead?.cancel()
         for task in pending { task.cancel() }
     }
 
     private mutating func decodeOneMore() {
-        let before = pending.last
-        let source = source
+        let (readBefore, decodedBefore, source) = (lastRead, pending.last, source)
+        // The chunk before reads its lines first; its failure ends the chunks after it too.
+        let read = Task(executorPreference: executor) {
+            _ = try await readBefore?.value
+            try Task.checkCancellation()
+            return try source.readLines()
+        }
+        lastRead = read
         pending.append(
             Task(executorPreference: executor) {
-                // The chunk before reads first; its failure ends the chunks after it too.
-                _ = try await before?.value
+                var lines = try await read.value
+                // Beside the decoding of the chunk before.
+                source.digest(&lines)
+                _ = try await decodedBefore?.value
                 try Task.checkCancellation()
-                return try source.next()
+                return try source.decode(lines)
             })
     }
 }
 
-/// The spooled input of one job, read and decoded a chunk at a time. The reader lives behind a
-/// mutex, so that chunks can be decoded ahead (``ChunkReadAhead``) while the current one
-/// commits; only one read runs at a time.
+/// The spooled input of one job, read and decoded a chunk at a time, in three steps that
+/// ``ChunkReadAhead`` overlaps across chunks: ``readLines()`` (one chunk after another),
+/// ``digest(_:)`` (any time), ``decode(_:)`` (one chunk after another, in the order read: each
+/// chunk's digests exclude the keys of the chunks decoded before it). The reader and those keys
+/// live behind mutexes, so that chunks are read and decoded ahead while the current one commits.
 final class ChunkSource: Sendable {
-    private let reader: Mutex<(reader: OffsetLineReader, recent: [Set<String>])>
+    /// A chunk whose lines are read, not yet decoded.
+    struct Lines: Sendable {
+        var chunk = ImportRunner.Chunk()
+        /// The lines holding records, with the position of their entry.
+        var lines: [(entry: Int, line: OffsetLineReader.Line)] = []
+        /// Each line's key and digest, once ``ChunkSource/digest(_:)`` ran (jobs of formats
+        /// with digests only).
+        var sources: [(key: String, digest: Int64)?]?
+    }
+
+    private let reader: Mutex<OffsetLineReader>
+    /// The keys the `uncommitted` chunks decoded last write, newest first.
+    private let recent = Mutex<[Set<String>]>([])
     private let format: ImportFormat
     private let size: Int
     private let maximumRecordBytes: Int
@@ -782,7 +807,7 @@ final class ChunkSource: Sendable {
         reader: consuming sending OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int,
         editsFirst: EditsFirst? = nil, unchanged: UnchangedRecords? = nil, uncommitted: Int = 2
     ) {
-        self.reader = Mutex((reader, []))
+        self.reader = Mutex(reader)
         self.format = format
         self.size = size
         self.maximumRecordBytes = maximumRecordBytes
@@ -791,14 +816,11 @@ final class ChunkSource: Sendable {
         self.uncommitted = uncommitted
     }
 
-    /// The next chunk; without entries at the end of the input.
+    /// The next chunk, read, digested and decoded; without entries at the end of the input.
     func next() throws -> ImportRunner.Chunk {
-        try reader.withLock { state in
-            try Self.readChunk(
-                state.reader, format: format, size: size, maximumRecordBytes: maximumRecordBytes,
-                editsFirst: editsFirst,
-                unchanged: unchanged, uncommitted: uncommitted, recent: &state.recent)
-        }
+        var lines = try readLines()
+        digest(&lines)
+        return try decode(lines)
     }
 
     /// The input bytes past which a chunk ends before it has `size` records. An object graph
@@ -807,21 +829,41 @@ final class ChunkSource: Sendable {
     /// this bounds an import at a few hundred megabytes. Typical records (1 KB) never reach it.
     static let maximumChunkBytes = 8 << 20
 
-    /// Reads up to `size` records (non-empty lines), or records of up to about
-    /// ``maximumChunkBytes``, decoding each; undecodable ones become rejects with their line and
-    /// reason. Lines that are the very bytes their bug was last imported from are not decoded but
-    /// marked unchanged (see ``UnchangedRecords``); `recent` holds the keys the `uncommitted`
-    /// chunks before write, which may not have committed yet. Before each line it gives way to interactive
-    /// saves (see ``EditsFirst``).
-    private static func readChunk(
-        _ reader: OffsetLineReader, format: ImportFormat, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?,
-        unchanged: UnchangedRecords?, uncommitted: Int, recent: inout [Set<String>]
-    ) throws -> ImportRunner.Chunk {
+    /// Reads the next chunk's lines: up to `size` records (non-empty lines), or records of up to
+    /// about ``maximumChunkBytes``; an oversized line becomes a reject. Before each line it gives
+    /// way to interactive saves (see ``EditsFirst``).
+    func readLines() throws -> Lines {
+        try reader.withLock { reader in
+            try Self.readLines(
+                reader, size: size, maximumRecordBytes: maximumRecordBytes, editsFirst: editsFirst)
+        }
+    }
+
+    /// Computes the key and digest of each line (see ``UnchangedRecords``), for formats that
+    /// have them.
+    func digest(_ lines: inout Lines) {
+        lines.sources = unchanged?.sources(of: lines.lines.lazy.map(\.line), format: format)
+    }
+
+    /// Decodes each line of a chunk read by ``readLines()``; undecodable ones become rejects with
+    /// their line and reason. Lines that are the very bytes their bug was last imported from are
+    /// not decoded but marked unchanged (see ``UnchangedRecords``), unless a key of theirs is
+    /// one that the `uncommitted` chunks decoded before write, which may not have committed yet.
+    /// Chunks must be decoded in the order they were read.
+    func decode(_ lines: Lines) throws -> ImportRunner.Chunk {
+        try recent.withLock { recent in
+            try Self.decode(
+                lines, format: format, unchanged: unchanged, editsFirst: editsFirst, uncommitted: uncommitted,
+                recent: &recent)
+        }
+    }
+
+    private static func readLines(
+        _ reader: OffsetLineReader, size: Int, maximumRecordBytes: Int, editsFirst: EditsFirst?
+    ) throws -> Lines {
+        var read = Lines()
         var chunk = ImportRunner.Chunk()
-        chunk.records.reserveCapacity(size)
-        let decoder = JiraIssueDecoder()
         var bytes = 0
-        // The lines holding records, with the position of their entry.
         var lines: [(entry: Int, line: OffsetLineReader.Line)] = []
         lines.reserveCapacity(size)
         while chunk.entries.count < size, bytes < maximumChunkBytes, let line = try reader.next() {
@@ -846,7 +888,20 @@ final class ChunkSource: Sendable {
             chunk.entries.append(
                 ImportRunner.Entry(line: line.number, spoolLine: line.number, endOffset: line.endOffset))
         }
-        let sources = try unchanged?.find(in: lines.map(\.line), format: format, excluding: recent)
+        read.chunk = chunk
+        read.lines = lines
+        return read
+    }
+
+    private static func decode(
+        _ read: Lines, format: ImportFormat, unchanged: UnchangedRecords?, editsFirst: EditsFirst?, uncommitted: Int,
+        recent: inout [Set<String>]
+    ) throws -> ImportRunner.Chunk {
+        var chunk = read.chunk
+        let lines = read.lines
+        chunk.records.reserveCapacity(lines.count)
+        let decoder = JiraIssueDecoder()
+        let sources = try read.sources.map { try unchanged?.find(in: $0, excluding: recent) } ?? nil
         var written = Set<String>()
         for (index, pending) in lines.enumerated() {
             if sources?.unchanged.contains(index) == true {
@@ -956,24 +1011,33 @@ struct UnchangedRecords: Sendable {
         self.coordinator = coordinator
     }
 
-    /// The digests of `lines` and which of them are unchanged. A key met twice in the chunk, or
-    /// written by a chunk before that may not have committed yet (`excluding`), is decoded
-    /// whatever its digest: the last record of a key must win.
-    func find(in lines: [OffsetLineReader.Line], format: ImportFormat, excluding recent: [Set<String>]) throws -> Found
-    {
-        var found = Found(lines: [], unchanged: [])
-        found.lines.reserveCapacity(lines.count)
-        var counts: [String: Int] = [:]
+    /// The key and digest of each line, where it has them: what ``find(in:excluding:)`` takes.
+    func sources(of lines: some Sequence<OffsetLineReader.Line>, format: ImportFormat) -> [(
+        key: String, digest: Int64
+    )?] {
+        var sources: [(key: String, digest: Int64)?] = []
+        sources.reserveCapacity(lines.underestimatedCount)
         for line in lines {
-            let source = line.bytes.withUnsafeBufferPointer { bytes -> (key: String, digest: Int64)? in
-                // An element of a JSON array is spooled with its position: decoded as it is.
-                guard format.spoolLines != .jira || ((try? SpooledElement(bytes)) ?? nil) == nil,
-                    let key = SourceDigest.key(ofJSONObject: bytes)
-                else { return nil }
-                return (key, SourceDigest.of(bytes, seed: seed))
-            }
+            sources.append(
+                line.bytes.withUnsafeBufferPointer { bytes -> (key: String, digest: Int64)? in
+                    // An element of a JSON array is spooled with its position: decoded as it is.
+                    guard format.spoolLines != .jira || ((try? SpooledElement(bytes)) ?? nil) == nil,
+                        let key = SourceDigest.key(ofJSONObject: bytes)
+                    else { return nil }
+                    return (key, SourceDigest.of(bytes, seed: seed))
+                })
+        }
+        return sources
+    }
+
+    /// Which of the lines whose ``sources(of:format:)`` are `sources` are unchanged. A key met
+    /// twice in the chunk, or written by a chunk before that may not have committed yet
+    /// (`excluding`), is decoded whatever its digest: the last record of a key must win.
+    func find(in sources: [(key: String, digest: Int64)?], excluding recent: [Set<String>]) throws -> Found {
+        var found = Found(lines: sources, unchanged: [])
+        var counts: [String: Int] = [:]
+        for source in sources {
             if let source { counts[source.key, default: 0] += 1 }
-            found.lines.append(source)
         }
         var candidates = Set(counts.compactMap { $0.value == 1 ? $0.key : nil })
         for keys in recent { candidates.subtract(keys) }
