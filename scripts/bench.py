@@ -1298,6 +1298,7 @@ def main():
     parser.add_argument("--k-runs", type=int, default=3, help="runs of section k with a backup (and as many without, alternating)")
     parser.add_argument("--backup-only", action="store_true", help="section k only")
     parser.add_argument("--j-runs", type=int, default=3, help="runs of each path in section j (the medians are compared)")
+    parser.add_argument("--l-runs", type=int, default=3, help="runs of each path and key order in section l (the medians are compared)")
     parser.add_argument("--j-smoke", action="store_true", help="section j on the export's 1,000-issue sample")
     parser.add_argument("--import-only", action="store_true", help="sections j and l only")
     args = parser.parse_args()

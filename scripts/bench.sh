@@ -46,7 +46,7 @@ skip_postgres=0
 while (($#)); do
     case $1 in
         --smoke) args+=(--rows 2000 --big-rows 8000 --rounds 5 --warmup 1 --counts 1,3 --e-subscribers 12 --e-slow 2
-                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1 --k-runs 1 --j-runs 1 --j-smoke) ;;
+                        --idle-edits 5 --edit-interval 50 --pending-limit 1000 --catch-up-timeout 120 --h-seconds 1 --k-runs 1 --j-runs 1 --l-runs 1 --j-smoke) ;;
         --debug) config=debug ;;
         --rows|--big-rows|--rounds)
             (($# >= 2)) || { echo "scripts/bench.sh: $1 needs a value" >&2; usage; }

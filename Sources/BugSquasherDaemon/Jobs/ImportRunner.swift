@@ -825,8 +825,9 @@ final class ChunkSource: Sendable {
 
     /// The input bytes past which a chunk ends before it has `size` records. An object graph
     /// of records takes about ten times their bytes, two chunks have one at once (upserting and
-    /// saving), and ``ImportRunner/readAhead`` more are decoded: a thousand records of a megabyte each (many comments) would take tens of gigabytes, where
-    /// this bounds an import at a few hundred megabytes. Typical records (1 KB) never reach it.
+    /// saving), and ``ImportRunner/readAhead`` more are decoded: a thousand records of a
+    /// megabyte each (many comments) would take tens of gigabytes, where this bounds an import
+    /// at a few hundred megabytes. Typical records (1 KB) never reach it.
     static let maximumChunkBytes = 8 << 20
 
     /// Reads the next chunk's lines: up to `size` records (non-empty lines), or records of up to
