@@ -136,7 +136,11 @@ final class ImportRunner: Service {
             }
             for waiter in waiters { waiter.resume() }
         }
-        try await withTaskExecutorPreference(executor) { try await process(job) }
+        // The job's loop runs on the write threads, at the daemon's priority: it starts each
+        // chunk's save once the save before has committed, and on the import threads, beside
+        // decoding, it would start it a scheduling delay later. Its decoding and upserts run on
+        // the import threads (``ChunkReadAhead``, ``prepare(_:job:reads:deferring:extraRejects:)``).
+        try await withTaskExecutorPreference(writers) { try await process(job) }
     }
 
     func run() async throws {
@@ -351,8 +355,8 @@ final class ImportRunner: Service {
         // Decoding that runs ahead ends with the job (its chunks are read again on resume).
         defer { ahead?.cancel() }
         do {
-            var chunk = try source.next()
             ahead = ChunkReadAhead(source: source, depth: Self.readAhead, executor: executor)
+            var chunk = try await ahead!.next()
             while !chunk.entries.isEmpty {
                 switch JobLifecycle.betweenChunks(
                     shuttingDown: Task.isShuttingDownGracefully, abortRequested: abortRequested(id))
@@ -366,7 +370,7 @@ final class ImportRunner: Service {
                     try await endAborted(id, after: saving, progress: &progress, logger: logger)
                     return
                 }
-                var retired: PreparedChunk?
+                var retired: SavingChunk?
                 let prepared = try await prepareAfter(
                     &saving, chunk, job: id, retired: &retired, progress: &progress, logger: logger)
                 // Not on the import threads: the save holds the writer, which edits wait for.
@@ -377,10 +381,10 @@ final class ImportRunner: Service {
                         defer { self.metrics.chunkCommit.recordSince(started) }
                         return try await self.save(prepared, job: id)
                     })
-                // The saved chunk's context and objects are freed while the next one saves, not
-                // between the two saves, and beside the next upsert rather than before it: by a
-                // task of their own on the import threads (which give way to interactive saves
-                // before each job: freeing a chunk's objects takes milliseconds).
+                // The saved chunk's context, objects and did-save are freed while the next one
+                // saves, not between the two saves, and beside the next upsert rather than before
+                // it: by a task of their own on the import threads (which give way to interactive
+                // saves before each job: freeing a chunk's objects takes milliseconds).
                 if let done = retired.take() {
                     Task(executorPreference: executor) { withExtendedLifetime(done) {} }
                 }
@@ -503,11 +507,11 @@ final class ImportRunner: Service {
     /// brought up to date by merging its did-save, so that this chunk's save does not meet them
     /// as conflicts.
     private func prepareAfter(
-        _ saving: inout SavingChunk?, _ chunk: Chunk, job: String, retired: inout PreparedChunk?,
+        _ saving: inout SavingChunk?, _ chunk: Chunk, job: String, retired: inout SavingChunk?,
         progress: inout ImportProgress, logger: Logger
     ) async throws -> PreparedChunk {
         guard let previous = saving else { return try await prepare(chunk, job: job) }
-        retired = previous.chunk
+        retired = previous
         editsFirst?.yieldToInteractiveSaves()
         let reads = chunk.reads ?? UpsertKeys(chunk.records)
         let written = previous.chunk.written
@@ -654,21 +658,23 @@ final class ImportRunner: Service {
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
         }
-        let (written, job, links) = try await context.perform {
-            context -> (UpsertKeys, ObjectID, DeferredLinks?) in
-            // A bug deleted between this upsert and the save fails the save instead of taking
-            // the record with it: the records are then saved one by one, re-creating it.
-            context.failsOverStoreDeletions = true
-            let links = try upserter.upsert(
-                records, keys: reads, validated: true, absentBugs: input.absentBugs,
-                deferring: shared, in: context)
-            editsFirst?.yieldToInteractiveSaves()
-            // The job is read here, off the path between two saves; the previous chunk's
-            // did-save, merged before this chunk saves, brings its progress up to date.
-            guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
-            // With links left, what the chunk writes is known once they are made (prepareAfter).
-            guard !links.isEmpty else { return (UpsertKeys(writtenIn: context), job.objectID, nil) }
-            return (UpsertKeys(byEntity: [:]), job.objectID, links)
+        // On the import threads, at import_nice (the job's loop runs on the write threads).
+        let (written, job, links) = try await withTaskExecutorPreference(executor) {
+            try await context.perform { context -> (UpsertKeys, ObjectID, DeferredLinks?) in
+                // A bug deleted between this upsert and the save fails the save instead of taking
+                // the record with it: the records are then saved one by one, re-creating it.
+                context.failsOverStoreDeletions = true
+                let links = try upserter.upsert(
+                    records, keys: reads, validated: true, absentBugs: input.absentBugs,
+                    deferring: shared, in: context)
+                editsFirst?.yieldToInteractiveSaves()
+                // The job is read here, off the path between two saves; the previous chunk's
+                // did-save, merged before this chunk saves, brings its progress up to date.
+                guard let job = try JobBook.find(id, in: context) else { throw jobNotFound(id) }
+                // With links left, what the chunk writes is known once they are made (prepareAfter).
+                guard !links.isEmpty else { return (UpsertKeys(writtenIn: context), job.objectID, nil) }
+                return (UpsertKeys(byEntity: [:]), job.objectID, links)
+            }
         }
         let unchanged = entries.count { $0.unchanged }
         return PreparedChunk(
