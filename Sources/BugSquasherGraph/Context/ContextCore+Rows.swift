@@ -87,11 +87,12 @@ extension ContextCore {
     /// Checks the rows' values as ``validate(inserted:updated:deleted:)`` checks objects'.
     func rowProblems() -> [String] {
         var problems: [String] = []
-        for row in rows {
-            let attributes = row.entity.attributes
-            for index in attributes.indices where !attributes[index].accepts(row.values[index]) {
+        // Read in place: a copy of each row would retain its arrays, for every row of a chunk.
+        for row in rows.indices {
+            let attributes = rows[row].entity.attributes
+            for index in attributes.indices where !attributes[index].accepts(rows[row].values[index]) {
                 if let problem = attributes[index].problem(
-                    storing: row.values[index], in: row.entity.name, of: row.objectID)
+                    storing: rows[row].values[index], in: rows[row].entity.name, of: rows[row].objectID)
                 {
                     problems.append(problem)
                 }

@@ -206,8 +206,11 @@ extension ContextCore {
         _ didSave: DidSave, inserted: [ManagedObject], updated: [ManagedObject], deleted: [ManagedObject]
     ) {
         var versions: [ObjectID: Int64] = [:]
-        versions.reserveCapacity(didSave.inserted.count + didSave.updated.count)
-        for change in didSave.inserted { versions[change.objectID] = change.version }
+        // Without inserted objects (a retired context's, or rows), their versions are not needed.
+        versions.reserveCapacity((inserted.isEmpty ? 0 : didSave.inserted.count) + didSave.updated.count)
+        if !inserted.isEmpty {
+            for change in didSave.inserted { versions[change.objectID] = change.version }
+        }
         for change in didSave.updated { versions[change.objectID] = change.version }
         var updatedRows: [ObjectID: RowSnapshot] = [:]
         for object in inserted {
