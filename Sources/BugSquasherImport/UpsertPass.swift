@@ -84,33 +84,13 @@ struct UpsertPass {
             editsFirst?.yieldToInteractiveSaves()
             switch link {
             case .project(let bug, let record):
-                let project = project(record, in: context)
-                if context.isInsertedRow(bug) {
-                    context.setToOne(ofRow: bug, "project", to: project)
-                } else {
-                    (context.object(with: bug) as? Bug)?.project = project
-                }
+                setToOne("project", of: bug, to: project(record, in: context), in: context)
             case .reporter(let bug, let record):
-                let person = person(record, in: context)
-                if context.isInsertedRow(bug) {
-                    context.setToOne(ofRow: bug, "reporter", to: person)
-                } else {
-                    (context.object(with: bug) as? Bug)?.reporter = person
-                }
+                setToOne("reporter", of: bug, to: person(record, in: context), in: context)
             case .assignee(let bug, let record):
-                let person = person(record, in: context)
-                if context.isInsertedRow(bug) {
-                    context.setToOne(ofRow: bug, "assignee", to: person)
-                } else {
-                    (context.object(with: bug) as? Bug)?.assignee = person
-                }
+                setToOne("assignee", of: bug, to: person(record, in: context), in: context)
             case .author(let comment, let record):
-                let person = person(record, in: context)
-                if context.isInsertedRow(comment) {
-                    context.setToOne(ofRow: comment, "author", to: person)
-                } else {
-                    (context.object(with: comment) as? Comment)?.author = person
-                }
+                setToOne("author", of: comment, to: person(record, in: context), in: context)
             case .components(let bug, let wanted, let isNew):
                 let components = wanted.compactMap { wanted -> Component? in
                     switch wanted {
@@ -124,6 +104,18 @@ struct UpsertPass {
                     setComponents(components, of: bug, isNew: isNew)
                 }
             }
+        }
+    }
+
+    /// Points the to-one `relationship` of the bug or comment `id` at `target`, whether it was
+    /// inserted as a row (see ``rowColumns``) or is an object.
+    private func setToOne(
+        _ relationship: String, of id: ObjectID, to target: ManagedObject?, in context: isolated ObjectContext
+    ) {
+        if context.isInsertedRow(id) {
+            context.setToOne(ofRow: id, relationship, to: target)
+        } else {
+            context.object(with: id).setRelated(target, for: relationship)
         }
     }
 
