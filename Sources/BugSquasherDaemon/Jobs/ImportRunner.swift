@@ -351,12 +351,11 @@ final class ImportRunner: Service {
             unchanged: UnchangedRecords(format: job.format, coordinator: stack.writerCoordinator),
             uncommitted: Self.readAhead + 1)
         var saving: SavingChunk?
-        var ahead: ChunkReadAhead?
+        var ahead = ChunkReadAhead(source: source, depth: Self.readAhead, executor: executor)
         // Decoding that runs ahead ends with the job (its chunks are read again on resume).
-        defer { ahead?.cancel() }
+        defer { ahead.cancel() }
         do {
-            ahead = ChunkReadAhead(source: source, depth: Self.readAhead, executor: executor)
-            var chunk = try await ahead!.next()
+            var chunk = try await ahead.next()
             while !chunk.entries.isEmpty {
                 switch JobLifecycle.betweenChunks(
                     shuttingDown: Task.isShuttingDownGracefully, abortRequested: abortRequested(id))
@@ -388,7 +387,7 @@ final class ImportRunner: Service {
                 if let done = retired.take() {
                     Task(executorPreference: executor) { withExtendedLifetime(done) {} }
                 }
-                chunk = try await ahead!.next()
+                chunk = try await ahead.next()
             }
             if let last = saving {
                 saving = nil
@@ -529,7 +528,7 @@ final class ImportRunner: Service {
             // The previous chunk was imported record by record: what this one read is stale.
             return try await prepare(chunk, job: job, reads: reads)
         }
-        let upserter = BugUpserter(editsFirst: editsFirst, insertsRows: true)
+        let upserter = self.upserter
         let links = prepared.links
         prepared.written =
             try await prepared.context.perform { context in
@@ -541,6 +540,10 @@ final class ImportRunner: Service {
         prepared.links = nil
         return prepared
     }
+
+    /// The upserter of every chunk: it gives way to edits, and inserts new bugs as rows (the
+    /// chunk's context is dropped after its save).
+    private var upserter: BugUpserter { BugUpserter(editsFirst: editsFirst, insertsRows: true) }
 
     /// How many chunks are decoded ahead of the one being upserted (see ``ChunkReadAhead``).
     /// One keeps a core busy only while decoding and upserting take equally long; with two, the
@@ -646,7 +649,7 @@ final class ImportRunner: Service {
         extraRejects: [Int: String] = [:]
     ) async throws -> PreparedChunk {
         let context = stack.importerContext(name: "import", bulk: true)
-        let upserter = BugUpserter(editsFirst: editsFirst, insertsRows: true)
+        let upserter = self.upserter
         let entries = input.entries
         let records =
             extraRejects.isEmpty
