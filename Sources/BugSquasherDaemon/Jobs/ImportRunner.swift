@@ -136,11 +136,9 @@ final class ImportRunner: Service {
             }
             for waiter in waiters { waiter.resume() }
         }
-        // The job's loop runs on the write threads, at the daemon's priority: it starts each
-        // chunk's save once the save before has committed, and on the import threads, beside
-        // decoding, it would start it a scheduling delay later. Its decoding and upserts run on
-        // the import threads (``ChunkReadAhead``, ``prepare(_:job:reads:deferring:extraRejects:)``).
-        try await withTaskExecutorPreference(writers) { try await process(job) }
+        // On the import threads, not the write threads: the loop gives way to interactive saves
+        // (blocking its thread), and the write threads must stay free for job records and saves.
+        try await withTaskExecutorPreference(executor) { try await process(job) }
     }
 
     func run() async throws {
@@ -661,7 +659,7 @@ final class ImportRunner: Service {
             if let reason = extraRejects[entry.line] { return (entry.line, reason) }
             return entry.reject.map { (entry.line, $0) }
         }
-        // On the import threads, at import_nice (the job's loop runs on the write threads).
+        // On the import threads, at import_nice.
         let (written, job, links) = try await withTaskExecutorPreference(executor) {
             try await context.perform { context -> (UpsertKeys, ObjectID, DeferredLinks?) in
                 // A bug deleted between this upsert and the save fails the save instead of taking
