@@ -24,4 +24,28 @@ extension EventLoopFuture where Value: Sendable {
 enum PostgresEventLoops {
     /// One thread: the store's statements wait for each other anyway.
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    /// Runs `body`, an async call of postgres-nio (`copyFrom` has no other form), on `loop` and
+    /// waits for it on this thread, as ``EventLoopFuture/blockingValue()`` does. The task runs on
+    /// the loop itself, not on Swift's shared pool, whose few threads may all be blocked in
+    /// waits like this one.
+    static func run<T: Sendable>(on loop: any EventLoop, _ body: @escaping @Sendable () async throws -> T) throws -> T {
+        let promise = loop.makePromise(of: T.self)
+        Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
+            do { promise.succeed(try await body()) } catch { promise.fail(error) }
+        }
+        return try promise.futureResult.blockingValue()
+    }
+}
+
+/// A task executor running its jobs on one event loop.
+private final class EventLoopTaskExecutor: TaskExecutor {
+    let loop: any EventLoop
+
+    init(loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
 }

@@ -22,22 +22,38 @@ final class HistoryFollower: Sendable {
     }
 
     private let wake = DispatchSemaphore(value: 0)
+    /// The newest token hinted since the thread last looked; `Int64.max` when something else
+    /// woke it (a new listening connection), which always reads.
+    final class NewestHint: Sendable {
+        private let value = Atomic<Int64>(0)
+        func note(_ token: Int64?) { value.max(token ?? .max, ordering: .acquiringAndReleasing) }
+        func take() -> Int64 { value.exchange(0, ordering: .acquiringAndReleasing) }
+    }
+
+    private let hinted = NewestHint()
     private let stopped = StopFlag()
     private let listener = Mutex<Task<Void, Never>?>(nil)
 
     init(store: PostgresStore) {
         let (configuration, channel, logger) = (try? store.connectionConfiguration(), store.hintChannel, store.logger)
-        Thread.detachNewThread { [weak store, wake, stopped] in
+        Thread.detachNewThread { [weak store, wake, hinted, stopped] in
             while !stopped.isSet {
-                _ = wake.wait(timeout: .now() + .seconds(1))
+                let woken = wake.wait(timeout: .now() + .seconds(1)) == .success
                 guard let store, !stopped.isSet else { return }
+                // A hint of this process's own save, or of one delivered already, needs no read
+                // (a save of this process delivers the others' before it); the once-a-second look
+                // always reads.
+                let newest = hinted.take()
+                if woken, newest <= store.delivered.withLock({ $0 ?? .max }) { continue }
                 store.deliverCommitsOfOthers()
             }
         }
         guard let configuration else { return }  // the store's own connection says why
         listener.withLock {
-            $0 = Task { [box = WeakStore(store), wake, stopped] in
+            $0 = Task { [box = WeakStore(store), wake, hinted, stopped] in
                 await Self.listen(configuration, channel: channel, store: box, logger: logger, stopped: stopped) {
+                    token in
+                    hinted.note(token)
                     wake.signal()
                 }
             }
@@ -61,16 +77,17 @@ final class HistoryFollower: Sendable {
         init(_ store: PostgresStore?) { self.store = store }
     }
 
-    /// Calls `hint` once listening on `channel`, and for each notification, and sends the
-    /// store's heartbeats, until the connection ends.
+    /// Calls `hint` once listening on `channel` (with no token), and for each notification
+    /// (with the token it carries), and sends the store's heartbeats, until the connection ends.
     private static func listen(
-        on connection: PostgresConnection, channel: String, store: WeakStore, hint: @escaping @Sendable () -> Void
+        on connection: PostgresConnection, channel: String, store: WeakStore,
+        hint: @escaping @Sendable (Int64?) -> Void
     ) async throws {
         try await connection.listen(on: channel) { notifications in
             store.store?.markReachable()
-            hint()
+            hint(nil)
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { for try await _ in notifications { hint() } }
+                group.addTask { for try await notification in notifications { hint(Int64(notification.payload)) } }
                 group.addTask {
                     while !Task.isCancelled {
                         try await Task.sleep(for: heartbeatInterval)
@@ -108,15 +125,15 @@ final class HistoryFollower: Sendable {
     }
 
     /// Listens on `channel` and calls `hint` for each notification, reconnecting after a lost
-    /// connection (and hinting then, so that what was sent meanwhile is read).
+    /// connection (and hinting then, with no token, so that what was sent meanwhile is read).
     private static func listen(
         _ configuration: PostgresConnection.Configuration, channel: String, store: WeakStore, logger: Logger,
-        stopped: StopFlag, hint: @escaping @Sendable () -> Void
+        stopped: StopFlag, hint: @escaping @Sendable (Int64?) -> Void
     ) async {
         while !stopped.isSet, !Task.isCancelled {
             do {
                 let connection = try await PostgresConnection.connect(
-                    on: PostgresEventLoops.group.next(), configuration: configuration, id: 2, logger: logger)
+                    on: PostgresEventLoops.group.next(), configuration: configuration, id: 3, logger: logger)
                 do {
                     try await listen(on: connection, channel: channel, store: store, hint: hint)
                 } catch {

@@ -19,8 +19,9 @@ extension PostgresStore {
         let store = state.metadata.storeIdentifier
         var query = PostgresSelect(model: state.model, entity: entity, storeIdentifier: store)
         let sql = try query.select(request)
-        return try withConnection("fetch \(entity.name)") { connection in
-            let rows = try run(sql, query.arguments, on: connection)
+        return try withReadingConnection("fetch \(entity.name)") { connection in
+            let rows = try connection.query(PostgresQuery(unsafeSQL: sql, binds: query.bindings), logger: logger)
+                .blockingValue().rows
             switch request.resultType {
             case .count:
                 return .count(Int(try rows.first?.decode(Int64.self) ?? 0))
@@ -35,7 +36,8 @@ extension PostgresStore {
 
     public func newValues(for objectIDs: [ObjectID]) throws -> [ObjectID: RowSnapshot] {
         let state = try requireLoaded()
-        return try withConnection("load values") { connection in try rows(for: objectIDs, state: state, on: connection)
+        return try withReadingConnection("load values") { connection in
+            try rows(for: objectIDs, state: state, on: connection)
         }
     }
 
@@ -69,7 +71,7 @@ extension PostgresStore {
     public func newValue(forRelationship name: String, of objectID: ObjectID) throws -> [ObjectID] {
         let state = try requireLoaded()
         let (sql, destination) = try SQLNames.toMany(name, of: objectID.entityName, in: state.model, parameter: "$1")
-        let keys = try withConnection("load \(objectID.entityName).\(name)") { connection in
+        let keys = try withReadingConnection("load \(objectID.entityName).\(name)") { connection in
             try run(sql, [.int64(objectID.key)], on: connection).map { try $0.decode(Int64.self) }
         }
         return keys.map { ObjectID(store: state.metadata.storeIdentifier, entity: destination.name, primaryKey: $0) }
@@ -85,23 +87,28 @@ extension PostgresStore {
                 counts.append((id.entityName, 1))
             }
         }
-        // Each entity's first key; in the order of `counts`.
+        // Each entity's first key, from one statement that takes them all (an entity seen for
+        // the first time starts at 1); the entities in name order, so that two processes
+        // allocating for the same entities lock their rows in the same order.
+        counts.sort { $0.entity < $1.entity }
         var nextKeys: [String: Int64] = try withConnection("allocate primary keys") { connection in
-            try transaction(on: connection) {
-                var first: [String: Int64] = [:]
-                for (entity, count) in counts {
-                    _ = try run(
-                        "INSERT INTO bs_sequence (entity, next) VALUES ($1, 1) ON CONFLICT (entity) DO NOTHING",
-                        [.string(entity)], on: connection)
-                    let next =
-                        try run(
-                            "UPDATE bs_sequence SET next = next + $1 WHERE entity = $2 RETURNING next",
-                            [.int64(count), .string(entity)], on: connection
-                        ).first?.decode(Int64.self) ?? count + 1
-                    first[entity] = next - count
-                }
-                return first
+            var bindings = PostgresBindings()
+            bindings.append(counts.map(\.entity))
+            bindings.append(counts.map(\.count))
+            let rows = try connection.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        INSERT INTO bs_sequence (entity, next) SELECT e, 1 + c FROM unnest($1::text[], $2::int8[]) AS x(e, c)
+                        ON CONFLICT (entity) DO UPDATE SET next = bs_sequence.next + EXCLUDED.next - 1
+                        RETURNING entity, next
+                        """, binds: bindings), logger: logger
+            ).blockingValue().rows
+            var first: [String: Int64] = [:]
+            for row in rows {
+                let (entity, next) = try row.decode((String, Int64).self)
+                first[entity] = next - (counts.first { $0.entity == entity }?.count ?? 0)
             }
+            return first
         }
         return objectIDs.map { id in
             defer { nextKeys[id.entityName, default: 0] += 1 }

@@ -129,8 +129,8 @@ extension PostgresStore {
         return conflicts
     }
 
-    /// Inserts the rows entity by entity, many rows per statement (a round trip per row is what
-    /// bounds an import on a server).
+    /// Inserts the rows entity by entity: many rows by one `COPY`, a few by one `INSERT` (a
+    /// round trip per row is what bounds an import on a server).
     private func writeInserts(
         _ rows: [SaveChanges.Row], into didSave: inout DidSave, state: Loaded, on connection: PostgresConnection
     ) throws {
@@ -143,15 +143,15 @@ extension PostgresStore {
         for name in order {
             let entity = try state.model.requireEntity(name)
             let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
-            let head =
-                "INSERT INTO \(PostgresSchema.quote(entity.name)) (pk, _version\(names.map { ", " + PostgresSchema.quote($0) }.joined())) VALUES "
             let entityRows = byEntity[name] ?? []
-            // PostgreSQL takes at most 65,535 parameters in a statement.
-            for batch in Self.batches(of: entityRows, columns: names.count + 1) {
+            if entityRows.count >= Self.fewestCopiedRows {
+                try keepingKeysUnique(entity, nil, updating: false) {
+                    try copy(entityRows[...], into: entity, columns: names, on: connection)
+                }
+            } else {
                 var arguments: [Value] = []
-                arguments.reserveCapacity(batch.count * (names.count + 1))
                 var tuples: [String] = []
-                for row in batch {
+                for row in entityRows {
                     let first = arguments.count + 1
                     arguments.append(.int64(row.objectID.key))
                     arguments += row.attributes
@@ -159,8 +159,14 @@ extension PostgresStore {
                     let rest = ((first + 1)...arguments.count).map { ", $\($0)" }.joined()
                     tuples.append("($\(first), 1\(rest))")
                 }
-                _ = try keepingKeysUnique(entity, batch.count == 1 ? batch[0].attributes : nil, updating: false) {
-                    try changeCount(head + tuples.joined(separator: ", "), arguments, on: connection)
+                let columns = names.map { ", " + PostgresSchema.quote($0) }.joined()
+                let sql =
+                    "INSERT INTO \(PostgresSchema.quote(entity.name)) (pk, _version\(columns)) VALUES "
+                    + tuples.joined(separator: ", ")
+                _ = try keepingKeysUnique(
+                    entity, entityRows.count == 1 ? entityRows[0].attributes : nil, updating: false
+                ) {
+                    try changeCount(sql, arguments, on: connection)
                 }
             }
             for row in entityRows {
@@ -170,12 +176,6 @@ extension PostgresStore {
                         values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
             }
         }
-    }
-
-    /// `items` cut into statements of at most 1,000 rows and 30,000 parameters.
-    static func batches<T>(of items: [T], columns: Int) -> [ArraySlice<T>] {
-        let size = max(1, min(1_000, 30_000 / max(columns, 1)))
-        return stride(from: 0, to: items.count, by: size).map { items[$0..<min($0 + size, items.count)] }
     }
 
     /// Removes and adds links, one statement per join table and direction.

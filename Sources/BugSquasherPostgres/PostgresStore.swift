@@ -30,9 +30,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     let loaded = Mutex<Loaded?>(nil)
-    /// The one connection, opened on first use and again after it broke; its lock serializes
-    /// the store's statements and transactions in this process.
-    private let connection = Mutex<PostgresConnection?>(nil)
+    /// The connection of saves and everything else that writes or follows the history, and the
+    /// connection of fetches, so that an importer fetches its next chunk's rows while the chunk
+    /// before saves. Each is opened on first use and again after it broke; its lock serializes
+    /// its statements and transactions in this process.
+    private let writing = ConnectionSlot(id: 1)
+    private let reading = ConnectionSlot(id: 2)
     private let registrations = RegistrationCounts()
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).
@@ -46,9 +49,6 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     private let follower = Mutex<HistoryFollower?>(nil)
     /// This process's row among the daemons attached, and whether the server answers.
     let health = Mutex(Health())
-    /// The store's connection, reachable while a statement holds ``connection``, so that a
-    /// heartbeat that went unanswered can close it (see ``markUnreachable(_:hung:)``).
-    private let liveConnection = Mutex<PostgresConnection?>(nil)
 
     /// A store in the database `configuration` names; nothing connects before the coordinator
     /// loads it.
@@ -59,7 +59,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     deinit {
         follower.withLock { $0?.stop() }
-        if let open = connection.withLock({ $0 }) { try? open.close().blockingValue() }
+        for slot in [writing, reading] {
+            if let open = slot.connection.withLock({ $0 }) { try? open.close().blockingValue() }
+        }
     }
 
     /// Calls `handler` after each commit to the store, this process's and every other's
@@ -88,19 +90,31 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     // MARK: The connection
 
-    /// Runs `body` on the store's connection, holding it: statements of other threads wait.
-    /// A connection that broke is dropped, so that the next call opens a new one; the error
+    /// Runs `body` on the store's writing connection, holding it: statements of other threads
+    /// wait. A connection that broke is dropped, so that the next call opens a new one; the error
     /// becomes a ``GraphError/Code/storeIO`` that says which server and what happened.
     func withConnection<T>(_ action: String, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try connection.withLock { current in
+        try with(writing, action, body)
+    }
+
+    /// Runs `body` on the store's reading connection, as ``withConnection(_:_:)`` on the writing
+    /// one: for statements that only read rows, which see every commit that has returned.
+    func withReadingConnection<T>(_ action: String, _ body: (PostgresConnection) throws -> T) throws -> T {
+        try with(reading, action, body)
+    }
+
+    private func with<T>(_ slot: ConnectionSlot, _ action: String, _ body: (PostgresConnection) throws -> T) throws
+        -> T
+    {
+        try slot.connection.withLock { current in
             do {
                 let open: PostgresConnection
                 if let current, !current.isClosed {
                     open = current
                 } else {
-                    open = try connect()
+                    open = try connect(id: slot.id)
                     current = open
-                    liveConnection.withLock { $0 = open }
+                    slot.live.withLock { $0 = open }
                 }
                 return try body(open)
             } catch let error as GraphError {
@@ -114,12 +128,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
     }
 
-    /// Closes the store's connection from any thread: a statement waiting on it fails, and the
+    /// Closes the store's connections from any thread: a statement waiting on one fails, and the
     /// next one connects again.
     func closeOpenConnection() {
-        liveConnection.withLock { open in
-            if let open, !open.isClosed { open.close().whenComplete { _ in } }
-            open = nil
+        for slot in [writing, reading] {
+            slot.live.withLock { open in
+                if let open, !open.isClosed { open.close().whenComplete { _ in } }
+                open = nil
+            }
         }
     }
 
@@ -156,9 +172,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// The channel of the store's commit hints: `NOTIFY` after each save, with its token.
     var hintChannel: String { String(decoding: Array("bs_\(configuration.schema)".utf8.prefix(63)), as: UTF8.self) }
 
-    private func connect() throws -> PostgresConnection {
+    private func connect(id: Int) throws -> PostgresConnection {
         let connection = try PostgresConnection.connect(
-            on: PostgresEventLoops.group.next(), configuration: try connectionConfiguration(), id: 1, logger: logger
+            on: PostgresEventLoops.group.next(), configuration: try connectionConfiguration(), id: id, logger: logger
         ).blockingValue()
         _ = try connection.query(
             PostgresQuery(unsafeSQL: "SET search_path TO \(PostgresSchema.quote(configuration.schema))"),
@@ -304,4 +320,15 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
         return current
     }
+}
+
+/// One of the store's connections: the connection, whose lock serializes its statements, and
+/// the same connection reachable while a statement holds that lock, so that a heartbeat that
+/// went unanswered can close it (see ``PostgresStore/markUnreachable(_:hung:)``).
+final class ConnectionSlot: Sendable {
+    let id: Int
+    let connection = Mutex<PostgresConnection?>(nil)
+    let live = Mutex<PostgresConnection?>(nil)
+
+    init(id: Int) { self.id = id }
 }

@@ -286,4 +286,151 @@ struct PostgresStoreTests {
             #expect(Set(nul.map(\.title)) == ["a\u{0}b", "\u{0}\u{10FFFF}\u{0}", "\u{10FFFF}\u{10FFFE}"])
         }
     }
+
+    /// Every kind of attribute, with the values that are hard to carry as text.
+    private static let everyType = EntityDescription(
+        name: "Sample", uniqueKey: "name",
+        attributes: [
+            .attribute("name", .string), .attribute("text", .string, optional: true),
+            .attribute("number", .int64, optional: true), .attribute("real", .double, optional: true),
+            .attribute("flag", .bool, optional: true), .attribute("when", .date, optional: true),
+            .attribute("bytes", .data, optional: true),
+        ])
+
+    private static let awkward: [[Value]] = {
+        let texts = [
+            "tab\there", "line\nbreak\r\n", "back\\slash \\N \\.", "\\.", "a\u{0}b", "\u{10FFFF}\u{10FFFE}", "",
+            "naïve 🐞 日本", String(repeating: "0123456\\", count: 2_000) + "\t", "\u{1}\u{1F}\u{7F}", "\"quoted\" 'x'",
+        ]
+        let numbers: [Int64] = [.min, .max, 0, -1, 42]
+        let reals: [Double] = [0.1, -0.0, 1e300, .leastNonzeroMagnitude, .infinity, -.infinity, .pi, -123.456e-7]
+        let bytes = [Data(0...255), Data(), Data([0x5C, 0x4E, 0x09, 0x0A])]
+        return (0..<24).map { n -> [Value] in
+            let text: Value = n == 3 ? .null : .string(texts[n % texts.count])
+            let number: Value = n == 4 ? .null : .int64(numbers[n % numbers.count])
+            let real: Value = n == 5 ? .null : .double(reals[n % reals.count])
+            let flag: Value = n == 6 ? .null : .bool(n % 2 == 0)
+            let seconds = 1_500_000_000.123456 + Double(n) * 0.001
+            let when: Value = n == 7 ? .null : .date(Date(timeIntervalSince1970: seconds))
+            let data: Value = n == 8 ? .null : .data(bytes[n % bytes.count])
+            return [.string("S-\(n)"), text, number, real, flag, when, data]
+        }
+    }()
+
+    @Test("many rows inserted by one save (COPY) read back exactly, awkward values and all")
+    func copiedRows() async throws {
+        guard serverURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let model = try ManagedObjectModel(entities: [Self.everyType])
+        let coordinator = try StoreCoordinator(model: model, store: try freshStore())
+        let names = Self.everyType.attributes.map(\.name)
+        let context = ObjectContext(coordinator: coordinator, name: "writer")
+        try await context.perform { context in
+            // More rows than the fewest COPY writes, and one row alone (one INSERT) to compare.
+            #expect(Self.awkward.count > PostgresStore.fewestCopiedRows)
+            for row in Self.awkward {
+                let object = try context.insert(entityNamed: "Sample")
+                for (name, value) in zip(names, row) { object[name] = value }
+            }
+            try context.saveToStore()
+        }
+        let reader = ObjectContext(coordinator: coordinator, name: "reader")
+        try await reader.perform { context in
+            let read = try context.fetch(
+                FetchRequest<ManagedObject>(entityName: "Sample", sort: [Key("name").ascending]))
+            let expected = Self.awkward.sorted { Value.ascending($0[0], $1[0]) }
+            #expect(read.count == expected.count)
+            for (object, row) in zip(read, expected) {
+                for (name, value) in zip(names, row) {
+                    #expect(object[name] == value, "\(name) of \(row[0])")
+                    if case .double(let real) = value, case .double(let back) = object[name] {
+                        #expect(back.sign == real.sign, "\(name) of \(row[0])")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("a COPY that clashes with a unique key is refused whole and names the key")
+    func copiedRowClash() async throws {
+        guard serverURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: try freshStore())
+        let context = ObjectContext(coordinator: coordinator, name: "writer")
+        try await context.perform { context in
+            let first = context.insert(Bug.self)
+            first.key = "C-5"
+            first.title = "there first"
+            try context.saveToStore()
+            for n in 0..<20 {
+                let bug = context.insert(Bug.self)
+                bug.key = "C-\(n)"
+                bug.title = "copied"
+            }
+            let error = #expect(throws: GraphError.self) { try context.saveToStore() }
+            #expect(error?.code == .constraintViolation)
+            #expect(error?.statement.contains("key = \"C-5\"") == true, "\(String(describing: error))")
+            context.rollback()
+            #expect(try context.count(FetchRequest<Bug>()) == 1)
+        }
+    }
+
+    @Test("long IN lists of text are one array parameter; nulls and numbers still match")
+    func longInLists() async throws {
+        guard serverURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: try freshStore())
+        let context = ObjectContext(coordinator: coordinator, name: "writer")
+        try await context.perform { context in
+            for n in 0..<30 {
+                let bug = context.insert(Bug.self)
+                bug.key = "L-\(n)"
+                bug.title = "list"
+                bug.resolution = n < 3 ? nil : "Fixed \(n % 2)"
+            }
+            try context.saveToStore()
+            let wanted =
+                (0..<30).filter { $0 % 3 == 0 }.map { Value.string("L-\($0)") } + [.string("NONE"), .string("a\u{0}b")]
+            var query = PostgresSelect(
+                model: BugModel.model, entity: BugModel.model.entity(named: "Bug")!, storeIdentifier: "")
+            #expect(
+                try query.select(FetchDescription(entityName: "Bug", predicate: Key("key").in(wanted))).contains("ANY(")
+            )
+            let keys = try context.fetch(
+                FetchRequest<Bug>(predicate: Key("key").in(wanted), sort: [Key("key").ascending]))
+            #expect(Set(keys.map(\.key)) == Set((0..<30).filter { $0 % 3 == 0 }.map { "L-\($0)" }))
+            let resolutions = (0..<12).map { Value.string("Fixed \($0)") } + [.null]
+            let matched = try context.count(FetchRequest<Bug>(predicate: Key("resolution").in(resolutions)))
+            #expect(matched == 30)
+            let mixed = (0..<12).map { Value.int64(Int64($0)) } + [.string("L-1")]
+            #expect(try context.count(FetchRequest<Bug>(predicate: Key("key").in(mixed))) == 1)
+        }
+    }
+
+    @Test("the COPY text check finds every byte that needs escaping, wherever it is in a word")
+    func escapingCheck() {
+        let special: [UInt8] = [0x00, 0x09, 0x0A, 0x0D, 0x1F, 0x5C, 0xF4]
+        for length in 0..<20 {
+            for position in 0..<max(length, 1) {
+                for byte in special {
+                    var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+                    if length > 0 { bytes[position] = byte }
+                    let found = bytes.withUnsafeBytes { PostgresCopyText.mayNeedEscaping($0) }
+                    #expect(found == (length > 0), "byte \(byte) at \(position) of \(length)")
+                }
+            }
+        }
+        let plain = Array("The quick brown fox ~ jumps: {}[] 0xF3 é 日本 🐞".utf8)
+        #expect(!plain.withUnsafeBytes { PostgresCopyText.mayNeedEscaping($0) })
+        for byte in UInt8(0x20)...0xFF where byte != 0x5C && byte != 0xF4 {
+            let bytes = [UInt8](repeating: byte, count: 17)
+            #expect(!bytes.withUnsafeBytes { PostgresCopyText.mayNeedEscaping($0) }, "byte \(byte)")
+        }
+    }
 }
