@@ -41,10 +41,10 @@ final class HistoryFollower: Sendable {
                 let woken = wake.wait(timeout: .now() + .seconds(1)) == .success
                 guard let store, !stopped.isSet else { return }
                 // A hint of this process's own save, or of one delivered already, needs no read
-                // (a save of this process delivers the others' before it); the once-a-second look
-                // always reads.
+                // (a save of this process delivers the others' before it, and then itself); the
+                // once-a-second look always reads.
                 let newest = hinted.take()
-                if woken, newest <= store.delivered.withLock({ $0 ?? .max }) { continue }
+                if woken, store.isDelivered(through: newest) { continue }
                 store.deliverCommitsOfOthers()
             }
         }

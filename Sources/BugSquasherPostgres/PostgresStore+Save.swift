@@ -16,6 +16,7 @@ extension PostgresStore {
             // Still holding the connection: the observers see the saves in token order, the
             // other processes' saves before this one first (see `deliverHistory`).
             if isObserved {
+                committedHere.withLock { $0 = max($0, didSave.token.rawValue) }
                 try? deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
                 for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
                 delivered.withLock { $0 = didSave.token.rawValue }

@@ -1,4 +1,4 @@
-import BugSquasherGraph
+public import BugSquasherGraph
 import Foundation
 import PostgresNIO
 
@@ -42,5 +42,54 @@ extension PostgresStore {
         }
         didSave.token = HistoryToken(rawValue: token)
         return didSave
+    }
+}
+
+// `Import.Update` of attributes without a context: the row read on the reading connection, then
+// the one-statement edit above, checked against the version read; read again if another save
+// came between.
+extension PostgresStore: AttributeEditable {
+    /// How often an edit reads the row again when other saves keep changing it first.
+    static let editAttempts = 10
+
+    public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
+        let state = try requireLoaded()
+        guard !id.isTemporary, id.storeIdentifier == state.metadata.storeIdentifier else {
+            throw GraphError(.invalidArgument, "\(id) is not an object of this store.")
+        }
+        let entity = try state.model.requireEntity(id.entityName)
+        var changes: [(index: Int, value: Value)] = []
+        for (name, value) in attributes.sorted(by: { $0.key < $1.key }) {
+            guard let index = entity.attributeIndex[name] else {
+                throw GraphError(.invalidArgument, "\(entity.name) has no attribute '\(name)'.")
+            }
+            if let problem = entity.attributes[index].problem(storing: value, in: entity.name, of: id) {
+                throw GraphError(.validation, "The save was refused: \(problem).")
+            }
+            changes.append((index, value))
+        }
+        var current = try withReadingConnection("load values") { try currentRow(id, entity: entity, on: $0) }
+        for attempt in 1...Self.editAttempts {
+            guard let snapshot = current else {
+                throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
+            }
+            var row = SaveChanges.Row(
+                objectID: id, expectedVersion: snapshot.version, attributes: snapshot.attributes,
+                toOne: snapshot.toOne, changedKeys: [])
+            for (index, value) in changes where row.attributes[index] != value {
+                row.attributes[index] = value
+                row.changedKeys.append(entity.attributes[index].name)
+            }
+            guard !row.changedKeys.isEmpty else { return nil }
+            var save = SaveChanges()
+            save.updated = [row]
+            do {
+                return try self.save(save)
+            } catch let error as GraphError where error.code == .mergeConflict && attempt < Self.editAttempts {
+                // The conflict carries the row as it is now.
+                current = error.conflicts.first?.persisted
+            }
+        }
+        preconditionFailure("the last attempt returns or throws")
     }
 }

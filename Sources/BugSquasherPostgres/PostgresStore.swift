@@ -45,6 +45,10 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// The newest token handed to the commit observers; read and written with the connection
     /// held, so that deliveries are serialized in token order.
     let delivered = Mutex<Int64?>(nil)
+    /// The newest token of this process's own saves, set as each commits, before it and the
+    /// saves before it are delivered (with the writing connection held): a hint up to here
+    /// needs no read of the history.
+    let committedHere = Mutex<Int64>(0)
     /// Follows the other processes' commits once someone observes commits.
     private let follower = Mutex<HistoryFollower?>(nil)
     /// This process's row among the daemons attached, and whether the server answers.
@@ -307,6 +311,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         } catch {
             logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// Whether the saves up to `token` are delivered, or being delivered by the save of this
+    /// process that committed it.
+    func isDelivered(through token: Int64) -> Bool {
+        token <= max(delivered.withLock { $0 ?? .max }, committedHere.withLock { $0 })
     }
 
     /// Whether anyone observes commits, this process's or the others'.

@@ -1,19 +1,36 @@
 import BugSquasherGraph
 import BugSquasherModel
+import BugSquasherPostgres
 import BugSquasherSQLite
 import Foundation
 import Synchronization
 import Testing
 
-@Suite("SQLite store: single edits")
+@Suite("Store edits: single edits on SQLite and PostgreSQL")
 struct StoreEditTests {
+    /// The stores that edit without a context.
+    static let editingKinds = StoreKind.allCases.filter { $0 != .inMemory }
+
+    /// A fresh store of `kind` that edits without a context.
+    static func editingStore(_ kind: StoreKind, in directory: TemporaryDirectory) throws
+        -> any IncrementalStore & AttributeEditable & CommitObservable
+    {
+        switch kind {
+        case .postgres:
+            PostgresStore(
+                configuration: try PostgresStoreConfiguration(
+                    url: StoreKind.postgresURL! + "&schema=edit_\(UUID().uuidString.prefix(12).lowercased())"))
+        default: try SQLiteStore(url: directory.file("store.sqlite"))
+        }
+    }
+
     /// Version bumped, only changed keys named, a history row and the commit observers; nothing written
     /// when nothing changes; a context holding the object sees it as a change made elsewhere.
-    @Test("an edit reads, changes and writes one row in one transaction, as a save")
-    func edits() async throws {
+    @Test("an edit reads, changes and writes one row, as a save", arguments: editingKinds)
+    func edits(kind: StoreKind) async throws {
         let directory = try TemporaryDirectory(prefix: "bs-edit")
         defer { directory.remove() }
-        let store = try SQLiteStore(url: directory.file("store.sqlite"))
+        let store = try Self.editingStore(kind, in: directory)
         let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
         let observed = Mutex<[DidSave]>([])
         store.observeCommits { didSave in observed.withLock { $0.append(didSave) } }
@@ -76,6 +93,35 @@ struct StoreEditTests {
         #expect(row.attributes[entity.attributeIndex["status"]!] == "Closed")
         #expect(row.attributes[entity.attributeIndex["title"]!] == "after")
         #expect(row.version == 3)
+
+        // Another process's edit of the same bug, then this one's: each starts from the row as
+        // it is in the store, so neither undoes the other.
+        if kind == .postgres {
+            let other = PostgresStore(configuration: try #require(store as? PostgresStore).configuration)
+            _ = try StoreCoordinator(model: BugModel.model, store: other)
+            let concurrent = try #require(try other.edit(otherID, attributes: ["title": "elsewhere"]))
+            #expect(concurrent.updated.first?.version == 2)
+            let again = try #require(try store.edit(otherID, attributes: ["status": "Closed"]))
+            #expect(again.updated.first?.version == 3)
+            let final = try #require(try store.newValues(for: [otherID])[otherID])
+            #expect(final.attributes[entity.attributeIndex["title"]!] == "elsewhere")
+            #expect(final.attributes[entity.attributeIndex["status"]!] == "Closed")
+
+            // Both at once, one attribute each: an edit whose row changed after it read it reads
+            // again (the other's edit is kept), and none fails.
+            let rounds = 30
+            async let mine: Void = Task.detached {
+                for n in 0..<rounds { _ = try store.edit(otherID, attributes: ["status": .string("S\(n)")]) }
+            }.value
+            async let theirs: Void = Task.detached {
+                for n in 0..<rounds { _ = try other.edit(otherID, attributes: ["title": .string("T\(n)")]) }
+            }.value
+            _ = try await (mine, theirs)
+            let raced = try #require(try store.newValues(for: [otherID])[otherID])
+            #expect(raced.version == final.version + Int64(2 * rounds))
+            #expect(raced.attributes[entity.attributeIndex["status"]!] == .string("S\(rounds - 1)"))
+            #expect(raced.attributes[entity.attributeIndex["title"]!] == .string("T\(rounds - 1)"))
+        }
     }
 }
 
