@@ -54,35 +54,11 @@ extension PostgresStore: AttributeEditable {
 
     public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
         let state = try requireLoaded()
-        guard !id.isTemporary, id.storeIdentifier == state.metadata.storeIdentifier else {
-            throw GraphError(.invalidArgument, "\(id) is not an object of this store.")
-        }
-        let entity = try state.model.requireEntity(id.entityName)
-        var changes: [(index: Int, value: Value)] = []
-        for (name, value) in attributes.sorted(by: { $0.key < $1.key }) {
-            guard let index = entity.attributeIndex[name] else {
-                throw GraphError(.invalidArgument, "\(entity.name) has no attribute '\(name)'.")
-            }
-            if let problem = entity.attributes[index].problem(storing: value, in: entity.name, of: id) {
-                throw GraphError(.validation, "The save was refused: \(problem).")
-            }
-            changes.append((index, value))
-        }
-        var current = try withReadingConnection("load values") { try currentRow(id, entity: entity, on: $0) }
+        let edit = try AttributeEdit(
+            id, attributes: attributes, model: state.model, store: state.metadata.storeIdentifier)
+        var current = try withReadingConnection("load values") { try currentRow(id, entity: edit.entity, on: $0) }
         for attempt in 1...Self.editAttempts {
-            guard let snapshot = current else {
-                throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
-            }
-            var row = SaveChanges.Row(
-                objectID: id, expectedVersion: snapshot.version, attributes: snapshot.attributes,
-                toOne: snapshot.toOne, changedKeys: [])
-            for (index, value) in changes where row.attributes[index] != value {
-                row.attributes[index] = value
-                row.changedKeys.append(entity.attributes[index].name)
-            }
-            guard !row.changedKeys.isEmpty else { return nil }
-            var save = SaveChanges()
-            save.updated = [row]
+            guard let save = try edit.save(from: current) else { return nil }
             do {
                 return try self.save(save)
             } catch let error as GraphError where error.code == .mergeConflict && attempt < Self.editAttempts {

@@ -51,37 +51,15 @@ extension SQLiteStore {
     public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
         let state = try requireLoaded()
         let store = state.metadata.storeIdentifier
-        guard !id.isTemporary, id.storeIdentifier == store else {
-            throw GraphError(.invalidArgument, "\(id) is not an object of this store.")
-        }
+        let edit = try AttributeEdit(id, attributes: attributes, model: state.model, store: store)
         let sql = try statements(for: id, in: state)
-        let entity = sql.entity
-        var changes: [(index: Int, value: Value)] = []
-        for (name, value) in attributes.sorted(by: { $0.key < $1.key }) {
-            guard let index = entity.attributeIndex[name] else {
-                throw GraphError(.invalidArgument, "\(entity.name) has no attribute '\(name)'.")
-            }
-            if let problem = entity.attributes[index].problem(storing: value, in: entity.name, of: id) {
-                throw GraphError(.validation, "The save was refused: \(problem).")
-            }
-            changes.append((index, value))
-        }
         return try wrap("save") {
             try writeTransaction { db -> DidSave? in
-                guard let current = try currentRow(id, sql: sql, store: store, model: state.model, db: db) else {
-                    throw GraphError(.objectNotFound, "\(id) does not exist (it was deleted).")
-                }
-                var row = SaveChanges.Row(
-                    objectID: id, expectedVersion: current.version, attributes: current.attributes,
-                    toOne: current.toOne, changedKeys: [])
-                for (index, value) in changes where row.attributes[index] != value {
-                    row.attributes[index] = value
-                    row.changedKeys.append(entity.attributes[index].name)
-                }
                 // Nothing changes: nothing is written, and no window opens for bulk work.
-                guard !row.changedKeys.isEmpty else { return nil }
-                var save = SaveChanges()
-                save.updated = [row]
+                guard
+                    let save = try edit.save(
+                        from: try currentRow(id, sql: sql, store: store, model: state.model, db: db))
+                else { return nil }
                 return try write(save, in: db, state: state)
             }
         }

@@ -63,6 +63,61 @@ public protocol AttributeEditable: Sendable {
     func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave?
 }
 
+/// The attributes an ``AttributeEditable/edit(_:attributes:)`` sets, checked against the entity
+/// before the store reads the row, and applied to the row it reads: the part of an edit that is
+/// the same in every store.
+public struct AttributeEdit: Sendable {
+    /// The object edited, and its entity.
+    public let objectID: ObjectID
+    public let entity: EntityDescription
+    /// Each attribute's index in the entity and its new value, by name.
+    public let changes: [(index: Int, value: Value)]
+
+    /// Checks `attributes` for an edit of `id`, an object of `store`.
+    ///
+    /// - Throws: ``GraphError``: ``GraphError/Code/invalidArgument`` for an object of another
+    ///   store or an attribute the entity lacks, ``GraphError/Code/validation`` for a value the
+    ///   attribute cannot hold.
+    public init(_ id: ObjectID, attributes: [String: Value], model: ManagedObjectModel, store: String) throws {
+        guard !id.isTemporary, id.storeIdentifier == store else {
+            throw GraphError(.invalidArgument, "\(id) is not an object of this store.")
+        }
+        let entity = try model.requireEntity(id.entityName)
+        var changes: [(index: Int, value: Value)] = []
+        for (name, value) in attributes.sorted(by: { $0.key < $1.key }) {
+            guard let index = entity.attributeIndex[name] else {
+                throw GraphError(.invalidArgument, "\(entity.name) has no attribute '\(name)'.")
+            }
+            if let problem = entity.attributes[index].problem(storing: value, in: entity.name, of: id) {
+                throw GraphError(.validation, "The save was refused: \(problem).")
+            }
+            changes.append((index, value))
+        }
+        self.objectID = id
+        self.entity = entity
+        self.changes = changes
+    }
+
+    /// The save of the edit applied to `current`, the row as read: only the attributes whose
+    /// value changes, checked against `current`'s version; `nil` when nothing changes.
+    ///
+    /// - Throws: ``GraphError/Code/objectNotFound`` when there is no row (`current` is `nil`).
+    public func save(from current: RowSnapshot?) throws -> SaveChanges? {
+        guard let current else { throw GraphError(.objectNotFound, "\(objectID) does not exist (it was deleted).") }
+        var row = SaveChanges.Row(
+            objectID: objectID, expectedVersion: current.version, attributes: current.attributes,
+            toOne: current.toOne, changedKeys: [])
+        for (index, value) in changes where row.attributes[index] != value {
+            row.attributes[index] = value
+            row.changedKeys.append(entity.attributes[index].name)
+        }
+        guard !row.changedKeys.isEmpty else { return nil }
+        var save = SaveChanges()
+        save.updated = [row]
+        return save
+    }
+}
+
 extension IncrementalStore {
     /// The current values of one object, or `nil` when it has no row.
     public func newValues(for objectID: ObjectID) throws -> RowSnapshot? {
