@@ -18,6 +18,17 @@ private func freshStore(schema: String = "t_\(UUID().uuidString.prefix(8).lowerc
     PostgresStore(configuration: try PostgresStoreConfiguration(url: serverURL! + "&schema=\(schema)"))
 }
 
+/// Whether the test server is set; says so when it is not (the test then passes, skipped).
+private func hasServer() -> Bool {
+    if serverURL == nil { print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)") }
+    return serverURL != nil
+}
+
+/// A coordinator and a writer context on a fresh store of the bug model.
+private func freshBugContext() throws -> ObjectContext {
+    ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: try freshStore()), name: "writer")
+}
+
 @Suite("PostgreSQL store")
 struct PostgresStoreTests {
     @Test("a store URL names the server, database, user and schema; a bad one says what is wrong")
@@ -42,10 +53,7 @@ struct PostgresStoreTests {
     /// that follows the history by `token > last` must never skip one.
     @Test("tokens stay gapless and in commit order with concurrent writers", .timeLimit(.minutes(2)))
     func gaplessTokensUnderConcurrentWriters() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard hasServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (writers, savesEach) = (4, 40)
         let coordinators = try (0...writers).map { _ in
@@ -95,10 +103,7 @@ struct PostgresStoreTests {
     /// order, whichever committed first.
     @Test("commit observers see every process's saves once, in token order", .timeLimit(.minutes(1)))
     func observersSeeOtherProcessesSaves() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard hasServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let coordinators = try [here, there].map { try StoreCoordinator(model: BugModel.model, store: $0) }
@@ -136,10 +141,7 @@ struct PostgresStoreTests {
     /// store reports the gap (so that a daemon's subscribers refetch) and goes on after it.
     @Test("saves pruned before a process read them are reported as a gap", .timeLimit(.minutes(1)))
     func prunedUnreadSavesAreAGap() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard hasServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let coordinators = try [writer, reader].map { try StoreCoordinator(model: BugModel.model, store: $0) }
@@ -167,10 +169,7 @@ struct PostgresStoreTests {
     /// what the other's main context holds, and loads nothing it does not hold.
     @Test("a stack merges another program's saves into its registered objects only", .timeLimit(.minutes(1)))
     func stacksSeeEachOthersSaves() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard hasServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (reader, writer) = (
             try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema)),
@@ -256,10 +255,7 @@ struct PostgresStoreTests {
 
     @Test("text holding U+0000 and the escape character reads back whole")
     func textEscapes() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard hasServer() else { return }
         let coordinator = try StoreCoordinator(model: BugModel.model, store: try freshStore())
         let titles = ["a\u{0}b", "\u{10FFFF}", "\u{10FFFF}\u{10FFFE}", "\u{0}\u{10FFFF}\u{0}", "plain"]
         let context = ObjectContext(coordinator: coordinator, name: "escapes")
@@ -319,10 +315,7 @@ struct PostgresStoreTests {
 
     @Test("many rows inserted by one save (COPY) read back exactly, awkward values and all")
     func copiedRows() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard hasServer() else { return }
         let model = try ManagedObjectModel(entities: [Self.everyType])
         let coordinator = try StoreCoordinator(model: model, store: try freshStore())
         let names = Self.everyType.attributes.map(\.name)
@@ -355,12 +348,8 @@ struct PostgresStoreTests {
 
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
-        let coordinator = try StoreCoordinator(model: BugModel.model, store: try freshStore())
-        let context = ObjectContext(coordinator: coordinator, name: "writer")
+        guard hasServer() else { return }
+        let context = try freshBugContext()
         try await context.perform { context in
             let first = context.insert(Bug.self)
             first.key = "C-5"
@@ -381,12 +370,8 @@ struct PostgresStoreTests {
 
     @Test("long IN lists of text are one array parameter; nulls and numbers still match")
     func longInLists() async throws {
-        guard serverURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
-        let coordinator = try StoreCoordinator(model: BugModel.model, store: try freshStore())
-        let context = ObjectContext(coordinator: coordinator, name: "writer")
+        guard hasServer() else { return }
+        let context = try freshBugContext()
         try await context.perform { context in
             for n in 0..<30 {
                 let bug = context.insert(Bug.self)
