@@ -17,9 +17,18 @@ extension PostgresStore {
             // other processes' saves before this one first (see `deliverHistory`).
             if isObserved {
                 committedHere.withLock { $0 = max($0, didSave.token.rawValue) }
-                try? deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
-                for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
-                delivered.withLock { $0 = didSave.token.rawValue }
+                do {
+                    try deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
+                    for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
+                    delivered.withLock { $0 = didSave.token.rawValue }
+                } catch {
+                    // The saves before this one could not be read (the connection broke after
+                    // the commit): handing this one out now would skip them. The follower's
+                    // next look, within a second, reads them and this one from the history.
+                    logger.warning(
+                        "committed a save, but could not read the saves before it; it reaches observers from the history",
+                        metadata: ["token": "\(didSave.token.rawValue)", "error": "\(error)"])
+                }
             }
             return didSave
         }
