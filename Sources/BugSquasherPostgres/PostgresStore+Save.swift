@@ -19,6 +19,7 @@ extension PostgresStore {
                 committedHere.withLock { $0 = max($0, didSave.token.rawValue) }
                 do {
                     try deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
+                    remember(didSave)
                     for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
                     delivered.withLock { $0 = didSave.token.rawValue }
                 } catch {

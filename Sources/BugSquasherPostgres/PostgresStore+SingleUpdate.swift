@@ -1,6 +1,7 @@
 public import BugSquasherGraph
 import Foundation
 import PostgresNIO
+import Synchronization
 
 // An edit of one object, the commonest save of all, in one statement: the row's update, the
 // counter row's, the history row and the hint as data-modifying CTEs. One statement is its own
@@ -45,9 +46,9 @@ extension PostgresStore {
     }
 }
 
-// `Import.Update` of attributes without a context: the row read on the reading connection, then
-// the one-statement edit above, checked against the version read; read again if another save
-// came between.
+// `Import.Update` of attributes without a context: the row a recent save left or, without one,
+// the row read on the reading connection, then the one-statement edit above, checked against
+// that version; again from the row as it is if another save came between.
 extension PostgresStore: AttributeEditable {
     /// How often an edit reads the row again when other saves keep changing it first.
     static let editAttempts = 10
@@ -56,7 +57,10 @@ extension PostgresStore: AttributeEditable {
         let state = try requireLoaded()
         let edit = try AttributeEdit(
             id, attributes: attributes, model: state.model, store: state.metadata.storeIdentifier)
-        var current = try withReadingConnection("load values") { try currentRow(id, entity: edit.entity, on: $0) }
+        // The row a recent save left, when there is one: the version check below tells.
+        var current =
+            try recentRows.withLock { $0[id] }
+            ?? withReadingConnection("load values") { try currentRow(id, entity: edit.entity, on: $0) }
         for attempt in 1...Self.editAttempts {
             guard let save = try edit.save(from: current) else { return nil }
             do {

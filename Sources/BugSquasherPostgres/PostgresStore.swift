@@ -49,6 +49,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// saves before it are delivered (with the writing connection held): a hint up to here
     /// needs no read of the history.
     let committedHere = Mutex<Int64>(0)
+    /// The rows of objects recent saves updated, as those saves left them, kept in token order
+    /// with the deliveries (see ``remember(_:)``): an edit starts from one without reading it.
+    let recentRows = Mutex<[ObjectID: RowSnapshot]>([:])
     /// Follows the other processes' commits once someone observes commits.
     private let follower = Mutex<HistoryFollower?>(nil)
     /// This process's row among the daemons attached, and whether the server answers.
@@ -271,6 +274,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 var didSave = try HistoryCoding.decode(
                     try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token))
                 try attachValues(to: &didSave, on: connection)
+                remember(didSave)
                 for handler in handlers { handler(didSave) }
                 last = token
                 delivered.withLock { $0 = token }
@@ -310,6 +314,25 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             }
         } catch {
             logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The most rows ``recentRows`` keeps, and the most objects a save may update for its rows
+    /// to be kept (an import's chunk would only push out the rows of edits).
+    static let recentRowLimit = 1_024
+    static let rememberedUpdatesPerSave = 16
+
+    /// Keeps the rows `didSave` updated, with their values, and forgets those it updated without
+    /// values or deleted. Called as each save is delivered, in token order, so that a row kept is
+    /// the newest one delivered; an edit that starts from a row another process changed since
+    /// fails its version check and reads again.
+    func remember(_ didSave: DidSave) {
+        guard !didSave.updated.isEmpty || !didSave.deleted.isEmpty else { return }
+        recentRows.withLock { rows in
+            for change in didSave.deleted { rows[change.objectID] = nil }
+            let keep = didSave.updated.count <= Self.rememberedUpdatesPerSave
+            for change in didSave.updated { rows[change.objectID] = keep ? change.values : nil }
+            if rows.count > Self.recentRowLimit { rows.removeAll(keepingCapacity: true) }
         }
     }
 
