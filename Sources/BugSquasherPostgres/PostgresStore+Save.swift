@@ -56,7 +56,7 @@ extension PostgresStore {
                 written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $1, $2 FROM issued RETURNING token)
                 SELECT token, pg_notify($3, token::text) FROM written
                 """,
-                [.double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave)), .string(hintChannel)],
+                [.double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel)],
                 on: connection
             ).first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
         didSave.token = HistoryToken(rawValue: token)

@@ -26,7 +26,7 @@ extension PostgresStore {
         didSave.updated = [Self.change(row)]
         var (update, arguments) = Self.update(row, of: entity)
         arguments += [
-            .double(Date().timeIntervalSince1970), .data(HistoryCoding.encode(didSave)), .string(hintChannel),
+            .double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel),
         ]
         let n = arguments.count
         let sql = """

@@ -272,7 +272,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 // Tokens have no gaps: a missing one was pruned (retention) before it was read.
                 if token > last + 1 { reportGap(after: last, through: token - 1) }
                 var didSave = try HistoryCoding.decode(
-                    try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token))
+                    try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token),
+                    model: loaded.withLock { $0?.model })
                 try attachValues(to: &didSave, on: connection)
                 remember(didSave)
                 for handler in handlers { handler(didSave) }
@@ -283,6 +284,15 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
     }
 
+    /// Saves of at most this many objects write their updated rows into the history, so that
+    /// the other daemons need not read them (an edit's row, in one round trip instead of two).
+    static let valuesInHistoryUpToObjects = 16
+
+    /// The history row's payload of `didSave`.
+    static func historyPayload(_ didSave: DidSave) -> Data {
+        HistoryCoding.encode(didSave, withValues: didSave.objectCount <= valuesInHistoryUpToObjects)
+    }
+
     /// Saves of other processes with at most this many objects are delivered with their values.
     static let valuesUpToObjects = 1_000
 
@@ -291,7 +301,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// already keeps its values out (they would not be this save's).
     private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection) throws {
         guard didSave.objectCount <= Self.valuesUpToObjects, let state = loaded.withLock({ $0 }) else { return }
-        let ids = (didSave.inserted + didSave.updated).map(\.objectID)
+        // Small saves carry their updated rows (see `historyPayload`): those are not read again.
+        let ids = (didSave.inserted + didSave.updated).filter { $0.values == nil }.map(\.objectID)
         guard !ids.isEmpty else { return }
         let rows = try rows(for: ids, state: state, on: connection)
         for index in didSave.inserted.indices {
