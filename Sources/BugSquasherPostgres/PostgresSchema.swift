@@ -29,9 +29,10 @@ enum PostgresSchema {
         SQLNames.joinTable(owner: owner, relationship: relationship)
     }
 
-    /// The `SELECT` list that reads a row of `entity` from alias `t`.
-    static func columns(of entity: EntityDescription, alias: String = "t") -> String {
-        SQLNames.columns(of: entity, alias: alias)
+    /// The `SELECT` list that reads a row of `entity` from alias `t`: with `only`, those attributes,
+    /// and NULL for the others and the to-one keys.
+    static func columns(of entity: EntityDescription, alias: String = "t", only: Set<String>? = nil) -> String {
+        SQLNames.columns(of: entity, alias: alias, only: only)
     }
 
     /// ` DEFAULT <literal>` for an attribute with a default value.

@@ -39,7 +39,9 @@ struct PostgresSelect {
         switch request.resultType {
         case .count: head = "SELECT t.pk"
         case .objectIDs: head = "SELECT t.pk"
-        case .rows: head = "SELECT \(PostgresSchema.columns(of: entity))"
+        // The attributes asked for, the others as NULL: the unchanged-records lookup of an
+        // import reads a key and a digest, not a bug's text.
+        case .rows: head = "SELECT \(PostgresSchema.columns(of: entity, only: request.attributesToFetch))"
         }
         var sql =
             "\(head) FROM \(PostgresSchema.quote(entity.name)) t \(paths.joins.joined(separator: " ")) WHERE \(whereClause)"
