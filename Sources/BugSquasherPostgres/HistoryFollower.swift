@@ -45,7 +45,7 @@ final class HistoryFollower: Sendable {
                 // once-a-second look always reads.
                 let newest = hinted.take()
                 if woken, store.isDelivered(through: newest) { continue }
-                store.deliverCommitsOfOthers()
+                store.deliverCommitsOfOthers(hinted: woken && newest != .max ? newest : nil)
             }
         }
         guard let configuration else { return }  // the store's own connection says why

@@ -316,11 +316,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     /// Delivers the saves other processes committed since the last one delivered (the follower
-    /// calls this on each hint, and once a second).
-    func deliverCommitsOfOthers() {
+    /// calls this on each hint, and once a second). With `hinted`, the newest token hinted: once
+    /// the connection is free, a save of this process may have delivered it meanwhile (its hint
+    /// can arrive before the save's own answer), and then there is nothing to read.
+    func deliverCommitsOfOthers(hinted: Int64? = nil) {
         guard isObserved, let store = loaded.withLock({ $0?.metadata.storeIdentifier }) else { return }
         do {
             try withConnection("read the history") { connection in
+                if let hinted, isDelivered(through: hinted) { return }
                 try deliverHistory(before: nil, store: store, on: connection)
             }
         } catch {
