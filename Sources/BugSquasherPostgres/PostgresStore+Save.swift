@@ -13,29 +13,34 @@ extension PostgresStore {
             let didSave =
                 try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
                 ?? transaction(on: connection) { try write(changes, state: state, on: connection) }
-            // Still holding the connection: the observers see the saves in token order, the
-            // other processes' saves before this one first (see `deliverHistory`).
-            if isObserved {
-                committedHere.withLock { $0 = max($0, didSave.token.rawValue) }
-                do {
-                    try deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
-                    remember(didSave)
-                    for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
-                    delivered.withLock { $0 = didSave.token.rawValue }
-                } catch {
-                    // The saves before this one could not be read (the connection broke after
-                    // the commit): handing this one out now would skip them. The follower's
-                    // next look, within a second, reads them and this one from the history.
-                    logger.warning(
-                        "committed a save, but could not read the saves before it; it reaches observers from the history",
-                        metadata: ["token": "\(didSave.token.rawValue)", "error": "\(error)"])
-                }
-            }
+            deliverOwn(didSave, on: connection)
             return didSave
         }
     }
 
-    private func write(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws -> DidSave {
+    /// Hands the observers a save of this process that just committed, with the connection
+    /// still held: the other processes' saves before it first (see `deliverHistory`), so that
+    /// the observers see the saves in token order.
+    func deliverOwn(_ didSave: DidSave, on connection: PostgresConnection) {
+        guard isObserved else { return }
+        committedHere.withLock { $0 = max($0, didSave.token.rawValue) }
+        do {
+            try deliverHistory(before: didSave.token.rawValue, store: didSave.storeIdentifier, on: connection)
+            remember(didSave)
+            for handler in commitHandlers.withLock({ $0 }) { handler(didSave) }
+            delivered.withLock { $0 = didSave.token.rawValue }
+        } catch {
+            // The saves before this one could not be read (the connection broke after the
+            // commit): handing this one out now would skip them. The follower's next look,
+            // within a second, reads them and this one from the history.
+            logger.warning(
+                "committed a save, but could not read the saves before it; it reaches observers from the history",
+                metadata: ["token": "\(didSave.token.rawValue)", "error": "\(error)"])
+        }
+    }
+
+    /// Writes a save in the transaction open on `connection`; its token is taken last.
+    func write(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws -> DidSave {
         var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
         var conflicts = try writeUpdates(changes.updated, into: &didSave, state: state, on: connection)
         conflicts += try writeDeletions(changes.deleted, into: &didSave, state: state, on: connection)
@@ -249,11 +254,13 @@ extension PostgresStore {
         return "\(match.1) = \"\(PostgresText.decode(String(match.2)))\""
     }
 
-    func currentRow(_ id: ObjectID, entity: EntityDescription, on connection: PostgresConnection) throws
-        -> RowSnapshot?
+    /// The row of `id` as it is in the store; with `locking`, locked until the transaction ends.
+    func currentRow(_ id: ObjectID, entity: EntityDescription, on connection: PostgresConnection, locking: Bool = false)
+        throws -> RowSnapshot?
     {
         try run(
-            "SELECT \(PostgresSchema.columns(of: entity)) FROM \(PostgresSchema.quote(entity.name)) t WHERE t.pk = $1",
+            "SELECT \(PostgresSchema.columns(of: entity)) FROM \(PostgresSchema.quote(entity.name)) t WHERE t.pk = $1"
+                + (locking ? " FOR UPDATE" : ""),
             [.int64(id.key)], on: connection
         ).first.map { try Self.decode($0, entity: entity, store: id.storeIdentifier).snapshot }
     }

@@ -48,28 +48,40 @@ extension PostgresStore {
 
 // `Import.Update` of attributes without a context: the row a recent save left or, without one,
 // the row read on the reading connection, then the one-statement edit above, checked against
-// that version; again from the row as it is if another save came between.
+// that version; when another save came between, the edit again with the row locked.
 extension PostgresStore: AttributeEditable {
-    /// How often an edit reads the row again when other saves keep changing it first.
-    static let editAttempts = 10
-
     public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
         let state = try requireLoaded()
         let edit = try AttributeEdit(
             id, attributes: attributes, model: state.model, store: state.metadata.storeIdentifier)
-        // The row a recent save left, when there is one: the version check below tells.
-        var current =
-            try recentRows.withLock { $0[id] }
-            ?? withReadingConnection("load values") { try currentRow(id, entity: edit.entity, on: $0) }
-        for attempt in 1...Self.editAttempts {
-            guard let save = try edit.save(from: current) else { return nil }
-            do {
-                return try self.save(save)
-            } catch let error as GraphError where error.code == .mergeConflict && attempt < Self.editAttempts {
-                // The conflict carries the row as it is now.
-                current = error.conflicts.first?.persisted
-            }
+        // The row a recent save left, when there is one: the version check tells whether it is
+        // still the store's.
+        let kept = recentRows.withLock { $0[id] }
+        let current =
+            try kept ?? withReadingConnection("load values") { try currentRow(id, entity: edit.entity, on: $0) }
+        guard let save = try edit.save(from: current) else {
+            // Nothing changes against a kept row, which may be older than the store's (an edit
+            // elsewhere not delivered yet): only the store's row can say so.
+            return kept == nil ? nil : try editLocked(edit, state: state)
         }
-        preconditionFailure("the last attempt returns or throws")
+        do {
+            return try self.save(save)
+        } catch let error as GraphError where error.code == .mergeConflict {
+            return try editLocked(edit, state: state)
+        }
+    }
+
+    /// The edit in one transaction that reads the row with `FOR UPDATE`: no other save can come
+    /// between, so it cannot conflict, however busy the row (four round trips instead of one).
+    private func editLocked(_ edit: AttributeEdit, state: Loaded) throws -> DidSave? {
+        try withConnection("save") { connection in
+            let didSave = try transaction(on: connection) { () -> DidSave? in
+                let row = try currentRow(edit.objectID, entity: edit.entity, on: connection, locking: true)
+                guard let save = try edit.save(from: row) else { return nil }
+                return try write(save, state: state, on: connection)
+            }
+            if let didSave { deliverOwn(didSave, on: connection) }
+            return didSave
+        }
     }
 }

@@ -109,6 +109,12 @@ struct StoreEditTests {
             let edited = try #require(try store.newValues(for: [id])[id])
             #expect(edited.attributes[entity.attributeIndex["title"]!] == "elsewhere")
             #expect(edited.attributes[entity.attributeIndex["status"]!] == "Reopened")
+            // The other sets the status this store's kept row still holds; an edit back to it
+            // is a change against the store's row, not against the kept one.
+            _ = try #require(try other.edit(id, attributes: ["status": "Closed"]))
+            let back = try #require(try store.edit(id, attributes: ["status": "Reopened"]))
+            #expect(back.updated.first?.version == 7)
+            #expect(try store.newValues(for: [id])[id]?.attributes[entity.attributeIndex["status"]!] == "Reopened")
             let final = try #require(try store.newValues(for: [otherID])[otherID])
 
             // Both at once, one attribute each: an edit whose row changed after it read it reads
