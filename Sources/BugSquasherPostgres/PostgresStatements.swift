@@ -13,6 +13,11 @@ extension PostgresStore {
         try execute(sql, arguments, arrays: arrays, on: connection).rows
     }
 
+    /// Runs one statement with parameters bound already and returns its rows.
+    func run(_ sql: String, binds: PostgresBindings, on connection: PostgresConnection) throws -> [PostgresRow] {
+        try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).blockingValue().rows
+    }
+
     /// Runs one statement and returns how many rows it changed.
     func changeCount(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) throws -> Int {
         try execute(sql, arguments, on: connection).metadata.rows ?? 0

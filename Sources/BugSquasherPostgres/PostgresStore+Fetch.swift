@@ -20,8 +20,7 @@ extension PostgresStore {
         var query = PostgresSelect(model: state.model, entity: entity, storeIdentifier: store)
         let sql = try query.select(request)
         return try withReadingConnection("fetch \(entity.name)") { connection in
-            let rows = try connection.query(PostgresQuery(unsafeSQL: sql, binds: query.bindings), logger: logger)
-                .blockingValue().rows
+            let rows = try run(sql, binds: query.bindings, on: connection)
             switch request.resultType {
             case .count:
                 return .count(Int(try rows.first?.decode(Int64.self) ?? 0))
@@ -54,12 +53,9 @@ extension PostgresStore {
             let table = PostgresSchema.quote(name)
             var bindings = PostgresBindings()
             bindings.append(ids.map(\.key))
-            let rows = try connection.query(
-                PostgresQuery(
-                    unsafeSQL: "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)",
-                    binds: bindings),
-                logger: logger
-            ).blockingValue()
+            let rows = try run(
+                "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)", binds: bindings,
+                on: connection)
             for row in rows {
                 let decoded = try Self.decode(row, entity: entity, store: store)
                 result[decoded.objectID] = decoded.snapshot
@@ -95,14 +91,12 @@ extension PostgresStore {
             var bindings = PostgresBindings()
             bindings.append(counts.map(\.entity))
             bindings.append(counts.map(\.count))
-            let rows = try connection.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        INSERT INTO bs_sequence (entity, next) SELECT e, 1 + c FROM unnest($1::text[], $2::int8[]) AS x(e, c)
-                        ON CONFLICT (entity) DO UPDATE SET next = bs_sequence.next + EXCLUDED.next - 1
-                        RETURNING entity, next
-                        """, binds: bindings), logger: logger
-            ).blockingValue().rows
+            let rows = try run(
+                """
+                INSERT INTO bs_sequence (entity, next) SELECT e, 1 + c FROM unnest($1::text[], $2::int8[]) AS x(e, c)
+                ON CONFLICT (entity) DO UPDATE SET next = bs_sequence.next + EXCLUDED.next - 1
+                RETURNING entity, next
+                """, binds: bindings, on: connection)
             var first: [String: Int64] = [:]
             for row in rows {
                 let (entity, next) = try row.decode((String, Int64).self)
