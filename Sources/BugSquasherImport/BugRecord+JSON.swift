@@ -34,9 +34,11 @@ extension BugRecord {
         // Fields the record leaves out are not known, which is not the same as empty.
         record.absent = .all
         var fields = try reader.beginObject()
-        while let field = try reader.nextKey(&fields) {
+        while let name = try reader.nextName(&fields) {
+            // Made into a string only for a message.
+            var field: String { name.string }
             do {
-                switch Self.field(named: field) {
+                switch Self.field(named: name) {
                 case .key?:
                     try once(key == nil, field)
                     key = try reader.string()
@@ -77,46 +79,48 @@ extension BugRecord {
     /// Reads a field kept in the record as read (all but the key, title, status, project and
     /// comments, which ``read(from:)`` reads), refusing it when the record carried it already.
     @inline(__always)
-    private mutating func readField(_ which: CodingKeys, named field: String, from reader: inout JSONReader) throws {
+    private mutating func readField(
+        _ which: CodingKeys, named field: @autoclosure () -> String, from reader: inout JSONReader
+    ) throws {
         switch which {
         case .jiraID:
-            try take(.jiraID, field)
+            try take(.jiraID, field())
             jiraID = reader.null() ? nil : try reader.stringOrNumber()
         case .details:
-            try take(.details, field)
+            try take(.details, field())
             details = try reader.optionalString()
         case .resolution:
-            try take(.resolution, field)
+            try take(.resolution, field())
             resolution = try reader.optionalString()
         case .priority:
-            try take(.priority, field)
+            try take(.priority, field())
             priority = try reader.optionalString()
         case .type:
-            try take(.type, field)
+            try take(.type, field())
             type = try reader.optionalString()
         case .labels:
-            try take(.labels, field)
+            try take(.labels, field())
             labels = reader.null() ? [] : try reader.strings()
         case .created:
-            try take(.created, field)
+            try take(.created, field())
             created = try Self.date(&reader)
         case .updated:
-            try take(.updated, field)
+            try take(.updated, field())
             updated = try Self.date(&reader)
         case .resolved:
-            try take(.resolved, field)
+            try take(.resolved, field())
             resolved = try Self.date(&reader)
         case .components:
-            try take(.components, field)
+            try take(.components, field())
             components = reader.null() ? [] : try reader.strings()
         case .reporter:
-            try take(.reporter, field)
+            try take(.reporter, field())
             reporter = reader.null() ? nil : try PersonRecord.read(from: &reader)
         case .assignee:
-            try take(.assignee, field)
+            try take(.assignee, field())
             assignee = reader.null() ? nil : try PersonRecord.read(from: &reader)
         case .key, .title, .status, .project, .comments:
-            preconditionFailure("field '\(field)' is read by BugRecord.read(from:)")
+            preconditionFailure("field '\(field())' is read by BugRecord.read(from:)")
         }
     }
 
@@ -146,11 +150,9 @@ extension BugRecord {
     static let fieldNames = CodingKeys.allCases.map(\.stringValue)
 
     /// The field `name` names, if any. Every field of every record imported is looked up: by
-    /// its length first, so that a name is compared with one or a few names of that length
-    /// (a `switch` over the names compares it with each name before its own, most of them in
-    /// a slower comparison than that of two equal names).
-    static func field(named name: String) -> CodingKeys? {
-        switch name.utf8.count {
+    /// its length first, so that a name is compared with one or a few names of that length.
+    static func field(named name: JSONReader.Name) -> CodingKeys? {
+        switch name.byteCount {
         case 3: return name == "key" ? .key : nil
         case 4: return name == "type" ? .type : nil
         case 5: return name == "title" ? .title : nil
@@ -176,8 +178,8 @@ extension BugRecord {
         "a Jira issue's field: this input is read as bugsquasher-ndjson, detected from its first record or given with --format; import Jira issues on their own, with --format jira-json"
 
     /// Marks `field` as read, refusing it when the record carried it already.
-    private mutating func take(_ field: Fields, _ name: String) throws {
-        try once(absent.contains(field), name)
+    private mutating func take(_ field: Fields, _ name: @autoclosure () -> String) throws {
+        try once(absent.contains(field), name())
         absent.remove(field)
     }
 
@@ -225,10 +227,10 @@ extension BugRecord {
 
 /// Refuses a field an object carries a second time (`first` is false then): JSON leaves the
 /// meaning of a repeated name open, and silently taking one of the values could lose the other.
-private func once(_ first: Bool, _ field: String) throws {
+private func once(_ first: Bool, _ field: @autoclosure () -> String) throws {
     guard first else {
         throw ImportError(
-            .invalidRecord, "field '\(field)' appears twice in one object.", advice: "Keep the one value meant.")
+            .invalidRecord, "field '\(field())' appears twice in one object.", advice: "Keep the one value meant.")
     }
 }
 

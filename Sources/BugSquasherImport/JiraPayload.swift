@@ -73,8 +73,8 @@ enum JiraPayload {
 extension JiraPayload.Issue {
     static func read(from reader: inout JSONReader) throws -> Self {
         var issue = Self()
-        try reader.object { reader, field in
-            try JiraPayload.field(field) {
+        try reader.objectByName { reader, field in
+            try JiraPayload.field(field.string) {
                 switch field {
                 case "id": issue.id = reader.null() ? nil : try reader.stringOrNumber()
                 case "key": issue.key = try reader.optionalString()
@@ -90,8 +90,11 @@ extension JiraPayload.Issue {
 extension JiraPayload.Fields {
     static func read(from reader: inout JSONReader) throws -> Self {
         var fields = Self()
-        try reader.object { reader, field in
-            try JiraPayload.field("fields." + field) {
+        // Walked without a closure: one capturing `fields` would copy it out at the end,
+        // retaining and releasing every string read.
+        var object = try reader.beginObject()
+        while let field = try reader.nextName(&object) {
+            do {
                 switch field {
                 case "summary":
                     fields.summary = try reader.optionalString()
@@ -136,6 +139,8 @@ extension JiraPayload.Fields {
                 case "comment": fields.comment = try JiraPayload.CommentPage.readOptional(from: &reader)
                 default: try reader.skip()
                 }
+            } catch let failure as JSONReader.Failure {
+                throw JiraPayload.FieldFailure(path: "fields." + field.string, failure: failure)
             }
         }
         return fields
@@ -160,7 +165,7 @@ extension JiraPayload.Named {
     static func readOptional(from reader: inout JSONReader) throws -> Self? {
         if reader.null() { return nil }
         var named = Self()
-        try reader.object { reader, key in
+        try reader.objectByName { reader, key in
             if key == "name" { named.name = try reader.optionalString() } else { try reader.skip() }
         }
         return named
@@ -171,7 +176,7 @@ extension JiraPayload.Project {
     static func readOptional(from reader: inout JSONReader) throws -> Self? {
         if reader.null() { return nil }
         var project = Self()
-        try reader.object { reader, key in
+        try reader.objectByName { reader, key in
             switch key {
             case "key": project.key = try reader.optionalString()
             case "name": project.name = try reader.optionalString()
@@ -186,7 +191,7 @@ extension JiraPayload.CommentPage {
     static func readOptional(from reader: inout JSONReader) throws -> Self? {
         if reader.null() { return nil }
         var page = Self()
-        try reader.object { reader, key in
+        try reader.objectByName { reader, key in
             guard key == "comments", !reader.null() else { return try reader.skip() }
             var comments: [JiraPayload.Comment?] = []
             try reader.array { comments.append(try JiraPayload.Comment.readOptional(from: &$0)) }
@@ -200,7 +205,7 @@ extension JiraPayload.User {
     static func readOptional(from reader: inout JSONReader) throws -> Self? {
         if reader.null() { return nil }
         var user = Self()
-        try reader.object { reader, key in
+        try reader.objectByName { reader, key in
             switch key {
             case "name": user.name = try reader.optionalString()
             case "key": user.key = try reader.optionalString()
@@ -216,7 +221,8 @@ extension JiraPayload.Comment {
     static func readOptional(from reader: inout JSONReader) throws -> Self? {
         if reader.null() { return nil }
         var comment = Self()
-        try reader.object { reader, key in
+        var object = try reader.beginObject()
+        while let key = try reader.nextName(&object) {
             switch key {
             case "id": comment.id = reader.null() ? nil : try reader.stringOrNumber()
             case "body": comment.body = try reader.optionalString()

@@ -45,7 +45,7 @@ public enum SourceDigest {
     public static func key(ofJSONObject bytes: UnsafeBufferPointer<UInt8>) -> String? {
         var reader = JSONReader(bytes)
         guard var fields = try? reader.beginObject() else { return nil }
-        while let name = try? reader.nextKey(&fields) {
+        while let name = try? reader.nextName(&fields) {
             if name == "key" { return (try? reader.peek()) == .string ? try? reader.string() : nil }
             guard (try? reader.skip()) != nil else { return nil }
         }

@@ -91,6 +91,54 @@ package struct JSONReader {
     /// The next key of the object begun with ``beginObject()``, with the reader at its value,
     /// which the caller must read or skip; `nil` once the object's closing brace is read.
     package mutating func nextKey(_ fields: inout Fields) throws -> String? {
+        try nextName(&fields)?.string
+    }
+
+    /// A key of an object as ``nextName(_:)`` reads it: compared with a literal (`case "title":`)
+    /// byte for byte, as JSON compares names (RFC 8259, section 8.3), without making a `String`
+    /// of it — in a record most keys are only compared, and skipped (docs/DESIGN-NOTES.md, "JSON
+    /// is read and written without Codable"). Valid while the reader's bytes are.
+    package struct Name: CustomStringConvertible {
+        /// The key's bytes when it was written plainly (ASCII, no escape), else empty.
+        @usableFromInline let plain: UnsafeBufferPointer<UInt8>
+        /// The key, when it was not written plainly.
+        @usableFromInline let text: String?
+
+        @usableFromInline init(plain: UnsafeBufferPointer<UInt8>, text: String?) {
+            self.plain = plain
+            self.text = text
+        }
+
+        /// The key as a string.
+        package var string: String { text ?? String(decoding: plain, as: UTF8.self) }
+        /// The length of the key in UTF-8 bytes.
+        package var byteCount: Int { text?.utf8.count ?? plain.count }
+        package var description: String { string }
+
+        /// Whether the key is `literal`'s text, byte for byte.
+        @inlinable @inline(__always)
+        package static func ~= (literal: StaticString, name: Name) -> Bool {
+            guard name.text == nil, literal.hasPointerRepresentation else { return name.matchesSlowly(literal) }
+            let count = literal.utf8CodeUnitCount
+            guard count == name.plain.count else { return false }
+            let expected = literal.utf8Start
+            for offset in 0..<count where expected[offset] != name.plain[offset] { return false }
+            return true
+        }
+
+        /// ``~=(_:_:)`` for a key that was not written plainly, or a one-character literal.
+        @usableFromInline func matchesSlowly(_ literal: StaticString) -> Bool {
+            literal.withUTF8Buffer { string.utf8.elementsEqual($0) }
+        }
+
+        /// Whether the key is `literal`'s text, byte for byte.
+        @inlinable
+        package static func == (name: Name, literal: StaticString) -> Bool { literal ~= name }
+    }
+
+    /// The next key of the object begun with ``beginObject()``, as ``nextKey(_:)`` reads it but
+    /// as a ``Name``: a plain key is only scanned, not made into a `String`.
+    package mutating func nextName(_ fields: inout Fields) throws -> Name? {
         if fields.started {
             guard consume(UInt8(ascii: ",")) else {
                 try expect(UInt8(ascii: "}"), "expected ',' or '}' in an object")
@@ -105,9 +153,34 @@ package struct JSONReader {
             }
         }
         skipWhitespace()
-        let key = try string()
+        let name = try name()
         try expect(UInt8(ascii: ":"), "expected ':' after a key")
-        return key
+        return name
+    }
+
+    /// Reads a key: a plain one (ASCII, no escapes) only scanned; any other read and checked as
+    /// ``string()`` reads a value.
+    private mutating func name() throws -> Name {
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+            throw Failure(message: "expected a string", offset: index)
+        }
+        let start = index + 1
+        var seen: UInt64 = 0
+        let end = Self.scanText(bytes, from: start, seen: &seen)
+        if end < bytes.count, bytes[end] == UInt8(ascii: "\""), seen & Self.highBits == 0 {
+            index = end + 1
+            return Name(plain: UnsafeBufferPointer(rebasing: bytes[start..<end]), text: nil)
+        }
+        return Name(plain: UnsafeBufferPointer(start: nil, count: 0), text: try string())
+    }
+
+    /// Reads an object as ``object(_:)`` does, calling `field` with each key as a ``Name``: for
+    /// records whose keys are mostly compared with literals and skipped.
+    package mutating func objectByName(_ field: (inout JSONReader, Name) throws -> Void) throws {
+        var fields = try beginObject()
+        while let name = try nextName(&fields) {
+            try field(&self, name)
+        }
     }
 
     /// Reads an array, calling `element` for each element; `element` must read or skip it.
@@ -295,7 +368,9 @@ package struct JSONReader {
         skipWhitespace()
         guard index < bytes.count else { throw Failure(message: "expected a value", offset: index) }
         switch bytes[index] {
-        case UInt8(ascii: "{"): try object { reader, _ in try reader.skip() }
+        case UInt8(ascii: "{"):
+            var fields = try beginObject()
+            while try nextName(&fields) != nil { try skip() }
         case UInt8(ascii: "["): try array { try $0.skip() }
         case UInt8(ascii: "\""): try skipString()
         case UInt8(ascii: "t"): try literal("true")
@@ -361,10 +436,11 @@ package struct JSONReader {
 
     private mutating func literal(_ word: StaticString) throws {
         let count = word.utf8CodeUnitCount
-        guard bytes.count - index >= count,
-            UnsafeBufferPointer(rebasing: bytes[index..<index + count]).elementsEqual(
-                UnsafeBufferPointer(start: word.utf8Start, count: count))
-        else { throw Failure(message: "invalid literal", offset: index) }
+        guard bytes.count - index >= count else { throw Failure(message: "invalid literal", offset: index) }
+        let letters = word.utf8Start
+        for offset in 0..<count where bytes[index + offset] != letters[offset] {
+            throw Failure(message: "invalid literal", offset: index)
+        }
         index += count
     }
 
@@ -409,7 +485,14 @@ package struct JSONReader {
             let hasQuote = (quote &- ones) & ~quote
             let hasBackslash = (backslash &- ones) & ~backslash
             let hasControl = (word &- ones &* 0x20) & ~word
-            if (hasQuote | hasBackslash | hasControl) & highBits != 0 { break }
+            let special = (hasQuote | hasBackslash | hasControl) & highBits
+            if special != 0 {
+                // The lowest flagged byte is exact (a borrow only flags bytes above it): the
+                // text ends there, and only the bytes below it were passed.
+                let passed = special.trailingZeroBitCount / 8
+                seen |= word & ((1 << (passed * 8)) &- 1)
+                return index + passed
+            }
             seen |= word
             index += 8
         }

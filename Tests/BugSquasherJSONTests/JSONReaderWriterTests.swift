@@ -106,6 +106,38 @@ struct JSONReaderWriterTests {
         #expect(ids == ["10100", "10101"])
     }
 
+    /// Keys read as names are compared byte for byte: an escaped key is the key it spells, a
+    /// longer or shorter one is not, and one that is not UTF-8 is refused as a string would be.
+    @Test("keys read as names match literals as the text they spell")
+    func names() throws {
+        let document = Array(
+            #"{"summary":1,"\u0073ummary":2,"summar":3,"summary2":4,"é":5,"a":6,"":7,"k\"ey":8}"#.utf8)
+        var matched: [Int: String] = [:]
+        try read(document) { reader in
+            try reader.objectByName { reader, name in
+                let value = try reader.integer()
+                switch name {
+                case "summary": matched[value] = "summary"
+                case "é": matched[value] = "é"
+                case "a": matched[value] = "a"
+                case "": matched[value] = "empty"
+                case "k\"ey": matched[value] = name.string
+                default: matched[value] = "other \(name.byteCount)"
+                }
+            }
+        }
+        #expect(
+            matched == [
+                1: "summary", 2: "summary", 3: "other 6", 4: "other 8", 5: "é", 6: "a", 7: "empty", 8: "k\"ey",
+            ])
+        // A key that is not UTF-8 is refused, read or skipped.
+        let latin1: [UInt8] = Array(#"{"caf"#.utf8) + [0xE9] + Array(#"":1}"#.utf8)
+        #expect(throws: JSONReader.Failure.self) { try read(latin1) { try $0.skip() } }
+        #expect(throws: JSONReader.Failure.self) {
+            try read(latin1) { try $0.objectByName { reader, _ in try reader.skip() } }
+        }
+    }
+
     @Test("bad documents say what is wrong and at which byte; text after the document is refused")
     func failures() throws {
         for (text, said) in [
