@@ -17,10 +17,11 @@ actor Spooler {
     private let columns: CSVColumnMapping
     private let maximumRecordBytes: Int
     private let handle: FileHandle
+    /// Writes the spool file beside the inflating and splitting done here.
+    private let writer: SpoolWriter
     private var output: [UInt8] = []
+    /// The bytes handed to the writer so far.
     private(set) var bytesWritten: Int64 = 0
-    /// Up to where the spool file's writeback was started (see ``flush(force:)``).
-    private var writebackStarted: Int64 = 0
     private let directory: String
     private var sniffed: [UInt8] = []
     private var sniffedLines = 0
@@ -69,6 +70,7 @@ actor Spooler {
                 "Cannot open the spool file for writing: \(why.problem).", advice: why.advice, unavailable: true)
         }
         self.handle = handle
+        self.writer = SpoolWriter(handle: handle, path: path, directory: directory)
     }
 
     /// How a spool file's name ends.
@@ -166,7 +168,14 @@ actor Spooler {
             windowFilled = step.produced == gzipWindow.count
             members.inflated(step.produced, memberEnded: step.memberEnded)
             if step.produced > 0 {
-                try consume(Array(gzipWindow[..<step.produced]))
+                if decided, splitter == nil, csv == nil {
+                    // NDJSON, the common case: lines go from the window to the output.
+                    gzipWindow.withUnsafeBufferPointer {
+                        passThrough(UnsafeBufferPointer(rebasing: $0[..<step.produced]))
+                    }
+                } else {
+                    try consume(Array(gzipWindow[..<step.produced]))
+                }
                 try flush(force: false)
             } else if step.consumed == 0, !step.memberEnded {
                 break
@@ -219,6 +228,7 @@ actor Spooler {
             self.csv = csv
         }
         try flush(force: true)
+        try writer.drain()
         // On disk before the job is queued: the store records the job as committed, and a
         // power loss must not leave a queued job whose input the page cache held.
         do { try handle.synchronize() } catch {
@@ -236,6 +246,7 @@ actor Spooler {
     func discard(reason: String) {
         guard abandonment == nil else { return }
         abandonment = reason
+        writer.settle()
         try? handle.close()
         try? FileManager.default.removeItem(atPath: path)
     }
@@ -288,25 +299,27 @@ actor Spooler {
     /// rejects it as too long all the same (two bytes over, so that a carriage return it ends on
     /// cannot bring it back under), and an unending line (`cat /dev/zero`) costs no disk.
     private func passThrough(_ bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { passThrough($0) }
+    }
+
+    private func passThrough(_ buffer: UnsafeBufferPointer<UInt8>) {
         let kept = maximumRecordBytes + 2
-        bytes.withUnsafeBufferPointer { buffer in
-            guard let base = buffer.baseAddress else { return }
-            var start = 0
-            while start < buffer.count {
-                let newline = memchr(base + start, 0x0A, buffer.count - start).map {
-                    UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) - base
-                }
-                let end = newline ?? buffer.count
-                let take = min(end - start, max(0, kept - lineBytes))
-                output.append(contentsOf: UnsafeBufferPointer(start: base + start, count: take))
-                if let newline {
-                    output.append(0x0A)
-                    lineBytes = 0
-                    start = newline + 1
-                } else {
-                    lineBytes = min(kept, lineBytes + end - start)
-                    start = end
-                }
+        guard let base = buffer.baseAddress else { return }
+        var start = 0
+        while start < buffer.count {
+            let newline = memchr(base + start, 0x0A, buffer.count - start).map {
+                UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) - base
+            }
+            let end = newline ?? buffer.count
+            let take = min(end - start, max(0, kept - lineBytes))
+            output.append(contentsOf: UnsafeBufferPointer(start: base + start, count: take))
+            if let newline {
+                output.append(0x0A)
+                lineBytes = 0
+                start = newline + 1
+            } else {
+                lineBytes = min(kept, lineBytes + end - start)
+                start = end
             }
         }
     }
@@ -372,35 +385,18 @@ actor Spooler {
         if decision.format.isCSV { csv = CSVParser(maximumRecordBytes: maximumRecordBytes) }
     }
 
+    /// Hands the spooled output to the writer once a quarter MiB has gathered (`force`: any).
     private func flush(force: Bool) throws {
-        guard force ? !output.isEmpty : output.count >= 256 * 1024 else { return }
+        guard force ? !output.isEmpty : output.count >= Self.bufferBytes else { return }
         try checkFreeSpace(for: Int64(output.count))
-        do { try handle.write(contentsOf: output) } catch {
-            throw DaemonError(
-                "Writing the spool file \(path) failed: \(Self.reason(error)). Nothing was imported.",
-                advice: "Check the disk of \(directory) (is it full?), then submit the file again.",
-                unavailable: true)
-        }
+        try writer.write(output)
         bytesWritten += Int64(output.count)
-        output.removeAll(keepingCapacity: true)
-        // Writeback starts as the upload goes, 8 MiB at a time, so that the fsync that ends it
-        // waits for the last few MiB rather than the whole file.
-        if bytesWritten - writebackStarted >= 8 << 20 {
-            _ = bugsquasher_start_writeback(
-                handle.fileDescriptor, writebackStarted, bytesWritten - writebackStarted)
-            writebackStarted = bytesWritten
-        }
-        // A spool file removed meanwhile (its directory deleted or cleaned by a tmp reaper) is
-        // still written to, through this handle, but nothing can read it: say so now rather
-        // than after the rest of the upload.
-        var status = stat()
-        if fstat(handle.fileDescriptor, &status) == 0, status.st_nlink == 0 {
-            throw DaemonError(
-                "The spool file \(path) was removed while the upload was written to it (was \(directory) deleted or cleaned?). Nothing was imported.",
-                advice: "Submit the file again.",
-                unavailable: true)
-        }
+        output = writer.spareBuffer()
+        output.reserveCapacity(Self.bufferBytes + Self.bufferBytes / 2)
     }
+
+    /// How many bytes of output are handed to the writer at a time.
+    private static let bufferBytes = 256 * 1024
 
     /// The free space an upload leaves on the state directory's file system for the store and the
     /// rest of the machine: a tenth of its size, at most 1 GiB.
