@@ -700,7 +700,7 @@ struct ImportEndToEndTests {
     }
 
     /// The rest of the daemon keeps its priority.
-    @Test("chunks are decoded and upserted on the import threads, at import_nice")
+    @Test("chunks are upserted on the import threads at import_nice, decoded ahead 5 steps nicer")
     func importThreads() async throws {
         try await withDaemon(chunkSize: 500, configuration: "import_nice = 7\n") { squasherd in
             let dir = squasherd.directory
@@ -715,6 +715,8 @@ struct ImportEndToEndTests {
             // /proc/PID/task/TID/stat: field 14 + 15 are the CPU ticks, field 19 the nice value.
             var importTicks = 0
             var importThreads = 0
+            var decodeTicks = 0
+            var decodeThreads = 0
             var otherNice: Set<Int> = []
             let tasks = "/proc/\(squasherd.process.pid)/task"
             for tid in try FileManager.default.contentsOfDirectory(atPath: tasks) {
@@ -728,13 +730,19 @@ struct ImportEndToEndTests {
                     importThreads += 1
                     importTicks += ticks
                     #expect(nice == 7, "\(comm.trimmingCharacters(in: .whitespacesAndNewlines)) runs at nice \(nice)")
+                } else if comm.hasPrefix("decode-") {
+                    // Decoding ahead gives way to the upsert and the hand-over to the writer.
+                    decodeThreads += 1
+                    decodeTicks += ticks
+                    #expect(nice == 12, "\(comm.trimmingCharacters(in: .whitespacesAndNewlines)) runs at nice \(nice)")
                 } else {
                     otherNice.insert(nice)
                 }
             }
-            #expect(importThreads == 3)
+            #expect(importThreads == 2 && decodeThreads == 2)
             #expect(importTicks > 0, "the import threads did no work")
-            #expect(!otherNice.contains(7), "another thread runs at the import's priority")
+            #expect(decodeTicks > 0, "the decoding threads did no work")
+            #expect(otherNice.isDisjoint(with: [7, 12]), "another thread runs at the import's priority")
             #expect(!squasherd.process.errorOutput.contains("cannot lower the import threads' priority"))
         }
     }

@@ -30,6 +30,9 @@ final class ImportRunner: Service {
     /// save is not: it holds the store's writer, which edits wait for, so it runs at the
     /// daemon's own priority, on ``writers``.
     private let executor: ThreadExecutor
+    /// Where chunks are decoded ahead, a step lower still: the upsert and the hand-over of each
+    /// chunk to the writer come first, or the writer waits for a core (see ``ChunkReadAhead``).
+    private let decoders: ThreadExecutor
     /// Where chunks are saved, beside job records (see ``ThreadExecutor/writers()``).
     private let writers: ThreadExecutor
     /// What decoding and upserting give way to (the store holds chunk saves back with it).
@@ -73,11 +76,15 @@ final class ImportRunner: Service {
         // keys), not only between records.
         var giveWay: (@Sendable () -> Void)?
         if let editsFirst { giveWay = { editsFirst.yieldToInteractiveSaves() } }
-        // Three threads: decoding ahead, upserting and freeing the saved chunk's objects each
-        // have one (see ``ChunkReadAhead``); on two cores the scheduler shares them.
+        // Upserting and freeing the saved chunk's objects each have a thread; decoding ahead has
+        // two of its own (see ``ChunkReadAhead``); on two cores the scheduler shares them.
         executor = ThreadExecutor(
-            name: "import", threads: 3, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
-        if !executor.isPriorityLowered {
+            name: "import", threads: 2, priority: Int32(configuration.importPriority), beforeEachJob: giveWay)
+        decoders = ThreadExecutor(
+            name: "decode", threads: 2,
+            priority: Int32(Self.decodePriority(importPriority: configuration.importPriority)),
+            beforeEachJob: giveWay)
+        if !executor.isPriorityLowered || !decoders.isPriorityLowered {
             logger.warning(
                 "cannot lower the import threads' priority (setpriority refused); imports run at the daemon's priority, and edits and subscribers wait longer during them",
                 metadata: ["import.nice": "\(configuration.importPriority)"])
@@ -349,7 +356,7 @@ final class ImportRunner: Service {
             unchanged: UnchangedRecords(format: job.format, coordinator: stack.writerCoordinator),
             uncommitted: Self.readAhead + 1)
         var saving: SavingChunk?
-        var ahead = ChunkReadAhead(source: source, depth: Self.readAhead, executor: executor)
+        var ahead = ChunkReadAhead(source: source, depth: Self.readAhead, executor: decoders)
         // Decoding that runs ahead ends with the job (its chunks are read again on resume).
         defer { ahead.cancel() }
         do {
@@ -542,6 +549,13 @@ final class ImportRunner: Service {
     /// The upserter of every chunk: it gives way to edits, and inserts new bugs as rows (the
     /// chunk's context is dropped after its save).
     private var upserter: BugUpserter { BugUpserter(editsFirst: editsFirst, insertsRows: true) }
+
+    /// The `nice` value of the decoding threads: 5 steps above `import_nice` (at most 19), or 0
+    /// when the import runs at the daemon's priority (`import_nice = 0`, as under a system-call
+    /// filter without `setpriority`).
+    static func decodePriority(importPriority: Int) -> Int {
+        importPriority == 0 ? 0 : min(19, importPriority + 5)
+    }
 
     /// How many chunks are decoded ahead of the one being upserted (see ``ChunkReadAhead``).
     /// One keeps a core busy only while decoding and upserting take equally long; with two, the
