@@ -26,9 +26,9 @@ final class ImportRunner: Service {
     private let wakeups: AsyncStream<Void>
     private let wakeup: AsyncStream<Void>.Continuation
     private let progressHandler: @Sendable (ImportProgress?) -> Void
-    /// Where jobs decode and upsert, at a lower priority (see ``ThreadExecutor``). A chunk's
-    /// save is not: it holds the store's writer, which edits wait for, so it runs at the
-    /// daemon's own priority, on ``writers``.
+    /// Where jobs upsert chunks and free saved ones, at a lower priority (see ``ThreadExecutor``).
+    /// A chunk's save is not: it holds the store's writer, which edits wait for, so it runs at
+    /// the daemon's own priority, on ``writers``.
     private let executor: ThreadExecutor
     /// Where chunks are decoded ahead, a step lower still: the upsert and the hand-over of each
     /// chunk to the writer come first, or the writer waits for a core (see ``ChunkReadAhead``).
