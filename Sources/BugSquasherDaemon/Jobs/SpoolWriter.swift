@@ -72,7 +72,7 @@ final class SpoolWriter: Sendable {
     ///
     /// - Throws: ``DaemonError`` when a write failed.
     func drain() throws {
-        queue.sync {}
+        settle()
         if let failure = state.withLock({ $0.failure }) { throw failure }
     }
 
