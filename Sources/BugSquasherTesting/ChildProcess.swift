@@ -65,7 +65,7 @@ public final class ChildProcess: @unchecked Sendable {
             self?.drained.withLock { $0 += 1 }
         }
         process.terminationHandler = { [weak self] process in
-            self?.exited.withLock { $0 = process.terminationStatus }
+            self?.exited.withLock { $0 = $0 ?? reapedStatus(process) }
         }
         // The child has its own copies of the write ends now (or never started): the readers
         // see end of file once it exits.
@@ -106,10 +106,16 @@ public final class ChildProcess: @unchecked Sendable {
     /// The exit status, once the process exited and its output was fully collected.
     ///
     /// Foundation's termination handler is the usual source; `waitid(WNOWAIT)` is asked too,
-    /// because that handler is sometimes late on Linux (seen when another child execs).
+    /// because that handler is sometimes late on Linux (seen when another child execs). The first
+    /// status seen is kept: once Foundation has reaped the child, `waitid` finds nothing, and
+    /// until its handler has run only `Process.terminationStatus` still knows the status.
     public var exitStatus: Int32? {
         guard drained.withLock({ $0 }) >= 2 else { return nil }
-        return exited.withLock({ $0 }) ?? childExitStatus(process.processIdentifier)
+        return exited.withLock { known in
+            if let known { return known }
+            known = process.isRunning ? childExitStatus(process.processIdentifier) : reapedStatus(process)
+            return known
+        }
     }
 
     /// Waits (polling the collected output every few milliseconds, bounded by `timeout`) for an
@@ -186,6 +192,12 @@ public func childExitStatus(_ pid: pid_t) -> Int32? {
     return info.si_code == CLD_EXITED ? code : 128 + code
 }
 
+/// The status of a child Foundation has reaped, as ``childExitStatus(_:)`` gives it (128 + the
+/// signal when a signal ended it; `Process` gives the bare signal).
+private func reapedStatus(_ process: Process) -> Int32 {
+    process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+}
+
 /// Calls `check` every 10 ms until it returns a value or `timeout` has passed, and once more
 /// after that: a test task starved of pool threads past its deadline (tests beside it blocking
 /// the pool) must not fail what happened in time. `nil` when the time ran out.
@@ -202,7 +214,7 @@ public func poll<T>(for timeout: Duration, _ check: () throws -> T?) async throw
 /// Once Foundation has reaped the child, its status comes from `Process`.
 public func waitForChild(_ process: Process, timeout: Duration = .seconds(30)) async throws -> Int32 {
     let status = try await poll(for: timeout) {
-        process.isRunning ? childExitStatus(process.processIdentifier) : process.terminationStatus
+        process.isRunning ? childExitStatus(process.processIdentifier) : reapedStatus(process)
     }
     if let status { return status }
     throw HarnessError("pid \(process.processIdentifier) did not exit within \(timeout).")
