@@ -124,7 +124,7 @@ public struct JiraIssueDecoder: Sendable {
 
     /// A date field: `nil` when absent or empty; an unreadable one rejects the issue rather
     /// than being stored as no date.
-    private static func date(_ text: String?, _ path: String, line: Int?) throws -> Date? {
+    private static func date(_ text: String?, _ path: @autoclosure () -> String, line: Int?) throws -> Date? {
         guard let text, !text.isEmpty else { return nil }
         guard let date = ISO8601Date.parse(text) else {
             let problem =
@@ -133,7 +133,7 @@ public struct JiraIssueDecoder: Sendable {
                 : "which is not a date as Jira's REST API v2 sends it (2011-04-15T02:23:39.000+0000)"
             throw ImportError(
                 .invalidRecord,
-                "The issue's \(path) holds '\(text.prefix(60))', \(problem).", advice: "Fix or remove this line.",
+                "The issue's \(path()) holds '\(text.prefix(60))', \(problem).", advice: "Fix or remove this line.",
                 inputLine: line)
         }
         return date
@@ -164,10 +164,10 @@ public struct JiraIssueDecoder: Sendable {
 
     /// A user as a person record: by account name, else by user key; `nil` without either.
     private static func person(_ user: JiraPayload.User?) -> PersonRecord? {
-        guard let user, let name = [user.name, user.key].compactMap({ $0 }).first(where: { !$0.isEmpty }) else {
-            return nil
-        }
-        return PersonRecord(name: name, displayName: user.displayName)
+        guard let user else { return nil }
+        if let name = user.name, !name.isEmpty { return PersonRecord(name: name, displayName: user.displayName) }
+        if let key = user.key, !key.isEmpty { return PersonRecord(name: key, displayName: user.displayName) }
+        return nil
     }
 
     /// `TIMOB` for `TIMOB-100`: the project key when an issue does not name its project.
@@ -179,6 +179,7 @@ public struct JiraIssueDecoder: Sendable {
     /// The strings in their first order, without repeats (byte for byte, as the store compares
     /// names).
     private static func unique(_ strings: [String]) -> [String] {
+        guard strings.count > 1 else { return strings }
         var seen = Set<StoredText>()
         return strings.filter { seen.insert(StoredText($0)).inserted }
     }

@@ -25,11 +25,14 @@ public struct UpsertKeys: Sendable, Equatable {
     /// The keys of every object upserting `records` looks up; reads the records in place (a copy
     /// of a record retains every string of it).
     init(_ records: UnsafeBufferPointer<BugRecord>) {
+        // Sized up front: growing a set hashes every key in it again.
+        var commentCount = 0
+        for index in records.indices { commentCount += records[index].comments.count }
         var bugs = Set<StoredText>(minimumCapacity: records.count)
         var projects = Set<StoredText>()
-        var persons = Set<StoredText>()
+        var persons = Set<StoredText>(minimumCapacity: records.count)
         var components = Set<StoredText>()
-        var comments = Set<StoredText>()
+        var comments = Set<StoredText>(minimumCapacity: commentCount)
         for index in records.indices {
             bugs.insert(StoredText(records[index].key))
             projects.insert(StoredText(records[index].project.key))
@@ -49,17 +52,21 @@ public struct UpsertKeys: Sendable, Equatable {
     /// version bump.
     public init(writtenIn context: isolated ObjectContext) {
         var keys: [String: Set<StoredText>] = [:]
-        for object in context.insertedObjects + context.updatedObjects where context.writesStoredValues(of: object) {
+        let objects = context.insertedObjects + context.updatedObjects
+        let rows = context.insertedRows
+        // Each entity's set sized for every key at once: growing a set hashes its keys again.
+        let most = objects.count + rows.count
+        for object in objects where context.writesStoredValues(of: object) {
             guard let attribute = object.entity.uniqueKey, let key = object.get(attribute, as: String.self) else {
                 continue
             }
-            keys[object.entity.name, default: []].insert(StoredText(key))
+            keys[object.entity.name, default: Set(minimumCapacity: most)].insert(StoredText(key))
         }
-        for row in context.insertedRows {
+        for row in rows {
             guard let attribute = row.entity.uniqueKey, let index = row.entity.attributeIndex[attribute],
                 case .string(let key) = row.values[index]
             else { continue }
-            keys[row.entity.name, default: []].insert(StoredText(key))
+            keys[row.entity.name, default: Set(minimumCapacity: most)].insert(StoredText(key))
         }
         byEntity = keys
     }

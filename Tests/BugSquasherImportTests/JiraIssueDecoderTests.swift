@@ -119,17 +119,37 @@ import Testing
     }
 
     @Test(arguments: [
-        #"{"key":"D-1","fields":{"created":"yesterday"}}"#,
-        #"{"key":"D-1","fields":{"updated":"2011-02-30T10:00:00.000+0000"}}"#,
-        #"{"key":"D-1","fields":{"resolutiondate":"2011-13-01T10:00:00.000+0000"}}"#,
-        #"{"key":"D-1","fields":{"comment":{"comments":[{"id":"7","body":"x","created":"25:00"}]}}}"#,
+        (#"{"key":"D-1","fields":{"created":"yesterday"}}"#, "fields.created"),
+        (#"{"key":"D-1","fields":{"updated":"2011-02-30T10:00:00.000+0000"}}"#, "fields.updated"),
+        (#"{"key":"D-1","fields":{"resolutiondate":"2011-13-01T10:00:00.000+0000"}}"#, "fields.resolutiondate"),
+        (
+            #"{"key":"D-1","fields":{"comment":{"comments":[{"id":"7","body":"x","created":"25:00"}]}}}"#,
+            "comment 7.created"
+        ),
+        (#"{"key":"D-1","fields":{"comment":{"comments":[{"id":"8","updated":"never"}]}}}"#, "comment 8.updated"),
     ])
-    func rejectsAnIssueWithAnUnreadableDate(_ text: String) {
+    func rejectsAnIssueWithAnUnreadableDate(_ text: String, field: String) {
         // Stored as no date, the value would be lost without a word.
         let error = #expect(throws: ImportError.self) { _ = try decoder.decode(Data(text.utf8), line: 5) }
         #expect(error?.code == .invalidRecord)
         #expect(error?.inputLine == 5)
         #expect(error?.message.contains("not a date") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("issue's \(field) holds") == true, "\(String(describing: error))")
+    }
+
+    @Test("a person is named by account name, else by user key; without either there is none")
+    func namesAPersonByNameElseKey() throws {
+        let record = try decoder.decode(
+            Data(
+                #"""
+                {"key":"P-1","fields":{"reporter":{"name":"","key":"JIRAUSER1","displayName":"Ann"},
+                 "assignee":{"name":"","key":"","displayName":"Nobody"},
+                 "comment":{"comments":[{"id":"1","author":{"name":"bob","key":"JIRAUSER2"}},
+                                        {"id":"2","author":{"displayName":"Ghost"}}]}}}
+                """#.utf8))
+        #expect(record.reporter == PersonRecord(name: "JIRAUSER1", displayName: "Ann"))
+        #expect(record.assignee == nil)
+        #expect(record.comments.map(\.author) == [PersonRecord(name: "bob", displayName: nil), nil])
     }
 
     /// Escapes, U+0000 among them, read as written.
