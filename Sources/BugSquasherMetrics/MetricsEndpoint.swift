@@ -104,3 +104,9 @@ private final class ScrapeHandler: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 }
+
+extension MetricsEndpoint: CustomStringConvertible {
+    /// "MetricsEndpoint", the service's name in the service group's logs: printed as a value, it
+    /// would reflect everything it holds at each start of the daemon.
+    public var description: String { "MetricsEndpoint" }
+}
