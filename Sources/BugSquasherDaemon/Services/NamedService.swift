@@ -3,8 +3,8 @@ import ServiceLifecycle
 /// A service the service group names by its type in its logs (`sl-service=UploadSweeper`).
 ///
 /// Without a description, ServiceLifecycle names a service by printing its value, which for a
-/// struct reflects every stored property and everything they hold: 68 million instructions, a
-/// few tens of milliseconds, at each start of squasherd (callgrind), before it is ready.
+/// struct reflects every stored property and everything they hold: at each start of squasherd,
+/// before it is ready, more than a fifth of the instructions of the start (callgrind).
 protocol NamedService: Service, CustomStringConvertible {}
 
 extension NamedService {
