@@ -55,11 +55,7 @@ final class SpoolWriter: Sendable {
                 buffer.removeAll(keepingCapacity: true)
                 state.withLock { $0.spares.append(buffer) }
             }
-            do { try perform(buffer) } catch let error as DaemonError {
-                state.withLock { $0.failure = error }
-            } catch {
-                state.withLock { $0.failure = DaemonError("Writing the spool file \(path) failed: \(error).") }
-            }
+            do throws(DaemonError) { try perform(buffer) } catch { state.withLock { $0.failure = error } }
         }
     }
 
@@ -81,7 +77,7 @@ final class SpoolWriter: Sendable {
         queue.sync {}
     }
 
-    private func perform(_ buffer: [UInt8]) throws {
+    private func perform(_ buffer: [UInt8]) throws(DaemonError) {
         do { try handle.write(contentsOf: buffer) } catch {
             throw DaemonError(
                 "Writing the spool file \(path) failed: \(Spooler.reason(error)). Nothing was imported.",
