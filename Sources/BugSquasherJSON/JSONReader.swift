@@ -294,6 +294,31 @@ package struct JSONReader {
         return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
     }
 
+    /// Reads an integer that fits an `Int64`.
+    package mutating func int64() throws -> Int64 {
+        skipWhitespace()
+        let start = index
+        try skipNumber()
+        guard let value = Int64(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+        else {
+            throw Failure(message: "expected an integer", offset: start)
+        }
+        return value
+    }
+
+    /// Reads a number as a `Double`, whether written with a fraction or an exponent or not
+    /// (`-0.0` keeps its sign).
+    package mutating func double() throws -> Double {
+        skipWhitespace()
+        let start = index
+        try skipNumber()
+        guard let value = Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+        else {
+            throw Failure(message: "expected a number", offset: start)
+        }
+        return value
+    }
+
     /// Reads an integer.
     package mutating func integer() throws -> Int {
         skipWhitespace()

@@ -73,4 +73,25 @@ struct HistoryCodingTests {
         let unvalued = try HistoryCoding.decode(bare, store: Self.store, token: didSave.token, model: Self.model)
         #expect(unvalued.updated.allSatisfy { $0.values == nil })
     }
+
+    /// Pairs of every entity, in entity-name order; keys the reader does not know are skipped;
+    /// text that is not a payload is a damaged history, said so.
+    @Test("inserted and deleted pairs read back by entity; a damaged payload is refused")
+    func pairsAndDamage() throws {
+        let payload = Data(
+            #"{"i":{"Sample":[4,1,5,1],"Owner":[2,1]},"u":{"Sample":[[7,3,"text"]]},"d":{"Owner":[9,2]},"x":[1,{"y":null}]}"#
+                .utf8)
+        let read = try HistoryCoding.decode(payload, store: Self.store, token: HistoryToken(rawValue: 4))
+        #expect(read.inserted.map(\.objectID.entityName) == ["Owner", "Sample", "Sample"])
+        #expect(read.inserted.map(\.objectID.key) == [2, 4, 5])
+        #expect(read.updated.map(\.version) == [3] && read.updated.first?.changedKeys == ["text"])
+        #expect(read.deleted.map(\.objectID) == [ObjectID(store: Self.store, entity: "Owner", primaryKey: 9)])
+        #expect(read.token.rawValue == 4 && read.storeIdentifier == Self.store)
+        for damaged in [#"[1,2]"#, #"{"i":{"Sample":["a"]}}"#, #"{"u":"#, #"{"i":{}} trailing"#] {
+            let error = #expect(throws: GraphError.self) {
+                try HistoryCoding.decode(Data(damaged.utf8), store: Self.store, token: HistoryToken(rawValue: 1))
+            }
+            #expect(error?.code == .invalidStore, "\(damaged)")
+        }
+    }
 }

@@ -45,41 +45,84 @@ package enum HistoryCoding {
     }
 
     /// The did-save of a history row; with `model`, the values of updated objects whose entries
-    /// carry them.
+    /// carry them. Read with ``JSONReader``, as every daemon reads every other daemon's saves:
+    /// `JSONSerialization`'s boxed values cost a follower more than the rest of its work.
     package static func decode(_ data: Data, store: String, token: HistoryToken, model: ManagedObjectModel? = nil)
         throws -> DidSave
     {
-        guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-            throw GraphError(.invalidStore, "A history row is not a JSON object; the history table is damaged.")
-        }
-        func pairs(_ key: String) -> [ObjectChange] {
-            guard let byEntity = object[key] as? [String: [NSNumber]] else { return [] }
-            return byEntity.sorted { $0.key < $1.key }.flatMap { entity, numbers in
-                stride(from: 0, to: numbers.count - 1, by: 2).map {
-                    ObjectChange(
-                        objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[$0].int64Value),
-                        version: numbers[$0 + 1].int64Value, changedKeys: [])
-                }
-            }
-        }
-        var updated: [ObjectChange] = []
-        for (entity, entries) in ((object["u"] as? [String: [[Any]]]) ?? [:]).sorted(by: { $0.key < $1.key }) {
-            for entry in entries where entry.count >= 2 {
-                guard let pk = entry[0] as? NSNumber, let version = entry[1] as? NSNumber else { continue }
-                let row = (entry.last as? [String: Any]).flatMap { fields in
-                    model?.entity(named: entity).flatMap {
-                        readRow(fields, of: $0, version: version.int64Value, store: store)
+        do {
+            return try data.withUnsafeBytes { raw in
+                var reader = JSONReader(raw.bindMemory(to: UInt8.self))
+                var didSave = DidSave(token: token, storeIdentifier: store)
+                var fields = try reader.beginObject()
+                while let key = try reader.nextName(&fields) {
+                    switch key {
+                    case "i": didSave.inserted = try readPairs(&reader, store: store)
+                    case "d": didSave.deleted = try readPairs(&reader, store: store)
+                    case "u": didSave.updated = try readUpdates(&reader, store: store, model: model)
+                    default: try reader.skip()
                     }
                 }
-                updated.append(
-                    ObjectChange(
-                        objectID: ObjectID(store: store, entity: entity, primaryKey: pk.int64Value),
-                        version: version.int64Value, changedKeys: entry.dropFirst(2).compactMap { $0 as? String },
-                        values: row))
+                try reader.end()
+                return didSave
             }
+        } catch let failure as JSONReader.Failure {
+            throw GraphError(
+                .invalidStore, "A history row is not the JSON a save writes (\(failure)); the history table is damaged."
+            )
         }
-        return DidSave(
-            token: token, storeIdentifier: store, inserted: pairs("i"), updated: updated, deleted: pairs("d"))
+    }
+
+    /// `{"Entity":[primaryKey, version, …], …}`, entities in name order.
+    private static func readPairs(_ reader: inout JSONReader, store: String) throws -> [ObjectChange] {
+        var byEntity: [(entity: String, changes: [ObjectChange])] = []
+        try reader.object { reader, entity in
+            var numbers: [Int64] = []
+            try reader.array { numbers.append(try $0.int64()) }
+            let changes = stride(from: 0, to: numbers.count - 1, by: 2).map {
+                ObjectChange(
+                    objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[$0]), version: numbers[$0 + 1],
+                    changedKeys: [])
+            }
+            byEntity.append((entity, changes))
+        }
+        return byEntity.sorted { $0.entity < $1.entity }.flatMap(\.changes)
+    }
+
+    /// `{"Entity":[[primaryKey, version, changed keys…, row?], …], …}`, entities in name order.
+    private static func readUpdates(_ reader: inout JSONReader, store: String, model: ManagedObjectModel?) throws
+        -> [ObjectChange]
+    {
+        var byEntity: [(entity: String, changes: [ObjectChange])] = []
+        try reader.object { reader, entity in
+            let description = model?.entity(named: entity)
+            var changes: [ObjectChange] = []
+            try reader.array { reader in
+                var numbers: [Int64] = []
+                var keys: [String] = []
+                var row: RowSnapshot?
+                try reader.array { reader in
+                    switch try reader.peek() {
+                    case .number where numbers.count < 2: numbers.append(try reader.int64())
+                    case .string: keys.append(try reader.string())
+                    case .object:
+                        if let description, numbers.count == 2 {
+                            row = try readRow(&reader, of: description, version: numbers[1], store: store)
+                        } else {
+                            try reader.skip()
+                        }
+                    default: try reader.skip()
+                    }
+                }
+                guard numbers.count == 2 else { return }
+                changes.append(
+                    ObjectChange(
+                        objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[0]), version: numbers[1],
+                        changedKeys: keys, values: row))
+            }
+            byEntity.append((entity, changes))
+        }
+        return byEntity.sorted { $0.entity < $1.entity }.flatMap(\.changes)
     }
 
     /// An updated object's row, `{"a":[…],"o":[…]}`.
@@ -111,44 +154,73 @@ package enum HistoryCoding {
 
     /// The row `writeRow` wrote for an object of `entity`; `nil` when it does not fit the entity
     /// (a model changed since), so that the reader reads the row from the table instead.
-    private static func readRow(_ fields: [String: Any], of entity: EntityDescription, version: Int64, store: String)
-        -> RowSnapshot?
+    private static func readRow(_ reader: inout JSONReader, of entity: EntityDescription, version: Int64, store: String)
+        throws -> RowSnapshot?
     {
-        guard let cells = fields["a"] as? [Any], let keys = fields["o"] as? [Any],
-            cells.count == entity.attributes.count, keys.count == entity.toOneRelationships.count
-        else { return nil }
-        var attributes: [Value] = []
-        attributes.reserveCapacity(cells.count)
-        for (attribute, cell) in zip(entity.attributes, cells) {
-            if cell is NSNull {
-                attributes.append(.null)
-                continue
-            }
-            let value: Value? =
-                switch attribute.type {
-                case .string: (cell as? String).map { .string($0) }
-                case .int64: (cell as? String).flatMap { Int64($0) }.map { .int64($0) }
-                case .double:
-                    (cell as? NSNumber).map { .double($0.doubleValue) }
-                        ?? (cell as? String).flatMap { Double($0) }.map { .double($0) }
-                case .date: (cell as? NSNumber).map { .date(Date(timeIntervalSince1970: $0.doubleValue)) }
-                case .bool: (cell as? NSNumber).map { .bool($0.boolValue) }
-                case .data: (cell as? String).flatMap { Data(base64Encoded: $0) }.map { .data($0) }
+        var attributes: [Value]?
+        var toOne: [ObjectID?]?
+        var fits = true
+        var fields = try reader.beginObject()
+        while let key = try reader.nextName(&fields) {
+            switch key {
+            case "a":
+                var cells: [Value] = []
+                cells.reserveCapacity(entity.attributes.count)
+                try reader.array { reader in
+                    guard fits, cells.count < entity.attributes.count,
+                        let value = try readCell(&reader, as: entity.attributes[cells.count].type)
+                    else {
+                        fits = false
+                        return try reader.skip()
+                    }
+                    cells.append(value)
                 }
-            guard let value else { return nil }
-            attributes.append(value)
-        }
-        var toOne: [ObjectID?] = []
-        for (relationship, key) in zip(entity.toOneRelationships, keys) {
-            if key is NSNull {
-                toOne.append(nil)
-            } else if let key = key as? NSNumber {
-                toOne.append(ObjectID(store: store, entity: relationship.destination, primaryKey: key.int64Value))
-            } else {
-                return nil
+                attributes = cells
+            case "o":
+                var keys: [ObjectID?] = []
+                try reader.array { reader in
+                    guard fits, keys.count < entity.toOneRelationships.count else {
+                        fits = false
+                        return try reader.skip()
+                    }
+                    if reader.null() {
+                        keys.append(nil)
+                    } else if try reader.peek() == .number {
+                        keys.append(
+                            ObjectID(
+                                store: store, entity: entity.toOneRelationships[keys.count].destination,
+                                primaryKey: try reader.int64()))
+                    } else {
+                        fits = false
+                        try reader.skip()
+                    }
+                }
+                toOne = keys
+            default: try reader.skip()
             }
         }
+        guard fits, let attributes, let toOne, attributes.count == entity.attributes.count,
+            toOne.count == entity.toOneRelationships.count
+        else { return nil }
         return RowSnapshot(version: version, attributes: attributes, toOne: toOne)
+    }
+
+    /// One attribute's cell as `writeRow` wrote it for `type`; `nil` (skipped) when it is not
+    /// one: the row does not fit the entity.
+    private static func readCell(_ reader: inout JSONReader, as type: AttributeType) throws -> Value? {
+        if reader.null() { return .null }
+        switch (type, try reader.peek()) {
+        case (.string, .string): return .string(try reader.string())
+        case (.int64, .string): return Int64(try reader.string()).map { .int64($0) }
+        case (.double, .number): return .double(try reader.double())
+        case (.double, .string): return Double(try reader.string()).map { .double($0) }
+        case (.date, .number): return .date(Date(timeIntervalSince1970: try reader.double()))
+        case (.bool, .bool): return .bool(try reader.bool())
+        case (.data, .string): return Data(base64Encoded: try reader.string()).map { .data($0) }
+        default:
+            try reader.skip()
+            return nil
+        }
     }
 
     /// The positions of `changes` by entity, entities in order of appearance. Positions, not
