@@ -72,7 +72,7 @@ extension PostgresStore {
         _ rows: [SaveChanges.Row], into didSave: inout DidSave, state: Loaded, on connection: PostgresConnection
     ) throws -> [MergeConflict] {
         var conflicts: [MergeConflict] = []
-        for row in rows {
+        for row in rows.sorted(by: { Self.locksFirst($0.objectID, $1.objectID) }) {
             let entity = try state.model.requireEntity(row.objectID.entityName)
             let (sql, arguments) = Self.update(row, of: entity)
             let changed = try keepingKeysUnique(entity, row.attributes, updating: true) {
@@ -87,23 +87,43 @@ extension PostgresStore {
         return conflicts
     }
 
+    /// Whether `a`'s row is locked before `b`'s: every save and batch of edits updates its rows
+    /// in this one order, so that two of them waiting for each other's rows cannot deadlock.
+    static func locksFirst(_ a: ObjectID, _ b: ObjectID) -> Bool {
+        (a.entityName, a.key) < (b.entityName, b.key)
+    }
+
     /// The UPDATE of `row`'s changed columns, checked against the version the context saw:
     /// its parameters are `$1`… in the order of `arguments`.
     static func update(_ row: SaveChanges.Row, of entity: EntityDescription) -> (sql: String, arguments: [Value]) {
-        let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
-        let columns = row.changedKeys.compactMap { names.firstIndex(of: $0) }.sorted()
+        let names = columnNames(of: entity)
         var arguments: [Value] = []
         var sql = "UPDATE \(PostgresSchema.quote(entity.name)) SET _version = _version + 1"
-        for column in columns {
-            arguments.append(
-                column < row.attributes.count
-                    ? row.attributes[column]
-                    : row.toOne[column - row.attributes.count].map { .int64($0.key) } ?? .null)
+        for column in changedColumns(row, names: names) {
+            arguments.append(value(row, column: column))
             sql += ", \(PostgresSchema.quote(names[column])) = $\(arguments.count)"
         }
         arguments += [.int64(row.objectID.key), .int64(row.expectedVersion)]
         sql += " WHERE pk = $\(arguments.count - 1) AND _version = $\(arguments.count)"
         return (sql, arguments)
+    }
+
+    /// The columns of `entity`'s rows a save may change: its attributes, then its to-one
+    /// relationships, by name.
+    static func columnNames(of entity: EntityDescription) -> [String] {
+        entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
+    }
+
+    /// The columns `row` changes, as indexes into ``columnNames(of:)`` of its entity, ascending.
+    static func changedColumns(_ row: SaveChanges.Row, names: [String]) -> [Int] {
+        row.changedKeys.compactMap { names.firstIndex(of: $0) }.sorted()
+    }
+
+    /// `row`'s value of `column`, an index into ``columnNames(of:)``: an attribute's value, or
+    /// the primary key a to-one relationship points to.
+    static func value(_ row: SaveChanges.Row, column: Int) -> Value {
+        column < row.attributes.count
+            ? row.attributes[column] : row.toOne[column - row.attributes.count].map { .int64($0.key) } ?? .null
     }
 
     /// The change an updated row makes, with its new values.

@@ -135,6 +135,90 @@ struct StoreEditTests {
     }
 }
 
+extension StoreEditTests {
+    /// squasherd hands PostgreSQL the edits that queued up while one committed: those of rows
+    /// it kept commit as one save, the others alone, and a batch that cannot commit whole
+    /// commits nothing before each edit goes alone and says what it says alone.
+    @Test("a batch of edits commits as one save; a stale or clashing one goes alone")
+    func batches() async throws {
+        guard StoreKind.postgresURL != nil else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
+            return
+        }
+        let directory = try TemporaryDirectory(prefix: "bs-batch")
+        defer { directory.remove() }
+        let store = try #require(try Self.editingStore(.postgres, in: directory) as? PostgresStore)
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        let observed = Mutex<[DidSave]>([])
+        store.observeCommits { didSave in observed.withLock { $0.append(didSave) } }
+        let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, name: "test")
+        await context.perform { context in
+            for key in ["B-1", "B-2", "B-3", "B-4"] {
+                let bug = context.insert(BugSquasherModel.Bug.self)
+                (bug.key, bug.title, bug.status) = (key, "t", "Open")
+            }
+        }
+        try await context.save()
+        let ids = try await context.perform { context in
+            try context.fetch(FetchRequest<BugSquasherModel.Bug>(sort: [Key("key").ascending])).map(\.objectID)
+        }
+        let entity = BugModel.model.entity(named: "Bug")!
+        func status(_ id: ObjectID) throws -> Value? {
+            try store.newValues(for: [id])[id]?.attributes[entity.attributeIndex["status"]!]
+        }
+        func batch(_ edits: [(Int, [String: Value])]) throws -> [DidSave?] {
+            try store.edit(batch: edits.map { AttributeEditRequest(ids[$0.0], attributes: $0.1) }).map { try $0.get() }
+        }
+
+        // Rows the store has not kept: each edit reads its own and commits alone.
+        let alone = try batch([(0, ["status": "A"]), (1, ["status": "A"]), (2, ["status": "A"]), (3, ["status": "A"])])
+        #expect(Set(alone.map { $0?.token }).count == 4)
+
+        // Kept now: one save, one token, every edit in it with its new version (whichever
+        // attributes each sets); an edit that changes nothing is no part of it.
+        let before = try store.currentHistoryToken().rawValue
+        let together = try batch([
+            (0, ["status": "B"]), (1, ["status": "B"]), (2, ["status": "A"]), (3, ["status": "B", "title": "u"]),
+        ])
+        let save = try #require(together[0])
+        #expect(together[1]?.token == save.token && together[3]?.token == save.token)
+        #expect(together[2] == nil)
+        #expect(save.token.rawValue == before + 1)
+        #expect(Set(save.updated.map(\.objectID)) == [ids[0], ids[1], ids[3]])
+        #expect(save.updated.first { $0.objectID == ids[0] }?.version == 3)
+        #expect(observed.withLock { $0.last?.token } == save.token)
+        #expect(try [0, 1, 3].map { try status(ids[$0]) } == ["B", "B", "B"])
+        let title = entity.attributeIndex["title"]!
+        #expect(try store.newValues(for: [ids[3]])[ids[3]]?.attributes[title] == "u")
+        #expect(try store.newValues(for: [ids[1]])[ids[1]]?.attributes[title] == "t")
+
+        // Another process edits B-1: this store's kept row of it is stale, so the batch commits
+        // nothing, and each edit goes alone (B-1's reads the row again) without undoing the other.
+        let other = PostgresStore(configuration: store.configuration)
+        _ = try StoreCoordinator(model: BugModel.model, store: other)
+        _ = try #require(try other.edit(ids[0], attributes: ["title": "elsewhere"]))
+        let stale = try batch([(0, ["status": "C"]), (1, ["status": "C"])])
+        #expect(stale[0] != nil && stale[1] != nil && stale[0]?.token != stale[1]?.token)
+        let row = try #require(try store.newValues(for: [ids[0]])[ids[0]])
+        #expect(row.attributes[entity.attributeIndex["title"]!] == "elsewhere" && row.version == 5)
+        #expect(try status(ids[0]) == "C")
+
+        // A key another bug has: the batch commits nothing, and the clashing edit alone is refused
+        // as it would be by itself, while the other commits.
+        let results = store.edit(batch: [
+            AttributeEditRequest(ids[1], attributes: ["key": "B-4"]),
+            AttributeEditRequest(ids[2], attributes: ["status": "D"]),
+        ])
+        #expect(throws: GraphError.self) { try results[0].get() }
+        #expect(try results[1].get() != nil)
+        #expect(try status(ids[2]) == "D")
+
+        // Every save's token once, in order, with none lost to a batch that rolled back.
+        let tokens = observed.withLock { $0.map(\.token.rawValue) }
+        #expect(tokens == Array(1...(try store.currentHistoryToken().rawValue)), "\(tokens)")
+    }
+}
+
 @Suite("SQLite store: requests past SQLite's limits")
 struct StoreLimitTests {
     /// With what to do, not as a store failure.

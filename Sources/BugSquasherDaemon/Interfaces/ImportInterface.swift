@@ -14,8 +14,8 @@ import Synchronization
 
 /// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only,
 /// whose connections run on that socket's own thread (an `EventLoopExecutor`): its edits and
-/// deletes save there, while import chunks save on the write threads
-/// (``ThreadExecutor/writers()``).
+/// deletes save there (on PostgreSQL, attribute edits wait in an ``EditQueue`` to commit
+/// together), while import chunks save on the write threads (``ThreadExecutor/writers()``).
 struct ImportInterface: VarlinkInterface {
     let name = InterfaceName.importing
     let writes = true
@@ -31,6 +31,9 @@ struct ImportInterface: VarlinkInterface {
     var health = HealthRecord()
     /// Edits and their conflicts, counted.
     var metrics = SquasherdMetrics()
+    /// Where attribute edits wait to commit together, for a store that takes them in batches
+    /// (PostgreSQL); `nil` to save each one on the calling thread (SQLite).
+    var edits: EditQueue? = nil
 
     /// `Upload` takes the connection over for the file's bytes; `Backup` sends the copy's bytes
     /// over it after its reply.
@@ -312,7 +315,10 @@ struct ImportInterface: VarlinkInterface {
             // An edited bug is no longer what its source bytes made it: the next import of those
             // bytes applies them again.
             if entity.name == "Bug", changes["sourceDigest"] == nil { changes["sourceDigest"] = .null }
-            didSave = try await mapGraphErrors { try store.edit(id, attributes: changes) }
+            didSave = try await mapGraphErrors {
+                if let edits { return try await edits.edit(id, attributes: changes) }
+                return try store.edit(id, attributes: changes)
+            }
         } else {
             didSave = try await editInContext(id, entity: entity, values: values)
         }

@@ -63,6 +63,33 @@ public protocol AttributeEditable: Sendable {
     func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave?
 }
 
+/// An ``AttributeEditable`` store whose edits each wait on a round trip to a server, so that
+/// edits arriving together are worth committing together: squasherd hands it the edits that
+/// queue up while one commits, and they cost one transaction, one history token and one round
+/// trip instead of one each. Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit
+/// together".
+public protocol BatchEditable: AttributeEditable {
+    /// Applies each edit as ``AttributeEditable/edit(_:attributes:)`` does and returns each
+    /// one's result, in the order given. The edits that apply to the rows as last seen commit as
+    /// one save (one token; each of them gets that save); the others go one by one, each with
+    /// its own result. The objects must be distinct.
+    func edit(batch: [AttributeEditRequest]) -> [Result<DidSave?, any Error>]
+}
+
+/// One edit of a ``BatchEditable/edit(batch:)``: the object, and its attributes to set by name.
+public struct AttributeEditRequest: Sendable {
+    /// The object edited.
+    public var objectID: ObjectID
+    /// The attributes set, by name, as ``AttributeEditable/edit(_:attributes:)`` takes them.
+    public var attributes: [String: Value]
+
+    /// An edit setting `attributes` on `objectID`.
+    public init(_ objectID: ObjectID, attributes: [String: Value]) {
+        self.objectID = objectID
+        self.attributes = attributes
+    }
+}
+
 /// The attributes an ``AttributeEditable/edit(_:attributes:)`` sets, checked against the entity
 /// before the store reads the row, and applied to the row it reads: the part of an edit that is
 /// the same in every store.
