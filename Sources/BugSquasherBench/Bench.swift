@@ -45,6 +45,19 @@ struct Bench: AsyncParsableCommand {
     )
     var decode: String?
 
+    @Option(
+        help:
+            "Instead: concurrent edits (section h). One writer per ID in --edit-ids, each on its own connection to one of these comma-separated write sockets, editing its bug's status for --edit-seconds; prints the edits answered per second."
+    )
+    var editLoad: String?
+
+    @Option(
+        name: .customLong("edit-ids"), help: "With --edit-load: a file of object ID URIs, one per line, a writer each.")
+    var editIDs: String?
+
+    @Option(help: "With --edit-load: how long the writers run, in seconds.")
+    var editSeconds = 10.0
+
     mutating func validate() throws {
         guard rows > 0, chunk > 0 else { throw ValidationError("--rows and --chunk must be positive.") }
         guard ["sequential", "random", "both"].contains(order) else {
@@ -59,6 +72,17 @@ struct Bench: AsyncParsableCommand {
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("bugsquasher-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(at: base) } }
+        if let editLoad {
+            guard let editIDs, editSeconds > 0 else {
+                throw ValidationError("--edit-load needs --edit-ids FILE and a positive --edit-seconds.")
+            }
+            let ids = try String(contentsOfFile: editIDs, encoding: .utf8).split(separator: "\n").map(String.init)
+            let (edits, seconds) = try EditLoad(
+                sockets: editLoad.split(separator: ",").map(String.init), ids: ids, seconds: editSeconds
+            ).run()
+            print(String(format: "edits: %d in %.3f seconds, %.1f per second", edits, seconds, Double(edits) / seconds))
+            return
+        }
         if let decode {
             let (seconds, issues) = try DecodeOnly(path: decode).run()
             print(String(format: "decode: %.3f seconds, %d issues", seconds, issues))
