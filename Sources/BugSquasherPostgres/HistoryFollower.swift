@@ -53,6 +53,8 @@ final class HistoryFollower: Sendable {
             $0 = Task { [box = WeakStore(store), wake, hinted, stopped] in
                 await Self.listen(configuration, channel: channel, store: box, logger: logger, stopped: stopped) {
                     token in
+                    // A hint of a save delivered already (this process's own, mostly) wakes no one.
+                    if let token, box.store?.isDelivered(through: token) == true { return }
                     hinted.note(token)
                     wake.signal()
                 }
@@ -79,25 +81,33 @@ final class HistoryFollower: Sendable {
 
     /// Calls `hint` once listening on `channel` (with no token), and for each notification
     /// (with the token it carries), and sends the store's heartbeats, until the connection ends.
+    /// A notification is handled on the connection's event loop as it arrives, with no task in
+    /// between: every daemon receives every save's hint, its own included, and a hop per hint
+    /// to Swift's shared pool cost each daemon a wake-up per save.
     private static func listen(
         on connection: PostgresConnection, channel: String, store: WeakStore,
         hint: @escaping @Sendable (Int64?) -> Void
     ) async throws {
-        try await connection.listen(on: channel) { notifications in
-            store.store?.markReachable()
-            hint(nil)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { for try await notification in notifications { hint(Int64(notification.payload)) } }
-                group.addTask {
-                    while !Task.isCancelled {
-                        try await Task.sleep(for: heartbeatInterval)
-                        guard let current = store.store else { return }
-                        try await beat(current, on: connection)
-                    }
+        // Adding the listener sends `LISTEN`; the first heartbeat, queued behind it on the
+        // connection, answers once it is done.
+        let listening = connection.addListener(channel: channel) { _, notification in
+            hint(Int64(notification.payload))
+        }
+        defer { listening.stop() }
+        guard let first = store.store else { return }
+        try await beat(first, on: connection)
+        hint(nil)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await connection.closeFuture.get() }
+            group.addTask {
+                while !Task.isCancelled {
+                    try await Task.sleep(for: heartbeatInterval)
+                    guard let current = store.store else { return }
+                    try await beat(current, on: connection)
                 }
-                try await group.next()
-                group.cancelAll()
             }
+            try await group.next()
+            group.cancelAll()
         }
     }
 
