@@ -254,15 +254,20 @@ package struct JSONReader {
 
     /// Reads a number.
     package mutating func number() throws -> Number {
-        skipWhitespace()
-        let start = index
-        try skipNumber()
-        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        let (text, start) = try numberText()
         if let integer = Int64(text) { return .integer(integer) }
         guard let double = Double(text), double.isFinite else {
             throw Failure(message: "number out of range", offset: start)
         }
         return .double(double)
+    }
+
+    /// The text of the number that comes next, read, and the offset it starts at.
+    private mutating func numberText() throws -> (text: String, start: Int) {
+        skipWhitespace()
+        let start = index
+        try skipNumber()
+        return (String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self), start)
     }
 
     /// Reads a value with `read`; an error it throws names `name` as the field at fault (unless
@@ -289,45 +294,28 @@ package struct JSONReader {
         else {
             return try string()
         }
-        let start = index
-        try skipNumber()
-        return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        return try numberText().text
     }
 
     /// Reads an integer that fits an `Int64`.
     package mutating func int64() throws -> Int64 {
-        skipWhitespace()
-        let start = index
-        try skipNumber()
-        guard let value = Int64(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
-        else {
-            throw Failure(message: "expected an integer", offset: start)
-        }
+        let (text, start) = try numberText()
+        guard let value = Int64(text) else { throw Failure(message: "expected an integer", offset: start) }
         return value
     }
 
     /// Reads a number as a `Double`, whether written with a fraction or an exponent or not
     /// (`-0.0` keeps its sign).
     package mutating func double() throws -> Double {
-        skipWhitespace()
-        let start = index
-        try skipNumber()
-        guard let value = Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
-        else {
-            throw Failure(message: "expected a number", offset: start)
-        }
+        let (text, start) = try numberText()
+        guard let value = Double(text) else { throw Failure(message: "expected a number", offset: start) }
         return value
     }
 
     /// Reads an integer.
     package mutating func integer() throws -> Int {
-        skipWhitespace()
-        let start = index
-        try skipNumber()
-        guard let value = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
-        else {
-            throw Failure(message: "expected an integer", offset: start)
-        }
+        let (text, start) = try numberText()
+        guard let value = Int(text) else { throw Failure(message: "expected an integer", offset: start) }
         return value
     }
 
