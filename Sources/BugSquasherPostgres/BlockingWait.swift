@@ -39,7 +39,7 @@ enum PostgresEventLoops {
 }
 
 /// A task executor running its jobs on one event loop.
-private final class EventLoopTaskExecutor: TaskExecutor {
+final class EventLoopTaskExecutor: TaskExecutor {
     let loop: any EventLoop
 
     init(loop: any EventLoop) { self.loop = loop }

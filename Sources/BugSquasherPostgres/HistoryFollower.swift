@@ -49,9 +49,17 @@ final class HistoryFollower: Sendable {
             }
         }
         guard let configuration else { return }  // the store's own connection says why
+        // The listener runs on the event loop of the store's connections, which delivers its
+        // notifications: every daemon receives every save's hint, its own included, and a hop
+        // per hint to Swift's shared pool cost each daemon a thread wake-up per save. (It only
+        // waits, never blocks: a blocked loop would stall every connection of the store.)
+        let loop = PostgresEventLoops.group.next()
         listener.withLock {
-            $0 = Task { [box = WeakStore(store), wake, hinted, stopped] in
-                await Self.listen(configuration, channel: channel, store: box, logger: logger, stopped: stopped) {
+            $0 = Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
+                [box = WeakStore(store), wake, hinted, stopped] in
+                await Self.listen(
+                    configuration, on: loop, channel: channel, store: box, logger: logger, stopped: stopped
+                ) {
                     token in
                     // A hint of a save delivered already (this process's own, mostly) wakes no one.
                     if let token, box.store?.isDelivered(through: token) == true { return }
@@ -81,33 +89,25 @@ final class HistoryFollower: Sendable {
 
     /// Calls `hint` once listening on `channel` (with no token), and for each notification
     /// (with the token it carries), and sends the store's heartbeats, until the connection ends.
-    /// A notification is handled on the connection's event loop as it arrives, with no task in
-    /// between: every daemon receives every save's hint, its own included, and a hop per hint
-    /// to Swift's shared pool cost each daemon a wake-up per save.
     private static func listen(
         on connection: PostgresConnection, channel: String, store: WeakStore,
         hint: @escaping @Sendable (Int64?) -> Void
     ) async throws {
-        // Adding the listener sends `LISTEN`; the first heartbeat, queued behind it on the
-        // connection, answers once it is done.
-        let listening = connection.addListener(channel: channel) { _, notification in
-            hint(Int64(notification.payload))
-        }
-        defer { listening.stop() }
-        guard let first = store.store else { return }
-        try await beat(first, on: connection)
-        hint(nil)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await connection.closeFuture.get() }
-            group.addTask {
-                while !Task.isCancelled {
-                    try await Task.sleep(for: heartbeatInterval)
-                    guard let current = store.store else { return }
-                    try await beat(current, on: connection)
+        try await connection.listen(on: channel) { notifications in
+            store.store?.markReachable()
+            hint(nil)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { for try await notification in notifications { hint(Int64(notification.payload)) } }
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: heartbeatInterval)
+                        guard let current = store.store else { return }
+                        try await beat(current, on: connection)
+                    }
                 }
+                try await group.next()
+                group.cancelAll()
             }
-            try await group.next()
-            group.cancelAll()
         }
     }
 
@@ -137,13 +137,13 @@ final class HistoryFollower: Sendable {
     /// Listens on `channel` and calls `hint` for each notification, reconnecting after a lost
     /// connection (and hinting then, with no token, so that what was sent meanwhile is read).
     private static func listen(
-        _ configuration: PostgresConnection.Configuration, channel: String, store: WeakStore, logger: Logger,
-        stopped: StopFlag, hint: @escaping @Sendable (Int64?) -> Void
+        _ configuration: PostgresConnection.Configuration, on loop: any EventLoop, channel: String, store: WeakStore,
+        logger: Logger, stopped: StopFlag, hint: @escaping @Sendable (Int64?) -> Void
     ) async {
         while !stopped.isSet, !Task.isCancelled {
             do {
                 let connection = try await PostgresConnection.connect(
-                    on: PostgresEventLoops.group.next(), configuration: configuration, id: 3, logger: logger)
+                    on: loop, configuration: configuration, id: 3, logger: logger)
                 do {
                     try await listen(on: connection, channel: channel, store: store, hint: hint)
                 } catch {
