@@ -174,6 +174,16 @@ struct PostgresEndToEndTests {
                     next = page.saves.last?.token ?? end
                 }
                 #expect(tokens == Array((start + 1)...end))
+                // Each daemon counted its 80 edits, in at least one batch and at most one each.
+                for daemon in [first, second] {
+                    let text = try await daemon.ctl(["metrics"])
+                    func value(_ name: String) -> Double? {
+                        text.first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
+                    }
+                    let (edited, batches) = (value("squasherd_edits_total"), value("squasherd_edit_batches_total"))
+                    #expect(edited == Double(writers * edits / 2), "\(text)")
+                    #expect((1...Double(writers * edits / 2)).contains(batches ?? 0), "\(text)")
+                }
                 _ = try await watch.waitForLine { $0.contains(#""token":\#(end)"#) && $0.contains(#""event":"save""#) }
                 watch.signal(SIGTERM)
                 _ = try await watch.waitForExit()

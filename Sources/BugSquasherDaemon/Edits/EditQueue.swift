@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import CoreMetrics
 import Synchronization
 
 /// The edits of a store whose edits each wait on a server (`BatchEditable`, PostgreSQL),
@@ -29,12 +30,14 @@ final class EditQueue: Sendable {
     }
 
     private let store: any BatchEditable
+    private let batches: Counter?
     private let thread = ThreadExecutor(name: "edit", threads: 1)
     private let state = Mutex(State())
 
-    /// A queue of edits to `store`.
-    init(store: any BatchEditable) {
+    /// A queue of edits to `store`; `batches`, when given, counts the batches committed.
+    init(store: any BatchEditable, batches: Counter? = nil) {
         self.store = store
+        self.batches = batches
     }
 
     /// Sets `attributes` on `id`, as `AttributeEditable.edit(_:attributes:)` does, in the next
@@ -58,6 +61,7 @@ final class EditQueue: Sendable {
             var batch = first
             while !batch.isEmpty {
                 let results = store.edit(batch: batch.map(\.request))
+                batches?.increment()
                 for (edit, result) in zip(batch, results) { edit.continuation.resume(with: result) }
                 batch = state.withLock { state in state.batches.finished().map { state.take($0) } ?? [] }
             }

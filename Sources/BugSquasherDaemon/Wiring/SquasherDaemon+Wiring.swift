@@ -151,7 +151,8 @@ extension SquasherDaemon {
             storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)", health: health)
         let imports = ImportInterface(
             stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), health: health,
-            metrics: metrics, edits: (stack.store as? any BatchEditable).map { EditQueue(store: $0) })
+            metrics: metrics,
+            edits: (stack.store as? any BatchEditable).map { EditQueue(store: $0, batches: metrics.editBatches) })
         let service = VarlinkService(
             vendor: "BugSquasher", product: "squasherd", version: BugSquasherVersion.current,
             url: "https://github.com/bugsquasher/bugsquasher",

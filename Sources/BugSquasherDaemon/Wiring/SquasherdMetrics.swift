@@ -15,6 +15,7 @@ struct SquasherdMetrics: Sendable {
     let chunkCommit = CoreMetrics.Timer(label: "squasherd_import_chunk_commit_duration_seconds")
     let edits = Counter(label: "squasherd_edits_total")
     let editConflicts = Counter(label: "squasherd_edit_conflicts_total")
+    let editBatches = Counter(label: "squasherd_edit_batches_total")
     let savesCommitted = Counter(label: "squasherd_saves_committed_total")
     let historyToken = Gauge(label: "squasherd_history_token")
     let didSavesSent = Counter(label: "squasherd_did_saves_sent_total")
