@@ -13,10 +13,15 @@ enum PostgresSchema {
     /// `name` as a quoted SQL identifier.
     static func quote(_ name: String) -> String { SQLNames.quote(name) }
 
-    /// The column type of an attribute type.
+    /// The column type of an attribute type: ``castType(_:)``, text compared byte for byte.
     static func sqlType(_ type: AttributeType) -> String {
+        type == .string ? "text COLLATE \"C\"" : castType(type)
+    }
+
+    /// The type of an attribute type's values, as a parameter is cast to it (`$1::bigint`).
+    static func castType(_ type: AttributeType) -> String {
         switch type {
-        case .string: "text COLLATE \"C\""
+        case .string: "text"
         case .int64: "bigint"
         case .bool: "boolean"
         case .double, .date: "double precision"

@@ -75,7 +75,7 @@ extension PostgresStore: BatchEditable {
                 ["bigint", "bigint"]
                 + group.columns.map { column in
                     column < group.entity.attributes.count
-                        ? Self.castType(group.entity.attributes[column].type) : "bigint"
+                        ? PostgresSchema.castType(group.entity.attributes[column].type) : "bigint"
                 }
             var tuples: [String] = []
             for (position, row) in group.rows.enumerated() {
@@ -96,21 +96,17 @@ extension PostgresStore: BatchEditable {
                 WHERE t.pk = v.pk AND t._version = v.expected RETURNING 1)
                 """)
         }
-        arguments += [
-            .int64(Int64(rows.count)), .double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)),
-            .string(hintChannel),
-        ]
-        let n = arguments.count
+        arguments.append(.int64(Int64(rows.count)))
+        let count = arguments.count
         // The counter row is taken after every row's update (its condition reads them all), and
         // divides by zero unless every update found its version: the error rolls the statement
         // back whole, as a save with a stale row is.
         let sql = """
             WITH \(updates.joined(separator: ",\n")),
             changed AS (SELECT count(*) AS n FROM (\(groups.indices.map { "SELECT 1 FROM u\($0)" }.joined(separator: " UNION ALL "))) AS each),
-            issued AS (UPDATE bs_counter SET token = token + 1 WHERE id = 1 AND 1 / ((SELECT n FROM changed) = $\(n - 3))::int = 1 RETURNING token),
-            written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $\(n - 2), $\(n - 1) FROM issued RETURNING token)
-            SELECT token, pg_notify($\(n), token::text) FROM written
+            \(Self.issuingToken(when: "1 / ((SELECT n FROM changed) = $\(count))::int = 1", first: count + 1))
             """
+        arguments += tokenArguments(didSave)
         return try withConnection("save") { connection in
             let token: Int64
             do {
@@ -124,17 +120,6 @@ extension PostgresStore: BatchEditable {
             didSave.token = HistoryToken(rawValue: token)
             deliverOwn(didSave, on: connection)
             return didSave
-        }
-    }
-
-    /// The type a parameter of an attribute of `type` is cast to.
-    private static func castType(_ type: AttributeType) -> String {
-        switch type {
-        case .string: "text"
-        case .int64: "bigint"
-        case .bool: "boolean"
-        case .double, .date: "double precision"
-        case .data: "bytea"
         }
     }
 

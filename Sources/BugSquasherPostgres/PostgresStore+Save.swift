@@ -55,15 +55,8 @@ extension PostgresStore {
         // token, the history row, and a hint to the other daemons (sent by the server when, and
         // if, the transaction commits).
         let token =
-            try run(
-                """
-                WITH issued AS (UPDATE bs_counter SET token = token + 1 WHERE id = 1 RETURNING token),
-                written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $1, $2 FROM issued RETURNING token)
-                SELECT token, pg_notify($3, token::text) FROM written
-                """,
-                [.double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel)],
-                on: connection
-            ).first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
+            try run("WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave), on: connection)
+            .first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
         didSave.token = HistoryToken(rawValue: token)
         return didSave
     }
@@ -85,6 +78,23 @@ extension PostgresStore {
             }
         }
         return conflicts
+    }
+
+    /// The end of every save's statement, as CTEs and the final `SELECT` of the token: the
+    /// save's token from the counter row (when `condition` holds), its history row and its hint.
+    /// Its parameters are ``tokenArguments(_:)``, numbered from `$first`.
+    static func issuingToken(when condition: String? = nil, first: Int) -> String {
+        """
+        issued AS (UPDATE bs_counter SET token = token + 1 WHERE id = 1\(condition.map { " AND \($0)" } ?? "") RETURNING token),
+        written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $\(first), $\(first + 1) FROM issued RETURNING token)
+        SELECT token, pg_notify($\(first + 2), token::text) FROM written
+        """
+    }
+
+    /// The parameters of ``issuingToken(when:first:)`` for `didSave`: the commit time, the
+    /// history row's payload and the hint's channel.
+    func tokenArguments(_ didSave: DidSave) -> [Value] {
+        [.double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel)]
     }
 
     /// Whether `a`'s row is locked before `b`'s: every save and batch of edits updates its rows

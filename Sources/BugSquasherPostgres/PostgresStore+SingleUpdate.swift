@@ -25,16 +25,11 @@ extension PostgresStore {
         var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
         didSave.updated = [Self.change(row)]
         var (update, arguments) = Self.update(row, of: entity)
-        arguments += [
-            .double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel),
-        ]
-        let n = arguments.count
         let sql = """
             WITH changed AS (\(update) RETURNING pk),
-            issued AS (UPDATE bs_counter SET token = token + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM changed) RETURNING token),
-            written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $\(n - 2), $\(n - 1) FROM issued RETURNING token)
-            SELECT token, pg_notify($\(n), token::text) FROM written
+            \(Self.issuingToken(when: "EXISTS (SELECT 1 FROM changed)", first: arguments.count + 1))
             """
+        arguments += tokenArguments(didSave)
         let token = try keepingKeysUnique(entity, row.attributes, updating: true) {
             try run(sql, arguments, on: connection).first?.makeRandomAccess()[0].decode(Int64.self)
         }
