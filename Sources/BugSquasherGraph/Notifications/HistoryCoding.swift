@@ -73,28 +73,34 @@ package enum HistoryCoding {
         }
     }
 
+    /// An object of entries by entity, `{"Entity":…, …}`, each read by `entries`; the changes
+    /// in entity-name order.
+    private static func readByEntity(
+        _ reader: inout JSONReader, _ entries: (inout JSONReader, String) throws -> [ObjectChange]
+    ) throws -> [ObjectChange] {
+        var byEntity: [(entity: String, changes: [ObjectChange])] = []
+        try reader.object { reader, entity in byEntity.append((entity, try entries(&reader, entity))) }
+        return byEntity.sorted { $0.entity < $1.entity }.flatMap(\.changes)
+    }
+
     /// `{"Entity":[primaryKey, version, …], …}`, entities in name order.
     private static func readPairs(_ reader: inout JSONReader, store: String) throws -> [ObjectChange] {
-        var byEntity: [(entity: String, changes: [ObjectChange])] = []
-        try reader.object { reader, entity in
+        try readByEntity(&reader) { reader, entity in
             var numbers: [Int64] = []
             try reader.array { numbers.append(try $0.int64()) }
-            let changes = stride(from: 0, to: numbers.count - 1, by: 2).map {
+            return stride(from: 0, to: numbers.count - 1, by: 2).map {
                 ObjectChange(
                     objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[$0]), version: numbers[$0 + 1],
                     changedKeys: [])
             }
-            byEntity.append((entity, changes))
         }
-        return byEntity.sorted { $0.entity < $1.entity }.flatMap(\.changes)
     }
 
     /// `{"Entity":[[primaryKey, version, changed keys…, row?], …], …}`, entities in name order.
     private static func readUpdates(_ reader: inout JSONReader, store: String, model: ManagedObjectModel?) throws
         -> [ObjectChange]
     {
-        var byEntity: [(entity: String, changes: [ObjectChange])] = []
-        try reader.object { reader, entity in
+        try readByEntity(&reader) { reader, entity in
             let description = model?.entity(named: entity)
             var changes: [ObjectChange] = []
             try reader.array { reader in
@@ -120,9 +126,8 @@ package enum HistoryCoding {
                         objectID: ObjectID(store: store, entity: entity, primaryKey: numbers[0]), version: numbers[1],
                         changedKeys: keys, values: row))
             }
-            byEntity.append((entity, changes))
+            return changes
         }
-        return byEntity.sorted { $0.entity < $1.entity }.flatMap(\.changes)
     }
 
     /// An updated object's row, `{"a":[…],"o":[…]}`.
