@@ -165,6 +165,46 @@ struct PostgresStoreTests {
         #expect(seen.withLock { $0 } == [5])
     }
 
+    /// A row changed behind the store's back (no history row, no hint: it cannot have heard)
+    /// makes its kept row stale: a batch holding its edit commits nothing, and each edit then
+    /// goes alone, the stale one from the row as it is, in the order given.
+    @Test("a batch with a stale kept row commits nothing; each edit then goes alone")
+    func staleBatch() async throws {
+        guard hasServer() else { return }
+        let store = try freshStore()
+        let context = ObjectContext(
+            coordinator: try StoreCoordinator(model: BugModel.model, store: store),
+            mergePolicy: .mergeByPropertyObjectTrump, name: "test")
+        store.observeCommits { _ in }
+        let ids = try await context.perform { context in
+            let bugs = (1...2).map { n in
+                let bug = context.insert(Bug.self)
+                (bug.key, bug.title, bug.status) = ("S-\(n)", "t", "Open")
+                return bug
+            }
+            try context.saveToStore()
+            return bugs.map(\.objectID)
+        }
+        // Edited once each: the store keeps their rows, at version 2.
+        for id in ids { _ = try #require(try store.edit(id, attributes: ["status": "A"])) }
+        try store.withConnection("change a row behind the store's back") { connection in
+            _ = try store.run(
+                #"UPDATE "Bug" SET _version = _version + 1, title = 'behind' WHERE pk = $1"#, [.int64(ids[0].key)],
+                on: connection)
+        }
+        let before = try store.currentHistoryToken().rawValue
+        let results = try store.edit(batch: ids.map { AttributeEditRequest($0, attributes: ["status": "B"]) }).map {
+            try $0.get()
+        }
+        #expect(results.map { $0?.token.rawValue } == [before + 1, before + 2])
+        let rows = try store.newValues(for: ids)
+        let entity = BugModel.model.entity(named: "Bug")!
+        let (title, status) = (entity.attributeIndex["title"]!, entity.attributeIndex["status"]!)
+        #expect(rows[ids[0]]?.version == 4 && rows[ids[0]]?.attributes[title] == "behind")
+        #expect(rows[ids[1]]?.version == 3)
+        #expect(ids.allSatisfy { rows[$0]?.attributes[status] == "B" })
+    }
+
     /// Two programs, each with a PersistentStack on one database: a save through one refreshes
     /// what the other's main context holds, and loads nothing it does not hold.
     @Test("a stack merges another program's saves into its registered objects only", .timeLimit(.minutes(1)))
