@@ -102,9 +102,12 @@ public struct BugUpserter: Sendable {
             if insertsRows, repeated == 0, commentCount == keys.byEntity["Comment"]?.count ?? 0 {
                 pass.rowColumns = RowColumns(context.coordinator.model)
             }
-            // Each record's bug and comments (unless they are rows), and a few projects, people and
-            // components.
-            context.reserveCapacity((pass.rowColumns == nil ? records.count + commentCount : 0) + 64)
+            // Each record's bug and comments (as objects, or as rows when new), and a few projects,
+            // people and components.
+            let insertsAsRows = pass.rowColumns != nil
+            context.reserveCapacity(
+                (insertsAsRows ? 0 : records.count + commentCount) + 64,
+                rows: insertsAsRows ? records.count + commentCount : 0)
             try pass.fetchExisting(keys, in: context)
             var summary = UpsertSummary(repeated: repeated)
             if repeated == 0 {

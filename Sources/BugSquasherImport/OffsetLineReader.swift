@@ -24,6 +24,7 @@ public final class OffsetLineReader {
     private let handle: FileHandle
     private let maximumLineBytes: Int
     private var buffer: [UInt8] = []
+    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     private var start = 0
     private var offset: Int64
     private var number: Int
@@ -85,11 +86,21 @@ public final class OffsetLineReader {
                 buffer.removeSubrange(0..<start)
                 start = 0
             }
-            let chunk: Data
-            do { chunk = try handle.read(upToCount: 64 * 1024) ?? Data() } catch {
-                throw ImportError(.io, "Reading the input failed at byte \(offset).", cause: error)
+            let count = try readMore()
+            if count == 0 { reachedEnd = true } else { buffer.append(contentsOf: readBuffer[..<count]) }
+        }
+    }
+
+    /// Reads the next bytes of the file into ``readBuffer``, the same memory each time (a fresh
+    /// `Data` for each read was memory to fault in again); returns how many, 0 at the end.
+    private func readMore() throws -> Int {
+        while true {
+            let count = readBuffer.withUnsafeMutableBytes { read(handle.fileDescriptor, $0.baseAddress, $0.count) }
+            if count >= 0 { return count }
+            guard errno == EINTR else {
+                let cause = POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                throw ImportError(.io, "Reading the input failed at byte \(offset).", cause: cause)
             }
-            if chunk.isEmpty { reachedEnd = true } else { buffer.append(contentsOf: chunk) }
         }
     }
 

@@ -41,21 +41,37 @@ final class SpoolWriter: Sendable {
         self.directory = directory
     }
 
-    /// Hands `buffer` over to be written after the buffers before it.
+    /// Hands `buffer` over to be written after the buffers before it. The caller gives up its
+    /// copy (`consume`), so that the buffer comes back through ``spareBuffer()`` with its memory:
+    /// a buffer still shared when it is emptied would be copied into fresh memory instead.
     ///
     /// - Throws: ``DaemonError`` when an earlier write failed.
-    func write(_ buffer: [UInt8]) throws {
+    func write(_ buffer: consuming [UInt8]) throws {
         if let failure = state.withLock({ $0.failure }) { throw failure }
         slots.wait()
+        let pending = PendingBuffer(buffer)
         queue.async { [self] in
             defer { slots.signal() }
             guard state.withLock({ $0.failure == nil }) else { return }
-            var buffer = buffer
-            defer {
-                buffer.removeAll(keepingCapacity: true)
-                state.withLock { $0.spares.append(buffer) }
-            }
-            do throws(DaemonError) { try perform(buffer) } catch { state.withLock { $0.failure = error } }
+            do throws(DaemonError) { try perform(pending.bytes) } catch { state.withLock { $0.failure = error } }
+            let spare = pending.emptied()
+            state.withLock { $0.spares.append(spare) }
+        }
+    }
+
+    /// A buffer on its way to the file, held by the write that carries it alone.
+    private final class PendingBuffer: @unchecked Sendable {
+        // Only the write's closure touches it, on the writer's queue, after `write(_:)` made it.
+        private(set) var bytes: [UInt8]
+
+        init(_ bytes: consuming [UInt8]) { self.bytes = bytes }
+
+        /// The buffer, emptied with its capacity kept.
+        func emptied() -> [UInt8] {
+            var taken: [UInt8] = []
+            swap(&taken, &bytes)
+            taken.removeAll(keepingCapacity: true)
+            return taken
         }
     }
 

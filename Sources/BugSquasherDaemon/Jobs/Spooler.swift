@@ -389,9 +389,12 @@ actor Spooler {
     private func flush(force: Bool) throws {
         guard force ? !output.isEmpty : output.count >= Self.bufferBytes else { return }
         try checkFreeSpace(for: Int64(output.count))
-        try writer.write(output)
-        bytesWritten += Int64(output.count)
-        output = writer.spareBuffer()
+        // Handed over whole: the writer empties it and gives it back (see SpoolWriter.write).
+        var full = writer.spareBuffer()
+        swap(&full, &output)
+        let count = full.count
+        try writer.write(consume full)
+        bytesWritten += Int64(count)
         output.reserveCapacity(Self.bufferBytes + Self.bufferBytes / 2)
     }
 

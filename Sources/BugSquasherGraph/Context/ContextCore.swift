@@ -324,10 +324,13 @@ final class ContextCore {
         (Array(inserted), updated.filter { !$0.isDeleted && !$0.changedKeys.isEmpty }, Array(deleted))
     }
 
-    /// See ``ObjectContext/reserveCapacity(_:)``.
-    func reserveCapacity(_ count: Int) {
+    /// See ``ObjectContext/reserveCapacity(_:rows:)``.
+    func reserveCapacity(_ count: Int, rows rowCount: Int) {
         registered.reserveCapacity(registered.count + count)
         inserted.reserveCapacity(inserted.count + count)
+        guard rowCount > 0 else { return }
+        rows.reserveCapacity(rows.count + rowCount)
+        rowIndex.reserveCapacity(rowIndex.count + rowCount)
     }
 
     /// Forgets every object: registrations end, objects become detached faults.

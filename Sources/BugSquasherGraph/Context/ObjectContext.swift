@@ -113,10 +113,11 @@ public actor ObjectContext {
         return core.insert(entity: entity!) as! T
     }
 
-    /// Makes room for about `count` more registered objects, as a bulk upsert does before it
-    /// inserts or fetches a chunk's worth: the context's tables are then not grown (and rehashed)
-    /// step by step as the objects arrive.
-    public func reserveCapacity(_ count: Int) { core.reserveCapacity(count) }
+    /// Makes room for about `count` more registered objects and `rows` more inserted rows (see
+    /// ``insertRow(_:values:)``), as a bulk upsert does before it inserts or fetches a chunk's
+    /// worth: the context's tables are then not grown (and rehashed) step by step as the objects
+    /// arrive.
+    public func reserveCapacity(_ count: Int, rows: Int = 0) { core.reserveCapacity(count, rows: rows) }
 
     /// Inserts a new object of the named entity.
     public func insert(entityNamed name: String) throws -> ManagedObject {
