@@ -44,8 +44,9 @@ public struct BugUpserter: Sendable {
     ///   - keys: `UpsertKeys(records)`, when the caller built them already; built here otherwise.
     ///   - validated: whether the caller ran ``validate(_:at:)`` on every record; they are not checked again.
     ///   - absentBugs: keys of bugs the caller found no row for (a query of its own, such as the
-    ///     digests of ``SourceDigest``): they are not looked up again. Should one exist after all
-    ///     (inserted meanwhile), the save fails on the bug's unique key.
+    ///     digests of ``SourceDigest``): they are not looked up again, nor are their records'
+    ///     comments. Should one exist after all (a bug inserted meanwhile, a comment under another
+    ///     bug), the save fails on its unique key; upsert the records again without `absentBugs`.
     /// - Returns: how many bugs were inserted, updated or left unchanged.
     /// - Throws: ``ImportError`` (``ImportError/Code/invalidRecord``), before changing anything, for an empty
     ///   or blank key, project key, person name, component name or comment ID; `GraphError` if a fetch fails.
@@ -108,7 +109,7 @@ public struct BugUpserter: Sendable {
             context.reserveCapacity(
                 (insertsAsRows ? 0 : records.count + commentCount) + 64,
                 rows: insertsAsRows ? records.count + commentCount : 0)
-            try pass.fetchExisting(keys, in: context)
+            try pass.fetchExisting(keys, records: records, in: context)
             var summary = UpsertSummary(repeated: repeated)
             if repeated == 0 {
                 for index in records.indices {

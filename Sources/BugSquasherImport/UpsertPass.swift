@@ -51,7 +51,13 @@ struct UpsertPass {
 
     /// Fetches the existing objects the records name, one `IN` fetch per entity and part; not
     /// those whose links are deferred.
-    mutating func fetchExisting(_ keys: UpsertKeys, in context: isolated ObjectContext) throws {
+    ///
+    /// With `records` (the records the keys are of), the comments of ``absentBugs``' records are
+    /// not looked up either: on a first import that is every comment, thousands of `IN` keys a
+    /// chunk for rows that are not there.
+    mutating func fetchExisting(
+        _ keys: UpsertKeys, records: UnsafeBufferPointer<BugRecord>? = nil, in context: isolated ObjectContext
+    ) throws {
         func keysOf(_ entity: String) -> Set<StoredText> {
             let all = keys.byEntity[entity, default: []]
             guard let left = deferred?.byEntity[entity], !left.isEmpty else { return all }
@@ -63,7 +69,24 @@ struct UpsertPass {
         projects = try fetch(Project.self, by: "key", in: keysOf("Project"), context: context)
         persons = try fetch(Person.self, by: "name", in: keysOf("Person"), context: context)
         components = try fetch(Component.self, by: "name", in: keysOf("Component"), context: context)
-        comments = try fetch(Comment.self, by: "jiraID", in: keysOf("Comment"), context: context)
+        comments = try fetch(
+            Comment.self, by: "jiraID", in: commentKeys(keysOf("Comment"), of: records), context: context)
+    }
+
+    /// The comment keys to look up: `all`, less the comments of the records of ``absentBugs``.
+    /// Should one of those exist after all (under another bug: an issue moved to another
+    /// project keeps its comments' IDs), the save fails on the comment's unique key, and the
+    /// chunk is prepared again with every key looked up.
+    private func commentKeys(_ all: Set<StoredText>, of records: UnsafeBufferPointer<BugRecord>?) -> Set<StoredText> {
+        guard let records, !absentBugs.isEmpty else { return all }
+        var wanted = Set<StoredText>()
+        for index in records.indices where !absentBugs.contains(StoredText(records[index].key)) {
+            for comment in records[index].comments {
+                let key = StoredText(comment.jiraID)
+                if all.contains(key) { wanted.insert(key) }
+            }
+        }
+        return wanted
     }
 
     /// Whether the links to the `entity` object with `key` wait.

@@ -696,6 +696,27 @@ struct ImportEndToEndTests {
             #expect(try await status("SKIP-5") == "status: Resolved")
             let applied = try changed(after: token)
             #expect(applied.count == 2, "\(applied)")
+
+            // An issue moved to another project: a new key, with the comment it had under the old
+            // one. The comments of bugs new to the store are not looked up, so the save meets the
+            // comment's unique key; the chunk is then saved again whole, every key looked up, and
+            // the comment moves — not record by record.
+            let oneByOne = squasherd.process.errorOutput.components(separatedBy: "one by one").count
+            let movedLine =
+                #"{"id":"1999","key":"MOVED-2","fields":{"summary":"S MOVED-2","status":{"name":"Open"},"project":{"key":"MOVE"},"comment":{"comments":[{"id":"cSKIP-2","body":"first","author":{"name":"ann"}}]}}}"#
+            let moved = try write("moved.ndjson", [movedLine, jira("SKIP-6", status: "Open")])
+            let result = try await squasherd.ctl(["import", moved, "--wait"])
+            #expect(summary(result).contains("2 read, 2 imported, 0 rejected"), "\(result)")
+            for (bug, comments) in [("MOVED-2", "1"), ("SKIP-2", "0"), ("SKIP-6", "1")] {
+                #expect(
+                    try await squasherd.ctl([
+                        "list", "--entity", "Comment", "--where", #"bug.key == "\#(bug)""#, "--count",
+                    ])
+                        == [comments], "comments of \(bug)")
+            }
+            let log = squasherd.process.errorOutput
+            #expect(log.contains("saved again with every key looked up"), "\(log.suffix(2000))")
+            #expect(log.components(separatedBy: "one by one").count == oneByOne, "\(log.suffix(2000))")
         }
     }
 

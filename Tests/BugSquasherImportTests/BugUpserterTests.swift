@@ -462,6 +462,36 @@ private typealias Comment = BugSquasherModel.Comment
         #expect(try await count(Bug.self, in: ObjectContext(coordinator: coordinator)) == 3)
     }
 
+    /// The comments of bugs named absent are not looked up either (on a first import, thousands
+    /// a chunk): a comment that exists under another bug — an issue moved to another project
+    /// keeps its comments' IDs — fails the save on its unique key, and the same records upserted
+    /// without `absentBugs` move it.
+    @Test("comments of bugs named absent are not looked up; one under another bug fails the save")
+    func absentBugsComments() async throws {
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: InMemoryStore())
+        let upserter = BugUpserter(insertsRows: true)
+        let first = ObjectContext(coordinator: coordinator)
+        _ = try await first.perform { context in try upserter.upsert(self.sampleRecords(), in: context) }
+        try await first.save()
+
+        var moved = sampleRecords()[0]
+        moved.key = "MOVED-1"
+        let second = ObjectContext(coordinator: coordinator)
+        _ = try await second.perform { [moved] context in
+            try upserter.upsert([moved], absentBugs: [StoredText("MOVED-1")], in: context)
+        }
+        let failure = await #expect(throws: GraphError.self) { try await second.save() }
+        #expect(failure?.code == .constraintViolation)
+
+        let third = ObjectContext(coordinator: coordinator)
+        _ = try await third.perform { [moved] context in try upserter.upsert([moved], in: context) }
+        try await third.save()
+        let owners = try await ObjectContext(coordinator: coordinator).perform { context in
+            try context.fetch(FetchRequest<Comment>()).map { "\($0.jiraID)=\($0.bug?.key ?? "-")" }.sorted()
+        }
+        #expect(owners.filter { $0.hasPrefix("c1=") || $0.hasPrefix("c2=") } == ["c1=MOVED-1", "c2=MOVED-1"])
+    }
+
     @Test("labels keep plain text; whitespace of any kind becomes _, empty and repeated ones go")
     func labels() async throws {
         let context = try makeContext()

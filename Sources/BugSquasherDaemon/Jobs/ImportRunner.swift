@@ -580,13 +580,19 @@ final class ImportRunner: Service {
         do {
             didSave = try await saving.save.value
         } catch let error as GraphError where [.constraintViolation, .validation, .mergeConflict].contains(error.code) {
-            // A record the store refuses, or bugs edited at the same moment again and again
-            // (the merge policy resolves a conflict and tries again, 5 times): the records are
-            // saved on their own, each with its own attempts, and only what still fails is
-            // rejected. The job goes on either way.
-            logger.notice(
-                "chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
-            (imported, rejected) = try await saveOneByOne(saving.chunk.input, job: progress.job)
+            if error.code == .constraintViolation,
+                let whole = try await saveLookingUpEveryKey(saving.chunk, job: progress.job, logger: logger)
+            {
+                (didSave, imported, rejected) = whole
+            } else {
+                // A record the store refuses, or bugs edited at the same moment again and again
+                // (the merge policy resolves a conflict and tries again, 5 times): the records are
+                // saved on their own, each with its own attempts, and only what still fails is
+                // rejected. The job goes on either way.
+                logger.notice(
+                    "chunk refused by the store; importing its records one by one", metadata: ["error": "\(error)"])
+                (imported, rejected) = try await saveOneByOne(saving.chunk.input, job: progress.job)
+            }
         }
         progress.read += Int64(entries.count)
         progress.imported += imported
@@ -604,6 +610,27 @@ final class ImportRunner: Service {
                 "token": "\(didSave?.token.rawValue ?? 0)",
             ])
         return didSave
+    }
+
+    /// Prepares and saves again, as a whole, a chunk the store refused on a unique key when some
+    /// of its keys were not looked up (``Chunk/absentBugs``: a comment of a bug new to the store
+    /// may exist under another bug, as when an issue moved to another project); `nil` when every
+    /// key was looked up already, or when the chunk is refused again (it then goes record by
+    /// record).
+    private func saveLookingUpEveryKey(_ chunk: PreparedChunk, job id: String, logger: Logger) async throws -> (
+        DidSave?, imported: Int64, rejected: Int64
+    )? {
+        guard !chunk.input.absentBugs.isEmpty else { return nil }
+        var input = chunk.input
+        input.absentBugs = []
+        do {
+            let prepared = try await prepare(input, job: id)
+            let didSave = try await save(prepared, job: id)
+            logger.notice("chunk refused on a unique key; saved again with every key looked up")
+            return (didSave, prepared.imported, Int64(prepared.rejects.count))
+        } catch let error as GraphError where [.constraintViolation, .validation, .mergeConflict].contains(error.code) {
+            return nil
+        }
     }
 
     /// How often a record imported on its own is upserted again when the store refuses it for a
