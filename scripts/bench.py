@@ -1321,9 +1321,17 @@ def main():
         if not args.skip_graph and not only:
             section_graph(args, report)
         files = {}
-        for n in sorted({args.rows, args.big_rows}) if not args.import_only else [args.big_rows]:
-            files[n] = f"{root}/rows-{n}.ndjson"
-            generate(files[n], n)
+
+        def generate_rows(sizes):
+            for n in sizes:
+                if n not in files:
+                    files[n] = f"{root}/rows-{n}.ndjson"
+                    generate(files[n], n)
+
+        # Not before section j, which does not read them: the page cache would still be writing
+        # hundreds of MB of them back while j's first imports run.
+        if not args.import_only:
+            generate_rows(sorted({args.rows, args.big_rows}))
         if not only:
             daemon = Daemon(root, "shared", args.pending_limit)
             try:
@@ -1336,6 +1344,7 @@ def main():
         if not args.postgres_only and not args.backup_only:
             import bench_import
             bench_import.run(args, root, report)
+            generate_rows([args.big_rows])
             bench_import.run_generated(args, root, files, report)
         if not args.postgres_only and not args.import_only:
             import bench_backup
