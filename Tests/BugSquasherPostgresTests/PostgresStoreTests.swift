@@ -29,6 +29,19 @@ private func freshBugContext() throws -> ObjectContext {
     ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: try freshStore()), name: "writer")
 }
 
+/// Inserts and saves open bugs `prefix`-1 … `prefix`-`count` titled `title`; returns their IDs.
+private func saveOpenBugs(
+    _ count: Int, prefix: String, title: String, in context: isolated ObjectContext
+) throws -> [ObjectID] {
+    let bugs = (1...count).map { n in
+        let bug = context.insert(Bug.self)
+        (bug.key, bug.title, bug.status) = ("\(prefix)-\(n)", title, "Open")
+        return bug
+    }
+    try context.saveToStore()
+    return bugs.map(\.objectID)
+}
+
 @Suite("PostgreSQL store")
 struct PostgresStoreTests {
     @Test("a store URL names the server, database, user and schema; a bad one says what is wrong")
@@ -176,15 +189,7 @@ struct PostgresStoreTests {
             coordinator: try StoreCoordinator(model: BugModel.model, store: store),
             mergePolicy: .mergeByPropertyObjectTrump, name: "test")
         store.observeCommits { _ in }
-        let ids = try await context.perform { context in
-            let bugs = (1...2).map { n in
-                let bug = context.insert(Bug.self)
-                (bug.key, bug.title, bug.status) = ("S-\(n)", "t", "Open")
-                return bug
-            }
-            try context.saveToStore()
-            return bugs.map(\.objectID)
-        }
+        let ids = try await context.perform { context in try saveOpenBugs(2, prefix: "S", title: "t", in: context) }
         // Edited once each: the store keeps their rows, at version 2.
         for id in ids { _ = try #require(try store.edit(id, attributes: ["status": "A"])) }
         try store.withConnection("change a row behind the store's back") { connection in
@@ -216,13 +221,7 @@ struct PostgresStoreTests {
             try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema))
         )
         let ids = try await writer.importerContext().perform { context in
-            let bugs = (1...3).map { n in
-                let bug = context.insert(Bug.self)
-                (bug.key, bug.title, bug.status) = ("M-\(n)", "first", "Open")
-                return bug
-            }
-            try context.saveToStore()
-            return bugs.map(\.objectID)
+            try saveOpenBugs(3, prefix: "M", title: "first", in: context)
         }
         let merges = Mutex<[MergeResult]>([])
         reader.observeMainContextMerges { result in merges.withLock { $0.append(result) } }
