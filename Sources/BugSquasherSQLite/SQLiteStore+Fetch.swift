@@ -109,7 +109,22 @@ extension SQLiteStore {
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
         let state = try requireLoaded()
         var counts = ByEntity<Int64>()
-        for id in objectIDs { counts[counts.index(of: id.entityName) { 0 }] += 1 }
+        // Each ID's entity, by position in `counts`: IDs come in runs of one entity (a chunk's
+        // comments), so the last one is compared before the entities are searched.
+        var slots: [Int] = []
+        slots.reserveCapacity(objectIDs.count)
+        var last: (entity: String, slot: Int)?
+        for id in objectIDs {
+            let slot: Int
+            if let last, last.entity == id.entityName {
+                slot = last.slot
+            } else {
+                slot = counts.index(of: id.entityName) { 0 }
+                last = (id.entityName, slot)
+            }
+            counts[slot] += 1
+            slots.append(slot)
+        }
         // Each entity's first key, then the next one to hand out; in the order of `counts`.
         var nextKeys: [Int64] = try wrap("allocate primary keys") {
             try pool.write { db in
@@ -125,11 +140,10 @@ extension SQLiteStore {
                 }
             }
         }
-        return objectIDs.map { id in
-            // Every entity was counted above.
-            let slot = counts.index(of: id.entityName)!
+        let store = state.metadata.storeIdentifier
+        return zip(objectIDs, slots).map { id, slot in
             defer { nextKeys[slot] += 1 }
-            return ObjectID(store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[slot])
+            return ObjectID(store: store, entity: id.entityName, primaryKey: nextKeys[slot])
         }
     }
 }

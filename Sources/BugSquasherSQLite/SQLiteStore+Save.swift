@@ -11,8 +11,17 @@ extension SQLiteStore {
     private static func executeKeepingKeysUnique(
         _ statement: consuming BoundStatement, entity: EntityDescription, attributes: [Value], updating: Bool
     ) throws {
+        var statement = statement
+        try keepingKeysUnique(entity: entity, attributes: attributes, updating: updating) { try statement.execute() }
+    }
+
+    /// Runs `execute`, which writes a row of `entity` with `attributes`, turning a constraint
+    /// failure into a ``GraphError`` that names the clashing key.
+    private static func keepingKeysUnique(
+        entity: EntityDescription, attributes: [Value], updating: Bool, _ execute: () throws -> Void
+    ) throws {
         do {
-            try statement.execute()
+            try execute()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
             let key =
                 entity.uniqueKey.flatMap { entity.attributeIndex[$0] }.map {
@@ -172,10 +181,9 @@ extension SQLiteStore {
                 }]
             var statement = BoundStatement(insert.statement)
             statement.bind(row.objectID.key)
-            for value in row.attributes { statement.bind(value) }
-            for target in row.toOne { statement.bind(target?.key) }
-            try Self.executeKeepingKeysUnique(
-                statement, entity: insert.entity, attributes: row.attributes, updating: false)
+            try Self.keepingKeysUnique(entity: insert.entity, attributes: row.attributes, updating: false) {
+                try statement.execute(values: row.attributes, then: row.toOne)
+            }
             didSave.inserted.append(
                 ObjectChange(
                     objectID: row.objectID, version: 1, changedKeys: [],

@@ -246,6 +246,38 @@ struct StoreContractTests {
         }
     }
 
+    /// SQLite reads inserted text where the string keeps it (no copy): short strings (kept
+    /// inside the string value), long ones, non-ASCII ones and ones holding U+0000 (bound as
+    /// their bytes) all read back whole, and a predicate finds each.
+    @Test("inserted text of any length and kind reads back whole", arguments: StoreKind.allCases)
+    func insertedText(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let titles = [
+            "", "a", "fifteen bytes!!", "sixteen bytes!!!", "é 🐛 中文", "a\u{0}b",
+            String(repeating: "A long title, longer than any inline string. ", count: 300),
+        ]
+        let ids = try await fixture.context().perform { context in
+            let bugs = titles.enumerated().map { index, title in
+                let bug = context.insert(Bug.self)
+                bug.key = "TEXT-\(index)"
+                bug.title = title
+                bug.details = title.isEmpty ? nil : title + " (details)"
+                return bug
+            }
+            try context.saveToStore()
+            return bugs.map(\.objectID)
+        }
+        try await fixture.context().perform { context in
+            for (id, title) in zip(ids, titles) {
+                let bug = try context.existingObject(with: id) as! Bug
+                #expect(bug.title == title)
+                #expect(bug.details == (title.isEmpty ? nil : title + " (details)"))
+                let found = try context.fetch(FetchRequest<Bug>(predicate: Key("title") == .string(title)))
+                #expect(found.map(\.objectID) == [id], "\(title.prefix(20))")
+            }
+        }
+    }
+
     /// SQLite 3.40 crashed the process on 64 such terms. Past 32 distinct key paths a sort is refused.
     @Test("a key path repeated in a sort over a join sorts by it once")
     func repeatedSortKeys() async throws {
