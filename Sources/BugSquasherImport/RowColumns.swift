@@ -12,6 +12,9 @@ struct RowColumns {
     private let bugKey, jiraID, title, details, status, resolution, priority, type, labels: Int
     private let created, updated, resolved, sourceDigest: Int
     private let commentJiraID, body, commentCreated, commentUpdated: Int
+    /// The relationships rows are linked through, by position (see
+    /// `ObjectContext.setToOne(ofRow:toOneSlot:to:)`).
+    let bugProject, bugReporter, bugAssignee, bugComponents, commentBug, commentAuthor: Int
 
     /// The columns of `model`'s `Bug` and `Comment`; `nil` when it lacks one of them.
     init?(_ model: ManagedObjectModel) {
@@ -24,7 +27,10 @@ struct RowColumns {
             let created = at(bug, "created"), let updated = at(bug, "updated"), let resolved = at(bug, "resolved"),
             let sourceDigest = at(bug, "sourceDigest"), let commentJiraID = at(comment, "jiraID"),
             let body = at(comment, "body"), let commentCreated = at(comment, "created"),
-            let commentUpdated = at(comment, "updated")
+            let commentUpdated = at(comment, "updated"), let bugProject = bug.toOneIndex["project"],
+            let bugReporter = bug.toOneIndex["reporter"], let bugAssignee = bug.toOneIndex["assignee"],
+            let bugComponents = bug.toManyIndex["components"], let commentBug = comment.toOneIndex["bug"],
+            let commentAuthor = comment.toOneIndex["author"]
         else { return nil }
         self.bug = bug
         self.comment = comment
@@ -33,6 +39,8 @@ struct RowColumns {
         (self.created, self.updated, self.resolved, self.sourceDigest) = (created, updated, resolved, sourceDigest)
         (self.commentJiraID, self.body) = (commentJiraID, body)
         (self.commentCreated, self.commentUpdated) = (commentCreated, commentUpdated)
+        (self.bugProject, self.bugReporter, self.bugAssignee) = (bugProject, bugReporter, bugAssignee)
+        (self.bugComponents, self.commentBug, self.commentAuthor) = (bugComponents, commentBug, commentAuthor)
     }
 
     /// The values of a new bug for `record`: what a new `Bug` object gets from the upsert.

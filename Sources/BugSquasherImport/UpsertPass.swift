@@ -107,13 +107,18 @@ struct UpsertPass {
             editsFirst?.yieldToInteractiveSaves()
             switch link {
             case .project(let bug, let record):
-                setToOne("project", of: bug, to: project(record, in: context), in: context)
+                setToOne(
+                    "project", rowSlot: rowColumns?.bugProject, of: bug, to: project(record, in: context), in: context)
             case .reporter(let bug, let record):
-                setToOne("reporter", of: bug, to: person(record, in: context), in: context)
+                setToOne(
+                    "reporter", rowSlot: rowColumns?.bugReporter, of: bug, to: person(record, in: context), in: context)
             case .assignee(let bug, let record):
-                setToOne("assignee", of: bug, to: person(record, in: context), in: context)
+                setToOne(
+                    "assignee", rowSlot: rowColumns?.bugAssignee, of: bug, to: person(record, in: context), in: context)
             case .author(let comment, let record):
-                setToOne("author", of: comment, to: person(record, in: context), in: context)
+                setToOne(
+                    "author", rowSlot: rowColumns?.commentAuthor, of: comment, to: person(record, in: context),
+                    in: context)
             case .components(let bug, let wanted, let isNew):
                 let components = wanted.compactMap { wanted -> Component? in
                     switch wanted {
@@ -122,7 +127,13 @@ struct UpsertPass {
                     }
                 }
                 if context.isInsertedRow(bug) {
-                    for component in components { context.add(component, toRow: bug, "components") }
+                    for component in components {
+                        if let slot = rowColumns?.bugComponents {
+                            context.add(component, toRow: bug, toManySlot: slot)
+                        } else {
+                            context.add(component, toRow: bug, "components")
+                        }
+                    }
                 } else if let bug = context.object(with: bug) as? Bug {
                     setComponents(components, of: bug, isNew: isNew)
                 }
@@ -131,14 +142,20 @@ struct UpsertPass {
     }
 
     /// Points the to-one `relationship` of the bug or comment `id` at `target`, whether it was
-    /// inserted as a row (see ``rowColumns``) or is an object.
+    /// inserted as a row (see ``rowColumns``, whose `rowSlot` is the relationship's position)
+    /// or is an object.
     private func setToOne(
-        _ relationship: String, of id: ObjectID, to target: ManagedObject?, in context: isolated ObjectContext
+        _ relationship: String, rowSlot: Int?, of id: ObjectID, to target: ManagedObject?,
+        in context: isolated ObjectContext
     ) {
-        if context.isInsertedRow(id) {
-            context.setToOne(ofRow: id, relationship, to: target)
-        } else {
+        guard context.isInsertedRow(id) else {
             context.object(with: id).setRelated(target, for: relationship)
+            return
+        }
+        if let rowSlot {
+            context.setToOne(ofRow: id, toOneSlot: rowSlot, to: target)
+        } else {
+            context.setToOne(ofRow: id, relationship, to: target)
         }
     }
 
@@ -229,20 +246,21 @@ struct UpsertPass {
         if isDeferred("Project", record.pointee.project.key) {
             links.append(.project(bug: bug, record.pointee.project))
         } else {
-            context.setToOne(ofRow: bug, "project", to: project(record.pointee.project, in: context))
+            context.setToOne(
+                ofRow: bug, toOneSlot: columns.bugProject, to: project(record.pointee.project, in: context))
         }
         if let reporter = record.pointee.reporter {
             if isDeferred("Person", reporter.name) {
                 links.append(.reporter(bug: bug, reporter))
             } else {
-                context.setToOne(ofRow: bug, "reporter", to: person(reporter, in: context))
+                context.setToOne(ofRow: bug, toOneSlot: columns.bugReporter, to: person(reporter, in: context))
             }
         }
         if let assignee = record.pointee.assignee {
             if isDeferred("Person", assignee.name) {
                 links.append(.assignee(bug: bug, assignee))
             } else {
-                context.setToOne(ofRow: bug, "assignee", to: person(assignee, in: context))
+                context.setToOne(ofRow: bug, toOneSlot: columns.bugAssignee, to: person(assignee, in: context))
             }
         }
         let names = record.pointee.components
@@ -252,16 +270,18 @@ struct UpsertPass {
             }
             links.append(.components(bug: bug, wanted, isNew: true))
         } else {
-            for name in names { context.add(component(named: name, in: context), toRow: bug, "components") }
+            for name in names {
+                context.add(component(named: name, in: context), toRow: bug, toManySlot: columns.bugComponents)
+            }
         }
         for comment in record.pointee.comments {
             let row = context.insertRow(columns.comment, values: columns.commentValues(comment))
-            context.setToOne(ofRow: row, "bug", toRow: bug)
+            context.setToOne(ofRow: row, toOneSlot: columns.commentBug, toRow: bug)
             guard let author = comment.author else { continue }
             if isDeferred("Person", author.name) {
                 links.append(.author(comment: row, author))
             } else {
-                context.setToOne(ofRow: row, "author", to: person(author, in: context))
+                context.setToOne(ofRow: row, toOneSlot: columns.commentAuthor, to: person(author, in: context))
             }
         }
     }

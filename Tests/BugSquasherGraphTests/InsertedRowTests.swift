@@ -72,6 +72,55 @@ struct InsertedRowTests {
         #expect(stored.5 == 1)
     }
 
+    /// What an importer does for a chunk: relationships looked up once, by position.
+    @Test("relationships given by position link rows as those given by name do")
+    func rowsBySlot() async throws {
+        let coordinator = try makeCoordinator()
+        let (bugEntity, first) = try bugValues("TIMOB-1", in: coordinator)
+        let (_, second) = try bugValues("TIMOB-2", in: coordinator)
+        let commentEntity = try coordinator.model.requireEntity("Comment")
+        var commentValues = commentEntity.defaultValues
+        commentValues[commentEntity.attributeIndex["jiraID"]!] = .string("c1")
+        commentValues[commentEntity.attributeIndex["body"]!] = .string("On the first bug.")
+        let project = try #require(bugEntity.toOneIndex["project"])
+        let reporter = try #require(bugEntity.toOneIndex["reporter"])
+        let components = try #require(bugEntity.toManyIndex["components"])
+        let bugOfComment = try #require(commentEntity.toOneIndex["bug"])
+        let author = try #require(commentEntity.toOneIndex["author"])
+
+        let context = ObjectContext(coordinator: coordinator)
+        try await context.perform { [commentValues] context in
+            let timob = context.insert(Project.self)
+            timob.key = "TIMOB"
+            let person = context.insert(Person.self)
+            person.name = "ingo"
+            let runtime = context.insert(Component.self)
+            runtime.name = "Runtime"
+            let bug1 = context.insertRow(bugEntity, values: first)
+            context.setToOne(ofRow: bug1, toOneSlot: project, to: timob)
+            context.setToOne(ofRow: bug1, toOneSlot: reporter, to: person)
+            context.add(runtime, toRow: bug1, toManySlot: components)
+            let bug2 = context.insertRow(bugEntity, values: second)
+            context.setToOne(ofRow: bug2, "project", to: timob)
+            // A row before the last one, and a row's relationship pointed elsewhere again.
+            context.setToOne(ofRow: bug1, toOneSlot: reporter, to: nil)
+            let comment = context.insertRow(commentEntity, values: commentValues)
+            context.setToOne(ofRow: comment, toOneSlot: bugOfComment, toRow: bug1)
+            context.setToOne(ofRow: comment, toOneSlot: author, to: person)
+            try context.saveToStore()
+        }
+        let stored = try await ObjectContext(coordinator: coordinator).perform { context in
+            try context.fetch(FetchRequest<Bug>(sort: [Key("key").ascending])).map {
+                ($0.key, $0.project?.key, $0.reporter?.name, $0.components.map(\.name), $0.comments.map(\.author?.name))
+            }
+        }
+        try #require(stored.count == 2)
+        #expect(stored[0].0 == "TIMOB-1" && stored[0].1 == "TIMOB" && stored[0].2 == nil)
+        #expect(stored[0].3 == ["Runtime"] && stored[0].4 == ["ingo"])
+        #expect(stored[1].0 == "TIMOB-2" && stored[1].1 == "TIMOB")
+        #expect(stored[1].3.isEmpty && stored[1].4.isEmpty)
+    }
+
     @Test("rows are validated like objects, and a rollback drops them")
     func rowsAreValidated() async throws {
         let coordinator = try makeCoordinator()

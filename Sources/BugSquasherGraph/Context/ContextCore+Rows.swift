@@ -43,6 +43,9 @@ extension ContextCore {
     func setToOne(ofRow id: ObjectID, slot: Int, to new: RowTarget?) {
         let index = requireRow(id)
         let entity = rows[index].entity
+        precondition(
+            slot < rows[index].toOne.count,
+            "'\(entity.name)' has \(rows[index].toOne.count) to-one relationships; there is none at \(slot).")
         if case .object(let old) = rows[index].toOne[slot] { countRow(-1, on: old, inverseOfToOne: slot, in: entity) }
         rows[index].toOne[slot] = new
         if case .object(let object) = new { countRow(1, on: object, inverseOfToOne: slot, in: entity) }
@@ -65,6 +68,8 @@ extension ContextCore {
 
     /// The position of the row with `id`; a precondition failure for another ID.
     private func requireRow(_ id: ObjectID) -> Int {
+        // Mostly the row just inserted, whose relationships are set next: no lookup.
+        if let last = rows.indices.last, rows[last].objectID == id { return last }
         guard let index = rowIndex[id] else {
             preconditionFailure("\(id) is not a row inserted in this context and not saved yet.")
         }

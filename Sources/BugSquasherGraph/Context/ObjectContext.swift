@@ -190,6 +190,20 @@ public actor ObjectContext {
         core.setToOne(ofRow: row, slot: toOneSlot(relationship, ofRow: row), to: core.rowTarget(target))
     }
 
+    /// ``setToOne(ofRow:_:to:)`` with the relationship given by its position in the row
+    /// entity's ``EntityDescription/toOneRelationships`` (from ``EntityDescription/toOneIndex``):
+    /// looked up once for a chunk of rows rather than by name for each.
+    public func setToOne(ofRow row: ObjectID, toOneSlot slot: Int, to object: ManagedObject?) {
+        precondition(object.map { $0.core === core } ?? true, "\(object!.objectID) is an object of another context.")
+        core.setToOne(ofRow: row, slot: slot, to: object.map(RowTarget.object))
+    }
+
+    /// ``setToOne(ofRow:_:toRow:)`` with the relationship given by its position, as in
+    /// ``setToOne(ofRow:toOneSlot:to:)``.
+    public func setToOne(ofRow row: ObjectID, toOneSlot slot: Int, toRow target: ObjectID) {
+        core.setToOne(ofRow: row, slot: slot, to: core.rowTarget(target))
+    }
+
     private func toOneSlot(_ relationship: String, ofRow row: ObjectID) -> Int {
         guard let slot = coordinator.model.entity(named: row.entityName)?.toOneIndex[relationship] else {
             preconditionFailure("Entity '\(row.entityName)' has no to-one relationship '\(relationship)'.")
@@ -204,6 +218,12 @@ public actor ObjectContext {
         guard let slot = coordinator.model.entity(named: row.entityName)?.toManyIndex[relationship] else {
             preconditionFailure("Entity '\(row.entityName)' has no to-many relationship '\(relationship)'.")
         }
+        core.add(object, toRow: row, slot: slot)
+    }
+
+    /// ``add(_:toRow:_:)`` with the relationship given by its position in the row entity's
+    /// ``EntityDescription/toManyRelationships`` (from ``EntityDescription/toManyIndex``).
+    public func add(_ object: ManagedObject, toRow row: ObjectID, toManySlot slot: Int) {
         core.add(object, toRow: row, slot: slot)
     }
 
