@@ -7,7 +7,7 @@
 /// ```
 ///
 /// Why it is built this way: docs/DESIGN-NOTES.md, "JSON is read and written without Codable".
-package struct JSONReader {
+public struct JSONReader {
     /// An error: what was wrong and the byte offset where it was found.
     package struct Failure: Error, Sendable, CustomStringConvertible {
         /// What was wrong.
@@ -98,7 +98,7 @@ package struct JSONReader {
     /// byte for byte, as JSON compares names (RFC 8259, section 8.3), without making a `String`
     /// of it — in a record most keys are only compared, and skipped (docs/DESIGN-NOTES.md, "JSON
     /// is read and written without Codable"). Valid while the reader's bytes are.
-    package struct Name: CustomStringConvertible {
+    public struct Name: CustomStringConvertible {
         /// The key's bytes when it was written plainly (ASCII, no escape), else empty.
         @usableFromInline let plain: UnsafeBufferPointer<UInt8>
         /// The key, when it was not written plainly.
@@ -113,11 +113,13 @@ package struct JSONReader {
         package var string: String { text ?? String(decoding: plain, as: UTF8.self) }
         /// The length of the key in UTF-8 bytes.
         package var byteCount: Int { text?.utf8.count ?? plain.count }
-        package var description: String { string }
+        public var description: String { string }
 
-        /// Whether the key is `literal`'s text, byte for byte.
+        /// Whether the key is `literal`'s text, byte for byte. Public and inlinable, so that a
+        /// `switch` over many literals in another module compares inline rather than calling
+        /// out for each case (a `package` one is not inlined across modules).
         @inlinable @inline(__always)
-        package static func ~= (literal: StaticString, name: Name) -> Bool {
+        public static func ~= (literal: StaticString, name: Name) -> Bool {
             guard name.text == nil, literal.hasPointerRepresentation else { return name.matchesSlowly(literal) }
             let count = literal.utf8CodeUnitCount
             guard count == name.plain.count else { return false }
@@ -160,6 +162,7 @@ package struct JSONReader {
 
     /// Reads a key: a plain one (ASCII, no escapes) only scanned; any other read and checked as
     /// ``string()`` reads a value.
+    @inline(__always)
     private mutating func name() throws -> Name {
         guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
             throw Failure(message: "expected a string", offset: index)
@@ -337,7 +340,8 @@ package struct JSONReader {
             index += 1
             return seen & Self.highBits == 0 ? String(decoding: raw, as: UTF8.self) : try Self.validated(raw, at: start)
         }
-        // Escapes: the runs between them are copied whole.
+        if let text = try unescapedASCII(from: start, seen: seen) { return text }
+        // Escapes beside non-ASCII text: the runs between them are copied whole, then checked.
         var utf8: [UInt8] = []
         utf8.reserveCapacity(index - start + 64)
         utf8.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
@@ -350,7 +354,7 @@ package struct JSONReader {
                     seen & Self.highBits == 0 ? String(decoding: $0, as: UTF8.self) : try Self.validated($0, at: start)
                 }
             case UInt8(ascii: "\\"):
-                try unescape(into: &utf8)
+                utf8.append(contentsOf: try unescape().utf8)
             default:
                 throw Failure(message: "control character in a string", offset: index - 1)
             }
@@ -425,6 +429,7 @@ package struct JSONReader {
         }
     }
 
+    @inline(__always)
     private mutating func skipWhitespace() {
         while index < bytes.count {
             switch bytes[index] {
@@ -434,6 +439,7 @@ package struct JSONReader {
         }
     }
 
+    @inline(__always)
     private mutating func consume(_ byte: UInt8) -> Bool {
         skipWhitespace()
         guard index < bytes.count, bytes[index] == byte else { return false }
@@ -441,6 +447,7 @@ package struct JSONReader {
         return true
     }
 
+    @inline(__always)
     private mutating func expect(_ byte: UInt8, _ message: @autoclosure () -> String) throws {
         guard consume(byte) else {
             throw Failure(message: index < bytes.count ? message() : "unexpected end of input", offset: index)
@@ -485,6 +492,7 @@ package struct JSONReader {
     /// The index of the first quote, backslash or control character at or after `index`, or the
     /// end: what a string's text runs to. Eight bytes at a time while none of them is one; every
     /// byte passed is OR-ed into `seen` (its high bits then tell whether one was non-ASCII).
+    @inline(__always)
     private static func scanText(_ bytes: UnsafeBufferPointer<UInt8>, from index: Int, seen: inout UInt64) -> Int {
         guard let base = UnsafeRawPointer(bytes.baseAddress) else { return index }
         let ones: UInt64 = 0x0101_0101_0101_0101
@@ -530,18 +538,84 @@ package struct JSONReader {
         return text
     }
 
-    /// Decodes the escape after a backslash (already consumed) into UTF-8.
-    private mutating func unescape(into utf8: inout [UInt8]) throws {
+    /// The rest of a string with escapes that begins at `start` (after its quote; the reader
+    /// is at its first escape; `seen` is what ``scanText(_:from:seen:)`` saw before it), when
+    /// every byte of it outside its escapes is ASCII: decoded straight into the string's
+    /// storage, which it cannot outgrow (an escape is never shorter
+    /// than what it stands for). `nil`, with the reader where it was, for any other string
+    /// (non-ASCII text, which must be checked as UTF-8, an unterminated one, or one holding a
+    /// control character), which ``string()`` reads byte by byte and refuses where it must.
+    private mutating func unescapedASCII(from start: Int, seen: UInt64) throws -> String? {
+        // Where the string ends: the first quote not after a backslash.
+        var end = index
+        var seen = seen
+        while end < bytes.count, bytes[end] == UInt8(ascii: "\\") {
+            end = Self.scanText(bytes, from: end + 2, seen: &seen)
+        }
+        guard end < bytes.count, bytes[end] == UInt8(ascii: "\""), seen & Self.highBits == 0 else { return nil }
+        let resume = index
+        do {
+            let text = try String(unsafeUninitializedCapacity: end - start) { storage in
+                guard let output = storage.baseAddress, let input = bytes.baseAddress else { return 0 }
+                var written = 0
+                var run = start
+                var runEnd = resume
+                while true {
+                    if runEnd > run {
+                        (output + written).initialize(from: input + run, count: runEnd - run)
+                        written += runEnd - run
+                    }
+                    guard runEnd < end else { return written }
+                    // A backslash, and the letter after it (before `end`, which the scan above
+                    // looked for past each backslash's next byte).
+                    guard input[runEnd] == UInt8(ascii: "\\") else {
+                        throw Failure(message: "control character in a string", offset: runEnd)
+                    }
+                    if let byte = Self.simpleEscape(input[runEnd + 1]) {
+                        output[written] = byte
+                        written += 1
+                        run = runEnd + 2
+                    } else {
+                        index = runEnd + 1
+                        for byte in try unescape().utf8 {
+                            output[written] = byte
+                            written += 1
+                        }
+                        run = index
+                    }
+                    runEnd = Self.scanText(bytes, from: run, seen: &seen)
+                }
+            }
+            index = end + 1
+            return text
+        } catch {
+            index = resume
+            throw error
+        }
+    }
+
+    /// The byte a one-letter escape (`\n`, `\"`, …) stands for; `nil` for `\u` and for what is
+    /// no escape.
+    @inline(__always)
+    private static func simpleEscape(_ letter: UInt8) -> UInt8? {
+        switch letter {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): letter
+        case UInt8(ascii: "b"): 0x08
+        case UInt8(ascii: "f"): 0x0C
+        case UInt8(ascii: "n"): 0x0A
+        case UInt8(ascii: "r"): 0x0D
+        case UInt8(ascii: "t"): 0x09
+        default: nil
+        }
+    }
+
+    /// Decodes the escape after a backslash (already consumed).
+    private mutating func unescape() throws -> Unicode.Scalar {
         guard index < bytes.count else { throw Failure(message: "unterminated string", offset: index) }
         let byte = bytes[index]
         index += 1
+        if let simple = Self.simpleEscape(byte) { return Unicode.Scalar(simple) }
         switch byte {
-        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(byte)
-        case UInt8(ascii: "b"): utf8.append(0x08)
-        case UInt8(ascii: "f"): utf8.append(0x0C)
-        case UInt8(ascii: "n"): utf8.append(0x0A)
-        case UInt8(ascii: "r"): utf8.append(0x0D)
-        case UInt8(ascii: "t"): utf8.append(0x09)
         case UInt8(ascii: "u"):
             var scalar = try hex4()
             if (0xD800..<0xDC00).contains(scalar), bytes.count - index >= 6,
@@ -561,7 +635,7 @@ package struct JSONReader {
                         "a lone surrogate \\u\(String(scalar, radix: 16, uppercase: true)), which is no character (a string cut in the middle of a UTF-16 pair?)",
                     offset: index - 6)
             }
-            utf8.append(contentsOf: String(Character(character)).utf8)
+            return character
         default:
             throw Failure(message: "invalid escape", offset: index - 2)
         }

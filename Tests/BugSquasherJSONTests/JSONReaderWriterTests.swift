@@ -32,6 +32,34 @@ struct JSONReaderWriterTests {
         #expect(try read(Array(#""\u00e9 \ud83d\udc1b \/""#.utf8)) { try $0.string() } == "é 🐛 /")
     }
 
+    /// ASCII text with escapes is decoded straight into the string; escapes beside non-ASCII
+    /// text are decoded and then checked as UTF-8. Both say the same of a broken string.
+    @Test("escaped strings decode the same with or without non-ASCII text; broken ones fail at their byte")
+    func escapedStrings() throws {
+        var long = JSONWriter()
+        let longText = String(repeating: "log line\n\t\\ \"quoted\" ", count: 200)
+        long.string(longText)
+        for (json, text) in [
+            (#""a\nb""#, "a\nb"), (#""\"""#, "\""), (#""\u00e9 ok""#, "é ok"), (#""x \ud83d\udc1b y""#, "x 🐛 y"),
+            (#""\u0000\/""#, "\u{0}/"), (#""é\n""#, "é\n"), (#""\nü""#, "\nü"),
+            (String(decoding: long.bytes, as: UTF8.self), longText),
+        ] {
+            #expect(try read(Array(json.utf8)) { try $0.string() } == text, "\(json.prefix(40))")
+            #expect(try JSONDecoder().decode(String.self, from: Data(json.utf8)) == text)
+        }
+        for (json, said) in [
+            (#""a\qb""#, "invalid escape at byte 2"), (#""a\u12"4""#, "invalid \\u escape"),
+            (#""\ud800 x""#, "lone surrogate"), (#""ab\n"#, "unterminated"),
+            ("\"a\\n\u{01}\"", "control character in a string at byte 4"),
+            ("\"a\\\u{01}\"", "invalid escape"), (#""é\q""#, "invalid escape"),
+        ] {
+            let failure = #expect(throws: JSONReader.Failure.self, "\(json)") {
+                try read(Array(json.utf8)) { try $0.string() }
+            }
+            #expect(failure?.description.contains(said) == true, "\(json): \(String(describing: failure))")
+        }
+    }
+
     @Test("integers are written as their digits, the extremes included")
     func integers() {
         for value: Int64 in [0, 7, -1, 10, 1_000_000_007, -987_654_321, .max, .min] {
