@@ -167,15 +167,26 @@ extension BugRecord {
     /// Labels as they can be stored: whitespace replaced by `_` (Jira labels never contain
     /// spaces, and `Bug.labels` is stored space-separated), empty ones and repeats dropped.
     static func normalizedLabels(_ labels: [String]) -> [String] {
+        // Most issues have no label or one: no set of those seen.
+        if labels.count < 2 {
+            guard let label = labels.first else { return [] }
+            let cleaned = cleaned(label)
+            return cleaned.isEmpty ? [] : [cleaned]
+        }
         var seen = Set<String>()
         var result: [String] = []
         for label in labels {
-            // Most labels are plain ASCII without whitespace: kept as they are, without asking
-            // each character's Unicode properties (2 % of an import's CPU did).
-            let plain = label.utf8.allSatisfy { $0 < 0x80 && $0 != 0x20 && !(0x09...0x0D).contains($0) }
-            let cleaned = plain ? label : String(label.map { $0.isWhitespace ? "_" : $0 })
+            let cleaned = cleaned(label)
             if !cleaned.isEmpty, seen.insert(cleaned).inserted { result.append(cleaned) }
         }
         return result
+    }
+
+    /// `label` with each whitespace character made an underscore.
+    private static func cleaned(_ label: String) -> String {
+        // Most labels are plain ASCII without whitespace: kept as they are, without asking each
+        // character's Unicode properties (2 % of an import's CPU did).
+        let plain = label.utf8.allSatisfy { $0 < 0x80 && $0 != 0x20 && !(0x09...0x0D).contains($0) }
+        return plain ? label : String(label.map { $0.isWhitespace ? "_" : $0 })
     }
 }

@@ -108,27 +108,26 @@ extension SQLiteStore {
 
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
         let state = try requireLoaded()
-        var counts = ByEntity<Int64>()
-        // Each ID's entity, by position in `counts`: IDs come in runs of one entity (a chunk's
-        // comments), so the last one is compared before the entities are searched.
+        // Each entity's count, and each ID's entity by position: a search of a handful of names,
+        // in plain arrays (a chunk's save obtains thousands of IDs).
+        var entities: [String] = []
+        var counts: [Int64] = []
         var slots: [Int] = []
         slots.reserveCapacity(objectIDs.count)
-        var last: (entity: String, slot: Int)?
         for id in objectIDs {
-            let slot: Int
-            if let last, last.entity == id.entityName {
-                slot = last.slot
-            } else {
-                slot = counts.index(of: id.entityName) { 0 }
-                last = (id.entityName, slot)
+            var slot = 0
+            while slot < entities.count, entities[slot] != id.entityName { slot += 1 }
+            if slot == entities.count {
+                entities.append(id.entityName)
+                counts.append(0)
             }
             counts[slot] += 1
             slots.append(slot)
         }
-        // Each entity's first key, then the next one to hand out; in the order of `counts`.
+        // Each entity's first key, then the next one to hand out; in the order of `entities`.
         var nextKeys: [Int64] = try wrap("allocate primary keys") {
             try pool.write { db in
-                try counts.entries.map { entity, count in
+                try zip(entities, counts).map { entity, count in
                     try db.execute(
                         sql: "INSERT INTO bs_sequence(entity, next) VALUES (?, 1) ON CONFLICT(entity) DO NOTHING",
                         arguments: [entity])
