@@ -185,6 +185,9 @@ extension BugRecord {
 
     /// `text`, refused when it is empty or only whitespace: a record that carries `field` sets it.
     private static func notBlank(_ text: String, _ field: String, leftOut: String) throws -> String {
+        // Nearly every title and status starts with a printable ASCII character: no need to
+        // walk its characters.
+        if let first = text.utf8.first, first > 0x20, first < 0x7F { return text }
         guard text.contains(where: { !$0.isWhitespace }) else {
             throw ImportError(
                 .invalidRecord, "field '\(field)' is blank.",
@@ -277,7 +280,7 @@ extension ProjectRecord {
         var key: String?
         var name: String?
         var hasName = false
-        try reader.object { reader, field in
+        try reader.objectByName { reader, field in
             switch field {
             case "key":
                 try once(key == nil, "project.key")
@@ -288,7 +291,7 @@ extension ProjectRecord {
                 name = try reader.optionalString()
             default:
                 try reader.skip()
-                throw unknownField(field, of: "a project", known: ["key", "name"])
+                throw unknownField(field.string, of: "a project", known: ["key", "name"])
             }
         }
         guard let key else { throw ImportError(.invalidRecord, "missing field 'project.key'") }
@@ -302,7 +305,7 @@ extension PersonRecord {
         var name: String?
         var displayName: String?
         var hasDisplayName = false
-        try reader.object { reader, field in
+        try reader.objectByName { reader, field in
             switch field {
             case "name":
                 try once(name == nil, "name")
@@ -313,7 +316,7 @@ extension PersonRecord {
                 displayName = try reader.optionalString()
             default:
                 try reader.skip()
-                throw unknownField(field, of: "a person", known: ["name", "displayName"])
+                throw unknownField(field.string, of: "a person", known: ["name", "displayName"])
             }
         }
         guard let name else { throw ImportError(.invalidRecord, "missing field 'name' of a person") }
@@ -334,7 +337,7 @@ extension CommentRecord {
         var hasAuthor = false
         var hasCreated = false
         var hasUpdated = false
-        try reader.object { reader, field in
+        try reader.objectByName { reader, field in
             switch field {
             case "jiraID":
                 try once(jiraID == nil, "comments[].jiraID")
@@ -356,7 +359,8 @@ extension CommentRecord {
                 updated = try BugRecord.date(&reader)
             default:
                 try reader.skip()
-                throw unknownField(field, of: "a comment", known: ["jiraID", "body", "author", "created", "updated"])
+                throw unknownField(
+                    field.string, of: "a comment", known: ["jiraID", "body", "author", "created", "updated"])
             }
         }
         guard let jiraID, let body else { throw ImportError(.invalidRecord, "a comment needs 'jiraID' and 'body'") }

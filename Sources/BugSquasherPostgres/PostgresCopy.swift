@@ -29,78 +29,104 @@ extension PostgresStore {
 }
 
 /// Rows in the text format of `COPY` (tab between columns, a newline after each row, `\N` for
-/// NULL, backslash escapes), cut into buffers of about 256 KiB, each sent as one message.
+/// NULL, backslash escapes), cut into buffers of about 256 KiB, each sent as one message. Each
+/// part is built in a plain byte array and handed over as one `ByteBuffer`: a `ByteBuffer` write
+/// per column (its capacity and uniqueness checked each time) cost more than the server's parse.
 enum PostgresCopyText {
     static let partSize = 256 * 1024
 
     /// `rows` as `pk`, `1` (the first version), the attributes and the to-one keys.
     static func encode(_ rows: ArraySlice<SaveChanges.Row>) -> [ByteBuffer] {
         var parts: [ByteBuffer] = []
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(partSize + partSize / 4)
+        var part: [UInt8] = []
+        part.reserveCapacity(partSize + partSize / 4)
         for row in rows {
-            buffer.writeString(String(row.objectID.key))
-            buffer.writeStaticString("\t1")
+            appendDecimal(row.objectID.key, to: &part)
+            part.append(UInt8(ascii: "\t"))
+            part.append(UInt8(ascii: "1"))
             for value in row.attributes {
-                buffer.writeInteger(UInt8(ascii: "\t"))
-                write(value, to: &buffer)
+                part.append(UInt8(ascii: "\t"))
+                write(value, to: &part)
             }
             for key in row.toOne {
-                buffer.writeInteger(UInt8(ascii: "\t"))
-                if let key { buffer.writeString(String(key.key)) } else { buffer.writeStaticString("\\N") }
+                part.append(UInt8(ascii: "\t"))
+                if let key { appendDecimal(key.key, to: &part) } else { appendNull(to: &part) }
             }
-            buffer.writeInteger(UInt8(ascii: "\n"))
-            if buffer.readableBytes >= partSize {
-                parts.append(buffer)
-                buffer = ByteBuffer()
-                buffer.reserveCapacity(partSize + partSize / 4)
+            part.append(UInt8(ascii: "\n"))
+            if part.count >= partSize {
+                parts.append(ByteBuffer(bytes: part))
+                part.removeAll(keepingCapacity: true)
             }
         }
-        if buffer.readableBytes > 0 { parts.append(buffer) }
+        if !part.isEmpty { parts.append(ByteBuffer(bytes: part)) }
         return parts
     }
 
     /// One column's text: what the server's input function of the column's type reads.
-    static func write(_ value: Value, to buffer: inout ByteBuffer) {
+    static func write(_ value: Value, to part: inout [UInt8]) {
         switch value {
-        case .null: buffer.writeStaticString("\\N")
-        case .string(let text): writeText(text, to: &buffer)
-        case .int64(let number): buffer.writeString(String(number))
-        case .double(let number): writeDouble(number, to: &buffer)
-        case .date(let date): writeDouble(date.timeIntervalSince1970, to: &buffer)
-        case .bool(let flag): buffer.writeInteger(UInt8(ascii: flag ? "t" : "f"))
+        case .null: appendNull(to: &part)
+        case .string(let text): writeText(text, to: &part)
+        case .int64(let number): appendDecimal(number, to: &part)
+        case .double(let number): writeDouble(number, to: &part)
+        case .date(let date): writeDouble(date.timeIntervalSince1970, to: &part)
+        case .bool(let flag): part.append(UInt8(ascii: flag ? "t" : "f"))
         case .data(let data):
             // bytea's hex form, `\x…`, its backslash escaped for COPY.
-            buffer.writeStaticString("\\\\x")
+            part.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\"), UInt8(ascii: "x")])
             let digits = Array("0123456789abcdef".utf8)
             for byte in data {
-                buffer.writeInteger(digits[Int(byte >> 4)])
-                buffer.writeInteger(digits[Int(byte & 0x0F)])
+                part.append(digits[Int(byte >> 4)])
+                part.append(digits[Int(byte & 0x0F)])
             }
         }
     }
 
+    /// `\N`, NULL.
+    @inline(__always)
+    private static func appendNull(to part: inout [UInt8]) {
+        part.append(UInt8(ascii: "\\"))
+        part.append(UInt8(ascii: "N"))
+    }
+
+    /// `number` in decimal digits.
+    static func appendDecimal(_ number: Int64, to part: inout [UInt8]) {
+        if number < 0 { part.append(UInt8(ascii: "-")) }
+        var magnitude = number.magnitude
+        // At most 20 digits, written from the last one into a tuple on the stack.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { scratch in
+            var first = scratch.count
+            repeat {
+                first -= 1
+                scratch[first] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            part.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[first...]))
+        }
+    }
+
     /// A double as the shortest text that reads back as the same value.
-    private static func writeDouble(_ number: Double, to buffer: inout ByteBuffer) {
+    private static func writeDouble(_ number: Double, to part: inout [UInt8]) {
         if number.isNaN {
-            buffer.writeStaticString("NaN")
+            part.append(contentsOf: "NaN".utf8)
         } else if number.isInfinite {
-            buffer.writeStaticString(number < 0 ? "-Infinity" : "Infinity")
+            part.append(contentsOf: (number < 0 ? "-Infinity" : "Infinity").utf8)
         } else {
-            buffer.writeString(number.description)
+            part.append(contentsOf: number.description.utf8)
         }
     }
 
     /// `text` as ``PostgresText`` stores it, escaped for COPY; copied whole when it has no byte
-    /// either would change (nearly all text), found sixteen bytes at a time.
-    private static func writeText(_ text: String, to buffer: inout ByteBuffer) {
+    /// either would change (nearly all text), found eight bytes at a time.
+    private static func writeText(_ text: String, to part: inout [UInt8]) {
         var text = text
         let plain = text.withUTF8 { bytes in
             guard !mayNeedEscaping(UnsafeRawBufferPointer(bytes)) else { return false }
-            buffer.writeBytes(UnsafeRawBufferPointer(bytes))
+            part.append(contentsOf: bytes)
             return true
         }
-        if !plain { writeEscaped(PostgresText.encode(text), to: &buffer) }
+        if !plain { writeEscaped(PostgresText.encode(text), to: &part) }
     }
 
     /// Whether `bytes` has a control character, a backslash, or the lead byte of a code point
@@ -124,24 +150,25 @@ enum PostgresCopyText {
 
     /// `text` with the backslash, tab, newline and carriage return escaped; runs without them
     /// copied whole.
-    private static func writeEscaped(_ text: String, to buffer: inout ByteBuffer) {
+    private static func writeEscaped(_ text: String, to part: inout [UInt8]) {
         var text = text
         text.withUTF8 { bytes in
             var start = 0
             for (index, byte) in bytes.enumerated() {
-                let escaped: StaticString
+                let escaped: UInt8
                 switch byte {
-                case UInt8(ascii: "\\"): escaped = "\\\\"
-                case UInt8(ascii: "\t"): escaped = "\\t"
-                case UInt8(ascii: "\n"): escaped = "\\n"
-                case UInt8(ascii: "\r"): escaped = "\\r"
+                case UInt8(ascii: "\\"): escaped = UInt8(ascii: "\\")
+                case UInt8(ascii: "\t"): escaped = UInt8(ascii: "t")
+                case UInt8(ascii: "\n"): escaped = UInt8(ascii: "n")
+                case UInt8(ascii: "\r"): escaped = UInt8(ascii: "r")
                 default: continue
                 }
-                buffer.writeBytes(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[start..<index])))
-                buffer.writeStaticString(escaped)
+                part.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
+                part.append(UInt8(ascii: "\\"))
+                part.append(escaped)
                 start = index + 1
             }
-            buffer.writeBytes(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[start...])))
+            part.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...]))
         }
     }
 }

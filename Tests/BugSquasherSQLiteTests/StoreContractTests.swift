@@ -246,15 +246,16 @@ struct StoreContractTests {
         }
     }
 
-    /// SQLite reads inserted text where the string keeps it (no copy): short strings (kept
-    /// inside the string value), long ones, non-ASCII ones and ones holding U+0000 (bound as
-    /// their bytes) all read back whole, and a predicate finds each.
+    /// SQLite reads inserted text where the string keeps it (no copy), and PostgreSQL gets
+    /// enough rows to take them by `COPY`: short strings (kept inside the string value), long
+    /// ones, non-ASCII ones, ones with COPY's escapes and ones holding U+0000 all read back
+    /// whole, and a predicate finds each.
     @Test("inserted text of any length and kind reads back whole", arguments: StoreKind.allCases)
     func insertedText(kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let titles = [
-            "", "a", "fifteen bytes!!", "sixteen bytes!!!", "é 🐛 中文", "a\u{0}b",
-            String(repeating: "A long title, longer than any inline string. ", count: 300),
+            "", "a", "fifteen bytes!!", "sixteen bytes!!!", "é 🐛 中文", "a\u{0}b", "tab\tback\\slash\r\nline",
+            "\u{10FFFF} \u{F4}", String(repeating: "A long title, longer than any inline string. ", count: 300),
         ]
         let ids = try await fixture.context().perform { context in
             let bugs = titles.enumerated().map { index, title in
