@@ -117,7 +117,7 @@ public struct JSONReader {
 
         /// Whether the key is `literal`'s text, byte for byte. Public and inlinable, so that a
         /// `switch` over many literals in another module compares inline rather than calling
-        /// out for each case (a `package` one is not inlined across modules).
+        /// out for each case (docs/DESIGN-NOTES.md, "JSON is read and written without Codable").
         @inlinable @inline(__always)
         public static func ~= (literal: StaticString, name: Name) -> Bool {
             guard name.text == nil, literal.hasPointerRepresentation else { return name.matchesSlowly(literal) }

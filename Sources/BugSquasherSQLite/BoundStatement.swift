@@ -69,12 +69,12 @@ struct BoundStatement: ~Copyable {
         index += 1
     }
 
-    /// Binds `values`, then the keys of `toOne`, as the next parameters and runs the statement, as
-    /// ``bind(_:)-(Value)`` for each and ``execute()`` would, without copying text: SQLite reads
-    /// each string's bytes where the string keeps them, borrowed while the statement runs, and
-    /// the bindings are cleared before this returns. An import's rows are mostly text (titles,
-    /// descriptions, comment bodies), and the copy SQLite makes of bound text otherwise (an
-    /// allocation, a copy, a free) cost the writer more than binding everything else.
+    /// Binds `values`, then the keys of `toOne`, as the next parameters and runs the statement,
+    /// as ``bind(_:)-(Value)`` for each and ``execute()`` would, without copying text: SQLite
+    /// reads each string's bytes where the string keeps them, borrowed while the statement runs,
+    /// and the bindings are cleared before this returns.
+    ///
+    /// Why: docs/DESIGN-NOTES.md, "Inserted text is bound where the string keeps it".
     mutating func execute(values: [Value], then toOne: [ObjectID?]) throws {
         defer { sqlite3_clear_bindings(handle) }
         try Self.bind(values, from: values.startIndex, into: &self) { statement in
