@@ -83,6 +83,7 @@ let package = Package(
             dependencies: [
                 "BugSquasherErrors",
                 "BugSquasherGraph",
+                "BugSquasherJSON",
                 "BugSquasherSQL",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -67,18 +67,7 @@ package struct JSONWriter: Sendable {
     /// and the feed write one or two for every object saved).
     package mutating func integer(_ value: Int64) {
         separate()
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for UInt64.max's 20
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var end = buffer.count
-            repeat {
-                end -= 1
-                buffer[end] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[end...]))
-        }
+        DecimalDigits.append(value, to: &bytes)
         needsComma = true
     }
 

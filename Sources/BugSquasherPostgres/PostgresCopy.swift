@@ -1,4 +1,5 @@
 import BugSquasherGraph
+import BugSquasherJSON
 import Foundation
 import NIOCore
 import PostgresNIO
@@ -41,7 +42,7 @@ enum PostgresCopyText {
         var part: [UInt8] = []
         part.reserveCapacity(partSize + partSize / 4)
         for row in rows {
-            appendDecimal(row.objectID.key, to: &part)
+            DecimalDigits.append(row.objectID.key, to: &part)
             part.append(UInt8(ascii: "\t"))
             part.append(UInt8(ascii: "1"))
             for value in row.attributes {
@@ -50,7 +51,7 @@ enum PostgresCopyText {
             }
             for key in row.toOne {
                 part.append(UInt8(ascii: "\t"))
-                if let key { appendDecimal(key.key, to: &part) } else { appendNull(to: &part) }
+                if let key { DecimalDigits.append(key.key, to: &part) } else { appendNull(to: &part) }
             }
             part.append(UInt8(ascii: "\n"))
             if part.count >= partSize {
@@ -67,7 +68,7 @@ enum PostgresCopyText {
         switch value {
         case .null: appendNull(to: &part)
         case .string(let text): writeText(text, to: &part)
-        case .int64(let number): appendDecimal(number, to: &part)
+        case .int64(let number): DecimalDigits.append(number, to: &part)
         case .double(let number): writeDouble(number, to: &part)
         case .date(let date): writeDouble(date.timeIntervalSince1970, to: &part)
         case .bool(let flag): part.append(UInt8(ascii: flag ? "t" : "f"))
@@ -87,23 +88,6 @@ enum PostgresCopyText {
     private static func appendNull(to part: inout [UInt8]) {
         part.append(UInt8(ascii: "\\"))
         part.append(UInt8(ascii: "N"))
-    }
-
-    /// `number` in decimal digits.
-    static func appendDecimal(_ number: Int64, to part: inout [UInt8]) {
-        if number < 0 { part.append(UInt8(ascii: "-")) }
-        var magnitude = number.magnitude
-        // At most 20 digits, written from the last one into a tuple on the stack.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { scratch in
-            var first = scratch.count
-            repeat {
-                first -= 1
-                scratch[first] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            part.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[first...]))
-        }
     }
 
     /// A double as the shortest text that reads back as the same value.
