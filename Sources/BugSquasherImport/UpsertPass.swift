@@ -142,8 +142,9 @@ struct UpsertPass {
     }
 
     /// Points the to-one `relationship` of the bug or comment `id` at `target`, whether it was
-    /// inserted as a row (see ``rowColumns``, whose `rowSlot` is the relationship's position)
-    /// or is an object.
+    /// inserted as a row (see ``rowColumns``, whose `rowSlot` is the relationship's position;
+    /// the pass that links a chunk after its save has none, and finds it by name) or is an
+    /// object.
     private func setToOne(
         _ relationship: String, rowSlot: Int?, of id: ObjectID, to target: ManagedObject?,
         in context: isolated ObjectContext

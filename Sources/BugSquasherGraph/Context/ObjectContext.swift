@@ -180,14 +180,13 @@ public actor ObjectContext {
     /// list the row, but counts as changed: the save bumps its version and its did-save names
     /// the relationship, as for an inserted object. The relationship's inverse must be to-many.
     public func setToOne(ofRow row: ObjectID, _ relationship: String, to object: ManagedObject?) {
-        precondition(object.map { $0.core === core } ?? true, "\(object!.objectID) is an object of another context.")
-        core.setToOne(ofRow: row, slot: toOneSlot(relationship, ofRow: row), to: object.map(RowTarget.object))
+        setToOne(ofRow: row, toOneSlot: toOneSlot(relationship, ofRow: row), to: object)
     }
 
     /// Points the to-one `relationship` of the row `row` at another row, `target`, both from
     /// ``insertRow(_:values:)`` (a new comment at its new bug).
     public func setToOne(ofRow row: ObjectID, _ relationship: String, toRow target: ObjectID) {
-        core.setToOne(ofRow: row, slot: toOneSlot(relationship, ofRow: row), to: core.rowTarget(target))
+        setToOne(ofRow: row, toOneSlot: toOneSlot(relationship, ofRow: row), toRow: target)
     }
 
     /// ``setToOne(ofRow:_:to:)`` with the relationship given by its position in the row
@@ -218,7 +217,7 @@ public actor ObjectContext {
         guard let slot = coordinator.model.entity(named: row.entityName)?.toManyIndex[relationship] else {
             preconditionFailure("Entity '\(row.entityName)' has no to-many relationship '\(relationship)'.")
         }
-        core.add(object, toRow: row, slot: slot)
+        add(object, toRow: row, toManySlot: slot)
     }
 
     /// ``add(_:toRow:_:)`` with the relationship given by its position in the row entity's
