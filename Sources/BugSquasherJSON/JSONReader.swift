@@ -553,45 +553,40 @@ public struct JSONReader {
             end = Self.scanText(bytes, from: end + 2, seen: &seen)
         }
         guard end < bytes.count, bytes[end] == UInt8(ascii: "\""), seen & Self.highBits == 0 else { return nil }
-        let resume = index
-        do {
-            let text = try String(unsafeUninitializedCapacity: end - start) { storage in
-                guard let output = storage.baseAddress, let input = bytes.baseAddress else { return 0 }
-                var written = 0
-                var run = start
-                var runEnd = resume
-                while true {
-                    if runEnd > run {
-                        (output + written).initialize(from: input + run, count: runEnd - run)
-                        written += runEnd - run
-                    }
-                    guard runEnd < end else { return written }
-                    // A backslash, and the letter after it (before `end`, which the scan above
-                    // looked for past each backslash's next byte).
-                    guard input[runEnd] == UInt8(ascii: "\\") else {
-                        throw Failure(message: "control character in a string", offset: runEnd)
-                    }
-                    if let byte = Self.simpleEscape(input[runEnd + 1]) {
+        let firstEscape = index
+        let text = try String(unsafeUninitializedCapacity: end - start) { storage in
+            guard let output = storage.baseAddress, let input = bytes.baseAddress else { return 0 }
+            var written = 0
+            var run = start
+            var runEnd = firstEscape
+            while true {
+                if runEnd > run {
+                    (output + written).initialize(from: input + run, count: runEnd - run)
+                    written += runEnd - run
+                }
+                guard runEnd < end else { return written }
+                // A backslash, and the letter after it (before `end`, which the scan above
+                // looked for past each backslash's next byte).
+                guard input[runEnd] == UInt8(ascii: "\\") else {
+                    throw Failure(message: "control character in a string", offset: runEnd)
+                }
+                if let byte = Self.simpleEscape(input[runEnd + 1]) {
+                    output[written] = byte
+                    written += 1
+                    run = runEnd + 2
+                } else {
+                    index = runEnd + 1
+                    for byte in try unescape().utf8 {
                         output[written] = byte
                         written += 1
-                        run = runEnd + 2
-                    } else {
-                        index = runEnd + 1
-                        for byte in try unescape().utf8 {
-                            output[written] = byte
-                            written += 1
-                        }
-                        run = index
                     }
-                    runEnd = Self.scanText(bytes, from: run, seen: &seen)
+                    run = index
                 }
+                runEnd = Self.scanText(bytes, from: run, seen: &seen)
             }
-            index = end + 1
-            return text
-        } catch {
-            index = resume
-            throw error
         }
+        index = end + 1
+        return text
     }
 
     /// The byte a one-letter escape (`\n`, `\"`, …) stands for; `nil` for `\u` and for what is
