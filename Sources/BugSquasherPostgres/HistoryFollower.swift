@@ -26,15 +26,18 @@ final class HistoryFollower: Sendable {
     /// woke it (a new listening connection), which always reads.
     final class NewestHint: Sendable {
         private let value = Atomic<Int64>(0)
-        func note(_ token: Int64?) { value.max(token ?? .max, ordering: .acquiringAndReleasing) }
+        func note(_ token: Int64?) { value.max(token ?? .max, ordering: .sequentiallyConsistent) }
         func take() -> Int64 { value.exchange(0, ordering: .acquiringAndReleasing) }
+        func peek() -> Int64 { value.load(ordering: .sequentiallyConsistent) }
     }
 
     private let hinted = NewestHint()
     private let stopped = StopFlag()
+    private let store: WeakStore
     private let listener = Mutex<Task<Void, Never>?>(nil)
 
     init(store: PostgresStore) {
+        self.store = WeakStore(store)
         let (configuration, channel, logger) = (try? store.connectionConfiguration(), store.hintChannel, store.logger)
         Thread.detachNewThread { [weak store, wake, hinted, stopped] in
             while !stopped.isSet {
@@ -56,18 +59,34 @@ final class HistoryFollower: Sendable {
         let loop = PostgresEventLoops.group.next()
         listener.withLock {
             $0 = Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
-                [box = WeakStore(store), wake, hinted, stopped] in
+                [box = self.store, wake, hinted, stopped] in
                 await Self.listen(
                     configuration, on: loop, channel: channel, store: box, logger: logger, stopped: stopped
                 ) {
                     token in
                     // A hint of a save delivered already (this process's own, mostly) wakes no one.
-                    if let token, box.store?.isDelivered(through: token) == true { return }
+                    guard let store = box.store else { return }
+                    if let token, store.isDelivered(through: token) { return }
                     hinted.note(token)
+                    // While a thread of this process holds the writing connection, the hint is
+                    // most likely of its save, whose answer comes right after: that thread
+                    // looks at the hint when it lets go (`lookAfterRelease`), so that the
+                    // follower does not wake only to wait for the connection.
+                    if token != nil, store.isWriting { return }
                     wake.signal()
                 }
             }
         }
+    }
+
+    /// Wakes the thread for a hint that came while the writing connection was held, unless the
+    /// holder's save delivered it. (The hint is noted before the listener asks whether the
+    /// connection is held, and the holder lets go before it looks here: one of the two sees
+    /// the other.)
+    func lookAfterRelease() {
+        let newest = hinted.peek()
+        guard newest != 0, let store = store.store, !store.isDelivered(through: newest) else { return }
+        wake.signal()
     }
 
     /// Ends the thread and the listener.

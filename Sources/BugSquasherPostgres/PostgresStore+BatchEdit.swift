@@ -110,7 +110,7 @@ extension PostgresStore: BatchEditable {
         return try withConnection("save") { connection in
             let token: Int64
             do {
-                guard let row = try run(sql, arguments, on: connection).first else { return nil }
+                guard let row = try runPrepared(sql, arguments, on: connection).first else { return nil }
                 token = try row.makeRandomAccess()[0].decode(Int64.self)
             } catch let error as PSQLError
                 where [Self.divisionByZero, Self.uniqueViolation, Self.deadlock].contains(error.serverInfo?[.sqlState])

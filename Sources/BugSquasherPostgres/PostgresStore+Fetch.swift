@@ -53,7 +53,7 @@ extension PostgresStore {
             let table = PostgresSchema.quote(name)
             var bindings = PostgresBindings()
             bindings.append(ids.map(\.key))
-            let rows = try run(
+            let rows = try runPrepared(
                 "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)", binds: bindings,
                 on: connection)
             for row in rows {
@@ -91,7 +91,7 @@ extension PostgresStore {
             var bindings = PostgresBindings()
             bindings.append(counts.map(\.entity))
             bindings.append(counts.map(\.count))
-            let rows = try run(
+            let rows = try runPrepared(
                 """
                 INSERT INTO bs_sequence (entity, next) SELECT e, 1 + c FROM unnest($1::text[], $2::int8[]) AS x(e, c)
                 ON CONFLICT (entity) DO UPDATE SET next = bs_sequence.next + EXCLUDED.next - 1

@@ -55,7 +55,7 @@ extension PostgresStore {
         // token, the history row, and a hint to the other daemons (sent by the server when, and
         // if, the transaction commits).
         let token =
-            try run("WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave), on: connection)
+            try runPrepared("WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave), on: connection)
             .first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
         didSave.token = HistoryToken(rawValue: token)
         return didSave
@@ -288,7 +288,7 @@ extension PostgresStore {
     func currentRow(_ id: ObjectID, entity: EntityDescription, on connection: PostgresConnection, locking: Bool = false)
         throws -> RowSnapshot?
     {
-        try run(
+        try runPrepared(
             "SELECT \(PostgresSchema.columns(of: entity)) FROM \(PostgresSchema.quote(entity.name)) t WHERE t.pk = $1"
                 + (locking ? " FOR UPDATE" : ""),
             [.int64(id.key)], on: connection

@@ -31,7 +31,7 @@ extension PostgresStore {
             """
         arguments += tokenArguments(didSave)
         let token = try keepingKeysUnique(entity, row.attributes, updating: true) {
-            try run(sql, arguments, on: connection).first?.makeRandomAccess()[0].decode(Int64.self)
+            try runPrepared(sql, arguments, on: connection).first?.makeRandomAccess()[0].decode(Int64.self)
         }
         guard let token else {
             throw GraphError.staleObjects([try conflict(row, entity: entity, on: connection)])

@@ -36,6 +36,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// its statements and transactions in this process.
     private let writing = ConnectionSlot(id: 1)
     private let reading = ConnectionSlot(id: 2)
+    /// The names of the statements this process prepares on its connections.
+    let preparedNames = PreparedNames()
     private let registrations = RegistrationCounts()
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).
@@ -54,6 +56,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let recentRows = Mutex<[ObjectID: RowSnapshot]>([:])
     /// Follows the other processes' commits once someone observes commits.
     private let follower = Mutex<HistoryFollower?>(nil)
+    /// How many threads hold or wait for the writing connection.
+    private let writingHolders = Atomic<Int>(0)
     /// This process's row among the daemons attached, and whether the server answers.
     let health = Mutex(Health())
 
@@ -101,8 +105,17 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// wait. A connection that broke is dropped, so that the next call opens a new one; the error
     /// becomes a ``GraphError/Code/storeIO`` that says which server and what happened.
     func withConnection<T>(_ action: String, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try with(writing, action, body)
+        writingHolders.add(1, ordering: .sequentiallyConsistent)
+        defer {
+            writingHolders.subtract(1, ordering: .sequentiallyConsistent)
+            follower.withLock { $0 }?.lookAfterRelease()
+        }
+        return try with(writing, action, body)
     }
+
+    /// Whether a thread holds or waits for the writing connection: it looks at the hints that
+    /// came meanwhile when it lets go (see ``HistoryFollower``).
+    var isWriting: Bool { writingHolders.load(ordering: .sequentiallyConsistent) > 0 }
 
     /// Runs `body` on the store's reading connection, as ``withConnection(_:_:)`` on the writing
     /// one: for statements that only read rows, which see every commit that has returned.
@@ -263,7 +276,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             return
         }
         while limit.map({ last + 1 < $0 }) ?? true {
-            let rows = try run(
+            let rows = try runPrepared(
                 "SELECT token, payload FROM bs_history WHERE token > $1 AND token < $2 ORDER BY token LIMIT 1000",
                 [.int64(last), .int64(limit ?? .max)], on: connection)
             for row in rows {

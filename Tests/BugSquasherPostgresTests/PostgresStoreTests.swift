@@ -457,4 +457,45 @@ struct PostgresStoreTests {
             #expect(!bytes.withUnsafeBytes { PostgresCopyText.mayNeedEscaping($0) }, "byte \(byte)")
         }
     }
+
+    @Test("a statement is named by its text and its parameters' kinds, up to the limit")
+    func preparedNames() {
+        let names = PreparedNames()
+        let first = names.name(for: "SELECT $1", kinds: "i")
+        #expect(first != nil && names.name(for: "SELECT $1", kinds: "i") == first)
+        #expect(names.name(for: "SELECT $1", kinds: "n") != first)
+        #expect(names.name(for: "SELECT $1 + 1", kinds: "i") != first)
+        names.retire("SELECT $1", kinds: "i")
+        let renamed = names.name(for: "SELECT $1", kinds: "i")
+        #expect(renamed != nil && renamed != first)
+        for n in 0..<PreparedNames.limit { _ = names.name(for: "SELECT \(n)", kinds: "") }
+        #expect(names.name(for: "SELECT 'one more'", kinds: "") == nil)
+        #expect(names.name(for: "SELECT $1", kinds: "i") == renamed)
+    }
+
+    /// postgres-nio keeps a failed preparation's error with the statement's name for as long as
+    /// the connection lives: the store gives the statement a new name, so that it runs once
+    /// what it needs exists; an error of an execution leaves the name alone.
+    @Test("a prepared statement whose preparation failed runs once it can; failed executions keep it")
+    func preparedStatementRecovers() throws {
+        guard hasServer() else { return }
+        let store = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: store)
+        let select = "SELECT n FROM later WHERE n > $1 ORDER BY n"
+        try store.withConnection("test prepared statements") { connection in
+            #expect(throws: (any Error).self) { try store.runPrepared(select, [.int64(0)], on: connection) }
+            _ = try store.run("CREATE TABLE later (n bigint PRIMARY KEY)", [], on: connection)
+            let insert = "INSERT INTO later (n) VALUES ($1) RETURNING n"
+            for n in 1...3 { _ = try store.runPrepared(insert, [.int64(Int64(n))], on: connection) }
+            let rows = try store.runPrepared(select, [.int64(1)], on: connection)
+            #expect(try rows.map { try PostgresStore.integers($0) } == [[2], [3]])
+            let name = store.preparedNames.name(for: insert, kinds: "i")
+            #expect(throws: (any Error).self) { try store.runPrepared(insert, [.int64(2)], on: connection) }
+            #expect(store.preparedNames.name(for: insert, kinds: "i") == name)
+            #expect(try store.runPrepared(insert, [.int64(4)], on: connection).map(PostgresStore.integers) == [[4]])
+            // A null binds as its own kind: the statement prepared with a number stays as it was.
+            #expect(try store.runPrepared(select, [.null], on: connection).isEmpty)
+            #expect(try store.runPrepared(select, [.int64(3)], on: connection).count == 1)
+        }
+    }
 }

@@ -1,0 +1,126 @@
+import BugSquasherGraph
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// The names of the statements the store prepares on the server: each of its frequent
+/// statements (an edit's one-statement save, a history read, a save's token) is parsed and
+/// planned once per connection and then only bound and executed, which halves the server's
+/// work for a small statement. A statement is named by its text and the kinds of its
+/// parameters; past ``limit`` names, statements run unprepared.
+/// Why it is built this way: docs/DESIGN-NOTES.md, "Frequent statements are prepared once per
+/// connection".
+final class PreparedNames: Sendable {
+    /// How many statements one process names at most (each connection holds the ones it ran).
+    static let limit = 256
+
+    private struct State {
+        var names: [String: String] = [:]
+        var issued = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// The name of `sql` with parameters of `kinds`, given one now if it has none; `nil` once
+    /// ``limit`` names were given.
+    func name(for sql: String, kinds: String) -> String? {
+        let key = kinds + "\u{0}" + sql
+        return state.withLock { state in
+            if let name = state.names[key] { return name }
+            guard state.issued < Self.limit else { return nil }
+            state.issued += 1
+            let name = "bs_\(state.issued)"
+            state.names[key] = name
+            return name
+        }
+    }
+
+    /// Forgets the name of `sql`, whose preparation may have failed: postgres-nio keeps a failed
+    /// preparation's error for the name as long as the connection lives, so the statement gets
+    /// a new name the next time.
+    func retire(_ sql: String, kinds: String) {
+        _ = state.withLock { $0.names.removeValue(forKey: kinds + "\u{0}" + sql) }
+    }
+
+    /// Whether an error of a prepared statement may have come from its preparation (and so
+    /// stays with its name): every server error but the classes only an execution raises
+    /// (data exceptions such as a batch's version check, integrity violations, rollbacks of
+    /// deadlocks). A lost connection takes its prepared statements with it.
+    static func mayHaveFailedPreparing(_ error: PSQLError) -> Bool {
+        guard let state = error.serverInfo?[.sqlState] else { return false }
+        return !["22", "23", "40"].contains(String(state.prefix(2)))
+    }
+}
+
+/// A statement of the store's run as a named prepared statement through postgres-nio's
+/// `PostgresPreparedStatement`, whose name and text are static: they are read from a task-local
+/// value that ``PostgresStore/runPrepared(_:_:on:)`` binds around each execution.
+struct DynamicStatement: PostgresPreparedStatement {
+    /// The name and text of the statement being executed in this task.
+    struct Text: Sendable {
+        var name = ""
+        var sql = ""
+    }
+
+    @TaskLocal static var current = Text()
+    static var name: String { current.name }
+    static var sql: String { current.sql }
+
+    let bindings: PostgresBindings
+
+    func makeBindings() throws -> PostgresBindings { bindings }
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
+extension PostgresStore {
+    /// Runs `sql` with `arguments` as a prepared statement (see ``PreparedNames``), or as an
+    /// unnamed one once the store named as many as it names, and returns its rows.
+    func runPrepared(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) throws -> [PostgresRow] {
+        var bindings = PostgresBindings(capacity: arguments.count)
+        for argument in arguments { try Self.bind(argument, to: &bindings) }
+        return try runPrepared(sql, binds: bindings, kinds: String(arguments.map(\.bindingKind)), on: connection)
+    }
+
+    /// Runs `sql` with parameters bound already, as ``runPrepared(_:_:on:)`` does; `kinds` tells
+    /// statements of one text apart whose parameters' types differ (none, when the statement
+    /// casts each parameter to one type).
+    func runPrepared(
+        _ sql: String, binds bindings: PostgresBindings, kinds: String = "", on connection: PostgresConnection
+    )
+        throws -> [PostgresRow]
+    {
+        guard let name = preparedNames.name(for: sql, kinds: kinds) else {
+            return try run(sql, binds: bindings, on: connection)
+        }
+        let (statement, logger, names) = (DynamicStatement(bindings: bindings), logger, preparedNames)
+        do {
+            return try PostgresEventLoops.run(on: connection.eventLoop) {
+                try await DynamicStatement.$current.withValue(.init(name: name, sql: sql)) {
+                    var rows: [PostgresRow] = []
+                    for try await row in try await connection.execute(statement, logger: logger) {
+                        rows.append(row)
+                    }
+                    return rows
+                }
+            }
+        } catch let error as PSQLError where PreparedNames.mayHaveFailedPreparing(error) {
+            names.retire(sql, kinds: kinds)
+            throw error
+        }
+    }
+}
+
+extension Value {
+    /// The kind of parameter the value binds as: a prepared statement's parameter types are
+    /// fixed by its first execution, so statements alike but for these are prepared apart.
+    fileprivate var bindingKind: Character {
+        switch self {
+        case .null: "n"
+        case .string: "s"
+        case .int64: "i"
+        case .double, .date: "d"
+        case .bool: "b"
+        case .data: "x"
+        }
+    }
+}
