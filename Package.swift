@@ -340,7 +340,10 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherPostgresTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherStack"],
+            dependencies: [
+                "BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherStack",
+                .product(name: "Logging", package: "swift-log"), .product(name: "PostgresNIO", package: "postgres-nio"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -32,6 +32,14 @@ final class HistoryFollower: Sendable {
     }
 
     private let hinted = NewestHint()
+    /// The history as the listener read it after the newest hint, for the thread to deliver.
+    final class ReadPage: Sendable {
+        private let page = Mutex<HistoryPage?>(nil)
+        func offer(_ read: HistoryPage) { page.withLock { $0 = read } }
+        func take() -> HistoryPage? { page.withLock { $0.take() } }
+    }
+
+    private let read = ReadPage()
     private let stopped = StopFlag()
     private let store: WeakStore
     private let listener = Mutex<Task<Void, Never>?>(nil)
@@ -39,7 +47,7 @@ final class HistoryFollower: Sendable {
     init(store: PostgresStore) {
         self.store = WeakStore(store)
         let (configuration, channel, logger) = (try? store.connectionConfiguration(), store.hintChannel, store.logger)
-        Thread.detachNewThread { [weak store, wake, hinted, stopped] in
+        Thread.detachNewThread { [weak store, wake, hinted, read, stopped] in
             while !stopped.isSet {
                 let woken = wake.wait(timeout: .now() + .seconds(1)) == .success
                 guard let store, !stopped.isSet else { return }
@@ -47,8 +55,9 @@ final class HistoryFollower: Sendable {
                 // (a save of this process delivers the others' before it, and then itself); the
                 // once-a-second look always reads.
                 let newest = hinted.take()
+                let page = read.take()
                 if woken, store.isDelivered(through: newest) { continue }
-                store.deliverCommitsOfOthers(hinted: woken && newest != .max ? newest : nil)
+                store.deliverCommitsOfOthers(hinted: woken && newest != .max ? newest : nil, read: page)
             }
         }
         guard let configuration else { return }  // the store's own connection says why
@@ -59,11 +68,11 @@ final class HistoryFollower: Sendable {
         let loop = PostgresEventLoops.group.next()
         listener.withLock {
             $0 = Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
-                [box = self.store, wake, hinted, stopped] in
+                [box = self.store, wake, hinted, read, stopped] in
                 await Self.listen(
                     configuration, on: loop, channel: channel, store: box, logger: logger, stopped: stopped
                 ) {
-                    token in
+                    token, connection in
                     // A hint of a save delivered already (this process's own, mostly) wakes no one.
                     guard let store = box.store else { return }
                     if let token, store.isDelivered(through: token) { return }
@@ -73,6 +82,11 @@ final class HistoryFollower: Sendable {
                     // looks at the hint when it lets go (`lookAfterRelease`), so that the
                     // follower does not wake only to wait for the connection.
                     if token != nil, store.isWriting { return }
+                    // Another process's save: its history rows are read here, on the loop that
+                    // heard the hint, and the follower wakes to find them read.
+                    if token != nil, let page = await store.readHistory(on: connection) {
+                        read.offer(page)
+                    }
                     wake.signal()
                 }
             }
@@ -107,16 +121,19 @@ final class HistoryFollower: Sendable {
     }
 
     /// Calls `hint` once listening on `channel` (with no token), and for each notification
-    /// (with the token it carries), and sends the store's heartbeats, until the connection ends.
+    /// (with the token it carries), each with the listening connection, and sends the store's
+    /// heartbeats, until the connection ends.
     private static func listen(
         on connection: PostgresConnection, channel: String, store: WeakStore,
-        hint: @escaping @Sendable (Int64?) -> Void
+        hint: @escaping @Sendable (Int64?, PostgresConnection) async -> Void
     ) async throws {
         try await connection.listen(on: channel) { notifications in
             store.store?.markReachable()
-            hint(nil)
+            await hint(nil, connection)
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { for try await notification in notifications { hint(Int64(notification.payload)) } }
+                group.addTask {
+                    for try await notification in notifications { await hint(Int64(notification.payload), connection) }
+                }
                 group.addTask {
                     while !Task.isCancelled {
                         try await Task.sleep(for: heartbeatInterval)
@@ -157,7 +174,7 @@ final class HistoryFollower: Sendable {
     /// connection (and hinting then, with no token, so that what was sent meanwhile is read).
     private static func listen(
         _ configuration: PostgresConnection.Configuration, on loop: any EventLoop, channel: String, store: WeakStore,
-        logger: Logger, stopped: StopFlag, hint: @escaping @Sendable (Int64?) -> Void
+        logger: Logger, stopped: StopFlag, hint: @escaping @Sendable (Int64?, PostgresConnection) async -> Void
     ) async {
         while !stopped.isSet, !Task.isCancelled {
             do {

@@ -71,7 +71,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     deinit {
         follower.withLock { $0?.stop() }
         for slot in [writing, reading] {
-            if let open = slot.connection.withLock({ $0 }) { try? open.close().blockingValue() }
+            guard let open = slot.connection.withLock({ $0 }) else { continue }
+            // The last reference can go on the connections' event loop (a task of the store's
+            // that ran there ends), which must not wait for itself: there the close goes on alone.
+            if open.eventLoop.inEventLoop {
+                let _: EventLoopFuture<Void> = open.close()
+            } else {
+                try? open.close().blockingValue()
+            }
         }
     }
 
@@ -268,33 +275,63 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// before `limit`, when given): the other processes' saves, which this one learns of from the
     /// history. Runs with the connection held, so deliveries never interleave.
     func deliverHistory(
-        before limit: Int64?, store: String, on connection: PostgresConnection
+        before limit: Int64?, store: String, read page: HistoryPage? = nil, on connection: PostgresConnection
     ) throws {
         let handlers = commitHandlers.withLock { $0 } + otherHandlers.withLock { $0 }
         guard var last = delivered.withLock({ $0 }) else {
             if let limit { delivered.withLock { $0 = limit - 1 } }
             return
         }
+        // A page the listener read is used when it goes on from the last save delivered.
+        var page = page.map { HistoryPage(records: $0.records.filter { $0.token > last }, isWhole: $0.isWhole) }
+        if page?.records.first?.token != last + 1 { page = nil }
         while limit.map({ last + 1 < $0 }) ?? true {
-            let rows = try runPrepared(
-                "SELECT token, payload FROM bs_history WHERE token > $1 AND token < $2 ORDER BY token LIMIT 1000",
-                [.int64(last), .int64(limit ?? .max)], on: connection)
-            for row in rows {
-                let cells = row.makeRandomAccess()
-                let token = try cells[0].decode(Int64.self)
+            let current = try page ?? readHistory(after: last, before: limit, on: connection)
+            page = nil
+            for record in current.records {
                 // Tokens have no gaps: a missing one was pruned (retention) before it was read.
-                if token > last + 1 { reportGap(after: last, through: token - 1) }
+                if record.token > last + 1 { reportGap(after: last, through: record.token - 1) }
                 var didSave = try HistoryCoding.decode(
-                    try cells[1].decode(Data.self), store: store, token: HistoryToken(rawValue: token),
+                    record.payload, store: store, token: HistoryToken(rawValue: record.token),
                     model: loaded.withLock { $0?.model })
                 try attachValues(to: &didSave, on: connection)
                 remember(didSave)
                 for handler in handlers { handler(didSave) }
-                last = token
-                delivered.withLock { $0 = token }
+                last = record.token
+                delivered.withLock { $0 = record.token }
             }
-            if rows.count < 1000 { break }
+            if current.isWhole { break }
         }
+    }
+
+    /// The statement of ``readHistory(after:before:on:)`` and ``readHistory(on:)``, on the
+    /// history table as `table` names it.
+    private static func historyPageSQL(_ table: String) -> String {
+        "SELECT token, payload FROM \(table) WHERE token > $1 AND token < $2 ORDER BY token LIMIT 1000"
+    }
+
+    /// The history rows after `last` (and before `limit`), a page of at most 1,000.
+    private func readHistory(after last: Int64, before limit: Int64?, on connection: PostgresConnection) throws
+        -> HistoryPage
+    {
+        try HistoryPage(
+            runPrepared(Self.historyPageSQL("bs_history"), [.int64(last), .int64(limit ?? .max)], on: connection))
+    }
+
+    /// The history rows after the last save delivered, read on the event loop that received a
+    /// hint (the listener's connection), so that the follower's thread finds them read when it
+    /// wakes instead of asking that loop to read them and waiting again; `nil` before the first
+    /// delivery or when the read fails (the follower then reads as usual).
+    func readHistory(on connection: PostgresConnection) async -> HistoryPage? {
+        guard let last = delivered.withLock({ $0 }) else { return nil }
+        return try? await readHistory(after: last, on: connection)
+    }
+
+    /// The history rows after `last`, a page of at most 1,000, read on a connection that may not
+    /// have the store's schema on its search path (the listening connection has not).
+    func readHistory(after last: Int64, on connection: PostgresConnection) async throws -> HistoryPage {
+        let sql = Self.historyPageSQL("\(PostgresSchema.quote(configuration.schema)).bs_history")
+        return try HistoryPage(await executePrepared(sql, [.int64(last), .int64(.max)], on: connection))
     }
 
     /// Saves of at most this many objects write their updated rows into the history, so that
@@ -332,12 +369,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// calls this on each hint, and once a second). With `hinted`, the newest token hinted: once
     /// the connection is free, a save of this process may have delivered it meanwhile (its hint
     /// can arrive before the save's own answer), and then there is nothing to read.
-    func deliverCommitsOfOthers(hinted: Int64? = nil) {
+    /// With `page`, the history as the listener read it after the hint (see
+    /// ``readHistory(on:)``).
+    func deliverCommitsOfOthers(hinted: Int64? = nil, read page: HistoryPage? = nil) {
         guard isObserved, let store = loaded.withLock({ $0?.metadata.storeIdentifier }) else { return }
         do {
             try withConnection("read the history") { connection in
                 if let hinted, isDelivered(through: hinted) { return }
-                try deliverHistory(before: nil, store: store, on: connection)
+                try deliverHistory(before: nil, store: store, read: page, on: connection)
             }
         } catch {
             logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])
@@ -391,4 +430,31 @@ final class ConnectionSlot: Sendable {
     let live = Mutex<PostgresConnection?>(nil)
 
     init(id: Int) { self.id = id }
+}
+
+/// Rows of the history in token order, as read by one statement.
+struct HistoryPage: Sendable {
+    /// One history row: a save's token and its encoded did-save.
+    struct Record: Sendable {
+        let token: Int64
+        let payload: Data
+    }
+
+    var records: [Record]
+    /// Whether the page holds every row there was after its first (it is shorter than a page).
+    var isWhole: Bool
+
+    init(records: [Record], isWhole: Bool) {
+        self.records = records
+        self.isWhole = isWhole
+    }
+
+    /// The rows of a `token, payload` statement limited to 1,000.
+    init(_ rows: [PostgresRow]) throws {
+        records = try rows.map { row in
+            let cells = row.makeRandomAccess()
+            return Record(token: try cells[0].decode(Int64.self), payload: try cells[1].decode(Data.self))
+        }
+        isWhole = rows.count < 1_000
+    }
 }

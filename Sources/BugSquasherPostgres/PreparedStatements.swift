@@ -92,16 +92,41 @@ extension PostgresStore {
         guard let name = preparedNames.name(for: sql, kinds: kinds) else {
             return try run(sql, binds: bindings, on: connection)
         }
-        let (statement, logger, names) = (DynamicStatement(bindings: bindings), logger, preparedNames)
+        let (names, logger) = (preparedNames, logger)
+        return try PostgresEventLoops.run(on: connection.eventLoop) {
+            try await Self.execute(
+                sql, named: name, kinds: kinds, binds: bindings, names: names, logger: logger, on: connection)
+        }
+    }
+
+    /// ``runPrepared(_:_:on:)`` for a task on the connection's event loop, which must not wait.
+    func executePrepared(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) async throws
+        -> [PostgresRow]
+    {
+        var bindings = PostgresBindings(capacity: arguments.count)
+        for argument in arguments { try Self.bind(argument, to: &bindings) }
+        let kinds = String(arguments.map(\.bindingKind))
+        guard let name = preparedNames.name(for: sql, kinds: kinds) else {
+            return try await connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).collect()
+        }
+        return try await Self.execute(
+            sql, named: name, kinds: kinds, binds: bindings, names: preparedNames, logger: logger, on: connection)
+    }
+
+    /// Executes the statement named `name`; static, so that the task running it on the event
+    /// loop holds no reference to the store (the store's last reference must not go there).
+    private static func execute(
+        _ sql: String, named name: String, kinds: String, binds bindings: PostgresBindings, names: PreparedNames,
+        logger: Logger, on connection: PostgresConnection
+    ) async throws -> [PostgresRow] {
         do {
-            return try PostgresEventLoops.run(on: connection.eventLoop) {
-                try await DynamicStatement.$current.withValue(.init(name: name, sql: sql)) {
-                    var rows: [PostgresRow] = []
-                    for try await row in try await connection.execute(statement, logger: logger) {
-                        rows.append(row)
-                    }
-                    return rows
+            return try await DynamicStatement.$current.withValue(.init(name: name, sql: sql)) {
+                var rows: [PostgresRow] = []
+                for try await row in try await connection.execute(DynamicStatement(bindings: bindings), logger: logger)
+                {
+                    rows.append(row)
                 }
+                return rows
             }
         } catch let error as PSQLError where PreparedNames.mayHaveFailedPreparing(error) {
             names.retire(sql, kinds: kinds)

@@ -2,6 +2,8 @@ import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherStack
 import Foundation
+import Logging
+import PostgresNIO
 import Synchronization
 import Testing
 
@@ -497,5 +499,30 @@ struct PostgresStoreTests {
             #expect(try store.runPrepared(select, [.null], on: connection).isEmpty)
             #expect(try store.runPrepared(select, [.int64(3)], on: connection).count == 1)
         }
+    }
+
+    /// The follower's listener reads the history on its own connection, which is not the
+    /// store's: it has no search path of the store's schema.
+    @Test("the listener reads the history on a connection of its own, whatever its search path")
+    func listenerReadsHistory() async throws {
+        guard hasServer() else { return }
+        let store = try freshStore()
+        let context = ObjectContext(
+            coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "test")
+        _ = try await context.perform { context in try saveOpenBugs(3, prefix: "H", title: "t", in: context) }
+        try await context.perform { context in
+            let bug = try #require(try context.fetch(FetchRequest<Bug>(predicate: Key("key") == "H-1")).first)
+            bug.status = "Closed"
+            try context.saveToStore()
+        }
+        let newest = try store.currentHistoryToken().rawValue
+        let connection = try await PostgresConnection.connect(
+            on: PostgresEventLoops.group.next(), configuration: try store.connectionConfiguration(), id: 9,
+            logger: Logger(label: "test"))
+        let recent = try await store.readHistory(after: newest - 2, on: connection)
+        let all = try await store.readHistory(after: 0, on: connection)
+        try await connection.close()
+        #expect(recent.records.map(\.token) == [newest - 1, newest] && recent.isWhole)
+        #expect(all.records.map(\.token) == Array(1...newest))
     }
 }
