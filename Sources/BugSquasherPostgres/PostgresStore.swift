@@ -42,6 +42,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).
     let otherHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
+    /// Which entities' inserts get their values whatever the size of the save (``SharedStore``).
+    let insertValuesWanted = Mutex<(@Sendable (String) -> Bool)?>(nil)
     /// The observers of saves pruned before this process read them (``SharedStore``).
     let gapHandlers = Mutex<[@Sendable (HistoryToken) -> Void]>([])
     /// The newest token handed to the commit observers; read and written with the connection
@@ -93,6 +95,10 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     public func observeCommitsOfOthers(_ handler: @escaping @Sendable (DidSave) -> Void) {
         otherHandlers.withLock { $0.append(handler) }
         startFollowing()
+    }
+
+    public func readValuesOfInserts(where wanted: @escaping @Sendable (_ entity: String) -> Bool) {
+        insertValuesWanted.withLock { $0 = wanted }
     }
 
     /// Starts the follower of the other processes' saves, from the store's newest token.
@@ -345,14 +351,36 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     /// Saves of other processes with at most this many objects are delivered with their values.
     static let valuesUpToObjects = 1_000
+    /// Larger saves are delivered with the values of at most this many inserts of the entities
+    /// that ``readValuesOfInserts(where:)`` asks for (an import's chunk of bugs, say).
+    static let insertValuesUpToObjects = 5_000
 
     /// The values of a small save read from the history, which keeps none: read once here for
     /// every subscriber of this process, rather than by each of them. A row a later save changed
     /// already keeps its values out (they would not be this save's).
+    /// A larger save gets the values of its inserts of the entities ``readValuesOfInserts(where:)``
+    /// asks for, up to ``insertValuesUpToObjects`` of them.
     private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection) throws {
-        guard didSave.objectCount <= Self.valuesUpToObjects, let state = loaded.withLock({ $0 }) else { return }
-        // Small saves carry their updated rows (see `historyPayload`): those are not read again.
-        let ids = (didSave.inserted + didSave.updated).filter { $0.values == nil }.map(\.objectID)
+        guard let state = loaded.withLock({ $0 }) else { return }
+        let ids: [ObjectID]
+        if didSave.objectCount <= Self.valuesUpToObjects {
+            // Small saves carry their updated rows (see `historyPayload`): those are not read again.
+            ids = (didSave.inserted + didSave.updated).filter { $0.values == nil }.map(\.objectID)
+        } else if let wanted = insertValuesWanted.withLock({ $0 }) {
+            var verdicts: [String: Bool] = [:]
+            var found: [ObjectID] = []
+            for change in didSave.inserted where change.values == nil {
+                let entity = change.objectID.entityName
+                let isWanted = verdicts[entity] ?? wanted(entity)
+                verdicts[entity] = isWanted
+                guard isWanted else { continue }
+                found.append(change.objectID)
+                if found.count > Self.insertValuesUpToObjects { return }
+            }
+            ids = found
+        } else {
+            return
+        }
         guard !ids.isEmpty else { return }
         let rows = try rows(for: ids, state: state, on: connection)
         for index in didSave.inserted.indices {

@@ -525,4 +525,33 @@ struct PostgresStoreTests {
         #expect(recent.records.map(\.token) == [newest - 1, newest] && recent.isWhole)
         #expect(all.records.map(\.token) == Array(1...newest))
     }
+
+    /// Another process's large save (an import's chunk) comes without values, but a process
+    /// that watches for inserts of an entity asks for them: squasherd's subscribers waiting for
+    /// a key receive the one insert that has it, not every insert of the chunk.
+    @Test("a large save of another process comes with its inserts' values when they are asked for")
+    func insertValuesOfLargeSaves() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (writer, watching, plain) = (
+            try freshStore(schema: schema), try freshStore(schema: schema), try freshStore(schema: schema)
+        )
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
+        for store in [watching, plain] { _ = try StoreCoordinator(model: BugModel.model, store: store) }
+        watching.readValuesOfInserts { $0 == "Bug" }
+        let seen = Mutex<[String: DidSave]>([:])
+        watching.observeCommitsOfOthers { didSave in seen.withLock { $0["watching"] = didSave } }
+        plain.observeCommitsOfOthers { didSave in seen.withLock { $0["plain"] = didSave } }
+        let count = PostgresStore.valuesUpToObjects + 1
+        _ = try await context.perform { context in try saveOpenBugs(count, prefix: "V", title: "t", in: context) }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while seen.withLock({ $0.count }) < 2, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let (withValues, without) = try seen.withLock { (try #require($0["watching"]), try #require($0["plain"])) }
+        #expect(withValues.inserted.count == count && withValues.inserted.allSatisfy { $0.values != nil })
+        let key = BugModel.model.entity(named: "Bug")!.attributeIndex["key"]!
+        #expect(Set(withValues.inserted.compactMap { $0.values?.attributes[key] }).count == count)
+        #expect(without.inserted.count == count && without.inserted.allSatisfy { $0.values == nil })
+    }
 }

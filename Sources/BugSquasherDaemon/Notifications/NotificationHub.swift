@@ -36,6 +36,12 @@ final class NotificationHub: Sendable {
         subscriptions.withLock { $0[id] }
     }
 
+    /// Whether a subscriber watches for inserts of `entity` (`insertsOf`): a shared store then
+    /// reads the values of other daemons' inserts of it, which the watches match against.
+    func watchesInserts(of entity: String) -> Bool {
+        subscriptions.withLock { $0.values.contains { $0.insertWatch?.entity.name == entity } }
+    }
+
     /// How many subscribers are connected (change feeds; not the followers of import jobs).
     var count: Int { subscriptions.withLock { $0.values.count { !$0.followsJob } } }
 

@@ -71,6 +71,13 @@ public protocol SharedStore: Sendable {
     /// before it could (it was cut off longer than the retention): `missed` is the newest token
     /// gone. What it holds may be stale, with no save to say so; it must refetch.
     func observeHistoryGaps(_ handler: @escaping @Sendable (_ missed: HistoryToken) -> Void)
+
+    /// Reads the values of another process's inserts of the entities `wanted` accepts, whatever
+    /// the size of its save (a large save comes without values otherwise), so that the
+    /// observers can tell which inserts match what they watch for. squasherd asks for the
+    /// entities its subscribers watch (`insertsOf`): without values every insert would pass
+    /// every watch, and each subscriber would receive all of another daemon's import.
+    func readValuesOfInserts(where wanted: @escaping @Sendable (_ entity: String) -> Bool)
 }
 
 /// A store that keeps its history for a while, not for ever (docs/OPERATIONS.md, "History
