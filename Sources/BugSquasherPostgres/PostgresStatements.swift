@@ -26,10 +26,16 @@ extension PostgresStore {
     private func execute(
         _ sql: String, _ arguments: [Value], arrays: [[Int64]] = [], on connection: PostgresConnection
     ) throws -> PostgresQueryResult {
-        var bindings = PostgresBindings(capacity: arguments.count + arrays.count)
-        for argument in arguments { try Self.bind(argument, to: &bindings) }
-        for array in arrays { bindings.append(array) }
+        let bindings = try Self.bindings(arguments, arrays: arrays)
         return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue()
+    }
+
+    /// `arguments` as `$1`, `$2`, …, then `arrays` as `int8[]` parameters.
+    static func bindings(_ arguments: [Value], arrays: [[Int64]] = []) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: arguments.count + arrays.count)
+        for argument in arguments { try bind(argument, to: &bindings) }
+        for array in arrays { bindings.append(array) }
+        return bindings
     }
 
     static func bind(_ value: Value, to bindings: inout PostgresBindings) throws {

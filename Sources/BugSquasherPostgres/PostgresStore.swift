@@ -358,6 +358,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// The values of a small save read from the history, which keeps none: read once here for
     /// every subscriber of this process, rather than by each of them. A row a later save changed
     /// already keeps its values out (they would not be this save's).
+    ///
     /// A larger save gets the values of its inserts of the entities ``readValuesOfInserts(where:)``
     /// asks for, up to ``insertValuesUpToObjects`` of them.
     private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection) throws {
@@ -471,12 +472,9 @@ struct HistoryPage: Sendable {
     var records: [Record]
     /// Whether the page holds every row there was after its first (it is shorter than a page).
     var isWhole: Bool
+}
 
-    init(records: [Record], isWhole: Bool) {
-        self.records = records
-        self.isWhole = isWhole
-    }
-
+extension HistoryPage {
     /// The rows of a `token, payload` statement limited to 1,000.
     init(_ rows: [PostgresRow]) throws {
         records = try rows.map { row in

@@ -76,9 +76,7 @@ extension PostgresStore {
     /// Runs `sql` with `arguments` as a prepared statement (see ``PreparedNames``), or as an
     /// unnamed one once the store named as many as it names, and returns its rows.
     func runPrepared(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) throws -> [PostgresRow] {
-        var bindings = PostgresBindings(capacity: arguments.count)
-        for argument in arguments { try Self.bind(argument, to: &bindings) }
-        return try runPrepared(sql, binds: bindings, kinds: String(arguments.map(\.bindingKind)), on: connection)
+        try runPrepared(sql, binds: Self.bindings(arguments), kinds: Self.kinds(arguments), on: connection)
     }
 
     /// Runs `sql` with parameters bound already, as ``runPrepared(_:_:on:)`` does; `kinds` tells
@@ -103,9 +101,7 @@ extension PostgresStore {
     func executePrepared(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) async throws
         -> [PostgresRow]
     {
-        var bindings = PostgresBindings(capacity: arguments.count)
-        for argument in arguments { try Self.bind(argument, to: &bindings) }
-        let kinds = String(arguments.map(\.bindingKind))
+        let (bindings, kinds) = (try Self.bindings(arguments), Self.kinds(arguments))
         guard let name = preparedNames.name(for: sql, kinds: kinds) else {
             return try await connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).collect()
         }
@@ -135,9 +131,14 @@ extension PostgresStore {
     }
 }
 
-extension Value {
-    /// The kind of parameter the value binds as: a prepared statement's parameter types are
+extension PostgresStore {
+    /// The kinds of parameters `arguments` bind as: a prepared statement's parameter types are
     /// fixed by its first execution, so statements alike but for these are prepared apart.
+    fileprivate static func kinds(_ arguments: [Value]) -> String { String(arguments.map(\.bindingKind)) }
+}
+
+extension Value {
+    /// The kind of parameter the value binds as (see `PostgresStore.kinds(_:)`).
     fileprivate var bindingKind: Character {
         switch self {
         case .null: "n"
