@@ -53,6 +53,20 @@ struct PostgresSelect {
         return request.resultType == .count ? "SELECT count(*) FROM (\(sql)) AS counted" : sql
     }
 
+    /// The rows among the changes (`$1`, their keys, and `$2`, their versions) that match
+    /// `predicate` or whose version is no longer the change's: another process's inserts as
+    /// ``PostgresStore`` screens them for this process's observers (``InsertInterest``).
+    mutating func rows(among changes: [ObjectChange], matching predicate: ObjectPredicate) throws -> String {
+        bindings.append(changes.map(\.objectID.key))
+        bindings.append(changes.map(\.version))
+        parameterCount += 2
+        let whereClause = try condition(predicate)
+        return
+            "SELECT \(PostgresSchema.columns(of: entity)) FROM unnest($1::int8[], $2::int8[]) AS c(pk, version) "
+            + "JOIN \(PostgresSchema.quote(entity.name)) t ON t.pk = c.pk \(paths.joins.joined(separator: " ")) "
+            + "WHERE t._version <> c.version OR \(whereClause)"
+    }
+
     private mutating func condition(_ predicate: ObjectPredicate) throws -> String {
         switch predicate {
         case .all:

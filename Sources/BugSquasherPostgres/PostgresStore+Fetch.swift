@@ -56,10 +56,20 @@ extension PostgresStore {
             let rows = try runPrepared(
                 "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)", binds: bindings,
                 on: connection)
-            for row in rows {
-                let decoded = try Self.decode(row, entity: entity, store: store)
-                result[decoded.objectID] = decoded.snapshot
-            }
+            result.merge(try Self.snapshots(rows, entity: entity, store: store)) { $1 }
+        }
+        return result
+    }
+
+    /// Rows of `entity` as selected by ``PostgresSchema/columns(of:alias:only:)``, by object ID.
+    static func snapshots(_ rows: [PostgresRow], entity: EntityDescription, store: String) throws
+        -> [ObjectID: RowSnapshot]
+    {
+        var result: [ObjectID: RowSnapshot] = [:]
+        result.reserveCapacity(rows.count)
+        for row in rows {
+            let decoded = try decode(row, entity: entity, store: store)
+            result[decoded.objectID] = decoded.snapshot
         }
         return result
     }

@@ -42,8 +42,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).
     let otherHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
-    /// Which entities' inserts get their values whatever the size of the save (``SharedStore``).
-    let insertValuesWanted = Mutex<(@Sendable (String) -> Bool)?>(nil)
+    /// Which of other processes' inserts this process's observers look for (``SharedStore``).
+    let insertInterest = Mutex<(@Sendable (String) -> InsertInterest)?>(nil)
     /// The observers of saves pruned before this process read them (``SharedStore``).
     let gapHandlers = Mutex<[@Sendable (HistoryToken) -> Void]>([])
     /// The newest token handed to the commit observers; read and written with the connection
@@ -97,8 +97,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         startFollowing()
     }
 
-    public func readValuesOfInserts(where wanted: @escaping @Sendable (_ entity: String) -> Bool) {
-        insertValuesWanted.withLock { $0 = wanted }
+    public func screenInsertsOfOthers(by interest: @escaping @Sendable (_ entity: String) -> InsertInterest) {
+        insertInterest.withLock { $0 = interest }
     }
 
     /// Starts the follower of the other processes' saves, from the store's newest token.
@@ -352,38 +352,39 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// Saves of other processes with at most this many objects are delivered with their values.
     static let valuesUpToObjects = 1_000
     /// Larger saves are delivered with the values of at most this many inserts of the entities
-    /// that ``readValuesOfInserts(where:)`` asks for (an import's chunk of bugs, say).
+    /// whose every insert is looked for (``InsertInterest/every``; an import's chunk of bugs).
     static let insertValuesUpToObjects = 5_000
 
-    /// The values of a small save read from the history, which keeps none: read once here for
-    /// every subscriber of this process, rather than by each of them. A row a later save changed
-    /// already keeps its values out (they would not be this save's).
-    ///
-    /// A larger save gets the values of its inserts of the entities ``readValuesOfInserts(where:)``
-    /// asks for, up to ``insertValuesUpToObjects`` of them.
+    /// The values of another process's save, read once here for every observer of this process
+    /// (the history keeps none but a small save's own rows): a small save's changes, and the
+    /// inserts the observers look for (``screenInsertsOfOthers(by:)``), which the server
+    /// screens; those they do not look for are left out. A row a later save changed keeps its
+    /// values out (they would not be this save's).
     private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection) throws {
         guard let state = loaded.withLock({ $0 }) else { return }
-        let ids: [ObjectID]
-        if didSave.objectCount <= Self.valuesUpToObjects {
-            // Small saves carry their updated rows (see `historyPayload`): those are not read again.
-            ids = (didSave.inserted + didSave.updated).filter { $0.values == nil }.map(\.objectID)
-        } else if let wanted = insertValuesWanted.withLock({ $0 }) {
-            var verdicts: [String: Bool] = [:]
-            var found: [ObjectID] = []
-            for change in didSave.inserted where change.values == nil {
-                let entity = change.objectID.entityName
-                let isWanted = verdicts[entity] ?? wanted(entity)
-                verdicts[entity] = isWanted
-                guard isWanted else { continue }
-                found.append(change.objectID)
-                if found.count > Self.insertValuesUpToObjects { return }
+        let isSmall = didSave.objectCount <= Self.valuesUpToObjects
+        // Small saves carry their updated rows (see `historyPayload`): those are not read again.
+        var reading = isSmall ? didSave.updated.filter { $0.values == nil }.map(\.objectID) : []
+        var rows: [ObjectID: RowSnapshot] = [:]
+        var leftOut = Set<ObjectID>()
+        let insertsByEntity = Dictionary(
+            grouping: didSave.inserted.filter { $0.values == nil }, by: \.objectID.entityName)
+        let interest = insertInterest.withLock { $0 }
+        var every: [ObjectID] = []
+        for (entity, inserts) in insertsByEntity {
+            switch interest?(entity) ?? (isSmall ? .every : .none) {
+            case .none where interest != nil: leftOut.formUnion(inserts.map(\.objectID))
+            case .none: break
+            case .every: every += inserts.map(\.objectID)
+            case .matching(let predicate):
+                let found = try screened(inserts, of: entity, matching: predicate, state: state, on: connection)
+                for insert in inserts where found[insert.objectID] == nil { leftOut.insert(insert.objectID) }
+                rows.merge(found) { $1 }
             }
-            ids = found
-        } else {
-            return
         }
-        guard !ids.isEmpty else { return }
-        let rows = try rows(for: ids, state: state, on: connection)
+        if isSmall || every.count <= Self.insertValuesUpToObjects { reading += every }
+        if !reading.isEmpty { rows.merge(try self.rows(for: reading, state: state, on: connection)) { $1 } }
+        if !leftOut.isEmpty { didSave.inserted.removeAll { leftOut.contains($0.objectID) } }
         for index in didSave.inserted.indices {
             let change = didSave.inserted[index]
             if let row = rows[change.objectID], row.version == change.version { didSave.inserted[index].values = row }
@@ -392,6 +393,21 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             let change = didSave.updated[index]
             if let row = rows[change.objectID], row.version == change.version { didSave.updated[index].values = row }
         }
+    }
+
+    /// The rows of `inserts` (of `entity`) that match `predicate`, screened by the server, and
+    /// of those changed again since (kept without values by the caller: whether they matched
+    /// when inserted is not known).
+    private func screened(
+        _ inserts: [ObjectChange], of entity: String, matching predicate: ObjectPredicate, state: Loaded,
+        on connection: PostgresConnection
+    ) throws -> [ObjectID: RowSnapshot] {
+        let description = try state.model.requireEntity(entity)
+        var select = PostgresSelect(
+            model: state.model, entity: description, storeIdentifier: state.metadata.storeIdentifier)
+        // Unnamed: the predicate changes as subscribers come and go (see `PreparedNames`).
+        let rows = try run(try select.rows(among: inserts, matching: predicate), binds: select.bindings, on: connection)
+        return try Self.snapshots(rows, entity: description, store: state.metadata.storeIdentifier)
     }
 
     /// Delivers the saves other processes committed since the last one delivered (the follower

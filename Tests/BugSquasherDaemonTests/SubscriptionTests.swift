@@ -223,6 +223,58 @@ struct SubscriptionTests {
             Subscription.filter(save, to: [:], inserts: InsertWatch(entity: entity, predicate: nil)).updated.isEmpty)
     }
 
+    /// What a shared store screens other daemons' inserts by: nothing when no one watches, the watches'
+    /// key lists joined into one, every insert for a watch without a predicate or an unfiltered
+    /// subscriber.
+    @Test("the hub tells a shared store which inserts its subscribers look for")
+    func insertInterest() {
+        let entity = EntityDescription(
+            name: "Bug",
+            attributes: [
+                AttributeDescription(name: "title", type: .string), AttributeDescription(name: "key", type: .string),
+            ])
+        let hub = NotificationHub()
+        func watching(_ predicate: ObjectPredicate?, on name: String = "Bug") -> Subscription {
+            let watch = InsertWatch(
+                entity: name == "Bug" ? entity : EntityDescription(name: name, attributes: []), predicate: predicate)
+            let subscription = Subscription(
+                registeredOnly: true, includeValues: false, pendingLimit: 100, insertWatch: watch, startToken: .zero)
+            hub.add(subscription)
+            return subscription
+        }
+        #expect(hub.insertInterest(of: "Bug") == InsertInterest.none)
+        let holding = Subscription(registeredOnly: true, includeValues: false, pendingLimit: 100, startToken: .zero)
+        hub.add(holding)
+        _ = watching(nil, on: "Project")
+        #expect(hub.insertInterest(of: "Bug") == InsertInterest.none)
+        let first = watching(Key("key").in(["B-1", "B-2"]))
+        _ = watching(Key("key").in(["B-2", "B-3"]))
+        // Subscribers are kept unordered: so are the keys of the joined list.
+        func keys(_ predicate: ObjectPredicate?) -> Set<Value>? {
+            guard case .isIn(keyPath: "key", let values)? = predicate, values.count == Set(values).count else {
+                return nil
+            }
+            return Set(values)
+        }
+        guard case .matching(let joined) = hub.insertInterest(of: "Bug") else {
+            Issue.record("not screened by a predicate")
+            return
+        }
+        #expect(keys(joined) == ["B-1", "B-2", "B-3"])
+        let prefix = Key("title").beginsWith("crash")
+        _ = watching(prefix)
+        guard case .matching(.or(let parts)) = hub.insertInterest(of: "Bug"), parts.count == 2 else {
+            Issue.record("not one predicate of two parts")
+            return
+        }
+        #expect(keys(parts[0]) == ["B-1", "B-2", "B-3"] && parts[1] == prefix)
+        #expect(hub.insertInterest(of: "Project") == .every)
+        hub.remove(first)
+        let unfiltered = Subscription(registeredOnly: false, includeValues: false, pendingLimit: 100, startToken: .zero)
+        hub.add(unfiltered)
+        #expect(hub.insertInterest(of: "Bug") == .every)
+    }
+
     /// A fault is registered with version 0; updates come once it is registered with a version. Without
     /// versions, every change comes.
     @Test("an object registered as a fault gets its deletion but no updates")

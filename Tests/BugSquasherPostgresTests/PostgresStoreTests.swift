@@ -527,31 +527,64 @@ struct PostgresStoreTests {
     }
 
     /// Another process's large save (an import's chunk) comes without values, but a process
-    /// that watches for inserts of an entity asks for them: squasherd's subscribers waiting for
-    /// a key receive the one insert that has it, not every insert of the chunk.
-    @Test("a large save of another process comes with its inserts' values when they are asked for")
-    func insertValuesOfLargeSaves() async throws {
+    /// can say which of its inserts it looks for: squasherd's subscribers waiting for a key
+    /// receive the one insert that has it, not every insert of the chunk. Read after the
+    /// writer changed one inserted row and deleted another: the changed one stays without
+    /// values (whether it matched when inserted is not known), the deleted one goes.
+    @Test("another process's large save brings the inserts its observers look for, with their values")
+    func insertsOfLargeSavesScreened() async throws {
         guard hasServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let (writer, watching, plain) = (
-            try freshStore(schema: schema), try freshStore(schema: schema), try freshStore(schema: schema)
-        )
+        let writer = try freshStore(schema: schema)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
-        for store in [watching, plain] { _ = try StoreCoordinator(model: BugModel.model, store: store) }
-        watching.readValuesOfInserts { $0 == "Bug" }
+        let interests: [String: InsertInterest?] = [
+            "every": .every, "screening": .matching(Key("key").in(["V-2", "V-3", "V-7", "V-4"])),
+            "none": InsertInterest.none, "plain": nil,
+        ]
         let seen = Mutex<[String: DidSave]>([:])
-        watching.observeCommitsOfOthers { didSave in seen.withLock { $0["watching"] = didSave } }
-        plain.observeCommitsOfOthers { didSave in seen.withLock { $0["plain"] = didSave } }
+        var observers: [PostgresStore] = []
+        for (name, interest) in interests {
+            let store = try freshStore(schema: schema)
+            _ = try StoreCoordinator(model: BugModel.model, store: store)
+            if let interest { store.screenInsertsOfOthers { $0 == "Bug" ? interest : .every } }
+            store.observeCommitsOfOthers { didSave in
+                if didSave.objectCount > 1 { seen.withLock { $0[name] = $0[name] ?? didSave } }
+            }
+            observers.append(store)
+        }
         let count = PostgresStore.valuesUpToObjects + 1
-        _ = try await context.perform { context in try saveOpenBugs(count, prefix: "V", title: "t", in: context) }
+        // The observers read the large save once the writer changed V-3 and deleted V-4.
+        let release = DispatchSemaphore(value: 0)
+        for store in observers {
+            Thread.detachNewThread { _ = try? store.withConnection("hold the follower") { _ in release.wait() } }
+        }
+        while !observers.allSatisfy(\.isWriting) { try await Task.sleep(for: .milliseconds(5)) }
+        let ids = try await context.perform { context in try saveOpenBugs(count, prefix: "V", title: "t", in: context) }
+        _ = try await context.perform { context in
+            (try context.existingObject(with: ids[2]) as! Bug).title = "changed"
+            context.delete(try context.existingObject(with: ids[3]))
+            try context.saveToStore()
+        }
+        for _ in observers { release.signal() }
         let deadline = ContinuousClock.now + .seconds(10)
-        while seen.withLock({ $0.count }) < 2, ContinuousClock.now < deadline {
+        while seen.withLock({ $0.count }) < interests.count, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }
-        let (withValues, without) = try seen.withLock { (try #require($0["watching"]), try #require($0["plain"])) }
-        #expect(withValues.inserted.count == count && withValues.inserted.allSatisfy { $0.values != nil })
+        let saves = seen.withLock { $0 }
         let key = BugModel.model.entity(named: "Bug")!.attributeIndex["key"]!
-        #expect(Set(withValues.inserted.compactMap { $0.values?.attributes[key] }).count == count)
-        #expect(without.inserted.count == count && without.inserted.allSatisfy { $0.values == nil })
+        func keys(_ name: String, values: Bool) -> Set<String> {
+            Set(
+                (saves[name]?.inserted ?? []).filter { ($0.values != nil) == values }.map {
+                    "V-\(ids.firstIndex(of: $0.objectID).map { $0 + 1 } ?? 0)"
+                })
+        }
+        #expect(saves["every"]?.inserted.count == count)
+        #expect(keys("every", values: false) == ["V-3", "V-4"])
+        let everyKeys = (saves["every"]?.inserted ?? []).compactMap { $0.values?.attributes[key] }
+        #expect(Set(everyKeys).count == count - 2)
+        #expect(keys("screening", values: true) == ["V-2", "V-7"])
+        #expect(keys("screening", values: false) == ["V-3"])
+        #expect(saves["none"]?.inserted.isEmpty == true)
+        #expect(saves["plain"]?.inserted.count == count && keys("plain", values: true).isEmpty)
     }
 }

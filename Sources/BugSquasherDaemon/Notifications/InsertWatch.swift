@@ -29,6 +29,29 @@ struct InsertWatch: Sendable {
         }
     }
 
+    /// What a store screening other daemons' inserts looks for to serve `watches` (of one
+    /// entity): their predicates in one, the key lists of `attribute IN (…)` watches joined
+    /// into one list per attribute, so that the server matches a hundred subscribers' keys
+    /// with one array.
+    static func interest(of watches: [InsertWatch]) -> InsertInterest {
+        guard !watches.isEmpty else { return .none }
+        var lists: [(keyPath: String, values: [Value], seen: Set<Value>)] = []
+        var others: [ObjectPredicate] = []
+        for watch in watches {
+            switch watch.predicate {
+            case nil, .all?: return .every
+            case .isIn(let keyPath, let values)?:
+                if !lists.contains(where: { $0.keyPath == keyPath }) { lists.append((keyPath, [], [])) }
+                let index = lists.firstIndex { $0.keyPath == keyPath }!
+                for value in values where lists[index].seen.insert(value).inserted { lists[index].values.append(value) }
+            case let predicate?:
+                others.append(predicate)
+            }
+        }
+        let all = lists.map { ObjectPredicate.isIn(keyPath: $0.keyPath, $0.values) } + others
+        return .matching(all.count == 1 ? all[0] : .or(all))
+    }
+
     /// The inserts that pass, in their order. With `index` (the save's inserts by value), a
     /// set lookup costs one probe per watched value instead of one per insert: an import chunk
     /// of 1,000 bugs offered to 100 subscribers waiting for a few keys each.

@@ -36,10 +36,23 @@ final class NotificationHub: Sendable {
         subscriptions.withLock { $0[id] }
     }
 
-    /// Whether a subscriber watches for inserts of `entity` (`insertsOf`): a shared store then
-    /// reads the values of other daemons' inserts of it, which the watches match against.
-    func watchesInserts(of entity: String) -> Bool {
-        subscriptions.withLock { $0.values.contains { $0.insertWatch?.entity.name == entity } }
+    /// Which of other daemons' inserts of `entity` the subscribers look for, for a shared store
+    /// to screen (``SharedStore/screenInsertsOfOthers(by:)``): every one when a subscriber
+    /// takes every change or watches the entity without a predicate, those matching the
+    /// watches' predicates otherwise, none when nobody watches it.
+    ///
+    /// A subscriber that joins while a save is screened misses nothing: the store screens and
+    /// publishes a save with its connection held, which the subscriber waits for when it reads
+    /// the token it starts after (`currentHistoryToken`), so the save is before its start.
+    func insertInterest(of entity: String) -> InsertInterest {
+        subscriptions.withLock { subscriptions in
+            var watches: [InsertWatch] = []
+            for subscription in subscriptions.values {
+                if !subscription.registeredOnly { return .every }
+                if let watch = subscription.insertWatch, watch.entity.name == entity { watches.append(watch) }
+            }
+            return InsertWatch.interest(of: watches)
+        }
     }
 
     /// How many subscribers are connected (change feeds; not the followers of import jobs).

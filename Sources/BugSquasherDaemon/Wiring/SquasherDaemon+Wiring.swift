@@ -132,7 +132,7 @@ extension SquasherDaemon {
             stack.observeDidSaves { didSave in hub.publish(didSave) }
         }
         (stack.store as? any SharedStore)?.observeHistoryGaps { _ in hub.lostHistory() }
-        (stack.store as? any SharedStore)?.readValuesOfInserts { hub.watchesInserts(of: $0) }
+        (stack.store as? any SharedStore)?.screenInsertsOfOthers { hub.insertInterest(of: $0) }
         (stack.store as? any Checkpointing)?.observeCheckpoints { run in
             metrics.checkpoints[run.kind]?.recordNanoseconds(
                 run.duration.components.seconds * 1_000_000_000 + run.duration.components.attoseconds / 1_000_000_000)

@@ -72,12 +72,27 @@ public protocol SharedStore: Sendable {
     /// gone. What it holds may be stale, with no save to say so; it must refetch.
     func observeHistoryGaps(_ handler: @escaping @Sendable (_ missed: HistoryToken) -> Void)
 
-    /// Reads the values of another process's inserts of the entities `wanted` accepts, whatever
-    /// the size of its save (a large save comes without values otherwise), so that the
-    /// observers can tell which inserts match what they watch for. squasherd asks for the
-    /// entities its subscribers watch (`insertsOf`): without values every insert would pass
-    /// every watch, and each subscriber would receive all of another daemon's import.
-    func readValuesOfInserts(where wanted: @escaping @Sendable (_ entity: String) -> Bool)
+    /// Hands this process's observers only the inserts of other processes' saves that
+    /// `interest` says they look for, each with its values (the others are left out of the
+    /// did-save); without it, a large save's inserts come without values, and every insert
+    /// would pass every watch. `interest` is asked once per entity a save inserts, when the save
+    /// is read. squasherd answers for its subscribers' watches (`insertsOf`), so that another
+    /// daemon's import costs a subscriber waiting for a few keys nothing.
+    /// Why: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
+    func screenInsertsOfOthers(by interest: @escaping @Sendable (_ entity: String) -> InsertInterest)
+}
+
+/// Which of another process's inserts of one entity the observers of this process look for
+/// (``SharedStore/screenInsertsOfOthers(by:)``).
+public enum InsertInterest: Sendable, Hashable {
+    /// None: the inserts are left out of the did-save.
+    case none
+    /// Every one: they all stay, with their values up to a store's limit for one save.
+    case every
+    /// Those matching the predicate, with their values; the others are left out. An insert
+    /// whose row changed again before the save was read stays, without values: whether it
+    /// matched when inserted is not known. One deleted again by then is left out.
+    case matching(ObjectPredicate)
 }
 
 /// A store that keeps its history for a while, not for ever (docs/OPERATIONS.md, "History
