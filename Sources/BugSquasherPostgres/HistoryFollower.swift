@@ -54,8 +54,10 @@ final class HistoryFollower: Sendable {
                 // A hint of this process's own save, or of one delivered already, needs no read
                 // (a save of this process delivers the others' before it, and then itself); the
                 // once-a-second look always reads.
-                let newest = hinted.take()
+                // The page may reach past the newest hint taken: a hint taken by the round
+                // before, whose page the listener read after that round began.
                 let page = read.take()
+                let newest = max(hinted.take(), page?.records.last?.token ?? 0)
                 if woken, store.isDelivered(through: newest) { continue }
                 store.deliverCommitsOfOthers(hinted: woken && newest != .max ? newest : nil, read: page)
             }

@@ -53,18 +53,16 @@ struct PostgresSelect {
         return request.resultType == .count ? "SELECT count(*) FROM (\(sql)) AS counted" : sql
     }
 
-    /// The rows among the changes (`$1`, their keys, and `$2`, their versions) that match
-    /// `predicate` or whose version is no longer the change's: another process's inserts as
-    /// ``PostgresStore`` screens them for this process's observers (``InsertInterest``).
-    mutating func rows(among changes: [ObjectChange], matching predicate: ObjectPredicate) throws -> String {
-        bindings.append(changes.map(\.objectID.key))
-        bindings.append(changes.map(\.version))
-        parameterCount += 2
+    /// The rows with the keys of `$1` that match `predicate`: another process's inserts as
+    /// ``PostgresStore`` screens them for this process's observers (``InsertInterest``). The
+    /// server can start from the predicate's index (a watch's keys) rather than from each key.
+    mutating func rows(among keys: [Int64], matching predicate: ObjectPredicate) throws -> String {
+        bindings.append(keys)
+        parameterCount += 1
         let whereClause = try condition(predicate)
         return
-            "SELECT \(PostgresSchema.columns(of: entity)) FROM unnest($1::int8[], $2::int8[]) AS c(pk, version) "
-            + "JOIN \(PostgresSchema.quote(entity.name)) t ON t.pk = c.pk \(paths.joins.joined(separator: " ")) "
-            + "WHERE t._version <> c.version OR \(whereClause)"
+            "SELECT \(PostgresSchema.columns(of: entity)) FROM \(PostgresSchema.quote(entity.name)) t "
+            + "\(paths.joins.joined(separator: " ")) WHERE t.pk = ANY($1) AND \(whereClause)"
     }
 
     private mutating func condition(_ predicate: ObjectPredicate) throws -> String {

@@ -126,8 +126,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         return try with(writing, action, body)
     }
 
-    /// Whether a thread holds or waits for the writing connection: it looks at the hints that
-    /// came meanwhile when it lets go (see ``HistoryFollower``).
+    /// Whether a thread holds or waits for the writing connection (other than the follower
+    /// delivering other processes' saves): it looks at the hints that came meanwhile when it
+    /// lets go (see ``HistoryFollower``).
     var isWriting: Bool { writingHolders.load(ordering: .sequentiallyConsistent) > 0 }
 
     /// Runs `body` on the store's reading connection, as ``withConnection(_:_:)`` on the writing
@@ -395,9 +396,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
     }
 
-    /// The rows of `inserts` (of `entity`) that match `predicate`, screened by the server, and
-    /// of those changed again since (kept without values by the caller: whether they matched
-    /// when inserted is not known).
+    /// The rows of `inserts` (of `entity`) that match `predicate`, screened by the server. A row
+    /// changed again since matches or not as it is now (the caller keeps it without values).
     private func screened(
         _ inserts: [ObjectChange], of entity: String, matching predicate: ObjectPredicate, state: Loaded,
         on connection: PostgresConnection
@@ -406,7 +406,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         var select = PostgresSelect(
             model: state.model, entity: description, storeIdentifier: state.metadata.storeIdentifier)
         // Unnamed: the predicate changes as subscribers come and go (see `PreparedNames`).
-        let rows = try run(try select.rows(among: inserts, matching: predicate), binds: select.bindings, on: connection)
+        let sql = try select.rows(among: inserts.map(\.objectID.key), matching: predicate)
+        let rows = try run(sql, binds: select.bindings, on: connection)
         return try Self.snapshots(rows, entity: description, store: state.metadata.storeIdentifier)
     }
 
@@ -419,9 +420,15 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     func deliverCommitsOfOthers(hinted: Int64? = nil, read page: HistoryPage? = nil) {
         guard isObserved, let store = loaded.withLock({ $0?.metadata.storeIdentifier }) else { return }
         do {
-            try withConnection("read the history") { connection in
+            // Not counted as writing (`isWriting`): while this delivers one save, the listener
+            // reads the history a new hint announces, for the next round to find read.
+            try with(writing, "read the history") { connection in
                 if let hinted, isDelivered(through: hinted) { return }
                 try deliverHistory(before: nil, store: store, read: page, on: connection)
+                // The listener may have read the page before the newest save hinted committed.
+                if let hinted, !isDelivered(through: hinted) {
+                    try deliverHistory(before: nil, store: store, on: connection)
+                }
             }
         } catch {
             logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])

@@ -90,8 +90,8 @@ public enum InsertInterest: Sendable, Hashable {
     /// Every one: they all stay, with their values up to a store's limit for one save.
     case every
     /// Those matching the predicate, with their values; the others are left out. An insert
-    /// whose row changed again before the save was read stays, without values: whether it
-    /// matched when inserted is not known. One deleted again by then is left out.
+    /// whose row changed again before the save was read is matched as it is then, and stays
+    /// without values (they would not be the save's); one deleted again by then is left out.
     case matching(ObjectPredicate)
 }
 
