@@ -526,6 +526,32 @@ struct PostgresStoreTests {
         #expect(all.records.map(\.token) == Array(1...newest))
     }
 
+    /// The listener read its page before the newest save it was hinted committed: the delivery
+    /// goes on to that save rather than wait for the next hint (a second, without one).
+    @Test("a delivery reads on past the listener's page to the newest save hinted")
+    func deliveryReadsPastThePage() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (writer, observer) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
+        _ = try StoreCoordinator(model: BugModel.model, store: observer)
+        // Delivered by hand, without the follower.
+        let start = try observer.currentHistoryToken().rawValue
+        observer.delivered.withLock { $0 = start }
+        let seen = Mutex<[Int64]>([])
+        observer.otherHandlers.withLock { $0.append { didSave in seen.withLock { $0.append(didSave.token.rawValue) } } }
+        _ = try await context.perform { context in try saveOpenBugs(1, prefix: "P", title: "t", in: context) }
+        let connection = try await PostgresConnection.connect(
+            on: PostgresEventLoops.group.next(), configuration: try observer.connectionConfiguration(), id: 9,
+            logger: Logger(label: "test"))
+        let page = try await observer.readHistory(after: start, on: connection)
+        try await connection.close()
+        _ = try await context.perform { context in try saveOpenBugs(1, prefix: "Q", title: "t", in: context) }
+        observer.deliverCommitsOfOthers(hinted: start + 2, read: page)
+        #expect(page.records.map(\.token) == [start + 1])
+        #expect(seen.withLock { $0 } == [start + 1, start + 2])
+    }
+
     /// Another process's large save (an import's chunk) comes without values, but a process
     /// can say which of its inserts it looks for: squasherd's subscribers waiting for a key
     /// receive the one insert that has it, not every insert of the chunk. Read after the
