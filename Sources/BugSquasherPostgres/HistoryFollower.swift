@@ -74,10 +74,14 @@ final class HistoryFollower: Sendable {
                 await Self.listen(
                     configuration, on: loop, channel: channel, store: box, logger: logger, stopped: stopped
                 ) {
-                    token, connection in
+                    hint, connection in
+                    let token = hint.map { $0.token }
                     // A hint of a save delivered already (this process's own, mostly) wakes no one.
                     guard let store = box.store else { return }
                     if let token, store.isDelivered(through: token) { return }
+                    // Another process's edit: this one's bulk work gives way (its own edits
+                    // open the window as they save).
+                    if let hint, !hint.isBulk { store.editsFirst?.openWindow() }
                     hinted.note(token)
                     // While a thread of this process holds the writing connection, the hint is
                     // most likely of its save, whose answer comes right after: that thread
@@ -122,19 +126,21 @@ final class HistoryFollower: Sendable {
         init(_ store: PostgresStore?) { self.store = store }
     }
 
-    /// Calls `hint` once listening on `channel` (with no token), and for each notification
-    /// (with the token it carries), each with the listening connection, and sends the store's
+    /// Calls `hint` once listening on `channel` (with no hint), and for each notification
+    /// (with the hint it carries), each with the listening connection, and sends the store's
     /// heartbeats, until the connection ends.
     private static func listen(
         on connection: PostgresConnection, channel: String, store: WeakStore,
-        hint: @escaping @Sendable (Int64?, PostgresConnection) async -> Void
+        hint: @escaping @Sendable (Hint?, PostgresConnection) async -> Void
     ) async throws {
         try await connection.listen(on: channel) { notifications in
             store.store?.markReachable()
             await hint(nil, connection)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for try await notification in notifications { await hint(Int64(notification.payload), connection) }
+                    for try await notification in notifications {
+                        await hint(Hint(notification.payload), connection)
+                    }
                 }
                 group.addTask {
                     while !Task.isCancelled {
@@ -176,7 +182,7 @@ final class HistoryFollower: Sendable {
     /// connection (and hinting then, with no token, so that what was sent meanwhile is read).
     private static func listen(
         _ configuration: PostgresConnection.Configuration, on loop: any EventLoop, channel: String, store: WeakStore,
-        logger: Logger, stopped: StopFlag, hint: @escaping @Sendable (Int64?, PostgresConnection) async -> Void
+        logger: Logger, stopped: StopFlag, hint: @escaping @Sendable (Hint?, PostgresConnection) async -> Void
     ) async {
         while !stopped.isSet, !Task.isCancelled {
             do {
@@ -195,5 +201,25 @@ final class HistoryFollower: Sendable {
                 try? await Task.sleep(for: .seconds(1))
             }
         }
+    }
+}
+
+/// A notification on the store's channel after a save commits: its token, then ` bulk` for a
+/// save of bulk work (an import's chunk), which no one's bulk work gives way to (``EditsFirst``).
+/// A payload that is not a hint (`nil`) makes the follower read the history all the same.
+struct Hint: Sendable, Equatable {
+    /// The save's token.
+    let token: Int64
+    /// Whether the save was bulk work.
+    let isBulk: Bool
+
+    /// What follows the token in a bulk save's hint.
+    static let bulkMark = " bulk"
+
+    /// The hint a notification's payload carries, if it is one.
+    init?(_ payload: String) {
+        let isBulk = payload.hasSuffix(Self.bulkMark)
+        guard let token = Int64(isBulk ? String(payload.dropLast(Self.bulkMark.count)) : payload) else { return nil }
+        (self.token, self.isBulk) = (token, isBulk)
     }
 }

@@ -108,10 +108,13 @@ extension PostgresStore: BatchEditable {
             """
         arguments += tokenArguments(didSave)
         return try withConnection("save") { connection in
+            // Edits: bulk work gives way, as for a save of one (see `save`).
+            editsFirst?.openWindow()
             let token: Int64
             do {
                 guard let row = try runPrepared(sql, arguments, on: connection).first else { return nil }
                 token = try row.makeRandomAccess()[0].decode(Int64.self)
+                editsFirst?.openWindow()
             } catch let error as PSQLError
                 where [Self.divisionByZero, Self.uniqueViolation, Self.deadlock].contains(error.serverInfo?[.sqlState])
             {

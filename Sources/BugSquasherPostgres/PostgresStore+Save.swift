@@ -8,11 +8,16 @@ import Synchronization
 extension PostgresStore {
     func save(_ changes: SaveChanges) throws -> DidSave {
         let state = try requireLoaded()
+        // An interactive save: bulk work gives way from when it has the connection, and again
+        // from its commit, before its did-save goes out (see `EditsFirst`).
+        let interactive = changes.isBulk ? nil : editsFirst
         return try withConnection("save") { connection in
+            interactive?.openWindow()
             // An edit of one object is one statement, its own transaction: one round trip.
             let didSave =
                 try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
                 ?? transaction(on: connection) { try write(changes, state: state, on: connection) }
+            interactive?.openWindow()
             deliverOwn(didSave, on: connection)
             return didSave
         }
@@ -55,7 +60,9 @@ extension PostgresStore {
         // token, the history row, and a hint to the other daemons (sent by the server when, and
         // if, the transaction commits).
         let token =
-            try runPrepared("WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave), on: connection)
+            try runPrepared(
+                "WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave, bulk: changes.isBulk), on: connection
+            )
             .first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
         didSave.token = HistoryToken(rawValue: token)
         return didSave
@@ -82,19 +89,23 @@ extension PostgresStore {
 
     /// The end of every save's statement, as CTEs and the final `SELECT` of the token: the
     /// save's token from the counter row (when `condition` holds), its history row and its hint.
-    /// Its parameters are ``tokenArguments(_:)``, numbered from `$first`.
+    /// Its parameters are ``tokenArguments(_:bulk:)``, numbered from `$first`.
     static func issuingToken(when condition: String? = nil, first: Int) -> String {
         """
         issued AS (UPDATE bs_counter SET token = token + 1 WHERE id = 1\(condition.map { " AND \($0)" } ?? "") RETURNING token),
         written AS (INSERT INTO bs_history (token, committed_at, payload) SELECT token, $\(first), $\(first + 1) FROM issued RETURNING token)
-        SELECT token, pg_notify($\(first + 2), token::text) FROM written
+        SELECT token, pg_notify($\(first + 2), token::text || $\(first + 3)) FROM written
         """
     }
 
     /// The parameters of ``issuingToken(when:first:)`` for `didSave`: the commit time, the
-    /// history row's payload and the hint's channel.
-    func tokenArguments(_ didSave: DidSave) -> [Value] {
-        [.double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel)]
+    /// history row's payload, the hint's channel and what follows the token in the hint
+    /// (``Hint``).
+    func tokenArguments(_ didSave: DidSave, bulk: Bool = false) -> [Value] {
+        [
+            .double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel),
+            .string(bulk ? Hint.bulkMark : ""),
+        ]
     }
 
     /// Whether `a`'s row is locked before `b`'s: every save and batch of edits updates its rows

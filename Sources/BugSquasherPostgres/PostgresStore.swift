@@ -60,14 +60,23 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     private let follower = Mutex<HistoryFollower?>(nil)
     /// How many threads hold or wait for the writing connection.
     private let writingHolders = Atomic<Int>(0)
+    /// What an interactive save opens, here or in another process (see ``init(configuration:logger:editsFirst:)``).
+    let editsFirst: EditsFirst?
     /// This process's row among the daemons attached, and whether the server answers.
     let health = Mutex(Health())
 
     /// A store in the database `configuration` names; nothing connects before the coordinator
     /// loads it.
-    public init(configuration: PostgresStoreConfiguration, logger: Logger = Logger(label: "bugsquasher.postgres")) {
+    /// With `editsFirst`, bulk work of this process gives way to interactive saves, this
+    /// process's and the other processes' alike (``EditsFirst``; the hint of another process's
+    /// save says whether it was bulk).
+    public init(
+        configuration: PostgresStoreConfiguration, logger: Logger = Logger(label: "bugsquasher.postgres"),
+        editsFirst: EditsFirst? = nil
+    ) {
         self.configuration = configuration
         self.logger = logger
+        self.editsFirst = editsFirst
     }
 
     deinit {

@@ -16,8 +16,11 @@ private typealias Bug = BugSquasherModel.Bug
 private let serverURL = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"]
 
 /// A store in a schema of its own on the test server.
-private func freshStore(schema: String = "t_\(UUID().uuidString.prefix(8).lowercased())") throws -> PostgresStore {
-    PostgresStore(configuration: try PostgresStoreConfiguration(url: serverURL! + "&schema=\(schema)"))
+private func freshStore(
+    schema: String = "t_\(UUID().uuidString.prefix(8).lowercased())", editsFirst: EditsFirst? = nil
+) throws -> PostgresStore {
+    PostgresStore(
+        configuration: try PostgresStoreConfiguration(url: serverURL! + "&schema=\(schema)"), editsFirst: editsFirst)
 }
 
 /// Whether the test server is set; says so when it is not (the test then passes, skipped).
@@ -524,6 +527,43 @@ struct PostgresStoreTests {
         try await connection.close()
         #expect(recent.records.map(\.token) == [newest - 1, newest] && recent.isWhole)
         #expect(all.records.map(\.token) == Array(1...newest))
+    }
+
+    @Test("a hint is a token, then a mark for bulk work; anything else is no hint")
+    func hints() {
+        #expect(Hint("42").map { [$0.token, $0.isBulk ? 1 : 0] } == [42, 0])
+        #expect(Hint("42 bulk").map { [$0.token, $0.isBulk ? 1 : 0] } == [42, 1])
+        for payload in ["", "bulk", " bulk", "42 BULK", "42 bulk ", "x42"] {
+            #expect(Hint(payload) == nil, "\(payload)")
+        }
+    }
+
+    /// Another daemon's edit opens this one's `EditsFirst` window, so that its import gives way
+    /// to the edit's did-save as it does to its own edits; another daemon's import chunk does not.
+    @Test("another process's edit, not its bulk save, makes this process's bulk work give way")
+    func othersEditsOpenTheWindow() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let writer = try freshStore(schema: schema)
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: writer)
+        let editsFirst = EditsFirst(window: .seconds(30))
+        let observer = try freshStore(schema: schema, editsFirst: editsFirst)
+        _ = try StoreCoordinator(model: BugModel.model, store: observer)
+        let seen = Mutex(0)
+        observer.observeCommitsOfOthers { _ in seen.withLock { $0 += 1 } }
+        func saved(bulk: Bool, _ key: String) async throws {
+            let context = ObjectContext(coordinator: coordinator, name: "w", savesAreBulk: bulk)
+            let before = seen.withLock { $0 }
+            _ = try await context.perform { context in try saveOpenBugs(1, prefix: key, title: "t", in: context) }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while seen.withLock({ $0 }) == before, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        try await saved(bulk: true, "B")
+        #expect(editsFirst.windowRemaining() == 0)
+        try await saved(bulk: false, "E")
+        #expect(editsFirst.windowRemaining() > 0)
     }
 
     /// The listener read its page before the newest save it was hinted committed: the delivery

@@ -98,7 +98,7 @@ extension SquasherDaemon {
         -> OpenedStore
     {
         do {
-            let store = PostgresStore(configuration: postgres, logger: logger)
+            let store = PostgresStore(configuration: postgres, logger: logger, editsFirst: editsFirst)
             let stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
             return OpenedStore(stack: stack, editsFirst: editsFirst, watermark: nil, lock: nil)
         } catch let error as GraphError {
