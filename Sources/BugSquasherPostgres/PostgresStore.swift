@@ -382,9 +382,13 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         let interest = insertInterest.withLock { $0 }
         var every: [ObjectID] = []
         for (entity, inserts) in insertsByEntity {
-            switch interest?(entity) ?? (isSmall ? .every : .none) {
-            case .none where interest != nil: leftOut.formUnion(inserts.map(\.objectID))
-            case .none: break
+            // Without a screen, a small save's inserts are read and a large one's left without values.
+            guard let interest else {
+                if isSmall { every += inserts.map(\.objectID) }
+                continue
+            }
+            switch interest(entity) {
+            case .none: leftOut.formUnion(inserts.map(\.objectID))
             case .every: every += inserts.map(\.objectID)
             case .matching(let predicate):
                 let found = try screened(inserts, of: entity, matching: predicate, state: state, on: connection)
