@@ -1,8 +1,10 @@
 import BugSquasherModel
 import BugSquasherProtocol
 import BugSquasherTesting
+import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
+import Synchronization
 import Testing
 
 /// squasherd with `store = postgresql://…`, on the server scripts/test.sh starts.
@@ -75,6 +77,52 @@ struct PostgresEndToEndTests {
                 watch.signal(SIGTERM)
                 _ = try await subscriber.waitForExit()
                 _ = try await watch.waitForExit()
+            }
+        }
+    }
+
+    /// Another daemon's import, in chunks of 1,250 (saves that reach this daemon without values),
+    /// brings a subscriber waiting for two keys those two inserts, with their values, and no
+    /// other: the server screens the chunks' inserts against the daemon's watches.
+    @Test("a subscriber waiting for keys gets only their inserts from another daemon's import")
+    func othersInsertsScreened() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(chunkSize: 1_250, configuration: store) { first in
+            try await withDaemon(configuration: store) { second in
+                let records = try first.writeRecords("many.ndjson", count: 2_500, prefix: "S", title: "imported")
+                let last = try first.writeRecords("last.ndjson", count: 1, prefix: "END", title: "last")
+                let received = Mutex<[WireObjectChange]>([])
+                let subscribed = Mutex(false)
+                let feed = Thread {
+                    try? BlockingVarlinkClient(path: second.readSocket).stream(
+                        "io.bugsquasher.Changes.Subscribe",
+                        SubscribeParameters(
+                            registeredOnly: true, includeValues: true, insertsOf: "Bug",
+                            insertsMatching: #"key IN ("S-1500", "END-1")"#)
+                    ) { reply in
+                        let answer = try reply.parameters(SubscribeReply.self)
+                        if answer.event == "subscribed" { subscribed.withLock { $0 = true } }
+                        let inserted = answer.save?.inserted ?? []
+                        received.withLock { $0 += inserted }
+                        return !inserted.contains { $0.values?["key"] == .string("END-1") }
+                    }
+                }
+                feed.start()
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !subscribed.withLock({ $0 }), ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                try await first.ctl(["import", records.path, "--wait"])
+                try await first.ctl(["import", last.path, "--wait"])
+                let arrived = ContinuousClock.now + .seconds(20)
+                while !received.withLock({ $0.contains { $0.values?["key"] == .string("END-1") } }),
+                    ContinuousClock.now < arrived
+                {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                let keys = received.withLock { $0.map { $0.values?["key"] } }
+                #expect(keys == [.string("S-1500"), .string("END-1")], "\(keys)")
+                #expect(received.withLock { $0.first?.values?["title"] } == .string("imported 1500"))
             }
         }
     }
