@@ -391,7 +391,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             case .none: leftOut.formUnion(inserts.map(\.objectID))
             case .every: every += inserts.map(\.objectID)
             case .matching(let predicate):
-                let found = try screened(inserts, of: entity, matching: predicate, state: state, on: connection)
+                guard let found = try screened(inserts, of: entity, matching: predicate, state: state, on: connection)
+                else { continue }
                 for insert in inserts where found[insert.objectID] == nil { leftOut.insert(insert.objectID) }
                 rows.merge(found) { $1 }
             }
@@ -411,17 +412,31 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     /// The rows of `inserts` (of `entity`) that match `predicate`, screened by the server. A row
     /// changed again since matches or not as it is now (the caller keeps it without values).
+    /// `nil` when the predicate cannot be screened (the server or the store refused it): the
+    /// inserts then stay, without values, and pass every watch, rather than stop the delivery of
+    /// every later save. A broken connection throws, and the delivery is tried again.
     private func screened(
         _ inserts: [ObjectChange], of entity: String, matching predicate: ObjectPredicate, state: Loaded,
         on connection: PostgresConnection
-    ) throws -> [ObjectID: RowSnapshot] {
-        let description = try state.model.requireEntity(entity)
-        var select = PostgresSelect(
-            model: state.model, entity: description, storeIdentifier: state.metadata.storeIdentifier)
-        // Unnamed: the predicate changes as subscribers come and go (see `PreparedNames`).
-        let sql = try select.rows(among: inserts.map(\.objectID.key), matching: predicate)
-        let rows = try run(sql, binds: select.bindings, on: connection)
-        return try Self.snapshots(rows, entity: description, store: state.metadata.storeIdentifier)
+    ) throws -> [ObjectID: RowSnapshot]? {
+        let refusal: String
+        do {
+            let description = try state.model.requireEntity(entity)
+            var select = PostgresSelect(
+                model: state.model, entity: description, storeIdentifier: state.metadata.storeIdentifier)
+            // Unnamed: the predicate changes as subscribers come and go (see `PreparedNames`).
+            let sql = try select.rows(among: inserts.map(\.objectID.key), matching: predicate)
+            let rows = try run(sql, binds: select.bindings, on: connection)
+            return try Self.snapshots(rows, entity: description, store: state.metadata.storeIdentifier)
+        } catch let error as PSQLError where error.serverInfo != nil {
+            refusal = error.serverInfo?[.message] ?? "\(error.code)"
+        } catch let error as GraphError {
+            refusal = "\(error)"
+        }
+        logger.warning(
+            "could not match other daemons' inserts against the subscribers' watches; they go to every watch",
+            metadata: ["entity": "\(entity)", "error": "\(refusal)"])
+        return nil
     }
 
     /// Delivers the saves other processes committed since the last one delivered (the follower

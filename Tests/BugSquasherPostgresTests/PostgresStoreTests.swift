@@ -596,7 +596,8 @@ struct PostgresStoreTests {
     /// can say which of its inserts it looks for: squasherd's subscribers waiting for a key
     /// receive the one insert that has it, not every insert of the chunk. Read after the
     /// writer changed one inserted row and deleted another: the changed one stays without
-    /// values (whether it matched when inserted is not known), the deleted one goes.
+    /// values (they are not the save's), the deleted one goes. A screen the store cannot use
+    /// leaves every insert, without values, rather than stopping the delivery.
     @Test("another process's large save brings the inserts its observers look for, with their values")
     func insertsOfLargeSavesScreened() async throws {
         guard hasServer() else { return }
@@ -606,6 +607,8 @@ struct PostgresStoreTests {
         let interests: [String: InsertInterest?] = [
             "every": .every, "screening": .matching(Key("key").in(["V-2", "V-3", "V-7", "V-4"])),
             "none": InsertInterest.none, "plain": nil,
+            // A predicate the store cannot screen by: the inserts stay, without values.
+            "unscreenable": .matching(Key("nope") == "x"),
         ]
         let seen = Mutex<[String: DidSave]>([:])
         var observers: [PostgresStore] = []
@@ -652,5 +655,6 @@ struct PostgresStoreTests {
         #expect(keys("screening", values: false) == ["V-3"])
         #expect(saves["none"]?.inserted.isEmpty == true)
         #expect(saves["plain"]?.inserted.count == count && keys("plain", values: true).isEmpty)
+        #expect(saves["unscreenable"]?.inserted.count == count && keys("unscreenable", values: true).isEmpty)
     }
 }
