@@ -577,7 +577,71 @@ class PgListeners:
             stop_process(p)
 
 
-def paired_latency(daemon, pg_socket, n, rounds, warmup, pause, key, editor_daemon=None):
+class FloorChain:
+    """The hops of an edit from daemon A to a subscriber on daemon B, with nothing in them: a
+    writer process that runs the edit as squasherd's one statement does (the row, the counter
+    row's token, the history row, a hint of the token; see DESIGN-NOTES, "History tokens"), a
+    reader process that LISTENs, reads the history after the hinted token and sends it to `n`
+    subscriber processes over Unix sockets. All Python on psycopg, as `PgListeners`: what any
+    implementation of the design pays on this machine before doing any work of its own (the
+    floor under section g's ratios)."""
+
+    def __init__(self, socket_dir, n):
+        self.directory = tempfile.mkdtemp(prefix="bsfloor-")
+        self.procs, self.db, self.writer = [], None, None
+        try:
+            with pg_connect(socket_dir, autocommit=True) as db:
+                db.execute("DROP TABLE IF EXISTS bench_floor_history, bench_floor_counter")
+                db.execute("CREATE TABLE bench_floor_counter (id integer PRIMARY KEY, token bigint NOT NULL)")
+                db.execute("INSERT INTO bench_floor_counter VALUES (1, 0)")
+                db.execute("CREATE TABLE bench_floor_history (token bigint PRIMARY KEY, payload text NOT NULL)")
+            # Each in turn: the subscribers connect to the reader's socket, the script to the writer's.
+            def started(role, name, *arguments):
+                lines = Lines(self._start(role, *arguments), name)
+                if lines.get(120).strip() != "ready":
+                    raise Broken(f"{name}: unexpected output")
+                return lines
+            started("floor-reader", "floor reader", socket_dir, f"{self.directory}/reader.sock", str(n))
+            self.readers = [started("floor-subscriber", "floor subscriber", f"{self.directory}/reader.sock")
+                            for _ in range(n)]
+            started("floor-writer", "floor writer", socket_dir, f"{self.directory}/writer.sock")
+            self.writer = socket.socket(socket.AF_UNIX)
+            self.writer.connect(f"{self.directory}/writer.sock")
+            self.replies = self.writer.makefile("rb")
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, role, *arguments):
+        proc = subprocess.Popen([PYTHON, HERE, "child", role, *arguments], stdout=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def round(self, marker):
+        """ms from the edit sent to the writer to the last subscriber's receipt."""
+        PipeReader.shared().hold(hold_seconds(len(self.readers)))
+        t0 = now_us()
+        self.writer.sendall(f"{marker}\n".encode())
+        if self.replies.readline().strip() != b"ok":
+            raise Broken("floor writer: no reply")
+        PipeReader.shared().hold(hold_seconds(len(self.readers)))
+        last = 0
+        for r in self.readers:
+            payload, at = r.get(30).split()
+            if payload != marker:
+                raise Broken(f"floor subscriber got {payload}, expected {marker}")
+            last = max(last, int(at))
+        return (last - t0) / 1000
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+        for p in self.procs:
+            stop_process(p)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def paired_latency(daemon, pg_socket, n, rounds, warmup, pause, key, editor_daemon=None, floor=False):
     """Section b for one count: an edit of `key` through squasherd -> the last of `n`
     `squasherctl subscribe` holding it printed the refreshed bug; and, with `pg_socket`, the
     same count of PostgreSQL listeners (`PgListeners`). Both sets run at once and their rounds
@@ -585,33 +649,43 @@ def paired_latency(daemon, pg_socket, n, rounds, warmup, pause, key, editor_daem
     after the other, the two sides could land in different phases of the shared host (in one
     run, PostgreSQL's p50 and the raw fan-out's were 0.50 and 0.03 ms, against 0.74 and 0.08
     in the runs before). With `editor_daemon`, the edits go through that daemon instead (another
-    daemon on the same PostgreSQL store)."""
+    daemon on the same PostgreSQL store). With `floor`, a third side alternates too: the same
+    hops with nothing in them (`FloorChain`). Returns ours, PostgreSQL's (or None) and the
+    floor's (or None)."""
     subs = Subscribers(daemon, [[key]] * n, mark_key=key)
-    pg = None
-    ours, theirs = [], []
+    pg = chain = None
+    ours, theirs, floors = [], [], []
     try:
         subs.wait_ready()
         daemon.wait_subscribers(n)
         pg = PgListeners(pg_socket, n) if pg_socket else None
+        chain = FloorChain(pg_socket, n) if pg_socket and floor else None
         editor = Editor(editor_daemon or daemon, key)
         try:
             for i in range(warmup + rounds):
                 ms = edit_round(editor, subs, f"S{i}-{n}")
                 time.sleep(pause)
+                pg_ms = floor_ms = None
                 if pg:
                     pg_ms = pg.round(f"S{i}-{n}")
+                    time.sleep(pause)
+                if chain:
+                    floor_ms = chain.round(f"S{i}-{n}")
                     time.sleep(pause)
                 if i >= warmup:
                     ours.append(ms)
                     if pg:
                         theirs.append(pg_ms)
+                    if chain:
+                        floors.append(floor_ms)
         finally:
             editor.close()
     finally:
-        if pg:
-            pg.close()
+        for side in (pg, chain):
+            if side:
+                side.close()
         subs.close()
-    return ours, theirs or None
+    return ours, theirs or None, floors or None
 
 
 # MARK: - Children
@@ -632,6 +706,47 @@ def child_pg_listener(socket_dir):
     print("ready", flush=True)
     for notify in db.notifies():
         print(notify.payload, now_us(), flush=True)
+
+
+def child_floor_writer(socket_dir, path):
+    db = pg_connect(socket_dir, autocommit=True)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    print("ready", flush=True)
+    connection, _ = server.accept()
+    for line in connection.makefile("rb"):
+        marker = line.decode().strip()
+        db.execute("WITH changed AS (UPDATE bug SET status = %s WHERE id = 1 RETURNING id), "
+                   "issued AS (UPDATE bench_floor_counter SET token = token + 1 WHERE id = 1 RETURNING token), "
+                   "written AS (INSERT INTO bench_floor_history SELECT token, %s FROM issued RETURNING token) "
+                   "SELECT pg_notify('bench_floor', token::text) FROM written, changed", (marker, marker))
+        connection.sendall(b"ok\n")
+
+
+def child_floor_reader(socket_dir, path, n):
+    listening, reading = pg_connect(socket_dir, autocommit=True), pg_connect(socket_dir, autocommit=True)
+    listening.execute("LISTEN bench_floor")
+    last = reading.execute("SELECT coalesce(max(token), 0) FROM bench_floor_history").fetchone()[0]
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(int(n))
+    print("ready", flush=True)
+    subscribers = [server.accept()[0] for _ in range(int(n))]
+    for _ in listening.notifies():
+        for token, payload in reading.execute(
+                "SELECT token, payload FROM bench_floor_history WHERE token > %s ORDER BY token", (last,)).fetchall():
+            last = token
+            for s in subscribers:
+                s.sendall(f"{payload}\n".encode())
+
+
+def child_floor_subscriber(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    print("ready", flush=True)
+    for line in s.makefile("rb"):
+        print(line.decode().strip(), now_us(), flush=True)
 
 
 class Connection:
@@ -953,7 +1068,7 @@ def section_b(args, daemon, report):
     print(f"\n== b. commit -> last subscriber refreshed (ms), {args.rounds} edits per count after {args.warmup} warm-up")
     rows = []
     for n in args.counts:
-        ours, pg = paired_latency(daemon, args.pg_socket, n, args.rounds, args.warmup, args.pause, "BENCH-1")
+        ours, pg, _ = paired_latency(daemon, args.pg_socket, n, args.rounds, args.warmup, args.pause, "BENCH-1")
         fan = raw_fanout(n, args.rounds, args.warmup, args.pause)
         rows.append([n, f"{pct(ours, .5):.2f}", f"{pct(ours, .99):.2f}",
                      f"{pct(pg, .5):.2f}" if pg else "-", f"{pct(pg, .99):.2f}" if pg else "-",
@@ -1264,6 +1379,8 @@ def main():
         role, rest = sys.argv[2], sys.argv[3:]
         try:
             {"fanout": lambda: child_fanout(rest[0]), "pg-listener": lambda: child_pg_listener(rest[0]),
+             "floor-writer": lambda: child_floor_writer(*rest), "floor-reader": lambda: child_floor_reader(*rest),
+             "floor-subscriber": lambda: child_floor_subscriber(rest[0]),
              "slow": lambda: child_slow(rest[0], int(rest[1])), "stalled": lambda: child_stalled(rest[0], int(rest[1]))}[role]()
         except (KeyboardInterrupt, BrokenPipeError):
             pass
