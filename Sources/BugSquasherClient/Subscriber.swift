@@ -353,12 +353,22 @@ public final class Subscriber: Sendable {
                     "io.bugsquasher.Changes.Unregister",
                     RegisterParameters(subscription: subscription, ids: batch.map(\.uriString)))
             }
+        } catch let error as VarlinkError where error.name == Self.subscriptionNotFound {
+            // squasherd ended the subscription (as it began, when the token to resume from is
+            // older than its retained history): the feed says why next, a `resync` or its end,
+            // and the Subscribe after it carries every object held, these among them. Thrown,
+            // this would end the feed before the resync's token, and each Subscribe from the
+            // old token would end the same way.
+            logger.debug("squasherd ended the subscription before its registrations", metadata: ["error": "\(error)"])
         } catch {
             // A broken connection is replaced on the next use; the feed reconnects and re-registers.
             registrationClient.withLock { $0 = nil }
             throw error
         }
     }
+
+    /// The error `Register` and `Unregister` answer for a subscription that has ended.
+    static let subscriptionNotFound = "io.bugsquasher.Changes.SubscriptionNotFound"
 }
 
 /// Lets the store's registration callback reach its subscriber without a retain cycle.

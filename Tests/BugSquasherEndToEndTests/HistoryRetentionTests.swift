@@ -48,4 +48,31 @@ struct HistoryRetentionTests {
             _ = try await watch.waitForExit()
         }
     }
+
+    /// A subscriber that held objects before the saves it had not read were pruned: told to
+    /// resync as it resubscribes, it refetches what it holds and follows on from the current
+    /// token (its registrations, sent once subscribed, reach a subscription squasherd has ended).
+    @Test("a subscriber resuming from before the retained history refetches what it holds")
+    func subscriberResumesAfterPruning() async throws {
+        try await withDaemon(configuration: "history_retention_saves = 2\n") { squasherd in
+            let records = try squasherd.writeRecords("r.ndjson", count: 3, prefix: "R", title: "kept")
+            try await squasherd.ctl(["import", records.path, "--wait"])
+            let subscriber = try squasherd.startSubscriber("subscriber", keys: ["R-1"])
+            _ = try await subscriber.waitForLine { $0.contains(#""event":"ready""#) && $0.contains("kept 1") }
+            // Stopped, and its connection closed by a restart, before the edits are made and
+            // pruned: it resumes from the token before them.
+            subscriber.signal(SIGSTOP)
+            #expect(try await squasherd.stop() == 0)
+            try await squasherd.restart()
+            for n in 1...4 { try await squasherd.ctl(["update", "R-1", "title=edit \(n)"]) }
+            #expect(try await squasherd.stop() == 0)
+            try await squasherd.restart()
+            subscriber.signal(SIGCONT)
+            _ = try await subscriber.waitForLine(timeout: .seconds(30)) { $0.contains("edit 4") }
+            try await squasherd.ctl(["update", "R-1", "title=after the gap"])
+            _ = try await subscriber.waitForLine(timeout: .seconds(30)) { $0.contains("after the gap") }
+            subscriber.signal(SIGTERM)
+            _ = try await subscriber.waitForExit()
+        }
+    }
 }
