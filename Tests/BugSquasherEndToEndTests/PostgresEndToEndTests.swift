@@ -127,6 +127,57 @@ struct PostgresEndToEndTests {
         }
     }
 
+    /// A subscriber replaying the history (`since`) while another daemon prunes it: the saves
+    /// not sent yet are gone, and the replay ends in a `resync` (historyExpired) instead of going
+    /// on past them. The subscriber reads nothing until the pruning is done, so that the replay,
+    /// larger than the socket's buffers, is still running then.
+    @Test("a replay the history is pruned under ends in a resync, never skips", .timeLimit(.minutes(3)))
+    func replayPrunedUnderneath() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(chunkSize: 250, configuration: store) { first in
+            let since = try first.status().token
+            let records = try first.writeRecords("many.ndjson", count: 10_000, prefix: "P", title: "pruned")
+            try await first.ctl(["import", records.path, "--wait"])
+            let newest = try first.status().token
+            let subscribed = Mutex(false)
+            let gate = DispatchSemaphore(value: 0)
+            let reading = Task {
+                try await onOwnThread { () -> [SubscribeReply] in
+                    var replies: [SubscribeReply] = []
+                    try BlockingVarlinkClient(path: first.readSocket).stream(
+                        "io.bugsquasher.Changes.Subscribe", SubscribeParameters(since: since)
+                    ) { reply in
+                        let event = try reply.parameters(SubscribeReply.self)
+                        if replies.isEmpty {
+                            subscribed.withLock { $0 = true }
+                            gate.wait()
+                        }
+                        replies.append(event)
+                        return event.event != "resync" && event.token < newest
+                    }
+                    return replies
+                }
+            }
+            #expect(
+                try await poll(for: .seconds(30)) { subscribed.withLock { $0 } ? true : nil }
+                    == true)
+            // A daemon that keeps one save prunes the rest as it starts.
+            try await withDaemon(configuration: store + "history_retention_saves = 1\n") { second in
+                let pruned = try await poll(for: .seconds(30)) { () -> Bool? in
+                    let error = try second.refusal("io.bugsquasher.Changes.History", HistoryParameters(after: since))
+                    return error.name == "io.bugsquasher.Changes.HistoryExpired" ? true : nil
+                }
+                #expect(pruned == true)
+            }
+            gate.signal()
+            let replies = try await reading.value
+            let saves = replies.filter { $0.event == "save" }.map(\.token)
+            #expect(saves == Array(since + 1..<since + 1 + Int64(saves.count)), "tokens \(saves)")
+            #expect(Int64(saves.count) < newest - since, "the replay ended before the pruning")
+            #expect(replies.last?.event == "resync" && replies.last?.reason == ResyncReason.historyExpired)
+        }
+    }
+
     /// A job belongs to the daemon that spooled its input: killed mid-import, that daemon resumes
     /// it at its next start; the other daemon, restarted meanwhile, neither runs nor fails it, and
     /// refuses to abort it, naming the owner. Both are listed in `status`.

@@ -242,11 +242,7 @@ struct ChangesInterface: VarlinkInterface {
             context.logger.info(
                 "subscriber's token is older than the retained history; told to refetch",
                 metadata: ["since": "\(since)", "history.horizon": "\(horizon)"])
-            try await replier.reply(
-                SubscribeReply(
-                    event: "resync", token: start.rawValue, resyncFrom: start.rawValue,
-                    reason: ResyncReason.historyExpired),
-                continues: false)
+            try await historyExpired(resyncFrom: start, replier: replier)
             return
         }
         if since == nil { subscription.markDelivered(start) } else { subscription.replays(through: start) }
@@ -260,9 +256,22 @@ struct ChangesInterface: VarlinkInterface {
         // History after `since`, up to the token read before subscribing; the mailbox holds
         // everything committed since, and skips what was replayed.
         if let since, since < start {
-            try await replay(after: since, through: start, to: subscription, replier: replier)
+            guard try await replay(after: since, through: start, to: subscription, replier: replier) else {
+                context.logger.info(
+                    "the history was pruned while a subscriber replayed it; told to refetch",
+                    metadata: ["since": "\(since)"])
+                return
+            }
         }
         try await followLive(subscription, replier: replier)
+    }
+
+    /// Ends a Subscribe with a `resync` from `token`: saves it would have replayed are pruned.
+    private func historyExpired(resyncFrom token: HistoryToken, replier: some VarlinkReplier) async throws {
+        try await replier.reply(
+            SubscribeReply(
+                event: "resync", token: token.rawValue, resyncFrom: token.rawValue, reason: ResyncReason.historyExpired),
+            continues: false)
     }
 
     /// The newest token pruned from the history, when the store prunes it (`nil` otherwise).
@@ -271,11 +280,13 @@ struct ChangesInterface: VarlinkInterface {
     }
 
     /// Sends the history after `since` up to `start`, in pages; the mailbox holds everything
-    /// committed since, and skips what was replayed.
+    /// committed since, and skips what was replayed. Returns `false` when saves not sent yet were
+    /// pruned meanwhile (retention, here or by another daemon on a shared store): the subscriber
+    /// is then told to resync, as when its token is older than the history, never resumed past them.
     private func replay(
         after since: HistoryToken, through start: HistoryToken, to subscription: Subscription,
         replier: some VarlinkReplier
-    ) async throws {
+    ) async throws -> Bool {
         var position = since
         // A page is decoded whole and held while it is sent, as slowly as the client reads:
         // its size follows its saves' (a few import chunks, or hundreds of edits), so that a
@@ -286,6 +297,10 @@ struct ChangesInterface: VarlinkInterface {
             let (after, count) = (position, limit)
             let page = try await readers.run { try stack.store.changes(after: after, limit: count) }
             guard let last = page.last else { break }
+            if page[0].token.rawValue > position.rawValue + 1 {
+                try await historyExpired(resyncFrom: start, replier: replier)
+                return false
+            }
             let objects = page.reduce(0) { $0 + $1.objectCount }
             limit = max(1, min(Self.replayPageSaves, limit * Self.replayPageObjects / max(1, objects), limit * 2))
             for save in page where save.token <= start {
@@ -298,6 +313,7 @@ struct ChangesInterface: VarlinkInterface {
             position = last.token
         }
         subscription.markDelivered(start)
+        return true
     }
 
     /// Sends the saves committed from now on, as they come, until the subscription ends or
