@@ -63,6 +63,12 @@ extension PostgresStore {
             }
             if current.isWhole { break }
         }
+        // Before a save of this process every token up to it was issued and committed (tokens
+        // have no gaps): when none after the last delivered is left, they were pruned unread.
+        if let limit, last + 1 < limit {
+            reportGap(after: last, through: limit - 1)
+            delivered.withLock { $0 = limit - 1 }
+        }
     }
 
     /// The statement of ``readHistory(after:before:on:)`` and ``readHistory(on:)``, on the
@@ -198,8 +204,10 @@ extension PostgresStore {
             try withConnection("read the history", countsAsWriting: false) { connection in
                 if let hinted, isDelivered(through: hinted) { return }
                 try deliverHistory(before: nil, store: store, read: page, on: connection)
-                // The listener may have read the page before the newest save hinted committed.
-                if let hinted, !isDelivered(through: hinted) {
+                // The listener may have read its page before saves committed since: before the
+                // newest one hinted, or, in a look without a hint (the once-a-second one, or after
+                // the listener reconnected), before any that came meanwhile.
+                if hinted.map({ !isDelivered(through: $0) }) ?? (page != nil) {
                     try deliverHistory(before: nil, store: store, on: connection)
                 }
             }

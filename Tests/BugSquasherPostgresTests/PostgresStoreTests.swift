@@ -183,6 +183,35 @@ struct PostgresStoreTests {
         #expect(seen.withLock { $0 } == [5])
     }
 
+    /// A process behind when it saves reads the saves before its own first; when all of them were
+    /// pruned unread, that is a gap too, not a jump to its own save.
+    @Test("saves pruned unread before a save of this process are reported as a gap", .timeLimit(.minutes(1)))
+    func prunedBeforeOwnSaveIsAGap() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
+        _ = try StoreCoordinator(model: BugModel.model, store: reader)
+        // Delivered by hand, without the follower.
+        let start = try reader.currentHistoryToken().rawValue
+        reader.delivered.withLock { $0 = start }
+        let gaps = Mutex<[Int64]>([])
+        reader.gapHandlers.withLock { $0.append { missed in gaps.withLock { $0.append(missed.rawValue) } } }
+        for n in 1...4 {
+            _ = try await context.perform { context in try saveOpenBugs(1, prefix: "G\(n)", title: "t", in: context) }
+        }
+        let newest = try writer.currentHistoryToken().rawValue
+        #expect(newest == start + 4)
+        _ = try writer.pruneHistory(before: nil, keepingNewest: 1)
+        // As the reader's own save with the next token would: the saves before it first.
+        try reader.withConnection("deliver") { connection in
+            try reader.deliverHistory(
+                before: newest, store: try reader.requireLoaded().metadata.storeIdentifier, on: connection)
+        }
+        #expect(gaps.withLock { $0 } == [newest - 1])
+        #expect(reader.delivered.withLock { $0 } == newest - 1)
+    }
+
     /// A row changed behind the store's back (no history row, no hint: it cannot have heard)
     /// makes its kept row stale: a batch holding its edit commits nothing, and each edit then
     /// goes alone, the stale one from the row as it is, in the order given.
@@ -567,9 +596,13 @@ struct PostgresStoreTests {
     }
 
     /// The listener read its page before the newest save it was hinted committed: the delivery
-    /// goes on to that save rather than wait for the next hint (a second, without one).
-    @Test("a delivery reads on past the listener's page to the newest save hinted")
-    func deliveryReadsPastThePage() async throws {
+    /// goes on to that save rather than wait for the next hint (a second, without one). A look
+    /// without a hint (the once-a-second one, or after the listener reconnected) given a page
+    /// goes on to the end of the history too.
+    @Test(
+        "a delivery reads on past the listener's page, to the newest save hinted or the end",
+        arguments: [true, false])
+    func deliveryReadsPastThePage(hinted: Bool) async throws {
         guard hasServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (writer, observer) = (try freshStore(schema: schema), try freshStore(schema: schema))
@@ -587,7 +620,7 @@ struct PostgresStoreTests {
         let page = try await observer.readHistory(after: start, on: connection)
         try await connection.close()
         _ = try await context.perform { context in try saveOpenBugs(1, prefix: "Q", title: "t", in: context) }
-        observer.deliverCommitsOfOthers(hinted: start + 2, read: page)
+        observer.deliverCommitsOfOthers(hinted: hinted ? start + 2 : nil, read: page)
         #expect(page.records.map(\.token) == [start + 1])
         #expect(seen.withLock { $0 } == [start + 1, start + 2])
     }
