@@ -348,8 +348,11 @@ class Cluster:
                              lambda: c.status().get("storeProblem"), 0.25)
         noticed = time.monotonic() - cut
         self.figure(f"host c noticed in {noticed:.1f} s; status says: {problem}")
-        for line in c.ctl(["status"], check=False).stdout.splitlines():
+        shown = c.ctl(["status"], check=False).stdout
+        for line in shown.splitlines():
             say("    host-c$ squasherctl status | " + line)
+        if "STORE PROBLEM" not in shown or "bugs and history token unknown" not in shown:
+            raise SystemExit("cluster: host c's status does not say that the store is out of reach")
         if "PostgreSQL does not answer" not in c.log():
             raise SystemExit("cluster: host c's log does not say that PostgreSQL does not answer")
         while time.monotonic() - cut < self.options.partition:

@@ -44,8 +44,12 @@ extension PostgresStore: StoreMembership {
         }
     }
 
+    /// The daemons attached, this one as it is now (its row is as fresh as its last heartbeat,
+    /// which a daemon cut off from the server could not write: it would show it silent and behind
+    /// right after the network healed).
     public func members() throws -> [StoreMember] {
-        try withConnection("list the daemons attached") { connection in
+        let (me, mine) = (health.withLock { $0.member?.id }, delivered.withLock { $0 })
+        return try withConnection("list the daemons attached") { connection in
             try run(
                 """
                 SELECT d.id, d.host, d.token, c.token - d.token, extract(epoch FROM now() - d.last_seen)::float8
@@ -54,6 +58,11 @@ extension PostgresStore: StoreMembership {
                 """, [], on: connection
             ).map { row in
                 let (id, host, token, behind, silent) = try row.decode((String, String, Int64, Int64, Double).self)
+                if id == me, let mine {
+                    return StoreMember(
+                        id: id, host: host, token: HistoryToken(rawValue: mine), behind: token + behind - mine,
+                        silentFor: 0)
+                }
                 return StoreMember(
                     id: id, host: host, token: HistoryToken(rawValue: token), behind: behind, silentFor: silent)
             }

@@ -129,8 +129,12 @@ struct StatusCommand: ParsableCommand {
         if let health = status.health { print("health: \(health)") }
         for problem in status.problems ?? [] { print("  \(problem.code): \(printable(problem.message, limit: 400))") }
         if let problem = status.storeProblem { print("STORE PROBLEM: \(problem)") }
+        // With the store out of reach the daemon cannot count them: not zero, unknown.
+        let stored =
+            status.storeProblem == nil
+            ? "bugs \(status.bugs), history token \(status.token)" : "bugs and history token unknown (no store)"
         print(
-            "bugs \(status.bugs), history token \(status.token), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)"
+            "\(stored), subscribers \(status.subscribers), job followers \(status.jobFollowers ?? 0), conflicts resolved \(status.conflictsResolved ?? 0)"
         )
         if let job = status.activeJob {
             print(

@@ -183,6 +183,33 @@ struct PostgresStoreTests {
         #expect(seen.withLock { $0 } == [5])
     }
 
+    /// The daemons attached: this one as it is now, though its row is stale (its heartbeats
+    /// could not reach the server while it was cut off); the others as their rows say.
+    @Test("the daemons attached show this one as it is now")
+    func membersShowThisOneLive() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (other, this) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: other), name: "o")
+        _ = try StoreCoordinator(model: BugModel.model, store: this)
+        other.attach(as: "other", host: "h1")
+        this.attach(as: "this", host: "h2")
+        _ = try await context.perform { context in try saveOpenBugs(1, prefix: "M", title: "t", in: context) }
+        let newest = try this.currentHistoryToken().rawValue
+        this.delivered.withLock { $0 = newest }
+        try this.withConnection("age the rows") { connection in
+            _ = try this.run(
+                "UPDATE bs_daemons SET token = 0, last_seen = now() - interval '1 minute'", [], on: connection)
+        }
+        let members = Dictionary(uniqueKeysWithValues: try this.members().map { ($0.id, $0) })
+        #expect(members["this"]?.token.rawValue == newest && members["this"]?.behind == 0)
+        #expect(members["this"].map { $0.silentFor < 1 } == true)
+        // (Its own heartbeat, every two seconds, may have refreshed its row since.)
+        #expect(members["other"] != nil)
+        other.detach()
+        this.detach()
+    }
+
     /// A process behind when it saves reads the saves before its own first; when all of them were
     /// pruned unread, that is a gap too, not a jump to its own save.
     @Test("saves pruned unread before a save of this process are reported as a gap", .timeLimit(.minutes(1)))
