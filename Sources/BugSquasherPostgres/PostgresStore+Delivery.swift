@@ -26,10 +26,12 @@ extension PostgresStore {
 
     public func currentHistoryToken() throws -> HistoryToken {
         _ = try requireLoaded()
-        return try withConnection("read the history") { connection in
-            let rows = try run("SELECT token FROM bs_counter WHERE id = 1", [], on: connection)
-            return HistoryToken(rawValue: try rows.first?.decode(Int64.self) ?? 0)
-        }
+        return try withConnection("read the history") { HistoryToken(rawValue: try counterToken(on: $0)) }
+    }
+
+    /// The newest token issued, read on `connection`.
+    private func counterToken(on connection: PostgresConnection) throws -> Int64 {
+        try run("SELECT token FROM bs_counter WHERE id = 1", [], on: connection).first?.decode(Int64.self) ?? 0
     }
 
     /// Hands the commit observers the saves in the history after the last one delivered (and
@@ -40,7 +42,15 @@ extension PostgresStore {
     ) throws {
         let handlers = commitHandlers.withLock { $0 } + otherHandlers.withLock { $0 }
         guard var last = delivered.withLock({ $0 }) else {
-            if let limit { delivered.withLock { $0 = limit - 1 } }
+            // Where to follow from could not be read when observing began (the server did not
+            // answer): what other processes saved since is unknown, so the observers refetch what
+            // they hold, and following starts here.
+            let now = try limit.map { $0 - 1 } ?? counterToken(on: connection)
+            logger.warning(
+                "could not tell which saves of other daemons this one has missed; its subscribers refetch what they hold",
+                metadata: ["history.token": "\(now)"])
+            for handler in gapHandlers.withLock({ $0 }) { handler(HistoryToken(rawValue: now)) }
+            delivered.withLock { $0 = now }
             return
         }
         // A page the listener read is used when it goes on from the last save delivered.

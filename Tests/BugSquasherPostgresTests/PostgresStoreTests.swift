@@ -239,6 +239,32 @@ struct PostgresStoreTests {
         #expect(reader.delivered.withLock { $0 } == newest - 1)
     }
 
+    /// A process that could not read where to follow from when it began observing (the server
+    /// did not answer) cannot tell what it missed: its observers refetch, and it follows on from
+    /// the first look that reaches the server, rather than skip to its own next save.
+    @Test("a process that could not read where to follow from has its observers refetch")
+    func unknownStartIsAGap() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
+        _ = try StoreCoordinator(model: BugModel.model, store: reader)
+        // Observed by hand, without the follower, and with no token to follow from.
+        let gaps = Mutex<[Int64]>([])
+        let seen = Mutex<[Int64]>([])
+        reader.gapHandlers.withLock { $0.append { missed in gaps.withLock { $0.append(missed.rawValue) } } }
+        reader.otherHandlers.withLock { $0.append { didSave in seen.withLock { $0.append(didSave.token.rawValue) } } }
+        reader.delivered.withLock { $0 = nil }
+        _ = try await context.perform { context in try saveOpenBugs(1, prefix: "U", title: "t", in: context) }
+        let missed = try writer.currentHistoryToken().rawValue
+        reader.deliverCommitsOfOthers()
+        #expect(gaps.withLock { $0 } == [missed])
+        #expect(reader.delivered.withLock { $0 } == missed)
+        _ = try await context.perform { context in try saveOpenBugs(1, prefix: "V", title: "t", in: context) }
+        reader.deliverCommitsOfOthers()
+        #expect(seen.withLock { $0 } == [missed + 1])
+    }
+
     /// A row changed behind the store's back (no history row, no hint: it cannot have heard)
     /// makes its kept row stale: a batch holding its edit commits nothing, and each edit then
     /// goes alone, the stale one from the row as it is, in the order given.
