@@ -536,6 +536,17 @@ def pg_prepare(socket_dir):
     return version, settings
 
 
+def last_receipt(readers, marker, name):
+    """When the last of `readers` (`Lines` printing `payload stamp`) received `marker` (µs)."""
+    last = 0
+    for r in readers:
+        payload, at = r.get(30).split()
+        if payload != marker:
+            raise Broken(f"{name} got {payload}, expected {marker}")
+        last = max(last, int(at))
+    return last
+
+
 class PgListeners:
     """`n` PostgreSQL listeners (LISTEN bench, each its own process and backend) and a writer
     connection; `round` times one UPDATE of a bug row + pg_notify in one transaction, committed,
@@ -562,13 +573,7 @@ class PgListeners:
         self.db.execute("SELECT pg_notify('bench', %s)", (marker,))
         self.db.commit()
         PipeReader.shared().hold(hold_seconds(len(self.procs)))  # from the commit, as `edit_round`
-        last = 0
-        for r in self.readers:
-            payload, at = r.get(30).split()
-            if payload != marker:
-                raise Broken(f"PostgreSQL listener got {payload}, expected {marker}")
-            last = max(last, int(at))
-        return (last - t0) / 1000
+        return (last_receipt(self.readers, marker, "PostgreSQL listener") - t0) / 1000
 
     def close(self):
         if self.db is not None:
@@ -625,13 +630,7 @@ class FloorChain:
         if self.replies.readline().strip() != b"ok":
             raise Broken("floor writer: no reply")
         PipeReader.shared().hold(hold_seconds(len(self.readers)))
-        last = 0
-        for r in self.readers:
-            payload, at = r.get(30).split()
-            if payload != marker:
-                raise Broken(f"floor subscriber got {payload}, expected {marker}")
-            last = max(last, int(at))
-        return (last - t0) / 1000
+        return (last_receipt(self.readers, marker, "floor subscriber") - t0) / 1000
 
     def close(self):
         if self.writer is not None:
