@@ -23,6 +23,16 @@ private func freshStore(
         configuration: try PostgresStoreConfiguration(url: serverURL! + "&schema=\(schema)"), editsFirst: editsFirst)
 }
 
+/// Two stores on one fresh schema, as two processes, both loaded: the first with a context that
+/// saves through it.
+private func twoProcesses() throws -> (PostgresStore, PostgresStore, ObjectContext) {
+    let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+    let (first, second) = (try freshStore(schema: schema), try freshStore(schema: schema))
+    let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: first), name: "first")
+    _ = try StoreCoordinator(model: BugModel.model, store: second)
+    return (first, second, context)
+}
+
 /// Whether the test server is set; says so when it is not (the test then passes, skipped).
 private func hasServer() -> Bool {
     if serverURL == nil { print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)") }
@@ -188,10 +198,7 @@ struct PostgresStoreTests {
     @Test("the daemons attached show this one as it is now")
     func membersShowThisOneLive() async throws {
         guard hasServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let (other, this) = (try freshStore(schema: schema), try freshStore(schema: schema))
-        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: other), name: "o")
-        _ = try StoreCoordinator(model: BugModel.model, store: this)
+        let (other, this, context) = try twoProcesses()
         other.attach(as: "other", host: "h1")
         this.attach(as: "this", host: "h2")
         _ = try await context.perform { context in try saveOpenBugs(1, prefix: "M", title: "t", in: context) }
@@ -215,10 +222,7 @@ struct PostgresStoreTests {
     @Test("saves pruned unread before a save of this process are reported as a gap", .timeLimit(.minutes(1)))
     func prunedBeforeOwnSaveIsAGap() async throws {
         guard hasServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
-        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
-        _ = try StoreCoordinator(model: BugModel.model, store: reader)
+        let (writer, reader, context) = try twoProcesses()
         // Delivered by hand, without the follower.
         let start = try reader.currentHistoryToken().rawValue
         reader.delivered.withLock { $0 = start }
@@ -245,10 +249,7 @@ struct PostgresStoreTests {
     @Test("a process that could not read where to follow from has its observers refetch")
     func unknownStartIsAGap() async throws {
         guard hasServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
-        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
-        _ = try StoreCoordinator(model: BugModel.model, store: reader)
+        let (writer, reader, context) = try twoProcesses()
         // Observed by hand, without the follower, and with no token to follow from.
         let gaps = Mutex<[Int64]>([])
         let seen = Mutex<[Int64]>([])
@@ -657,10 +658,7 @@ struct PostgresStoreTests {
         arguments: [true, false])
     func deliveryReadsPastThePage(hinted: Bool) async throws {
         guard hasServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let (writer, observer) = (try freshStore(schema: schema), try freshStore(schema: schema))
-        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
-        _ = try StoreCoordinator(model: BugModel.model, store: observer)
+        let (writer, observer, context) = try twoProcesses()
         // Delivered by hand, without the follower.
         let start = try observer.currentHistoryToken().rawValue
         observer.delivered.withLock { $0 = start }
