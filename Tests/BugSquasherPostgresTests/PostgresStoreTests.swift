@@ -57,6 +57,18 @@ private func saveOpenBugs(
     return bugs.map(\.objectID)
 }
 
+/// Adds bug `key` to project P in `context` (creating P when `creating`) and saves.
+private func add(_ key: String, in context: isolated ObjectContext, creating: Bool = false) throws {
+    let project =
+        creating
+        ? context.insert(Project.self)
+        : try #require(try context.fetch(FetchRequest<Project>(predicate: Key("key") == .string("P"))).first)
+    if creating { project.key = "P" }
+    let bug = context.insert(Bug.self)
+    (bug.key, bug.title, bug.status, bug.project) = (key, "t", "Open", project)
+    try context.saveToStore()
+}
+
 @Suite("PostgreSQL store")
 struct PostgresStoreTests {
     @Test("a store URL names the server, database, user and schema; a bad one says what is wrong")
@@ -264,6 +276,47 @@ struct PostgresStoreTests {
         _ = try await context.perform { context in try saveOpenBugs(1, prefix: "V", title: "t", in: context) }
         reader.deliverCommitsOfOthers()
         #expect(seen.withLock { $0 } == [missed + 1])
+    }
+
+    /// Two processes adding bugs to one project at once (two importers): the project's row
+    /// changes in nothing but its version, so the later save is no conflict, even without a
+    /// merge policy; the context reloads the project's bugs, the other process's among them. A
+    /// change of the project's values meanwhile is still a conflict.
+    @Test("bugs added to one project by two processes at once do not conflict")
+    func toManyOnlyChangesDoNotConflict() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let contexts = try [0, 1].map { n in
+            ObjectContext(
+                coordinator: try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema)),
+                name: "process \(n)")
+        }
+        try await contexts[0].perform { try add("P-1", in: $0, creating: true) }
+        // The second process loads the project and its bugs, at version 1.
+        let loaded = try await contexts[1].perform { context in
+            try #require(try context.fetch(FetchRequest<Project>(predicate: Key("key") == .string("P"))).first).bugs
+                .map(\.key)
+        }
+        #expect(loaded == ["P-1"])
+        try await contexts[0].perform { try add("P-2", in: $0) }
+        try await contexts[1].perform { try add("P-3", in: $0) }
+        let after = try await contexts[1].perform { context in
+            let project = try #require(
+                try context.fetch(FetchRequest<Project>(predicate: Key("key") == .string("P"))).first)
+            return (project.bugs.map(\.key).sorted(), project.snapshotVersion)
+        }
+        #expect(after.0 == ["P-1", "P-2", "P-3"])
+        #expect(after.1 == 3)
+        // A value of the project changed meanwhile (by a context that resolves its own save's
+        // conflict with the last one): the version check's conflict, as before.
+        let renaming = ObjectContext(
+            coordinator: contexts[0].coordinator, mergePolicy: .mergeByPropertyObjectTrump, name: "renaming")
+        try await renaming.perform { context in
+            try #require(try context.fetch(FetchRequest<Project>(predicate: Key("key") == .string("P"))).first).name =
+                "renamed"
+            try context.saveToStore()
+        }
+        await #expect(throws: GraphError.self) { try await contexts[1].perform { try add("P-4", in: $0) } }
     }
 
     /// A row changed behind the store's back (no history row, no hint: it cannot have heard)
@@ -658,7 +711,7 @@ struct PostgresStoreTests {
         arguments: [true, false])
     func deliveryReadsPastThePage(hinted: Bool) async throws {
         guard hasServer() else { return }
-        let (writer, observer, context) = try twoProcesses()
+        let (_, observer, context) = try twoProcesses()
         // Delivered by hand, without the follower.
         let start = try observer.currentHistoryToken().rawValue
         observer.delivered.withLock { $0 = start }

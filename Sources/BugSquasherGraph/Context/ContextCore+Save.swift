@@ -219,10 +219,18 @@ extension ContextCore {
             object.clearPendingLinks()
         }
         for object in updated {
-            let row = object.currentRow(version: versions[object.objectID] ?? (object.snapshot?.version ?? 0) + 1)
+            let previous = object.snapshot?.version ?? 0
+            let version = versions[object.objectID] ?? previous + 1
+            let row = object.currentRow(version: version)
             object.snapshot = row
             updatedRows[object.objectID] = row
             object.clearPendingLinks()
+            // The store saved this change on top of another process's that changed only the
+            // object's to-many relationships (a shared store: see PostgresStore's `touch`): the
+            // members loaded here may miss what that one added, so they load again when asked.
+            if version > previous + 1 {
+                for slot in object.toMany.indices { object.toMany[slot].members = nil }
+            }
         }
         // Inserted objects hold their values; the row cache fills when another context asks.
         coordinator.register(inserted.map { $0.objectID })
