@@ -101,8 +101,8 @@ extension PostgresStore {
     }
 
     /// Saves a change of `row`'s to-many relationships only (bugs added to a project): nothing
-    /// of its row changes but its version. Another process's save of the same kind since the
-    /// context read the row (another importer adding bugs to the same project) is no conflict:
+    /// of its row changes but its version. When the version check fails, another process's save
+    /// of the same kind since the context read the row (another importer adding bugs to the same project) is no conflict:
     /// the row still holds what the context holds, so the version goes up from the one it
     /// reached, and the context reloads the relationships it had loaded. A row deleted, or whose
     /// values changed, is a conflict, as the version check finds for any other update.
@@ -110,6 +110,9 @@ extension PostgresStore {
     private func touch(
         _ row: SaveChanges.Row, of entity: EntityDescription, state: Loaded, on connection: PostgresConnection
     ) throws -> Touch {
+        // Mostly the row is as the context saw it: one round trip, as for any update.
+        let (sql, arguments) = Self.update(row, of: entity)
+        if try changeCount(sql, arguments, on: connection) == 1 { return .saved(Self.change(row)) }
         let table = PostgresSchema.quote(entity.name)
         // Locked first: a save of the row in flight elsewhere commits before this one reads it.
         let rows = try run(
