@@ -102,10 +102,11 @@ extension PostgresStore {
 
     /// Saves a change of `row`'s to-many relationships only (bugs added to a project): nothing
     /// of its row changes but its version. When the version check fails, another process's save
-    /// of the same kind since the context read the row (another importer adding bugs to the same project) is no conflict:
-    /// the row still holds what the context holds, so the version goes up from the one it
-    /// reached, and the context reloads the relationships it had loaded. A row deleted, or whose
-    /// values changed, is a conflict, as the version check finds for any other update.
+    /// of the same kind since the context read the row (another importer adding bugs to the same
+    /// project) is no conflict: the row still holds what the context holds, so the version goes
+    /// up from the one it reached, and the context reloads the relationships it had loaded. A row
+    /// deleted, or whose values changed, is a conflict, as the version check finds for any other
+    /// update.
     /// Why: docs/DESIGN-NOTES.md, "Importers adding to one project do not conflict".
     private func touch(
         _ row: SaveChanges.Row, of entity: EntityDescription, state: Loaded, on connection: PostgresConnection
