@@ -1,6 +1,7 @@
 import Dispatch
 import NIOCore
 import NIOPosix
+import PostgresNIO
 import Synchronization
 
 extension EventLoopFuture where Value: Sendable {
@@ -8,14 +9,24 @@ extension EventLoopFuture where Value: Sendable {
     /// group: the store is synchronous, and squasherd answers short calls on its servers' event
     /// loops. The store's connections run on ``PostgresEventLoops/group`` alone, so such a wait
     /// never waits for its own loop. (`wait()` refuses every event-loop thread.)
-    func blockingValue() throws -> Value {
+    /// With `connection`, the wait ends when the connection closes under it: postgres-nio can
+    /// leave a statement's future pending when the server goes away as the statement is sent (an
+    /// immediate restart of PostgreSQL), and the thread waiting for it held the store's
+    /// connection for ever.
+    func blockingValue(watching connection: PostgresConnection? = nil) throws -> Value {
         let result = Mutex<Result<Value, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         whenComplete { completed in
             result.withLock { $0 = completed }
             done.signal()
         }
-        done.wait()
+        if let connection {
+            while done.wait(timeout: .now() + .seconds(1)) == .timedOut {
+                if connection.isClosed, result.withLock({ $0 == nil }) { throw ConnectionClosedUnderStatement() }
+            }
+        } else {
+            done.wait()
+        }
         return try result.withLock { $0! }.get()
     }
 }
@@ -29,12 +40,15 @@ enum PostgresEventLoops {
     /// waits for it on this thread, as ``EventLoopFuture/blockingValue()`` does. The task runs on
     /// the loop itself, not on Swift's shared pool, whose few threads may all be blocked in
     /// waits like this one.
-    static func run<T: Sendable>(on loop: any EventLoop, _ body: @escaping @Sendable () async throws -> T) throws -> T {
+    static func run<T: Sendable>(
+        on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
+    ) throws -> T {
+        let loop = connection.eventLoop
         let promise = loop.makePromise(of: T.self)
         Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
             do { promise.succeed(try await body()) } catch { promise.fail(error) }
         }
-        return try promise.futureResult.blockingValue()
+        return try promise.futureResult.blockingValue(watching: connection)
     }
 }
 
@@ -48,4 +62,10 @@ final class EventLoopTaskExecutor: TaskExecutor {
         let job = UnownedJob(job)
         loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
+}
+
+/// A statement's connection closed while the statement waited for its answer (see
+/// ``EventLoopFuture/blockingValue(watching:)``).
+struct ConnectionClosedUnderStatement: Error, CustomStringConvertible {
+    var description: String { "the connection to PostgreSQL closed while a statement waited for its answer" }
 }

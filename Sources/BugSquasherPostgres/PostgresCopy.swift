@@ -20,7 +20,7 @@ extension PostgresStore {
     ) throws {
         let data = PostgresCopyText.encode(rows)
         let logger = logger
-        try PostgresEventLoops.run(on: connection.eventLoop) {
+        try PostgresEventLoops.run(on: connection) {
             try await connection.copyFrom(table: entity.name, columns: ["pk", "_version"] + columns, logger: logger) {
                 writer in
                 for part in data { try await writer.write(part) }

@@ -15,7 +15,9 @@ extension PostgresStore {
 
     /// Runs one statement with parameters bound already and returns its rows.
     func run(_ sql: String, binds: PostgresBindings, on connection: PostgresConnection) throws -> [PostgresRow] {
-        try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).blockingValue().rows
+        try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).blockingValue(
+            watching: connection
+        ).rows
     }
 
     /// Runs one statement and returns how many rows it changed.
@@ -27,7 +29,8 @@ extension PostgresStore {
         _ sql: String, _ arguments: [Value], arrays: [[Int64]] = [], on connection: PostgresConnection
     ) throws -> PostgresQueryResult {
         let bindings = try Self.bindings(arguments, arrays: arrays)
-        return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue()
+        return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue(
+            watching: connection)
     }
 
     /// `arguments` as `$1`, `$2`, …, then `arrays` as `int8[]` parameters.

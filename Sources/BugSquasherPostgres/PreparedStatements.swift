@@ -91,7 +91,7 @@ extension PostgresStore {
             return try run(sql, binds: bindings, on: connection)
         }
         let (names, logger) = (preparedNames, logger)
-        return try PostgresEventLoops.run(on: connection.eventLoop) {
+        return try PostgresEventLoops.run(on: connection) {
             try await Self.execute(
                 sql, named: name, kinds: kinds, binds: bindings, names: names, logger: logger, on: connection)
         }
