@@ -37,7 +37,7 @@ enum PostgresEventLoops {
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
     /// Runs `body`, an async call of postgres-nio (`copyFrom` has no other form), on `loop` and
-    /// waits for it on this thread, as ``EventLoopFuture/blockingValue()`` does. The task runs on
+    /// waits for it on this thread, as ``EventLoopFuture/blockingValue(watching:)`` does. The task runs on
     /// the loop itself, not on Swift's shared pool, whose few threads may all be blocked in
     /// waits like this one.
     static func run<T: Sendable>(

@@ -120,10 +120,7 @@ extension PostgresStore {
             "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = $1 FOR UPDATE",
             [.int64(row.objectID.key)], on: connection)
         let current = try Self.snapshots(rows, entity: entity, store: state.metadata.storeIdentifier)[row.objectID]
-        guard let current,
-            current.version == row.expectedVersion
-                || (current.attributes == row.attributes && current.toOne == row.toOne)
-        else {
+        guard let current, current.attributes == row.attributes, current.toOne == row.toOne else {
             return .conflict(
                 MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: current))
         }
