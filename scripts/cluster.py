@@ -7,7 +7,9 @@ runtime directory and its own subscribers. An import goes through the first daem
 through the second, and subscribers on every host follow; at the end every subscriber's feed is
 audited: no change missing, none twice, tokens increasing.
 
-With --faults, three faults, each bounded in time:
+With --faults, four faults, each bounded in time:
+  - an immediate restart of PostgreSQL as the import starts: no daemon exits, and the job waits
+    for the database and goes on from its last committed chunk;
   - kill -9 of the first daemon mid-import: it resumes its job when started again, and the
     other daemons' subscribers are not disturbed;
   - an immediate stop and restart of PostgreSQL during edits: no daemon exits, each edit is
@@ -215,7 +217,10 @@ class Daemon:
 
     def status(self):
         # Exit status 5 says the daemon is degraded (a fault here does that); the status is the same.
-        result = self.ctl(["status", "--json"], check=False, timeout=30)
+        try:
+            result = self.ctl(["status", "--json"], check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"cluster: squasherctl status on host {self.host} got no answer in 30 s:\n{self.log()[-3000:]}")
         if result.returncode not in (0, 5):
             raise SystemExit(f"cluster: squasherctl status on host {self.host} failed ({result.returncode}):\n{result.stderr}")
         return json.loads(result.stdout)
@@ -281,13 +286,21 @@ class Cluster:
         say(f"import: {self.options.records} records through host a, in chunks of 100")
         job = a.ctl(["import", path]).stdout.split()[-1]
         if self.options.faults:
+            # A statement of the job is in flight when the server goes: it must fail, not hang.
+            started = wait_until("the import to commit its first chunk", 120, lambda: self.job_progress(a, job), 0.02)
+            if started["state"] != "running":
+                raise SystemExit(f"cluster: the import was {started['state']} before PostgreSQL could be restarted; "
+                                 "give it more --records")
+            self.postgres.stop("immediate")
+            self.postgres.start()
+            self.figure(f"fault 1: PostgreSQL restarted (immediate) mid-import, at {started['imported']} records imported")
             third = self.options.records // 3
             wait_until("the import to pass a third", 120,
                        lambda: (a.status().get("activeJob") or {}).get("imported", 0) >= third, 0.05)
             a.process.signal(signal.SIGKILL)
             a.process.wait()
             got = json.loads(self.daemons["b"].ctl(["jobs", job, "--json"]).stdout)["job"]
-            self.figure(f"fault 1: kill -9 of host a's squasherd mid-import, at {got['imported']} records imported")
+            self.figure(f"fault 2: kill -9 of host a's squasherd mid-import, at {got['imported']} records imported")
             if got["state"] != "running":
                 raise SystemExit(f"cluster: the job was {got['state']} when host a was killed; nothing interrupted")
             a.start()
@@ -298,6 +311,11 @@ class Cluster:
         self.figure(f"import finished: {final['imported']} imported, {final['rejected']} rejected"
                     + (" (resumed by host a after its restart)" if self.options.faults else "")
                     + f", {time.monotonic() - started:.1f} s after the last start")
+
+    @staticmethod
+    def job_progress(daemon, job):
+        current = json.loads(daemon.ctl(["jobs", job, "--json"]).stdout)["job"]
+        return current if current["imported"] > 0 or current["state"] in ("finished", "failed", "aborted") else None
 
     @staticmethod
     def job_if_final(daemon, job):
@@ -327,7 +345,7 @@ class Cluster:
             if i == self.options.edits // 4:
                 self.postgres.stop("immediate")
                 self.restarted_at = time.monotonic()
-                say("  fault 2: PostgreSQL stopped (immediate) while edits go on")
+                say("  fault 3: PostgreSQL stopped (immediate) while edits go on")
             if i == self.options.edits // 4 + 3:
                 self.postgres.start()
                 say(f"  PostgreSQL started again after {time.monotonic() - self.restarted_at:.1f} s")
@@ -343,7 +361,7 @@ class Cluster:
         c = self.daemons["c"]
         cut = time.monotonic()
         self.network.cut("c")
-        say(f"  fault 3: host c cut off from the database for {self.options.partition} s while edits go on")
+        say(f"  fault 4: host c cut off from the database for {self.options.partition} s while edits go on")
         problem = wait_until("host c's status to report the database unreachable", 30,
                              lambda: c.status().get("storeProblem"), 0.25)
         noticed = time.monotonic() - cut
@@ -353,6 +371,8 @@ class Cluster:
             say("    host-c$ squasherctl status | " + line)
         if "STORE PROBLEM" not in shown or "bugs and history token unknown" not in shown:
             raise SystemExit("cluster: host c's status does not say that the store is out of reach")
+        if "store-unavailable:" in shown or "Generic description" in shown:
+            raise SystemExit("cluster: host c's status says the store's problem twice or without what happened")
         if "PostgreSQL does not answer" not in c.log():
             raise SystemExit("cluster: host c's log does not say that PostgreSQL does not answer")
         while time.monotonic() - cut < self.options.partition:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # BugSquasher on PostgreSQL across hosts, on one machine: PostgreSQL and three squasherd daemons
 # in four network namespaces; an import through the first daemon, edits through the second,
-# subscribers on all three, every feed audited; with --faults, a kill -9 mid-import, a
-# PostgreSQL restart and a 30 s partition of one host. Needs root (ip netns). See
+# subscribers on all three, every feed audited; with --faults, PostgreSQL restarted mid-import,
+# a kill -9 mid-import, PostgreSQL restarted again during edits and a 30 s partition of one host. Needs root (ip netns). See
 # docs/OPERATIONS.md, "Running on PostgreSQL".
 # Usage: scripts/cluster.sh [--smoke] [--debug] [--faults] [--records N] [--edits N]
 #        [--partition S] [--keep] [--work DIR]

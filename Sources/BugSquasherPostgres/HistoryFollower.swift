@@ -197,7 +197,7 @@ final class HistoryFollower: Sendable {
                 try? await connection.close()
             } catch {
                 guard !Task.isCancelled, !stopped.isSet else { return }
-                store.store?.markUnreachable("\(error)", hung: error is Unanswered)
+                store.store?.markUnreachable(PostgresStore.describe(error), hung: error is Unanswered)
                 try? await Task.sleep(for: .seconds(1))
             }
         }

@@ -244,10 +244,11 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             advice: "Check that the server runs and that this host may connect to it (pg_hba.conf).")
     }
 
-    /// A failure with no words from the server, in words: postgres-nio's own description hides
-    /// what happened (its code and the underlying error say it).
+    /// A failure in words: postgres-nio's own description hides what happened (the server's
+    /// message, the error's code and the underlying error say it).
     static func describe(_ error: any Error) -> String {
         guard let psql = error as? PSQLError else { return "\(error)" }
+        if let message = psql.serverInfo?[.message] { return "the server said: \(message)" }
         switch psql.code {
         case .clientClosedConnection: return "the connection was closed here: the server had stopped answering"
         case .serverClosedConnection: return "the server closed the connection (it stopped or restarted)"

@@ -127,8 +127,11 @@ struct StatusCommand: ParsableCommand {
         }
         print("store \(status.storeIdentifier)\(status.store.map { ": " + $0 } ?? "")")
         if let health = status.health { print("health: \(health)") }
-        for problem in status.problems ?? [] { print("  \(problem.code): \(printable(problem.message, limit: 400))") }
-        if let problem = status.storeProblem { print("STORE PROBLEM: \(problem)") }
+        // The store's problem has a line of its own below, not a second one here.
+        for problem in status.problems ?? [] where problem.code != "store-unavailable" || status.storeProblem == nil {
+            print("  \(problem.code): \(printable(problem.message, limit: 400))")
+        }
+        if let problem = status.storeProblem { print("STORE PROBLEM: \(printable(problem, limit: 400))") }
         // With the store out of reach the daemon cannot count them: not zero, unknown.
         let stored =
             status.storeProblem == nil

@@ -103,6 +103,7 @@ struct JobsInterface: VarlinkInterface {
         let membership = stack.store as? any StoreMembership
         // A database that does not answer is reported at once, not waited for.
         if case .unreachable(let since, let reason) = membership?.reachability {
+            let reason = reason.hasSuffix(".") ? String(reason.dropLast()) : reason
             reply.storeProblem =
                 "The database has not answered since \(ISO8601Date.format(since, fractionalSeconds: false)): \(reason)."
             try await replier.reply(judged(reply))
