@@ -15,9 +15,10 @@ With --faults, four faults, each bounded in time:
   - an immediate stop and restart of PostgreSQL during edits: no daemon exits, each edit is
     either committed and announced once or refused with StoreUnavailable (exit 75), and the
     daemons reconnect by themselves;
-  - a partition of the third host (its link down) for --partition seconds: its daemon notices
-    within seconds and says so in `squasherctl status` and its log; after the link comes back
-    its subscribers catch up with nothing missed.
+  - a partition of the third host (the database's packets to it dropped, no error on either
+    side) for --partition seconds: its daemon notices within seconds and says so in
+    `squasherctl status` and its log; after the network heals its subscribers catch up with
+    nothing missed.
 
 Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke). Needs root (network
 namespaces). Everything it starts runs under --work (removed at the end unless --keep).
@@ -93,10 +94,12 @@ class Network:
             run(["ip", "-n", namespace, "link", "set", inner, "up"])
 
     def cut(self, host):
-        run(["ip", "-n", self.namespace(host), "link", "set", self.link(host), "down"])
+        # Silently, as a network that fails does: the database's packets to the host are dropped
+        # (a blackhole route), so no error reaches the host; its connections just stop answering.
+        run(["ip", "-n", self.db, "route", "add", "blackhole", self.address(host, "host") + "/32"])
 
     def heal(self, host):
-        run(["ip", "-n", self.namespace(host), "link", "set", self.link(host), "up"])
+        run(["ip", "-n", self.db, "route", "del", "blackhole", self.address(host, "host") + "/32"])
 
     def destroy(self):
         for namespace in [self.db] + [self.namespace(h) for h in HOSTS]:
@@ -382,7 +385,7 @@ class Cluster:
         last = max(n for n, _, outcome in self.edits if outcome == "committed")
         wait_until("host c's subscriber to catch up after the partition", 60,
                    lambda: f'"edit {last}"' in "".join(self.feed("c", "subscribe").lines()), 0.1)
-        self.figure(f"host c's subscribers caught up {time.monotonic() - healed:.1f} s after the link came back")
+        self.figure(f"host c's subscribers caught up {time.monotonic() - healed:.1f} s after the network healed")
         wait_until("host c's status to clear", 30, lambda: not c.status().get("storeProblem"), 0.25)
         for line in c.ctl(["status"], check=False).stdout.splitlines():
             say("    host-c$ squasherctl status | " + line)

@@ -10,6 +10,9 @@ extension PostgresStore: StoreMembership {
     struct Health: Sendable {
         var member: (id: String, host: String)?
         var reachability = StoreReachability.reachable
+        /// Unreachable because a heartbeat went unanswered: a server that is silent, not one
+        /// that refuses (connecting to it would wait out the timeout).
+        var silent = false
     }
 
     public func attach(as member: String, host: String) {
@@ -93,7 +96,7 @@ extension PostgresStore: StoreMembership {
     /// The server answered: logged when it had not before.
     func markReachable() {
         let was = health.withLock { health in
-            defer { health.reachability = .reachable }
+            defer { (health.reachability, health.silent) = (.reachable, false) }
             return health.reachability
         }
         if case .unreachable(let since, _) = was {
@@ -111,6 +114,7 @@ extension PostgresStore: StoreMembership {
     /// statements that wait on it.
     func markUnreachable(_ reason: String, hung: Bool) {
         let first = health.withLock { health in
+            if hung { health.silent = true }
             guard case .reachable = health.reachability else { return false }
             health.reachability = .unreachable(since: Date(), reason: reason)
             return true

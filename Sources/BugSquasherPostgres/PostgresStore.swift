@@ -160,6 +160,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 if let current, !current.isClosed {
                     open = current
                 } else {
+                    try refuseWhileUnreachable(action)
                     open = try connect(id: slot.id)
                     current = open
                     slot.live.withLock { $0 = open }
@@ -174,6 +175,22 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 throw storeError(action, error)
             }
         }
+    }
+
+    /// Refuses at once to connect while the follower's heartbeat finds the server silent: each
+    /// attempt would wait out the connect timeout, holding the connection's lock, so that edits
+    /// queued behind one another would wait five seconds each. A server that refuses (one
+    /// restarting) is tried as before: that fails at once. The follower reconnects on its own
+    /// and marks the server reachable again (docs/DESIGN-NOTES.md, "A heartbeat tells a dead
+    /// network from a quiet one").
+    private func refuseWhileUnreachable(_ action: String) throws {
+        let state = health.withLock { $0.silent ? $0.reachability : .reachable }
+        guard case .unreachable(let since, let reason) = state else { return }
+        let seconds = Int(Date().timeIntervalSince(since).rounded())
+        throw GraphError(
+            .storeIO,
+            "Could not \(action): PostgreSQL at \(configuration.address) has not answered for \(seconds) s (\(reason)).",
+            advice: "squasherd reconnects by itself as soon as it answers; try again then.")
     }
 
     /// Closes the store's connections from any thread: a statement waiting on one fails, and the

@@ -47,6 +47,20 @@ struct JobLifecycleTests {
         #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(1)))
     }
 
+    /// A job queue that cannot be read for now (a database server that does not answer) is read
+    /// again on the same back-off, so that a running job resumes; any other failure waits for
+    /// the next submission.
+    @Test("a job queue out of reach for now is read again with back-off")
+    func unreadableQueue() {
+        var lifecycle = JobLifecycle()
+        #expect(lifecycle.queueUnreadable(transient: true) == .seconds(1))
+        #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(2)))
+        #expect(lifecycle.queueUnreadable(transient: true) == .seconds(4))
+        #expect(lifecycle.queueUnreadable(transient: false) == nil)
+        #expect(lifecycle.jobEnded(.ended) == .takeNextJob)
+        #expect(lifecycle.queueUnreadable(transient: true) == .seconds(1))
+    }
+
     /// A failed job's spool is put back if recording its end fails; an aborted job's goes all the same.
     @Test("a finished job's spool stays until its end is recorded")
     func spoolOnEnd() {

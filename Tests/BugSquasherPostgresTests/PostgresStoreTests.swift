@@ -278,6 +278,47 @@ struct PostgresStoreTests {
         #expect(seen.withLock { $0 } == [missed + 1])
     }
 
+    /// A heartbeat that went unanswered marks the server silent: a statement that would have
+    /// to connect is refused at once, not after the connect timeout (edits queued behind one
+    /// another would wait it out each), until the server answers again. A server that refuses
+    /// connections (restarting) is still tried.
+    @Test("a server found silent refuses new connections at once until it answers", .timeLimit(.minutes(1)))
+    func silentServerRefusesAtOnce() async throws {
+        guard hasServer() else { return }
+        let store = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: store)
+        func refusal() -> (message: String, took: Duration)? {
+            let started = ContinuousClock.now
+            do {
+                _ = try store.currentHistoryToken()
+                return nil
+            } catch {
+                return ((error as? GraphError)?.message ?? "\(error)", ContinuousClock.now - started)
+            }
+        }
+        store.markUnreachable("no answer to a heartbeat within 4 s", hung: true)
+        // It closes the open connections on their event loop: a statement may meet one closing.
+        var refused = refusal()
+        for _ in 0..<20 where refused?.message.contains("has not answered") != true {
+            try await Task.sleep(for: .milliseconds(50))
+            refused = refusal()
+        }
+        #expect(refused?.message.contains("has not answered for") == true, "\(String(describing: refused))")
+        #expect(refused?.message.contains("(no answer to a heartbeat within 4 s)") == true)
+        // Not the five seconds of the connect timeout (nor the second a closed connection takes).
+        #expect(refused.map { $0.took < .milliseconds(900) } == true, "\(String(describing: refused))")
+        store.markReachable()
+        #expect(refusal() == nil)
+        store.markUnreachable("the server closed the connection", hung: false)
+        store.closeOpenConnection()
+        var connected = refusal()
+        for _ in 0..<20 where connected != nil {
+            try await Task.sleep(for: .milliseconds(50))
+            connected = refusal()
+        }
+        #expect(connected == nil)
+    }
+
     /// Two processes adding bugs to one project at once (two importers): the project's row
     /// changes in nothing but its version, so the later save is no conflict, even without a
     /// merge policy; the context reloads the project's bugs, the other process's among them. A

@@ -33,13 +33,17 @@ struct ChangesInterface: VarlinkInterface {
     func streams(_ method: String) -> Bool { method == "Subscribe" }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        switch call.methodName {
-        case "Subscribe": try await handleSubscribe(call, context: context, replier: replier)
-        case "Register": try await handleRegister(call, context: context, replier: replier)
-        case "Unregister": try await handleUnregister(call, context: context, replier: replier)
-        case "History": try await handleHistory(call, context: context, replier: replier)
-        default:
-            throw VarlinkError.methodNotFound(call.method)
+        do {
+            switch call.methodName {
+            case "Subscribe": try await handleSubscribe(call, context: context, replier: replier)
+            case "Register": try await handleRegister(call, context: context, replier: replier)
+            case "Unregister": try await handleUnregister(call, context: context, replier: replier)
+            case "History": try await handleHistory(call, context: context, replier: replier)
+            default:
+                throw VarlinkError.methodNotFound(call.method)
+            }
+        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+            throw VarlinkError("io.bugsquasher.Changes.StoreUnavailable", explaining: error)
         }
     }
 

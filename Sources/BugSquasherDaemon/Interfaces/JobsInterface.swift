@@ -29,22 +29,26 @@ struct JobsInterface: VarlinkInterface {
     func streams(_ method: String) -> Bool { method == "Watch" }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        switch call.methodName {
-        case "List": try await handleList(call, context: context, replier: replier)
-        case "Get": try await handleGet(call, context: context, replier: replier)
-        case "Rejects": try await handleRejects(call, context: context, replier: replier)
-        case "Watch": try await handleWatch(call, context: context, replier: replier)
-        case "Status": try await handleStatus(call, context: context, replier: replier)
-        case "Metrics":
-            guard let text = metricsText() else {
-                throw VarlinkError(
-                    "io.bugsquasher.Jobs.MetricsUnavailable",
-                    statement: "This squasherd keeps no metrics (it was started without a metrics registry).",
-                    advice: "Run squasherd itself, which always keeps them.")
+        do {
+            switch call.methodName {
+            case "List": try await handleList(call, context: context, replier: replier)
+            case "Get": try await handleGet(call, context: context, replier: replier)
+            case "Rejects": try await handleRejects(call, context: context, replier: replier)
+            case "Watch": try await handleWatch(call, context: context, replier: replier)
+            case "Status": try await handleStatus(call, context: context, replier: replier)
+            case "Metrics":
+                guard let text = metricsText() else {
+                    throw VarlinkError(
+                        "io.bugsquasher.Jobs.MetricsUnavailable",
+                        statement: "This squasherd keeps no metrics (it was started without a metrics registry).",
+                        advice: "Run squasherd itself, which always keeps them.")
+                }
+                try await replier.reply(MetricsReply(text: text))
+            default:
+                throw VarlinkError.methodNotFound(call.method)
             }
-            try await replier.reply(MetricsReply(text: text))
-        default:
-            throw VarlinkError.methodNotFound(call.method)
+        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+            throw VarlinkError("io.bugsquasher.Jobs.StoreUnavailable", explaining: error)
         }
     }
 

@@ -148,6 +148,13 @@ final class ImportRunner: Service {
         try await withTaskExecutorPreference(executor) { try await process(job) }
     }
 
+    /// Whether `error` says the store is out of reach for now: locked by another program, or a
+    /// database server that cannot be reached (restarting, cut off), which comes back.
+    private func isTransient(_ error: any Error) -> Bool {
+        guard let error = error as? GraphError else { return false }
+        return error.code == .storeBusy || (error.code == .storeIO && stack.store is any SharedStore)
+    }
+
     func run() async throws {
         wakeup.yield()
         var lifecycle = JobLifecycle()
@@ -162,10 +169,20 @@ final class ImportRunner: Service {
                         guard let next = try await book.nextRunnable(excluding: skipped) else { break }
                         job = next
                     } catch {
-                        logger.error(
-                            "cannot read the job queue; waiting for the next submission",
-                            metadata: ["error": "\(error)"])
-                        break
+                        guard let delay = lifecycle.queueUnreadable(transient: isTransient(error)) else {
+                            logger.error(
+                                "cannot read the job queue; waiting for the next submission",
+                                metadata: ["error": "\(error)"])
+                            break
+                        }
+                        // A running job would otherwise wait for the next submission or start.
+                        logger.warning(
+                            "cannot read the job queue now; reading it again",
+                            metadata: [
+                                "retry.in": "\(delay)", "error": "\((error as? GraphError)?.message ?? "\(error)")",
+                            ])
+                        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
+                        continue
                     }
                     var failure: (any Error)?
                     do {
@@ -176,10 +193,7 @@ final class ImportRunner: Service {
                     let outcome: JobLifecycle.Outcome =
                         switch failure {
                         case nil: .ended
-                        case let error as GraphError where error.code == .storeBusy: .storeBusy
-                        // A database server that cannot be reached (restarting, cut off) comes back.
-                        case let error as GraphError where error.code == .storeIO && stack.store is any SharedStore:
-                            .storeBusy
+                        case let error? where isTransient(error): .storeBusy
                         default: .failed
                         }
                     switch lifecycle.jobEnded(outcome) {

@@ -90,6 +90,16 @@ struct JobLifecycle: Sendable {
         }
     }
 
+    /// The job queue could not be read: with `transient` (a store another program keeps locked,
+    /// a database server that does not answer), how long to wait before reading it again, on
+    /// the busy stores' back-off; otherwise nil: the runner waits for the next submission (a
+    /// running job resumes at the next start).
+    mutating func queueUnreadable(transient: Bool) -> Duration? {
+        guard transient else { return nil }
+        guard case .retryAfter(let delay) = jobEnded(.storeBusy) else { return nil }
+        return delay
+    }
+
     /// What becomes of the spooled input of a job ending in `state`.
     static func spoolOnEnd(_ state: JobState) -> SpoolOnEnd {
         SpoolOnEnd(moveAsideFirst: state != .finished, putBackIfUnrecorded: state == .failed)
