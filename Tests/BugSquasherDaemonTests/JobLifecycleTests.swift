@@ -53,12 +53,22 @@ struct JobLifecycleTests {
     @Test("a job queue out of reach for now is read again with back-off")
     func unreadableQueue() {
         var lifecycle = JobLifecycle()
-        #expect(lifecycle.queueUnreadable(transient: true) == .seconds(1))
+        #expect(lifecycle.queueUnreadable(.storeBusy) == .seconds(1))
         #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(2)))
-        #expect(lifecycle.queueUnreadable(transient: true) == .seconds(4))
-        #expect(lifecycle.queueUnreadable(transient: false) == nil)
+        #expect(lifecycle.queueUnreadable(.storeBusy) == .seconds(4))
+        #expect(lifecycle.queueUnreadable(.failed) == nil)
         #expect(lifecycle.jobEnded(.ended) == .takeNextJob)
-        #expect(lifecycle.queueUnreadable(transient: true) == .seconds(1))
+        #expect(lifecycle.queueUnreadable(.storeUnreachable) == .seconds(1))
+    }
+
+    /// A database server out of reach is tried again every 4 s at most: an attempt costs nothing
+    /// while it is away, and the job goes on soon after it is back.
+    @Test("a server out of reach is retried every 4 s at most")
+    func unreachableRetries() {
+        var lifecycle = JobLifecycle()
+        let delays = (0..<5).map { _ in lifecycle.jobEnded(.storeUnreachable) }
+        #expect(delays == [1, 2, 4, 4, 4].map { .retryAfter(.seconds($0)) })
+        #expect(lifecycle.queueUnreadable(.storeUnreachable) == .seconds(4))
     }
 
     /// A failed job's spool is put back if recording its end fails; an aborted job's goes all the same.

@@ -148,11 +148,14 @@ final class ImportRunner: Service {
         try await withTaskExecutorPreference(executor) { try await process(job) }
     }
 
-    /// Whether `error` says the store is out of reach for now: locked by another program, or a
-    /// database server that cannot be reached (restarting, cut off), which comes back.
-    private func isTransient(_ error: any Error) -> Bool {
-        guard let error = error as? GraphError else { return false }
-        return error.code == .storeBusy || (error.code == .storeIO && stack.store is any SharedStore)
+    /// What `error` says of the store: out of reach for now (locked by another program, or a
+    /// database server that cannot be reached, restarting or cut off), or `.failed`.
+    private func outcome(of error: any Error) -> JobLifecycle.Outcome {
+        switch (error as? GraphError)?.code {
+        case .storeBusy: .storeBusy
+        case .storeIO where stack.store is any SharedStore: .storeUnreachable
+        default: .failed
+        }
     }
 
     func run() async throws {
@@ -169,7 +172,7 @@ final class ImportRunner: Service {
                         guard let next = try await book.nextRunnable(excluding: skipped) else { break }
                         job = next
                     } catch {
-                        guard let delay = lifecycle.queueUnreadable(transient: isTransient(error)) else {
+                        guard let delay = lifecycle.queueUnreadable(outcome(of: error)) else {
                             logger.error(
                                 "cannot read the job queue; waiting for the next submission",
                                 metadata: ["error": "\(error)"])
@@ -190,13 +193,7 @@ final class ImportRunner: Service {
                     } catch {
                         failure = error
                     }
-                    let outcome: JobLifecycle.Outcome =
-                        switch failure {
-                        case nil: .ended
-                        case let error? where isTransient(error): .storeBusy
-                        default: .failed
-                        }
-                    switch lifecycle.jobEnded(outcome) {
+                    switch lifecycle.jobEnded(failure.map(outcome(of:)) ?? .ended) {
                     case .takeNextJob:
                         continue
                     case .retryAfter(let delay):

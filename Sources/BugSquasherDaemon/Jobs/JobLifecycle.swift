@@ -24,6 +24,8 @@ struct JobLifecycle: Sendable {
         case ended
         /// The store's write lock was held by another program past the busy timeout.
         case storeBusy
+        /// The database server could not be reached (restarting, cut off).
+        case storeUnreachable
         /// It failed; its failure is to be recorded.
         case failed
     }
@@ -54,6 +56,11 @@ struct JobLifecycle: Sendable {
     /// The longest wait between attempts on a store that another program keeps locked.
     static let longestBusyRetry = Duration.seconds(30)
 
+    /// The longest wait between attempts on a database server that cannot be reached: an
+    /// attempt costs nothing while it is away (refused at once), and the job should go on soon
+    /// after it is back.
+    static let longestUnreachableRetry = Duration.seconds(4)
+
     /// Attempts in a row that met a busy store.
     private(set) var busyRetries = 0
 
@@ -76,7 +83,8 @@ struct JobLifecycle: Sendable {
     }
 
     /// A job's run ended with `outcome`: what the runner does next. Busy stores are retried
-    /// after 1, 2, 4, 8 and 16 s, then every 30 s, until a job runs through.
+    /// after 1, 2, 4, 8 and 16 s, then every 30 s, until a job runs through; a server out of
+    /// reach after 1, 2, then every 4 s.
     mutating func jobEnded(_ outcome: Outcome) -> Next {
         switch outcome {
         case .ended:
@@ -85,18 +93,20 @@ struct JobLifecycle: Sendable {
         case .storeBusy:
             busyRetries += 1
             return .retryAfter(min(.seconds(1 << min(busyRetries - 1, 5)), Self.longestBusyRetry))
+        case .storeUnreachable:
+            busyRetries += 1
+            return .retryAfter(min(.seconds(1 << min(busyRetries - 1, 5)), Self.longestUnreachableRetry))
         case .failed:
             return .recordFailure
         }
     }
 
-    /// The job queue could not be read: with `transient` (a store another program keeps locked,
-    /// a database server that does not answer), how long to wait before reading it again, on
-    /// the busy stores' back-off; otherwise nil: the runner waits for the next submission (a
-    /// running job resumes at the next start).
-    mutating func queueUnreadable(transient: Bool) -> Duration? {
-        guard transient else { return nil }
-        guard case .retryAfter(let delay) = jobEnded(.storeBusy) else { return nil }
+    /// The job queue could not be read, for a reason that passes (`.storeBusy`,
+    /// `.storeUnreachable`) or not (`.failed`): how long to wait before reading it again, on a
+    /// job's back-off; nil for `.failed`: the runner waits for the next submission (a running
+    /// job resumes at the next start).
+    mutating func queueUnreadable(_ reason: Outcome) -> Duration? {
+        guard reason != .failed, case .retryAfter(let delay) = jobEnded(reason) else { return nil }
         return delay
     }
 
