@@ -113,7 +113,10 @@ struct MailboxTests {
             Issue.record("a closed mailbox took a save")
             return
         }
-        guard case .none = mailbox.offerRefresh([ObjectChange(objectID: id(1), version: 9, changedKeys: [])]) else {
+        guard
+            case .none = mailbox.offerRefresh(
+                .init(updated: [ObjectChange(objectID: id(1), version: 9, changedKeys: [])]))
+        else {
             Issue.record("a closed mailbox took a refresh")
             return
         }
@@ -205,24 +208,29 @@ struct MailboxTests {
         }
     }
 
-    /// Past the pending limit a refresh turns into a resync.
+    /// Refreshes queued meanwhile go out as one, updates and deletions; past the pending limit
+    /// a refresh turns into a resync.
     @Test("a refresh wakes a waiting task, waits for a busy one, and precedes pending saves")
     func refreshes() {
         let change = ObjectChange(objectID: id(1), version: 2, changedKeys: [])
+        let gone = ObjectChange(objectID: id(2), version: 4, changedKeys: [])
         var mailbox = Mailbox(pendingLimit: 2, delivered: .zero)
         _ = mailbox.next(cancelled: false)
-        guard case .wake(.refresh([change])) = mailbox.offerRefresh([change]) else {
+        guard case .wake(.refresh(let woken)) = mailbox.offerRefresh(.init(updated: [change])) else {
             Issue.record("not woken")
             return
         }
+        #expect(woken.updated == [change] && woken.deleted.isEmpty)
         _ = offer(save(1, updated: [5]), to: &mailbox)
-        _ = mailbox.offerRefresh([change])
-        guard case .deliver(.refresh) = mailbox.next(cancelled: false) else {
+        _ = mailbox.offerRefresh(.init(updated: [change]))
+        _ = mailbox.offerRefresh(.init(deleted: [gone]))
+        guard case .deliver(.refresh(let queued)) = mailbox.next(cancelled: false) else {
             Issue.record("the refresh did not come first")
             return
         }
+        #expect(queued.updated == [change] && queued.deleted == [gone])
         #expect(token(mailbox.next(cancelled: false)) == 1)
-        _ = mailbox.offerRefresh([change, change, change])
+        _ = mailbox.offerRefresh(.init(updated: [change, change], deleted: [gone]))
         guard case .deliver(.resync(let from)) = mailbox.next(cancelled: false) else {
             Issue.record("no resync")
             return

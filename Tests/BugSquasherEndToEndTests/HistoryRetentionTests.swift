@@ -50,25 +50,33 @@ struct HistoryRetentionTests {
     }
 
     /// A subscriber that held objects before the saves it had not read were pruned: told to
-    /// resync as it resubscribes, it refetches what it holds and follows on from the current
-    /// token (its registrations, sent once subscribed, reach a subscription squasherd has ended).
+    /// resync as it resubscribes, it refetches what it holds (an object deleted meanwhile as
+    /// deleted) and follows on from the current token (its registrations, sent once subscribed,
+    /// reach a subscription squasherd has ended).
     @Test("a subscriber resuming from before the retained history refetches what it holds")
     func subscriberResumesAfterPruning() async throws {
         try await withDaemon(configuration: "history_retention_saves = 2\n") { squasherd in
             let records = try squasherd.writeRecords("r.ndjson", count: 3, prefix: "R", title: "kept")
             try await squasherd.ctl(["import", records.path, "--wait"])
-            let subscriber = try squasherd.startSubscriber("subscriber", keys: ["R-1"])
-            _ = try await subscriber.waitForLine { $0.contains(#""event":"ready""#) && $0.contains("kept 1") }
+            let subscriber = try squasherd.startSubscriber("subscriber", keys: ["R-1", "R-2"])
+            _ = try await subscriber.waitForLine { $0.contains(#""event":"ready""#) && $0.contains("kept 2") }
+            let gone = try #require(try squasherd.ids(of: "Bug", where: #"key == "R-2""#).first)
             // Stopped, and its connection closed by a restart, before the edits are made and
             // pruned: it resumes from the token before them.
             subscriber.signal(SIGSTOP)
             #expect(try await squasherd.stop() == 0)
             try await squasherd.restart()
+            _ = try squasherd.call(
+                "io.bugsquasher.Import.Delete", DeleteParameters(id: gone), as: DeleteReply.self, on: .write)
             for n in 1...4 { try await squasherd.ctl(["update", "R-1", "title=edit \(n)"]) }
             #expect(try await squasherd.stop() == 0)
             try await squasherd.restart()
             subscriber.signal(SIGCONT)
             _ = try await subscriber.waitForLine(timeout: .seconds(30)) { $0.contains("edit 4") }
+            _ = try await subscriber.waitForLine(timeout: .seconds(30)) {
+                $0.contains(#""deleted":["\#(gone)"]"#.replacingOccurrences(of: "/", with: #"\/"#))
+                    || $0.contains(#""deleted":["\#(gone)"]"#)
+            }
             try await squasherd.ctl(["update", "R-1", "title=after the gap"])
             _ = try await subscriber.waitForLine(timeout: .seconds(30)) { $0.contains("after the gap") }
             subscriber.signal(SIGTERM)

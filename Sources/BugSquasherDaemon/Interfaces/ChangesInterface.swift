@@ -157,22 +157,27 @@ struct ChangesInterface: VarlinkInterface {
         return try parse(uris)
     }
 
-    /// Registered objects whose stored version is newer than the one the subscriber holds are
-    /// sent at once: a change committed between the subscriber's read and its registration is
-    /// not lost.
+    /// Registered objects whose stored version is not the one the subscriber holds are sent at
+    /// once, with their values, and those the store no longer has as deleted: a change
+    /// committed between the subscriber's read and its registration is not lost, nor one in
+    /// saves pruned before the subscriber read them (it registers what it holds again), nor an
+    /// object a restored store holds at an older version. Faults (version 0) are not read.
     private func refreshStale(ids: [ObjectID], versions: [Int64], for subscription: Subscription) async throws {
         let held = Dictionary(zip(ids, versions), uniquingKeysWith: { a, _ in a }).filter { $0.value > 0 }
         guard !held.isEmpty else { return }
         let current = try await readers.run { try stack.store.newValues(for: Array(held.keys)) }
-        var stale: [ObjectChange] = []
+        var refresh = Mailbox.Refresh()
         for (id, version) in held {
             if let row = current[id] {
-                if row.version > version {
-                    stale.append(ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row))
+                if row.version != version {
+                    refresh.updated.append(
+                        ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row))
                 }
+            } else {
+                refresh.deleted.append(ObjectChange(objectID: id, version: version, changedKeys: []))
             }
         }
-        subscription.offerRefresh(stale)
+        subscription.offerRefresh(refresh)
     }
 
     /// The inserts a filtered subscription asked to receive, checked: a known entity, and a
@@ -225,8 +230,8 @@ struct ChangesInterface: VarlinkInterface {
         // then in the mailbox (and skipped below if the history replay covers it), never lost.
         hub.add(subscription)
         defer { hub.remove(subscription) }
-        // Versions held that are older than the store's are refreshed, as `Register` does (with
-        // `since`, the history replay brings those changes instead).
+        // Versions held that are not the store's are refreshed, and objects gone are deleted, as
+        // `Register` does (with `since`, the history replay brings those changes instead).
         if since == nil, let versions = parameters.versions {
             try await refreshStale(ids: initialIDs, versions: versions, for: subscription)
         }
@@ -360,10 +365,10 @@ struct ChangesInterface: VarlinkInterface {
             try await replier.send(
                 Data(SubscribeReply.splicedSave(token: merged.token.rawValue, lists: lists, updated: updated)),
                 continues: true)
-        case .refresh(let changes):
+        case .refresh(let refresh):
             let save = DidSave(
                 token: subscription.deliveredToken, storeIdentifier: stack.mainCoordinator.storeIdentifier,
-                updated: changes)
+                updated: refresh.updated, deleted: refresh.deleted)
             try await replier.reply(
                 SubscribeReply(event: "refresh", token: save.token.rawValue, save: encode(save, for: subscription)),
                 continues: true)

@@ -18,11 +18,23 @@ struct Mailbox {
         /// Consecutive saves merged without touching their inserted and deleted lists, each
         /// save with its shared encoding: sent as one save.
         case disjoint(DisjointSaves)
-        /// Objects a registration found stale: their current versions and values.
-        case refresh([ObjectChange])
+        /// Objects a registration found out of date.
+        case refresh(Refresh)
         /// The subscriber fell behind; it must reconnect with `since` = this token, the last one
         /// it was sent, so that resuming from it yields every save exactly once.
         case resync(HistoryToken)
+    }
+
+    /// Objects a registration found out of date: changed since the versions the subscriber
+    /// holds (`updated`, with their current versions and values), or gone from the store
+    /// (`deleted`).
+    struct Refresh: Sendable {
+        var updated: [ObjectChange] = []
+        var deleted: [ObjectChange] = []
+
+        /// How many objects it names.
+        var count: Int { updated.count + deleted.count }
+        var isEmpty: Bool { updated.isEmpty && deleted.isEmpty }
     }
 
     /// What to do with a save offered.
@@ -83,7 +95,7 @@ struct Mailbox {
     /// Changed objects pending: the distinct ones in `coalesced` plus those in `pending`
     /// (which may count an object twice).
     private var pendingObjects = 0
-    private var refreshes: [ObjectChange] = []
+    private var refreshes = Refresh()
     /// The mailbox overflowed: the next event is a resync, from the token delivered by then.
     /// Not the token delivered when it overflowed: a history replay may still be sending
     /// older saves, and a resync from before those would deliver them twice.
@@ -154,16 +166,17 @@ struct Mailbox {
         markDelivered(token)
     }
 
-    /// Objects a registration found stale.
-    mutating func offerRefresh(_ changes: [ObjectChange]) -> OfferAction {
-        guard !isClosed, !changes.isEmpty else { return .none }
+    /// Objects a registration found out of date.
+    mutating func offerRefresh(_ refresh: Refresh) -> OfferAction {
+        guard !isClosed, !refresh.isEmpty else { return .none }
         if isWaiting {
             isWaiting = false
-            return .wake(.refresh(changes))
+            return .wake(.refresh(refresh))
         }
-        refreshes += changes
+        refreshes.updated += refresh.updated
+        refreshes.deleted += refresh.deleted
         if refreshes.count > pendingLimit {
-            refreshes.removeAll()
+            refreshes = Refresh()
             mustResync = true
         }
         return .none
@@ -178,7 +191,7 @@ struct Mailbox {
         pending = []
         coalesced = nil
         pendingObjects = 0
-        refreshes.removeAll()
+        refreshes = Refresh()
         if isWaiting {
             isWaiting = false
             isClosed = true
@@ -192,7 +205,7 @@ struct Mailbox {
     mutating func next(cancelled: Bool) -> NextAction {
         if isClosed || cancelled { return .end }
         if !refreshes.isEmpty {
-            defer { refreshes.removeAll() }
+            defer { refreshes = Refresh() }
             return .deliver(.refresh(refreshes))
         }
         if mustResync {

@@ -227,9 +227,9 @@ final class Subscription: Sendable {
         perform(state.withLock { state in Self.delivery(of: state.mailbox.lostHistory(), in: &state) })
     }
 
-    /// Queues objects a registration found stale.
-    func offerRefresh(_ changes: [ObjectChange]) {
-        perform(state.withLock { state in Self.delivery(of: state.mailbox.offerRefresh(changes), in: &state) })
+    /// Queues objects a registration found out of date.
+    func offerRefresh(_ refresh: Mailbox.Refresh) {
+        perform(state.withLock { state in Self.delivery(of: state.mailbox.offerRefresh(refresh), in: &state) })
     }
 
     /// Changed objects and refreshes waiting to be sent to this subscriber.
