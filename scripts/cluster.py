@@ -383,12 +383,30 @@ class Cluster:
         self.network.heal("c")
         healed = time.monotonic()
         last = max(n for n, _, outcome in self.edits if outcome == "committed")
-        wait_until("host c's subscriber to catch up after the partition", 60,
-                   lambda: f'"edit {last}"' in "".join(self.feed("c", "subscribe").lines()), 0.1)
+        try:
+            wait_until("host c's subscriber to catch up after the partition", 60,
+                       lambda: f'"edit {last}"' in "".join(self.feed("c", "subscribe").lines()), 0.1)
+        except SystemExit:
+            self.diagnose("c", f"edit {last}")
+            raise
         self.figure(f"host c's subscribers caught up {time.monotonic() - healed:.1f} s after the network healed")
         wait_until("host c's status to clear", 30, lambda: not c.status().get("storeProblem"), 0.25)
         for line in c.ctl(["status"], check=False).stdout.splitlines():
             say("    host-c$ squasherctl status | " + line)
+
+    def diagnose(self, host, waited_for):
+        """What a host's daemon and feeds say, for a failure to be understood from CI's log."""
+        say(f"  diagnosis of host {host} (waited for {waited_for!r}):")
+        daemon = self.daemons[host]
+        say("    status: " + daemon.ctl(["status"], check=False, timeout=30).stdout.replace("\n", " | "))
+        for line in daemon.log().splitlines()[-40:]:
+            say("    log: " + line[:400])
+        for h, kind, feed in self.feeds:
+            if h == host:
+                for line in feed.errors().splitlines()[-10:]:
+                    say(f"    {kind} stderr: " + line[:400])
+                for line in feed.lines()[-5:]:
+                    say(f"    {kind} stdout: " + line[:400])
 
     def feed(self, host, kind):
         return next(f for h, k, f in self.feeds if h == host and k == kind)

@@ -221,8 +221,14 @@ extension PostgresStore {
                     try deliverHistory(before: nil, store: store, on: connection)
                 }
             }
+            if deliveryFailing.exchange(false, ordering: .relaxed) {
+                logger.notice("reading other daemons' saves again")
+            }
         } catch {
-            logger.warning("could not read other daemons' saves; retrying", metadata: ["error": "\(error)"])
+            guard !deliveryFailing.exchange(true, ordering: .relaxed) else { return }
+            logger.warning(
+                "could not read other daemons' saves; retrying every second (not logged again until it works)",
+                metadata: ["error": "\(error)"])
         }
     }
 

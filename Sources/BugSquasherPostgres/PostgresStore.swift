@@ -56,6 +56,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// The rows of objects recent saves updated, as those saves left them, kept in token order
     /// with the deliveries (see ``remember(_:)``): an edit starts from one without reading it.
     let recentRows = Mutex<[ObjectID: RowSnapshot]>([:])
+    /// Whether the last delivery of other processes' saves failed: the failures after the
+    /// first, once a second while the server is away, are not logged again.
+    let deliveryFailing = Atomic<Bool>(false)
     /// Follows the other processes' commits once someone observes commits.
     private let follower = Mutex<HistoryFollower?>(nil)
     /// How many threads hold or wait for the writing connection.
@@ -204,8 +207,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
     }
 
-    /// How postgres-nio connects to the server: the password read, the TLS context made, and
-    /// a server that does not answer given up on after five seconds.
+    /// How postgres-nio connects to the server: the password read, the TLS context made, the
+    /// store's schema on the search path, and a server that does not answer given up on after
+    /// five seconds.
     func connectionConfiguration() throws -> PostgresConnection.Configuration {
         let password = try configuration.resolvedPassword()
         var connection: PostgresConnection.Configuration
@@ -219,6 +223,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 password: password, database: configuration.database, tls: try tlsContext())
         }
         connection.options.connectTimeout = .seconds(5)
+        // In the startup message, so that connecting is one step that the timeout bounds (a
+        // `SET` after it would wait for ever on a server that went silent in between).
+        connection.options.additionalStartupParameters = [("search_path", PostgresSchema.quote(configuration.schema))]
         return connection
     }
 
@@ -238,14 +245,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     var hintChannel: String { String(decoding: Array("bs_\(configuration.schema)".utf8.prefix(63)), as: UTF8.self) }
 
     private func connect(id: Int) throws -> PostgresConnection {
-        let connection = try PostgresConnection.connect(
+        try PostgresConnection.connect(
             on: PostgresEventLoops.group.next(), configuration: try connectionConfiguration(), id: id, logger: logger
         ).blockingValue()
-        _ = try connection.query(
-            PostgresQuery(unsafeSQL: "SET search_path TO \(PostgresSchema.quote(configuration.schema))"),
-            logger: logger
-        ).blockingValue()
-        return connection
     }
 
     /// What went wrong with the server, for a person.
