@@ -13,6 +13,9 @@ extension PostgresStore: StoreMembership {
         /// Unreachable because a heartbeat went unanswered: a server that is silent, not one
         /// that refuses (connecting to it would wait out the timeout).
         var silent = false
+        /// When a statement last tried to connect while the server was silent (see
+        /// ``PostgresStore/silentProbeInterval``).
+        var probedAt: ContinuousClock.Instant?
     }
 
     public func attach(as member: String, host: String) {
@@ -96,7 +99,7 @@ extension PostgresStore: StoreMembership {
     /// The server answered: logged when it had not before.
     func markReachable() {
         let was = health.withLock { health in
-            defer { (health.reachability, health.silent) = (.reachable, false) }
+            defer { (health.reachability, health.silent, health.probedAt) = (.reachable, false, nil) }
             return health.reachability
         }
         if case .unreachable(let since, _) = was {
@@ -114,7 +117,7 @@ extension PostgresStore: StoreMembership {
     /// statements that wait on it.
     func markUnreachable(_ reason: String, hung: Bool) {
         let first = health.withLock { health in
-            if hung { health.silent = true }
+            if hung { (health.silent, health.probedAt) = (true, .now) }
             guard case .reachable = health.reachability else { return false }
             health.reachability = .unreachable(since: Date(), reason: reason)
             return true

@@ -165,6 +165,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 } else {
                     try refuseWhileUnreachable(action)
                     open = try connect(id: slot.id)
+                    // A probe got through (see `refuseWhileUnreachable`): the server answers.
+                    if case .unreachable = reachability { markReachable() }
                     current = open
                     slot.live.withLock { $0 = open }
                 }
@@ -184,10 +186,18 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// attempt would wait out the connect timeout, holding the connection's lock, so that edits
     /// queued behind one another would wait five seconds each. A server that refuses (one
     /// restarting) is tried as before: that fails at once. The follower reconnects on its own
-    /// and marks the server reachable again (docs/DESIGN-NOTES.md, "A heartbeat tells a dead
-    /// network from a quiet one").
+    /// and marks the server reachable again; every ``silentProbeInterval`` one statement tries
+    /// all the same, so that the store finds the server even if the follower could not tell
+    /// (docs/DESIGN-NOTES.md, "A heartbeat tells a dead network from a quiet one").
     private func refuseWhileUnreachable(_ action: String) throws {
-        let state = health.withLock { $0.silent ? $0.reachability : .reachable }
+        let state = health.withLock { health -> StoreReachability in
+            guard health.silent else { return .reachable }
+            if let probed = health.probedAt, ContinuousClock.now - probed >= Self.silentProbeInterval {
+                health.probedAt = .now
+                return .reachable
+            }
+            return health.reachability
+        }
         guard case .unreachable(let since, let reason) = state else { return }
         let seconds = Int(Date().timeIntervalSince(since).rounded())
         throw GraphError(
@@ -195,6 +205,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             "Could not \(action): PostgreSQL at \(configuration.address) has not answered for \(seconds) s (\(reason)).",
             advice: "squasherd reconnects by itself as soon as it answers; try again then.")
     }
+
+    /// How often a statement tries to connect all the same while the server is silent.
+    static let silentProbeInterval = Duration.seconds(15)
 
     /// Closes the store's connections from any thread: a statement waiting on one fails, and the
     /// next one connects again.

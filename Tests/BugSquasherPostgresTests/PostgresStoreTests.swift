@@ -280,8 +280,8 @@ struct PostgresStoreTests {
 
     /// A heartbeat that went unanswered marks the server silent: a statement that would have
     /// to connect is refused at once, not after the connect timeout (edits queued behind one
-    /// another would wait it out each), until the server answers again. A server that refuses
-    /// connections (restarting) is still tried.
+    /// another would wait it out each), until the server answers again; one every 15 s tries
+    /// all the same. A server that refuses connections (restarting) is still tried.
     @Test("a server found silent refuses new connections at once until it answers", .timeLimit(.minutes(1)))
     func silentServerRefusesAtOnce() async throws {
         guard hasServer() else { return }
@@ -307,7 +307,17 @@ struct PostgresStoreTests {
         #expect(refused?.message.contains("(no answer to a heartbeat within 4 s)") == true)
         // Not the five seconds of the connect timeout (nor the second a closed connection takes).
         #expect(refused.map { $0.took < .milliseconds(900) } == true, "\(String(describing: refused))")
+        // Every 15 s one statement tries all the same, and finds the server if it answers.
+        store.health.withLock { $0.probedAt = .now - PostgresStore.silentProbeInterval }
+        #expect(refusal() == nil)
+        guard case .reachable = store.reachability else {
+            Issue.record("a statement that got through did not mark the server reachable")
+            return
+        }
+        store.markUnreachable("no answer to a heartbeat within 4 s", hung: true)
         store.markReachable()
+        store.closeOpenConnection()
+        try await Task.sleep(for: .milliseconds(100))
         #expect(refusal() == nil)
         store.markUnreachable("the server closed the connection", hung: false)
         store.closeOpenConnection()
