@@ -157,11 +157,11 @@ struct ChangesInterface: VarlinkInterface {
         return try parse(uris)
     }
 
-    /// Registered objects whose stored version is not the one the subscriber holds are sent at
-    /// once, with their values, and those the store no longer has as deleted: a change
-    /// committed between the subscriber's read and its registration is not lost, nor one in
-    /// saves pruned before the subscriber read them (it registers what it holds again), nor an
-    /// object a restored store holds at an older version. Faults (version 0) are not read.
+    /// Registered objects whose stored version is newer than the one the subscriber holds are
+    /// sent at once, with their values, and those the store no longer has as deleted: a change
+    /// or a deletion committed between the subscriber's read and its registration is not lost,
+    /// nor one in saves pruned before the subscriber read them (it registers what it holds
+    /// again). Faults (version 0) are not read.
     private func refreshStale(ids: [ObjectID], versions: [Int64], for subscription: Subscription) async throws {
         let held = Dictionary(zip(ids, versions), uniquingKeysWith: { a, _ in a }).filter { $0.value > 0 }
         guard !held.isEmpty else { return }
@@ -169,7 +169,7 @@ struct ChangesInterface: VarlinkInterface {
         var refresh = Mailbox.Refresh()
         for (id, version) in held {
             if let row = current[id] {
-                if row.version != version {
+                if row.version > version {
                     refresh.updated.append(
                         ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row))
                 }
@@ -230,8 +230,8 @@ struct ChangesInterface: VarlinkInterface {
         // then in the mailbox (and skipped below if the history replay covers it), never lost.
         hub.add(subscription)
         defer { hub.remove(subscription) }
-        // Versions held that are not the store's are refreshed, and objects gone are deleted, as
-        // `Register` does (with `since`, the history replay brings those changes instead).
+        // Versions held that are older than the store's are refreshed, and objects gone are
+        // deleted, as `Register` does (with `since`, the history replay brings those instead).
         if since == nil, let versions = parameters.versions {
             try await refreshStale(ids: initialIDs, versions: versions, for: subscription)
         }
