@@ -398,7 +398,10 @@ class Cluster:
         """What a host's daemon and feeds say, for a failure to be understood from CI's log."""
         say(f"  diagnosis of host {host} (waited for {waited_for!r}):")
         daemon = self.daemons[host]
-        say("    status: " + daemon.ctl(["status"], check=False, timeout=30).stdout.replace("\n", " | "))
+        try:
+            say("    status: " + daemon.ctl(["status"], check=False, timeout=30).stdout.replace("\n", " | "))
+        except subprocess.TimeoutExpired:
+            say("    status: no answer in 30 s")
         for line in daemon.log().splitlines()[-40:]:
             say("    log: " + line[:400])
         for h, kind, feed in self.feeds:
