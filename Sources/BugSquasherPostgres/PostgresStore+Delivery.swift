@@ -212,6 +212,7 @@ extension PostgresStore {
             // Not counted as writing (`isWriting`): while this delivers one save, the listener
             // reads the history a new hint announces, for the next round to find read.
             try withConnection("read the history", countsAsWriting: false) { connection in
+                if counterBehind.exchange(false, ordering: .relaxed) { try moveCounterPastDelivered(on: connection) }
                 if let hinted, isDelivered(through: hinted) { return }
                 try deliverHistory(before: nil, store: store, read: page, on: connection)
                 // The listener may have read its page before saves committed since: before the
@@ -230,6 +231,24 @@ extension PostgresStore {
                 "could not read other daemons' saves; retrying every second (not logged again until it works)",
                 metadata: ["error": "\(error)"])
         }
+    }
+
+    /// The database went back: its newest token issued is below the last one this process
+    /// delivered (restored from a backup, or a replica promoted without the newest saves). The
+    /// tokens in between would be issued again for other saves, and readers that saw them would
+    /// skip those. The counter is moved one past the last token delivered: the token left
+    /// unissued makes every reader resuming from one of the lost saves find that the history
+    /// does not go on from its token, and refetch what it holds, as after saves pruned unread
+    /// (docs/OPERATIONS.md, "Backup and restore").
+    func moveCounterPastDelivered(on connection: PostgresConnection) throws {
+        guard let last = delivered.withLock({ $0 }) else { return }
+        let issued = try counterToken(on: connection)
+        guard issued < last else { return }
+        _ = try run(
+            "UPDATE bs_counter SET token = GREATEST(token, $1) WHERE id = 1", [.int64(last + 1)], on: connection)
+        logger.error(
+            "the database went back: its newest token is below the last one this daemon delivered (restored from a backup, or a replica promoted without the newest saves); tokens go on after a token left unissued, and every subscriber refetches what it holds at the next save",
+            metadata: ["history.token": "\(issued)", "history.delivered": "\(last)"])
     }
 
     /// The most rows ``recentRows`` keeps, and the most objects a save may update for its rows

@@ -25,7 +25,7 @@ extension PostgresStore: StoreMembership {
         do {
             try withConnection("attach to the store") { connection in
                 _ = try run(
-                    Self.heartbeatSQL(table: "bs_daemons"), [.string(member), .string(host), .int64(token)],
+                    Self.heartbeatSQL(schema: nil), [.string(member), .string(host), .int64(token)],
                     on: connection)
             }
         } catch {
@@ -34,12 +34,15 @@ extension PostgresStore: StoreMembership {
         startFollowing()
     }
 
-    /// The heartbeat: a member's row, made or refreshed, with the token it has read.
-    static func heartbeatSQL(table: String) -> String {
-        """
-        INSERT INTO \(table) (id, host, token, started_at, last_seen) VALUES ($1, $2, $3, now(), now())
-        ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, token = EXCLUDED.token, last_seen = now()
-        """
+    /// The heartbeat: a member's row, made or refreshed, with the token it has read; it answers
+    /// the newest token issued. `schema` qualifies the tables (nil: the search path's).
+    static func heartbeatSQL(schema: String?) -> String {
+        let prefix = schema.map { "\(PostgresSchema.quote($0))." } ?? ""
+        return """
+            INSERT INTO \(prefix)bs_daemons (id, host, token, started_at, last_seen) VALUES ($1, $2, $3, now(), now())
+            ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, token = EXCLUDED.token, last_seen = now()
+            RETURNING (SELECT token FROM \(prefix)bs_counter WHERE id = 1)
+            """
     }
 
     public func detach() {
@@ -78,22 +81,26 @@ extension PostgresStore: StoreMembership {
     public var reachability: StoreReachability { health.withLock { $0.reachability } }
 
     /// One heartbeat, on the follower's connection: this process's row, or a plain round trip
-    /// while it has not attached.
+    /// while it has not attached. A newest token issued below the last one delivered (read
+    /// before the statement, so never newer than it) means the database went back: the
+    /// follower deals with it (``moveCounterPastDelivered(on:)``).
     func heartbeat(on connection: PostgresConnection) async throws {
         let member = health.withLock { $0.member }
-        let token = delivered.withLock { $0 } ?? 0
+        let read = delivered.withLock { $0 }
         guard let member else {
             _ = try await connection.query("SELECT 1", logger: logger).get()
             return
         }
-        let table = "\(PostgresSchema.quote(configuration.schema)).bs_daemons"
         var bindings = PostgresBindings(capacity: 3)
         bindings.append(member.id)
         bindings.append(member.host)
-        bindings.append(token)
-        _ = try await connection.query(
-            PostgresQuery(unsafeSQL: Self.heartbeatSQL(table: table), binds: bindings), logger: logger
+        bindings.append(read ?? 0)
+        let rows = try await connection.query(
+            PostgresQuery(unsafeSQL: Self.heartbeatSQL(schema: configuration.schema), binds: bindings), logger: logger
         ).get()
+        if let read, let issued = try rows.first?.decode(Int64?.self), issued < read {
+            counterBehind.store(true, ordering: .relaxed)
+        }
     }
 
     /// The server answered: logged when it had not before.

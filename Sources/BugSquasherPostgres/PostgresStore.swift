@@ -59,6 +59,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// Whether the last delivery of other processes' saves failed: the failures after the
     /// first, once a second while the server is away, are not logged again.
     let deliveryFailing = Atomic<Bool>(false)
+    /// Whether a heartbeat found the newest token issued below the last one delivered (see
+    /// ``moveCounterPastDelivered(on:)``).
+    let counterBehind = Atomic<Bool>(false)
     /// Follows the other processes' commits once someone observes commits.
     private let follower = Mutex<HistoryFollower?>(nil)
     /// How many threads hold or wait for the writing connection.

@@ -33,6 +33,18 @@ private func twoProcesses() throws -> (PostgresStore, PostgresStore, ObjectConte
     return (first, second, context)
 }
 
+/// Polls `check` every 20 ms until it holds, for at most 15 s; throws when it never does.
+private func waitUntil(_ check: () throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(15)
+    while try !check() {
+        guard ContinuousClock.now < deadline else { throw WaitedTooLong() }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+
+/// A condition of ``waitUntil(_:)`` that did not hold in time.
+private struct WaitedTooLong: Error {}
+
 /// Whether the test server is set; says so when it is not (the test then passes, skipped).
 private func hasServer() -> Bool {
     if serverURL == nil { print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)") }
@@ -327,6 +339,36 @@ struct PostgresStoreTests {
             connected = refusal()
         }
         #expect(connected == nil)
+    }
+
+    /// A database that went back under a running process (a replica promoted without the newest
+    /// saves): its heartbeat finds the newest token issued below the last one it delivered, and
+    /// it moves the counter one past that, so that no token it delivered is issued again for
+    /// another save, and the next save is a gap its observers refetch for.
+    @Test("a process finds the database went back, and no token it delivered is issued again", .timeLimit(.minutes(1)))
+    func counterWentBack() async throws {
+        guard hasServer() else { return }
+        let (writer, reader, context) = try twoProcesses()
+        let gaps = Mutex<[Int64]>([])
+        let seen = Mutex<[Int64]>([])
+        reader.observeHistoryGaps { missed in gaps.withLock { $0.append(missed.rawValue) } }
+        reader.observeCommitsOfOthers { didSave in seen.withLock { $0.append(didSave.token.rawValue) } }
+        reader.attach(as: "reader", host: "h")
+        defer { reader.detach() }
+        for n in 1...3 {
+            _ = try await context.perform { context in try saveOpenBugs(1, prefix: "B\(n)", title: "t", in: context) }
+        }
+        let newest = try writer.currentHistoryToken().rawValue
+        try await waitUntil { seen.withLock { $0.last } == newest }
+        // The last two saves lost, as on a replica that had not received them.
+        try writer.withConnection("go back") { connection in
+            _ = try writer.run("DELETE FROM bs_history WHERE token > $1", [.int64(newest - 2)], on: connection)
+            _ = try writer.run("UPDATE bs_counter SET token = $1 WHERE id = 1", [.int64(newest - 2)], on: connection)
+        }
+        try await waitUntil { (try? writer.currentHistoryToken().rawValue) == newest + 1 }
+        _ = try await context.perform { context in try saveOpenBugs(1, prefix: "A", title: "t", in: context) }
+        try await waitUntil { seen.withLock { $0.last } == newest + 2 }
+        #expect(gaps.withLock { $0 } == [newest + 1])
     }
 
     /// Two processes adding bugs to one project at once (two importers): the project's row
