@@ -33,17 +33,20 @@ private func twoProcesses() throws -> (PostgresStore, PostgresStore, ObjectConte
     return (first, second, context)
 }
 
-/// Polls `check` every 20 ms until it holds, for at most 15 s; throws when it never does.
-private func waitUntil(_ check: () throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + .seconds(15)
+/// Polls `check` every 20 ms until it holds, for at most 30 s (the whole suite runs at once on
+/// two cores); throws, naming `what`, when it never does.
+private func waitUntil(_ what: String, _ check: () throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(30)
     while try !check() {
-        guard ContinuousClock.now < deadline else { throw WaitedTooLong() }
+        guard ContinuousClock.now < deadline else { throw WaitedTooLong(what: what) }
         try await Task.sleep(for: .milliseconds(20))
     }
 }
 
-/// A condition of ``waitUntil(_:)`` that did not hold in time.
-private struct WaitedTooLong: Error {}
+/// A condition of ``waitUntil(_:_:)`` that did not hold in time.
+private struct WaitedTooLong: Error {
+    let what: String
+}
 
 /// Whether the test server is set; says so when it is not (the test then passes, skipped).
 private func hasServer() -> Bool {
@@ -345,7 +348,7 @@ struct PostgresStoreTests {
     /// saves): its heartbeat finds the newest token issued below the last one it delivered, and
     /// it moves the counter one past that, so that no token it delivered is issued again for
     /// another save, and the next save is a gap its observers refetch for.
-    @Test("a process finds the database went back, and no token it delivered is issued again", .timeLimit(.minutes(1)))
+    @Test("a process finds the database went back, and no token it delivered is issued again", .timeLimit(.minutes(2)))
     func counterWentBack() async throws {
         guard hasServer() else { return }
         let (writer, reader, context) = try twoProcesses()
@@ -359,15 +362,15 @@ struct PostgresStoreTests {
             _ = try await context.perform { context in try saveOpenBugs(1, prefix: "B\(n)", title: "t", in: context) }
         }
         let newest = try writer.currentHistoryToken().rawValue
-        try await waitUntil { seen.withLock { $0.last } == newest }
+        try await waitUntil("the saves delivered") { seen.withLock { $0.last } == newest }
         // The last two saves lost, as on a replica that had not received them.
         try writer.withConnection("go back") { connection in
             _ = try writer.run("DELETE FROM bs_history WHERE token > $1", [.int64(newest - 2)], on: connection)
             _ = try writer.run("UPDATE bs_counter SET token = $1 WHERE id = 1", [.int64(newest - 2)], on: connection)
         }
-        try await waitUntil { (try? writer.currentHistoryToken().rawValue) == newest + 1 }
+        try await waitUntil("the counter moved on") { (try? writer.currentHistoryToken().rawValue) == newest + 1 }
         _ = try await context.perform { context in try saveOpenBugs(1, prefix: "A", title: "t", in: context) }
-        try await waitUntil { seen.withLock { $0.last } == newest + 2 }
+        try await waitUntil("the next save delivered") { seen.withLock { $0.last } == newest + 2 }
         #expect(gaps.withLock { $0 } == [newest + 1])
     }
 
