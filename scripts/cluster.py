@@ -35,6 +35,7 @@ import time
 
 HOSTS = ["a", "b", "c"]
 KEYS = [f"CL-{i}" for i in range(1, 11)]  # the bugs the subscribers hold and the edits change
+FINAL = ("finished", "failed", "aborted")  # the states a job ends in
 
 
 def say(text):
@@ -302,7 +303,7 @@ class Cluster:
                        lambda: (a.status().get("activeJob") or {}).get("imported", 0) >= third, 0.05)
             a.process.signal(signal.SIGKILL)
             a.process.wait()
-            got = json.loads(self.daemons["b"].ctl(["jobs", job, "--json"]).stdout)["job"]
+            got = self.job(self.daemons["b"], job)
             self.figure(f"fault 2: kill -9 of host a's squasherd mid-import, at {got['imported']} records imported")
             if got["state"] != "running":
                 raise SystemExit(f"cluster: the job was {got['state']} when host a was killed; nothing interrupted")
@@ -316,14 +317,18 @@ class Cluster:
                     + f", {time.monotonic() - started:.1f} s after the last start")
 
     @staticmethod
+    def job(daemon, job):
+        return json.loads(daemon.ctl(["jobs", job, "--json"]).stdout)["job"]
+
+    @staticmethod
     def job_progress(daemon, job):
-        current = json.loads(daemon.ctl(["jobs", job, "--json"]).stdout)["job"]
-        return current if current["imported"] > 0 or current["state"] in ("finished", "failed", "aborted") else None
+        current = Cluster.job(daemon, job)
+        return current if current["imported"] > 0 or current["state"] in FINAL else None
 
     @staticmethod
     def job_if_final(daemon, job):
-        current = json.loads(daemon.ctl(["jobs", job, "--json"]).stdout)["job"]
-        return current if current["state"] in ("finished", "failed", "aborted") else None
+        current = Cluster.job(daemon, job)
+        return current if current["state"] in FINAL else None
 
     def edit(self, count, during=None):
         """`count` edits through host b, round-robin over KEYS; `during(i)` runs before edit i."""

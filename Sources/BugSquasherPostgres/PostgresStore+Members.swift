@@ -10,12 +10,10 @@ extension PostgresStore: StoreMembership {
     struct Health: Sendable {
         var member: (id: String, host: String)?
         var reachability = StoreReachability.reachable
-        /// Unreachable because a heartbeat went unanswered: a server that is silent, not one
-        /// that refuses (connecting to it would wait out the timeout).
-        var silent = false
-        /// When a statement last tried to connect while the server was silent (see
-        /// ``PostgresStore/silentProbeInterval``).
-        var probedAt: ContinuousClock.Instant?
+        /// Set while the server is unreachable because a heartbeat went unanswered (silent, not
+        /// refusing: connecting would wait out the timeout): when that was found, or when a
+        /// statement last tried to connect since (see ``PostgresStore/silentProbeInterval``).
+        var silentProbedAt: ContinuousClock.Instant?
     }
 
     public func attach(as member: String, host: String) {
@@ -106,7 +104,7 @@ extension PostgresStore: StoreMembership {
     /// The server answered: logged when it had not before.
     func markReachable() {
         let was = health.withLock { health in
-            defer { (health.reachability, health.silent, health.probedAt) = (.reachable, false, nil) }
+            defer { (health.reachability, health.silentProbedAt) = (.reachable, nil) }
             return health.reachability
         }
         if case .unreachable(let since, _) = was {
@@ -124,7 +122,7 @@ extension PostgresStore: StoreMembership {
     /// statements that wait on it.
     func markUnreachable(_ reason: String, hung: Bool) {
         let first = health.withLock { health in
-            if hung { (health.silent, health.probedAt) = (true, .now) }
+            if hung { health.silentProbedAt = .now }
             guard case .reachable = health.reachability else { return false }
             health.reachability = .unreachable(since: Date(), reason: reason)
             return true

@@ -194,9 +194,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// (docs/DESIGN-NOTES.md, "A heartbeat tells a dead network from a quiet one").
     private func refuseWhileUnreachable(_ action: String) throws {
         let state = health.withLock { health -> StoreReachability in
-            guard health.silent else { return .reachable }
-            if let probed = health.probedAt, ContinuousClock.now - probed >= Self.silentProbeInterval {
-                health.probedAt = .now
+            guard let probed = health.silentProbedAt else { return .reachable }
+            if ContinuousClock.now - probed >= Self.silentProbeInterval {
+                health.silentProbedAt = .now
                 return .reachable
             }
             return health.reachability

@@ -323,7 +323,7 @@ struct PostgresStoreTests {
         // Not the five seconds of the connect timeout (nor the second a closed connection takes).
         #expect(refused.map { $0.took < .milliseconds(900) } == true, "\(String(describing: refused))")
         // Every 15 s one statement tries all the same, and finds the server if it answers.
-        store.health.withLock { $0.probedAt = .now - PostgresStore.silentProbeInterval }
+        store.health.withLock { $0.silentProbedAt = .now - PostgresStore.silentProbeInterval }
         #expect(refusal() == nil)
         guard case .reachable = store.reachability else {
             Issue.record("a statement that got through did not mark the server reachable")

@@ -42,7 +42,7 @@ struct ChangesInterface: VarlinkInterface {
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
-        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+        } catch let error as GraphError where error.isStoreUnavailable {
             throw VarlinkError("io.bugsquasher.Changes.StoreUnavailable", explaining: error)
         }
     }

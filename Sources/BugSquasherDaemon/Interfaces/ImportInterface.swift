@@ -47,7 +47,7 @@ struct ImportInterface: VarlinkInterface {
         } catch let error as VarlinkError where isEdit && error.name == "io.bugsquasher.Import.Conflict" {
             metrics.editConflicts.increment()
             throw error
-        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+        } catch let error as GraphError where error.isStoreUnavailable {
             // What the call had to write (an edit, a job's record) the store could not: not the
             // client's doing, and not for it alone to know, since the next calls fail the same
             // way until the operator frees the disk, mends the file system or ends the other

@@ -47,7 +47,7 @@ struct JobsInterface: VarlinkInterface {
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
-        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+        } catch let error as GraphError where error.isStoreUnavailable {
             throw VarlinkError("io.bugsquasher.Jobs.StoreUnavailable", explaining: error)
         }
     }

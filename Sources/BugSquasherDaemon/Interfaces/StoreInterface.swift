@@ -25,7 +25,7 @@ struct StoreInterface: VarlinkInterface {
             default:
                 throw VarlinkError.methodNotFound(call.method)
             }
-        } catch let error as GraphError where error.code == .storeIO || error.code == .storeBusy {
+        } catch let error as GraphError where error.isStoreUnavailable {
             throw VarlinkError("io.bugsquasher.Store.StoreUnavailable", explaining: error)
         } catch let error as GraphError {
             throw VarlinkError("io.bugsquasher.Store.InvalidRequest", explaining: error)
