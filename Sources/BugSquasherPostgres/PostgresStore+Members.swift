@@ -119,12 +119,13 @@ extension PostgresStore: StoreMembership {
 
     /// The server did not answer; with `hung`, a heartbeat went unanswered on an open connection
     /// (a network that drops packets), so the store's own connection is closed too, ending the
-    /// statements that wait on it.
+    /// statements that wait on it. The outage counts from the unanswered heartbeat, when hung.
     func markUnreachable(_ reason: String, hung: Bool) {
         let first = health.withLock { health in
             if hung { health.silentProbedAt = .now }
             guard case .reachable = health.reachability else { return false }
-            health.reachability = .unreachable(since: Date(), reason: reason)
+            let silence = hung ? Double(HistoryFollower.heartbeatDeadline.components.seconds) : 0
+            health.reachability = .unreachable(since: Date() - silence, reason: reason)
             return true
         }
         if first {
