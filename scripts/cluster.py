@@ -20,7 +20,10 @@ With --faults, four faults, each bounded in time:
     `squasherctl status` and its log; after the network heals its subscribers catch up with
     nothing missed.
 
-Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke). Needs root (network
+With --tls, the daemons reach PostgreSQL only over TLS (sslmode=verify-full, against a CA this
+script makes with openssl, the server's certificate naming its three addresses).
+
+Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke --tls). Needs root (network
 namespaces). Everything it starts runs under --work (removed at the end unless --keep).
 """
 
@@ -110,8 +113,8 @@ class Network:
 class Postgres:
     """Debian's PostgreSQL in the database namespace, on TCP to the three hosts' links."""
 
-    def __init__(self, directory, network):
-        self.directory, self.network = directory, network
+    def __init__(self, directory, network, tls=False):
+        self.directory, self.network, self.tls = directory, network, tls
         self.password = os.urandom(12).hex()
         versions = sorted(os.listdir("/usr/lib/postgresql"), key=lambda v: [int(x) for x in v.split(".")])
         self.bin = f"/usr/lib/postgresql/{versions[-1]}/bin"
@@ -125,20 +128,54 @@ class Postgres:
         run(self.as_postgres([f"{self.bin}/initdb", "-D", f"{self.directory}/data", "-A", "trust", "-U", "postgres",
                               "--no-sync"]))
         with open(f"{self.directory}/data/pg_hba.conf", "a") as hba:
-            hba.write("host all bsuser 10.77.0.0/16 scram-sha-256\n")
+            hba.write(f"{'hostssl' if self.tls else 'host'} all bsuser 10.77.0.0/16 scram-sha-256\n")
+        if self.tls:
+            self.make_certificates()
         self.start()
         for statement in [f"CREATE ROLE bsuser LOGIN PASSWORD '{self.password}'",
                           "CREATE DATABASE bugs OWNER bsuser"]:
-            run(self.as_postgres([f"{self.bin}/psql", "-h", self.directory, "-U", "postgres", "-q", "-c",
-                                  statement]))
+            self.query(statement)
+
+    @property
+    def ca(self):
+        """The CA file the daemons check the server's certificate against."""
+        return f"{self.directory}/tls/ca.crt"
+
+    def make_certificates(self):
+        """A CA, and a certificate from it for the server that names its three addresses."""
+        tls = f"{self.directory}/tls"
+        os.makedirs(tls)
+        names = ",".join("IP:" + self.network.address(h, "db") for h in HOSTS)
+        with open(f"{tls}/names.ext", "w") as f:
+            f.write(f"subjectAltName={names}\n")
+        for command in [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=BugSquasher cluster CA",
+             "-keyout", "ca.key", "-out", "ca.crt"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=bugsquasher-db", "-keyout", "server.key",
+             "-out", "server.csr"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+             "-extfile", "names.ext", "-out", "server.crt"],
+        ]:
+            subprocess.run(["openssl"] + command, cwd=tls, check=True, capture_output=True)
+        for name in ["server.key", "server.crt"]:
+            shutil.chown(f"{tls}/{name}", "postgres", "postgres")
+        os.chmod(f"{tls}/server.key", 0o600)
 
     def start(self):
         listen = ",".join(self.network.address(h, "db") for h in HOSTS)
         options = (f"-c listen_addresses='{listen}' -c unix_socket_directories='{self.directory}' "
                    "-c max_connections=100 -c fsync=off")
+        if self.tls:
+            options += f" -c ssl=on -c ssl_cert_file={self.directory}/tls/server.crt" \
+                       f" -c ssl_key_file={self.directory}/tls/server.key"
         run(["ip", "netns", "exec", self.network.db] + self.as_postgres(
             [f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-l", f"{self.directory}/postgres.log", "-w",
              "-t", "60", "-o", options, "start"]))
+
+    def query(self, sql):
+        """What `sql` returns, run as postgres on the Unix socket: a row's columns joined by |."""
+        return run(self.as_postgres([f"{self.bin}/psql", "-h", self.directory, "-U", "postgres", "-Atc", sql])
+                   ).stdout.strip()
 
     def stop(self, mode="fast"):
         run(self.as_postgres([f"{self.bin}/pg_ctl", "-D", f"{self.directory}/data", "-m", mode, "-w", "-t", "60",
@@ -186,7 +223,8 @@ class Daemon:
         os.chmod(f"{self.directory}/pgpass", 0o600)
         address = network.address(host, "db")
         with open(f"{self.directory}/squasherd.conf", "w") as f:
-            f.write(f"store = postgresql://bsuser@{address}:5432/bugs?schema=cluster&sslmode=disable"
+            tls = f"sslmode=verify-full&sslrootcert={postgres.ca}" if postgres.tls else "sslmode=disable"
+            f.write(f"store = postgresql://bsuser@{address}:5432/bugs?schema=cluster&{tls}"
                     f"&password_file={self.directory}/pgpass\nchunk_size = 100\n")
         self.environment = {"SQUASHERD_RUNTIME_DIRECTORY": f"{self.directory}/run"}
         self.process = None
@@ -246,7 +284,7 @@ class Cluster:
         self.options = options
         self.work = options.work
         self.network = Network(options.prefix)
-        self.postgres = Postgres(f"{self.work}/postgres", self.network)
+        self.postgres = Postgres(f"{self.work}/postgres", self.network, tls=options.tls)
         self.daemons = {}
         self.feeds = []
         self.edits = []  # (number, key, outcome): "committed" or "refused"
@@ -265,12 +303,20 @@ class Cluster:
         self.network.create()
         self.postgres.create()
         say("postgres: started in " + self.network.db + ", listening on "
-            + ", ".join(self.network.address(h, "db") + ":5432" for h in HOSTS))
+            + ", ".join(self.network.address(h, "db") + ":5432" for h in HOSTS)
+            + (" (TLS only; the daemons check its certificate: sslmode=verify-full)" if self.options.tls else ""))
         for host in HOSTS:
             daemon = Daemon(host, self.work, self.network, self.postgres, self.options.binaries)
             daemon.start()
             self.daemons[host] = daemon
         say("squasherd: one daemon per host, all on schema 'cluster' of database 'bugs'")
+        if self.options.tls:
+            encrypted, total = self.postgres.query(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s "
+                "USING (pid) WHERE a.usename = 'bsuser'").split("|")
+            if encrypted != total or total == "0":
+                raise SystemExit(f"cluster: {encrypted} of {total} daemon connections use TLS")
+            say(f"  TLS: {encrypted} of {total} daemon connections encrypted")
         status = self.daemons["c"].status()
         for member in status.get("daemons", []):
             say(f"  daemon {member['id']} on {member['host']}: token {member['token']}, {member['behind']} behind")
@@ -510,6 +556,7 @@ def main():
     parser.add_argument("--edits", type=int, default=100)
     parser.add_argument("--partition", type=float, default=30, help="seconds host c is cut off")
     parser.add_argument("--faults", action="store_true")
+    parser.add_argument("--tls", action="store_true", help="the daemons reach PostgreSQL over TLS only (verify-full)")
     parser.add_argument("--keep", action="store_true", help="keep --work afterwards")
     options = parser.parse_args()
     if os.geteuid() != 0:

@@ -4,10 +4,11 @@
 # subscribers on all three, every feed audited; with --faults, PostgreSQL restarted mid-import,
 # a kill -9 mid-import, PostgreSQL restarted again during edits and a 30 s partition of one host. Needs root (ip netns). See
 # docs/OPERATIONS.md, "Running on PostgreSQL".
-# Usage: scripts/cluster.sh [--smoke] [--debug] [--faults] [--records N] [--edits N]
+# Usage: scripts/cluster.sh [--smoke] [--debug] [--faults] [--tls] [--records N] [--edits N]
 #        [--partition S] [--keep] [--work DIR]
 #   --smoke   3,000 records and 40 edits (flags given with it win)
 #   --debug   use .build/debug (no build); otherwise release, built first
+#   --tls     the daemons reach PostgreSQL over TLS only (sslmode=verify-full, a CA made here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=release
@@ -16,7 +17,7 @@ for arg in "$@"; do
     case $arg in
         --debug) config=debug ;;
         --smoke) args=(--records 3000 --edits 40 ${args[@]+"${args[@]}"}) ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) args+=("$arg") ;;
     esac
 done
