@@ -308,16 +308,41 @@ struct SubscribeCommand: AsyncParsableCommand {
         do {
             // Keys waited for, and the held bugs' keys by ID; read and changed in the context's
             // isolation only, where each event is handled as it is merged.
-            let held = Mutex<Held>(
+            let held = HeldKeys(
                 (
                     missing: missing,
                     keysByID: Dictionary(initial.map { ($0.id, $0.key) }, uniquingKeysWith: { first, _ in first })
                 ))
+            // Asks for another try at holding the bugs created with keys waited for, after a
+            // fetch of them failed (squasherd could not reach its store): their inserts have
+            // gone by, so no later event would bring them.
+            let (retries, retry) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
             try await untilSignal {
                 // Said once SIGTERM is trapped: a stop right after "ready" still ends with stats.
                 try emit(Event(event: "ready", token: subscriber.lastToken?.rawValue, bugs: initial))
-                try await subscriber.run { context, refresh in
-                    try handle(refresh, in: context, held: held)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        try await subscriber.run { context, refresh in
+                            try handle(refresh, in: context, held: held, retry: retry)
+                        }
+                    }
+                    group.addTask {
+                        // After 1 s, 2 s, then every 5 s until a fetch works.
+                        for await _ in retries {
+                            var delay = Duration.seconds(1)
+                            while true {
+                                try await Task.sleep(for: delay)
+                                let token = subscriber.lastToken?.rawValue
+                                let done = try await subscriber.context.perform { context in
+                                    try holdWaiting(in: context, held: held, token: token, quiet: true)
+                                }
+                                if done { break }
+                                delay = min(delay * 2, .seconds(5))
+                            }
+                        }
+                    }
+                    try await group.next()
+                    group.cancelAll()
                 }
             }
         } catch is CancellationError {
@@ -340,6 +365,12 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     /// The keys waited for (no bug has them yet), and the held bugs' keys by ID.
     private typealias Held = (missing: Set<String>, keysByID: [String: String])
+
+    /// ``Held``, shared by the feed's handler and the retries of a failed fetch.
+    private final class HeldKeys: Sendable {
+        let value: Mutex<Held>
+        init(_ held: Held) { value = Mutex(held) }
+    }
 
     /// Connects the subscriber that holds the bugs with these keys, and is told of bugs created
     /// with them.
@@ -386,15 +417,16 @@ struct SubscribeCommand: AsyncParsableCommand {
     }
 
     /// Prints a refresh of the held bugs, and holds the bugs it created (or renamed) with a key
-    /// waited for.
+    /// waited for; when they cannot be fetched, asks `retry` to try again.
     private func handle(
-        _ refresh: Subscriber.RefreshEvent, in context: isolated ObjectContext, held: borrowing Mutex<Held>
+        _ refresh: Subscriber.RefreshEvent, in context: isolated ObjectContext, held: HeldKeys,
+        retry: AsyncStream<Void>.Continuation
     ) throws {
         let bugs = refresh.refreshed.compactMap {
             (context.registeredObject(for: $0) as? Bug).map { Self.state($0) }
         }
         // A held bug that is deleted is waited for again under its key.
-        let waiting = held.withLock { held in
+        let waiting = held.value.withLock { held in
             for id in refresh.deleted {
                 if let key = held.keysByID.removeValue(forKey: id.uriString) { held.missing.insert(key) }
             }
@@ -411,23 +443,36 @@ struct SubscribeCommand: AsyncParsableCommand {
             refresh.inserted.contains(where: { $0.entityName == "Bug" })
                 || !refresh.changedIntoWatch.isEmpty
         else { return }
+        if try !holdWaiting(in: context, held: held, token: refresh.token.rawValue, quiet: false) { retry.yield() }
+    }
+
+    /// Fetches the bugs with the keys waited for, holds those that exist and prints them
+    /// (`added`); returns whether the fetch worked. A failure is said unless `quiet` (a retry).
+    private func holdWaiting(
+        in context: isolated ObjectContext, held: HeldKeys, token: Int64?, quiet: Bool
+    ) throws -> Bool {
+        let waiting = held.value.withLock { $0.missing }
+        guard !waiting.isEmpty else { return true }
         let added: [BugState]
         do {
             added = try Self.hold(Array(waiting), in: context)
         } catch {
-            let keys = waiting.sorted()
-            printError(
-                "squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error)"
-            )
-            return
+            if !quiet {
+                let keys = waiting.sorted()
+                printError(
+                    "squasherctl: could not fetch the bugs created for \(keys.prefix(10).joined(separator: ", "))\(keys.count > 10 ? " and \(keys.count - 10) more" : ""): \(error); trying again"
+                )
+            }
+            return false
         }
-        held.withLock { held in
+        held.value.withLock { held in
             for bug in added {
                 held.missing.remove(bug.key)
                 held.keysByID[bug.id] = bug.key
             }
         }
-        if !added.isEmpty { try emit(Event(event: "added", token: refresh.token.rawValue, bugs: added)) }
+        if !added.isEmpty { try emit(Event(event: "added", token: token, bugs: added)) }
+        return true
     }
 
     /// Fetches the bugs with these keys into the subscriber's context, which registers them with
