@@ -224,7 +224,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     /// How postgres-nio connects to the server: the password read, the TLS context made, the
-    /// store's schema on the search path, and a server that does not answer given up on after
+    /// store's schema on the search path, a session left idle in a transaction ended by the
+    /// server (``idleTransactionTimeout``), and a server that does not answer given up on after
     /// five seconds.
     func connectionConfiguration() throws -> PostgresConnection.Configuration {
         let password = try configuration.resolvedPassword()
@@ -241,9 +242,20 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         connection.options.connectTimeout = .seconds(5)
         // In the startup message, so that connecting is one step that the timeout bounds (a
         // `SET` after it would wait for ever on a server that went silent in between).
-        connection.options.additionalStartupParameters = [("search_path", PostgresSchema.quote(configuration.schema))]
+        connection.options.additionalStartupParameters = [
+            ("search_path", PostgresSchema.quote(configuration.schema)),
+            ("idle_in_transaction_session_timeout", "\(Self.idleTransactionTimeout.components.seconds * 1000)"),
+        ]
         return connection
     }
+
+    /// How long the server lets a session of this store sit idle inside a transaction before it
+    /// ends it. squasherd never waits between a transaction's statements; a session that does
+    /// belongs to a process frozen or cut off without a word between taking its token and
+    /// committing, whose lock on the counter row would hold every other daemon's saves until
+    /// TCP gave up, for hours (docs/DESIGN-NOTES.md, "PostgreSQL tokens come from one counter
+    /// row"). The transaction rolls back, as if the process had died.
+    static let idleTransactionTimeout = Duration.seconds(10)
 
     private func tlsContext() throws -> PostgresConnection.Configuration.TLS {
         var tls = TLSConfiguration.makeClientConfiguration()

@@ -344,6 +344,52 @@ struct PostgresStoreTests {
         #expect(connected == nil)
     }
 
+    /// A process stopped between taking its token and committing (frozen, or cut off without a
+    /// word) leaves its session idle in a transaction that holds the counter row: the server ends
+    /// it after ``PostgresStore/idleTransactionTimeout``, and the other processes' saves go on.
+    @Test(
+        "a session idle in a transaction that holds the counter row is ended, and saves go on", .timeLimit(.minutes(1)))
+    func idleTransactionIsEnded() async throws {
+        guard hasServer() else { return }
+        let (first, second, context) = try twoProcesses()
+        let id = try await context.perform { context in
+            let bug = context.insert(Bug.self)
+            (bug.key, bug.title, bug.status) = ("IDLE-1", "saved", "Open")
+            try context.saveToStore()
+            return bug.objectID
+        }
+        let logger = Logger(label: "test")
+        // The second process as if it stopped right after its token: the row locked, no COMMIT.
+        let held = try await PostgresConnection.connect(
+            on: PostgresEventLoops.group.next(), configuration: try second.connectionConfiguration(), id: 9,
+            logger: logger)
+        _ = try await held.query("BEGIN", logger: logger)
+        _ = try await held.query("UPDATE bs_counter SET token = token WHERE id = 1", logger: logger)
+        // Should the server never end the session, closing it here releases the edit below.
+        let release = Task {
+            try await Task.sleep(for: PostgresStore.idleTransactionTimeout + .seconds(30))
+            try await held.close()
+        }
+        defer { release.cancel() }
+        // An edit of the first process, on a thread of its own (it blocks while it waits).
+        let waited: Duration = try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                let started = ContinuousClock.now
+                do {
+                    _ = try first.edit(id, attributes: ["title": .string("edited while another held the counter")])
+                    continuation.resume(returning: ContinuousClock.now - started)
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        // It waited for the lock (so the row was held), and no longer than the server's limit.
+        #expect(waited >= PostgresStore.idleTransactionTimeout - .seconds(1), "\(waited)")
+        #expect(waited < PostgresStore.idleTransactionTimeout + .seconds(20), "\(waited)")
+        // The server ended the stopped process's session, and its transaction with it.
+        try await waitUntil("the server to close the stopped session") { held.isClosed }
+    }
+
     /// A database that went back under a running process (a replica promoted without the newest
     /// saves): its heartbeat finds the newest token issued below the last one it delivered, and
     /// it moves the counter one past that, so that no token it delivered is issued again for
