@@ -9,7 +9,8 @@ audited: no change missing, none twice, tokens increasing.
 
 With --faults, four faults, each bounded in time:
   - an immediate restart of PostgreSQL as the import starts: no daemon exits, and the job waits
-    for the database and goes on from its last committed chunk;
+    for the database and goes on from its last committed chunk; the subscribers waiting for the
+    keys of the first chunk's bugs fetch them while the server is down, and must try again;
   - kill -9 of the first daemon mid-import: it resumes its job when started again, and the
     other daemons' subscribers are not disturbed;
   - an immediate stop and restart of PostgreSQL during edits: no daemon exits, each edit is
@@ -334,6 +335,11 @@ class Cluster:
         path = f"{self.work}/export.ndjson"
         records(path, self.options.records)
         say(f"import: {self.options.records} records through host a, in chunks of 100")
+        # The subscribers waiting for the keys the first chunk creates are stopped until the
+        # server is down: their fetch of those bugs meets it, and must be tried again.
+        waiting = [feed for _, kind, feed in self.feeds if kind == "subscribe"] if self.options.faults else []
+        for feed in waiting:
+            feed.signal(signal.SIGSTOP)
         job = a.ctl(["import", path]).stdout.split()[-1]
         if self.options.faults:
             # A statement of the job is in flight when the server goes: it must fail, not hang.
@@ -342,8 +348,17 @@ class Cluster:
                 raise SystemExit(f"cluster: the import was {started['state']} before PostgreSQL could be restarted; "
                                  "give it more --records")
             self.postgres.stop("immediate")
+            for feed in waiting:
+                feed.signal(signal.SIGCONT)
+            wait_until("the subscribers to find the database gone as they fetch the bugs created", 30,
+                       lambda: all("could not fetch the bugs created" in feed.errors() for feed in waiting))
             self.postgres.start()
-            self.figure(f"fault 1: PostgreSQL restarted (immediate) mid-import, at {started['imported']} records imported")
+            back = time.monotonic()
+            wait_until("the subscribers to hold the bugs created once the database is back", 30,
+                       lambda: all(any('"event":"added"' in line for line in feed.lines()) for feed in waiting))
+            self.figure(f"fault 1: PostgreSQL restarted (immediate) mid-import, at {started['imported']} records "
+                        "imported; the subscribers' fetch of the bugs created was refused, and held them "
+                        f"{time.monotonic() - back:.1f} s after the restart")
             third = self.options.records // 3
             wait_until("the import to pass a third", 120,
                        lambda: (a.status().get("activeJob") or {}).get("imported", 0) >= third, 0.05)

@@ -195,7 +195,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         commandName: "subscribe",
         abstract: "Hold bugs registered and print each refresh (Ctrl-C to stop).",
         discussion:
-            "A key no bug has yet is waited for: the bug is held from the save that creates it on (an 'added' event), and a held bug that is deleted is waited for again. With --json, prints one JSON line per event: ready, added, refresh, catch-up, and stats on exit (what the subscriber loaded)."
+            "A key no bug has yet is waited for: the bug is held from the save that creates it on (an 'added' event; if squasherd cannot reach its store to fetch it then, the fetch is tried again every few seconds until it can), and a held bug that is deleted is waited for again. With --json, prints one JSON line per event: ready, added, refresh, catch-up, and stats on exit (what the subscriber loaded)."
     )
 
     @OptionGroup var sockets: SocketOptions
