@@ -364,9 +364,10 @@ struct PostgresStoreTests {
             on: PostgresEventLoops.group.next(), configuration: try second.connectionConfiguration(), id: 9,
             logger: logger)
         _ = try await held.query("BEGIN", logger: logger)
-        _ = try await held.query("UPDATE bs_counter SET token = token WHERE id = 1", logger: logger)
-        // The server counts the session idle from before this instant.
+        // The server's idle clock starts after this instant (this task may resume long after the
+        // answer, under the whole suite's load: the instant is taken before the statement).
         let heldAt = ContinuousClock.now
+        _ = try await held.query("UPDATE bs_counter SET token = token WHERE id = 1", logger: logger)
         // Should the server never end the session, closing it here releases the edit below.
         let release = Task {
             try await Task.sleep(for: PostgresStore.idleTransactionTimeout + .seconds(30))
