@@ -347,6 +347,12 @@ class Cluster:
             if started["state"] != "running":
                 raise SystemExit(f"cluster: the import was {started['state']} before PostgreSQL could be restarted; "
                                  "give it more --records")
+            # Hosts b and c have read the first chunk (their watches show it), so the inserts
+            # their stopped subscribers wait for are queued before the server goes.
+            for host, kind, feed in self.feeds:
+                if kind == "watch" and host != "a":
+                    wait_until(f"host {host}'s watch to see the first chunk", 30,
+                               lambda: any('"inserted":[{' in line for line in feed.lines()), 0.01)
             self.postgres.stop("immediate")
             for feed in waiting:
                 feed.signal(signal.SIGCONT)
