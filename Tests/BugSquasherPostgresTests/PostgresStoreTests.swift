@@ -348,7 +348,7 @@ struct PostgresStoreTests {
     /// word) leaves its session idle in a transaction that holds the counter row: the server ends
     /// it after ``PostgresStore/idleTransactionTimeout``, and the other processes' saves go on.
     @Test(
-        "a session idle in a transaction that holds the counter row is ended, and saves go on", .timeLimit(.minutes(1)))
+        "a session idle in a transaction that holds the counter row is ended, and saves go on", .timeLimit(.minutes(3)))
     func idleTransactionIsEnded() async throws {
         guard hasServer() else { return }
         let (first, second, context) = try twoProcesses()
@@ -363,11 +363,16 @@ struct PostgresStoreTests {
         let held = try await PostgresConnection.connect(
             on: PostgresEventLoops.group.next(), configuration: try second.connectionConfiguration(), id: 9,
             logger: logger)
-        _ = try await held.query("BEGIN", logger: logger)
         // The server's idle clock starts after this instant (this task may resume long after the
-        // answer, under the whole suite's load: the instant is taken before the statement).
+        // answer, under the whole suite's load: the instant is taken before the statements).
         let heldAt = ContinuousClock.now
-        _ = try await held.query("UPDATE bs_counter SET token = token WHERE id = 1", logger: logger)
+        // Both statements on the connection's own event loop, one right after the other: a pause
+        // of this task between them (the whole suite shares two threads) could let the server
+        // end the session after BEGIN, and a statement sent on it then is never answered.
+        try await Task(executorPreference: EventLoopTaskExecutor(loop: held.eventLoop)) {
+            _ = try await held.query("BEGIN", logger: logger)
+            _ = try await held.query("UPDATE bs_counter SET token = token WHERE id = 1", logger: logger)
+        }.value
         // Should the server never end the session, closing it here releases the edit below.
         let release = Task {
             try await Task.sleep(for: PostgresStore.idleTransactionTimeout + .seconds(30))
