@@ -161,16 +161,17 @@ struct ChangesInterface: VarlinkInterface {
     /// sent at once, with their values, and those the store no longer has as deleted: a change
     /// or a deletion committed between the subscriber's read and its registration is not lost,
     /// nor one in saves pruned before the subscriber read them (it registers what it holds
-    /// again). A fault (version 0) is only checked for being gone: it loads the store's values
-    /// when it fires.
+    /// again). Faults (version 0) are not read: every fetch that returns faults registers them,
+    /// and reading their rows here would cost a read per object fetched; a fault deleted meanwhile
+    /// says so when it fires.
     private func refreshStale(ids: [ObjectID], versions: [Int64], for subscription: Subscription) async throws {
-        let held = Dictionary(zip(ids, versions), uniquingKeysWith: { a, _ in a })
+        let held = Dictionary(zip(ids, versions), uniquingKeysWith: { a, _ in a }).filter { $0.value > 0 }
         guard !held.isEmpty else { return }
         let current = try await readers.run { try stack.store.newValues(for: Array(held.keys)) }
         var refresh = Mailbox.Refresh()
         for (id, version) in held {
             if let row = current[id] {
-                if version > 0, row.version > version {
+                if row.version > version {
                     refresh.updated.append(
                         ObjectChange(objectID: id, version: row.version, changedKeys: [], values: row))
                 }
