@@ -156,7 +156,9 @@ final class HistoryFollower: Sendable {
     }
 
     /// One heartbeat; one that goes unanswered past the deadline closes the connection and
-    /// throws ``Unanswered``.
+    /// throws ``Unanswered``. One the server refuses with an error (its table renamed, a
+    /// permission taken away) was answered: the server is reachable and the session goes on, so
+    /// nothing but the refusal is reported (``PostgresStore/noteHeartbeat(refusal:)``).
     private static func beat(_ store: PostgresStore, on connection: PostgresConnection) async throws {
         let fired = StopFlag()
         let watchdog = Task {
@@ -168,9 +170,20 @@ final class HistoryFollower: Sendable {
         do {
             try await store.heartbeat(on: connection)
             store.markReachable()
+            store.noteHeartbeat(refusal: nil)
+        } catch let error as PSQLError where !fired.isSet && isRefusal(error) {
+            store.markReachable()
+            store.noteHeartbeat(refusal: PostgresStore.describe(error))
         } catch {
             throw fired.isSet ? Unanswered() : error
         }
+    }
+
+    /// Whether `error` is the server refusing one statement, its session going on (severity
+    /// `ERROR`): not one ending the session (`FATAL`, as when the server shuts down), nor a
+    /// connection that broke.
+    static func isRefusal(_ error: PSQLError) -> Bool {
+        error.code == .server && error.serverInfo?[.severity] == "ERROR"
     }
 
     /// A heartbeat the server did not answer in time.

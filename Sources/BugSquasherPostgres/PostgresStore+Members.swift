@@ -117,6 +117,24 @@ extension PostgresStore: StoreMembership {
         }
     }
 
+    /// Notes how the last heartbeat went: `refusal`, the server's error when it refused the
+    /// statement, or `nil` when it worked. A refusal is logged once until a heartbeat works again:
+    /// the server answers, so nothing else changes, but this process's row among the store's
+    /// daemons is not kept fresh (the others' `status` shows it silent).
+    func noteHeartbeat(refusal: String?) {
+        let before = heartbeatRefusal.withLock { last in
+            defer { last = refusal }
+            return last
+        }
+        if let refusal, before == nil {
+            logger.warning(
+                "PostgreSQL refused this daemon's heartbeat; it answers, so saves go on, but this daemon's row among the store's daemons is not kept fresh; check the store's tables and the role's privileges",
+                metadata: ["store.address": "\(configuration.address)", "error": "\(refusal)"])
+        } else if refusal == nil, before != nil {
+            logger.notice("the heartbeat works again", metadata: ["store.address": "\(configuration.address)"])
+        }
+    }
+
     /// The server did not answer; with `hung`, a heartbeat went unanswered on an open connection
     /// (a network that drops packets), so the store's own connection is closed too, ending the
     /// statements that wait on it. The outage counts from the unanswered heartbeat, when hung.

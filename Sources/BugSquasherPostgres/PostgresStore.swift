@@ -70,6 +70,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let editsFirst: EditsFirst?
     /// This process's row among the daemons attached, and whether the server answers.
     let health = Mutex(Health())
+    /// The server's error when it refused the last heartbeat; `nil` when that one worked.
+    let heartbeatRefusal = Mutex<String?>(nil)
 
     /// A store in the database `configuration` names; nothing connects before the coordinator
     /// loads it.

@@ -397,6 +397,36 @@ struct PostgresStoreTests {
         try await waitUntil("the server to close the stopped session") { held.isClosed }
     }
 
+    /// A heartbeat the server refuses (the daemons' table renamed under it) was answered: the
+    /// server stays reachable and the listening session goes on. The refusal is noted, and
+    /// cleared by the next heartbeat that works.
+    @Test("a heartbeat the server refuses is no outage", .timeLimit(.minutes(2)))
+    func refusedHeartbeatIsNoOutage() async throws {
+        guard hasServer() else { return }
+        let (other, store, _) = try twoProcesses()
+        store.attach(as: "refused", host: "h")
+        defer { store.detach() }
+        // Any moment the store counts the server unreachable (it would refuse saves then).
+        let outages = Atomic<Int>(0)
+        let sampling = Task {
+            while !Task.isCancelled {
+                if case .unreachable = store.reachability { outages.add(1, ordering: .relaxed) }
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        defer { sampling.cancel() }
+        try other.withConnection("rename the daemons' table") {
+            _ = try other.run("ALTER TABLE bs_daemons RENAME TO bs_daemons_away", [], on: $0)
+        }
+        try await waitUntil("a heartbeat refused") { store.heartbeatRefusal.withLock { $0 } != nil }
+        #expect(store.heartbeatRefusal.withLock { $0 }?.contains("bs_daemons") == true)
+        try other.withConnection("rename it back") {
+            _ = try other.run("ALTER TABLE bs_daemons_away RENAME TO bs_daemons", [], on: $0)
+        }
+        try await waitUntil("a heartbeat that works") { store.heartbeatRefusal.withLock { $0 } == nil }
+        #expect(outages.load(ordering: .relaxed) == 0)
+    }
+
     /// A database that went back under a running process (a replica promoted without the newest
     /// saves): its heartbeat finds the newest token issued below the last one it delivered, and
     /// it moves the counter one past that, so that no token it delivered is issued again for
