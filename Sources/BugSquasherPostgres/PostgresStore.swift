@@ -227,8 +227,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     /// How postgres-nio connects to the server: the password read, the TLS context made, the
     /// store's schema on the search path, a session left idle in a transaction ended by the
-    /// server (``idleTransactionTimeout``), and a server that does not answer given up on after
-    /// five seconds.
+    /// server (``idleTransactionTimeout``), the server's TCP told to give up on this host when it
+    /// stops answering (``serverTCPSettings``), and a server that does not answer given up on
+    /// after five seconds.
     func connectionConfiguration() throws -> PostgresConnection.Configuration {
         let password = try configuration.resolvedPassword()
         var connection: PostgresConnection.Configuration
@@ -244,12 +245,25 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         connection.options.connectTimeout = .seconds(5)
         // In the startup message, so that connecting is one step that the timeout bounds (a
         // `SET` after it would wait for ever on a server that went silent in between).
-        connection.options.additionalStartupParameters = [
-            ("search_path", PostgresSchema.quote(configuration.schema)),
-            ("idle_in_transaction_session_timeout", "\(Self.idleTransactionTimeout.components.seconds * 1000)"),
-        ]
+        connection.options.additionalStartupParameters =
+            [
+                ("search_path", PostgresSchema.quote(configuration.schema)),
+                ("idle_in_transaction_session_timeout", "\(Self.idleTransactionTimeout.components.seconds * 1000)"),
+            ] + Self.serverTCPSettings
         return connection
     }
+
+    /// How the server's end of each TCP connection finds this host gone: keepalive probes after
+    /// 15 s of silence, 5 s apart, three unanswered; and data unacknowledged for 30 s. A daemon
+    /// gives up on a silent connection within seconds and opens another, but its closing
+    /// handshake is lost when the network between them is down; without these the server keeps
+    /// the old session, its memory and a slot of `max_connections`, until the kernel's default
+    /// keepalive gives up after more than two hours. Unix sockets ignore them.
+    /// Why: docs/OPERATIONS.md, "Running on PostgreSQL" (the failure table).
+    static let serverTCPSettings = [
+        ("tcp_keepalives_idle", "15"), ("tcp_keepalives_interval", "5"), ("tcp_keepalives_count", "3"),
+        ("tcp_user_timeout", "30000"),
+    ]
 
     /// How long the server lets a session of this store sit idle inside a transaction before it
     /// ends it. squasherd never waits between a transaction's statements; a session that does
