@@ -101,13 +101,19 @@ extension PostgresStore: StoreMembership {
         }
     }
 
-    /// The server answered: logged when it had not before.
+    public func observeReachableAgain(_ handler: @escaping @Sendable () -> Void) {
+        reachableHandlers.withLock { $0.append(handler) }
+    }
+
+    /// The server answered: logged, and the observers of ``observeReachableAgain(_:)`` called,
+    /// when it had not before.
     func markReachable() {
         let was = health.withLock { health in
             defer { (health.reachability, health.silentProbedAt) = (.reachable, nil) }
             return health.reachability
         }
         if case .unreachable(let since, _) = was {
+            for handler in reachableHandlers.withLock({ $0 }) { handler() }
             logger.notice(
                 "PostgreSQL answers again; reading the saves missed from the history",
                 metadata: [

@@ -72,6 +72,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let health = Mutex(Health())
     /// The server's error when it refused the last heartbeat; `nil` when that one worked.
     let heartbeatRefusal = Mutex<String?>(nil)
+    /// The observers of the server answering again (``observeReachableAgain(_:)``).
+    let reachableHandlers = Mutex<[@Sendable () -> Void]>([])
 
     /// A store in the database `configuration` names; nothing connects before the coordinator
     /// loads it.

@@ -427,6 +427,38 @@ struct PostgresStoreTests {
         #expect(outages.load(ordering: .relaxed) == 0)
     }
 
+    /// The listening connection lost (its backend terminated): the store finds the server
+    /// unreachable, the listener connects again within a second, and the store tells the
+    /// observers of `observeReachableAgain`, which an import waiting to retry wakes on.
+    @Test("the store says when its server answers again", .timeLimit(.minutes(2)))
+    func reachableAgainIsObserved() async throws {
+        guard hasServer() else { return }
+        let (other, store, _) = try twoProcesses()
+        store.attach(as: "listener", host: "h")
+        defer { store.detach() }
+        let answered = Atomic<Int>(0)
+        store.observeReachableAgain { answered.add(1, ordering: .relaxed) }
+        // The listener's backend: the only one whose statements name the schema (`LISTEN` on
+        // the store's channel, then its heartbeats).
+        let listener = """
+            SELECT pid FROM pg_stat_activity
+            WHERE pid <> pg_backend_pid() AND position($1 in query) > 0 AND (query LIKE 'LISTEN%' OR query LIKE '%bs_daemons%')
+            """
+        let schema = store.configuration.schema
+        var pid: Int32?
+        try await waitUntil("the listener connected") {
+            pid = try other.withConnection("find the listener") {
+                try other.run(listener, [.string(schema)], on: $0).first?.decode(Int32.self)
+            }
+            return pid != nil
+        }
+        try other.withConnection("end the listener's session") {
+            _ = try other.run("SELECT pg_terminate_backend($1::int)", [.int64(Int64(pid!))], on: $0)
+        }
+        try await waitUntil("the server answering again, observed") { answered.load(ordering: .relaxed) == 1 }
+        #expect(store.reachability == .reachable)
+    }
+
     /// A database that went back under a running process (a replica promoted without the newest
     /// saves): its heartbeat finds the newest token issued below the last one it delivered, and
     /// it moves the counter one past that, so that no token it delivered is issued again for

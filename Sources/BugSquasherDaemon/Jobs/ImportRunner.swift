@@ -25,6 +25,9 @@ final class ImportRunner: Service {
     private let logger: Logger
     private let wakeups: AsyncStream<Void>
     private let wakeup: AsyncStream<Void>.Continuation
+    /// Yields when a shared store finds its server answering again
+    /// (``StoreMembership/observeReachableAgain(_:)``): a job waiting for it goes on then.
+    private let reachableAgain: AsyncStream<Void>
     private let progressHandler: @Sendable (ImportProgress?) -> Void
     /// Where jobs upsert chunks and free saved ones, at a lower priority (see ``ThreadExecutor``).
     /// A chunk's save is not: it holds the store's writer, which edits wait for, so it runs at
@@ -90,6 +93,9 @@ final class ImportRunner: Service {
                 metadata: ["import.nice": "\(configuration.importPriority)"])
         }
         (wakeups, wakeup) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let (reachableAgain, answering) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        self.reachableAgain = reachableAgain
+        (stack.store as? any StoreMembership)?.observeReachableAgain { answering.yield() }
     }
 
     /// Asks the runner to look for queued jobs.
@@ -184,7 +190,7 @@ final class ImportRunner: Service {
                             metadata: [
                                 "retry.in": "\(delay)", "error": "\((error as? GraphError)?.message ?? "\(error)")",
                             ])
-                        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
+                        await waitToRetry(delay, unreachable: outcome(of: error) == .storeUnreachable)
                         continue
                     }
                     var failure: (any Error)?
@@ -211,7 +217,7 @@ final class ImportRunner: Service {
                                 "job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(lifecycle.busyRetries)",
                                 "error": "\((failure as? GraphError)?.message ?? "")",
                             ])
-                        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
+                        await waitToRetry(delay, unreachable: failure.map(outcome(of:)) == .storeUnreachable)
                     case .recordFailure:
                         // Input never stops the daemon, and neither does a failing disk: the job
                         // fails with the reason, committed chunks stay committed.
@@ -221,6 +227,23 @@ final class ImportRunner: Service {
             }
         } onGracefulShutdown: {
             self.wakeup.finish()
+        }
+    }
+
+    /// Waits `delay` before the next attempt, or until a graceful shutdown; when the attempt
+    /// found the database unreachable, only until it answers again, so that a job goes on
+    /// within a second of the server's return rather than at the end of the delay.
+    private func waitToRetry(_ delay: Duration, unreachable: Bool) async {
+        let reachableAgain = reachableAgain
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) } }
+            if unreachable {
+                group.addTask {
+                    for await _ in reachableAgain { return }
+                }
+            }
+            await group.next()
+            group.cancelAll()
         }
     }
 

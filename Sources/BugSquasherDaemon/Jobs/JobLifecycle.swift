@@ -84,7 +84,8 @@ struct JobLifecycle: Sendable {
 
     /// A job's run ended with `outcome`: what the runner does next. Busy stores are retried
     /// after 1, 2, 4, 8 and 16 s, then every 30 s, until a job runs through; a server out of
-    /// reach after 1, 2, then every 4 s.
+    /// reach after 1, 2, then every 4 s (the runner goes on sooner when the store finds the server
+    /// answering again).
     mutating func jobEnded(_ outcome: Outcome) -> Next {
         switch outcome {
         case .ended:

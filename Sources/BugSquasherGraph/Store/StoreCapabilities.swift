@@ -122,6 +122,10 @@ public protocol StoreMembership: Sendable {
 
     /// Whether the store's server answered this process's last heartbeat.
     var reachability: StoreReachability { get }
+
+    /// Calls `handler` each time the server answers again after the store found it
+    /// unreachable: work waiting to retry (an import) need not wait out its delay.
+    func observeReachableAgain(_ handler: @escaping @Sendable () -> Void)
 }
 
 /// A program attached to a shared store, as the store last heard of it.
