@@ -25,9 +25,9 @@ final class ImportRunner: Service {
     private let logger: Logger
     private let wakeups: AsyncStream<Void>
     private let wakeup: AsyncStream<Void>.Continuation
-    /// Yields when a shared store finds its server answering again
+    /// How many times a shared store found its server answering again
     /// (``StoreMembership/observeReachableAgain(_:)``): a job waiting for it goes on then.
-    private let reachableAgain: AsyncStream<Void>
+    private let reachableAgain = Atomic<Int>(0)
     private let progressHandler: @Sendable (ImportProgress?) -> Void
     /// Where jobs upsert chunks and free saved ones, at a lower priority (see ``ThreadExecutor``).
     /// A chunk's save is not: it holds the store's writer, which edits wait for, so it runs at
@@ -93,9 +93,9 @@ final class ImportRunner: Service {
                 metadata: ["import.nice": "\(configuration.importPriority)"])
         }
         (wakeups, wakeup) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let (reachableAgain, answering) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        self.reachableAgain = reachableAgain
-        (stack.store as? any StoreMembership)?.observeReachableAgain { answering.yield() }
+        (stack.store as? any StoreMembership)?.observeReachableAgain { [weak self] in
+            self?.reachableAgain.add(1, ordering: .relaxed)
+        }
     }
 
     /// Asks the runner to look for queued jobs.
@@ -170,6 +170,7 @@ final class ImportRunner: Service {
         await withGracefulShutdownHandler {
             for await _ in wakeups {
                 while !Task.isShuttingDownGracefully {
+                    let answered = reachableAgain.load(ordering: .relaxed)
                     let job: String
                     do {
                         // Jobs whose failure could not even be recorded (a full disk) wait for a
@@ -190,7 +191,8 @@ final class ImportRunner: Service {
                             metadata: [
                                 "retry.in": "\(delay)", "error": "\((error as? GraphError)?.message ?? "\(error)")",
                             ])
-                        await waitToRetry(delay, unreachable: outcome(of: error) == .storeUnreachable)
+                        await waitToRetry(
+                            delay, unreachable: outcome(of: error) == .storeUnreachable, answered: answered)
                         continue
                     }
                     var failure: (any Error)?
@@ -217,7 +219,8 @@ final class ImportRunner: Service {
                                 "job.id": "\(job)", "retry.in": "\(delay)", "retry.count": "\(lifecycle.busyRetries)",
                                 "error": "\((failure as? GraphError)?.message ?? "")",
                             ])
-                        await waitToRetry(delay, unreachable: failure.map(outcome(of:)) == .storeUnreachable)
+                        await waitToRetry(
+                            delay, unreachable: failure.map(outcome(of:)) == .storeUnreachable, answered: answered)
                     case .recordFailure:
                         // Input never stops the daemon, and neither does a failing disk: the job
                         // fails with the reason, committed chunks stay committed.
@@ -231,19 +234,16 @@ final class ImportRunner: Service {
     }
 
     /// Waits `delay` before the next attempt, or until a graceful shutdown; when the attempt
-    /// found the database unreachable, only until it answers again, so that a job goes on
-    /// within a second of the server's return rather than at the end of the delay.
-    private func waitToRetry(_ delay: Duration, unreachable: Bool) async {
-        let reachableAgain = reachableAgain
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) } }
-            if unreachable {
-                group.addTask {
-                    for await _ in reachableAgain { return }
-                }
-            }
-            await group.next()
-            group.cancelAll()
+    /// found the database unreachable, only until the store finds it answering again (looked at
+    /// every 50 ms), so that a job goes on within a second of the server's return rather than
+    /// at the end of the delay. `answered` is ``reachableAgain`` as the attempt began: a return
+    /// during the attempt ends the wait at once.
+    private func waitToRetry(_ delay: Duration, unreachable: Bool, answered: Int) async {
+        let deadline = ContinuousClock.now + delay
+        while ContinuousClock.now < deadline, !Task.isShuttingDownGracefully {
+            if unreachable, reachableAgain.load(ordering: .relaxed) != answered { return }
+            let step = min(.milliseconds(50), deadline - .now)
+            guard (try? await cancelWhenGracefulShutdown({ try await Task.sleep(for: step) })) != nil else { return }
         }
     }
 
