@@ -6,7 +6,7 @@
 # docs/OPERATIONS.md, "Running on PostgreSQL".
 # Usage: scripts/cluster.sh [--smoke] [--debug] [--faults] [--tls] [--records N] [--edits N]
 #        [--partition S] [--keep] [--work DIR]
-#   --smoke   3,000 records and 40 edits (flags given with it win)
+#   --smoke   6,000 records and 40 edits (flags given with it win)
 #   --debug   use .build/debug (no build); otherwise release, built first
 #   --tls     the daemons reach PostgreSQL over TLS only (sslmode=verify-full, a CA made here)
 set -euo pipefail
@@ -16,7 +16,7 @@ args=()
 for arg in "$@"; do
     case $arg in
         --debug) config=debug ;;
-        --smoke) args=(--records 3000 --edits 40 ${args[@]+"${args[@]}"}) ;;
+        --smoke) args=(--records 6000 --edits 40 ${args[@]+"${args[@]}"}) ;;
         -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) args+=("$arg") ;;
     esac
