@@ -8,6 +8,7 @@
 #   pg_stop DIR                      stop (fast) and remove DIR
 #   pg_start_tls DIR PORT [options…] the same, and TLS on 127.0.0.1:PORT (see below)
 #   pg_url DIR [PORT]                the store URL for the socket in DIR
+#   pg_certificates DIR NAMES        a CA (DIR/ca.crt) and a server certificate from it naming NAMES
 pg_bin=""
 
 as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -46,6 +47,21 @@ pg_stop() {
 
 pg_url() { echo "postgresql:///postgres?host=$1&user=postgres${2:+&port=$2}"; }
 
+# pg_certificates DIR NAMES: a CA made here (DIR/ca.crt, DIR/ca.key) and a certificate from it for
+# the server (DIR/server.crt, DIR/server.key, readable by its owner only) whose subjectAltName is
+# NAMES (as "DNS:localhost,IP:127.0.0.1"); valid for two days.
+pg_certificates() {
+    local dir=$1 names=$2
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=BugSquasher test CA" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=bugsquasher-db" -keyout "$dir/server.key" \
+        -out "$dir/server.csr" 2>/dev/null
+    printf 'subjectAltName=%s\n' "$names" >"$dir/san.ext"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
+        -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null
+    chmod 600 "$dir/server.key"
+}
+
 # pg_start_tls DIR PORT: as pg_start, and TCP on 127.0.0.1:PORT with TLS, its certificate (for
 # localhost and 127.0.0.1) signed by a CA made here (DIR/ca.crt); the role bsuser (password in
 # DIR/password) may connect over TLS with its password only.
@@ -53,13 +69,7 @@ pg_start_tls() {
     local dir=$1 port=$2
     pg_install
     mkdir -p "$dir"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=BugSquasher test CA" \
-        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
-    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$dir/san.ext"
-    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
-        -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null
-    chmod 600 "$dir/server.key"
+    pg_certificates "$dir" DNS:localhost,IP:127.0.0.1
     head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$dir/password"
     [[ $(id -u) -ne 0 ]] || chown -R postgres:postgres "$dir"
     as_pg "$pg_bin/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
