@@ -153,8 +153,12 @@ extension PostgresStore: StoreMembership {
             return true
         }
         if first {
+            // Silence is refused at once (see `refuseWhileUnreachable`); a connection that failed
+            // (a restart, a session ended) leaves each statement to try for itself.
             logger.warning(
-                "PostgreSQL does not answer; saves are refused until it does",
+                hung
+                    ? "PostgreSQL does not answer; saves are refused until it does"
+                    : "lost the connection to PostgreSQL; reconnecting every second",
                 metadata: ["store.address": "\(configuration.address)", "reason": "\(reason)"])
         }
         if hung { closeOpenConnection() }
