@@ -148,7 +148,7 @@ class Postgres:
         os.makedirs(tls)
         names = ",".join("IP:" + self.network.address(h, "db") for h in HOSTS)
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "postgres.sh")
-        subprocess.run(["bash", "-c", 'source "$0" && pg_certificates "$1" "$2"', script, tls, names], check=True)
+        subprocess.run(["bash", "-c", 'set -e; source "$0"; pg_certificates "$1" "$2"', script, tls, names], check=True)
         for name in ["server.key", "server.crt"]:
             shutil.chown(f"{tls}/{name}", "postgres", "postgres")
 

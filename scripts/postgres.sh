@@ -60,6 +60,7 @@ pg_certificates() {
     openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
         -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null
     chmod 600 "$dir/server.key"
+    [[ -s $dir/server.crt ]] || { echo "postgres: openssl could not make the server's certificate in $dir" >&2; return 1; }
 }
 
 # pg_start_tls DIR PORT: as pg_start, and TCP on 127.0.0.1:PORT with TLS, its certificate (for
