@@ -5,7 +5,9 @@ PostgreSQL runs in a network namespace of its own and three squasherd daemons in
 (`ip netns`, a veth pair from each daemon's host to the database's, IPv4), each with its own
 runtime directory and its own subscribers. An import goes through the first daemon, edits
 through the second, and subscribers on every host follow; at the end every subscriber's feed is
-audited: no change missing, none twice, tokens increasing.
+audited: no change missing, none twice, tokens increasing. At the start it checks that the
+server's end of every daemon connection has the keepalive squasherd asks for (probes after 15 s
+of silence, as `ss` shows), so that a host cut off does not leave its sessions for hours.
 
 With --faults, four faults, each bounded in time:
   - an immediate restart of PostgreSQL as the import starts: no daemon exits, and the job waits
@@ -31,6 +33,7 @@ namespaces). Everything it starts runs under --work (removed at the end unless -
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -308,6 +311,7 @@ class Cluster:
             if encrypted != total or total == "0":
                 raise SystemExit(f"cluster: {encrypted} of {total} daemon connections use TLS")
             say(f"  TLS: {encrypted} of {total} daemon connections encrypted")
+        self.check_keepalive()
         status = self.daemons["c"].status()
         for member in status.get("daemons", []):
             say(f"  daemon {member['id']} on {member['host']}: token {member['token']}, {member['behind']} behind")
@@ -422,6 +426,26 @@ class Cluster:
             daemon.exited()
         self.figure(f"PostgreSQL restart: {refused} edit(s) refused with StoreUnavailable, the rest committed; "
                     "no daemon exited")
+
+    def check_keepalive(self):
+        """Every daemon connection's server end probes within 15 s of silence (the settings
+        squasherd sends), not after the kernel's two hours: `ss` shows each idle socket's
+        keepalive timer (one with data in flight shows its retransmission timer: looked at again)."""
+        units = {"ms": 0.001, "sec": 1, "min": 60}
+
+        def timers():
+            sockets = run(["ip", "netns", "exec", self.network.db, "ss", "-tnoH", "state", "established",
+                           "( sport = :5432 )"]).stdout.splitlines()
+            found = [re.search(r"timer:\(keepalive,(\d+)(ms|sec|min)", line) for line in sockets]
+            late = [line for line, timer in zip(sockets, found)
+                    if timer and int(timer.group(1)) * units[timer.group(2)] > 15]
+            if late:
+                raise SystemExit("cluster: the server probes these daemon connections only after the kernel's "
+                                 "default keepalive, not 15 s:\n" + "\n".join(late))
+            return sockets if sockets and all(found) else None
+
+        sockets = wait_until("every daemon connection idle, to read its keepalive timer", 30, timers, 0.2)
+        say(f"  server keepalive: {len(sockets)} of {len(sockets)} daemon connections probed after 15 s of silence")
 
     def partition_c(self):
         c = self.daemons["c"]
