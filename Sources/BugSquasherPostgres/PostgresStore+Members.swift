@@ -14,6 +14,8 @@ extension PostgresStore: StoreMembership {
         /// refusing: connecting would wait out the timeout): when that was found, or when a
         /// statement last tried to connect since (see ``PostgresStore/silentProbeInterval``).
         var silentProbedAt: ContinuousClock.Instant?
+        /// The server's error when it refused the last heartbeat; `nil` when that one worked.
+        var heartbeatRefusal: String?
     }
 
     public func attach(as member: String, host: String) {
@@ -128,9 +130,9 @@ extension PostgresStore: StoreMembership {
     /// the server answers, so nothing else changes, but this process's row among the store's
     /// daemons is not kept fresh (the others' `status` shows it silent).
     func noteHeartbeat(refusal: String?) {
-        let before = heartbeatRefusal.withLock { last in
-            defer { last = refusal }
-            return last
+        let before = health.withLock { health in
+            defer { health.heartbeatRefusal = refusal }
+            return health.heartbeatRefusal
         }
         if let refusal, before == nil {
             logger.warning(

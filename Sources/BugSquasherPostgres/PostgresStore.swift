@@ -70,8 +70,6 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let editsFirst: EditsFirst?
     /// This process's row among the daemons attached, and whether the server answers.
     let health = Mutex(Health())
-    /// The server's error when it refused the last heartbeat; `nil` when that one worked.
-    let heartbeatRefusal = Mutex<String?>(nil)
     /// The observers of the server answering again (``observeReachableAgain(_:)``).
     let reachableHandlers = Mutex<[@Sendable () -> Void]>([])
 

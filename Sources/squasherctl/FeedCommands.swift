@@ -327,19 +327,7 @@ struct SubscribeCommand: AsyncParsableCommand {
                         }
                     }
                     group.addTask {
-                        // After 1 s, 2 s, then every 5 s until a fetch works.
-                        for await _ in retries {
-                            var delay = Duration.seconds(1)
-                            while true {
-                                try await Task.sleep(for: delay)
-                                let token = subscriber.lastToken?.rawValue
-                                let done = try await subscriber.context.perform { context in
-                                    try holdWaiting(in: context, held: held, token: token, quiet: true)
-                                }
-                                if done { break }
-                                delay = min(delay * 2, .seconds(5))
-                            }
-                        }
+                        for await _ in retries { try await retryHoldingWaiting(subscriber: subscriber, held: held) }
                     }
                     try await group.next()
                     group.cancelAll()
@@ -444,6 +432,21 @@ struct SubscribeCommand: AsyncParsableCommand {
                 || !refresh.changedIntoWatch.isEmpty
         else { return }
         if try !holdWaiting(in: context, held: held, token: refresh.token.rawValue, quiet: false) { retry.yield() }
+    }
+
+    /// Tries ``holdWaiting(in:held:token:quiet:)`` again after 1 s, 2 s, then every 5 s, until
+    /// a fetch works.
+    private func retryHoldingWaiting(subscriber: Subscriber, held: HeldKeys) async throws {
+        var delay = Duration.seconds(1)
+        while true {
+            try await Task.sleep(for: delay)
+            let token = subscriber.lastToken?.rawValue
+            let done = try await subscriber.context.perform { context in
+                try holdWaiting(in: context, held: held, token: token, quiet: true)
+            }
+            if done { return }
+            delay = min(delay * 2, .seconds(5))
+        }
     }
 
     /// Fetches the bugs with the keys waited for, holds those that exist and prints them

@@ -418,12 +418,12 @@ struct PostgresStoreTests {
         try other.withConnection("rename the daemons' table") {
             _ = try other.run("ALTER TABLE bs_daemons RENAME TO bs_daemons_away", [], on: $0)
         }
-        try await waitUntil("a heartbeat refused") { store.heartbeatRefusal.withLock { $0 } != nil }
-        #expect(store.heartbeatRefusal.withLock { $0 }?.contains("bs_daemons") == true)
+        try await waitUntil("a heartbeat refused") { store.health.withLock { $0.heartbeatRefusal } != nil }
+        #expect(store.health.withLock { $0.heartbeatRefusal }?.contains("bs_daemons") == true)
         try other.withConnection("rename it back") {
             _ = try other.run("ALTER TABLE bs_daemons_away RENAME TO bs_daemons", [], on: $0)
         }
-        try await waitUntil("a heartbeat that works") { store.heartbeatRefusal.withLock { $0 } == nil }
+        try await waitUntil("a heartbeat that works") { store.health.withLock { $0.heartbeatRefusal } == nil }
         #expect(outages.load(ordering: .relaxed) == 0)
     }
 
