@@ -31,6 +31,31 @@ extension EventLoopFuture where Value: Sendable {
     }
 }
 
+/// The answer to a statement sent without waiting for it (`PostgresStore.send`), kept as it
+/// arrives: reading an answer that has arrived takes no trip through the event loop, which a
+/// wait on the future takes even when it is complete (a thread wake-up each way).
+final class PendingAnswer<Value: Sendable>: Sendable {
+    private let future: EventLoopFuture<Value>
+    private let connection: PostgresConnection
+    private let arrived = Mutex<Result<Value, any Error>?>(nil)
+
+    init(_ future: EventLoopFuture<Value>, connection: PostgresConnection) {
+        self.future = future
+        self.connection = connection
+        future.whenComplete { [self] result in self.arrived.withLock { $0 = result } }
+    }
+
+    /// The answer, waiting for it on this thread unless it has arrived
+    /// (``EventLoopFuture/blockingValue(watching:)``).
+    func value() throws -> Value {
+        if let result = arrived.withLock({ $0 }) { return try result.get() }
+        return try future.blockingValue(watching: connection)
+    }
+
+    /// The answer reduced to whether the statement worked.
+    var done: PendingAnswer<Void> { PendingAnswer<Void>(future.map { _ in () }, connection: connection) }
+}
+
 /// The event loops of the PostgreSQL stores' connections, apart from every other group.
 enum PostgresEventLoops {
     /// One thread: the store's statements wait for each other anyway.
@@ -43,12 +68,21 @@ enum PostgresEventLoops {
     static func run<T: Sendable>(
         on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
     ) throws -> T {
+        try start(on: connection, body).value()
+    }
+
+    /// Starts `body` on `connection`'s loop as ``run(on:_:)`` does, without waiting for it: what
+    /// this thread sends on the connection afterwards goes out after what `body` sends before it
+    /// first waits (the loop runs its jobs in the order they came).
+    static func start<T: Sendable>(
+        on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
+    ) -> PendingAnswer<T> {
         let loop = connection.eventLoop
         let promise = loop.makePromise(of: T.self)
         Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
             do { promise.succeed(try await body()) } catch { promise.fail(error) }
         }
-        return try promise.futureResult.blockingValue(watching: connection)
+        return PendingAnswer(promise.futureResult, connection: connection)
     }
 }
 

@@ -18,27 +18,43 @@ extension PostgresStore {
         _ rows: ArraySlice<SaveChanges.Row>, into entity: EntityDescription, columns: [String],
         on connection: PostgresConnection
     ) throws {
-        let data = PostgresCopyText.encode(rows)
+        try startCopy(rows, into: entity, columns: columns, on: connection).value()
+    }
+
+    /// Starts a `COPY` of `rows` as ``copy(_:into:columns:on:)`` does, and returns once they are
+    /// encoded, without waiting for the server: the rows are encoded here part by part, and the
+    /// server reads each part while the next is encoded. Statements sent afterwards run after
+    /// the `COPY`.
+    func startCopy(
+        _ rows: ArraySlice<SaveChanges.Row>, into entity: EntityDescription, columns: [String],
+        on connection: PostgresConnection
+    ) -> PendingAnswer<Void> {
+        let (parts, feed) = AsyncStream<ByteBuffer>.makeStream()
         let logger = logger
-        try PostgresEventLoops.run(on: connection) {
+        let copied = PostgresEventLoops.start(on: connection) {
             try await connection.copyFrom(table: entity.name, columns: ["pk", "_version"] + columns, logger: logger) {
                 writer in
-                for part in data { try await writer.write(part) }
+                for await part in parts { try await writer.write(part) }
             }
         }
+        // A COPY the server refuses reads no part: the parts are dropped with the stream.
+        PostgresCopyText.encode(rows) { feed.yield($0) }
+        feed.finish()
+        return copied
     }
 }
 
 /// Rows in the text format of `COPY` (tab between columns, a newline after each row, `\N` for
-/// NULL, backslash escapes), cut into buffers of about 256 KiB, each sent as one message. Each
+/// NULL, backslash escapes), cut into buffers of about 64 KiB, each sent as one message (the
+/// server starts on the first while the rest are encoded). Each
 /// part is built in a plain byte array and handed over as one `ByteBuffer`: a `ByteBuffer` write
 /// per column (its capacity and uniqueness checked each time) cost twice the encoding itself.
 enum PostgresCopyText {
-    static let partSize = 256 * 1024
+    static let partSize = 64 * 1024
 
-    /// `rows` as `pk`, `1` (the first version), the attributes and the to-one keys.
-    static func encode(_ rows: ArraySlice<SaveChanges.Row>) -> [ByteBuffer] {
-        var parts: [ByteBuffer] = []
+    /// `rows` as `pk`, `1` (the first version), the attributes and the to-one keys, handed to
+    /// `emit` part by part.
+    static func encode(_ rows: ArraySlice<SaveChanges.Row>, emit: (ByteBuffer) -> Void) {
         var part: [UInt8] = []
         part.reserveCapacity(partSize + partSize / 4)
         for row in rows {
@@ -55,12 +71,11 @@ enum PostgresCopyText {
             }
             part.append(UInt8(ascii: "\n"))
             if part.count >= partSize {
-                parts.append(ByteBuffer(bytes: part))
+                emit(ByteBuffer(bytes: part))
                 part.removeAll(keepingCapacity: true)
             }
         }
-        if !part.isEmpty { parts.append(ByteBuffer(bytes: part)) }
-        return parts
+        if !part.isEmpty { emit(ByteBuffer(bytes: part)) }
     }
 
     /// One column's text: what the server's input function of the column's type reads.

@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import Foundation
 import Logging
+import NIOCore
 import PostgresNIO
 
 // Statements with `Value` parameters and rows read back as `Value`s.
@@ -33,6 +34,19 @@ extension PostgresStore {
             watching: connection)
     }
 
+    /// Sends one statement (unnamed, so that it goes out as one message) without waiting for its
+    /// answer: a connection runs its statements in the order they were sent, so a statement sent
+    /// after this one runs after it, and the answers come in that order.
+    /// Why: docs/DESIGN-NOTES.md, "A save waits for the server twice".
+    func send(_ sql: String, _ arguments: [Value] = [], arrays: [[Int64]] = [], on connection: PostgresConnection)
+        throws -> PendingAnswer<PostgresQueryResult>
+    {
+        PendingAnswer(
+            connection.query(
+                PostgresQuery(unsafeSQL: sql, binds: try Self.bindings(arguments, arrays: arrays)), logger: logger),
+            connection: connection)
+    }
+
     /// `arguments` as `$1`, `$2`, …, then `arrays` as `int8[]` parameters.
     static func bindings(_ arguments: [Value], arrays: [[Int64]] = []) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: arguments.count + arrays.count)
@@ -54,12 +68,14 @@ extension PostgresStore {
     }
 
     /// Runs `body` in a transaction on `connection`: committed when it returns, rolled back when
-    /// it throws.
+    /// it throws. The `BEGIN` goes out without waiting for its answer (``send(_:_:arrays:on:)``):
+    /// the body's first statement follows it.
     func transaction<T>(on connection: PostgresConnection, _ body: () throws -> T) throws -> T {
-        _ = try run("BEGIN", [], on: connection)
+        let begun = try send("BEGIN", on: connection)
         let result: T
         do {
             result = try body()
+            _ = try begun.value()
         } catch {
             _ = try? run("ROLLBACK", [], on: connection)
             throw error

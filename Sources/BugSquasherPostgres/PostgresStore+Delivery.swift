@@ -244,6 +244,7 @@ extension PostgresStore {
         guard let last = delivered.withLock({ $0 }) else { return }
         let issued = try counterToken(on: connection)
         guard issued < last else { return }
+        keyReserve.withLock { $0.removeAll() }
         _ = try run(
             "UPDATE bs_counter SET token = GREATEST(token, $1) WHERE id = 1", [.int64(last + 1)], on: connection)
         logger.error(

@@ -2,6 +2,7 @@ public import BugSquasherGraph
 import BugSquasherSQL
 import Foundation
 import PostgresNIO
+import Synchronization
 
 // Fetches, and the values of faults and to-many relationships.
 extension PostgresStore {
@@ -83,6 +84,9 @@ extension PostgresStore {
         return keys.map { ObjectID(store: state.metadata.storeIdentifier, entity: destination.name, primaryKey: $0) }
     }
 
+    /// Permanent IDs for `objectIDs`, in order: keys from this process's reserve
+    /// (``KeyReserve``), and for the entities it cannot serve a block from `bs_sequence`, of
+    /// which the keys not needed now are kept for the saves after.
     public func obtainPermanentIDs(for objectIDs: [ObjectID]) throws -> [ObjectID] {
         let state = try requireLoaded()
         var counts: [(entity: String, count: Int64)] = []
@@ -93,31 +97,49 @@ extension PostgresStore {
                 counts.append((id.entityName, 1))
             }
         }
-        // Each entity's first key, from one statement that takes them all (an entity seen for
-        // the first time starts at 1); the entities in name order, so that two processes
-        // allocating for the same entities lock their rows in the same order.
-        counts.sort { $0.entity < $1.entity }
-        var nextKeys: [String: Int64] = try withConnection("allocate primary keys") { connection in
+        var nextKeys: [String: Int64] = [:]
+        let missing = keyReserve.withLock { reserve in
+            counts.filter { wanted in
+                guard let first = reserve.take(wanted.count, of: wanted.entity) else { return true }
+                nextKeys[wanted.entity] = first
+                return false
+            }
+        }
+        if !missing.isEmpty {
+            for (entity, range) in try allocateKeys(missing) {
+                let wanted = missing.first { $0.entity == entity }?.count ?? 0
+                nextKeys[entity] = range.lowerBound
+                keyReserve.withLock { $0.keep((range.lowerBound + wanted)..<range.upperBound, of: entity) }
+            }
+        }
+        return objectIDs.map { id in
+            defer { nextKeys[id.entityName, default: 0] += 1 }
+            return ObjectID(
+                store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[id.entityName] ?? 0)
+        }
+    }
+
+    /// Allocates a block of keys (``KeyReserve/allocation(for:)``) for each of `wanted`'s
+    /// entities from one statement (an entity seen for the first time starts at 1); the entities
+    /// in name order, so that two processes allocating for the same entities lock their rows in
+    /// the same order.
+    private func allocateKeys(_ wanted: [(entity: String, count: Int64)]) throws -> [(String, Range<Int64>)] {
+        let blocks = wanted.map { ($0.entity, KeyReserve.allocation(for: $0.count)) }.sorted { $0.0 < $1.0 }
+        return try withConnection("allocate primary keys") { connection in
             var bindings = PostgresBindings()
-            bindings.append(counts.map(\.entity))
-            bindings.append(counts.map(\.count))
+            bindings.append(blocks.map(\.0))
+            bindings.append(blocks.map(\.1))
             let rows = try runPrepared(
                 """
                 INSERT INTO bs_sequence (entity, next) SELECT e, 1 + c FROM unnest($1::text[], $2::int8[]) AS x(e, c)
                 ON CONFLICT (entity) DO UPDATE SET next = bs_sequence.next + EXCLUDED.next - 1
                 RETURNING entity, next
                 """, binds: bindings, on: connection)
-            var first: [String: Int64] = [:]
-            for row in rows {
+            return try rows.map { row in
                 let (entity, next) = try row.decode((String, Int64).self)
-                first[entity] = next - (counts.first { $0.entity == entity }?.count ?? 0)
+                let size = blocks.first { $0.0 == entity }?.1 ?? 0
+                return (entity, (next - size)..<next)
             }
-            return first
-        }
-        return objectIDs.map { id in
-            defer { nextKeys[id.entityName, default: 0] += 1 }
-            return ObjectID(
-                store: state.metadata.storeIdentifier, entity: id.entityName, primaryKey: nextKeys[id.entityName] ?? 0)
         }
     }
 }

@@ -1,5 +1,6 @@
 import BugSquasherGraph
 import Foundation
+import NIOCore
 import PostgresNIO
 import Synchronization
 
@@ -16,7 +17,7 @@ extension PostgresStore {
             // An edit of one object is one statement, its own transaction: one round trip.
             let didSave =
                 try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
-                ?? transaction(on: connection) { try write(changes, state: state, on: connection) }
+                ?? writeInTransaction(changes, state: state, on: connection)
             interactive?.openWindow()
             deliverOwn(didSave, on: connection)
             return didSave
@@ -44,21 +45,68 @@ extension PostgresStore {
         }
     }
 
-    /// Writes a save in the transaction open on `connection`; its token is taken last.
-    func write(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws -> DidSave {
-        var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
-        var conflicts = try writeUpdates(changes.updated, into: &didSave, state: state, on: connection)
-        conflicts += try writeDeletions(changes.deleted, into: &didSave, state: state, on: connection)
-        guard conflicts.isEmpty else {
-            throw GraphError.staleObjects(conflicts)
+    /// Writes a save in a transaction of its own, waiting for the server about twice however
+    /// many statements it takes: every statement goes out without waiting for the answer to the
+    /// one before, the new rows are encoded while the server reads them, the token's statement
+    /// goes out with the `COMMIT` once the updates' version checks have passed, and every answer
+    /// is checked before the save counts as committed. An update whose version check fails
+    /// rolls the transaction back, and the save is written again one statement at a time, which
+    /// tells a conflict from a change of to-many relationships only (``versionedUpdate(_:of:)``).
+    /// Why: docs/DESIGN-NOTES.md, "A save waits for the server twice".
+    private func writeInTransaction(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws
+        -> DidSave
+    {
+        if changes.deleted.isEmpty {
+            do {
+                return try committingWithToken(changes, on: connection) {
+                    try sendRows(changes, state: state, on: connection)
+                }
+            } catch is VersionCheckFailed {}
         }
-        try writeInserts(changes.inserted, into: &didSave, state: state, on: connection)
-        try writeLinks(removed: changes.linksRemoved, added: changes.linksAdded, on: connection)
-        // Last: the counter row's lock is held from here to the commit, so tokens are issued in
-        // commit order and a save that rolls back gives its token back.
-        // One statement, so that the lock is held for one round trip before the commit's: the
-        // token, the history row, and a hint to the other daemons (sent by the server when, and
-        // if, the transaction commits).
+        return try committingWithToken(changes, on: connection) {
+            (try writeRows(changes, state: state, on: connection), [])
+        }
+    }
+
+    /// Runs `rows` in a transaction, then takes the save's token and commits in one round trip.
+    /// `rows` returns the did-save (without its token) and the statements it sent without
+    /// waiting, whose answers are checked in order once the `COMMIT`'s is in: a transaction in
+    /// which a statement failed is rolled back by its `COMMIT`, which the server answers without
+    /// an error.
+    private func committingWithToken(
+        _ changes: SaveChanges, on connection: PostgresConnection, _ rows: () throws -> (DidSave, [SentStatement])
+    ) throws -> DidSave {
+        let begun = try send("BEGIN", on: connection)
+        do {
+            var (didSave, sent) = try rows()
+            // Last: the counter row's lock is held from here to the commit, so tokens are issued
+            // in commit order and a save that rolls back gives its token back. One statement
+            // (the token, the history row, and a hint to the other daemons, which the server
+            // sends when, and if, the transaction commits), sent with the COMMIT, so that the
+            // lock is held for one round trip. Unnamed: a named statement is prepared first when
+            // new to the connection, and the COMMIT sent after it would run before it.
+            let issued = try send(
+                "WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave, bulk: changes.isBulk), on: connection)
+            let committed = try send("COMMIT", on: connection)
+            // The answers come in order: once the COMMIT's is in, the others are read without
+            // waiting, and the first error is the one to tell.
+            _ = try? committed.value()
+            _ = try begun.value()
+            for statement in sent { try statement.check(self) }
+            let token = try issued.value().rows.first?.makeRandomAccess()[0].decode(Int64.self) ?? 0
+            _ = try committed.value()
+            didSave.token = HistoryToken(rawValue: token)
+            return didSave
+        } catch {
+            _ = try? run("ROLLBACK", [], on: connection)
+            throw error
+        }
+    }
+
+    /// Writes a save in the transaction open on `connection`, one statement at a time; its token
+    /// is taken last.
+    func write(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws -> DidSave {
+        var didSave = try writeRows(changes, state: state, on: connection)
         let token =
             try runPrepared(
                 "WITH \(Self.issuingToken(first: 1))", tokenArguments(didSave, bulk: changes.isBulk), on: connection
@@ -68,70 +116,107 @@ extension PostgresStore {
         return didSave
     }
 
+    /// Writes a save's updates, deletions, new rows and links in the transaction open on
+    /// `connection`, one statement at a time; the did-save has no token yet.
+    private func writeRows(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws -> DidSave {
+        var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
+        var conflicts = try writeUpdates(changes.updated, into: &didSave, state: state, on: connection)
+        conflicts += try writeDeletions(changes.deleted, into: &didSave, state: state, on: connection)
+        guard conflicts.isEmpty else {
+            throw GraphError.staleObjects(conflicts)
+        }
+        _ = try writeInserts(changes.inserted, into: &didSave, state: state, waiting: true, on: connection)
+        _ = try writeLinks(removed: changes.linksRemoved, added: changes.linksAdded, waiting: true, on: connection)
+        return didSave
+    }
+
+    /// Sends a save without deletions in the transaction open on `connection`, waiting only for
+    /// the updates' answers (which come while the new rows are encoded): the did-save, without
+    /// its token, and the statements whose answers are still to be checked. Throws
+    /// ``VersionCheckFailed`` when an update's version check failed.
+    private func sendRows(_ changes: SaveChanges, state: Loaded, on connection: PostgresConnection) throws -> (
+        DidSave, [SentStatement]
+    ) {
+        var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
+        let updates = try changes.updated.sorted { Self.locksFirst($0.objectID, $1.objectID) }.map { row in
+            let entity = try state.model.requireEntity(row.objectID.entityName)
+            let (sql, arguments) = Self.versionedUpdate(row, of: entity)
+            return (row, entity, try send(sql, arguments, on: connection))
+        }
+        let sent =
+            try writeInserts(changes.inserted, into: &didSave, state: state, waiting: false, on: connection)
+            + writeLinks(removed: changes.linksRemoved, added: changes.linksAdded, waiting: false, on: connection)
+        for (row, entity, answer) in updates {
+            // A failed update fails every statement after it: its error is the one to tell.
+            let version = try keepingKeysUnique(entity, row.attributes, updating: true) {
+                try answer.value().rows.first?.decode(Int64.self)
+            }
+            guard let version else { throw VersionCheckFailed() }
+            didSave.updated.append(Self.change(row, version: version))
+        }
+        return (didSave, sent)
+    }
+
+    /// A statement sent without waiting for its answer, and the rows it writes, which name a
+    /// clash with a unique key.
+    struct SentStatement {
+        var answer: PendingAnswer<Void>
+        var entity: EntityDescription? = nil
+        var attributes: [Value]? = nil
+
+        /// Throws the statement's error, if it failed.
+        func check(_ store: PostgresStore) throws {
+            guard let entity else { return try answer.value() }
+            try store.keepingKeysUnique(entity, attributes, updating: false) { try answer.value() }
+        }
+    }
+
     private func writeUpdates(
         _ rows: [SaveChanges.Row], into didSave: inout DidSave, state: Loaded, on connection: PostgresConnection
     ) throws -> [MergeConflict] {
         var conflicts: [MergeConflict] = []
         for row in rows.sorted(by: { Self.locksFirst($0.objectID, $1.objectID) }) {
             let entity = try state.model.requireEntity(row.objectID.entityName)
-            if Self.changedColumns(row, names: Self.columnNames(of: entity)).isEmpty {
-                switch try touch(row, of: entity, state: state, on: connection) {
-                case .saved(let change): didSave.updated.append(change)
-                case .conflict(let conflict): conflicts.append(conflict)
-                }
-                continue
+            let (sql, arguments) = Self.versionedUpdate(row, of: entity)
+            let version = try keepingKeysUnique(entity, row.attributes, updating: true) {
+                try run(sql, arguments, on: connection).first?.decode(Int64.self)
             }
-            let (sql, arguments) = Self.update(row, of: entity)
-            let changed = try keepingKeysUnique(entity, row.attributes, updating: true) {
-                try changeCount(sql, arguments, on: connection)
-            }
-            if changed == 0 {
-                conflicts.append(try conflict(row, entity: entity, on: connection))
+            if let version {
+                didSave.updated.append(Self.change(row, version: version))
             } else {
-                didSave.updated.append(Self.change(row))
+                conflicts.append(try conflict(row, entity: entity, on: connection))
             }
         }
         return conflicts
     }
 
-    /// What saving a change of to-many relationships only came to (see ``touch(_:of:state:on:)``).
-    private enum Touch {
-        case saved(ObjectChange)
-        case conflict(MergeConflict)
-    }
-
-    /// Saves a change of `row`'s to-many relationships only (bugs added to a project): nothing
-    /// of its row changes but its version. When the version check fails, another process's save
-    /// of the same kind since the context read the row (another importer adding bugs to the same
-    /// project) is no conflict: the row still holds what the context holds, so the version goes
-    /// up from the one it reached, and the context reloads the relationships it had loaded. A row
-    /// deleted, or whose values changed, is a conflict, as the version check finds for any other
-    /// update.
+    /// The update of `row` with its version check, returning the row's new version, or no row
+    /// when the check fails. For a change of `row`'s to-many relationships only (bugs added to
+    /// a project), nothing of its row changes but its version, and the check is looser: another
+    /// process's save of the same kind since the context read the row (another importer adding
+    /// bugs to the same project) is no conflict. The row still holds what the context holds, so
+    /// the version goes up from the one it reached, and the context reloads the relationships it
+    /// had loaded. A row deleted, or whose values changed, is a conflict, as for any other update.
     /// Why: docs/DESIGN-NOTES.md, "Importers adding to one project do not conflict".
-    private func touch(
-        _ row: SaveChanges.Row, of entity: EntityDescription, state: Loaded, on connection: PostgresConnection
-    ) throws -> Touch {
-        // Mostly the row is as the context saw it: one round trip, as for any update.
-        let (sql, arguments) = Self.update(row, of: entity)
-        if try changeCount(sql, arguments, on: connection) == 1 { return .saved(Self.change(row)) }
-        let table = PostgresSchema.quote(entity.name)
-        // Locked first: a save of the row in flight elsewhere commits before this one reads it.
-        let rows = try run(
-            "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = $1 FOR UPDATE",
-            [.int64(row.objectID.key)], on: connection)
-        let current = try Self.snapshots(rows, entity: entity, store: state.metadata.storeIdentifier)[row.objectID]
-        guard let current, current.attributes == row.attributes, current.toOne == row.toOne else {
-            return .conflict(
-                MergeConflict(objectID: row.objectID, cachedVersion: row.expectedVersion, persisted: current))
+    static func versionedUpdate(_ row: SaveChanges.Row, of entity: EntityDescription) -> (
+        sql: String, arguments: [Value]
+    ) {
+        let names = columnNames(of: entity)
+        guard changedColumns(row, names: names).isEmpty else {
+            let (sql, arguments) = update(row, of: entity)
+            return (sql + " RETURNING _version", arguments)
         }
-        let version = current.version + 1
-        _ = try changeCount(
-            "UPDATE \(table) SET _version = $2 WHERE pk = $1", [.int64(row.objectID.key), .int64(version)],
-            on: connection)
-        return .saved(
-            ObjectChange(
-                objectID: row.objectID, version: version, changedKeys: row.changedKeys,
-                values: RowSnapshot(version: version, attributes: row.attributes, toOne: row.toOne)))
+        var arguments: [Value] = [.int64(row.objectID.key), .int64(row.expectedVersion)]
+        var unchanged = ["TRUE"]
+        for column in names.indices {
+            arguments.append(value(row, column: column))
+            unchanged.append("\(PostgresSchema.quote(names[column])) IS NOT DISTINCT FROM $\(arguments.count)")
+        }
+        let sql = """
+            UPDATE \(PostgresSchema.quote(entity.name)) SET _version = _version + 1
+            WHERE pk = $1 AND (_version = $2 OR (\(unchanged.joined(separator: " AND ")))) RETURNING _version
+            """
+        return (sql, arguments)
     }
 
     /// The end of every save's statement, as CTEs and the final `SELECT` of the token: the
@@ -194,9 +279,11 @@ extension PostgresStore {
             ? row.attributes[column] : row.toOne[column - row.attributes.count].map { .int64($0.key) } ?? .null
     }
 
-    /// The change an updated row makes, with its new values.
-    static func change(_ row: SaveChanges.Row) -> ObjectChange {
-        let snapshot = RowSnapshot(version: row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
+    /// The change an updated row makes, with its new values, at `version` (by default the one
+    /// after the version the context saw).
+    static func change(_ row: SaveChanges.Row, version: Int64? = nil) -> ObjectChange {
+        let snapshot = RowSnapshot(
+            version: version ?? row.expectedVersion + 1, attributes: row.attributes, toOne: row.toOne)
         return ObjectChange(
             objectID: row.objectID, version: snapshot.version, changedKeys: row.changedKeys, values: snapshot)
     }
@@ -234,24 +321,27 @@ extension PostgresStore {
     }
 
     /// Inserts the rows entity by entity: many rows by one `COPY`, a few by one `INSERT` (a
-    /// round trip per row is what bounds an import on a server).
+    /// round trip per row is what bounds an import on a server). Without `waiting`, the
+    /// statements go out without waiting for their answers, which are returned to be checked.
     private func writeInserts(
-        _ rows: [SaveChanges.Row], into didSave: inout DidSave, state: Loaded, on connection: PostgresConnection
-    ) throws {
+        _ rows: [SaveChanges.Row], into didSave: inout DidSave, state: Loaded, waiting: Bool,
+        on connection: PostgresConnection
+    ) throws -> [SentStatement] {
         var byEntity: [String: [SaveChanges.Row]] = [:]
         var order: [String] = []
         for row in rows {
             if byEntity[row.objectID.entityName] == nil { order.append(row.objectID.entityName) }
             byEntity[row.objectID.entityName, default: []].append(row)
         }
+        var sent: [SentStatement] = []
         for name in order {
             let entity = try state.model.requireEntity(name)
             let names = entity.attributes.map(\.name) + entity.toOneRelationships.map(\.name)
             let entityRows = byEntity[name] ?? []
+            let statement: SentStatement
             if entityRows.count >= Self.fewestCopiedRows {
-                try keepingKeysUnique(entity, nil, updating: false) {
-                    try copy(entityRows[...], into: entity, columns: names, on: connection)
-                }
+                statement = SentStatement(
+                    answer: startCopy(entityRows[...], into: entity, columns: names, on: connection), entity: entity)
             } else {
                 var arguments: [Value] = []
                 var tuples: [String] = []
@@ -267,12 +357,11 @@ extension PostgresStore {
                 let sql =
                     "INSERT INTO \(PostgresSchema.quote(entity.name)) (pk, _version\(columns)) VALUES "
                     + tuples.joined(separator: ", ")
-                _ = try keepingKeysUnique(
-                    entity, entityRows.count == 1 ? entityRows[0].attributes : nil, updating: false
-                ) {
-                    try changeCount(sql, arguments, on: connection)
-                }
+                statement = SentStatement(
+                    answer: try send(sql, arguments, on: connection).done, entity: entity,
+                    attributes: entityRows.count == 1 ? entityRows[0].attributes : nil)
             }
+            if waiting { try statement.check(self) } else { sent.append(statement) }
             for row in entityRows {
                 didSave.inserted.append(
                     ObjectChange(
@@ -280,22 +369,37 @@ extension PostgresStore {
                         values: RowSnapshot(version: 1, attributes: row.attributes, toOne: row.toOne)))
             }
         }
+        return sent
     }
 
-    /// Removes and adds links, one statement per join table and direction.
-    private func writeLinks(removed: [SaveChanges.Link], added: [SaveChanges.Link], on connection: PostgresConnection)
-        throws
-    {
+    /// Removes and adds links, one statement per join table and direction; without `waiting`,
+    /// as ``writeInserts(_:into:state:waiting:on:)`` sends its statements.
+    private func writeLinks(
+        removed: [SaveChanges.Link], added: [SaveChanges.Link], waiting: Bool, on connection: PostgresConnection
+    ) throws -> [SentStatement] {
+        var statements: [(String, [SaveChanges.Link])] = []
         for (table, links) in Self.byJoinTable(removed) {
-            _ = try run(
-                "DELETE FROM \(table) t USING unnest($1::int8[], $2::int8[]) AS x(src, dst) WHERE t.src = x.src AND t.dst = x.dst",
-                [], arrays: [links.map(\.source.key), links.map(\.destination.key)], on: connection)
+            statements.append(
+                (
+                    "DELETE FROM \(table) t USING unnest($1::int8[], $2::int8[]) AS x(src, dst) WHERE t.src = x.src AND t.dst = x.dst",
+                    links
+                ))
         }
         for (table, links) in Self.byJoinTable(added) {
-            _ = try run(
-                "INSERT INTO \(table) (src, dst) SELECT * FROM unnest($1::int8[], $2::int8[]) ON CONFLICT DO NOTHING",
-                [], arrays: [links.map(\.source.key), links.map(\.destination.key)], on: connection)
+            statements.append(
+                (
+                    "INSERT INTO \(table) (src, dst) SELECT * FROM unnest($1::int8[], $2::int8[]) ON CONFLICT DO NOTHING",
+                    links
+                ))
         }
+        var sent: [SentStatement] = []
+        for (sql, links) in statements {
+            let statement = SentStatement(
+                answer: try send(sql, arrays: [links.map(\.source.key), links.map(\.destination.key)], on: connection)
+                    .done)
+            if waiting { try statement.check(self) } else { sent.append(statement) }
+        }
+        return sent
     }
 
     /// Links grouped by their join table, in the order the tables first appear.
@@ -369,3 +473,7 @@ extension PostgresStore {
         }
     }
 }
+
+/// An update sent ahead found its row at another version than the context saw (see
+/// `PostgresStore.writeInTransaction`): the save is written again one statement at a time.
+private struct VersionCheckFailed: Error {}

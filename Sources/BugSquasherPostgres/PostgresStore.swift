@@ -56,6 +56,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// The rows of objects recent saves updated, as those saves left them, kept in token order
     /// with the deliveries (see ``remember(_:)``): an edit starts from one without reading it.
     let recentRows = Mutex<[ObjectID: RowSnapshot]>([:])
+    /// Primary keys taken from `bs_sequence` ahead of the saves that will use them; emptied
+    /// whenever the writing connection is opened again.
+    let keyReserve = Mutex(KeyReserve())
     /// Whether the last delivery of other processes' saves failed: the failures after the
     /// first, once a second while the server is away, are not logged again.
     let deliveryFailing = Atomic<Bool>(false)
@@ -170,6 +173,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 } else {
                     try refuseWhileUnreachable(action)
                     open = try connect(id: slot.id)
+                    // The server may have come back from a backup: keys reserved from it before may
+                    // be given out again.
+                    if slot === writing { keyReserve.withLock { $0.removeAll() } }
                     // A probe got through (see `refuseWhileUnreachable`): the server answers.
                     if case .unreachable = reachability { markReachable() }
                     current = open

@@ -737,6 +737,70 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("keys come in blocks: never shared by two processes, rising in each, new after a reconnect")
+    func keysInBlocks() async throws {
+        guard hasServer() else { return }
+        let (first, second, context) = try twoProcesses()
+        let secondContext = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: second))
+        func next(_ entity: String) throws -> Int64 {
+            try first.withConnection("read the sequence") { connection in
+                try first.run("SELECT next FROM bs_sequence WHERE entity = $1", [.string(entity)], on: connection)
+                    .first?.decode(Int64.self) ?? 0
+            }
+        }
+        var keys: [[Int64]] = [[], []]
+        for round in 0..<3 {
+            keys[0] += try await context.perform { context in
+                try saveOpenBugs(5, prefix: "A\(round)", title: "t", in: context).map(\.key)
+            }
+            keys[1] += try await secondContext.perform { context in
+                try saveOpenBugs(5, prefix: "B\(round)", title: "t", in: context).map(\.key)
+            }
+        }
+        #expect(Set(keys[0]).isDisjoint(with: keys[1]))
+        #expect(keys.allSatisfy { $0 == $0.sorted() && Set($0).count == 15 })
+        // One block each (5 keys, and 63 for the saves after): the later saves asked the server
+        // for nothing.
+        #expect(try next("Bug") == 1 + 2 * KeyReserve.allocation(for: 5))
+        // A new connection may be to a database restored from a backup: its block is given up.
+        first.closeOpenConnection()
+        try await waitUntil("the store connects again") {
+            (try? first.withConnection("connect again") { try first.run("SELECT 1", [], on: $0) }) != nil
+        }
+        let after = try await context.perform { context in
+            try saveOpenBugs(1, prefix: "C", title: "t", in: context).map(\.key)
+        }
+        #expect(after == [1 + 2 * KeyReserve.allocation(for: 5)])
+        #expect(try next("Bug") == 1 + 2 * KeyReserve.allocation(for: 5) + KeyReserve.allocation(for: 1))
+    }
+
+    @Test("a save sent without waiting tells the first statement's error, not the ones it failed")
+    func pipelinedSaveTellsFirstError() async throws {
+        guard hasServer() else { return }
+        let context = try freshBugContext()
+        try await context.perform { context in
+            let taken = try saveOpenBugs(2, prefix: "E", title: "t", in: context)
+            // An update that takes another bug's key, then twenty new rows by COPY: the COPY and
+            // the token fail because the update did, and the update's clash is what is told.
+            let renamed = try #require(try context.existingObject(with: taken[1]) as? Bug)
+            renamed.key = "E-1"
+            for n in 0..<20 {
+                let bug = context.insert(Bug.self)
+                (bug.key, bug.title) = ("N-\(n)", "new")
+            }
+            let error = #expect(throws: GraphError.self) { try context.saveToStore() }
+            #expect(error?.code == .constraintViolation)
+            #expect(error?.statement.contains("key = \"E-1\"") == true, "\(String(describing: error))")
+            context.rollback()
+            #expect(try context.count(FetchRequest<Bug>()) == 2)
+            // The connection is usable at once, out of the failed transaction.
+            let bug = context.insert(Bug.self)
+            (bug.key, bug.title) = ("E-3", "after")
+            try context.saveToStore()
+            #expect(try context.count(FetchRequest<Bug>()) == 3)
+        }
+    }
+
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
         guard hasServer() else { return }
