@@ -426,6 +426,10 @@ class Cluster:
             daemon.exited()
         self.figure(f"PostgreSQL restart: {refused} edit(s) refused with StoreUnavailable, the rest committed; "
                     "no daemon exited")
+        # Every daemon reconnects by itself (at most a second apart); the next fault starts from there.
+        wait_until("every daemon's status to clear after the restart", 30,
+                   lambda: not any(d.status().get("storeProblem") for d in self.daemons.values()), 0.1)
+        self.figure(f"every daemon answering again {time.monotonic() - self.restarted_at:.1f} s after the stop")
 
     def check_keepalive(self):
         """Every daemon connection's server end probes within 15 s of silence (the settings
