@@ -91,8 +91,7 @@ extension PostgresStore {
     private func readHistory(after last: Int64, before limit: Int64?, on connection: PostgresConnection) throws
         -> HistoryPage
     {
-        try HistoryPage(
-            runPrepared(Self.historyPageSQL("bs_history"), [.int64(last), .int64(limit ?? .max)], on: connection))
+        try HistoryPage(run(Self.historyPageSQL("bs_history"), [.int64(last), .int64(limit ?? .max)], on: connection))
     }
 
     /// The history rows after the last save delivered, read on the event loop that received a
@@ -108,7 +107,7 @@ extension PostgresStore {
     /// have the store's schema on its search path (the listening connection has not).
     func readHistory(after last: Int64, on connection: PostgresConnection) async throws -> HistoryPage {
         let sql = Self.historyPageSQL("\(PostgresSchema.quote(configuration.schema)).bs_history")
-        return try HistoryPage(await executePrepared(sql, [.int64(last), .int64(.max)], on: connection))
+        return try HistoryPage(await runOnLoop(sql, [.int64(last), .int64(.max)], on: connection))
     }
 
     /// Saves of at most this many objects write their updated rows into the history, so that

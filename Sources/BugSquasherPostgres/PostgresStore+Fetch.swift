@@ -54,7 +54,7 @@ extension PostgresStore {
             let table = PostgresSchema.quote(name)
             var bindings = PostgresBindings()
             bindings.append(ids.map(\.key))
-            let rows = try runPrepared(
+            let rows = try run(
                 "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)", binds: bindings,
                 on: connection)
             result.merge(try Self.snapshots(rows, entity: entity, store: store)) { $1 }

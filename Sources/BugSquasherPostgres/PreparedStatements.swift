@@ -4,7 +4,7 @@ import PostgresNIO
 import Synchronization
 
 /// The names of the statements the store prepares on the server: each of its frequent
-/// statements (an edit's one-statement save, a history read, a save's token) is parsed and
+/// statements answered in one read (an edit's one-statement save, a save's token, a row by key) is parsed and
 /// planned once per connection and then only bound and executed, which halves the server's
 /// work for a small statement. A statement is named by its text and the kinds of its
 /// parameters; past ``limit`` names, statements run unprepared.
@@ -95,18 +95,6 @@ extension PostgresStore {
             try await Self.execute(
                 sql, named: name, kinds: kinds, binds: bindings, names: names, logger: logger, on: connection)
         }
-    }
-
-    /// ``runPrepared(_:_:on:)`` for a task on the connection's event loop, which must not wait.
-    func executePrepared(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) async throws
-        -> [PostgresRow]
-    {
-        let (bindings, kinds) = (try Self.bindings(arguments), Self.kinds(arguments))
-        guard let name = preparedNames.name(for: sql, kinds: kinds) else {
-            return try await connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).collect()
-        }
-        return try await Self.execute(
-            sql, named: name, kinds: kinds, binds: bindings, names: preparedNames, logger: logger, on: connection)
     }
 
     /// Executes the statement named `name`; static, so that the task running it on the event

@@ -801,6 +801,41 @@ struct PostgresStoreTests {
         }
     }
 
+    /// postgres-nio 1.33.2 stops the process on a precondition when the server closes the
+    /// connection while a row sequence waits for its consumer between two reads; the store reads
+    /// answers of many rows through the future API, which never waits.
+    @Test("an answer cut short by the server fails the read, and the process goes on", .timeLimit(.minutes(1)))
+    func answerCutShort() async throws {
+        guard hasServer() else { return }
+        let parameters = URLComponents(string: serverURL!)?.queryItems ?? []
+        guard let host = parameters.first(where: { $0.name == "host" })?.value, host.hasPrefix("/") else {
+            print("skipped: the test server is not on a Unix socket, which the cutting proxy needs")
+            return
+        }
+        let port = parameters.first { $0.name == "port" }?.value ?? "5432"
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let writer = ObjectContext(
+            coordinator: try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema)))
+        let ids = try await writer.perform { context in
+            try saveOpenBugs(300, prefix: "CUT", title: String(repeating: "a long title ", count: 20), in: context)
+        }
+        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        defer { proxy.close() }
+        let store = PostgresStore(
+            configuration: try PostgresStoreConfiguration(
+                url: serverURL!.replacingOccurrences(of: "host=\(host)", with: "host=\(proxy.directory)")
+                    + "&schema=\(schema)"))
+        _ = try StoreCoordinator(model: BugModel.model, store: store)
+        // The reading connection is open and idle.
+        #expect(try store.newValues(for: [ids[0]]).count == 1)
+        proxy.cutNextAnswer()
+        let error = #expect(throws: GraphError.self) { try store.newValues(for: ids) }
+        #expect(error?.code == .storeIO)
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 1)
+        // The next read connects again.
+        #expect(try store.newValues(for: ids).count == 300)
+    }
+
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
         guard hasServer() else { return }

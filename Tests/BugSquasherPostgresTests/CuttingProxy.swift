@@ -1,0 +1,183 @@
+import Dispatch
+import Foundation
+import Glibc
+import NIOCore
+import NIOPosix
+import Synchronization
+
+@testable import BugSquasherPostgres
+
+/// A proxy on a Unix socket between the store and the test server that can cut the server's
+/// answer short, as a server stopped mid-answer does: after ``cutNextAnswer()``, it passes the
+/// server's messages up to the first row of the next answer, then closes the store's side at
+/// once, the rest unsent. The data and the end of the stream reach the store's event loop
+/// together: the loop is held while both are written.
+final class CuttingProxy: Sendable {
+    /// The directory of the proxy's socket, for a store URL's `host`.
+    let directory: String
+    private let upstream: String
+    private let listener: Int32
+    private let armed = Atomic<Bool>(false)
+    /// How many answers were cut.
+    let cuts = Atomic<Int>(0)
+
+    /// A proxy to the server whose socket is `port`'s in `upstreamDirectory`.
+    init(upstreamDirectory: String, port: String) throws {
+        directory = NSTemporaryDirectory() + "bsproxy-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        upstream = upstreamDirectory + "/.s.PGSQL." + port
+        listener = try Self.listen(at: directory + "/.s.PGSQL." + port)
+        let proxy = self
+        Thread.detachNewThread { proxy.accept() }
+    }
+
+    /// Cuts the next answer with a row that a connection through the proxy receives; the
+    /// connection must be idle (its next message from the server starts an answer).
+    func cutNextAnswer() { armed.store(true, ordering: .sequentiallyConsistent) }
+
+    /// Stops accepting connections (those open go on until they end).
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private static func listen(at path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { bytes in
+            path.utf8CString.withUnsafeBytes { bytes.copyMemory(from: $0) }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard bound == 0, Glibc.listen(fd, 16) == 0 else {
+            throw POSIXError(.init(rawValue: errno) ?? .EIO)
+        }
+        return fd
+    }
+
+    private func connectUpstream() -> Int32? {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { bytes in
+            upstream.utf8CString.withUnsafeBytes { bytes.copyMemory(from: $0) }
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard connected == 0 else {
+            Glibc.close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    private func accept() {
+        while true {
+            let client = Glibc.accept(listener, nil, nil)
+            guard client >= 0 else { return }
+            guard let server = connectUpstream() else {
+                Glibc.close(client)
+                continue
+            }
+            let (proxy, pair) = (self, SocketPair(client: client, server: server))
+            Thread.detachNewThread { proxy.pumpRequests(pair) }
+            Thread.detachNewThread { proxy.pumpAnswers(pair) }
+        }
+    }
+
+    /// A connection through the proxy: both sockets are closed once both directions ended
+    /// (before that, a direction ends the other by `shutdown`, so that no descriptor is closed
+    /// while a thread may still use its number).
+    private final class SocketPair: Sendable {
+        let client: Int32
+        let server: Int32
+        private let ended = Atomic<Int>(0)
+
+        init(client: Int32, server: Int32) {
+            (self.client, self.server) = (client, server)
+        }
+
+        func end() {
+            guard ended.add(1, ordering: .sequentiallyConsistent).newValue == 2 else { return }
+            Glibc.close(client)
+            Glibc.close(server)
+        }
+    }
+
+    /// Copies the store's bytes to the server until either side ends.
+    private func pumpRequests(_ pair: SocketPair) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = read(pair.client, &buffer, buffer.count)
+            guard count > 0, Self.writeAll(pair.server, buffer[0..<count]) else { break }
+        }
+        shutdown(pair.server, Int32(SHUT_RDWR))
+        pair.end()
+    }
+
+    /// Copies the server's bytes to the store; once armed, reads whole messages and cuts the
+    /// answer after its first row (a `D` message).
+    private func pumpAnswers(_ pair: SocketPair) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var pending: [UInt8] = []
+        while true {
+            let count = read(pair.server, &buffer, buffer.count)
+            guard count > 0 else { break }
+            guard armed.load(ordering: .sequentiallyConsistent) || !pending.isEmpty else {
+                guard Self.writeAll(pair.client, buffer[0..<count]) else { break }
+                continue
+            }
+            pending += buffer[0..<count]
+            guard let end = Self.endOfFirstRow(in: pending) else { continue }
+            armed.store(false, ordering: .sequentiallyConsistent)
+            // The store's loop is held while the row and the end of the stream are written, so
+            // that it finds both at its next look.
+            let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+            PostgresEventLoops.group.next().execute {
+                held.signal()
+                release.wait()
+            }
+            held.wait()
+            _ = Self.writeAll(pair.client, pending[0..<end])
+            shutdown(pair.client, Int32(SHUT_RDWR))
+            cuts.add(1, ordering: .sequentiallyConsistent)
+            release.signal()
+            break
+        }
+        shutdown(pair.client, Int32(SHUT_RDWR))
+        shutdown(pair.server, Int32(SHUT_RDWR))
+        pair.end()
+    }
+
+    /// The end of the first `D` message in `bytes`, which hold whole messages from the first
+    /// byte on (each a type byte and a length that counts itself); `nil` until it is there.
+    private static func endOfFirstRow(in bytes: [UInt8]) -> Int? {
+        var index = 0
+        while index + 5 <= bytes.count {
+            let length = bytes[(index + 1)..<(index + 5)].reduce(0) { $0 << 8 | Int($1) }
+            let end = index + 1 + length
+            guard end <= bytes.count else { return nil }
+            if bytes[index] == UInt8(ascii: "D") { return end }
+            index = end
+        }
+        return nil
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Bool {
+        var rest = bytes
+        while !rest.isEmpty {
+            let written = rest.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard written > 0 else { return false }
+            rest = rest.dropFirst(written)
+        }
+        return true
+    }
+}
