@@ -44,17 +44,7 @@ final class CuttingProxy: Sendable {
 
     private static func listen(at path: String) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { bytes in
-            path.utf8CString.withUnsafeBytes { bytes.copyMemory(from: $0) }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard bound == 0, Glibc.listen(fd, 16) == 0 else {
+        guard withAddress(path, { bind(fd, $0, $1) }) == 0, Glibc.listen(fd, 16) == 0 else {
             throw POSIXError(.init(rawValue: errno) ?? .EIO)
         }
         return fd
@@ -62,21 +52,25 @@ final class CuttingProxy: Sendable {
 
     private func connectUpstream() -> Int32? {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { bytes in
-            upstream.utf8CString.withUnsafeBytes { bytes.copyMemory(from: $0) }
-        }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard connected == 0 else {
+        guard Self.withAddress(upstream, { connect(fd, $0, $1) }) == 0 else {
             Glibc.close(fd)
             return nil
         }
         return fd
+    }
+
+    /// Calls `body` with the address of the Unix socket at `path` and its size.
+    private static func withAddress(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { bytes in
+            path.utf8CString.withUnsafeBytes { bytes.copyMemory(from: $0) }
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                body($0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
     }
 
     private func accept() {
