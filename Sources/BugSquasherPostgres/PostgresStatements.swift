@@ -8,9 +8,10 @@ import PostgresNIO
 extension PostgresStore {
     /// Runs one statement with `arguments` as `$1`, `$2`, … (then `arrays`, as `int8[]`
     /// parameters) and returns its rows. The rows are read as they come, through postgres-nio's
-    /// future API: a statement whose rows may take more than one read (a page of the history,
-    /// rows by key) must not go through its row sequence, whose wait for the consumer's demand
-    /// between reads crashes postgres-nio 1.33.2 when the server closes the connection then.
+    /// future API: a statement whose rows may take more than one read (rows by key) must not go
+    /// through its row sequence, whose wait for the consumer's demand between reads crashes
+    /// postgres-nio 1.33.2 when the server closes the connection then (``PreparedPages`` reads
+    /// the history's pages).
     /// Why: docs/DESIGN-NOTES.md, "Frequent statements are prepared once per connection".
     func run(_ sql: String, _ arguments: [Value], arrays: [[Int64]] = [], on connection: PostgresConnection) throws
         -> [PostgresRow]
@@ -36,16 +37,6 @@ extension PostgresStore {
         let bindings = try Self.bindings(arguments, arrays: arrays)
         return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue(
             watching: connection)
-    }
-
-    /// Runs one statement as ``run(_:_:arrays:on:)`` does, from a task on the connection's event
-    /// loop, which must not wait.
-    func runOnLoop(_ sql: String, _ arguments: [Value], on connection: PostgresConnection) async throws
-        -> [PostgresRow]
-    {
-        let answer: EventLoopFuture<PostgresQueryResult> = connection.query(
-            PostgresQuery(unsafeSQL: sql, binds: try Self.bindings(arguments)), logger: logger)
-        return try await answer.get().rows
     }
 
     /// Sends one statement (unnamed, so that it goes out as one message) without waiting for its

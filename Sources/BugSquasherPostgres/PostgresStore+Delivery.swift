@@ -88,10 +88,12 @@ extension PostgresStore {
     }
 
     /// The history rows after `last` (and before `limit`), a page of at most ``HistoryPage/size``.
-    private func readHistory(after last: Int64, before limit: Int64?, on connection: PostgresConnection) throws
+    func readHistory(after last: Int64, before limit: Int64?, on connection: PostgresConnection) throws
         -> HistoryPage
     {
-        try HistoryPage(run(Self.historyPageSQL("bs_history"), [.int64(last), .int64(limit ?? .max)], on: connection))
+        try HistoryPage(
+            preparedPages.rows(Self.historyPageSQL("bs_history"), [last, limit ?? .max], on: connection)
+                .blockingValue(watching: connection))
     }
 
     /// The history rows after the last save delivered, read on the event loop that received a
@@ -107,7 +109,7 @@ extension PostgresStore {
     /// have the store's schema on its search path (the listening connection has not).
     func readHistory(after last: Int64, on connection: PostgresConnection) async throws -> HistoryPage {
         let sql = Self.historyPageSQL("\(PostgresSchema.quote(configuration.schema)).bs_history")
-        return try HistoryPage(await runOnLoop(sql, [.int64(last), .int64(.max)], on: connection))
+        return try HistoryPage(await preparedPages.rows(sql, [last, .max], on: connection).get())
     }
 
     /// Saves of at most this many objects write their updated rows into the history, so that
@@ -297,12 +299,24 @@ struct HistoryPage: Sendable {
 }
 
 extension HistoryPage {
-    /// The rows of a `token, payload` statement limited to ``size``.
+    /// The rows of a `token, payload` statement limited to ``size``, prepared through
+    /// ``PreparedPages``.
     init(_ rows: [PostgresRow]) throws {
         records = try rows.map { row in
             let cells = row.makeRandomAccess()
-            return Record(token: try cells[0].decode(Int64.self), payload: try cells[1].decode(Data.self))
+            return Record(
+                token: try cells[0].binary.decode(Int64.self), payload: try cells[1].binary.decode(Data.self))
         }
         isWhole = rows.count < Self.size
+    }
+}
+
+extension PostgresCell {
+    /// The cell in binary, as every `Bind` of postgres-nio 1.33.2 asks the server to answer:
+    /// a statement prepared through its `PreparedQuery` labels its cells text, which they are
+    /// not.
+    var binary: PostgresCell {
+        PostgresCell(
+            bytes: bytes, dataType: dataType, format: .binary, columnName: columnName, columnIndex: columnIndex)
     }
 }

@@ -38,6 +38,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     private let reading = ConnectionSlot(id: 2)
     /// The names of the statements this process prepares on its connections.
     let preparedNames = PreparedNames()
+    /// The history's page statements this process prepared on its connections.
+    let preparedPages = PreparedPages()
     private let registrations = RegistrationCounts()
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).

@@ -138,3 +138,50 @@ extension Value {
         }
     }
 }
+
+/// The history's page statements, prepared once per connection through postgres-nio's
+/// `PreparedQuery`, whose rows are read as they come. A page can take more than one read, and a
+/// statement prepared through ``DynamicStatement`` hands its rows only to postgres-nio's async
+/// row sequence, which pauses between reads; an end of stream in that pause crashes
+/// postgres-nio 1.33.2 (see `PostgresStore.run`). A page is read on every hint of another
+/// daemon's save, so it stays prepared: parsed and planned afresh it cost an edit from daemon A to
+/// a subscriber on daemon B 0.2 to 0.3 ms. Its cells come in binary whatever they say
+/// (`PostgresCell.binary`).
+/// Why: docs/DESIGN-NOTES.md, "Frequent statements are prepared once per connection".
+final class PreparedPages: Sendable {
+    private struct Key: Hashable {
+        var connection: ObjectIdentifier
+        var sql: String
+    }
+
+    /// The statements prepared, with their connections (kept until closed, so that no other
+    /// connection takes an identifier while its entry is here).
+    private let prepared = Mutex<[Key: (connection: PostgresConnection, query: PreparedQuery)]>([:])
+
+    /// The rows of `sql` with `arguments` as `$1`, `$2`, … on `connection`, preparing it there
+    /// first when new to it. The preparation is a statement of its own: nothing else may be sent
+    /// on the connection before the answer (the store's connection lock, or the listener's own
+    /// connection, sees to that).
+    func rows(_ sql: String, _ arguments: [Int64], on connection: PostgresConnection) -> EventLoopFuture<
+        [PostgresRow]
+    > {
+        let key = Key(connection: ObjectIdentifier(connection), sql: sql)
+        let ready: EventLoopFuture<PreparedQuery>
+        if let query = prepared.withLock({ $0[key]?.query }) {
+            ready = connection.eventLoop.makeSucceededFuture(query)
+        } else {
+            ready = connection.prepare(query: sql).map { [self] query in
+                self.prepared.withLock { entries in
+                    entries = entries.filter { !$0.value.connection.isClosed }
+                    entries[key] = (connection, query)
+                }
+                return query
+            }
+        }
+        let binds = arguments.map { PostgresData(int64: $0) }
+        return ready.flatMap { $0.execute(binds) }.flatMapErrorThrowing { [self] error in
+            _ = self.prepared.withLock { $0.removeValue(forKey: key) }
+            throw error
+        }
+    }
+}

@@ -834,6 +834,17 @@ struct PostgresStoreTests {
         #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 1)
         // The next read connects again.
         #expect(try store.newValues(for: ids).count == 300)
+        // A page of the history, prepared on the writing connection (a first read prepares it).
+        for n in 0..<3 { try await writer.perform { _ = try saveOpenBugs(2, prefix: "PAGE\(n)", title: "t", in: $0) } }
+        func page() throws -> Int {
+            try store.withConnection("read a page") { try store.readHistory(after: 0, before: nil, on: $0) }.records
+                .count
+        }
+        #expect(try page() == 4)
+        proxy.cutNextAnswer()
+        #expect(throws: GraphError.self) { try page() }
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 2)
+        #expect(try page() == 4)
     }
 
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
