@@ -4,9 +4,9 @@ import PostgresNIO
 import Synchronization
 
 /// The names of the statements the store prepares on the server: each of its frequent
-/// statements answered in one read (an edit's one-statement save, a save's token, a row by key) is parsed and
-/// planned once per connection and then only bound and executed, which halves the server's
-/// work for a small statement. A statement is named by its text and the kinds of its
+/// statements answered in one read (an edit's one-statement save, a save's token, a row by key)
+/// is parsed and planned once per connection and then only bound and executed, which halves the
+/// server's work for a small statement. A statement is named by its text and the kinds of its
 /// parameters; past ``limit`` names, statements run unprepared.
 /// Why it is built this way: docs/DESIGN-NOTES.md, "Frequent statements are prepared once per
 /// connection".
@@ -159,9 +159,9 @@ final class PreparedPages: Sendable {
     private let prepared = Mutex<[Key: (connection: PostgresConnection, query: PreparedQuery)]>([:])
 
     /// The rows of `sql` with `arguments` as `$1`, `$2`, … on `connection`, preparing it there
-    /// first when new to it. The preparation is a statement of its own: nothing else may be sent
-    /// on the connection before the answer (the store's connection lock, or the listener's own
-    /// connection, sees to that).
+    /// first when new to it. The preparation is a statement of its own, answered before the
+    /// execution goes out: a page is read outside any transaction, where a statement of another
+    /// task sent in between changes nothing.
     func rows(_ sql: String, _ arguments: [Int64], on connection: PostgresConnection) -> EventLoopFuture<
         [PostgresRow]
     > {
