@@ -13,18 +13,10 @@ extension PostgresStore {
     /// names the row.
     static let fewestCopiedRows = 8
 
-    /// Writes `rows` of `entity` (columns `pk`, `_version`, then `columns`) with one `COPY`.
-    func copy(
-        _ rows: ArraySlice<SaveChanges.Row>, into entity: EntityDescription, columns: [String],
-        on connection: PostgresConnection
-    ) throws {
-        try startCopy(rows, into: entity, columns: columns, on: connection).value()
-    }
-
-    /// Starts a `COPY` of `rows` as ``copy(_:into:columns:on:)`` does, and returns once they are
-    /// encoded, without waiting for the server: the rows are encoded here part by part, and the
-    /// server reads each part while the next is encoded. Statements sent afterwards run after
-    /// the `COPY`.
+    /// Starts a `COPY` of `rows` of `entity` (columns `pk`, `_version`, then `columns`) and
+    /// returns once they are encoded, without waiting for the server: the rows are encoded here
+    /// part by part, and the server reads each part while the next is encoded. Statements sent
+    /// afterwards run after the `COPY`.
     func startCopy(
         _ rows: ArraySlice<SaveChanges.Row>, into entity: EntityDescription, columns: [String],
         on connection: PostgresConnection

@@ -34,9 +34,15 @@ extension PostgresStore {
     private func execute(
         _ sql: String, _ arguments: [Value], arrays: [[Int64]] = [], on connection: PostgresConnection
     ) throws -> PostgresQueryResult {
-        let bindings = try Self.bindings(arguments, arrays: arrays)
-        return try connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger).blockingValue(
-            watching: connection)
+        try query(sql, arguments, arrays: arrays, on: connection).blockingValue(watching: connection)
+    }
+
+    /// One statement sent, through postgres-nio's future API (see ``run(_:_:arrays:on:)``).
+    private func query(_ sql: String, _ arguments: [Value], arrays: [[Int64]], on connection: PostgresConnection)
+        throws -> EventLoopFuture<PostgresQueryResult>
+    {
+        connection.query(
+            PostgresQuery(unsafeSQL: sql, binds: try Self.bindings(arguments, arrays: arrays)), logger: logger)
     }
 
     /// Sends one statement (unnamed, so that it goes out as one message) without waiting for its
@@ -46,10 +52,7 @@ extension PostgresStore {
     func send(_ sql: String, _ arguments: [Value] = [], arrays: [[Int64]] = [], on connection: PostgresConnection)
         throws -> PendingAnswer<PostgresQueryResult>
     {
-        PendingAnswer(
-            connection.query(
-                PostgresQuery(unsafeSQL: sql, binds: try Self.bindings(arguments, arrays: arrays)), logger: logger),
-            connection: connection)
+        PendingAnswer(try query(sql, arguments, arrays: arrays, on: connection), connection: connection)
     }
 
     /// `arguments` as `$1`, `$2`, …, then `arrays` as `int8[]` parameters.

@@ -185,3 +185,13 @@ final class PreparedPages: Sendable {
         }
     }
 }
+
+extension PostgresCell {
+    /// The cell in binary, as every `Bind` of postgres-nio 1.33.2 asks the server to answer:
+    /// a statement prepared through its `PreparedQuery` labels its cells text, which they are
+    /// not.
+    var binary: PostgresCell {
+        PostgresCell(
+            bytes: bytes, dataType: dataType, format: .binary, columnName: columnName, columnIndex: columnIndex)
+    }
+}
