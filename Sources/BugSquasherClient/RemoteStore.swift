@@ -98,8 +98,12 @@ public final class RemoteStore: IncrementalStore {
         do {
             return try client.call(method, parameters, as: R.self)
         } catch let error as VarlinkError {
+            // squasherd could not reach its own store (a PostgreSQL server that is down): a
+            // failure of the store, to retry, not a request it refused.
+            let unavailable = error.name.hasSuffix(".StoreUnavailable")
             throw GraphError(
-                .invalidArgument, "squasherd refused \(method): \(error.statement ?? error.description)",
+                unavailable ? .storeIO : .invalidArgument,
+                "squasherd \(unavailable ? "could not answer" : "refused") \(method): \(error.statement ?? error.description)",
                 advice: error.advice, cause: error)
         } catch {
             throw GraphError(

@@ -151,6 +151,10 @@ public final class Subscriber: Sendable {
                 ending = Task.isCancelled ? .cancelled : Self.ending(of: error)
             }
             state.withLock { $0.subscription = nil }
+            // The registrations' connection goes with the feed: after a restart of squasherd it
+            // leads to the process that ended, and the next subscription's first Register would
+            // fail on it and end that feed too.
+            registrationClient.withLock { $0 = nil }
             switch reconnection.feedEnded(ending) {
             case .stop:
                 return
