@@ -79,12 +79,18 @@ struct WatchCommand: AsyncParsableCommand {
                     throw Exit.unreachable
                 }
                 if !progress.interrupted {
+                    let why =
+                        switch progress.resyncReason {
+                        case .some(ResyncReason.behind): "squasherd asked this watch, which fell behind, to resync"
+                        case .some(ResyncReason.historyExpired):
+                            "the saves after its token were pruned from the history"
+                        default: "squasherd stopped, or the connection broke"
+                        }
                     FileHandle.standardError.write(
-                        Data(
-                            "the feed ended (squasherd stopped, or asked a slow watcher to resync); resuming after token \(progress.position ?? 0)\n"
-                                .utf8))
+                        Data("the feed ended (\(why)); resuming after token \(progress.position ?? 0)\n".utf8))
                     progress.interrupted = true
                 }
+                progress.resyncReason = nil
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
@@ -98,6 +104,9 @@ struct WatchCommand: AsyncParsableCommand {
         var connected = false
         /// The feed ended, and the watch is reconnecting.
         var interrupted = false
+        /// Why squasherd ended the last feed with a resync (``ResyncReason``); `nil` when it
+        /// ended otherwise.
+        var resyncReason: String?
 
         /// Takes in a reply of the feed; `false` for a save printed already, which a resumed
         /// feed skips.
@@ -114,6 +123,7 @@ struct WatchCommand: AsyncParsableCommand {
                 if position == nil { position = event.token }
             case "resync":
                 position = event.resyncFrom ?? position
+                resyncReason = event.reason ?? ResyncReason.behind
             default:
                 if let save = event.save {
                     // A resumed feed never repeats a save already printed.
