@@ -25,6 +25,10 @@ public struct SquasherDaemon: Sendable {
     public var onReady: @Sendable () -> Void = {}
     /// Called with a one-line status whenever it changes (idle, importing job J: n of N …).
     public var onStatus: @Sendable (String) -> Void = { _ in }
+    /// Called while the start waits for a PostgreSQL server it cannot reach yet (`store_wait`),
+    /// before each pause, with a status and how much longer the start may take from now
+    /// (squasherd extends systemd's start timeout by it).
+    public var onWaitingForStore: @Sendable (_ status: String, _ budget: Duration) -> Void = { _, _ in }
     /// Called when graceful shutdown begins.
     public var onStopping: @Sendable () -> Void = {}
     /// Called before each shutdown step that may take a while (finishing the current chunk,
@@ -61,10 +65,20 @@ public struct SquasherDaemon: Sendable {
         // One daemon per store, held until this function returns.
         let lock = try await StateDirectoryLock(directory: configuration.stateDirectory)
         defer { withExtendedLifetime(lock) {} }
-        let opened = try await openStore()
+        let opened: OpenedStore
+        do {
+            opened = try await openStore()
+        } catch is StopBeforeStart {
+            logger.notice("stopped while waiting for the store, before serving")
+            return
+        }
         defer { withExtendedLifetime(opened.lock) {} }
         try await serve(wire(opened))
         // Off the list of a shared store's daemons: a clean stop is not an outage.
         (opened.stack.store as? any StoreMembership)?.detach()
     }
 }
+
+/// SIGTERM or SIGINT came while the start waited for the store: the daemon stops without
+/// having served, which is no failure.
+struct StopBeforeStart: Error {}

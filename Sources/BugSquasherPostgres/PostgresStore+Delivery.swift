@@ -230,7 +230,7 @@ extension PostgresStore {
             guard !deliveryFailing.exchange(true, ordering: .relaxed) else { return }
             logger.warning(
                 "could not read other daemons' saves; retrying every second (not logged again until it works)",
-                metadata: ["error": "\(error)"])
+                metadata: ["error": "\(Self.describe(error))"])
         }
     }
 

@@ -29,7 +29,9 @@ extension PostgresStore: StoreMembership {
                     on: connection)
             }
         } catch {
-            logger.warning("could not list this daemon among the store's daemons yet", metadata: ["error": "\(error)"])
+            logger.warning(
+                "could not list this daemon among the store's daemons yet",
+                metadata: ["error": "\(Self.describe(error))"])
         }
         startFollowing()
     }

@@ -41,7 +41,7 @@ extension PostgresStore {
             // within a second, reads them and this one from the history.
             logger.warning(
                 "committed a save, but could not read the saves before it; it reaches observers from the history",
-                metadata: ["token": "\(didSave.token.rawValue)", "error": "\(error)"])
+                metadata: ["token": "\(didSave.token.rawValue)", "error": "\(Self.describe(error))"])
         }
     }
 
@@ -434,7 +434,8 @@ extension PostgresStore {
                 ? "Choose a value no other \(entity.name) has, or change that one first."
                 : "Fetch and update the existing object instead of inserting a second one."
             throw GraphError(
-                .constraintViolation, "Another \(entity.name) already has \(key).", advice: advice, cause: error)
+                .constraintViolation, "Another \(entity.name) already has \(key).", advice: advice,
+                cause: Described(error))
         }
     }
 

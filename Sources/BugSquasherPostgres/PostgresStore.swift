@@ -305,14 +305,49 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// What went wrong with the server, for a person.
     func storeError(_ action: String, _ error: any Error) -> GraphError {
         if let psql = error as? PSQLError, let message = psql.serverInfo?[.message] {
+            // `cannot_connect_now`: the server is starting up or shutting down, as good as down.
+            let starting = psql.serverInfo?[.sqlState] == "57P03"
             return GraphError(
                 .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
-                advice: "See the server's log for more.", cause: psql)
+                advice: "See the server's log for more.", cause: starting ? Unreachable(server: psql) : Described(psql))
         }
+        if let psql = error as? PSQLError, psql.code == .sslUnsupported {
+            return GraphError(
+                .storeIO,
+                "Could not \(action): PostgreSQL at \(configuration.address) answers, but takes no TLS connections, which the store URL's sslmode asks for.",
+                advice:
+                    "Turn TLS on in the server's postgresql.conf (ssl = on, with a certificate), or connect with sslmode=disable on a network you trust."
+            )
+        }
+        // A TLS handshake that failed reached the server: waiting would not change it.
+        let reached = (error as? PSQLError)?.underlying is NIOSSLError
         return GraphError(
             .storeIO,
             "Could not \(action): PostgreSQL at \(configuration.address) cannot be reached (\(Self.describe(error))).",
-            advice: "Check that the server runs and that this host may connect to it (pg_hba.conf).")
+            advice: "Check that the server runs and that this host may connect to it (pg_hba.conf).",
+            cause: reached ? nil : Unreachable(server: nil))
+    }
+
+    /// The cause of an error whose server could not be reached (see ``isUnreachable(_:)``).
+    struct Unreachable: Error, CustomStringConvertible {
+        /// The server's refusal, when it answered that it takes no connections now.
+        var server: PSQLError?
+        var description: String { server.map(PostgresStore.describe) ?? "no connection to the server" }
+    }
+
+    /// A server's error as the cause of a ``GraphError``, described in words (postgres-nio's
+    /// own description of it hides what happened, see ``describe(_:)``).
+    struct Described: Error, CustomStringConvertible {
+        let error: PSQLError
+        init(_ error: PSQLError) { self.error = error }
+        var description: String { PostgresStore.describe(error) }
+    }
+
+    /// Whether `error` says the server could not be reached (no connection, or one that broke),
+    /// as opposed to a server that answered and refused: squasherd starting while the database
+    /// is down waits for it (`store_wait`).
+    public static func isUnreachable(_ error: any Error) -> Bool {
+        (error as? GraphError)?.cause is Unreachable
     }
 
     /// A failure in words: postgres-nio's own description hides what happened (the server's
@@ -323,7 +358,23 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         switch psql.code {
         case .clientClosedConnection: return "the connection was closed here: the server had stopped answering"
         case .serverClosedConnection: return "the server closed the connection (it stopped or restarted)"
-        default: return psql.underlying.map { "\(psql.code): \($0)" } ?? "\(psql.code)"
+        case .sslUnsupported: return "the server takes no TLS connections"
+        default:
+            if let reason = psql.underlying.flatMap(socketFailure) { return reason }
+            return psql.underlying.map { "\(psql.code): \($0)" } ?? "\(psql.code)"
+        }
+    }
+
+    /// The system's words for a connection that failed (`Connection refused`, `No route to
+    /// host`), from the errors NIO nests them in; `nil` for any other error.
+    private static func socketFailure(_ error: any Error) -> String? {
+        switch error {
+        case let error as IOError:
+            return String(cString: strerror(error.errnoCode)) + " (errno \(error.errnoCode))"
+        case let error as NIOConnectionError:
+            return error.connectionErrors.lazy.compactMap { socketFailure($0.error) }.first
+        default:
+            return nil
         }
     }
 

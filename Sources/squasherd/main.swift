@@ -187,6 +187,7 @@ extension Squasherd {
         daemon.onStatus = { notifier.status($0) }
         daemon.onStopping = { notifier.stopping(status: "Stopping") }
         daemon.onShutdownStep = { step, budget in notifier.extendTimeout(budget, status: step) }
+        daemon.onWaitingForStore = { status, budget in notifier.extendTimeout(budget, status: status) }
         switch SystemdNotifier.watchdog() {
         case .off:
             break

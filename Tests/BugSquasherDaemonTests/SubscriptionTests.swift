@@ -764,7 +764,7 @@ struct SubscriptionTests {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf")
             .path
         try
-            "state_directory = /srv/state\n# comment\nchunk_size = 250\nimport_nice = 5\nimport_yield_ms = 35\nwrite_socket_mode = 0640\n"
+            "state_directory = /srv/state\n# comment\nchunk_size = 250\nimport_nice = 5\nimport_yield_ms = 35\nwrite_socket_mode = 0640\nstore_wait = 300\n"
             .write(toFile: path, atomically: true, encoding: .utf8)
         let fromFile = try DaemonConfiguration.resolve(
             stateDirectory: nil, runtimeDirectory: nil, configFile: path, environment: [:])
@@ -774,6 +774,7 @@ struct SubscriptionTests {
         #expect(fromFile.importPriority == 5)
         #expect(fromFile.importYield == .milliseconds(35))
         #expect(fromFile.writeSocketMode == 0o640)
+        #expect(fromFile.storeWait == .seconds(300))
         let systemd = try DaemonConfiguration.resolve(
             stateDirectory: nil, runtimeDirectory: nil, configFile: path,
             environment: ["STATE_DIRECTORY": "/var/lib/squasherd", "RUNTIME_DIRECTORY": "/run/squasherd"])
@@ -793,6 +794,7 @@ struct SubscriptionTests {
         for line in [
             "import_nice = 20", "import_yield_ms = 1001", "chunk_size = 0", "chunk_size = 5000000",
             "max_message_bytes = 0", "max_record_bytes = 10", "subscriber_pending_limit = 0", "upload_idle_timeout = 0",
+            "store_wait = -1", "store_wait = 86401",
         ] {
             try (line + "\n").write(toFile: path, atomically: true, encoding: .utf8)
             #expect(throws: DaemonError.self, "\(line)") {

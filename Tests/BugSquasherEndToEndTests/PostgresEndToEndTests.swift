@@ -296,6 +296,66 @@ struct PostgresEndToEndTests {
         }
     }
 
+    /// A daemon started before its database (at boot, on another host) waits for it, says so,
+    /// and serves once it answers, instead of exiting and spending the restarts systemd allows;
+    /// a stop asked for while it waits ends it at once, as no failure.
+    @Test("squasherd started before its database waits for it, and serves once it answers")
+    func waitsForTheDatabase() async throws {
+        guard let url = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"],
+            var components = URLComponents(string: url),
+            let server = components.queryItems?.first(where: { $0.name == "host" })?.value, server.hasPrefix("/")
+        else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set to a Unix socket (scripts/test.sh starts a server)")
+            return
+        }
+        let port = components.queryItems?.first(where: { $0.name == "port" })?.value ?? "5432"
+        let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The daemon looks for the server's socket in a directory of its own, empty until the
+        // server "comes up" there.
+        let later = directory + "/pg"
+        try FileManager.default.createDirectory(atPath: later, withIntermediateDirectories: true)
+        components.queryItems =
+            (components.queryItems ?? []).filter { $0.name != "host" } + [
+                URLQueryItem(name: "host", value: later),
+                URLQueryItem(name: "schema", value: "e2e_\(UUID().uuidString.prefix(8).lowercased())"),
+            ]
+        try "store = \(components.string!)\nstore_wait = 120\n".write(
+            toFile: directory + "/squasherd.conf", atomically: true, encoding: .utf8)
+        func start() throws -> ChildProcess {
+            try ChildProcess(
+                name: "squasherd", executable: Products.squasherd,
+                arguments: [
+                    "--config", directory + "/squasherd.conf", "--state-directory", directory + "/state",
+                    "--runtime-directory", directory + "/run",
+                ])
+        }
+        let waiting = try start()
+        try await waiting.waitForErrorOutput(containing: "waiting for PostgreSQL, which cannot be reached")
+        // Asked to stop while it waits: it ends at once, with status 0.
+        waiting.signal(SIGTERM)
+        #expect(try await waiting.waitForExit(timeout: .seconds(10)) == 0)
+        #expect(waiting.errorOutput.contains("stopped while waiting for the store"), "\(waiting.errorOutput)")
+
+        let daemon = try start()
+        try await daemon.waitForErrorOutput(containing: "waiting for PostgreSQL, which cannot be reached")
+        #expect(daemon.exitStatus == nil)
+        try FileManager.default.createSymbolicLink(
+            atPath: "\(later)/.s.PGSQL.\(port)", withDestinationPath: "\(server)/.s.PGSQL.\(port)")
+        try await daemon.waitForErrorOutput(containing: "answers; starting")
+        // It binds its sockets once the store is open.
+        let bound = try await poll(for: .seconds(60)) {
+            FileManager.default.fileExists(atPath: directory + "/run/squasherd.sock") ? true : nil
+        }
+        #expect(bound == true)
+        let status = try ChildProcess(
+            name: "status", executable: Products.squasherctl, arguments: ["status"],
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
+        #expect(try await status.waitForExit() == 0, "\(status.errorOutput)")
+        daemon.signal(SIGTERM)
+        #expect(try await daemon.waitForExit() == 0)
+    }
+
     @Test("a store line that is not a PostgreSQL URL is refused at start, naming the line")
     func badStoreLine() async throws {
         let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"

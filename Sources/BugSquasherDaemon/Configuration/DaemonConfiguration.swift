@@ -61,6 +61,11 @@ public struct DaemonConfiguration: Sendable, Hashable {
     /// serves none (a socket systemd passes still does).
     public var metricsListen: HostAndPort?
 
+    /// How long squasherd waits at start for a PostgreSQL server it cannot reach (`store_wait`,
+    /// seconds; zero: it does not wait), trying again every few seconds; a server that answers
+    /// and refuses is never waited for.
+    public var storeWait: Duration = .seconds(60)
+
     /// The store file.
     public var storePath: String { stateDirectory + "/bugs.sqlite" }
     /// The PostgreSQL database of the store (`store = postgresql://…`); `nil` for the SQLite
@@ -266,8 +271,15 @@ public struct DaemonConfiguration: Sendable, Hashable {
         }
     }
 
-    /// Sets how long the history keeps saves; 0 keeps them for ever.
+    /// Sets how long the history keeps saves (0 keeps them for ever), and how long a start waits
+    /// for a PostgreSQL server it cannot reach.
     private mutating func applyRetention(of file: ConfigurationFile) throws {
+        if let value = try file.integer(
+            "store_wait", in: 0...86_400,
+            meaning: "seconds to wait at start for a PostgreSQL server that cannot be reached")
+        {
+            storeWait = .seconds(value)
+        }
         if let value = try file.integer(
             "history_retention_days", in: 0...36_500, meaning: "days the history keeps a save; 0 keeps them for ever")
         {
@@ -293,7 +305,7 @@ public struct DaemonConfiguration: Sendable, Hashable {
 
     static let keys: Set<String> = [
         "history_retention_days", "history_retention_saves", "metrics_listen",
-        "state_directory", "runtime_directory", "store", "chunk_size", "import_nice", "import_yield_ms",
+        "state_directory", "runtime_directory", "store", "store_wait", "chunk_size", "import_nice", "import_yield_ms",
         "read_socket_mode",
         "write_socket_mode",
         "max_message_bytes", "max_incoming_bytes", "max_outgoing_bytes", "max_record_bytes", "subscriber_pending_limit",

@@ -80,9 +80,12 @@ extension SquasherDaemon {
         // Imports give way to edits for a moment after each commits (decoding and upserting
         // between records, and the store's chunk saves).
         let editsFirst = EditsFirst(window: configuration.importYield)
-        var opened =
-            try configuration.postgres.map { try openPostgresStore($0, editsFirst: editsFirst) }
-            ?? openSQLiteStore(editsFirst: editsFirst)
+        var opened: OpenedStore
+        if let postgres = configuration.postgres {
+            opened = try await openPostgresStore(postgres, editsFirst: editsFirst)
+        } else {
+            opened = try openSQLiteStore(editsFirst: editsFirst)
+        }
         opened.identity = try DaemonIdentity.load(
             stateDirectory: configuration.stateDirectory, sharesStore: opened.stack.store is any SharedStore)
         if let membership = opened.stack.store as? any StoreMembership {
@@ -93,20 +96,58 @@ extension SquasherDaemon {
         return opened
     }
 
-    /// Opens the store in a PostgreSQL database: the server checks and keeps it.
-    private func openPostgresStore(_ postgres: PostgresStoreConfiguration, editsFirst: EditsFirst) throws
+    /// Opens the store in a PostgreSQL database: the server checks and keeps it. A server that
+    /// cannot be reached (one still booting, or restarting) is waited for, up to `store_wait`
+    /// (``StoreWait``), so that a daemon started before its database, under systemd at boot,
+    /// does not spend its restarts and stay down; a SIGTERM meanwhile ends the wait
+    /// (``StopBeforeStart``).
+    private func openPostgresStore(_ postgres: PostgresStoreConfiguration, editsFirst: EditsFirst) async throws
         -> OpenedStore
     {
-        do {
-            let store = PostgresStore(configuration: postgres, logger: logger, editsFirst: editsFirst)
-            let stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
-            return OpenedStore(stack: stack, editsFirst: editsFirst, watermark: nil, lock: nil)
-        } catch let error as GraphError {
-            throw DaemonError(
-                "Refusing to start: the store in \(configuration.storeDescription) cannot be used. \(error.statement)",
-                advice: error.advice)
+        var wait = StoreWait(limit: configuration.storeWait)
+        let start = ContinuousClock.now
+        var waited = false
+        while true {
+            let failure: GraphError
+            do {
+                let store = PostgresStore(configuration: postgres, logger: logger, editsFirst: editsFirst)
+                let stack = try PersistentStack(model: BugModel.model, store: store, logger: logger)
+                if waited { logger.notice("PostgreSQL at \(postgres.address) answers; starting") }
+                return OpenedStore(stack: stack, editsFirst: editsFirst, watermark: nil, lock: nil)
+            } catch let error as GraphError {
+                failure = error
+            }
+            let refusal = DaemonError(
+                "Refusing to start: the store in \(configuration.storeDescription) cannot be used. \(failure.statement)",
+                advice: failure.advice)
+            guard PostgresStore.isUnreachable(failure) else { throw refusal }
+            switch wait.failed(after: ContinuousClock.now - start) {
+            case .giveUp:
+                guard waited else { throw refusal }
+                throw DaemonError(
+                    "Refusing to start: PostgreSQL at \(postgres.address) could not be reached for \(Self.seconds(configuration.storeWait)) (store_wait). \(failure.statement)",
+                    advice: failure.advice)
+            case .retry(let delay, let log):
+                waited = true
+                if log {
+                    logger.warning(
+                        "waiting for PostgreSQL, which cannot be reached; trying again every few seconds for up to \(Self.seconds(configuration.storeWait)) in all (store_wait); SIGTERM or Ctrl-C stops",
+                        metadata: ["error": "\(failure.statement)"])
+                }
+                onWaitingForStore("Waiting for PostgreSQL at \(postgres.address)", delay + .seconds(30))
+                // Checked a few times a second: a stop asked for meanwhile ends the wait at once.
+                let until = ContinuousClock.now + delay
+                while ContinuousClock.now < until {
+                    if startupSignals?.caughtSignal != nil { throw StopBeforeStart() }
+                    try await Task.sleep(for: min(.milliseconds(100), until - ContinuousClock.now))
+                }
+                if startupSignals?.caughtSignal != nil { throw StopBeforeStart() }
+            }
         }
     }
+
+    /// `N s`, for messages.
+    private static func seconds(_ duration: Duration) -> String { "\(duration.components.seconds) s" }
 
     /// Opens the SQLite store file, after refusing one that was emptied or replaced by a rescue
     /// copy, and checks it: sound, and the one last saved to here.
