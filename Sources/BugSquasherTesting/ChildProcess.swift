@@ -250,3 +250,16 @@ public struct HarnessError: Error, CustomStringConvertible {
     /// Creates an error.
     public init(_ description: String) { self.description = description }
 }
+
+extension ChildProcess {
+    /// `squasherctl status` (with `arguments`) against the squasherd whose sockets are in
+    /// `runtimeDirectory`, run to its end: its exit status, and the process for its output.
+    public static func squasherctlStatus(runtimeDirectory: String, _ arguments: [String] = []) async throws -> (
+        status: Int32, process: ChildProcess
+    ) {
+        let process = try ChildProcess(
+            name: "status", executable: Products.squasherctl, arguments: ["status"] + arguments,
+            environment: ["SQUASHERD_RUNTIME_DIRECTORY": runtimeDirectory])
+        return (try await process.waitForExit(), process)
+    }
+}

@@ -348,10 +348,8 @@ struct PostgresEndToEndTests {
             FileManager.default.fileExists(atPath: directory + "/run/squasherd.sock") ? true : nil
         }
         #expect(bound == true)
-        let status = try ChildProcess(
-            name: "status", executable: Products.squasherctl, arguments: ["status"],
-            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
-        #expect(try await status.waitForExit() == 0, "\(status.errorOutput)")
+        let (code, status) = try await ChildProcess.squasherctlStatus(runtimeDirectory: directory + "/run")
+        #expect(code == 0, "\(status.errorOutput)")
         daemon.signal(SIGTERM)
         #expect(try await daemon.waitForExit() == 0)
     }

@@ -188,10 +188,8 @@ struct SystemdEndToEndTests {
         #expect(
             daemon.errorOutput.contains("no-such-notify-socket")
                 && daemon.errorOutput.contains("No such file or directory"), "\(daemon.errorOutput)")
-        let status = try ChildProcess(
-            name: "status", executable: Products.squasherctl, arguments: ["status"],
-            environment: ["SQUASHERD_RUNTIME_DIRECTORY": directory + "/run"])
-        #expect(try await status.waitForExit() == 0, "\(status.errorOutput)")
+        let (code, status) = try await ChildProcess.squasherctlStatus(runtimeDirectory: directory + "/run")
+        #expect(code == 0, "\(status.errorOutput)")
         daemon.signal(SIGTERM)
         #expect(try await daemon.waitForExit() == 0)
     }
