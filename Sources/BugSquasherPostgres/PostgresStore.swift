@@ -319,14 +319,23 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                     "Turn TLS on in the server's postgresql.conf (ssl = on, with a certificate), or connect with sslmode=disable on a network you trust."
             )
         }
-        // A TLS handshake that failed reached the server: waiting would not change it.
-        let reached = (error as? PSQLError)?.underlying is NIOSSLError
+        // No connection, or one that broke; not a TLS handshake that failed (that reached the
+        // server, and waiting would not change it), nor anything else that went wrong.
+        let unreachable =
+            (error as? PSQLError).map { psql in
+                Self.connectionFailures.contains(psql.code) && !(psql.underlying is NIOSSLError)
+            } ?? false
         return GraphError(
             .storeIO,
             "Could not \(action): PostgreSQL at \(configuration.address) cannot be reached (\(Self.describe(error))).",
             advice: "Check that the server runs and that this host may connect to it (pg_hba.conf).",
-            cause: reached ? nil : Unreachable(server: nil))
+            cause: unreachable ? Unreachable(server: nil) : nil)
     }
+
+    /// The codes of errors that leave no connection to the server.
+    private static let connectionFailures: [PSQLError.Code] = [
+        .connectionError, .serverClosedConnection, .clientClosedConnection,
+    ]
 
     /// The cause of an error whose server could not be reached (see ``isUnreachable(_:)``).
     struct Unreachable: Error, CustomStringConvertible {
