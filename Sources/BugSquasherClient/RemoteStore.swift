@@ -98,9 +98,7 @@ public final class RemoteStore: IncrementalStore {
         do {
             return try client.call(method, parameters, as: R.self)
         } catch let error as VarlinkError {
-            // squasherd could not reach its own store (a PostgreSQL server that is down): a
-            // failure of the store, to retry, not a request it refused.
-            let unavailable = error.name.hasSuffix(".StoreUnavailable")
+            let unavailable = error.isStoreUnavailable
             throw GraphError(
                 unavailable ? .storeIO : .invalidArgument,
                 "squasherd \(unavailable ? "could not answer" : "refused") \(method): \(error.statement ?? error.description)",

@@ -309,7 +309,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             let starting = psql.serverInfo?[.sqlState] == "57P03"
             return GraphError(
                 .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
-                advice: "See the server's log for more.", cause: starting ? Unreachable(server: psql) : Described(psql))
+                advice: "See the server's log for more.",
+                cause: starting ? Unreachable(server: Described(psql)) : Described(psql))
         }
         if let psql = error as? PSQLError, psql.code == .sslUnsupported {
             return GraphError(
@@ -340,8 +341,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// The cause of an error whose server could not be reached (see ``isUnreachable(_:)``).
     struct Unreachable: Error, CustomStringConvertible {
         /// The server's refusal, when it answered that it takes no connections now.
-        var server: PSQLError?
-        var description: String { server.map(PostgresStore.describe) ?? "no connection to the server" }
+        var server: Described?
+        var description: String { server?.description ?? "no connection to the server" }
     }
 
     /// A server's error as the cause of a ``GraphError``, described in words (postgres-nio's

@@ -24,6 +24,11 @@ extension VarlinkError {
         return error
     }
 
+    /// Whether this is an interface's `StoreUnavailable`: squasherd could not reach its store
+    /// (a PostgreSQL server that is down, a disk that is full) and changed nothing; a failure to
+    /// retry later, not a call it refused.
+    public var isStoreUnavailable: Bool { name.hasSuffix(".StoreUnavailable") }
+
     /// A call squasherd could not carry out for a reason that is a bug or a failure of its
     /// machine, not of the call: `error` is what its handler threw, described.
     public static func internalError(_ error: any Error) -> Self {

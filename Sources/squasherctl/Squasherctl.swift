@@ -94,7 +94,7 @@ func refused(_ error: VarlinkError) -> ExitCode {
     if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) {
         return Exit.unreachable
     }
-    if error.name.hasSuffix(".StoreUnavailable") || error.name == "io.bugsquasher.Import.Busy" {
+    if error.isStoreUnavailable || error.name == "io.bugsquasher.Import.Busy" {
         return Exit.unavailable
     }
     return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed

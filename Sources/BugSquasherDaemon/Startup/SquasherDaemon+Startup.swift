@@ -137,9 +137,10 @@ extension SquasherDaemon {
                 onWaitingForStore("Waiting for PostgreSQL at \(postgres.address)", delay + .seconds(30))
                 // Checked a few times a second: a stop asked for meanwhile ends the wait at once.
                 let until = ContinuousClock.now + delay
-                while ContinuousClock.now < until {
-                    if startupSignals?.caughtSignal != nil { throw StopBeforeStart() }
-                    try await Task.sleep(for: min(.milliseconds(100), until - ContinuousClock.now))
+                while startupSignals?.caughtSignal == nil {
+                    let left = until - ContinuousClock.now
+                    guard left > .zero else { break }
+                    try await Task.sleep(for: min(.milliseconds(100), left))
                 }
                 if startupSignals?.caughtSignal != nil { throw StopBeforeStart() }
             }
