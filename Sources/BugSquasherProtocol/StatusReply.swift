@@ -15,6 +15,10 @@ public struct StatusReply: Codable, Sendable {
     public var jobFollowers: Int?
     /// The running job, if any.
     public var activeJob: WireJob?
+    /// The job that waits for the store to take writes again (a database that does not answer,
+    /// another program's write lock), to resume from its last committed chunk; `nil` when none
+    /// does. ``activeJob`` is `nil` meanwhile.
+    public var waitingJob: WireJobWait?
     /// Save conflicts the daemon's contexts resolved with their merge policy since it started
     /// (an edit and an import chunk that changed the same bug at the same time).
     public var conflictsResolved: Int?
@@ -84,6 +88,22 @@ public struct WireProblem: Codable, Sendable, Hashable {
     /// Creates a problem.
     public init(code: String, message: String) {
         (self.code, self.message) = (code, message)
+    }
+}
+
+/// A job waiting to resume, as `Jobs.Status` reports it.
+public struct WireJobWait: Codable, Sendable, Hashable {
+    /// The job's ID.
+    public var job: String
+    /// Why it waits, in words: "the database cannot be reached", "the store is locked by
+    /// another program".
+    public var reason: String
+    /// When it began to wait (ISO 8601, UTC).
+    public var since: String
+
+    /// Creates a description.
+    public init(job: String, reason: String, since: String) {
+        (self.job, self.reason, self.since) = (job, reason, since)
     }
 }
 

@@ -143,6 +143,10 @@ struct StatusCommand: ParsableCommand {
             print(
                 "importing job \(job.id) (\(printable(job.name, limit: 100))): \(job.recordsRead) read, \(job.rejected) rejected, \(job.bytesTotal > 0 ? job.bytesDone * 100 / job.bytesTotal : 0)%"
             )
+        } else if let wait = status.waitingJob {
+            print(
+                "job \(wait.job) waits to resume since \(wait.since): \(printable(wait.reason, limit: 200)); it goes on from its last committed chunk once the store takes writes"
+            )
         } else {
             print("idle")
         }

@@ -482,6 +482,11 @@ struct FaultTests {
             try await squasherd.waitForLog("import started")
             try await locker.lock()
             try await squasherd.waitForLog("the store is locked by another program", timeout: .seconds(90))
+            // Not "idle" while it waits: the job, and why (degraded, so status exits 5).
+            let waiting = try await squasherd.ctl(["status"], expectStatus: 5).joined(separator: "\n")
+            #expect(
+                waiting.contains("waits to resume") && waiting.contains("the store is locked by another program")
+                    && !waiting.contains("idle"), "\(waiting)")
             #expect(try await locker.release() == 0, "\(locker.errorOutput)")
             #expect(try await upload.waitForExit(timeout: .seconds(300)) == 0, "\(upload.errorOutput)")
             #expect(

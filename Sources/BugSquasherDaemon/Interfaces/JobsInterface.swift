@@ -12,6 +12,8 @@ struct JobsInterface: VarlinkInterface {
     let stack: PersistentStack
     let hub: NotificationHub
     let activeJob: @Sendable () -> String?
+    /// The job waiting for the store to take writes again, if any.
+    let waitingJob: @Sendable () -> JobWait?
     /// The jobs, with the failures the store could not record (the import runner's book).
     let book: JobBook
     /// Which store, for people (``DaemonConfiguration/storeDescription``).
@@ -103,6 +105,9 @@ struct JobsInterface: VarlinkInterface {
             conflictsResolved: stack.writerCoordinator.resolvedConflictCount
                 + stack.mainCoordinator.resolvedConflictCount)
         reply.store = storeDescription
+        reply.waitingJob = waitingJob().map {
+            WireJobWait(job: $0.job, reason: $0.reason, since: ISO8601Date.format($0.since, fractionalSeconds: false))
+        }
         if book.identity.sharesStore { reply.daemon = book.identity.id }
         let membership = stack.store as? any StoreMembership
         // A database that does not answer is reported at once, not waited for.

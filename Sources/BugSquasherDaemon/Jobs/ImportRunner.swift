@@ -28,7 +28,7 @@ final class ImportRunner: Service {
     /// How many times a shared store found its server answering again
     /// (``StoreMembership/observeReachableAgain(_:)``): a job waiting for it goes on then.
     private let reachableAgain = Atomic<Int>(0)
-    private let progressHandler: @Sendable (ImportProgress?) -> Void
+    private let activityHandler: @Sendable (ImportActivity) -> Void
     /// Where jobs upsert chunks and free saved ones, at a lower priority (see ``ThreadExecutor``).
     /// A chunk's save is not: it holds the store's writer, which edits wait for, so it runs at
     /// the daemon's own priority, on ``writers``.
@@ -63,7 +63,7 @@ final class ImportRunner: Service {
         stack: PersistentStack, configuration: DaemonConfiguration, identity: DaemonIdentity, writers: ThreadExecutor,
         editsFirst: EditsFirst? = nil, health: HealthRecord = HealthRecord(),
         metrics: SquasherdMetrics = SquasherdMetrics(), logger: Logger,
-        progress: @escaping @Sendable (ImportProgress?) -> Void = { _ in }
+        activity: @escaping @Sendable (ImportActivity) -> Void = { _ in }
     ) {
         self.stack = stack
         self.writers = writers
@@ -74,7 +74,7 @@ final class ImportRunner: Service {
         self.book = JobBook(stack: stack, outcomes: UnrecordedFailures(), writers: writers, identity: identity)
         self.configuration = configuration
         self.logger = logger
-        self.progressHandler = progress
+        self.activityHandler = activity
         // Between two steps of decoding and upserting too (a fetch, a merge, the next chunk's
         // keys), not only between records.
         var giveWay: (@Sendable () -> Void)?
@@ -176,7 +176,11 @@ final class ImportRunner: Service {
                         // Jobs whose failure could not even be recorded (a full disk) wait for a
                         // restart; jobs aborted before they started never run.
                         let skipped = book.outcomes.jobs.union(jobs.withLock { $0.abortedBeforeStart })
-                        guard let next = try await book.nextRunnable(excluding: skipped) else { break }
+                        guard let next = try await book.nextRunnable(excluding: skipped) else {
+                            // A job that waited for the store may have been aborted meanwhile.
+                            activityHandler(.idle)
+                            break
+                        }
                         job = next
                     } catch {
                         guard let delay = lifecycle.queueUnreadable(outcome(of: error)) else {
@@ -208,11 +212,11 @@ final class ImportRunner: Service {
                         // Another program holds the store's write lock (sqlite3 left in a
                         // transaction, a backup), or the database server is away: a transient
                         // state, not the job's fault.
-                        progressHandler(nil)
                         health.refusedWrite()
                         let why =
                             (failure as? GraphError)?.code == .storeIO
                             ? "the database cannot be reached" : "the store is locked by another program"
+                        activityHandler(.waiting(JobWait(job: job, reason: why, since: Date())))
                         logger.warning(
                             "\(why); the import resumes from its last committed chunk once it can write",
                             metadata: [
@@ -253,7 +257,7 @@ final class ImportRunner: Service {
         var jobLogger = logger
         jobLogger[metadataKey: "job.id"] = "\(job)"
         health.jobFailed(job)
-        progressHandler(nil)
+        activityHandler(.idle)
         let message = (error as? GraphError)?.message ?? error.map { "\($0)" } ?? "unknown error"
         do {
             try await fail(job, message, logger: jobLogger)
@@ -380,7 +384,7 @@ final class ImportRunner: Service {
         let logger = job.logger
         try await book.update(id) { $0.state = .running }
         var progress = job.progress
-        progressHandler(progress)
+        activityHandler(.importing(progress))
         // Three stages overlap: decoding chunks n + 2 … n + 1 + ``readAhead``, one after another,
         // upserting chunk n + 1 into its importer context, and saving chunk n on the writer.
         // Saves stay one after another, in order.
@@ -447,7 +451,7 @@ final class ImportRunner: Service {
     {
         if let saving { try await settle(saving, progress: &progress, logger: logger) }
         logger.info("import paused for shutdown", metadata: ["job.offset": "\(progress.bytesDone)"])
-        progressHandler(nil)
+        activityHandler(.idle)
     }
 
     /// Ends job `id` as aborted on request, once the chunk saving (if any) has committed: the
@@ -495,7 +499,7 @@ final class ImportRunner: Service {
         let aside = Spooler.path(job: id + ".ending", in: configuration.spoolDirectory)
         let handling = JobLifecycle.spoolOnEnd(state)
         let movedAside = handling.moveAsideFirst && rename(spool, aside) == 0
-        progressHandler(nil)
+        activityHandler(.idle)
         do {
             try await book.end(id, as: state, error: error)
         } catch {
@@ -636,7 +640,7 @@ final class ImportRunner: Service {
         metrics.recordsImported.increment(by: Int(imported))
         metrics.recordsRejected.increment(by: Int(rejected))
         progress.bytesDone = entries.last!.endOffset
-        progressHandler(progress)
+        activityHandler(.importing(progress))
         logger.debug(
             "chunk committed",
             metadata: [
@@ -785,6 +789,23 @@ final class ImportRunner: Service {
 }
 
 /// The running job's progress, for status lines and logs.
+/// What the import runner is doing, for `Jobs.Status` and the systemd status line.
+enum ImportActivity: Sendable {
+    /// No job runs.
+    case idle
+    /// A job imports, this far.
+    case importing(ImportProgress)
+    /// A job waits for the store to take writes again, to resume from its last committed chunk.
+    case waiting(JobWait)
+}
+
+/// A job that waits to resume: its ID, why (in words), and since when.
+struct JobWait: Sendable {
+    var job: String
+    var reason: String
+    var since: Date
+}
+
 struct ImportProgress: Sendable {
     var job: String
     var read: Int64

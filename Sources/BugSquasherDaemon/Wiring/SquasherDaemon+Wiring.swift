@@ -116,7 +116,7 @@ extension SquasherDaemon {
         let runner = ImportRunner(
             stack: stack, configuration: configuration, identity: opened.identity, writers: writers,
             editsFirst: editsFirst, health: health, metrics: metrics, logger: logger
-        ) { progress in status.update(progress) }
+        ) { activity in status.update(activity) }
         // Every commit reaches the hub from the store's writer, in token order.
         if let store = stack.store as? any CommitObservable {
             store.observeCommits { didSave in
@@ -148,7 +148,8 @@ extension SquasherDaemon {
             metrics: metrics)
         let store = StoreInterface(stack: stack, coding: coding, readers: readers)
         let jobs = JobsInterface(
-            stack: stack, hub: hub, activeJob: { status.activeJob }, book: runner.book,
+            stack: stack, hub: hub, activeJob: { status.activeJob }, waitingJob: { status.waitingJob },
+            book: runner.book,
             storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)", health: health)
         let imports = ImportInterface(
             stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), health: health,
