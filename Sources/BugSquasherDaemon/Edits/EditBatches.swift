@@ -1,39 +1,109 @@
-/// Which edits commit together, for a store whose edits each wait on a server
+/// Which edits commit together, and when, for a store whose edits each wait on a server
 /// (`BatchEditable`): while a batch commits, the edits that arrive wait; when it is done, the
 /// waiting ones go as the next batch, at most ``limit`` of them and one per object, so that an
-/// object's edits apply in the order they came. Pure: ``EditQueue`` carries its decisions out.
+/// object's edits apply in the order they came. After a batch of several edits, the next one
+/// gathers first: it waits for as many edits as the last batch had more than are waiting, for
+/// at most as long as that batch took to commit (and ``maximumGather``), since the clients it
+/// answered are most likely sending their next edits. A lone edit never waits. Pure:
+/// ``EditQueue`` carries its decisions out; times are nanoseconds of any monotonic clock.
 ///
 /// Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit together".
 struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
     /// The most edits in one batch.
     let limit: Int
+    /// The longest a batch gathers edits, in nanoseconds (0: never).
+    let maximumGather: UInt64
     /// The edits waiting for a batch, in the order they came.
     private var waiting: [(ticket: Ticket, object: Object)] = []
-    /// Whether a batch is committing.
-    private(set) var isCommitting = false
+    private var phase = Phase.idle
 
-    /// Batches of at most `limit` edits (at least 1).
-    init(limit: Int) {
+    private enum Phase {
+        /// No batch commits or gathers: an edit goes at once.
+        case idle
+        /// A batch of `size` edits, handed out at `started`, commits.
+        case committing(size: Int, started: UInt64)
+        /// The next batch waits for `target` edits, or until `deadline`.
+        case gathering(target: Int, deadline: UInt64)
+    }
+
+    /// What the queue does next.
+    enum Step {
+        /// Commit these edits now.
+        case commit([Ticket])
+        /// Wait for edits until this time (or until an arrival says the batch is full), then
+        /// ask again with ``EditBatches/poll(at:)``.
+        case gather(until: UInt64)
+        /// Nothing waits: the next edit goes at once.
+        case idle
+    }
+
+    /// What an arriving edit makes of the queue.
+    enum Arrival {
+        /// Nothing committed: commit these edits (this one) now.
+        case commit([Ticket])
+        /// The edit waits for the batch committing or gathering.
+        case waits
+        /// The edit completes the batch gathering: wake whoever gathers it.
+        case completes
+    }
+
+    /// Batches of at most `limit` edits (at least 1), gathering for at most `maximumGather`
+    /// nanoseconds.
+    init(limit: Int, maximumGather: UInt64 = 0) {
         self.limit = max(1, limit)
+        self.maximumGather = maximumGather
     }
 
     /// How many edits wait for a batch.
     var waitingCount: Int { waiting.count }
 
-    /// An edit of `object` arrived: the batch to commit now (this edit) when none is committing;
-    /// otherwise `nil`, and it waits for the next.
-    mutating func arrived(_ ticket: Ticket, editing object: Object) -> [Ticket]? {
+    /// Whether a batch is committing (not gathering, not idle).
+    var isCommitting: Bool {
+        if case .committing = phase { true } else { false }
+    }
+
+    /// An edit of `object` arrived at `now`.
+    mutating func arrived(_ ticket: Ticket, editing object: Object, at now: UInt64 = 0) -> Arrival {
         waiting.append((ticket, object))
-        return isCommitting ? nil : next()
+        switch phase {
+        case .idle:
+            guard let batch = next(at: now) else { return .waits }
+            return .commit(batch)
+        case .committing:
+            return .waits
+        case .gathering(let target, _):
+            // Once: the arrivals after it find the batch full already.
+            return waiting.count == target ? .completes : .waits
+        }
     }
 
-    /// The batch committing is done: the next one to commit, or `nil` when no edit waits.
-    mutating func finished() -> [Ticket]? {
-        isCommitting = false
-        return next()
+    /// The batch committing is done at `now`: commit the next one at once, gather it first, or
+    /// go idle.
+    mutating func finished(at now: UInt64 = 0) -> Step {
+        guard case .committing(let size, let started) = phase else { return .idle }
+        let window = min(maximumGather, now > started ? now - started : 0)
+        // The clients of a batch of several are most likely coming back; one client alone is
+        // not waited for.
+        let target = min(limit, size + waiting.count)
+        if size >= 2, window > 0, waiting.count < target {
+            phase = .gathering(target: target, deadline: now + window)
+            return .gather(until: now + window)
+        }
+        phase = .idle
+        return next(at: now).map { .commit($0) } ?? .idle
     }
 
-    private mutating func next() -> [Ticket]? {
+    /// Asks again while gathering, at `now` (woken by an arrival, or at the deadline).
+    mutating func poll(at now: UInt64) -> Step {
+        guard case .gathering(let target, let deadline) = phase else { return .idle }
+        if waiting.count < target, now < deadline { return .gather(until: deadline) }
+        phase = .idle
+        return next(at: now).map { .commit($0) } ?? .idle
+    }
+
+    /// The next batch, handed out at `now`: the waiting edits, at most ``limit`` and one per
+    /// object; `nil` (and idle) when none waits.
+    private mutating func next(at now: UInt64) -> [Ticket]? {
         guard !waiting.isEmpty else { return nil }
         var objects = Set<Object>()
         var batch: [Ticket] = []
@@ -47,7 +117,7 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
             }
         }
         waiting = rest
-        isCommitting = true
+        phase = .committing(size: batch.count, started: now)
         return batch
     }
 }

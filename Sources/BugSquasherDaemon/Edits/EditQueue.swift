@@ -1,11 +1,12 @@
 import BugSquasherGraph
 import CoreMetrics
+import Dispatch
 import Synchronization
 
 /// The edits of a store whose edits each wait on a server (`BatchEditable`, PostgreSQL),
 /// committed in batches on a thread of their own. A call waits here, off the write socket's
 /// thread, so that the edits other clients send meanwhile are read, and commit together in the
-/// next batch (``EditBatches`` decides which).
+/// next batch (``EditBatches`` decides which, and how long a batch gathers).
 ///
 /// Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit together".
 final class EditQueue: Sendable {
@@ -13,13 +14,19 @@ final class EditQueue: Sendable {
     /// so that each object's next edit starts from its row without reading it.
     static let batchLimit = 16
 
+    /// The longest a batch gathers the edits of the clients the last one answered.
+    static let maximumGather = Duration.milliseconds(1)
+
     private struct Waiting: Sendable {
         let request: AttributeEditRequest
         let continuation: CheckedContinuation<DidSave?, any Error>
     }
 
     private struct State: Sendable {
-        var batches = EditBatches<Int, ObjectID>(limit: EditQueue.batchLimit)
+        var batches = EditBatches<Int, ObjectID>(
+            limit: EditQueue.batchLimit,
+            maximumGather: UInt64(EditQueue.maximumGather.components.attoseconds / 1_000_000_000)
+                + UInt64(EditQueue.maximumGather.components.seconds) * 1_000_000_000)
         var waiting: [Int: Waiting] = [:]
         var nextTicket = 0
 
@@ -27,12 +34,30 @@ final class EditQueue: Sendable {
         mutating func take(_ tickets: [Int]) -> [Waiting] {
             tickets.map { waiting.removeValue(forKey: $0)! }
         }
+
+        /// `step`, with the edits of a batch to commit taken.
+        mutating func carry(_ step: EditBatches<Int, ObjectID>.Step) -> Next {
+            switch step {
+            case .commit(let tickets): .commit(take(tickets))
+            case .gather(let deadline): .gather(until: deadline)
+            case .idle: .idle
+            }
+        }
+    }
+
+    /// What the queue's thread does next.
+    private enum Next {
+        case commit([Waiting])
+        case gather(until: UInt64)
+        case idle
     }
 
     private let store: any BatchEditable
     private let batches: Counter?
     private let thread = ThreadExecutor(name: "edit", threads: 1)
     private let state = Mutex(State())
+    /// Wakes the queue's thread when the batch it gathers is full.
+    private let gathered = DispatchSemaphore(value: 0)
 
     /// A queue of edits to `store`; `batches`, when given, counts the batches committed.
     init(store: any BatchEditable, batches: Counter? = nil) {
@@ -44,27 +69,43 @@ final class EditQueue: Sendable {
     /// batch that can take it; returns the save it went out in, or `nil` when nothing changed.
     func edit(_ id: ObjectID, attributes: [String: Value]) async throws -> DidSave? {
         try await withCheckedThrowingContinuation { continuation in
-            let batch = state.withLock { state -> [Waiting]? in
+            let arrival = state.withLock { state -> EditBatches<Int, ObjectID>.Arrival in
                 let ticket = state.nextTicket
                 state.nextTicket += 1
                 state.waiting[ticket] = Waiting(
                     request: AttributeEditRequest(id, attributes: attributes), continuation: continuation)
-                return state.batches.arrived(ticket, editing: id).map { state.take($0) }
+                return state.batches.arrived(ticket, editing: id, at: Self.now())
             }
-            if let batch { commit(batch) }
+            switch arrival {
+            case .commit(let tickets): commit(state.withLock { $0.take(tickets) })
+            case .completes: gathered.signal()
+            case .waits: break
+            }
         }
     }
 
-    /// Commits `first`, then each batch that waited for it, until none waits.
+    /// Commits `first`, then each batch that waited or gathered after it, until none waits.
     private func commit(_ first: [Waiting]) {
         Task(executorPreference: thread) { [self] in
-            var batch = first
-            while !batch.isEmpty {
-                let results = store.edit(batch: batch.map(\.request))
-                batches?.increment()
-                for (edit, result) in zip(batch, results) { edit.continuation.resume(with: result) }
-                batch = state.withLock { state in state.batches.finished().map { state.take($0) } ?? [] }
+            var next = Next.commit(first)
+            while true {
+                switch next {
+                case .commit(let batch):
+                    let results = store.edit(batch: batch.map(\.request))
+                    batches?.increment()
+                    for (edit, result) in zip(batch, results) { edit.continuation.resume(with: result) }
+                    next = state.withLock { $0.carry($0.batches.finished(at: Self.now())) }
+                case .gather(let deadline):
+                    // Its own thread, which only commits edits: it may block.
+                    _ = gathered.wait(timeout: DispatchTime(uptimeNanoseconds: deadline))
+                    next = state.withLock { $0.carry($0.batches.poll(at: Self.now())) }
+                case .idle:
+                    return
+                }
             }
         }
     }
+
+    /// The clock the batches are timed with, in nanoseconds.
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }
