@@ -14,8 +14,9 @@ final class EditQueue: Sendable {
     /// so that each object's next edit starts from its row without reading it.
     static let batchLimit = 16
 
-    /// The longest a batch gathers the edits of the clients the last one answered.
-    static let maximumGather = Duration.milliseconds(1)
+    /// The longest a batch gathers the edits of the clients the last one answered, in
+    /// nanoseconds (1 ms).
+    static let maximumGather: UInt64 = 1_000_000
 
     private struct Waiting: Sendable {
         let request: AttributeEditRequest
@@ -23,10 +24,7 @@ final class EditQueue: Sendable {
     }
 
     private struct State: Sendable {
-        var batches = EditBatches<Int, ObjectID>(
-            limit: EditQueue.batchLimit,
-            maximumGather: UInt64(EditQueue.maximumGather.components.attoseconds / 1_000_000_000)
-                + UInt64(EditQueue.maximumGather.components.seconds) * 1_000_000_000)
+        var batches = EditBatches<Int, ObjectID>(limit: EditQueue.batchLimit, maximumGather: EditQueue.maximumGather)
         var waiting: [Int: Waiting] = [:]
         var nextTicket = 0
 
@@ -77,6 +75,7 @@ final class EditQueue: Sendable {
                 return state.batches.arrived(ticket, editing: id, at: Self.now())
             }
             switch arrival {
+            // The batch's tickets are no one else's to take.
             case .commit(let tickets): commit(state.withLock { $0.take(tickets) })
             case .completes: gathered.signal()
             case .waits: break

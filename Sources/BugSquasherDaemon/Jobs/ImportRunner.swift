@@ -788,7 +788,6 @@ final class ImportRunner: Service {
     }
 }
 
-/// The running job's progress, for status lines and logs.
 /// What the import runner is doing, for `Jobs.Status` and the systemd status line.
 enum ImportActivity: Sendable {
     /// No job runs.
@@ -806,6 +805,7 @@ struct JobWait: Sendable {
     var since: Date
 }
 
+/// The running job's progress, for status lines and logs.
 struct ImportProgress: Sendable {
     var job: String
     var read: Int64

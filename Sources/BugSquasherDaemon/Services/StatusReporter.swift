@@ -27,8 +27,14 @@ final class StatusReporter: Sendable {
         }
     }
 
+    /// Notes what the import runner does now, and publishes the status line unless it stays
+    /// idle (the runner finds no job at start, before squasherd is ready).
     func update(_ activity: ImportActivity) {
-        self.activity.withLock { $0 = activity }
+        let wasIdle = self.activity.withLock { old in
+            defer { old = activity }
+            if case .idle = old { return true } else { return false }
+        }
+        if wasIdle, case .idle = activity { return }
         publish()
     }
 
