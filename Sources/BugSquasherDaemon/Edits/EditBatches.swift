@@ -2,9 +2,10 @@
 /// (`BatchEditable`): while a batch commits, the edits that arrive wait; when it is done, the
 /// waiting ones go as the next batch, at most ``limit`` of them and one per object, so that an
 /// object's edits apply in the order they came. After a batch of several edits, the next one
-/// gathers first: it waits for as many edits as the last batch had more than are waiting, for
-/// at most as long as that batch took to commit (and ``maximumGather``), since the clients it
-/// answered are most likely sending their next edits. A lone edit never waits. Pure:
+/// gathers first: it waits until as many edits as that batch had have come on top of those
+/// already waiting, for at most as long as that batch took to commit (and ``maximumGather``),
+/// since the clients it answered are most likely sending their next edits. A lone edit never
+/// waits. Pure:
 /// ``EditQueue`` carries its decisions out; times are nanoseconds of any monotonic clock.
 ///
 /// Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit together".
@@ -80,7 +81,10 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
     /// The batch committing is done at `now`: commit the next one at once, gather it first, or
     /// go idle.
     mutating func finished(at now: UInt64 = 0) -> Step {
-        guard case .committing(let size, let started) = phase else { return .idle }
+        guard case .committing(let size, let started) = phase else {
+            assertionFailure("a batch finished that was not committing")
+            return .idle
+        }
         let window = min(maximumGather, now > started ? now - started : 0)
         // The clients of a batch of several are most likely coming back; one client alone is
         // not waited for.
@@ -95,7 +99,10 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
 
     /// Asks again while gathering, at `now` (woken by an arrival, or at the deadline).
     mutating func poll(at now: UInt64) -> Step {
-        guard case .gathering(let target, let deadline) = phase else { return .idle }
+        guard case .gathering(let target, let deadline) = phase else {
+            assertionFailure("polled while not gathering")
+            return .idle
+        }
         if waiting.count < target, now < deadline { return .gather(until: deadline) }
         phase = .idle
         return next(at: now).map { .commit($0) } ?? .idle

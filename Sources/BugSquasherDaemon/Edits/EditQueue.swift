@@ -91,6 +91,8 @@ final class EditQueue: Sendable {
                 switch next {
                 case .commit(let batch):
                     let results = store.edit(batch: batch.map(\.request))
+                    // An edit without a result would wait for ever.
+                    precondition(results.count == batch.count, "BatchEditable.edit(batch:) must answer every edit")
                     batches?.increment()
                     for (edit, result) in zip(batch, results) { edit.continuation.resume(with: result) }
                     next = state.withLock { $0.carry($0.batches.finished(at: Self.now())) }
