@@ -81,8 +81,11 @@ public struct LimitParameter: Codable, Sendable {
 public struct JobReply: Codable, Sendable {
     /// The job.
     public var job: WireJob
+    /// In `Watch`'s replies: why the job waits to resume (a database that does not answer,
+    /// another program's write lock); ``job`` is then its record as last read.
+    public var waiting: WireJobWait?
     /// Creates a reply.
-    public init(job: WireJob) { self.job = job }
+    public init(job: WireJob, waiting: WireJobWait? = nil) { (self.job, self.waiting) = (job, waiting) }
 }
 
 /// The reply of `io.bugsquasher.Jobs.List`.

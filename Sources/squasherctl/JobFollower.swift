@@ -39,6 +39,8 @@ struct JobFollower {
         // The store the job was followed in, and the one squasherd serves now.
         var (jobStore, servedStore): (String?, String?) = (nil, nil)
         var reached = reachedDaemon
+        // Why the job waits to resume, once said (until it goes on).
+        var waitingSaid: String?
         while !(final?.isFinal ?? false) {
             do {
                 let client = try socket.connect()
@@ -47,7 +49,9 @@ struct JobFollower {
                     .storeIdentifier
                 if jobStore == nil { jobStore = servedStore }
                 try client.stream("io.bugsquasher.Jobs.Watch", JobParameter(job: job)) { reply in
-                    let current = try reply.parameters(JobReply.self).job
+                    let parameters = try reply.parameters(JobReply.self)
+                    let current = parameters.job
+                    sayWaiting(parameters.waiting, job: job, said: &waitingSaid)
                     if lostAt != nil {
                         progress.clear()
                         printError("squasherctl: reconnected; job \(job) is \(current.state.rawValue)")
@@ -71,6 +75,22 @@ struct JobFollower {
         progress.clear()
         guard let job = final else { throw Exit.failed }
         try report(job)
+    }
+
+    /// Says once why `job` waits to resume (`waiting`), and that it goes on when a reply
+    /// without it comes; `said` is the reason said last.
+    private func sayWaiting(_ waiting: WireJobWait?, job: String, said: inout String?) {
+        if let waiting, waiting.reason != said {
+            progress.clear()
+            printError(
+                "squasherctl: job \(job) waits to resume since \(waiting.since): \(printable(waiting.reason, limit: 200)); squasherd goes on from its last committed chunk once the store takes writes (Ctrl-C stops waiting, not the job)"
+            )
+            said = waiting.reason
+        } else if waiting == nil, said != nil {
+            progress.clear()
+            printError("squasherctl: job \(job) goes on")
+            said = nil
+        }
     }
 
     /// What ends the command when squasherd refused to watch `job`, said to the user: a job

@@ -24,6 +24,40 @@ struct MailboxTests {
         if case .deliver(.save(let save, _)) = action { save.token.rawValue } else { nil }
     }
 
+    /// A nudge wakes a waiting task; a busy task's comes after what is pending, once however
+    /// many came; a closed mailbox takes none.
+    @Test("a nudge wakes a waiting task, or comes once after the saves pending")
+    func nudges() {
+        var mailbox = Mailbox(pendingLimit: 100, delivered: .zero)
+        _ = mailbox.next(cancelled: false)
+        guard case .wake(.nudge) = mailbox.nudge() else {
+            Issue.record("a waiting task was not woken")
+            return
+        }
+        #expect(!mailbox.isWaiting)
+        // Busy: two nudges and a save; the save first, then one nudge, then nothing.
+        guard case .none = mailbox.nudge(), case .none = offer(save(1, updated: [1]), to: &mailbox),
+            case .none = mailbox.nudge()
+        else {
+            Issue.record("a busy task was woken")
+            return
+        }
+        #expect(token(mailbox.next(cancelled: false)) == 1)
+        guard case .deliver(.nudge) = mailbox.next(cancelled: false) else {
+            Issue.record("the nudge was lost")
+            return
+        }
+        guard case .wait = mailbox.next(cancelled: false) else {
+            Issue.record("a nudge came twice")
+            return
+        }
+        _ = mailbox.close()
+        guard case .none = mailbox.nudge() else {
+            Issue.record("a closed mailbox took a nudge")
+            return
+        }
+    }
+
     /// A waiting task is woken with the save, or the publisher writes it when it may; a save that finds the
     /// task busy is queued and delivered next.
     @Test("a live save wakes a waiting task or is sent at once; a busy task's is queued")

@@ -493,6 +493,11 @@ struct FaultTests {
                 upload.output.joined(separator: "\n").contains("20000 read, 20000 imported, 0 rejected"),
                 "\(upload.output)"
             )
+            // Its follower was told why the job stalled, and that it went on.
+            #expect(
+                upload.errorOutput.contains("waits to resume")
+                    && upload.errorOutput.contains("locked by another program")
+                    && upload.errorOutput.contains("goes on"), "\(upload.errorOutput)")
             // Degraded for a while: the store refused the import's writes (`status` exits 5).
             let status = try await squasherd.ctl(["status"], expectStatus: 5).joined(separator: "\n")
             #expect(status.contains("bugs 20000") && status.contains("store-cannot-write"), "\(status)")

@@ -381,6 +381,9 @@ struct ChangesInterface: VarlinkInterface {
                 SubscribeReply(
                     event: "resync", token: token.rawValue, resyncFrom: token.rawValue, reason: ResyncReason.behind),
                 continues: false)
+        case .nudge:
+            // Only job followers are nudged.
+            break
         }
     }
 }

@@ -105,9 +105,7 @@ struct JobsInterface: VarlinkInterface {
             conflictsResolved: stack.writerCoordinator.resolvedConflictCount
                 + stack.mainCoordinator.resolvedConflictCount)
         reply.store = storeDescription
-        reply.waitingJob = waitingJob().map {
-            WireJobWait(job: $0.job, reason: $0.reason, since: ISO8601Date.format($0.since, fractionalSeconds: false))
-        }
+        reply.waitingJob = waitingJob().flatMap { waiting($0.job) }
         if book.identity.sharesStore { reply.daemon = book.identity.id }
         let membership = stack.store as? any StoreMembership
         // A database that does not answer is reported at once, not waited for.
@@ -136,6 +134,13 @@ struct JobsInterface: VarlinkInterface {
         try await replier.reply(judged(reply))
     }
 
+    /// Why job `id` waits to resume, if it does.
+    private func waiting(_ id: String) -> WireJobWait? {
+        guard let wait = waitingJob(), wait.job == id else { return nil }
+        return WireJobWait(
+            job: wait.job, reason: wait.reason, since: ISO8601Date.format(wait.since, fractionalSeconds: false))
+    }
+
     /// `reply` with the daemon's health.
     private func judged(_ reply: StatusReply) -> StatusReply {
         var reply = reply
@@ -162,11 +167,21 @@ struct JobsInterface: VarlinkInterface {
         }
         _ = try subscription.register([jobObjectID])
         guard let first = try await book.job(id) else { throw jobNotFound(id) }
-        try await replier.reply(JobReply(job: first), continues: !first.isFinal)
+        try await replier.reply(JobReply(job: first, waiting: waiting(id)), continues: !first.isFinal)
         if first.isFinal { return }
+        var last = first
         while let event = await subscription.next() {
             if case .resync = event { break }
+            if case .nudge = event {
+                // The job waits for the store, which may not answer: the record last read, and
+                // why it waits.
+                if let waiting = waiting(id) {
+                    try await replier.reply(JobReply(job: last, waiting: waiting), continues: true)
+                }
+                continue
+            }
             guard let job = try await book.job(id) else { throw jobNotFound(id) }
+            last = job
             try await replier.reply(JobReply(job: job), continues: !job.isFinal)
             if job.isFinal { return }
         }

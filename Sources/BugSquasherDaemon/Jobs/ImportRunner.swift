@@ -217,6 +217,7 @@ final class ImportRunner: Service {
                             (failure as? GraphError)?.code == .storeIO
                             ? "the database cannot be reached" : "the store is locked by another program"
                         activityHandler(.waiting(JobWait(job: job, reason: why, since: Date())))
+                        book.outcomes.nudgeWatches(of: job)
                         logger.warning(
                             "\(why); the import resumes from its last committed chunk once it can write",
                             metadata: [

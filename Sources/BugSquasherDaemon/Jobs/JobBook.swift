@@ -177,6 +177,12 @@ final class UnrecordedFailures: Sendable {
         }
     }
 
+    /// Wakes the watches on job `id` to look at what the import runner says of it (a job that
+    /// waits for the store writes no record meanwhile, so nothing else would wake them).
+    func nudgeWatches(of id: String) {
+        for watcher in state.withLock({ $0.watchers[id] ?? [] }) { watcher.nudge() }
+    }
+
     /// Stops ending `subscription` for job `id`.
     func unwatch(_ id: String, _ subscription: Subscription) {
         state.withLock { state in state.watchers[id]?.removeAll { $0 === subscription } }

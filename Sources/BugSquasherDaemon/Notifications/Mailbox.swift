@@ -23,6 +23,10 @@ struct Mailbox {
         /// The subscriber fell behind; it must reconnect with `since` = this token, the last one
         /// it was sent, so that resuming from it yields every save exactly once.
         case resync(HistoryToken)
+        /// Nothing was saved, but the feed's task has something to look at outside the mailbox
+        /// (a job follower: its job waits for the store). Several nudges before the task asks
+        /// are one.
+        case nudge
     }
 
     /// Objects a registration found out of date: changed since the versions the subscriber
@@ -100,6 +104,9 @@ struct Mailbox {
     /// Not the token delivered when it overflowed: a history replay may still be sending
     /// older saves, and a resync from before those would deliver them twice.
     private var mustResync = false
+    /// A nudge came while the feed's task was busy: the next event is one, once nothing else
+    /// is pending.
+    private var nudged = false
 
     /// A mailbox whose subscriber has everything up to `delivered`.
     init(pendingLimit: Int, delivered: HistoryToken) {
@@ -164,6 +171,17 @@ struct Mailbox {
     /// The publisher wrote a save itself (``OfferAction/sendNow(_:)``).
     mutating func sentNow(_ token: HistoryToken) {
         markDelivered(token)
+    }
+
+    /// Asks the feed's task to look outside the mailbox (see ``Event/nudge``).
+    mutating func nudge() -> OfferAction {
+        guard !isClosed else { return .none }
+        if isWaiting {
+            isWaiting = false
+            return .wake(.nudge)
+        }
+        nudged = true
+        return .none
     }
 
     /// Objects a registration found out of date.
@@ -237,6 +255,10 @@ struct Mailbox {
             return .deliver(.save(save, live: true))
         }
         pendingObjects = 0
+        if nudged {
+            nudged = false
+            return .deliver(.nudge)
+        }
         isWaiting = true
         return .wait
     }

@@ -227,6 +227,11 @@ final class Subscription: Sendable {
         perform(state.withLock { state in Self.delivery(of: state.mailbox.lostHistory(), in: &state) })
     }
 
+    /// Wakes the feed's task to look outside the mailbox (see ``Mailbox/Event/nudge``).
+    func nudge() {
+        perform(state.withLock { state in Self.delivery(of: state.mailbox.nudge(), in: &state) })
+    }
+
     /// Queues objects a registration found out of date.
     func offerRefresh(_ refresh: Mailbox.Refresh) {
         perform(state.withLock { state in Self.delivery(of: state.mailbox.offerRefresh(refresh), in: &state) })
