@@ -92,7 +92,16 @@ struct JobsInterface: VarlinkInterface {
         async throws
     {
         guard call.more else { throw VarlinkError.expectedMore }
-        try await watch(try call.parameters(JobParameter.self).job, replier: replier)
+        let job = try call.parameters(JobParameter.self).job
+        do {
+            try await watch(job, replier: replier)
+        } catch let error as GraphError where error.isStoreUnavailable {
+            // Said of the job the client asked for, not only of the read that failed.
+            throw VarlinkError(
+                "io.bugsquasher.Jobs.StoreUnavailable",
+                statement: "Job \(job) cannot be followed now. \(error.statement)",
+                advice: "The job goes on by itself once the store answers; follow it again then. \(error.advice)")
+        }
     }
 
     /// `Status`: the store, the token, the subscribers and the running job.
