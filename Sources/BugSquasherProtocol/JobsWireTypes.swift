@@ -88,6 +88,22 @@ public struct JobReply: Codable, Sendable {
     public init(job: WireJob, waiting: WireJobWait? = nil) { (self.job, self.waiting) = (job, waiting) }
 }
 
+/// A job waiting to resume, as `Jobs.Status` and `Jobs.Watch` report it.
+public struct WireJobWait: Codable, Sendable, Hashable {
+    /// The job's ID.
+    public var job: String
+    /// Why it waits, in words: "the database cannot be reached", "the store is locked by
+    /// another program".
+    public var reason: String
+    /// When it began to wait (ISO 8601, UTC).
+    public var since: String
+
+    /// Creates a description.
+    public init(job: String, reason: String, since: String) {
+        (self.job, self.reason, self.since) = (job, reason, since)
+    }
+}
+
 /// The reply of `io.bugsquasher.Jobs.List`.
 public struct JobsReply: Codable, Sendable {
     /// The jobs, newest first.

@@ -91,22 +91,6 @@ public struct WireProblem: Codable, Sendable, Hashable {
     }
 }
 
-/// A job waiting to resume, as `Jobs.Status` reports it.
-public struct WireJobWait: Codable, Sendable, Hashable {
-    /// The job's ID.
-    public var job: String
-    /// Why it waits, in words: "the database cannot be reached", "the store is locked by
-    /// another program".
-    public var reason: String
-    /// When it began to wait (ISO 8601, UTC).
-    public var since: String
-
-    /// Creates a description.
-    public init(job: String, reason: String, since: String) {
-        (self.job, self.reason, self.since) = (job, reason, since)
-    }
-}
-
 /// A daemon attached to a shared store, as `Jobs.Status` lists it.
 public struct WireDaemon: Codable, Sendable, Hashable {
     /// Its daemon ID (the `daemon` of the jobs it runs).

@@ -114,7 +114,7 @@ struct JobsInterface: VarlinkInterface {
             conflictsResolved: stack.writerCoordinator.resolvedConflictCount
                 + stack.mainCoordinator.resolvedConflictCount)
         reply.store = storeDescription
-        reply.waitingJob = waitingJob().flatMap { waiting($0.job) }
+        reply.waitingJob = waitingJob().map(Self.wire)
         if book.identity.sharesStore { reply.daemon = book.identity.id }
         let membership = stack.store as? any StoreMembership
         // A database that does not answer is reported at once, not waited for.
@@ -146,8 +146,12 @@ struct JobsInterface: VarlinkInterface {
     /// Why job `id` waits to resume, if it does.
     private func waiting(_ id: String) -> WireJobWait? {
         guard let wait = waitingJob(), wait.job == id else { return nil }
-        return WireJobWait(
-            job: wait.job, reason: wait.reason, since: ISO8601Date.format(wait.since, fractionalSeconds: false))
+        return Self.wire(wait)
+    }
+
+    /// `wait` as `Jobs.Status` and `Jobs.Watch` send it.
+    private static func wire(_ wait: JobWait) -> WireJobWait {
+        WireJobWait(job: wait.job, reason: wait.reason, since: ISO8601Date.format(wait.since, fractionalSeconds: false))
     }
 
     /// `reply` with the daemon's health.

@@ -797,6 +797,11 @@ enum ImportActivity: Sendable {
     case importing(ImportProgress)
     /// A job waits for the store to take writes again, to resume from its last committed chunk.
     case waiting(JobWait)
+
+    /// Whether no job runs.
+    var isIdle: Bool {
+        if case .idle = self { true } else { false }
+    }
 }
 
 /// A job that waits to resume: its ID, why (in words), and since when.

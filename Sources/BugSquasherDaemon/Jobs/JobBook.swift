@@ -138,7 +138,9 @@ func jobNotFound(_ id: String) -> VarlinkError {
 /// Job failures that could not be written to the store, because writing is what failed (a full
 /// disk, a file system gone read-only). Without them such a job would read `running` until the
 /// daemon restarts, and whoever waits on it would wait for good. Kept in memory: at the next
-/// start the job is retried.
+/// start the job is retried. It also keeps the jobs' watches (`Jobs.Watch`): it ends them on
+/// such a failure, and nudges them when their job waits for the store, which writes no record
+/// either.
 final class UnrecordedFailures: Sendable {
     private struct State {
         var failures: [String: String] = [:]

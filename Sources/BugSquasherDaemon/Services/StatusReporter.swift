@@ -32,9 +32,9 @@ final class StatusReporter: Sendable {
     func update(_ activity: ImportActivity) {
         let wasIdle = self.activity.withLock { old in
             defer { old = activity }
-            if case .idle = old { return true } else { return false }
+            return old.isIdle
         }
-        if wasIdle, case .idle = activity { return }
+        if wasIdle, activity.isIdle { return }
         publish()
     }
 
