@@ -57,7 +57,7 @@ struct PostgresSelect {
     /// ``PostgresStore`` screens them for this process's observers (``InsertInterest``). The
     /// server can start from the predicate's index (a watch's keys) rather than from each key.
     mutating func rows(among keys: [Int64], matching predicate: ObjectPredicate) throws -> String {
-        bindings.append(keys)
+        bindings.append(KeyArray(keys))
         parameterCount += 1
         let whereClause = try condition(predicate)
         return

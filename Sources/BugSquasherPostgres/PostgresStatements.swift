@@ -59,7 +59,7 @@ extension PostgresStore {
     static func bindings(_ arguments: [Value], arrays: [[Int64]] = []) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: arguments.count + arrays.count)
         for argument in arguments { try bind(argument, to: &bindings) }
-        for array in arrays { bindings.append(array) }
+        for array in arrays { bindings.append(KeyArray(array)) }
         return bindings
     }
 

@@ -138,30 +138,39 @@ extension PostgresStore {
         // Small saves carry their updated rows (see `historyPayload`): those are not read again.
         var reading = isSmall ? didSave.updated.filter { $0.values == nil }.map(\.objectID) : []
         var rows: [ObjectID: RowSnapshot] = [:]
-        var leftOut = Set<ObjectID>()
-        let insertsByEntity = Dictionary(
-            grouping: didSave.inserted.filter { $0.values == nil }, by: \.objectID.entityName)
+        // Inserts are handled by position: an import's chunk brings a thousand, which every
+        // other daemon goes through (copying the changes, or hashing their IDs, cost more
+        // than the rest of the delivery).
+        var leftOut: [Bool] = []
         let interest = insertInterest.withLock { $0 }
         var every: [ObjectID] = []
-        for (entity, inserts) in insertsByEntity {
+        for (entity, positions) in Self.insertsWithoutValues(didSave.inserted) {
             // Without a screen, a small save's inserts are read and a large one's left without values.
             guard let interest else {
-                if isSmall { every += inserts.map(\.objectID) }
+                if isSmall { every += positions.map { didSave.inserted[$0].objectID } }
                 continue
             }
             switch interest(entity) {
-            case .none: leftOut.formUnion(inserts.map(\.objectID))
-            case .every: every += inserts.map(\.objectID)
+            case .none:
+                Self.leave(positions, outOf: &leftOut, count: didSave.inserted.count)
+            case .every:
+                every += positions.map { didSave.inserted[$0].objectID }
             case .matching(let predicate):
-                guard let found = try screened(inserts, of: entity, matching: predicate, state: state, on: connection)
+                let keys = positions.map { didSave.inserted[$0].objectID.key }
+                guard let found = try screened(keys, of: entity, matching: predicate, state: state, on: connection)
                 else { continue }
-                for insert in inserts where found[insert.objectID] == nil { leftOut.insert(insert.objectID) }
+                let unmatched =
+                    found.isEmpty ? positions : positions.filter { found[didSave.inserted[$0].objectID] == nil }
+                Self.leave(unmatched, outOf: &leftOut, count: didSave.inserted.count)
                 rows.merge(found) { $1 }
             }
         }
         if isSmall || every.count <= Self.insertValuesUpToObjects { reading += every }
         if !reading.isEmpty { rows.merge(try self.rows(for: reading, state: state, on: connection)) { $1 } }
-        if !leftOut.isEmpty { didSave.inserted.removeAll { leftOut.contains($0.objectID) } }
+        if !leftOut.isEmpty {
+            didSave.inserted = didSave.inserted.indices.compactMap { leftOut[$0] ? nil : didSave.inserted[$0] }
+        }
+        guard !rows.isEmpty else { return }
         for index in didSave.inserted.indices {
             let change = didSave.inserted[index]
             if let row = rows[change.objectID], row.version == change.version { didSave.inserted[index].values = row }
@@ -172,13 +181,37 @@ extension PostgresStore {
         }
     }
 
-    /// The rows of `inserts` (of `entity`) that match `predicate`, screened by the server. A row
+    /// The positions of the inserts that came without values, by entity, in the order the
+    /// entities first appear (a save's inserts come in runs of one entity).
+    private static func insertsWithoutValues(_ inserted: [ObjectChange]) -> [(entity: String, positions: [Int])] {
+        var groups: [(entity: String, positions: [Int])] = []
+        var current = -1
+        for (position, change) in inserted.enumerated() where change.values == nil {
+            let entity = change.objectID.entityName
+            if current < 0 || groups[current].entity != entity {
+                current = groups.firstIndex { $0.entity == entity } ?? groups.count
+                if current == groups.count { groups.append((entity, [])) }
+            }
+            groups[current].positions.append(position)
+        }
+        return groups
+    }
+
+    /// Marks the inserts at `positions` as left out of the delivery (`leftOut` has one flag
+    /// per insert of the save, `count`, once any is).
+    private static func leave(_ positions: [Int], outOf leftOut: inout [Bool], count: Int) {
+        guard !positions.isEmpty else { return }
+        if leftOut.isEmpty { leftOut = [Bool](repeating: false, count: count) }
+        for position in positions { leftOut[position] = true }
+    }
+
+    /// The rows of the inserts of `keys` (of `entity`) that match `predicate`, screened by the server. A row
     /// changed again since matches or not as it is now (the caller keeps it without values).
     /// `nil` when the predicate cannot be screened (the server or the store refused it): the
     /// inserts then stay, without values, and pass every watch, rather than stop the delivery of
     /// every later save. A broken connection throws, and the delivery is tried again.
     private func screened(
-        _ inserts: [ObjectChange], of entity: String, matching predicate: ObjectPredicate, state: Loaded,
+        _ keys: [Int64], of entity: String, matching predicate: ObjectPredicate, state: Loaded,
         on connection: PostgresConnection
     ) throws -> [ObjectID: RowSnapshot]? {
         let refusal: String
@@ -187,7 +220,7 @@ extension PostgresStore {
             var select = PostgresSelect(
                 model: state.model, entity: description, storeIdentifier: state.metadata.storeIdentifier)
             // Unnamed: the predicate changes as subscribers come and go (see `PreparedNames`).
-            let sql = try select.rows(among: inserts.map(\.objectID.key), matching: predicate)
+            let sql = try select.rows(among: keys, matching: predicate)
             let rows = try run(sql, binds: select.bindings, on: connection)
             return try Self.snapshots(rows, entity: description, store: state.metadata.storeIdentifier)
         } catch let error as PSQLError where error.serverInfo != nil {

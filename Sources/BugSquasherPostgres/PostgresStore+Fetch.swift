@@ -53,7 +53,7 @@ extension PostgresStore {
             let entity = try state.model.requireEntity(name)
             let table = PostgresSchema.quote(name)
             var bindings = PostgresBindings()
-            bindings.append(ids.map(\.key))
+            bindings.append(KeyArray(ids.map(\.key)))
             let rows = try run(
                 "SELECT \(PostgresSchema.columns(of: entity)) FROM \(table) t WHERE t.pk = ANY($1)", binds: bindings,
                 on: connection)
@@ -128,7 +128,7 @@ extension PostgresStore {
         return try withConnection("allocate primary keys") { connection in
             var bindings = PostgresBindings()
             bindings.append(blocks.map(\.0))
-            bindings.append(blocks.map(\.1))
+            bindings.append(KeyArray(blocks.map(\.1)))
             let rows = try runPrepared(
                 """
                 INSERT INTO bs_sequence (entity, next) SELECT e, 1 + c FROM unnest($1::text[], $2::int8[]) AS x(e, c)

@@ -75,6 +75,28 @@ struct JSONReaderWriterTests {
         #expect(pair.bytes == Array("[12,-3]".utf8))
     }
 
+    /// Integers of up to 18 digits are read from the bytes, longer ones as text: both give the
+    /// same values, and a fraction, an exponent or an overflow is refused either way.
+    @Test("integers of any length are read back, and non-integers refused")
+    func readIntegers() throws {
+        let values: [Int64] = [
+            0, 7, -1, 10, 999_999_999_999_999_999, -999_999_999_999_999_999, 1_000_000_000_000_000_000, .max, .min,
+        ]
+        for value in values {
+            #expect(try read(Array(String(value).utf8)) { try $0.int64() } == value)
+            #expect(
+                try read(Array("[\(value), \(value)]".utf8)) { reader in
+                    var read: [Int64] = []
+                    try reader.array { read.append(try $0.int64()) }
+                    return read
+                } == [value, value])
+        }
+        #expect(try read(Array("-0".utf8)) { try $0.int64() } == 0)
+        for json in ["1.5", "1e3", "2E+1", "-", "9223372036854775808", "-9223372036854775809", "x"] {
+            #expect(throws: JSONReader.Failure.self, "\(json)") { try read(Array(json.utf8)) { try $0.int64() } }
+        }
+    }
+
     @Test("objects, arrays, numbers, booleans and null are written and read in order")
     func documents() throws {
         var writer = JSONWriter()
