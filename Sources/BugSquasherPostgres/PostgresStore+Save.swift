@@ -202,9 +202,12 @@ extension PostgresStore {
         sql: String, arguments: [Value]
     ) {
         let names = columnNames(of: entity)
-        guard changedColumns(row, names: names).isEmpty else {
-            let (sql, arguments) = update(row, of: entity)
-            return (sql + " RETURNING _version", arguments)
+        let columns = changedColumns(row, names: names)
+        guard columns.isEmpty else {
+            return (
+                updateText(of: entity, names: names, columns: columns) + " RETURNING _version",
+                updateArguments(row, columns: columns)
+            )
         }
         var arguments: [Value] = [.int64(row.objectID.key), .int64(row.expectedVersion)]
         var unchanged = ["TRUE"]
@@ -246,19 +249,21 @@ extension PostgresStore {
         (a.entityName, a.key) < (b.entityName, b.key)
     }
 
-    /// The UPDATE of `row`'s changed columns, checked against the version the context saw:
-    /// its parameters are `$1`… in the order of `arguments`.
-    static func update(_ row: SaveChanges.Row, of entity: EntityDescription) -> (sql: String, arguments: [Value]) {
-        let names = columnNames(of: entity)
-        var arguments: [Value] = []
+    /// The UPDATE of `columns` (indexes into ``columnNames(of:)``, which are `names`) of a row
+    /// of `entity`, checked against the version the context saw: its parameters are the
+    /// columns' values, `$1`…, then the row's primary key and that version.
+    static func updateText(of entity: EntityDescription, names: [String], columns: [Int]) -> String {
         var sql = "UPDATE \(PostgresSchema.quote(entity.name)) SET _version = _version + 1"
-        for column in changedColumns(row, names: names) {
-            arguments.append(value(row, column: column))
-            sql += ", \(PostgresSchema.quote(names[column])) = $\(arguments.count)"
+        for (position, column) in columns.enumerated() {
+            sql += ", \(PostgresSchema.quote(names[column])) = $\(position + 1)"
         }
-        arguments += [.int64(row.objectID.key), .int64(row.expectedVersion)]
-        sql += " WHERE pk = $\(arguments.count - 1) AND _version = $\(arguments.count)"
-        return (sql, arguments)
+        sql += " WHERE pk = $\(columns.count + 1) AND _version = $\(columns.count + 2)"
+        return sql
+    }
+
+    /// The parameters of ``updateText(of:names:columns:)`` for `row`.
+    static func updateArguments(_ row: SaveChanges.Row, columns: [Int]) -> [Value] {
+        columns.map { value(row, column: $0) } + [.int64(row.objectID.key), .int64(row.expectedVersion)]
     }
 
     /// The columns of `entity`'s rows a save may change: its attributes, then its to-one

@@ -40,6 +40,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     let preparedNames = PreparedNames()
     /// The history's page statements this process prepared on its connections.
     let preparedPages = PreparedPages()
+    /// The statements of one-object edits, by what they change (`writeSingleUpdate`).
+    let singleUpdateTexts = Mutex<[SingleUpdateShape: String]>([:])
     private let registrations = RegistrationCounts()
     let commitHandlers = Mutex<[@Sendable (DidSave) -> Void]>([])
     /// The observers of the other processes' saves only (``SharedStore``).
