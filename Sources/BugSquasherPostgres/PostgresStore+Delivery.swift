@@ -205,8 +205,9 @@ extension PostgresStore {
         for position in positions { leftOut[position] = true }
     }
 
-    /// The rows of the inserts of `keys` (of `entity`) that match `predicate`, screened by the server. A row
-    /// changed again since matches or not as it is now (the caller keeps it without values).
+    /// The rows of the inserts of `keys` (of `entity`) that match `predicate`, screened by the
+    /// server. A row changed again since matches or not as it is now (the caller keeps it
+    /// without values).
     /// `nil` when the predicate cannot be screened (the server or the store refused it): the
     /// inserts then stay, without values, and pass every watch, rather than stop the delivery of
     /// every later save. A broken connection throws, and the delivery is tried again.
