@@ -257,6 +257,7 @@ public struct JSONReader {
 
     /// Reads a number.
     package mutating func number() throws -> Number {
+        if let value = shortInteger() { return .integer(value) }
         let (text, start) = try numberText()
         if let integer = Int64(text) { return .integer(integer) }
         guard let double = Double(text), double.isFinite else {
@@ -310,9 +311,9 @@ public struct JSONReader {
 
     /// An integer of at most 18 digits (which cannot overflow) that comes next, read straight
     /// from the bytes; `nil`, with nothing read, for anything else (more digits, a fraction, an
-    /// exponent, no digits), which ``int64()`` reads as text. Histories and imports are mostly
-    /// such integers: a `String` for each cost a daemon reading another's import chunk 13 % of
-    /// its instructions.
+    /// exponent, no digits), which ``int64()``, ``integer()`` and ``number()`` read as text.
+    /// Histories, imports and feeds are mostly such integers: a `String` for each cost a daemon
+    /// reading another's import chunk 13 % of its instructions.
     private mutating func shortInteger() -> Int64? {
         skipWhitespace()
         var position = index
@@ -347,6 +348,7 @@ public struct JSONReader {
 
     /// Reads an integer.
     package mutating func integer() throws -> Int {
+        if let value = shortInteger() { return Int(value) }
         let (text, start) = try numberText()
         guard let value = Int(text) else { throw Failure(message: "expected an integer", offset: start) }
         return value

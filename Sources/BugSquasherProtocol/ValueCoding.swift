@@ -15,7 +15,7 @@ public struct WireCoding: Sendable {
     /// A row's values as a JSON object.
     public func encode(_ row: RowSnapshot, entity: EntityDescription) -> [String: JSONValue] {
         var values: [String: JSONValue] = [:]
-        // Sized once: growing it cost a subscriber's every refreshed object a tenth of its encoding.
+        // Sized once: growing it was a tenth of a daemon's work for each refresh it sends.
         values.reserveCapacity(entity.attributes.count + entity.toOneRelationships.count)
         for (index, attribute) in entity.attributes.enumerated() where index < row.attributes.count {
             values[attribute.name] = Self.encode(row.attributes[index])

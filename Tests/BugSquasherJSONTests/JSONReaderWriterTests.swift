@@ -77,13 +77,15 @@ struct JSONReaderWriterTests {
 
     /// Integers of up to 18 digits are read from the bytes, longer ones as text: both give the
     /// same values, and a fraction, an exponent or an overflow is refused either way.
-    @Test("integers of any length are read back, and non-integers refused")
+    @Test("integers of any length are read back, as integers and as numbers, and non-integers refused")
     func readIntegers() throws {
         let values: [Int64] = [
             0, 7, -1, 10, 999_999_999_999_999_999, -999_999_999_999_999_999, 1_000_000_000_000_000_000, .max, .min,
         ]
         for value in values {
             #expect(try read(Array(String(value).utf8)) { try $0.int64() } == value)
+            #expect(try read(Array(String(value).utf8)) { try $0.integer() } == Int(value))
+            #expect(try read(Array(String(value).utf8)) { try $0.number() } == .integer(value))
             #expect(
                 try read(Array("[\(value), \(value)]".utf8)) { reader in
                     var read: [Int64] = []
@@ -95,6 +97,9 @@ struct JSONReaderWriterTests {
         for json in ["1.5", "1e3", "2E+1", "-", "9223372036854775808", "-9223372036854775809", "x"] {
             #expect(throws: JSONReader.Failure.self, "\(json)") { try read(Array(json.utf8)) { try $0.int64() } }
         }
+        // A number that is no short integer is still read whole, as a double.
+        #expect(try read(Array("12.5".utf8)) { try $0.number() } == .double(12.5))
+        #expect(try read(Array("1e3".utf8)) { try $0.number() } == .double(1_000))
     }
 
     @Test("objects, arrays, numbers, booleans and null are written and read in order")

@@ -5,8 +5,8 @@
 /// gathers first: it waits until as many edits as that batch had have come on top of those
 /// already waiting, for at most as long as that batch took to commit (and ``maximumGather``),
 /// since the clients it answered are most likely sending their next edits. A lone edit never
-/// waits. Pure:
-/// ``EditQueue`` carries its decisions out; times are nanoseconds of any monotonic clock.
+/// waits. Pure: ``EditQueue`` carries its decisions out; times are nanoseconds of any monotonic
+/// clock.
 ///
 /// Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit together".
 struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
