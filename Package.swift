@@ -342,7 +342,8 @@ let package = Package(
             name: "BugSquasherPostgresTests",
             dependencies: [
                 "BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherStack",
-                .product(name: "Logging", package: "swift-log"), .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictSettings
         ),

@@ -6,11 +6,12 @@ import PostgresNIO
 import Synchronization
 
 /// Hands the commits of other processes to a ``PostgresStore``'s commit observers: a listener
-/// on the store's hint channel wakes a thread that reads the history after the last token
-/// delivered; the thread also looks once a second, for a hint that never came (hints sent while
-/// the listener was disconnected are lost). After a lost connection the listener reconnects by
-/// itself and the thread catches up from the last token. The listening connection also sends the
-/// store's heartbeat, which notices a network that drops packets.
+/// on the store's hint channel reads the history after the last token delivered, delivers what
+/// needs no wait on its event loop, and wakes a thread for the rest; the thread also looks once
+/// a second, for a hint that never came (hints sent while the listener was disconnected are
+/// lost). After a lost connection the listener reconnects by itself and the thread catches up
+/// from the last token. The listening connection also sends the store's heartbeat, which
+/// notices a network that drops packets.
 /// Why it is built this way: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints" and
 /// "A heartbeat tells a dead network from a quiet one".
 final class HistoryFollower: Sendable {
@@ -89,8 +90,11 @@ final class HistoryFollower: Sendable {
                     // follower does not wake only to wait for the connection.
                     if token != nil, store.isWriting { return }
                     // Another process's save: its history rows are read here, on the loop that
-                    // heard the hint, and the follower wakes to find them read.
-                    if token != nil, let page = await store.readHistory(on: connection) {
+                    // heard the hint, and delivered here when that needs no wait; the follower
+                    // wakes to deliver what is left, finding the rows read.
+                    if let token, let page = await store.readHistory(on: connection) {
+                        store.deliverWithoutWaiting(page)
+                        if store.isDelivered(through: token) { return }
                         read.offer(page)
                     }
                     wake.signal()

@@ -62,14 +62,8 @@ extension PostgresStore {
             for record in current.records {
                 // Tokens have no gaps: a missing one was pruned (retention) before it was read.
                 if record.token > last + 1 { reportGap(after: last, through: record.token - 1) }
-                var didSave = try HistoryCoding.decode(
-                    record.payload, store: store, token: HistoryToken(rawValue: record.token),
-                    model: loaded.withLock { $0?.model })
-                try attachValues(to: &didSave, on: connection)
-                remember(didSave)
-                for handler in handlers { handler(didSave) }
+                try deliver(record, store: store, to: handlers, on: connection)
                 last = record.token
-                delivered.withLock { $0 = record.token }
             }
             if current.isWhole { break }
         }
@@ -78,6 +72,54 @@ extension PostgresStore {
         if let limit, last + 1 < limit {
             reportGap(after: last, through: limit - 1)
             delivered.withLock { $0 = limit - 1 }
+        }
+    }
+
+    /// Hands the observers the save of `record`, with its values (read on `connection`), and
+    /// counts it delivered. Without a connection, throws ``NeedsReading`` before handing it out
+    /// when its values would have to be read.
+    private func deliver(
+        _ record: HistoryPage.Record, store: String, to handlers: [@Sendable (DidSave) -> Void],
+        on connection: PostgresConnection?
+    ) throws {
+        var didSave = try HistoryCoding.decode(
+            record.payload, store: store, token: HistoryToken(rawValue: record.token),
+            model: loaded.withLock { $0?.model })
+        try attachValues(to: &didSave, on: connection)
+        remember(didSave)
+        for handler in handlers { handler(didSave) }
+        delivered.withLock { $0 = record.token }
+    }
+
+    /// A save whose delivery needs rows read, met where no connection may be waited for.
+    private struct NeedsReading: Error {}
+
+    /// Delivers the saves of `page` (read on the listener's connection after a hint) right
+    /// here, on the listener's event loop, as far as that needs no wait: while nothing holds
+    /// the writing connection, and for saves that carry what their delivery needs (an edit's
+    /// rows come in the history). The follower's thread is then not woken, which saved a
+    /// thread wake-up on the way of every edit of another daemon to this one's subscribers.
+    /// What is left (a gap, a save whose rows must be read, the connection held) the follower
+    /// delivers as before. Why: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
+    func deliverWithoutWaiting(_ page: HistoryPage) {
+        guard isObserved, !counterBehind.load(ordering: .relaxed),
+            let store = loaded.withLock({ $0?.metadata.storeIdentifier })
+        else { return }
+        // Held by a save of this process or by the follower, the connection says that a delivery
+        // may be under way: the saves must reach the observers in token order.
+        ifConnectionFree {
+            let handlers = commitHandlers.withLock { $0 } + otherHandlers.withLock { $0 }
+            guard var last = delivered.withLock({ $0 }) else { return }
+            for record in page.records where record.token > last {
+                // A gap (saves pruned unread) is the follower's to report.
+                guard record.token == last + 1 else { return }
+                do {
+                    try deliver(record, store: store, to: handlers, on: nil)
+                } catch {
+                    return
+                }
+                last = record.token
+            }
         }
     }
 
@@ -132,7 +174,7 @@ extension PostgresStore {
     /// inserts the observers look for (``screenInsertsOfOthers(by:)``), which the server
     /// screens; those they do not look for are left out. A row a later save changed keeps its
     /// values out (they would not be this save's).
-    private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection) throws {
+    private func attachValues(to didSave: inout DidSave, on connection: PostgresConnection?) throws {
         guard let state = loaded.withLock({ $0 }) else { return }
         let isSmall = didSave.objectCount <= Self.valuesUpToObjects
         // Small saves carry their updated rows (see `historyPayload`): those are not read again.
@@ -156,6 +198,7 @@ extension PostgresStore {
             case .every:
                 every += positions.map { didSave.inserted[$0].objectID }
             case .matching(let predicate):
+                guard let connection else { throw NeedsReading() }
                 let keys = positions.map { didSave.inserted[$0].objectID.key }
                 guard let found = try screened(keys, of: entity, matching: predicate, state: state, on: connection)
                 else { continue }
@@ -166,7 +209,10 @@ extension PostgresStore {
             }
         }
         if isSmall || every.count <= Self.insertValuesUpToObjects { reading += every }
-        if !reading.isEmpty { rows.merge(try self.rows(for: reading, state: state, on: connection)) { $1 } }
+        if !reading.isEmpty {
+            guard let connection else { throw NeedsReading() }
+            rows.merge(try self.rows(for: reading, state: state, on: connection)) { $1 }
+        }
         if !leftOut.isEmpty {
             didSave.inserted = didSave.inserted.indices.compactMap { leftOut[$0] ? nil : didSave.inserted[$0] }
         }

@@ -155,6 +155,15 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         return try with(writing, action, body)
     }
 
+    /// Runs `body` holding the writing connection's lock, as ``withConnection(_:countsAsWriting:_:)``
+    /// does without counting as writing, but only when no one holds it, and without the
+    /// connection: for work that must not interleave with a save or a delivery, on a thread that
+    /// may not wait (an event loop). Returns whether `body` ran.
+    @discardableResult
+    func ifConnectionFree(_ body: () -> Void) -> Bool {
+        writing.connection.withLockIfAvailable { _ in body() } != nil
+    }
+
     /// Whether a thread holds or waits for the writing connection (other than the follower
     /// delivering other processes' saves): it looks at the hints that came meanwhile when it
     /// lets go (see ``HistoryFollower``).

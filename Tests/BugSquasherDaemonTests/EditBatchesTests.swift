@@ -122,11 +122,45 @@ struct EditBatchesTests {
         #expect(off.finished(at: 100).commits == [2, 3])
         #expect(off.finished(at: 200).isIdle)
     }
+
+    /// An edit after a quiet spell commits where it arrived; one close behind the last batch
+    /// goes to the queue's thread, so that the edits of busy clients still gather.
+    @Test("an edit after a quiet spell commits where it arrived")
+    func quietSpell() {
+        var batches = Batches(limit: 16, maximumGather: 300, quietGap: 1_000)
+        // The first edit ever finds the queue quiet.
+        #expect(batches.arrived(1, editing: "a", at: 0).commitsHere == [1])
+        #expect(batches.isCommitting)
+        #expect(batches.arrived(2, editing: "b", at: 100).waits)
+        #expect(batches.finished(at: 200).commits == [2])
+        #expect(batches.finished(at: 400).isIdle)
+        // 999 after that: not quiet yet.
+        #expect(batches.arrived(3, editing: "a", at: 1_399).commits == [3])
+        #expect(batches.finished(at: 1_500).isIdle)
+        // 1,000 after: quiet.
+        #expect(batches.arrived(4, editing: "a", at: 2_500).commitsHere == [4])
+        // Behind it, the others wait as behind any batch, and gather after a batch of several.
+        #expect(batches.arrived(5, editing: "b", at: 2_600).waits)
+        #expect(batches.arrived(6, editing: "c", at: 2_600).waits)
+        #expect(batches.finished(at: 2_700).commits == [5, 6])
+        #expect(batches.finished(at: 2_800).gathers == 2_900)
+        #expect(batches.poll(at: 2_900).isIdle)
+        // A gathering that ended idle is not a batch finished: the quiet spell counts from 2,800.
+        #expect(batches.arrived(7, editing: "a", at: 3_700).commits == [7])
+        // Off by default.
+        var off = Batches(limit: 16)
+        #expect(off.arrived(1, editing: "a", at: 0).commits == [1])
+        #expect(off.finished(at: 10).isIdle)
+        #expect(off.arrived(2, editing: "a", at: 1_000_000_000).commits == [2])
+    }
 }
 
 extension EditBatches.Arrival {
     fileprivate var commits: [Ticket]? {
         if case .commit(let tickets) = self { tickets } else { nil }
+    }
+    fileprivate var commitsHere: [Ticket]? {
+        if case .commitHere(let tickets) = self { tickets } else { nil }
     }
     fileprivate var waits: Bool {
         if case .waits = self { true } else { false }

@@ -3,6 +3,7 @@ import BugSquasherModel
 import BugSquasherStack
 import Foundation
 import Logging
+import NIOPosix
 import PostgresNIO
 import Synchronization
 import Testing
@@ -190,6 +191,45 @@ struct PostgresStoreTests {
         let tokens = observed.withLock { $0.map(\.token) }
         #expect(tokens == Array(1...Int64(2 * saves)), "\(tokens)")
         #expect(observed.withLock { $0.allSatisfy { $0.inserted == 1 } })
+    }
+
+    /// Another process's edits carry their rows in the history: the listener hands them out on
+    /// its event loop, without waking the follower's thread. Inserts, whose rows must be read,
+    /// go through the thread; every save still arrives once, in token order, with its values.
+    @Test(
+        "another process's edits are delivered on the listener's loop, in order with the rest", .timeLimit(.minutes(1)))
+    func editsDeliveredOnTheLoop() async throws {
+        guard hasServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
+        let context = ObjectContext(
+            coordinator: try StoreCoordinator(model: BugModel.model, store: there), name: "there")
+        _ = try StoreCoordinator(model: BugModel.model, store: here)
+        let observed = Mutex<[(token: Int64, onLoop: Bool, valued: Bool)]>([])
+        here.observeCommits { didSave in
+            let onLoop = MultiThreadedEventLoopGroup.currentEventLoop != nil
+            let valued = (didSave.updated + didSave.inserted).allSatisfy { $0.values != nil }
+            observed.withLock { $0.append((didSave.token.rawValue, onLoop, valued)) }
+        }
+        let id = try await context.perform { context in try saveOpenBugs(1, prefix: "L", title: "t", in: context) }[0]
+        let edits = 20
+        for n in 1...edits {
+            // Paced, as a person edits: each hint finds the connection free.
+            let before = observed.withLock { $0.count }
+            _ = try #require(try there.edit(id, attributes: ["title": .string("edit \(n)")]))
+            if n % 5 == 0 {
+                _ = try await context.perform { context in try saveOpenBugs(1, prefix: "M\(n)", title: "t", in: context)
+                }
+            }
+            try await waitUntil("edit \(n) delivered") { observed.withLock { $0.count } > before }
+        }
+        let all = 1 + edits + edits / 5
+        try await waitUntil("every save delivered") { observed.withLock { $0.count } == all }
+        let seen = observed.withLock { $0 }
+        #expect(seen.map(\.token) == Array(1...Int64(all)))
+        #expect(seen.allSatisfy { $0.valued })
+        // The follower's once-a-second look may hold the connection as a hint comes: most go on the loop.
+        #expect(seen.count { $0.onLoop } >= edits / 2, "\(seen.map(\.onLoop))")
     }
 
     /// A process cut off longer than the retention finds the saves it had not read pruned: the

@@ -5,8 +5,10 @@
 /// gathers first: it waits until as many edits as that batch had have come on top of those
 /// already waiting, for at most as long as that batch took to commit (and ``maximumGather``),
 /// since the clients it answered are most likely sending their next edits. A lone edit never
-/// waits. Pure: ``EditQueue`` carries its decisions out; times are nanoseconds of any monotonic
-/// clock.
+/// waits. An edit that comes after a quiet spell (no batch finished for ``quietGap``) commits
+/// on the thread that received it: no other client is sending edits to gather behind it, and
+/// the hand-over to the queue's thread would only add a thread wake-up to its way.
+/// Pure: ``EditQueue`` carries its decisions out; times are nanoseconds of any monotonic clock.
 ///
 /// Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit together".
 struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
@@ -14,6 +16,11 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
     let limit: Int
     /// The longest a batch gathers edits, in nanoseconds (0: never).
     let maximumGather: UInt64
+    /// How long after the last batch finished an arriving edit commits where it arrived
+    /// (``Arrival/commitHere(_:)``), in nanoseconds (0: never).
+    let quietGap: UInt64
+    /// When the last batch finished; `nil` before the first.
+    private var lastFinished: UInt64?
     /// The edits waiting for a batch, in the order they came.
     private var waiting: [(ticket: Ticket, object: Object)] = []
     private var phase = Phase.idle
@@ -42,6 +49,9 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
     enum Arrival {
         /// Nothing committed: commit these edits (this one) now.
         case commit([Ticket])
+        /// Nothing committed for a quiet spell: commit these edits (this one) now, on the
+        /// thread that received it.
+        case commitHere([Ticket])
         /// The edit waits for the batch committing or gathering.
         case waits
         /// The edit completes the batch gathering: wake whoever gathers it.
@@ -49,10 +59,12 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
     }
 
     /// Batches of at most `limit` edits (at least 1), gathering for at most `maximumGather`
-    /// nanoseconds.
-    init(limit: Int, maximumGather: UInt64 = 0) {
+    /// nanoseconds; an edit arriving `quietGap` nanoseconds or more after the last batch
+    /// finished commits where it arrived (0: never).
+    init(limit: Int, maximumGather: UInt64 = 0, quietGap: UInt64 = 0) {
         self.limit = max(1, limit)
         self.maximumGather = maximumGather
+        self.quietGap = quietGap
     }
 
     /// How many edits wait for a batch.
@@ -69,7 +81,8 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
         switch phase {
         case .idle:
             guard let batch = next(at: now) else { return .waits }
-            return .commit(batch)
+            let quiet = quietGap > 0 && lastFinished.map { now >= $0 + quietGap } ?? true
+            return quiet ? .commitHere(batch) : .commit(batch)
         case .committing:
             return .waits
         case .gathering(let target, _):
@@ -85,6 +98,7 @@ struct EditBatches<Ticket: Sendable, Object: Hashable & Sendable>: Sendable {
             assertionFailure("a batch finished that was not committing")
             return .idle
         }
+        lastFinished = now
         let window = min(maximumGather, now > started ? now - started : 0)
         // The clients of a batch of several are most likely coming back; one client alone is
         // not waited for.

@@ -6,7 +6,9 @@ import Synchronization
 /// The edits of a store whose edits each wait on a server (`BatchEditable`, PostgreSQL),
 /// committed in batches on a thread of their own. A call waits here, off the write socket's
 /// thread, so that the edits other clients send meanwhile are read, and commit together in the
-/// next batch (``EditBatches`` decides which, and how long a batch gathers).
+/// next batch (``EditBatches`` decides which, and how long a batch gathers). An edit after a
+/// quiet spell commits on the write socket's thread itself: nothing is coming to gather, and
+/// the hand-over to the queue's thread and back cost the edit two thread wake-ups.
 ///
 /// Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit together".
 final class EditQueue: Sendable {
@@ -18,13 +20,18 @@ final class EditQueue: Sendable {
     /// nanoseconds (1 ms).
     static let maximumGather: UInt64 = 1_000_000
 
+    /// How long after the last batch finished an edit commits on the thread that received it,
+    /// in nanoseconds (1 ms): edits that many clients send come closer together than that.
+    static let quietGap: UInt64 = 1_000_000
+
     private struct Waiting: Sendable {
         let request: AttributeEditRequest
         let continuation: CheckedContinuation<DidSave?, any Error>
     }
 
     private struct State: Sendable {
-        var batches = EditBatches<Int, ObjectID>(limit: EditQueue.batchLimit, maximumGather: EditQueue.maximumGather)
+        var batches = EditBatches<Int, ObjectID>(
+            limit: EditQueue.batchLimit, maximumGather: EditQueue.maximumGather, quietGap: EditQueue.quietGap)
         var waiting: [Int: Waiting] = [:]
         var nextTicket = 0
 
@@ -76,26 +83,36 @@ final class EditQueue: Sendable {
             }
             switch arrival {
             // The batch's tickets are no one else's to take.
-            case .commit(let tickets): commit(state.withLock { $0.take(tickets) })
+            case .commit(let tickets): run(.commit(state.withLock { $0.take(tickets) }))
+            // The caller's thread may block: it is the write socket's own (see `ImportInterface`),
+            // whose other clients' calls wait for this one edit at most.
+            case .commitHere(let tickets): run(commit(state.withLock { $0.take(tickets) }))
             case .completes: gathered.signal()
             case .waits: break
             }
         }
     }
 
-    /// Commits `first`, then each batch that waited or gathered after it, until none waits.
-    private func commit(_ first: [Waiting]) {
+    /// Commits `batch` on this thread, answers its edits, and says what the queue does next.
+    private func commit(_ batch: [Waiting]) -> Next {
+        let results = store.edit(batch: batch.map(\.request))
+        // An edit without a result would wait for ever.
+        precondition(results.count == batch.count, "BatchEditable.edit(batch:) must answer every edit")
+        batches?.increment()
+        for (edit, result) in zip(batch, results) { edit.continuation.resume(with: result) }
+        return state.withLock { $0.carry($0.batches.finished(at: Self.now())) }
+    }
+
+    /// Carries out `first` on the queue's thread, then each batch that waited or gathered after
+    /// it, until none waits.
+    private func run(_ first: Next) {
+        if case .idle = first { return }
         Task(executorPreference: thread) { [self] in
-            var next = Next.commit(first)
+            var next = first
             while true {
                 switch next {
                 case .commit(let batch):
-                    let results = store.edit(batch: batch.map(\.request))
-                    // An edit without a result would wait for ever.
-                    precondition(results.count == batch.count, "BatchEditable.edit(batch:) must answer every edit")
-                    batches?.increment()
-                    for (edit, result) in zip(batch, results) { edit.continuation.resume(with: result) }
-                    next = state.withLock { $0.carry($0.batches.finished(at: Self.now())) }
+                    next = commit(batch)
                 case .gather(let deadline):
                     // Its own thread, which only commits edits: it may block.
                     _ = gathered.wait(timeout: DispatchTime(uptimeNanoseconds: deadline))

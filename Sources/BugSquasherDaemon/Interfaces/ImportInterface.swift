@@ -15,7 +15,8 @@ import Synchronization
 /// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only,
 /// whose connections run on that socket's own thread (an `EventLoopExecutor`): its edits and
 /// deletes save there (on PostgreSQL, attribute edits wait in an ``EditQueue`` to commit
-/// together), while import chunks save on the write threads (``ThreadExecutor/writers()``).
+/// together, but for one after a quiet spell), while import chunks save on the write threads
+/// (``ThreadExecutor/writers()``).
 struct ImportInterface: VarlinkInterface {
     let name = InterfaceName.importing
     let writes = true
