@@ -99,8 +99,8 @@ extension PostgresStore {
     /// the writing connection, and for saves that carry what their delivery needs (an edit's
     /// rows come in the history). The follower's thread is then not woken, which saved a
     /// thread wake-up on the way of every edit of another daemon to this one's subscribers.
-    /// What is left (a gap, a save whose rows must be read, the connection held) the follower
-    /// delivers as before. Why: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
+    /// What is left (a gap, a save with inserts or whose rows must be read, the connection
+    /// held) the follower delivers as before. Why: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
     func deliverWithoutWaiting(_ page: HistoryPage) {
         guard isObserved, !counterBehind.load(ordering: .relaxed),
             let store = loaded.withLock({ $0?.metadata.storeIdentifier })
@@ -111,8 +111,10 @@ extension PostgresStore {
             let handlers = commitHandlers.withLock { $0 } + otherHandlers.withLock { $0 }
             guard var last = delivered.withLock({ $0 }) else { return }
             for record in page.records where record.token > last {
-                // A gap (saves pruned unread) is the follower's to report.
-                guard record.token == last + 1 else { return }
+                // A gap (saves pruned unread) is the follower's to report. Inserts are read or
+                // screened on the connection, and an import's chunk takes milliseconds to
+                // decode, which the follower would do again: the loop leaves them too.
+                guard record.token == last + 1, !HistoryCoding.mayHaveInserts(record.payload) else { return }
                 do {
                     try deliver(record, store: store, to: handlers, on: nil)
                 } catch {

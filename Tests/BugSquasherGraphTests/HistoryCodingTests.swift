@@ -94,4 +94,26 @@ struct HistoryCodingTests {
             #expect(error?.code == .invalidStore, "\(damaged)")
         }
     }
+
+    /// A reader tells a payload without inserts from its first bytes; anything else may have some.
+    @Test("a payload without inserts says so in its first bytes")
+    func insertsAtAGlance() {
+        var edit = DidSave(token: HistoryToken(rawValue: 1), storeIdentifier: Self.store)
+        edit.updated = [Self.change(7, [.string("t"), .null, .null, .null, .null, .null], owner: nil)]
+        #expect(!HistoryCoding.mayHaveInserts(HistoryCoding.encode(edit, withValues: true)))
+        edit.deleted = [
+            ObjectChange(
+                objectID: ObjectID(store: Self.store, entity: "Owner", primaryKey: 9), version: 2, changedKeys: [])
+        ]
+        #expect(!HistoryCoding.mayHaveInserts(HistoryCoding.encode(edit)))
+        var chunk = edit
+        chunk.inserted = [
+            ObjectChange(
+                objectID: ObjectID(store: Self.store, entity: "Sample", primaryKey: 8), version: 1, changedKeys: [])
+        ]
+        #expect(HistoryCoding.mayHaveInserts(HistoryCoding.encode(chunk)))
+        for other in ["", "{", #"{"u":{},"i":{}}"#, #"{"i":{"Sample":[4,1]}}"#] {
+            #expect(HistoryCoding.mayHaveInserts(Data(other.utf8)), "\(other)")
+        }
+    }
 }

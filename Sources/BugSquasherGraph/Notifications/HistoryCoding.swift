@@ -44,6 +44,17 @@ package enum HistoryCoding {
         return Data(writer.bytes)
     }
 
+    /// Whether a payload may list inserts: `false` only when its first bytes say it lists none
+    /// (``encode(_:withValues:)`` writes the inserts first, an empty object when there are
+    /// none), so that a reader can tell without decoding it (an import's chunk takes
+    /// milliseconds to decode).
+    package static func mayHaveInserts(_ data: Data) -> Bool {
+        !data.starts(with: noInserts)
+    }
+
+    /// The first bytes of a payload without inserts.
+    private static let noInserts = Array(#"{"i":{}"#.utf8)
+
     /// The did-save of a history row; with `model`, the values of updated objects whose entries
     /// carry them. Read with ``JSONReader``, as every daemon reads every other daemon's saves:
     /// `JSONSerialization`'s boxed values cost a follower more than the rest of its work.
