@@ -97,10 +97,11 @@ extension PostgresStore {
     /// Delivers the saves of `page` (read on the listener's connection after a hint) right
     /// here, on the listener's event loop, as far as that needs no wait: while nothing holds
     /// the writing connection, and for saves that carry what their delivery needs (an edit's
-    /// rows come in the history). The follower's thread is then not woken, which saved a
-    /// thread wake-up on the way of every edit of another daemon to this one's subscribers.
-    /// What is left (a gap, a save with inserts or whose rows must be read, the connection
-    /// held) the follower delivers as before. Why: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
+    /// rows come in the history). The follower's thread is then not woken: a thread wake-up
+    /// less on the way of every edit of another daemon to this one's subscribers. What is left
+    /// (a gap, a save with inserts or whose rows must be read, the connection held) the
+    /// follower delivers as before.
+    /// Why: docs/DESIGN-NOTES.md, "Other daemons' saves arrive as hints".
     func deliverWithoutWaiting(_ page: HistoryPage) {
         guard isObserved, !counterBehind.load(ordering: .relaxed),
             let store = loaded.withLock({ $0?.metadata.storeIdentifier })
@@ -118,6 +119,8 @@ extension PostgresStore {
                 do {
                     try deliver(record, store: store, to: handlers, on: nil)
                 } catch {
+                    // Rows to read, or a payload that does not decode: the follower reads or
+                    // says what failed.
                     return
                 }
                 last = record.token
