@@ -265,6 +265,14 @@ class Daemon:
         return Process(f"{name}", self.command("squasherctl", arguments), self.directory, self.environment)
 
 
+def inserts_bugs(line):
+    """Whether a `squasherctl watch --json` line is a save that inserts bugs."""
+    if '"inserted":[{' not in line:
+        return False
+    save = json.loads(line).get("save") or {}
+    return any("/Bug/" in change["id"] for change in save.get("inserted", []))
+
+
 def records(path, count):
     """`count` records in BugSquasher's NDJSON: the subscribers' keys first, then bulk."""
     with open(path, "w") as f:
@@ -341,12 +349,13 @@ class Cluster:
             if started["state"] != "running":
                 raise SystemExit(f"cluster: the import was {started['state']} before PostgreSQL could be restarted; "
                                  "give it more --records")
-            # Hosts b and c have read the first chunk (their watches show it), so the inserts
-            # their stopped subscribers wait for are queued before the server goes.
+            # Hosts b and c have read the first chunk (their watches show its bugs), so the
+            # inserts their stopped subscribers wait for are queued before the server goes. (The
+            # job's own row is inserted before it, in a save of its own: not that one.)
             for host, kind, feed in self.feeds:
                 if kind == "watch" and host != "a":
                     wait_until(f"host {host}'s watch to see the first chunk", 30,
-                               lambda: any('"inserted":[{' in line for line in feed.lines()), 0.01)
+                               lambda: any(inserts_bugs(line) for line in feed.lines()), 0.01)
             self.postgres.stop("immediate")
             for feed in waiting:
                 feed.signal(signal.SIGCONT)
