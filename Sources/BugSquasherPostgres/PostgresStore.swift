@@ -158,10 +158,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// Runs `body` holding the writing connection's lock, as ``withConnection(_:countsAsWriting:_:)``
     /// does without counting as writing, but only when no one holds it, and without the
     /// connection: for work that must not interleave with a save or a delivery, on a thread that
-    /// may not wait (an event loop). Returns whether `body` ran.
-    @discardableResult
-    func ifConnectionFree(_ body: () -> Void) -> Bool {
-        writing.connection.withLockIfAvailable { _ in body() } != nil
+    /// may not wait (an event loop). Does nothing when someone holds it.
+    func ifConnectionFree(_ body: () -> Void) {
+        writing.connection.withLockIfAvailable { _ in body() }
     }
 
     /// Whether a thread holds or waits for the writing connection (other than the follower
