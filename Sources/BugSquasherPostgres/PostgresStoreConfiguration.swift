@@ -54,7 +54,9 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
 
     /// Reads a libpq-style connection URL: `postgresql://user:password@host:port/database`, with
     /// the query parameters `host` (a socket directory when it starts with `/`), `port`, `user`,
-    /// `password` and `schema` (BugSquasher's own: the schema of the store's tables).
+    /// `password`, `dbname`, `sslmode` (`disable` when absent) and `sslrootcert`, and
+    /// BugSquasher's own `password_file` (a file holding the password alone) and `schema` (the
+    /// schema of the store's tables). Any other parameter is refused, by name.
     public init(url text: String) throws {
         guard let components = URLComponents(string: text), ["postgresql", "postgres"].contains(components.scheme)
         else {
