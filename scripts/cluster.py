@@ -23,10 +23,20 @@ With --faults, four faults, each bounded in time:
     `squasherctl status` and its log; after the network heals its subscribers catch up with
     nothing missed.
 
+With --more-faults, three more, after those:
+  - host c's own link down for --link-down seconds (its route to the database gone: new
+    connections fail at once, where the partition leaves them unanswered; the open ones go
+    silent): its daemon notices and says so in `squasherctl status`; once the link is up its
+    subscribers catch up;
+  - host c's daemon frozen (SIGSTOP) for --link-down seconds while edits go on: once it runs again
+    its subscribers catch up;
+  - kill -9 of the daemon the edits go through, between two edits: started again, it takes the
+    next edits, and its own watch and subscriber reconnect and resume by themselves.
+
 With --tls, the daemons reach PostgreSQL only over TLS (sslmode=verify-full, against a CA this
 script makes with openssl, the server's certificate naming its three addresses).
 
-Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke --tls). Needs root (network
+Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke --tls --more-faults). Needs root (network
 namespaces). Everything it starts runs under --work (removed at the end unless --keep).
 """
 
@@ -481,18 +491,59 @@ class Cluster:
         while time.monotonic() - cut < self.options.partition:
             self.edit(1)
         self.network.heal("c")
-        healed = time.monotonic()
-        last = max(n for n, _, outcome in self.edits if outcome == "committed")
-        try:
-            wait_until("host c's subscriber to catch up after the partition", 60,
-                       lambda: f'"edit {last}"' in "".join(self.feed("c", "subscribe").lines()), 0.1)
-        except SystemExit:
-            self.diagnose("c", f"edit {last}")
-            raise
-        self.figure(f"host c's subscribers caught up {time.monotonic() - healed:.1f} s after the network healed")
+        self.figure(f"host c's subscribers caught up {self.wait_for_last_edit('c', 'after the partition'):.1f} s "
+                    "after the network healed")
         wait_until("host c's status to clear", 30, lambda: not c.status().get("storeProblem"), 0.25)
         for line in c.ctl(["status"], check=False).stdout.splitlines():
             say("    host-c$ squasherctl status | " + line)
+
+    def wait_for_last_edit(self, host, what):
+        """Waits for host's subscriber to print the last committed edit; returns the seconds."""
+        start = time.monotonic()
+        last = max(n for n, _, outcome in self.edits if outcome == "committed")
+        try:
+            wait_until(f"host {host}'s subscriber to catch up {what}", 60,
+                       lambda: f'"edit {last}"' in "".join(self.feed(host, "subscribe").lines()), 0.1)
+        except SystemExit:
+            self.diagnose(host, f"edit {last}")
+            raise
+        return time.monotonic() - start
+
+    def more_faults(self):
+        c, b = self.daemons["c"], self.daemons["b"]
+        seconds = self.options.link_down
+        namespace, link = self.network.namespace("c"), self.network.link("c")
+        run(["ip", "-n", namespace, "link", "set", link, "down"])
+        cut = time.monotonic()
+        say(f"  fault 5: host c's own link down for {seconds:g} s while edits go on (its connects fail at once)")
+        problem = wait_until("host c's status to report the database unreachable", 30,
+                             lambda: c.status().get("storeProblem"), 0.25)
+        self.figure(f"host c noticed in {time.monotonic() - cut:.1f} s; status says: {problem}")
+        while time.monotonic() - cut < seconds:
+            self.edit(1)
+        run(["ip", "-n", namespace, "link", "set", link, "up"])
+        self.figure(f"host c's subscribers caught up {self.wait_for_last_edit('c', 'after its link came up'):.1f} s "
+                    "after the link came up")
+        wait_until("host c's status to clear", 30, lambda: not c.status().get("storeProblem"), 0.25)
+
+        c.process.signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        say(f"  fault 6: host c's squasherd frozen (SIGSTOP) for {seconds:g} s while edits go on")
+        while time.monotonic() - frozen < seconds:
+            self.edit(1)
+        c.process.signal(signal.SIGCONT)
+        self.figure(f"host c's subscribers caught up {self.wait_for_last_edit('c', 'after SIGCONT'):.1f} s after "
+                    "its daemon ran again")
+
+        say("  fault 7: kill -9 of host b's squasherd, which the edits go through, between two edits")
+        b.process.signal(signal.SIGKILL)
+        b.process.wait()
+        b.start()
+        self.edit(5)
+        for host in ("b", "c"):
+            self.wait_for_last_edit(host, "after host b's restart")
+        self.figure("host b started again took the next edits; its own watch and subscriber reconnected by "
+                    "themselves")
 
     def diagnose(self, host, waited_for):
         """What a host's daemon and feeds say, for a failure to be understood from CI's log."""
@@ -605,6 +656,9 @@ def main():
     parser.add_argument("--edits", type=int, default=100)
     parser.add_argument("--partition", type=float, default=30, help="seconds host c is cut off")
     parser.add_argument("--faults", action="store_true")
+    parser.add_argument("--more-faults", action="store_true", help="host c's link down, its daemon frozen, "
+                        "and a kill -9 of the editing daemon, after --faults' own")
+    parser.add_argument("--link-down", type=float, default=10, help="seconds of --more-faults' link down and freeze")
     parser.add_argument("--tls", action="store_true", help="the daemons reach PostgreSQL over TLS only (verify-full)")
     parser.add_argument("--keep", action="store_true", help="keep --work afterwards")
     options = parser.parse_args()
@@ -621,6 +675,8 @@ def main():
             cluster.partition_c()
         else:
             cluster.edit(options.edits)
+        if options.more_faults:
+            cluster.more_faults()
         cluster.audit()
     finally:
         cluster.down()

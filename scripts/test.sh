@@ -22,8 +22,8 @@ trap - EXIT
 echo "== smoke: benchmark (debug build, tiny sizes, every section; figures here mean nothing)"
 scripts/bench.sh --smoke --debug
 scripts/stress.sh --smoke --debug   # kill -9, SIGTERM, churn; every stress invariant (docs/STRESS.md), ~20 s
-echo "== multi-host: PostgreSQL (TLS only) and three squasherd in network namespaces; database restarts, kill -9, 30 s partition"
-scripts/cluster.sh --smoke --debug --faults --tls --prefix "bs$((RANDOM % 100000))" \
+echo "== multi-host: PostgreSQL (TLS only) and three squasherd in network namespaces; database restarts, kill -9, 30 s partition, a link down, a frozen daemon"
+scripts/cluster.sh --smoke --debug --faults --more-faults --tls --prefix "bs$((RANDOM % 100000))" \
     --work "$(mktemp -d /tmp/bscluster.XXXXXX)"
 echo "== CLI: completions and man pages, as scripts/install.sh installs them (debug binaries)"
 extras=$(mktemp -d /tmp/bsextras.XXXXXX)
