@@ -36,8 +36,9 @@ With --more-faults, three more, after those:
 With --tls, the daemons reach PostgreSQL only over TLS (sslmode=verify-full, against a CA this
 script makes with openssl, the server's certificate naming its three addresses).
 
-Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke --tls --more-faults). Needs root (network
-namespaces). Everything it starts runs under --work (removed at the end unless --keep).
+Run by scripts/cluster-demo.sh (narrated) and scripts/test.sh (--smoke --tls --more-faults). Needs
+root (network namespaces). Everything it starts runs under --work (removed at the end unless
+--keep).
 """
 
 import argparse
@@ -542,8 +543,8 @@ class Cluster:
         self.edit(5)
         for host in ("b", "c"):
             self.wait_for_last_edit(host, "after host b's restart")
-        self.figure("host b started again took the next edits; its own watch and subscriber reconnected by "
-                    "themselves")
+        self.figure("host b started again took the next edits; its own subscriber reconnected by itself "
+                    "(its watch is audited below)")
 
     def diagnose(self, host, waited_for):
         """What a host's daemon and feeds say, for a failure to be understood from CI's log."""
