@@ -289,7 +289,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherSQLiteTests",
-            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherPostgres", "BugSquasherModel", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["BugSquasherGraph", "BugSquasherSQLite", "BugSquasherPostgres", "BugSquasherModel", "BugSquasherTesting", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -324,7 +324,7 @@ let package = Package(
             name: "BugSquasherDaemonTests",
             dependencies: [
                 "BugSquasherDaemon", "BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherProtocol",
-                .product(name: "CompressNIO", package: "compress-nio"),
+                "BugSquasherTesting", .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strictSettings
@@ -341,7 +341,7 @@ let package = Package(
         .testTarget(
             name: "BugSquasherPostgresTests",
             dependencies: [
-                "BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherStack",
+                "BugSquasherGraph", "BugSquasherModel", "BugSquasherPostgres", "BugSquasherStack", "BugSquasherTesting",
                 .product(name: "Logging", package: "swift-log"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],

@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherPostgres
+import BugSquasherTesting
 import Foundation
 import Synchronization
 import Testing
@@ -27,12 +28,8 @@ struct EditQueueTests {
     /// is answered with a save that holds its object, committed on one thread or the other.
     @Test("a lone edit commits on its caller's thread; edits sent together are each answered", .timeLimit(.minutes(1)))
     func quietAndTogether() async throws {
-        guard let url = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"] else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
-        let schema = "eq_\(UUID().uuidString.prefix(8).lowercased())"
-        let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: url + "&schema=\(schema)"))
+        guard let url = TestPostgres.url(schemaPrefix: "eq") else { return }
+        let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: url))
         let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
         // A save of this process is handed to the observers on the thread that committed it.
         let committedOn = Mutex<[Int64: String]>([:])

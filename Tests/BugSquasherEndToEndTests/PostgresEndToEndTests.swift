@@ -13,11 +13,7 @@ struct PostgresEndToEndTests {
     /// The store line of a configuration: a schema of its own on the test server; `nil` when
     /// no server was given.
     private func storeLine() -> String? {
-        guard let url = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"] else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return nil
-        }
-        return "store = \(url)&schema=e2e_\(UUID().uuidString.prefix(8).lowercased())\n"
+        TestPostgres.url(schemaPrefix: "e2e").map { "store = \($0)\n" }
     }
 
     /// The same behaviour as on SQLite: an import through squasherd, a subscriber refreshed by an
@@ -301,7 +297,7 @@ struct PostgresEndToEndTests {
     /// a stop asked for while it waits ends it at once, as no failure.
     @Test("squasherd started before its database waits for it, and serves once it answers")
     func waitsForTheDatabase() async throws {
-        guard let url = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"],
+        guard let url = TestPostgres.server,
             var components = URLComponents(string: url),
             let server = components.queryItems?.first(where: { $0.name == "host" })?.value, server.hasPrefix("/")
         else {

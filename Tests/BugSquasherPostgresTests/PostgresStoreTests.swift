@@ -1,6 +1,7 @@
 import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherStack
+import BugSquasherTesting
 import Foundation
 import Logging
 import NIOPosix
@@ -13,15 +14,13 @@ import Testing
 /// The bug model's Bug (swift-testing has a `Bug` trait too).
 private typealias Bug = BugSquasherModel.Bug
 
-/// The server the tests use (scripts/test.sh starts one); without it they say so and pass.
-private let serverURL = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"]
-
 /// A store in a schema of its own on the test server.
 private func freshStore(
     schema: String = "t_\(UUID().uuidString.prefix(8).lowercased())", editsFirst: EditsFirst? = nil
 ) throws -> PostgresStore {
     PostgresStore(
-        configuration: try PostgresStoreConfiguration(url: serverURL! + "&schema=\(schema)"), editsFirst: editsFirst)
+        configuration: try PostgresStoreConfiguration(url: TestPostgres.server! + "&schema=\(schema)"),
+        editsFirst: editsFirst)
 }
 
 /// Two stores on one fresh schema, as two processes, both loaded: the first with a context that
@@ -47,12 +46,6 @@ private func waitUntil(_ what: String, _ check: () throws -> Bool) async throws 
 /// A condition of ``waitUntil(_:_:)`` that did not hold in time.
 private struct WaitedTooLong: Error {
     let what: String
-}
-
-/// Whether the test server is set; says so when it is not (the test then passes, skipped).
-private func hasServer() -> Bool {
-    if serverURL == nil { print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)") }
-    return serverURL != nil
 }
 
 /// A coordinator and a writer context on a fresh store of the bug model.
@@ -109,7 +102,7 @@ struct PostgresStoreTests {
     /// that follows the history by `token > last` must never skip one.
     @Test("tokens stay gapless and in commit order with concurrent writers", .timeLimit(.minutes(2)))
     func gaplessTokensUnderConcurrentWriters() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (writers, savesEach) = (4, 40)
         let coordinators = try (0...writers).map { _ in
@@ -159,7 +152,7 @@ struct PostgresStoreTests {
     /// order, whichever committed first.
     @Test("commit observers see every process's saves once, in token order", .timeLimit(.minutes(1)))
     func observersSeeOtherProcessesSaves() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let coordinators = try [here, there].map { try StoreCoordinator(model: BugModel.model, store: $0) }
@@ -199,7 +192,7 @@ struct PostgresStoreTests {
     @Test(
         "another process's edits are delivered on the listener's loop, in order with the rest", .timeLimit(.minutes(1)))
     func editsDeliveredOnTheLoop() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let context = ObjectContext(
@@ -236,7 +229,7 @@ struct PostgresStoreTests {
     /// store reports the gap (so that a daemon's subscribers refetch) and goes on after it.
     @Test("saves pruned before a process read them are reported as a gap", .timeLimit(.minutes(1)))
     func prunedUnreadSavesAreAGap() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let coordinators = try [writer, reader].map { try StoreCoordinator(model: BugModel.model, store: $0) }
@@ -264,7 +257,7 @@ struct PostgresStoreTests {
     /// could not reach the server while it was cut off); the others as their rows say.
     @Test("the daemons attached show this one as it is now")
     func membersShowThisOneLive() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (other, this, context) = try twoProcesses()
         other.attach(as: "other", host: "h1")
         this.attach(as: "this", host: "h2")
@@ -288,7 +281,7 @@ struct PostgresStoreTests {
     /// pruned unread, that is a gap too, not a jump to its own save.
     @Test("saves pruned unread before a save of this process are reported as a gap", .timeLimit(.minutes(1)))
     func prunedBeforeOwnSaveIsAGap() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (writer, reader, context) = try twoProcesses()
         // Delivered by hand, without the follower.
         let start = try reader.currentHistoryToken().rawValue
@@ -315,7 +308,7 @@ struct PostgresStoreTests {
     /// the first look that reaches the server, rather than skip to its own next save.
     @Test("a process that could not read where to follow from has its observers refetch")
     func unknownStartIsAGap() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (writer, reader, context) = try twoProcesses()
         // Observed by hand, without the follower, and with no token to follow from.
         let gaps = Mutex<[Int64]>([])
@@ -339,7 +332,7 @@ struct PostgresStoreTests {
     /// all the same. A server that refuses connections (restarting) is still tried.
     @Test("a server found silent refuses new connections at once until it answers", .timeLimit(.minutes(1)))
     func silentServerRefusesAtOnce() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let store = try freshStore()
         _ = try StoreCoordinator(model: BugModel.model, store: store)
         func refusal() -> (message: String, took: Duration)? {
@@ -390,7 +383,7 @@ struct PostgresStoreTests {
     @Test(
         "a session idle in a transaction that holds the counter row is ended, and saves go on", .timeLimit(.minutes(3)))
     func idleTransactionIsEnded() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (first, second, context) = try twoProcesses()
         let id = try await context.perform { context in
             let bug = context.insert(Bug.self)
@@ -442,7 +435,7 @@ struct PostgresStoreTests {
     /// cleared by the next heartbeat that works.
     @Test("a heartbeat the server refuses is no outage", .timeLimit(.minutes(2)))
     func refusedHeartbeatIsNoOutage() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (other, store, _) = try twoProcesses()
         store.attach(as: "refused", host: "h")
         defer { store.detach() }
@@ -472,7 +465,7 @@ struct PostgresStoreTests {
     /// observers of `observeReachableAgain`, which an import waiting to retry wakes on.
     @Test("the store says when its server answers again", .timeLimit(.minutes(2)))
     func reachableAgainIsObserved() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (other, store, _) = try twoProcesses()
         store.attach(as: "listener", host: "h")
         defer { store.detach() }
@@ -505,7 +498,7 @@ struct PostgresStoreTests {
     /// another save, and the next save is a gap its observers refetch for.
     @Test("a process finds the database went back, and no token it delivered is issued again", .timeLimit(.minutes(4)))
     func counterWentBack() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (writer, reader, context) = try twoProcesses()
         let gaps = Mutex<[Int64]>([])
         let seen = Mutex<[Int64]>([])
@@ -535,7 +528,7 @@ struct PostgresStoreTests {
     /// change of the project's values meanwhile is still a conflict.
     @Test("bugs added to one project by two processes at once do not conflict")
     func toManyOnlyChangesDoNotConflict() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let contexts = try [0, 1].map { n in
             ObjectContext(
@@ -575,7 +568,7 @@ struct PostgresStoreTests {
     /// goes alone, the stale one from the row as it is, in the order given.
     @Test("a batch with a stale kept row commits nothing; each edit then goes alone")
     func staleBatch() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let store = try freshStore()
         let context = ObjectContext(
             coordinator: try StoreCoordinator(model: BugModel.model, store: store),
@@ -606,7 +599,7 @@ struct PostgresStoreTests {
     /// what the other's main context holds, and loads nothing it does not hold.
     @Test("a stack merges another program's saves into its registered objects only", .timeLimit(.minutes(1)))
     func stacksSeeEachOthersSaves() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let (reader, writer) = (
             try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema)),
@@ -686,7 +679,7 @@ struct PostgresStoreTests {
 
     @Test("text holding U+0000 and the escape character reads back whole")
     func textEscapes() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let coordinator = try StoreCoordinator(model: BugModel.model, store: try freshStore())
         let titles = ["a\u{0}b", "\u{10FFFF}", "\u{10FFFF}\u{10FFFE}", "\u{0}\u{10FFFF}\u{0}", "plain"]
         let context = ObjectContext(coordinator: coordinator, name: "escapes")
@@ -746,7 +739,7 @@ struct PostgresStoreTests {
 
     @Test("many rows inserted by one save (COPY) read back exactly, awkward values and all")
     func copiedRows() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let model = try ManagedObjectModel(entities: [Self.everyType])
         let coordinator = try StoreCoordinator(model: model, store: try freshStore())
         let names = Self.everyType.attributes.map(\.name)
@@ -779,7 +772,7 @@ struct PostgresStoreTests {
 
     @Test("keys come in blocks: never shared by two processes, rising in each, new after a reconnect")
     func keysInBlocks() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (first, second, context) = try twoProcesses()
         let secondContext = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: second))
         func next(_ entity: String) throws -> Int64 {
@@ -816,7 +809,7 @@ struct PostgresStoreTests {
 
     @Test("a save sent without waiting tells the first statement's error, not the ones it failed")
     func pipelinedSaveTellsFirstError() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let context = try freshBugContext()
         try await context.perform { context in
             let taken = try saveOpenBugs(2, prefix: "E", title: "t", in: context)
@@ -846,8 +839,8 @@ struct PostgresStoreTests {
     /// answers of many rows through the future API, which never waits.
     @Test("an answer cut short by the server fails the read, and the process goes on", .timeLimit(.minutes(1)))
     func answerCutShort() async throws {
-        guard hasServer() else { return }
-        let parameters = URLComponents(string: serverURL!)?.queryItems ?? []
+        guard TestPostgres.isAvailable() else { return }
+        let parameters = URLComponents(string: TestPostgres.server!)?.queryItems ?? []
         guard let host = parameters.first(where: { $0.name == "host" })?.value, host.hasPrefix("/") else {
             print("skipped: the test server is not on a Unix socket, which the cutting proxy needs")
             return
@@ -863,7 +856,7 @@ struct PostgresStoreTests {
         defer { proxy.close() }
         let store = PostgresStore(
             configuration: try PostgresStoreConfiguration(
-                url: serverURL!.replacingOccurrences(of: "host=\(host)", with: "host=\(proxy.directory)")
+                url: TestPostgres.server!.replacingOccurrences(of: "host=\(host)", with: "host=\(proxy.directory)")
                     + "&schema=\(schema)"))
         _ = try StoreCoordinator(model: BugModel.model, store: store)
         // The reading connection is open and idle.
@@ -889,7 +882,7 @@ struct PostgresStoreTests {
 
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let context = try freshBugContext()
         try await context.perform { context in
             let first = context.insert(Bug.self)
@@ -911,7 +904,7 @@ struct PostgresStoreTests {
 
     @Test("long IN lists of text are one array parameter; nulls and numbers still match")
     func longInLists() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let context = try freshBugContext()
         try await context.perform { context in
             for n in 0..<30 {
@@ -980,7 +973,7 @@ struct PostgresStoreTests {
     /// what it needs exists; an error of an execution leaves the name alone.
     @Test("a prepared statement whose preparation failed runs once it can; failed executions keep it")
     func preparedStatementRecovers() throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let store = try freshStore()
         _ = try StoreCoordinator(model: BugModel.model, store: store)
         let select = "SELECT n FROM later WHERE n > $1 ORDER BY n"
@@ -1005,7 +998,7 @@ struct PostgresStoreTests {
     /// store's: it has no search path of the store's schema.
     @Test("the listener reads the history on a connection of its own, whatever its search path")
     func listenerReadsHistory() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let store = try freshStore()
         let context = ObjectContext(
             coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "test")
@@ -1039,7 +1032,7 @@ struct PostgresStoreTests {
     /// to the edit's did-save as it does to its own edits; another daemon's import chunk does not.
     @Test("another process's edit, not its bulk save, makes this process's bulk work give way")
     func othersEditsOpenTheWindow() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let writer = try freshStore(schema: schema)
         let coordinator = try StoreCoordinator(model: BugModel.model, store: writer)
@@ -1071,7 +1064,7 @@ struct PostgresStoreTests {
         "a delivery reads on past the listener's page, to the newest save hinted or the end",
         arguments: [true, false])
     func deliveryReadsPastThePage(hinted: Bool) async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let (_, observer, context) = try twoProcesses()
         // Delivered by hand, without the follower.
         let start = try observer.currentHistoryToken().rawValue
@@ -1098,7 +1091,7 @@ struct PostgresStoreTests {
     /// leaves every insert, without values, rather than stopping the delivery.
     @Test("another process's large save brings the inserts its observers look for, with their values")
     func insertsOfLargeSavesScreened() async throws {
-        guard hasServer() else { return }
+        guard TestPostgres.isAvailable() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
         let writer = try freshStore(schema: schema)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")

@@ -2,6 +2,7 @@ import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherPostgres
 import BugSquasherSQLite
+import BugSquasherTesting
 import Foundation
 import Synchronization
 import Testing
@@ -19,7 +20,7 @@ struct StoreEditTests {
         case .postgres:
             PostgresStore(
                 configuration: try PostgresStoreConfiguration(
-                    url: StoreKind.postgresURL! + "&schema=edit_\(UUID().uuidString.prefix(12).lowercased())"))
+                    url: TestPostgres.url(schemaPrefix: "edit")!))
         default: try SQLiteStore(url: directory.file("store.sqlite"))
         }
     }
@@ -141,10 +142,7 @@ extension StoreEditTests {
     /// commits nothing before each edit goes alone and says what it says alone.
     @Test("a batch of edits commits as one save; a stale or clashing one goes alone")
     func batches() async throws {
-        guard StoreKind.postgresURL != nil else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set (scripts/test.sh starts a server)")
-            return
-        }
+        guard TestPostgres.isAvailable() else { return }
         let directory = try TemporaryDirectory(prefix: "bs-batch")
         defer { directory.remove() }
         let store = try #require(try Self.editingStore(.postgres, in: directory) as? PostgresStore)

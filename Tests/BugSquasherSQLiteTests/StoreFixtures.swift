@@ -2,6 +2,7 @@ import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherPostgres
 import BugSquasherSQLite
+import BugSquasherTesting
 import Foundation
 import Synchronization
 
@@ -11,15 +12,12 @@ enum StoreKind: String, CaseIterable, Sendable {
     case sqlite, inMemory, postgres
 
     static let allCases: [StoreKind] = {
-        guard postgresURL != nil else {
+        guard TestPostgres.server != nil else {
             print("note: BUGSQUASHER_POSTGRES_URL is not set: the store tests leave PostgresStore out")
             return [.sqlite, .inMemory]
         }
         return [.sqlite, .inMemory, .postgres]
     }()
-
-    /// The server the PostgreSQL cases use: each fixture gets a schema of its own there.
-    static let postgresURL = ProcessInfo.processInfo.environment["BUGSQUASHER_POSTGRES_URL"]
 }
 
 /// A fresh directory under the system's temporary directory; ``remove()`` it when done (a
@@ -58,7 +56,7 @@ final class StoreFixture: Sendable {
             case .postgres:
                 PostgresStore(
                     configuration: try PostgresStoreConfiguration(
-                        url: StoreKind.postgresURL! + "&schema=test_\(UUID().uuidString.prefix(12).lowercased())"))
+                        url: TestPostgres.url(schemaPrefix: "test")!))
             }
         counting = CountingStore(base)
         coordinator = try StoreCoordinator(model: model, store: counting)
