@@ -31,29 +31,56 @@ extension EventLoopFuture where Value: Sendable {
     }
 }
 
-/// The answer to a statement sent without waiting for it (`PostgresStore.send`), kept as it
-/// arrives: reading an answer that has arrived takes no trip through the event loop, which a
-/// wait on the future takes even when it is complete (a thread wake-up each way).
+/// The answer to a statement, for a thread that is not an event loop to wait for: the loop
+/// fills it and signals a semaphore, so neither reading an answer that has arrived nor waiting
+/// for one asks anything of the loop. (A wait on the statement's future, `blockingValue`,
+/// registers a callback through the loop: one more wake of it while the answer is not in.) Like
+/// ``EventLoopFuture/blockingValue(watching:)``, a wait ends when the connection closes under
+/// the statement.
+/// Why: docs/DESIGN-NOTES.md, "A save waits for the server twice".
 final class PendingAnswer<Value: Sendable>: Sendable {
-    private let future: EventLoopFuture<Value>
     private let connection: PostgresConnection
+    /// The answer once the event loop filled it (``fill(_:)``), which signals `arrival`.
     private let arrived = Mutex<Result<Value, any Error>?>(nil)
+    private let arrival = DispatchSemaphore(value: 0)
+    /// For an answer derived from another's, how to read it (instead of `arrived`).
+    private let derived: (@Sendable () throws -> Value)?
 
-    init(_ future: EventLoopFuture<Value>, connection: PostgresConnection) {
-        self.future = future
+    private init(connection: PostgresConnection, derived: (@Sendable () throws -> Value)? = nil) {
         self.connection = connection
-        future.whenComplete { [self] result in self.arrived.withLock { $0 = result } }
+        self.derived = derived
     }
 
-    /// The answer, waiting for it on this thread unless it has arrived
-    /// (``EventLoopFuture/blockingValue(watching:)``).
+    /// The answer `future` brings.
+    convenience init(_ future: EventLoopFuture<Value>, connection: PostgresConnection) {
+        self.init(connection: connection)
+        future.whenComplete { [self] in fill($0) }
+    }
+
+    /// An answer the caller fills once with ``fill(_:)``, on any thread.
+    static func unfilled(on connection: PostgresConnection) -> PendingAnswer<Value> {
+        PendingAnswer(connection: connection)
+    }
+
+    /// Keeps `result` and wakes the thread waiting for it.
+    func fill(_ result: Result<Value, any Error>) {
+        arrived.withLock { $0 = result }
+        arrival.signal()
+    }
+
+    /// The answer, waiting for it on this thread unless it has arrived.
     func value() throws -> Value {
+        if let derived { return try derived() }
         if let result = arrived.withLock({ $0 }) { return try result.get() }
-        return try future.blockingValue(watching: connection)
+        while arrival.wait(timeout: .now() + .seconds(1)) == .timedOut {
+            if connection.isClosed, arrived.withLock({ $0 == nil }) { throw ConnectionClosedUnderStatement() }
+        }
+        // Signalled once: a later call finds the answer kept.
+        return try arrived.withLock { $0! }.get()
     }
 
     /// The answer reduced to whether the statement worked.
-    var done: PendingAnswer<Void> { PendingAnswer<Void>(future.map { _ in () }, connection: connection) }
+    var done: PendingAnswer<Void> { PendingAnswer<Void>(connection: connection) { [self] in _ = try value() } }
 }
 
 /// The event loops of the PostgreSQL stores' connections, apart from every other group.
@@ -77,12 +104,11 @@ enum PostgresEventLoops {
     static func start<T: Sendable>(
         on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
     ) -> PendingAnswer<T> {
-        let loop = connection.eventLoop
-        let promise = loop.makePromise(of: T.self)
-        Task(executorPreference: EventLoopTaskExecutor(loop: loop)) {
-            do { promise.succeed(try await body()) } catch { promise.fail(error) }
+        let answer = PendingAnswer<T>.unfilled(on: connection)
+        Task(executorPreference: EventLoopTaskExecutor(loop: connection.eventLoop)) {
+            do { answer.fill(.success(try await body())) } catch { answer.fill(.failure(error)) }
         }
-        return PendingAnswer(promise.futureResult, connection: connection)
+        return answer
     }
 }
 
