@@ -14,52 +14,37 @@ extension EventLoopFuture where Value: Sendable {
     /// immediate restart of PostgreSQL), and the thread waiting for it held the store's
     /// connection for ever.
     func blockingValue(watching connection: PostgresConnection? = nil) throws -> Value {
-        let result = Mutex<Result<Value, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        whenComplete { completed in
-            result.withLock { $0 = completed }
-            done.signal()
-        }
-        if let connection {
-            while done.wait(timeout: .now() + .seconds(1)) == .timedOut {
-                if connection.isClosed, result.withLock({ $0 == nil }) { throw ConnectionClosedUnderStatement() }
-            }
-        } else {
-            done.wait()
-        }
-        return try result.withLock { $0! }.get()
+        try PendingAnswer(self, watching: connection).value()
     }
 }
 
 /// The answer to a statement, for a thread that is not an event loop to wait for: the loop
-/// fills it and signals a semaphore, so neither reading an answer that has arrived nor waiting
-/// for one asks anything of the loop. (A wait on the statement's future, `blockingValue`,
-/// registers a callback through the loop: one more wake of it while the answer is not in.) Like
-/// ``EventLoopFuture/blockingValue(watching:)``, a wait ends when the connection closes under
-/// the statement.
+/// fills it (a callback on the statement's future, or the task of
+/// ``PostgresEventLoops/start(on:_:)``) and signals a semaphore, so neither reading an answer
+/// that has arrived nor waiting for one asks anything more of the loop. A wait ends when the
+/// connection it watches, if any, closes under the statement
+/// (``EventLoopFuture/blockingValue(watching:)`` says why).
 /// Why: docs/DESIGN-NOTES.md, "A save waits for the server twice".
 final class PendingAnswer<Value: Sendable>: Sendable {
-    private let connection: PostgresConnection
+    /// The connection whose closing ends a wait, if any.
+    private let connection: PostgresConnection?
     /// The answer once the event loop filled it (``fill(_:)``), which signals `arrival`.
     private let arrived = Mutex<Result<Value, any Error>?>(nil)
     private let arrival = DispatchSemaphore(value: 0)
     /// For an answer derived from another's, how to read it (instead of `arrived`).
     private let derived: (@Sendable () throws -> Value)?
 
-    private init(connection: PostgresConnection, derived: (@Sendable () throws -> Value)? = nil) {
+    /// An answer the caller fills once with ``fill(_:)``, on any thread; a wait for it ends when
+    /// `connection` closes first.
+    fileprivate init(watching connection: PostgresConnection?, derived: (@Sendable () throws -> Value)? = nil) {
         self.connection = connection
         self.derived = derived
     }
 
     /// The answer `future` brings.
-    convenience init(_ future: EventLoopFuture<Value>, connection: PostgresConnection) {
-        self.init(connection: connection)
+    convenience init(_ future: EventLoopFuture<Value>, watching connection: PostgresConnection?) {
+        self.init(watching: connection)
         future.whenComplete { [self] in fill($0) }
-    }
-
-    /// An answer the caller fills once with ``fill(_:)``, on any thread.
-    static func unfilled(on connection: PostgresConnection) -> PendingAnswer<Value> {
-        PendingAnswer(connection: connection)
     }
 
     /// Keeps `result` and wakes the thread waiting for it.
@@ -71,16 +56,19 @@ final class PendingAnswer<Value: Sendable>: Sendable {
     /// The answer, waiting for it on this thread unless it has arrived.
     func value() throws -> Value {
         if let derived { return try derived() }
-        if let result = arrived.withLock({ $0 }) { return try result.get() }
-        while arrival.wait(timeout: .now() + .seconds(1)) == .timedOut {
-            if connection.isClosed, arrived.withLock({ $0 == nil }) { throw ConnectionClosedUnderStatement() }
+        while arrived.withLock({ $0 == nil }) {
+            // The semaphore is signalled once: another waiter finds the answer at its next look.
+            if arrival.wait(timeout: .now() + .seconds(1)) == .timedOut, let connection, connection.isClosed,
+                arrived.withLock({ $0 == nil })
+            {
+                throw ConnectionClosedUnderStatement()
+            }
         }
-        // Signalled once: a later call finds the answer kept.
         return try arrived.withLock { $0! }.get()
     }
 
     /// The answer reduced to whether the statement worked.
-    var done: PendingAnswer<Void> { PendingAnswer<Void>(connection: connection) { [self] in _ = try value() } }
+    var done: PendingAnswer<Void> { PendingAnswer<Void>(watching: connection) { [self] in _ = try value() } }
 }
 
 /// The event loops of the PostgreSQL stores' connections, apart from every other group.
@@ -104,7 +92,7 @@ enum PostgresEventLoops {
     static func start<T: Sendable>(
         on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
     ) -> PendingAnswer<T> {
-        let answer = PendingAnswer<T>.unfilled(on: connection)
+        let answer = PendingAnswer<T>(watching: connection)
         Task(executorPreference: EventLoopTaskExecutor(loop: connection.eventLoop)) {
             do { answer.fill(.success(try await body())) } catch { answer.fill(.failure(error)) }
         }

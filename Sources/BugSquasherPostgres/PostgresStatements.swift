@@ -52,7 +52,7 @@ extension PostgresStore {
     func send(_ sql: String, _ arguments: [Value] = [], arrays: [[Int64]] = [], on connection: PostgresConnection)
         throws -> PendingAnswer<PostgresQueryResult>
     {
-        PendingAnswer(try query(sql, arguments, arrays: arrays, on: connection), connection: connection)
+        PendingAnswer(try query(sql, arguments, arrays: arrays, on: connection), watching: connection)
     }
 
     /// `arguments` as `$1`, `$2`, …, then `arrays` as `int8[]` parameters.
