@@ -354,7 +354,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BugSquasherProtocolTests",
-            dependencies: ["BugSquasherProtocol", "BugSquasherVarlink"],
+            dependencies: ["BugSquasherGraph", "BugSquasherJSON", "BugSquasherProtocol", "BugSquasherVarlink"],
             swiftSettings: strictSettings
         ),
         .testTarget(

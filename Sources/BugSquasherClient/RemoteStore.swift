@@ -172,20 +172,23 @@ public final class RemoteStore: IncrementalStore {
         }
         switch fetch.resultType {
         case .count: return .fetched(.count(count))
-        case .objectIDs: return .fetched(.objectIDs(try ids.map(parse)))
+        case .objectIDs: return .fetched(.objectIDs(try ids.map { try parse($0) }))
         case .rows:
+            let store = state.withLock { $0.storeIdentifier }
             let decoded = try rows.map { row in
                 StoreRow(
-                    objectID: try parse(row.id),
-                    snapshot: try coding.decodeRow(row.values, version: row.version, entity: entity))
+                    objectID: try parse(row.id, store: store),
+                    snapshot: try coding.decodeRow(
+                        row.values, version: row.version, entity: entity, storeIdentifier: store))
             }
             record(decoded)
             return .fetched(.rows(decoded))
         }
     }
 
-    private func parse(_ uri: String) throws -> ObjectID {
-        guard let id = ObjectID(uri: uri) else {
+    /// The ID a URI squasherd sent stands for; it shares `store`'s string when it names that store.
+    private func parse(_ uri: String, store: String? = nil) throws -> ObjectID {
+        guard let id = ObjectID(uri: uri, reusingStore: store) else {
             throw GraphError(.storeIO, "squasherd sent '\(uri)', which is not an object ID.")
         }
         return id
@@ -222,10 +225,12 @@ public final class RemoteStore: IncrementalStore {
             let reply: RowsReply = try call("io.bugsquasher.Store.Values", IDsParameters(ids: slice.map(\.uriString)))
             state.withLock { $0.statistics.valueRequests += 1 }
             var rows: [StoreRow] = []
+            let store = state.withLock { $0.storeIdentifier }
             for row in reply.rows {
-                let id = try parse(row.id)
+                let id = try parse(row.id, store: store)
                 guard let entity = coding.model.entity(named: id.entityName) else { continue }
-                let snapshot = try coding.decodeRow(row.values, version: row.version, entity: entity)
+                let snapshot = try coding.decodeRow(
+                    row.values, version: row.version, entity: entity, storeIdentifier: store)
                 result[id] = snapshot
                 rows.append(StoreRow(objectID: id, snapshot: snapshot))
             }
@@ -241,7 +246,7 @@ public final class RemoteStore: IncrementalStore {
             let reply: IDsReply = try call(
                 "io.bugsquasher.Store.Related",
                 RelatedParameters(id: objectID.uriString, relationship: name, offset: ids.isEmpty ? nil : ids.count))
-            ids += try reply.ids.map(parse)
+            ids += try reply.ids.map { try parse($0) }
             guard reply.more == true, !reply.ids.isEmpty else { return ids }
         }
     }

@@ -12,16 +12,15 @@ public struct WireCoding: Sendable {
     /// Creates a coder for a model.
     public init(model: ManagedObjectModel) { self.model = model }
 
-    /// A row's values as a JSON object.
-    public func encode(_ row: RowSnapshot, entity: EntityDescription) -> [String: JSONValue] {
-        var values: [String: JSONValue] = [:]
-        // Sized once: growing it was a tenth of a daemon's work for each refresh it sends.
-        values.reserveCapacity(entity.attributes.count + entity.toOneRelationships.count)
+    /// A row's values as a JSON object: the attributes in the model's order, then the to-one
+    /// relationships, where ``decodeRow(_:version:entity:)`` looks for them first.
+    public func encode(_ row: RowSnapshot, entity: EntityDescription) -> WireValues {
+        var values = WireValues(capacity: entity.attributes.count + entity.toOneRelationships.count)
         for (index, attribute) in entity.attributes.enumerated() where index < row.attributes.count {
-            values[attribute.name] = Self.encode(row.attributes[index])
+            values.append(name: attribute.name, value: Self.encode(row.attributes[index]))
         }
         for (index, relationship) in entity.toOneRelationships.enumerated() where index < row.toOne.count {
-            values[relationship.name] = row.toOne[index].map { .string($0.uriString) } ?? .null
+            values.append(name: relationship.name, value: row.toOne[index].map { .string($0.uriString) } ?? .null)
         }
         return values
     }
@@ -85,16 +84,21 @@ public struct WireCoding: Sendable {
             .invalidArgument, "'\(attribute.name)' is \(attribute.type); \(text) cannot be one.", advice: form)
     }
 
-    /// A row from its JSON values.
-    public func decodeRow(_ values: [String: JSONValue], version: Int64, entity: EntityDescription) throws
-        -> RowSnapshot
-    {
-        let attributes = try entity.attributes.map { attribute in
-            try Self.decode(values[attribute.name] ?? .null, as: attribute)
+    /// A row from its JSON values; each name is looked for first where
+    /// ``encode(_:entity:)`` writes it. IDs of the store `storeIdentifier` share that string
+    /// (see ``ObjectID/init(uri:reusingStore:)``).
+    public func decodeRow(
+        _ values: WireValues, version: Int64, entity: EntityDescription, storeIdentifier: String? = nil
+    ) throws -> RowSnapshot {
+        let attributes = try entity.attributes.enumerated().map { position, attribute in
+            try Self.decode(values.value(named: attribute.name, expectedAt: position) ?? .null, as: attribute)
         }
-        let toOne = try entity.toOneRelationships.map { relationship -> ObjectID? in
-            guard case .string(let uri)? = values[relationship.name] else { return nil }
-            guard let id = ObjectID(uri: uri) else {
+        let first = entity.attributes.count
+        let toOne = try entity.toOneRelationships.enumerated().map { position, relationship -> ObjectID? in
+            guard case .string(let uri)? = values.value(named: relationship.name, expectedAt: first + position) else {
+                return nil
+            }
+            guard let id = ObjectID(uri: uri, reusingStore: storeIdentifier) else {
                 throw GraphError(
                     .invalidArgument, "'\(relationship.name)' holds '\(uri)', which is not an object ID URI.")
             }
@@ -108,7 +112,7 @@ public struct WireCoding: Sendable {
     /// version) become one change with a `count` (see ``WireObjectChange/count``).
     public func encode(_ didSave: DidSave, includeValues: Bool, idRuns: Bool = false) -> WireSave {
         func change(_ change: ObjectChange, keys: Bool) -> WireObjectChange {
-            var values: [String: JSONValue]?
+            var values: WireValues?
             if includeValues, let row = change.values, let entity = model.entity(named: change.objectID.entityName) {
                 values = encode(row, entity: entity)
             }
@@ -150,12 +154,12 @@ public struct WireCoding: Sendable {
     /// A did-save from the wire.
     public func decode(_ save: WireSave, storeIdentifier: String) throws -> DidSave {
         func change(_ wire: WireObjectChange) throws -> ObjectChange {
-            guard let id = ObjectID(uri: wire.id) else {
+            guard let id = ObjectID(uri: wire.id, reusingStore: storeIdentifier) else {
                 throw GraphError(.invalidArgument, "'\(wire.id)' is not an object ID URI.")
             }
             var row: RowSnapshot?
             if let values = wire.values, let entity = model.entity(named: id.entityName) {
-                row = try decodeRow(values, version: wire.version, entity: entity)
+                row = try decodeRow(values, version: wire.version, entity: entity, storeIdentifier: storeIdentifier)
             }
             return ObjectChange(objectID: id, version: wire.version, changedKeys: wire.keys ?? [], values: row)
         }

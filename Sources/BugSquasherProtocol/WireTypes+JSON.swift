@@ -11,14 +11,14 @@ extension WireObjectChange: JSONReadable, JSONWritable {
         var id: String?
         var version: Int64?
         var keys: [String]?
-        var values: [String: JSONValue]?
+        var values: WireValues?
         var count: Int64?
         try reader.object { reader, key in
             switch key {
             case "id": id = try reader.field("id") { try $0.string() }
             case "version": version = Int64(try reader.field("version") { try $0.integer() })
             case "keys": keys = reader.null() ? nil : try reader.strings()
-            case "values": values = reader.null() ? nil : try [String: JSONValue](reading: &reader)
+            case "values": values = reader.null() ? nil : try WireValues(reading: &reader)
             case "count": count = reader.null() ? nil : Int64(try reader.field("count") { try $0.integer() })
             default: try reader.skip()
             }

@@ -1,5 +1,5 @@
 import BugSquasherGraph
-public import BugSquasherVarlink
+import BugSquasherVarlink
 
 /// The Varlink interface names.
 public enum InterfaceName {
@@ -28,7 +28,7 @@ public struct WireObjectChange: Codable, Sendable, Hashable {
     /// Changed keys (updates only).
     public var keys: [String]?
     /// New values, when asked for.
-    public var values: [String: JSONValue]?
+    public var values: WireValues?
     /// A run of IDs (only for a subscriber that asked for `idRuns`): this change stands for
     /// `count` objects of one entity, all at `version`, whose primary keys follow `id`'s one by
     /// one (`…/Bug/p1001`, `…/Bug/p1002`, …). ``WireSave``'s JSON reader expands runs.
@@ -39,7 +39,7 @@ public struct WireObjectChange: Codable, Sendable, Hashable {
 
     /// Creates a change.
     public init(
-        id: String, version: Int64, keys: [String]? = nil, values: [String: JSONValue]? = nil, count: Int64? = nil
+        id: String, version: Int64, keys: [String]? = nil, values: WireValues? = nil, count: Int64? = nil
     ) {
         self.id = id
         self.version = version
@@ -76,10 +76,10 @@ public struct WireRow: Codable, Sendable, Hashable {
     /// The version.
     public var version: Int64
     /// Attributes by name, to-one relationships as URIs.
-    public var values: [String: JSONValue]
+    public var values: WireValues
 
     /// Creates a row.
-    public init(id: String, version: Int64, values: [String: JSONValue]) {
+    public init(id: String, version: Int64, values: WireValues) {
         self.id = id
         self.version = version
         self.values = values

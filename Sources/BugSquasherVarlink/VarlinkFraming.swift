@@ -18,15 +18,23 @@ public struct VarlinkFrameDecoder: NIOSingleStepByteToMessageDecoder {
     public init(maximumMessageSize: Int) { self.maximumMessageSize = maximumMessageSize }
 
     public mutating func decode(buffer: inout ByteBuffer) throws -> ByteBuffer? {
-        guard let index = buffer.readableBytesView.dropFirst(searched).firstIndex(of: 0) else {
-            searched = buffer.readableBytes
+        // memchr: looking at each byte through the buffer's collection view cost a subscriber
+        // 3 % of its instructions per save.
+        let searched = self.searched
+        let found = buffer.withUnsafeReadableBytes { bytes -> Int? in
+            guard bytes.count > searched, let base = bytes.baseAddress,
+                let terminator = memchr(base + searched, 0, bytes.count - searched)
+            else { return nil }
+            return base.distance(to: UnsafeRawPointer(terminator))
+        }
+        guard let length = found else {
+            self.searched = buffer.readableBytes
             if buffer.readableBytes > maximumMessageSize {
                 throw VarlinkFramingError.messageTooLarge(limit: maximumMessageSize)
             }
             return nil
         }
-        searched = 0
-        let length = index - buffer.readerIndex
+        self.searched = 0
         if length > maximumMessageSize { throw VarlinkFramingError.messageTooLarge(limit: maximumMessageSize) }
         let message = buffer.readSlice(length: length)
         buffer.moveReaderIndex(forwardBy: 1)

@@ -217,7 +217,7 @@ struct GetCommand: ParsableCommand {
             return
         }
         print("\(row.id)  version \(row.version)")
-        for (name, value) in row.values.sorted(by: { $0.key < $1.key }) where value != .null {
+        for (name, value) in row.values.dictionary.sorted(by: { $0.key < $1.key }) where value != .null {
             print("  \(name): \(labels[name] ?? display(value))")
         }
     }
@@ -353,12 +353,12 @@ struct ListCommand: ParsableCommand {
 }
 
 /// Prints a value that writes itself, such as the events `watch` and `subscribe` print for every
-/// save: written by hand, keys sorted, without `JSONEncoder` or a dynamic cast (throws nothing;
-/// it throws as the other overload does, for call sites that take either).
+/// save: written by hand, keys sorted, without `JSONEncoder` or a dynamic cast, and straight to
+/// standard output (see ``Squasherctl/writeOutput(_:)``).
 func printJSON<T: Encodable & JSONWritable>(_ value: T) throws {
     var writer = JSONWriter()
     value.write(to: &writer)
-    print(String(decoding: writer.bytes, as: UTF8.self))
+    try Squasherctl.writeOutput(writer.bytes + [UInt8(ascii: "\n")])
 }
 
 /// Prints a value as JSON on one line.

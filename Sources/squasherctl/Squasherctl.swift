@@ -59,12 +59,35 @@ extension Squasherctl {
         // concurrency checking). After a failed write glibc keeps the bytes it could not write,
         // so this last flush fails too (checked with 100,000 lines to /dev/full).
         guard fflush(nil) != 0 else { return }
+        throw outputFailed(errno: errno)
+    }
+
+    /// Writes `bytes` to standard output now, after what is still buffered for it, and fails as
+    /// ``flushOutput()`` does when they cannot all be written. For JSON lines written one at a
+    /// time (a feed's events): no `String` is made of them, and no buffer holds them.
+    static func writeOutput(_ bytes: [UInt8]) throws {
+        try flushOutput()
+        var written = 0
+        while written < bytes.count {
+            let result = bytes.withUnsafeBytes { write(1, $0.baseAddress! + written, $0.count - written) }
+            if result > 0 {
+                written += result
+            } else if result < 0 && errno == EINTR {
+                continue
+            } else {
+                throw outputFailed(errno: result < 0 ? errno : EIO)
+            }
+        }
+    }
+
+    /// Says that the output could not all be written, and why; the error that ends the command.
+    private static func outputFailed(errno: CInt) -> ExitCode {
         let message =
             StandardStreams.outputWasClosed
             ? "squasherctl: could not write its output: standard output is closed. Run the command with its output open (a terminal, a file or a pipe)."
             : "squasherctl: could not write all of its output to standard output (\(String(cString: strerror(errno)))); what was written is incomplete. Make room where the output goes (a full disk?) and run the command again."
         FileHandle.standardError.write(Data((message + "\n").utf8))
-        throw Exit.outputFailed
+        return Exit.outputFailed
     }
 }
 

@@ -414,7 +414,7 @@ struct ImportEndToEndTests {
             let dir = squasherd.directory
             /// A bug's stored values, by `get --json`.
             func values(_ key: String) async throws -> [String: JSONValue] {
-                try await squasherd.ctlJSON(["get", key, "--json"], as: WireRow.self).values
+                try await squasherd.ctlJSON(["get", key, "--json"], as: WireRow.self).values.dictionary
             }
             // A Bugzilla-derived CSV, its dates with an offset: refused as Jira without a project,
             // imported as declared Bugzilla with every date kept.

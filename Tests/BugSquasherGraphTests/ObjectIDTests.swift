@@ -23,9 +23,15 @@ struct ObjectIDTests {
             "x-bugsquasher://S/Bug/p9223372036854775808", "x-bugsquasher://S/Bug/p١",
         ] {
             #expect(ObjectID(uri: bad) == nil, "\(bad)")
+            #expect(ObjectID(uri: bad, reusingStore: "S") == nil, "\(bad)")
         }
         let largest = ObjectID(store: "S", entity: "Bug", primaryKey: .max)
         #expect(ObjectID(uri: largest.uriString) == largest)
+        // Given the store's string to share, the same URIs parse to the same IDs.
+        for known in [id, temporary, largest] {
+            #expect(ObjectID(uri: known.uriString, reusingStore: id.storeIdentifier) == known)
+            #expect(ObjectID(uri: known.uriString, reusingStore: "S") == known)
+        }
         let json = try JSONEncoder().encode([id])
         #expect(String(decoding: json, as: UTF8.self).contains("p42"))
         #expect(try JSONDecoder().decode([ObjectID].self, from: json) == [id])

@@ -1,3 +1,5 @@
+import BugSquasherGraph
+import BugSquasherJSON
 import BugSquasherProtocol
 import BugSquasherVarlink
 import Foundation
@@ -42,6 +44,65 @@ struct WireFormatTests {
             #expect(
                 once.continues && once.parameters.save == reply.save && once.parameters.event == reply.event
                     && once.parameters.resyncFrom == reply.resyncFrom)
+        }
+    }
+
+    @Test("an object's values keep their order, hold each name once, and compare in any order")
+    func wireValues() throws {
+        let read = try JSONReader.read(Data(#"{"b":1,"a":"x","c":null,"a":"y"}"#.utf8)) {
+            try WireValues(reading: &$0)
+        }
+        // A repeated name keeps its last value, in its first place.
+        #expect(read.fields.map(\.name) == ["b", "a", "c"])
+        #expect(read["a"] == .string("y") && read["c"] == .null && read["d"] == nil)
+        #expect(read.value(named: "c", expectedAt: 2) == .null)
+        #expect(read.value(named: "b", expectedAt: 2) == .int(1))
+        #expect(read.value(named: "b", expectedAt: 99) == .int(1))
+        let reordered: WireValues = ["c": .null, "a": .string("y"), "b": .int(1)]
+        #expect(read == reordered && read.hashValue == reordered.hashValue)
+        #expect(read != ["a": .string("y"), "b": .int(1)])
+        #expect(read != ["a": .string("z"), "b": .int(1), "c": .null])
+        // Names of one length and first byte (one bit of the reader's filter) stay apart.
+        let alike = try JSONReader.read(Data(#"{"ab":1,"ac":2,"ab":3}"#.utf8)) { try WireValues(reading: &$0) }
+        #expect(alike.fields.map(\.name) == ["ab", "ac"] && alike["ab"] == .int(3) && alike["ac"] == .int(2))
+        // Codable and the fast writer write the same object.
+        var writer = JSONWriter()
+        read.write(to: &writer)
+        let written = try JSONDecoder().decode(WireValues.self, from: Data(writer.bytes))
+        #expect(written == read && written.fields.count == 3)
+        #expect(try JSONDecoder().decode(WireValues.self, from: JSONEncoder().encode(read)) == read)
+        var edited = read
+        edited["a"] = nil
+        edited["d"] = .bool(true)
+        #expect(edited.fields.map(\.name) == ["b", "c", "d"])
+    }
+
+    @Test("a row is written in the model's order and read back from values in any order")
+    func rowValues() throws {
+        let model = try ManagedObjectModel(entities: [
+            EntityDescription(
+                name: "Bug", attributes: [.attribute("title", .string), .attribute("points", .int64)],
+                relationships: [.toOne("project", "Project", inverse: "bugs")]),
+            EntityDescription(
+                name: "Project", attributes: [.attribute("name", .string)],
+                relationships: [.toMany("bugs", "Bug", inverse: "project")]),
+        ])
+        let coding = WireCoding(model: model)
+        let bug = try #require(model.entity(named: "Bug"))
+        let project = ObjectID(store: "S", entity: "Project", primaryKey: 7)
+        let row = RowSnapshot(version: 3, attributes: [.string("crash"), .int64(5)], toOne: [project])
+        let values = coding.encode(row, entity: bug)
+        #expect(values.fields.map(\.name) == ["title", "points", "project"])
+        #expect(try coding.decodeRow(values, version: 3, entity: bug, storeIdentifier: "S") == row)
+        let shuffled: WireValues = [
+            "project": .string(project.uriString), "points": .int(5), "title": .string("crash"),
+        ]
+        #expect(try coding.decodeRow(shuffled, version: 3, entity: bug) == row)
+        // Missing values are null; a to-one that is no ID URI is refused, naming it.
+        let sparse = try coding.decodeRow(["points": .int(5)], version: 3, entity: bug)
+        #expect(sparse.attributes == [.null, .int64(5)] && sparse.toOne == [nil])
+        #expect(throws: GraphError.self) {
+            try coding.decodeRow(["project": .string("Project 7")], version: 3, entity: bug)
         }
     }
 

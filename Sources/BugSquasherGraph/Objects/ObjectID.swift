@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 
 /// The identity of one object: store identifier + entity + primary key, or a temporary ID for an
@@ -59,41 +60,62 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
     /// Parses the URI form; `nil` when the string is not an object ID URI as ``uriString``
     /// writes it: the number is 1 or more, in decimal digits without a sign or leading zeros, so
     /// that one object has one URI (`p01` and `p+1` are not `p1`).
-    public init?(uri: String) {
-        // Read byte by byte: every change of the feed carries an ID, parsed on the daemon's
-        // write path and by each subscriber (splitting the string cost each a few microseconds).
-        let utf8 = uri.utf8
-        guard utf8.starts(with: Self.uriPrefix) else { return nil }
-        let storeStart = utf8.index(utf8.startIndex, offsetBy: Self.uriPrefix.count)
-        let slash = UInt8(ascii: "/")
-        guard let storeEnd = utf8[storeStart...].firstIndex(of: slash), storeEnd > storeStart else { return nil }
-        let entityStart = utf8.index(after: storeEnd)
-        guard let entityEnd = utf8[entityStart...].firstIndex(of: slash), entityEnd > entityStart else { return nil }
-        let tagIndex = utf8.index(after: entityEnd)
-        guard tagIndex < utf8.endIndex else { return nil }
-        var number: Int64 = 0
-        var digits = 0
-        for byte in utf8[utf8.index(after: tagIndex)...] {
-            // Decimal digits only (no sign, no further "/"), without a leading zero.
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits > 0 || byte != UInt8(ascii: "0") else {
-                return nil
-            }
-            let (shifted, overflowed) = number.multipliedReportingOverflow(by: 10)
-            let (sum, overflowedAgain) = shifted.addingReportingOverflow(Int64(byte - UInt8(ascii: "0")))
-            guard !overflowed, !overflowedAgain else { return nil }
-            number = sum
-            digits += 1
-        }
-        guard digits > 0 else { return nil }
-        let store = String(uri[storeStart..<storeEnd])
-        let entity = String(uri[entityStart..<entityEnd])
-        switch utf8[tagIndex] {
-        case UInt8(ascii: "p") where store != Self.temporaryStore:
-            self.init(store: store, entity: entity, primaryKey: number)
-        case UInt8(ascii: "t") where store == Self.temporaryStore:
-            self.init(temporaryFor: entity, number: number)
-        default:
-            return nil
+    public init?(uri: String) { self.init(uri: uri, reusingStore: nil) }
+
+    /// Parses the URI form as ``init(uri:)`` does; when the URI names the store `store`, the ID
+    /// keeps that string rather than a copy. A feed's IDs all name one store: a shared string
+    /// is not allocated for each, and IDs holding it compare without reading its 36 bytes.
+    public init?(uri: String, reusingStore store: String?) {
+        // Read as bytes: every change of the feed carries an ID, parsed on the daemon's write
+        // path and by each subscriber (splitting the string cost each a few microseconds).
+        var uri = uri
+        guard
+            let id = uri.withUTF8({ bytes -> ObjectID? in
+                let slash = UInt8(ascii: "/")
+                let prefix = Self.uriPrefix
+                guard bytes.count > prefix.count, bytes.starts(with: prefix) else { return nil }
+                var storeEnd = prefix.count
+                while storeEnd < bytes.count, bytes[storeEnd] != slash { storeEnd += 1 }
+                var entityEnd = storeEnd + 1
+                while entityEnd < bytes.count, bytes[entityEnd] != slash { entityEnd += 1 }
+                let tagIndex = entityEnd + 1
+                guard storeEnd > prefix.count, entityEnd < bytes.count, entityEnd > storeEnd + 1,
+                    tagIndex + 1 < bytes.count
+                else { return nil }
+                var number: Int64 = 0
+                for byte in bytes[(tagIndex + 1)...] {
+                    // Decimal digits only (no sign, no further "/"), without a leading zero.
+                    guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), number > 0 || byte != UInt8(ascii: "0")
+                    else { return nil }
+                    let (shifted, overflowed) = number.multipliedReportingOverflow(by: 10)
+                    let (sum, overflowedAgain) = shifted.addingReportingOverflow(Int64(byte - UInt8(ascii: "0")))
+                    guard !overflowed, !overflowedAgain else { return nil }
+                    number = sum
+                }
+                let storeBytes = UnsafeBufferPointer(rebasing: bytes[prefix.count..<storeEnd])
+                let entity = String(
+                    decoding: UnsafeBufferPointer(rebasing: bytes[(storeEnd + 1)..<entityEnd]), as: UTF8.self)
+                let isTemporary = Self.equal(Self.temporaryStore, storeBytes)
+                switch bytes[tagIndex] {
+                case UInt8(ascii: "p") where !isTemporary:
+                    let known = store.flatMap { Self.equal($0, storeBytes) ? $0 : nil }
+                    return ObjectID(
+                        store: known ?? String(decoding: storeBytes, as: UTF8.self), entity: entity, primaryKey: number)
+                case UInt8(ascii: "t") where isTemporary:
+                    return ObjectID(temporaryFor: entity, number: number)
+                default:
+                    return nil
+                }
+            })
+        else { return nil }
+        self = id
+    }
+
+    /// Whether `string` is `bytes` (compared with `memcmp`, not byte by byte through a view).
+    private static func equal(_ string: String, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var string = string
+        return string.withUTF8 { own in
+            own.count == bytes.count && (own.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, own.count) == 0)
         }
     }
 
