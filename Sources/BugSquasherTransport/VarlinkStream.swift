@@ -81,7 +81,7 @@ public enum VarlinkStream {
             switch self {
             case .channel(var iterator):
                 defer { self = .channel(iterator) }
-                return try await iterator.next().map { Data($0.readableBytesView) }
+                return try await iterator.next().map { $0.withUnsafeReadableBytes { Data($0) } }
             case .polling(let connection):
                 return try await connection.next()
             }
@@ -173,7 +173,9 @@ final class PollingConnection {
     func next() async throws -> Data? {
         while true {
             if let frame = try decoder.decode(buffer: &buffer) {
-                return Data(frame.readableBytesView)
+                // Copied from raw bytes: `Data` made from the buffer's view looks up at run time
+                // whether the view is contiguous, in tables each subscriber process holds cold.
+                return frame.withUnsafeReadableBytes { Data($0) }
             }
             var received = 0
             var failure: CInt = 0
