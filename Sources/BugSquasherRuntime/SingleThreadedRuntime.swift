@@ -127,31 +127,39 @@ private final class PollLoop: Sendable {
 
     private func run() -> Never {
         let executor = globalConcurrentExecutor.asUnownedTaskExecutor()
+        // Kept from one turn to the next, so that a turn allocates nothing: the jobs to run
+        // (swapped with the queue's array), the descriptors to poll, the waiters to resume.
+        var jobs: [UnownedJob] = []
+        var fds: [pollfd] = []
+        var woken: [Waiter] = []
+        var drained = [UInt8](repeating: 0, count: 64)
         while true {
-            let (jobs, watched) = state.withLock { state -> ([UnownedJob], [CInt]) in
-                let jobs = state.jobs
-                state.jobs.removeAll(keepingCapacity: true)
-                if jobs.isEmpty { state.sleeping = true }
-                return (jobs, jobs.isEmpty ? Array(state.waiters.keys) : [])
+            fds.removeAll(keepingCapacity: true)
+            state.withLock { state in
+                swap(&jobs, &state.jobs)
+                guard jobs.isEmpty else { return }
+                state.sleeping = true
+                fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+                for fd in state.waiters.keys { fds.append(pollfd(fd: fd, events: Int16(POLLIN), revents: 0)) }
             }
             if !jobs.isEmpty {
                 for job in jobs { job.runSynchronously(on: executor) }
+                jobs.removeAll(keepingCapacity: true)
                 continue
             }
-            var fds =
-                [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
-                + watched.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             let ready = poll(&fds, nfds_t(fds.count), -1)
             state.withLock { $0.sleeping = false }
             guard ready > 0 else { continue }
             if fds[0].revents != 0 {
-                var drained = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drained, drained.count) > 0 {}
             }
-            let woken = state.withLock { state -> [Waiter] in
-                fds.dropFirst().filter { $0.revents != 0 }.flatMap { state.waiters.removeValue(forKey: $0.fd) ?? [] }
+            state.withLock { state in
+                for fd in fds.dropFirst() where fd.revents != 0 {
+                    woken += state.waiters.removeValue(forKey: fd.fd) ?? []
+                }
             }
             for waiter in woken { waiter.continuation.resume() }
+            woken.removeAll(keepingCapacity: true)
         }
     }
 }

@@ -54,12 +54,12 @@ public struct StoredText: Sendable, Hashable, Comparable, CustomStringConvertibl
     static func bytesEqual(_ lhs: String, _ rhs: String) -> Bool {
         let count = lhs.utf8.count
         guard count == rhs.utf8.count else { return false }
-        let compared: Bool?? = lhs.utf8.withContiguousStorageIfAvailable { left in
-            rhs.utf8.withContiguousStorageIfAvailable { right in
-                count == 0 || memcmp(left.baseAddress!, right.baseAddress!, count) == 0
-            }
+        // `withUTF8` reads a small string from a copy on the stack: nothing is allocated (the
+        // view's `withContiguousStorageIfAvailable` allocated for each comparison).
+        var lhs = lhs
+        var rhs = rhs
+        return lhs.withUTF8 { left in
+            rhs.withUTF8 { right in count == 0 || memcmp(left.baseAddress!, right.baseAddress!, count) == 0 }
         }
-        if let compared, let compared { return compared }
-        return lhs.utf8.elementsEqual(rhs.utf8)
     }
 }
