@@ -58,7 +58,7 @@ public struct WireValues: Sendable, Hashable, ExpressibleByDictionaryLiteral {
     public subscript(name: String) -> JSONValue? {
         get { fields.first { $0.name == name }?.value }
         set {
-            // Lengths first: a reader sets every field, and most names differ in length.
+            // Lengths first: most names of an object differ in length.
             let length = name.utf8.count
             let index = fields.firstIndex { $0.name.utf8.count == length && $0.name == name }
             switch (index, newValue) {
