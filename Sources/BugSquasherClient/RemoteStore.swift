@@ -170,11 +170,11 @@ public final class RemoteStore: IncrementalStore {
             received += pageSize
             guard page.more == true, pageSize > 0 else { break }
         }
+        let store = state.withLock { $0.storeIdentifier }
         switch fetch.resultType {
         case .count: return .fetched(.count(count))
-        case .objectIDs: return .fetched(.objectIDs(try ids.map { try parse($0) }))
+        case .objectIDs: return .fetched(.objectIDs(try ids.map { try parse($0, store: store) }))
         case .rows:
-            let store = state.withLock { $0.storeIdentifier }
             let decoded = try rows.map { row in
                 StoreRow(
                     objectID: try parse(row.id, store: store),
@@ -187,7 +187,7 @@ public final class RemoteStore: IncrementalStore {
     }
 
     /// The ID a URI squasherd sent stands for; it shares `store`'s string when it names that store.
-    private func parse(_ uri: String, store: String? = nil) throws -> ObjectID {
+    private func parse(_ uri: String, store: String) throws -> ObjectID {
         guard let id = ObjectID(uri: uri, reusingStore: store) else {
             throw GraphError(.storeIO, "squasherd sent '\(uri)', which is not an object ID.")
         }
@@ -246,7 +246,7 @@ public final class RemoteStore: IncrementalStore {
             let reply: IDsReply = try call(
                 "io.bugsquasher.Store.Related",
                 RelatedParameters(id: objectID.uriString, relationship: name, offset: ids.isEmpty ? nil : ids.count))
-            ids += try reply.ids.map { try parse($0) }
+            ids += try reply.ids.map { try parse($0, store: objectID.storeIdentifier) }
             guard reply.more == true, !reply.ids.isEmpty else { return ids }
         }
     }

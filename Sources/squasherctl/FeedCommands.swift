@@ -192,9 +192,10 @@ struct WatchCommand: AsyncParsableCommand {
                     for change in save.deleted { Swift.print("  - \(change.id)") }
                 }
             }
+            // Each save is out before the next one is read (a JSON line is written at once);
+            // a full disk ends the watch.
+            try Squasherctl.flushOutput()
         }
-        // Each save is out before the next one is read; a full disk ends the watch.
-        try Squasherctl.flushOutput()
     }
 }
 
@@ -512,7 +513,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         )
     }
 
-    /// Prints an event and flushes it; a full disk ends the command (``Squasherctl/flushOutput()``).
+    /// Prints an event, out at once (a JSON line is written straight away, text is flushed); a
+    /// full disk ends the command (``Squasherctl/flushOutput()``).
     private func emit(_ event: Event) throws {
         if json {
             try printJSON(event)
@@ -531,8 +533,8 @@ struct SubscribeCommand: AsyncParsableCommand {
                 }
                 for id in event.deleted ?? [] { print("  deleted \(id)") }
             }
+            try Squasherctl.flushOutput()
         }
-        try Squasherctl.flushOutput()
     }
 }
 

@@ -52,14 +52,18 @@ public struct StoredText: Sendable, Hashable, Comparable, CustomStringConvertibl
 
     /// Whether `lhs` and `rhs` have the same UTF-8 bytes.
     static func bytesEqual(_ lhs: String, _ rhs: String) -> Bool {
-        let count = lhs.utf8.count
-        guard count == rhs.utf8.count else { return false }
-        // `withUTF8` reads a small string from a copy on the stack: nothing is allocated (the
-        // view's `withContiguousStorageIfAvailable` allocated for each comparison).
-        var lhs = lhs
+        guard lhs.utf8.count == rhs.utf8.count else { return false }
         var rhs = rhs
-        return lhs.withUTF8 { left in
-            rhs.withUTF8 { right in count == 0 || memcmp(left.baseAddress!, right.baseAddress!, count) == 0 }
+        return rhs.withUTF8 { bytesEqual(lhs, $0) }
+    }
+
+    /// Whether `string`'s UTF-8 bytes are `bytes`, compared with `memcmp`. `withUTF8` reads a
+    /// small string from a copy on the stack: nothing is allocated (the view's
+    /// `withContiguousStorageIfAvailable` allocated for each comparison).
+    static func bytesEqual(_ string: String, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var string = string
+        return string.withUTF8 { own in
+            own.count == bytes.count && (own.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, own.count) == 0)
         }
     }
 }

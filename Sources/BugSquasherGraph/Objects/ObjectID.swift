@@ -1,4 +1,3 @@
-import Foundation
 import Synchronization
 
 /// The identity of one object: store identifier + entity + primary key, or a temporary ID for an
@@ -95,10 +94,10 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
                 let storeBytes = UnsafeBufferPointer(rebasing: bytes[prefix.count..<storeEnd])
                 let entity = String(
                     decoding: UnsafeBufferPointer(rebasing: bytes[(storeEnd + 1)..<entityEnd]), as: UTF8.self)
-                let isTemporary = Self.equal(Self.temporaryStore, storeBytes)
+                let isTemporary = StoredText.bytesEqual(Self.temporaryStore, storeBytes)
                 switch bytes[tagIndex] {
                 case UInt8(ascii: "p") where !isTemporary:
-                    let known = store.flatMap { Self.equal($0, storeBytes) ? $0 : nil }
+                    let known = store.flatMap { StoredText.bytesEqual($0, storeBytes) ? $0 : nil }
                     return ObjectID(
                         store: known ?? String(decoding: storeBytes, as: UTF8.self), entity: entity, primaryKey: number)
                 case UInt8(ascii: "t") where isTemporary:
@@ -109,14 +108,6 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible, Co
             })
         else { return nil }
         self = id
-    }
-
-    /// Whether `string` is `bytes` (compared with `memcmp`, not byte by byte through a view).
-    private static func equal(_ string: String, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        var string = string
-        return string.withUTF8 { own in
-            own.count == bytes.count && (own.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, own.count) == 0)
-        }
     }
 
     /// `x-bugsquasher://`, the start of every ID's URI.
