@@ -20,8 +20,9 @@ With --faults, four faults, each bounded in time:
     daemons reconnect by themselves;
   - a partition of the third host (the database's packets to it dropped, no error on either
     side) for --partition seconds: its daemon notices within seconds and says so in
-    `squasherctl status` and its log; after the network heals its subscribers catch up with
-    nothing missed.
+    `squasherctl status`, its metrics and its log, and the other daemons count it silent; after
+    the network heals its subscribers catch up with nothing missed, and its metrics count the
+    outage ended and nothing behind.
 
 With --more-faults, three more, after those:
   - host c's own link down for --link-down seconds (its route to the database gone: new
@@ -272,6 +273,14 @@ class Daemon:
             raise SystemExit(f"cluster: squasherctl status on host {self.host} failed ({result.returncode}):\n{result.stderr}")
         return json.loads(result.stdout)
 
+    def metric(self, sample):
+        """The value of one sample of `squasherctl metrics` (a name, with its labels if it has
+        any), or None when the daemon does not report it."""
+        for line in self.ctl(["metrics"], check=False, timeout=30).stdout.splitlines():
+            if line.startswith(sample + " "):
+                return float(line.split()[-1])
+        return None
+
     def follow(self, name, arguments):
         return Process(f"{name}", self.command("squasherctl", arguments), self.directory, self.environment)
 
@@ -489,12 +498,24 @@ class Cluster:
             raise SystemExit("cluster: host c's status says the store's problem twice or without what happened")
         if "PostgreSQL does not answer" not in c.log():
             raise SystemExit("cluster: host c's log does not say that PostgreSQL does not answer")
+        # Its metrics say so too, and the other hosts see it silent once it missed five heartbeats.
+        if c.metric("squasherd_store_reachable") != 0:
+            raise SystemExit("cluster: host c's metrics do not say that the database is unreachable")
+        outages = c.metric("squasherd_store_outages_total")
+        silent = 'squasherd_store_daemons{state="silent"}'
+        if self.options.partition >= 15:
+            wait_until("host a to count host c's daemon silent", 20, lambda: self.daemons["a"].metric(silent) == 1, 0.5)
+            say("    host-a$ squasherctl metrics | " + silent + " 1")
         while time.monotonic() - cut < self.options.partition:
             self.edit(1)
         self.network.heal("c")
         self.figure(f"host c's subscribers caught up {self.wait_for_last_edit('c', 'after the partition'):.1f} s "
                     "after the network healed")
         wait_until("host c's status to clear", 30, lambda: not c.status().get("storeProblem"), 0.25)
+        wait_until("host c's metrics to count the outage ended and its feed caught up", 30,
+                   lambda: c.metric("squasherd_store_reachable") == 1
+                   and c.metric("squasherd_store_outages_total") >= outages + 1
+                   and c.metric("squasherd_history_behind_saves") == 0, 0.25)
         for line in c.ctl(["status"], check=False).stdout.splitlines():
             say("    host-c$ squasherctl status | " + line)
 

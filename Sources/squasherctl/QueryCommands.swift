@@ -159,7 +159,7 @@ struct StatusCommand: ParsableCommand {
         print("daemons attached to the store: \(daemons.count)")
         for daemon in daemons {
             let seen =
-                daemon.silentSeconds > 10
+                daemon.silentSeconds > StoreMember.silentAfter
                 ? "silent for \(Int(daemon.silentSeconds)) s (stopped or cut off)" : "answering"
             print(
                 "  \(daemon.id) on \(printable(daemon.host, limit: 64))\(daemon.id == this ? " (this one)" : ""): token \(daemon.token), \(daemon.behind) behind, \(seen)"

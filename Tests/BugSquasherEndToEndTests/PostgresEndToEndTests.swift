@@ -272,14 +272,22 @@ struct PostgresEndToEndTests {
                 // Each daemon counted its 80 edits, in at least one batch and at most one each.
                 for daemon in [first, second] {
                     let text = try await daemon.ctl(["metrics"])
-                    func value(_ name: String) -> Double? {
-                        text.first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
-                    }
-                    let (edited, batches) = (value("squasherd_edits_total"), value("squasherd_edit_batches_total"))
+                    let (edited, batches) = (
+                        Self.sample("squasherd_edits_total", in: text),
+                        Self.sample("squasherd_edit_batches_total", in: text)
+                    )
                     #expect(edited == Double(writers * edits / 2), "\(text)")
                     #expect((1...Double(writers * edits / 2)).contains(batches ?? 0), "\(text)")
                 }
                 _ = try await watch.waitForLine { $0.contains(#""token":\#(end)"#) && $0.contains(#""event":"save""#) }
+                // The second daemon published every save up to `end` (its feed just sent it):
+                // its metrics say so, with the database answering and both daemons attached.
+                let text = try await second.ctl(["metrics"])
+                #expect(Self.sample("squasherd_store_reachable", in: text) == 1, "\(text)")
+                #expect(Self.sample("squasherd_history_behind_saves", in: text) == 0, "\(text)")
+                #expect(Self.sample(#"squasherd_store_daemons{state="answering"}"#, in: text) == 2, "\(text)")
+                #expect(Self.sample(#"squasherd_store_daemons{state="silent"}"#, in: text) == 0, "\(text)")
+                #expect(Self.sample("squasherd_store_outages_total", in: text) == 0, "\(text)")
                 watch.signal(SIGTERM)
                 _ = try await watch.waitForExit()
                 let seen = watch.output.compactMap { line in
@@ -290,6 +298,12 @@ struct PostgresEndToEndTests {
                 #expect(zip(seen, seen.dropFirst()).allSatisfy(<) && seen.last == end, "\(seen)")
             }
         }
+    }
+
+    /// The value of one sample (a metric's name, with its labels if it has any) in the lines of
+    /// `squasherctl metrics`.
+    private static func sample(_ name: String, in lines: [String]) -> Double? {
+        lines.first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") }
     }
 
     /// A daemon started before its database (at boot, on another host) waits for it, says so,

@@ -21,10 +21,16 @@ final class MetricsText: Sendable {
 
 extension SquasherDaemon {
     /// Sets the gauges read at a scrape: subscribers and what waits for them, connections, the
-    /// history token, the store's files, jobs by state, the process's memory and descriptors.
+    /// history token, the store's files or its server (``record(_:daemon:in:)``),
+    /// jobs by state, the process's memory and descriptors. `daemon` is this daemon's ID among a
+    /// shared store's daemons.
     static func metricsCollector(
-        _ stack: PersistentStack, hub: NotificationHub, metrics: SquasherdMetrics, connectionLimit: ConnectionLimit
+        _ stack: PersistentStack, hub: NotificationHub, metrics: SquasherdMetrics, connectionLimit: ConnectionLimit,
+        daemon: String
     ) -> @Sendable () -> Void {
+        let membership = stack.store as? any StoreMembership
+        let shared = membership.map { _ in SharedStoreMetrics() }
+        if let membership, let shared { membership.observeReachableAgain { shared.outages.increment() } }
         let refusedSeen = Mutex(0)
         return {
             metrics.subscribers.record(hub.count)
@@ -41,6 +47,7 @@ extension SquasherDaemon {
                 metrics.storeSize.record(Self.size(of: file.url.path))
                 metrics.walSize.record(Self.size(of: file.url.path + "-wal"))
             }
+            if let membership, let shared { record(membership, daemon: daemon, in: shared) }
             for (state, gauge) in metrics.jobs {
                 let request = FetchDescription(
                     entityName: "ImportJob", predicate: Key("state") == .string(state.rawValue), resultType: .count)
@@ -49,6 +56,20 @@ extension SquasherDaemon {
             if let bytes = ProcessMetrics.residentBytes() { metrics.residentMemory.record(bytes) }
             if let fds = ProcessMetrics.openDescriptors() { metrics.openDescriptors.record(fds) }
         }
+    }
+
+    /// A shared store's gauges: whether its server answers (1 or 0); while it does, how many
+    /// saves this daemon has not published yet, and how many attached daemons answer or are
+    /// silent (``StoreMember/isAnswering``). While it does not, those keep their last values:
+    /// what the daemons did meanwhile cannot be read.
+    private static func record(_ membership: any StoreMembership, daemon: String, in metrics: SharedStoreMetrics) {
+        guard case .reachable = membership.reachability else { return metrics.reachable.record(0) }
+        metrics.reachable.record(1)
+        guard let members = try? membership.members() else { return }
+        if let this = members.first(where: { $0.id == daemon }) { metrics.behind.record(this.behind) }
+        let answering = members.count(where: \.isAnswering)
+        metrics.answering.record(answering)
+        metrics.silent.record(members.count - answering)
     }
 
     private static func size(of path: String) -> Int {

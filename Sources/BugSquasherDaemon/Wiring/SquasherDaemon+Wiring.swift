@@ -55,7 +55,8 @@ extension SquasherDaemon {
         }
         let connectionLimit = Self.connectionLimit(configuration, logger: logger)
         let collect = Self.metricsCollector(
-            opened.stack, hub: interfaces.hub, metrics: interfaces.metrics, connectionLimit: connectionLimit)
+            opened.stack, hub: interfaces.hub, metrics: interfaces.metrics, connectionLimit: connectionLimit,
+            daemon: opened.identity.id)
         interfaces.metricsText.set { [metricsExporter] in metricsExporter?.text(collect: collect) }
         // The write socket has a thread of its own, its event loop, on which its connections
         // are served, and so are its edits and deletes: an edit is read, saved and answered on

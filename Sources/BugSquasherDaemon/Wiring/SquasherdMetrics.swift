@@ -44,6 +44,17 @@ struct SquasherdMetrics: Sendable {
         })
 }
 
+/// The metrics of a shared store's server (PostgreSQL): whether it answers, its outages, how far
+/// this daemon is behind the store's newest save, and the daemons attached to the store. Made
+/// only for such a store: on SQLite, a `squasherd_store_reachable` of 0 would read as an outage.
+struct SharedStoreMetrics: Sendable {
+    let reachable = Gauge(label: "squasherd_store_reachable")
+    let outages = Counter(label: "squasherd_store_outages_total")
+    let behind = Gauge(label: "squasherd_history_behind_saves")
+    let answering = Gauge(label: "squasherd_store_daemons", dimensions: [("state", "answering")])
+    let silent = Gauge(label: "squasherd_store_daemons", dimensions: [("state", "silent")])
+}
+
 extension CoreMetrics.Timer {
     /// Records the time from `start` to now.
     func recordSince(_ start: ContinuousClock.Instant) {

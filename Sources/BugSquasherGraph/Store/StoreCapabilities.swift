@@ -141,6 +141,13 @@ public struct StoreMember: Sendable, Equatable {
     /// Seconds since its last heartbeat, by the server's clock.
     public var silentFor: Double
 
+    /// How long a member may go without a heartbeat before it counts as silent (stopped or cut
+    /// off): five of squasherd's heartbeats, which come every 2 s.
+    public static let silentAfter: Double = 10
+
+    /// Whether it was heard from lately (within ``silentAfter``).
+    public var isAnswering: Bool { silentFor <= Self.silentAfter }
+
     /// A member as the store lists it.
     public init(id: String, host: String, token: HistoryToken, behind: Int64, silentFor: Double) {
         (self.id, self.host, self.token, self.behind, self.silentFor) = (id, host, token, behind, silentFor)
