@@ -70,6 +70,10 @@ struct MetricsEndToEndTests {
             #expect(after.values["squasherd_import_chunk_commit_duration_seconds_count"] == 200)
             #expect(after.values["squasherd_import_jobs"] == 1)
             #expect((after.values["squasherd_history_token"] ?? 0) >= 200)
+            // What only a shared store (PostgreSQL) has is not reported: a reachable gauge of 0
+            // would read as an outage.
+            #expect(after.values["squasherd_store_reachable"] == nil, "\(after.values)")
+            #expect(after.values["squasherd_store_daemons"] == nil)
             // 20,000 records write more than the 1,000 WAL pages after which a background
             // checkpoint runs.
             #expect(after.types["squasherd_store_checkpoint_duration_seconds"] == "histogram", "\(after.types)")

@@ -288,6 +288,10 @@ struct PostgresEndToEndTests {
                 #expect(Self.sample(#"squasherd_store_daemons{state="answering"}"#, in: text) == 2, "\(text)")
                 #expect(Self.sample(#"squasherd_store_daemons{state="silent"}"#, in: text) == 0, "\(text)")
                 #expect(Self.sample("squasherd_store_outages_total", in: text) == 0, "\(text)")
+                // What only a store in a file has is not reported.
+                #expect(
+                    !text.contains { $0.contains("squasherd_store_size_bytes") || $0.contains("checkpoint") }, "\(text)"
+                )
                 watch.signal(SIGTERM)
                 _ = try await watch.waitForExit()
                 let seen = watch.output.compactMap { line in

@@ -28,6 +28,7 @@ extension SquasherDaemon {
         _ stack: PersistentStack, hub: NotificationHub, metrics: SquasherdMetrics, connectionLimit: ConnectionLimit,
         daemon: String
     ) -> @Sendable () -> Void {
+        let file = (stack.store as? any FileBacked).map { ($0, FileStoreMetrics()) }
         let membership = stack.store as? any StoreMembership
         let shared = membership.map { _ in SharedStoreMetrics() }
         if let membership, let shared { membership.observeReachableAgain { shared.outages.increment() } }
@@ -43,9 +44,9 @@ extension SquasherDaemon {
             }
             if new > 0 { metrics.connectionsRefused.increment(by: new) }
             if let token = try? stack.store.currentHistoryToken() { metrics.historyToken.record(token.rawValue) }
-            if let file = stack.store as? any FileBacked {
-                metrics.storeSize.record(Self.size(of: file.url.path))
-                metrics.walSize.record(Self.size(of: file.url.path + "-wal"))
+            if let (store, gauges) = file {
+                gauges.size.record(Self.size(of: store.url.path))
+                gauges.walSize.record(Self.size(of: store.url.path + "-wal"))
             }
             if let membership, let shared { record(membership, daemon: daemon, in: shared) }
             for (state, gauge) in metrics.jobs {

@@ -134,8 +134,8 @@ extension SquasherDaemon {
         }
         (stack.store as? any SharedStore)?.observeHistoryGaps { _ in hub.lostHistory() }
         (stack.store as? any SharedStore)?.screenInsertsOfOthers { hub.insertInterest(of: $0) }
-        (stack.store as? any Checkpointing)?.observeCheckpoints { run in
-            metrics.checkpoints[run.kind]?.recordNanoseconds(
+        (stack.store as? any Checkpointing)?.observeCheckpoints { [file = FileStoreMetrics()] run in
+            file.checkpoints[run.kind]?.recordNanoseconds(
                 run.duration.components.seconds * 1_000_000_000 + run.duration.components.attoseconds / 1_000_000_000)
         }
         let coding = WireCoding(model: stack.model)

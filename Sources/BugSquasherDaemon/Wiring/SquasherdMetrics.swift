@@ -26,7 +26,19 @@ struct SquasherdMetrics: Sendable {
     let resynced = Counter(label: "squasherd_subscriber_resyncs_total")
     let connectionsOpen = Gauge(label: "squasherd_connections_open")
     let connectionsRefused = Counter(label: "squasherd_connections_refused_total")
-    let storeSize = Gauge(label: "squasherd_store_size_bytes")
+    let residentMemory = Gauge(label: "process_resident_memory_bytes")
+    let openDescriptors = Gauge(label: "process_open_fds")
+    let jobs: [JobState: Gauge] = Dictionary(
+        uniqueKeysWithValues: JobState.allCases.map {
+            ($0, Gauge(label: "squasherd_import_jobs", dimensions: [("state", $0.rawValue)]))
+        })
+}
+
+/// The metrics of a store kept in a file (SQLite): the file's size, its write-ahead log's, and
+/// its checkpoints. Made only for such a store, as ``SharedStoreMetrics`` only for a shared one:
+/// a daemon reports what its store has.
+struct FileStoreMetrics: Sendable {
+    let size = Gauge(label: "squasherd_store_size_bytes")
     let walSize = Gauge(label: "squasherd_store_wal_size_bytes")
     let checkpoints: [CheckpointRun.Kind: CoreMetrics.Timer] = Dictionary(
         uniqueKeysWithValues: CheckpointRun.Kind.allCases.map {
@@ -35,12 +47,6 @@ struct SquasherdMetrics: Sendable {
                 CoreMetrics.Timer(
                     label: "squasherd_store_checkpoint_duration_seconds", dimensions: [("kind", $0.rawValue)])
             )
-        })
-    let residentMemory = Gauge(label: "process_resident_memory_bytes")
-    let openDescriptors = Gauge(label: "process_open_fds")
-    let jobs: [JobState: Gauge] = Dictionary(
-        uniqueKeysWithValues: JobState.allCases.map {
-            ($0, Gauge(label: "squasherd_import_jobs", dimensions: [("state", $0.rawValue)]))
         })
 }
 
