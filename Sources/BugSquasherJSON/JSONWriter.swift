@@ -100,6 +100,13 @@ package struct JSONWriter: Sendable {
         needsComma = true
     }
 
+    /// The document as one line of JSON Lines: its bytes and a newline, appended in place
+    /// (the writer is used up, so its buffer is not copied).
+    package consuming func line() -> [UInt8] {
+        bytes.append(UInt8(ascii: "\n"))
+        return bytes
+    }
+
     private mutating func separate() {
         if needsComma { bytes.append(UInt8(ascii: ",")) }
     }

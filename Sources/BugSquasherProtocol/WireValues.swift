@@ -56,18 +56,22 @@ public struct WireValues: Sendable, Hashable, ExpressibleByDictionaryLiteral {
     /// The value named `name`, or `nil`; setting one replaces it in its place or adds it last,
     /// and setting `nil` removes it.
     public subscript(name: String) -> JSONValue? {
-        get { fields.first { $0.name == name }?.value }
+        get { index(of: name).map { fields[$0].value } }
         set {
-            // Lengths first: most names of an object differ in length.
-            let length = name.utf8.count
-            let index = fields.firstIndex { $0.name.utf8.count == length && $0.name == name }
-            switch (index, newValue) {
+            switch (index(of: name), newValue) {
             case (let index?, let value?): fields[index].value = value
             case (let index?, nil): fields.remove(at: index)
             case (nil, let value?): fields.append(Field(name: name, value: value))
             case (nil, nil): break
             }
         }
+    }
+
+    /// Where the field named `name` is, if it is there.
+    private func index(of name: String) -> Int? {
+        // Lengths first: most names of an object differ in length.
+        let length = name.utf8.count
+        return fields.firstIndex { $0.name.utf8.count == length && $0.name == name }
     }
 
     /// The value named `name`, looked for at `position` first (where ``WireCoding`` writes it).

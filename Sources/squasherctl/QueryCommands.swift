@@ -358,7 +358,7 @@ struct ListCommand: ParsableCommand {
 func printJSON<T: Encodable & JSONWritable>(_ value: T) throws {
     var writer = JSONWriter()
     value.write(to: &writer)
-    try Squasherctl.writeOutput(writer.bytes + [UInt8(ascii: "\n")])
+    try Squasherctl.writeOutput(writer.line())
 }
 
 /// Prints a value as JSON on one line.

@@ -32,6 +32,18 @@ struct JSONReaderWriterTests {
         #expect(try read(Array(#""\u00e9 \ud83d\udc1b \/""#.utf8)) { try $0.string() } == "é 🐛 /")
     }
 
+    /// A document as a line of JSON Lines: its bytes, then one newline (an escaped one inside a
+    /// string stays escaped).
+    @Test("a document written as a line ends in its one newline")
+    func line() throws {
+        var writer = JSONWriter()
+        writer.object { writer in
+            writer.key("text")
+            writer.string("two\nlines")
+        }
+        #expect(writer.line() == Array(#"{"text":"two\nlines"}"#.utf8) + [UInt8(ascii: "\n")])
+    }
+
     /// ASCII text with escapes is decoded straight into the string; escapes beside non-ASCII
     /// text are decoded and then checked as UTF-8. Both say the same of a broken string.
     @Test("escaped strings decode the same with or without non-ASCII text; broken ones fail at their byte")
