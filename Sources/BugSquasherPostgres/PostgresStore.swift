@@ -304,7 +304,23 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     /// The channel of the store's commit hints: `NOTIFY` after each save, with its token.
-    var hintChannel: String { String(decoding: Array("bs_\(configuration.schema)".utf8.prefix(63)), as: UTF8.self) }
+    var hintChannel: String { Self.hintChannel(schema: configuration.schema) }
+
+    /// The hint channel of the store in `schema`, the same in every process: `bs_` and the
+    /// schema's name, cut to the 63 bytes PostgreSQL keeps of a name (at a character's end).
+    /// A name holding `"` gets `bs_` and a hash of it instead: postgres-nio writes
+    /// `LISTEN "channel"` without escaping, so such a channel could never be listened on.
+    static func hintChannel(schema: String) -> String {
+        if !schema.contains("\"") {
+            var bytes = Array("bs_\(schema)".utf8.prefix(63))
+            // A cut inside a character: drop its first bytes too.
+            while String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        // FNV-1a: stable across processes and builds, unlike `Hasher`.
+        let hash = schema.utf8.reduce(UInt64(0xcbf2_9ce4_8422_2325)) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+        return "bs_h" + String(hash, radix: 16)
+    }
 
     private func connect(id: Int) throws -> PostgresConnection {
         try PostgresConnection.connect(
@@ -319,7 +335,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             let starting = psql.serverInfo?[.sqlState] == "57P03"
             return GraphError(
                 .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
-                advice: "See the server's log for more.",
+                advice: advice(sqlState: psql.serverInfo?[.sqlState], hint: psql.serverInfo?[.hint]),
                 cause: starting ? Unreachable(server: Described(psql)) : Described(psql))
         }
         if let psql = error as? PSQLError, psql.code == .sslUnsupported {
@@ -341,6 +357,30 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             "Could not \(action): PostgreSQL at \(configuration.address) cannot be reached (\(Self.describe(error))).",
             advice: "Check that the server runs and that this host may connect to it (pg_hba.conf).",
             cause: unreachable ? Unreachable(server: nil) : nil)
+    }
+
+    /// What to do about the server's refusal `sqlState`, for the ones a new set-up meets (the
+    /// role, its password, its rights, the database); the server's own hint, or its log, for the
+    /// rest.
+    func advice(sqlState: String?, hint: String?) -> String {
+        let (user, database) = (configuration.user, configuration.database)
+        switch sqlState {
+        case "28P01", "28000":  // invalid_password, invalid_authorization_specification
+            return
+                "Check the user (\(user)) and the password (password_file= in the store URL); the server's pg_hba.conf says how this host may log in."
+        case "3D000":  // invalid_catalog_name
+            return
+                "Create the database (as PostgreSQL's superuser: createdb -O \(user) \(database)), or name another one in the store URL."
+        case "42501":  // insufficient_privilege
+            return
+                "Give the role \(user) the rights the store needs: CREATE on the database for a new store's schema (GRANT CREATE ON DATABASE \(database) TO \(user)), and for a store another role made, that role's rights (GRANT <the schema's owner> TO \(user))."
+        case "53300":  // too_many_connections
+            return
+                "The server has no connection left for this role or database: each squasherd holds three. Raise max_connections (or the role's CONNECTION LIMIT), or stop other clients."
+        default:
+            guard let hint else { return "See the server's log for more." }
+            return "The server's hint: \(hint.hasSuffix(".") ? hint : hint + ".")"
+        }
     }
 
     /// The codes of errors that leave no connection to the server.

@@ -98,6 +98,82 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("a schema's hint channel is a name PostgreSQL keeps whole and postgres-nio can quote")
+    func hintChannelNames() {
+        #expect(PostgresStore.hintChannel(schema: "bugsquasher") == "bs_bugsquasher")
+        #expect(PostgresStore.hintChannel(schema: "Bug-Store") == "bs_Bug-Store")
+        let long = String(repeating: "a", count: 70)
+        #expect(PostgresStore.hintChannel(schema: long) == "bs_" + String(repeating: "a", count: 60))
+        // 63 bytes would end inside the 31st "é": the cut drops it whole.
+        let accented = String(repeating: "é", count: 40)
+        #expect(PostgresStore.hintChannel(schema: accented) == "bs_" + String(repeating: "é", count: 30))
+        let quoted = PostgresStore.hintChannel(schema: #"a"b"#)
+        #expect(quoted.hasPrefix("bs_h") && !quoted.contains("\"") && quoted.utf8.count <= 63)
+        #expect(quoted == PostgresStore.hintChannel(schema: #"a"b"#))
+        #expect(quoted != PostgresStore.hintChannel(schema: #"a""b"#))
+    }
+
+    /// A schema named with a double quote: the store quotes it in every statement, and its
+    /// hints go out on a channel a listener can `LISTEN` on (postgres-nio does not escape).
+    @Test("a store in a schema whose name holds a double quote saves, and its hints are heard", .timeLimit(.minutes(1)))
+    func quotedSchemaHints() async throws {
+        guard TestPostgres.isAvailable() else { return }
+        let store = try freshStore(schema: "t_\(UUID().uuidString.prefix(8).lowercased())%22q")
+        #expect(store.configuration.schema.hasSuffix(#""q"#))
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "w")
+        let connection = try await PostgresConnection.connect(
+            on: PostgresEventLoops.group.next(), configuration: try store.connectionConfiguration(), id: 1,
+            logger: Logger(label: "test"))
+        let (heard, listening) = AsyncStream.makeStream(of: String.self)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                // A LISTEN the server refuses ends the stream, and the test, at once.
+                defer { listening.finish() }
+                try await connection.listen(on: store.hintChannel) { notifications in
+                    listening.yield("listening")
+                    for try await notification in notifications {
+                        listening.yield(notification.payload)
+                        return
+                    }
+                }
+            }
+            var events = heard.makeAsyncIterator()
+            #expect(await events.next() == "listening")
+            _ = try await context.perform { context in try saveOpenBugs(1, prefix: "Q", title: "t", in: context) }
+            let payload = try #require(await events.next())
+            #expect(payload.hasPrefix("\(try store.currentHistoryToken().rawValue)"), "\(payload)")
+            try await group.waitForAll()
+        }
+        try await connection.close().get()
+    }
+
+    /// A server's refusals a new set-up meets say what to do, naming the role and database.
+    @Test("a missing database, or a role without the rights a new store needs, says what to do")
+    func setUpRefusalsAdvise() throws {
+        guard TestPostgres.isAvailable(), let server = TestPostgres.server else { return }
+        func openingError(_ change: (inout PostgresStoreConfiguration) -> Void) throws -> GraphError? {
+            var configuration = try PostgresStoreConfiguration(url: server)
+            configuration.schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+            change(&configuration)
+            do {
+                _ = try StoreCoordinator(model: BugModel.model, store: PostgresStore(configuration: configuration))
+                return nil
+            } catch let error as GraphError {
+                return error
+            }
+        }
+        let missing = try openingError { $0.database = "bs_missing_database" }
+        #expect(missing?.advice.contains("createdb -O") == true, "\(String(describing: missing))")
+        let role = "bs_norights_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        try admin.withConnection("add a role") { _ = try admin.run("CREATE ROLE \(role) LOGIN", [], on: $0) }
+        defer { try? admin.withConnection("drop the role") { _ = try admin.run("DROP ROLE \(role)", [], on: $0) } }
+        let refused = try openingError { $0.user = role }
+        #expect(refused?.statement.contains("permission denied") == true, "\(String(describing: refused))")
+        #expect(refused?.advice.contains("GRANT CREATE ON DATABASE") == true, "\(String(describing: refused))")
+    }
+
     /// Every writer takes its token last, from one counter row, just before it commits; a reader
     /// that follows the history by `token > last` must never skip one.
     @Test("tokens stay gapless and in commit order with concurrent writers", .timeLimit(.minutes(2)))
