@@ -27,7 +27,7 @@ struct Squasherd: AsyncParsableCommand {
         version: BugSquasherVersion.current
     )
 
-    @Option(help: "Directory of the store (bugs.sqlite) and the import spool.")
+    @Option(help: "Directory of the SQLite store (bugs.sqlite), the import spool and the daemon's ID.")
     var stateDirectory: String?
 
     @Option(help: "Directory of the sockets squasherd.sock (read) and squasherd-write.sock (write).")

@@ -214,6 +214,45 @@ struct PostgresEndToEndTests {
         }
     }
 
+    /// A state directory copied from a running daemon (a cloned VM, a copied directory) carries
+    /// its daemon ID: the copy finds that ID still heartbeating, takes one of its own, and leaves
+    /// the other daemon's running import alone instead of failing it for want of its spool.
+    @Test("a daemon on a copy of a running daemon's state directory takes an ID of its own")
+    func copiedStateDirectory() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(chunkSize: 50, configuration: store) { first in
+            try await withDaemon(configuration: store) { second in
+                let owner = try #require(first.status().daemon)
+                let records = try first.writeRecords("copied.ndjson", count: 4_000, prefix: "C", title: "copied")
+                let job = try #require(try await first.ctl(["import", records.path]).last)
+                _ = try await poll(for: .seconds(60)) {
+                    try first.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
+                }
+                #expect(try await second.stop() == 0)
+                for file in ["daemon-id", "daemon-id.origin"] {
+                    let (from, to) = (first.directory + "/state/" + file, second.directory + "/state/" + file)
+                    try? FileManager.default.removeItem(atPath: to)
+                    try FileManager.default.copyItem(atPath: from, toPath: to)
+                }
+                try await second.restart()
+                #expect(second.process.errorOutput.contains("takes an ID of its own"), "\(second.process.errorOutput)")
+                let renewed = try #require(second.status().daemon)
+                #expect(renewed != owner)
+                #expect(Set(try second.status().daemons?.map(\.id) ?? []) == [owner, renewed])
+                let finished = try await poll(for: .seconds(120)) { () -> WireJob? in
+                    let current = try first.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self)
+                        .job
+                    return current.isFinal ? current : nil
+                }
+                #expect(finished?.state == .finished && finished?.imported == 4_000, "\(String(describing: finished))")
+                // Started again, it keeps the ID it took.
+                #expect(try await second.stop() == 0)
+                try await second.restart()
+                #expect(try second.status().daemon == renewed)
+            }
+        }
+    }
+
     /// Two daemons (two writer processes) committing at once, edits through both in parallel: the
     /// history has every token from the first to the last once, and a watcher on either daemon
     /// sees them in increasing order.

@@ -86,14 +86,57 @@ extension SquasherDaemon {
         } else {
             opened = try openSQLiteStore(editsFirst: editsFirst)
         }
-        opened.identity = try DaemonIdentity.load(
-            stateDirectory: configuration.stateDirectory, sharesStore: opened.stack.store is any SharedStore)
+        opened.identity = try await settledIdentity(
+            try DaemonIdentity.load(
+                stateDirectory: configuration.stateDirectory, sharesStore: opened.stack.store is any SharedStore),
+            membership: opened.stack.store as? any StoreMembership)
         if let membership = opened.stack.store as? any StoreMembership {
             membership.attach(as: opened.identity.id, host: opened.identity.host)
         }
         try await failInterruptedUploads(opened.stack, identity: opened.identity)
         try await removeSpoolsOfEndedJobs(opened.stack)
         return opened
+    }
+
+    /// `identity`, or a new one when its state directory is a copy of a daemon that runs on the
+    /// same store (``SharedIdentityCheck`` decides; this carries it out).
+    private func settledIdentity(_ identity: DaemonIdentity, membership: (any StoreMembership)?) async throws
+        -> DaemonIdentity
+    {
+        let directory = configuration.stateDirectory
+        var check = SharedIdentityCheck()
+        var action = SharedIdentityCheck.start(
+            recorded: identity.origin, here: identity.here, sharesStore: membership != nil)
+        while true {
+            switch action {
+            case .keep(let record):
+                guard record else { return identity }
+                if let origin = identity.origin {
+                    logger.notice(
+                        "the state directory was made elsewhere, and no running daemon uses its ID; this daemon keeps it",
+                        metadata: [
+                            "daemon.id": "\(identity.id)", "origin.machine": "\(origin.machine)",
+                            "origin.directory": "\(origin.directory)",
+                        ])
+                }
+                return try identity.recordingOrigin(stateDirectory: directory)
+            case .lookAgain(let delay):
+                try await Task.sleep(for: delay)
+                // Listing fails only with the server gone since the store opened: the ID is kept,
+                // as before the check.
+                let member = (try? membership?.members())?.first { $0.id == identity.id }
+                action = membership == nil ? .keep(record: true) : check.looked(at: member)
+            case .renew(let member):
+                let renewed = try identity.renewed(stateDirectory: directory)
+                logger.warning(
+                    "this state directory is a copy of a running daemon's, which uses its ID; this daemon takes an ID of its own",
+                    metadata: [
+                        "daemon.id": "\(renewed.id)", "daemon.id.copied": "\(identity.id)",
+                        "copied.host": "\(member.host)", "origin.directory": "\(identity.origin?.directory ?? "")",
+                    ])
+                return renewed
+            }
+        }
     }
 
     /// Opens the store in a PostgreSQL database: the server checks and keeps it. A server that
