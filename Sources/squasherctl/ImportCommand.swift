@@ -49,7 +49,7 @@ struct ImportCommand: ParsableCommand {
 
     @Flag(
         help:
-            "Show progress and wait for the job's summary; across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd)."
+            "Show progress (a bar on a terminal, a line every 10 s in a log) and wait for the job's summary; across a restart of squasherd it reconnects and goes on waiting (for up to 5 minutes without squasherd)."
     )
     var wait = false
 
@@ -88,7 +88,7 @@ struct ImportCommand: ParsableCommand {
 
     func run() throws {
         let (input, size) = try openInput()
-        let progress = ProgressBar(enabled: wait && isatty(2) != 0)
+        let progress = ProgressBar.onStandardError(shown: wait)
         let job: String = try withClient(sockets.write) { client in
             let job = try client.call(
                 "io.bugsquasher.Import.Begin",

@@ -6,6 +6,7 @@ import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
 import Foundation
+import Synchronization
 
 /// Follows an import job to its end with `Jobs.Watch`, showing progress, and prints its
 /// summary. squasherd resumes a job by itself when it restarts, so a lost connection is not the
@@ -188,21 +189,68 @@ extension JobFollower {
     }
 }
 
-/// A one-line progress bar on standard error (only on a terminal).
-struct ProgressBar {
-    let enabled: Bool
-
-    func show(label: String, done: Int64, total: Int64, unit: String, extra: String = "") {
-        guard enabled else { return }
-        let fraction = total > 0 ? min(1, Double(done) / Double(total)) : 0
-        let width = 30
-        let filled = Int(fraction * Double(width))
-        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-        FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(Int(fraction * 100))% \(extra)\u{1B}[K".utf8))
+/// Progress on standard error: a bar redrawn in place on a terminal; elsewhere (a log file, a
+/// pipe, a CI job) a plain line every ``lineInterval``, so that a long import's log shows that it
+/// moves, while a short one prints its summary alone.
+final class ProgressBar: Sendable {
+    /// How progress is shown.
+    enum Style {
+        /// A bar redrawn in place, for a terminal.
+        case bar
+        /// A line now and then, for a log.
+        case lines
+        /// Nothing.
+        case off
     }
 
+    /// How long a log goes between two lines of progress: 10 s, or the seconds in
+    /// `SQUASHERCTL_PROGRESS_INTERVAL` (0: a line for every update squasherd sends).
+    static let lineInterval: Duration = {
+        guard let text = ProcessInfo.processInfo.environment["SQUASHERCTL_PROGRESS_INTERVAL"],
+            let seconds = Double(text), seconds >= 0, seconds.isFinite
+        else { return .seconds(10) }
+        return .milliseconds(Int64(seconds * 1000))
+    }()
+
+    let style: Style
+    /// When the last line was written (or the progress began).
+    private let lastLine = Mutex(ContinuousClock.now)
+
+    init(style: Style) { self.style = style }
+
+    /// The progress of standard error: a bar on a terminal, lines otherwise; nothing unless
+    /// `shown`.
+    static func onStandardError(shown: Bool = true) -> ProgressBar {
+        ProgressBar(style: !shown ? .off : isatty(2) != 0 ? .bar : .lines)
+    }
+
+    func show(label: String, done: Int64, total: Int64, unit: String, extra: String = "") {
+        let fraction = total > 0 ? min(1, Double(done) / Double(total)) : 0
+        switch style {
+        case .off:
+            return
+        case .bar:
+            let width = 30
+            let filled = Int(fraction * Double(width))
+            let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+            FileHandle.standardError.write(
+                Data("\r\(label) [\(bar)] \(Int(fraction * 100))% \(extra)\u{1B}[K".utf8))
+        case .lines:
+            let now = ContinuousClock.now
+            let due = lastLine.withLock { last in
+                guard now - last >= Self.lineInterval else { return false }
+                last = now
+                return true
+            }
+            guard due else { return }
+            let amount = total > 0 ? "\(Int(fraction * 100))% (\(done) of \(total) \(unit))" : "\(done) \(unit)"
+            FileHandle.standardError.write(Data("\(label): \(amount)\(extra.isEmpty ? "" : ", \(extra)")\n".utf8))
+        }
+    }
+
+    /// Wipes the bar from a terminal's line before other output; lines stay.
     func clear() {
-        guard enabled else { return }
+        guard case .bar = style else { return }
         FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
     }
 }

@@ -52,7 +52,7 @@ struct JobsCommand: ParsableCommand {
 
     func run() throws {
         if wait, let job {
-            return try JobFollower(socket: sockets.read, progress: ProgressBar(enabled: isatty(2) != 0)).follow(job)
+            return try JobFollower(socket: sockets.read, progress: .onStandardError()).follow(job)
         }
         try withClient(sockets.read) { client in
             if let job {

@@ -112,6 +112,24 @@ struct ImportEndToEndTests {
 
     /// import - without an input, status without an output; it does not read or write a socket of its own
     /// that took the descriptor's number.
+    /// A long import followed from a script or a CI job: its log gets plain progress lines (here
+    /// one per update, `SQUASHERCTL_PROGRESS_INTERVAL=0`), not a terminal's bar.
+    @Test("import --wait writes progress lines, not a bar, when standard error is a log")
+    func progressLinesInALog() async throws {
+        try await withDaemon { squasherd in
+            let records = try squasherd.writeRecords("lines.ndjson", count: 500, prefix: "PL", title: "t")
+            let process = try ChildProcess(
+                name: "squasherctl import", executable: Products.squasherctl,
+                arguments: ["import", records.path, "--wait", "--chunk-size", "100"],
+                environment: squasherd.environment.merging(["SQUASHERCTL_PROGRESS_INTERVAL": "0"]) { $1 })
+            #expect(try await process.waitForExit(timeout: .seconds(120)) == 0)
+            let log = process.errorOutput
+            #expect(log.contains("uploading: 100% (") && log.contains("importing: "), "\(log)")
+            #expect(log.contains(" records, ") && !log.contains("\r") && !log.contains("\u{1B}"), "\(log)")
+            #expect(summary(process.output).contains("500 imported"), "\(process.output)")
+        }
+    }
+
     @Test("squasherctl with standard input or output closed says so")
     func closedStandardStreams() async throws {
         try await withDaemon { squasherd in
