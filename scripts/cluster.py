@@ -498,6 +498,9 @@ class Cluster:
             raise SystemExit("cluster: host c's status says the store's problem twice or without what happened")
         if "PostgreSQL does not answer" not in c.log():
             raise SystemExit("cluster: host c's log does not say that PostgreSQL does not answer")
+        # The heartbeat's finding, not a statement it ended on the way ("Could not fetch Bug").
+        if not problem.startswith("The database has not answered since"):
+            raise SystemExit(f"cluster: host c's status gives a statement's failure, not the silence: {problem}")
         # Its metrics say so too, and the other hosts see it silent once it missed five heartbeats.
         if c.metric("squasherd_store_reachable") != 0:
             raise SystemExit("cluster: host c's metrics do not say that the database is unreachable")

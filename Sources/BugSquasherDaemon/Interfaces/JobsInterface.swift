@@ -118,10 +118,8 @@ struct JobsInterface: VarlinkInterface {
         if book.identity.sharesStore { reply.daemon = book.identity.id }
         let membership = stack.store as? any StoreMembership
         // A database that does not answer is reported at once, not waited for.
-        if case .unreachable(let since, let reason) = membership?.reachability {
-            let reason = reason.hasSuffix(".") ? String(reason.dropLast()) : reason
-            reply.storeProblem =
-                "The database has not answered since \(ISO8601Date.format(since, fractionalSeconds: false)): \(reason)."
+        if let silence = Self.silence(membership) {
+            reply.storeProblem = silence
             try await replier.reply(judged(reply))
             return
         }
@@ -138,9 +136,18 @@ struct JobsInterface: VarlinkInterface {
                     id: $0.id, host: $0.host, token: $0.token.rawValue, behind: $0.behind, silentSeconds: $0.silentFor)
             }
         } catch let error as GraphError where error.code == .storeIO {
-            reply.storeProblem = error.statement
+            // The heartbeat found the server silent while these statements ran (and ended them):
+            // its words say more than a statement's.
+            reply.storeProblem = Self.silence(membership) ?? error.statement
         }
         try await replier.reply(judged(reply))
+    }
+
+    /// Since when, and why, the database of a shared store has not answered; `nil` while it does.
+    private static func silence(_ membership: (any StoreMembership)?) -> String? {
+        guard case .unreachable(let since, let why) = membership?.reachability else { return nil }
+        let reason = why.hasSuffix(".") ? String(why.dropLast()) : why
+        return "The database has not answered since \(ISO8601Date.format(since, fractionalSeconds: false)): \(reason)."
     }
 
     /// Why job `id` waits to resume, if it does.
