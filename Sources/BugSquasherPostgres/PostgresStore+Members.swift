@@ -55,6 +55,16 @@ extension PostgresStore: StoreMembership {
         }
     }
 
+    public func forget(_ member: String) throws -> Bool {
+        try withConnection("forget a daemon") { connection in
+            // The silence is checked in the statement itself: a heartbeat that comes first keeps the row.
+            try !run(
+                "DELETE FROM bs_daemons WHERE id = $1 AND last_seen < now() - make_interval(secs => $2) RETURNING id",
+                [.string(member), .double(StoreMember.silentAfter)], on: connection
+            ).isEmpty
+        }
+    }
+
     /// The daemons attached, this one as it is now (its row is as fresh as its last heartbeat,
     /// which a daemon cut off from the server could not write: it would show it silent and behind
     /// right after the network healed).

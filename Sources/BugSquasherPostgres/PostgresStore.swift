@@ -22,6 +22,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     /// Where the database is.
     public let configuration: PostgresStoreConfiguration
+    /// The channel of the store's commit hints: `NOTIFY` after each save, with its token.
+    let hintChannel: String
     let logger: Logger
 
     struct Loaded: Sendable {
@@ -92,6 +94,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         self.configuration = configuration
         self.logger = logger
         self.editsFirst = editsFirst
+        hintChannel = Self.hintChannel(schema: configuration.schema)
     }
 
     deinit {
@@ -302,9 +305,6 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
         return .require(try NIOSSLContext(configuration: tls))
     }
-
-    /// The channel of the store's commit hints: `NOTIFY` after each save, with its token.
-    var hintChannel: String { Self.hintChannel(schema: configuration.schema) }
 
     /// The hint channel of the store in `schema`, the same in every process: `bs_` and the
     /// schema's name, cut to the 63 bytes PostgreSQL keeps of a name (at a character's end).

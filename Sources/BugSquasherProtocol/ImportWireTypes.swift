@@ -60,3 +60,26 @@ public struct UploadReply: Codable, Sendable {
         self.bytes = bytes
     }
 }
+
+/// The parameters of `io.bugsquasher.Import.Forget`.
+public struct ForgetParameters: Codable, Sendable {
+    /// The ID of the daemon to forget (`squasherctl status` lists them).
+    public var daemon: String
+    /// Creates parameters.
+    public init(daemon: String) { self.daemon = daemon }
+}
+
+/// The reply of `io.bugsquasher.Import.Forget`: the daemon taken off the store's list, and its
+/// jobs that had not ended, now aborted.
+public struct ForgetReply: Codable, Sendable {
+    /// The daemon forgotten.
+    public var daemon: String
+    /// Its host, when it was still listed.
+    public var host: String?
+    /// Its uploading, queued or running jobs, aborted.
+    public var abortedJobs: [String]
+    /// Creates a reply.
+    public init(daemon: String, host: String?, abortedJobs: [String]) {
+        (self.daemon, self.host, self.abortedJobs) = (daemon, host, abortedJobs)
+    }
+}

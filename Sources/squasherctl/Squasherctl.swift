@@ -19,7 +19,8 @@ struct Squasherctl: AsyncParsableCommand {
             """,
         version: BugSquasherVersion.current,
         subcommands: [
-            ImportCommand.self, AbortCommand.self, JobsCommand.self, StatusCommand.self, MetricsCommand.self,
+            ImportCommand.self, AbortCommand.self, ForgetCommand.self, JobsCommand.self, StatusCommand.self,
+            MetricsCommand.self,
             BackupCommand.self,
             GetCommand.self,
             ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self,

@@ -112,6 +112,15 @@ struct ImportEndToEndTests {
 
     /// import - without an input, status without an output; it does not read or write a socket of its own
     /// that took the descriptor's number.
+    /// `forget` is for the daemons of a shared store; on SQLite there is no other daemon.
+    @Test("squasherctl forget on a SQLite store says there is no other daemon")
+    func forgetAlone() async throws {
+        try await withDaemon { squasherd in
+            let refused = try await squasherd.ctlError(["forget", "0badc0de"], expectStatus: 2)
+            #expect(refused.contains("runs alone on its store (SQLite)"), "\(refused)")
+        }
+    }
+
     /// A long import followed from a script or a CI job: its log gets plain progress lines (here
     /// one per update, `SQUASHERCTL_PROGRESS_INTERVAL=0`), not a terminal's bar.
     @Test("import --wait writes progress lines, not a bar, when standard error is a log")

@@ -214,6 +214,51 @@ struct PostgresEndToEndTests {
         }
     }
 
+    /// A host lost for good: its daemon stays listed as silent for a day, and its running
+    /// import, spooled on that host, could never end. `forget` through another daemon takes it
+    /// off the list and aborts the job; a daemon that answers, or this one, is refused. Should it
+    /// come back, it is listed again and leaves the aborted job alone.
+    @Test("a daemon gone for good is forgotten through another, and its jobs are aborted")
+    func forgetLostDaemon() async throws {
+        guard let store = storeLine() else { return }
+        try await withDaemon(chunkSize: 50, configuration: store) { first in
+            try await withDaemon(configuration: store) { second in
+                let (lost, other) = (try #require(first.status().daemon), try #require(second.status().daemon))
+                let records = try first.writeRecords("lost.ndjson", count: 4_000, prefix: "L", title: "lost")
+                let job = try #require(try await first.ctl(["import", records.path]).last)
+                _ = try await poll(for: .seconds(60)) {
+                    try first.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
+                }
+                let answering = try await second.ctlError(["forget", lost], expectStatus: 2)
+                #expect(answering.contains("answers") && answering.contains("Stop it first"), "\(answering)")
+                #expect(try await second.ctlError(["forget", other], expectStatus: 2).contains("is this one"))
+                let refusedAbort = try await second.ctlError(["abort", job], expectStatus: 2)
+                #expect(refusedAbort.contains("squasherctl forget \(lost)"), "\(refusedAbort)")
+                first.process.signal(SIGKILL)
+                _ = try await first.process.waitForExit()
+                // Silent once no heartbeat came for 10 s.
+                _ = try await poll(for: .seconds(60)) { () -> Bool? in
+                    let daemon = try second.status().daemons?.first { $0.id == lost }
+                    return (daemon?.silentSeconds ?? 0) > 10.5 ? true : nil
+                }
+                let forgot = try await second.ctl(["forget", lost]).joined(separator: "\n")
+                #expect(
+                    forgot.hasPrefix("forgot daemon \(lost) on ") && forgot.hasSuffix("; aborted its jobs: \(job)"),
+                    "\(forgot)")
+                #expect(try second.status().daemons?.map(\.id) == [other])
+                let aborted = try second.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+                #expect(aborted.state == .aborted && aborted.error?.contains("was forgotten") == true, "\(aborted)")
+                #expect(try await second.ctlError(["forget", lost], expectStatus: 2).contains("no daemon \(lost)"))
+                // Back after all: listed again, and the job stays aborted.
+                try await first.restart()
+                #expect(Set(try second.status().daemons?.map(\.id) ?? []) == [lost, other])
+                #expect(try first.status().activeJob == nil)
+                let after = try first.call("io.bugsquasher.Jobs.Get", JobParameter(job: job), as: JobReply.self).job
+                #expect(after.state == .aborted, "\(after)")
+            }
+        }
+    }
+
     /// A state directory copied from a running daemon (a cloned VM, a copied directory) carries
     /// its daemon ID: the copy finds that ID still heartbeating, takes one of its own, and leaves
     /// the other daemon's running import alone instead of failing it for want of its spool.

@@ -72,6 +72,7 @@ struct ImportInterface: VarlinkInterface {
         case "Update": try await handleUpdate(call, context: context, replier: replier)
         case "Delete": try await handleDelete(call, context: context, replier: replier)
         case "Backup": try await handleBackup(call, context: context, replier: replier)
+        case "Forget": try await handleForget(call, context: context, replier: replier)
         default: throw VarlinkError.methodNotFound(call.method)
         }
     }
@@ -225,7 +226,8 @@ struct ImportInterface: VarlinkInterface {
                 Self.invalidInputName,
                 statement:
                     "Job \(job) runs on daemon \(owner), not on this one (\(book.identity.id)); only the daemon that runs a job can stop it.",
-                advice: "Abort it through that daemon's socket; `squasherctl status` lists the daemons and their hosts."
+                advice:
+                    "Abort it through that daemon's socket; `squasherctl status` lists the daemons and their hosts. If that daemon is gone for good (its host lost), `squasherctl forget \(owner)` aborts its jobs."
             )
         }
         guard JobLifecycle.canMove(from: current.state, to: .aborted) else {
@@ -250,6 +252,60 @@ struct ImportInterface: VarlinkInterface {
         // A queued job's upload is spooled already; nothing reads it any more.
         try? FileManager.default.removeItem(atPath: Spooler.path(job: job, in: configuration.spoolDirectory))
         try await replier.reply(Empty())
+    }
+
+    /// `Forget`: takes another daemon of a shared store, gone for good, off the store's list, and
+    /// aborts its jobs that had not ended: their input was spooled on its host, so no other
+    /// daemon can run them. A daemon that answers is refused.
+    private func handleForget(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+        async throws
+    {
+        let book = runner.book
+        let daemon = try call.parameters(ForgetParameters.self).daemon
+        guard let membership = stack.store as? any StoreMembership, book.identity.sharesStore else {
+            throw invalidInput(
+                "squasherd runs alone on its store (SQLite): there is no other daemon to forget; daemons are forgotten on a shared (PostgreSQL) store"
+            )
+        }
+        guard daemon != book.identity.id else {
+            throw invalidInput("daemon \(daemon) is this one; forget a daemon through another daemon's socket")
+        }
+        let member = try membership.members().first { $0.id == daemon }
+        if let member, member.isAnswering {
+            throw VarlinkError(
+                Self.invalidInputName,
+                statement:
+                    "Daemon \(daemon) on \(member.host) answers (its last heartbeat \(String(format: "%.1f", member.silentFor)) s ago); only a daemon that stopped or was cut off can be forgotten.",
+                advice:
+                    "Stop it first (systemctl stop squasherd on \(member.host)); a daemon stopped cleanly leaves the list by itself, and one that is only restarting resumes its jobs."
+            )
+        }
+        let jobs = try await book.unfinished(ownedBy: daemon)
+        guard member != nil || !jobs.isEmpty else {
+            throw invalidInput(
+                "no daemon \(daemon) is attached to the store, and no unfinished job belongs to it; `squasherctl status` lists the daemons"
+            )
+        }
+        // Silent still? A heartbeat that came since keeps the daemon listed, and its jobs.
+        if member != nil, try !membership.forget(daemon) {
+            throw invalidInput("daemon \(daemon) answered again while it was being forgotten; it stays, with its jobs")
+        }
+        let host = member.map { " (\($0.host))" } ?? ""
+        for job in jobs {
+            try await book.end(
+                job, as: .aborted,
+                error:
+                    "Aborted when its daemon, \(daemon)\(host), was forgotten through daemon \(book.identity.id): its input was spooled on that daemon's host. The records it committed stay; submit the file again for the rest."
+            )
+            book.outcomes.nudgeWatches(of: job)
+        }
+        context.logger.notice(
+            "forgot a daemon of the store on request; its unfinished jobs are aborted",
+            metadata: [
+                "daemon.forgotten": "\(daemon)", "daemon.host": "\(member?.host ?? "")",
+                "jobs.aborted": "\(jobs.joined(separator: ","))",
+            ])
+        try await replier.reply(ForgetReply(daemon: daemon, host: member?.host, abortedJobs: jobs))
     }
 
     /// `Update`: Changes one object.

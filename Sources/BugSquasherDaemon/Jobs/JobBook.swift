@@ -116,6 +116,15 @@ struct JobBook: Sendable {
         }
     }
 
+    /// The jobs of daemon `owner` that have not ended (uploading, queued or running), oldest first.
+    func unfinished(ownedBy owner: String) async throws -> [String] {
+        try await stack.temporaryContext(name: "jobs").perform { context in
+            let request = FetchRequest<ImportJob>(
+                predicate: Key("owner") == .string(owner), sort: [Key("created").ascending])
+            return try context.fetch(request).filter { !$0.state.isFinal }.map(\.jobID)
+        }
+    }
+
     static func wire(_ job: ImportJob) -> WireJob {
         // With milliseconds: a job's duration is read from them (`squasherctl jobs`).
         let iso = { (date: Date) in ISO8601Date.format(date, fractionalSeconds: true) }

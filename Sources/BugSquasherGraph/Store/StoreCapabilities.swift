@@ -117,6 +117,12 @@ public protocol StoreMembership: Sendable {
     /// Takes this process off the list (a clean stop).
     func detach()
 
+    /// Takes another member off the list when it has not answered for
+    /// ``StoreMember/silentAfter``: a program gone for good (its host lost). Returns whether it
+    /// was listed and silent, and so removed; one that answers stays listed. One that was only
+    /// cut off is listed again at its next heartbeat.
+    func forget(_ member: String) throws -> Bool
+
     /// The programs attached to the store, this one included.
     func members() throws -> [StoreMember]
 
