@@ -75,7 +75,13 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
                 "The PostgreSQL URL has a parameter '\(unknown)' BugSquasher does not read.",
                 advice: "Use host, port, user, password_file, dbname, schema, sslmode or sslrootcert.")
         }
-        let host = query["host"] ?? components.host.flatMap { $0.isEmpty ? nil : $0 }
+        // An IPv6 address is written in brackets in the URL ([::1]), which are not part of it.
+        let host =
+            query["host"]
+            ?? components.host.flatMap { host in
+                host.isEmpty
+                    ? nil : host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+            }
         let portText = query["port"] ?? components.port.map(String.init)
         guard let port = portText.map({ Int($0) }) ?? 5432, (1...65535).contains(port) else {
             throw PostgresStoreError.configuration(
@@ -131,6 +137,7 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
     /// The server's address as people write it, for messages.
     public var address: String {
         if let socketDirectory { return "\(socketDirectory)/.s.PGSQL.\(port)" }
-        return "\(host ?? "localhost"):\(port)"
+        let host = host ?? "localhost"
+        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 }

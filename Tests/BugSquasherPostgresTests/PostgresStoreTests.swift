@@ -88,6 +88,11 @@ struct PostgresStoreTests {
         let socket = try PostgresStoreConfiguration(url: "postgresql:///bugs?host=/run/postgresql&user=squasherd")
         #expect(socket.socketDirectory == "/run/postgresql" && socket.host == nil && socket.schema == "public")
         #expect(socket.address == "/run/postgresql/.s.PGSQL.5432")
+        // An IPv6 address, in the URL's brackets or as host=.
+        for url in ["postgresql://squasherd@[::1]:6432/bugs", "postgresql:///bugs?host=::1&port=6432&user=squasherd"] {
+            let v6 = try PostgresStoreConfiguration(url: url)
+            #expect(v6.host == "::1" && v6.port == 6432 && v6.address == "[::1]:6432", "\(url)")
+        }
         for (url, said) in [
             ("mysql://x@y/z", "is not a PostgreSQL URL"), ("postgresql://x@y", "names no database"),
             ("postgresql://y/z", "names no user"), ("postgresql://x@y/z?sslmod=require", "parameter 'sslmod'"),
