@@ -431,7 +431,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         switch error {
         case let error as IOError:
             return String(cString: strerror(error.errnoCode)) + " (errno \(error.errnoCode))"
+        case let error as SocketAddressError.UnknownHost:
+            return "the host name \(error.host) does not resolve: \(error.errorDescription)"
         case let error as NIOConnectionError:
+            if let lookup = [error.dnsAError, error.dnsAAAAError].lazy.compactMap({ $0.flatMap(socketFailure) }).first {
+                return lookup
+            }
             return error.connectionErrors.lazy.compactMap { socketFailure($0.error) }.first
         default:
             return nil

@@ -82,6 +82,11 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
                 host.isEmpty
                     ? nil : host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
             }
+        if let host, host.contains(",") {
+            throw PostgresStoreError.configuration(
+                "The PostgreSQL URL names several hosts (\(host)); BugSquasher connects to one.",
+                advice: "Name one host; for failover, a DNS name or a proxy that follows the primary.")
+        }
         let portText = query["port"] ?? components.port.map(String.init)
         guard let port = portText.map({ Int($0) }) ?? 5432, (1...65535).contains(port) else {
             throw PostgresStoreError.configuration(

@@ -96,7 +96,7 @@ struct PostgresStoreTests {
         for (url, said) in [
             ("mysql://x@y/z", "is not a PostgreSQL URL"), ("postgresql://x@y", "names no database"),
             ("postgresql://y/z", "names no user"), ("postgresql://x@y/z?sslmod=require", "parameter 'sslmod'"),
-            ("postgresql://x@y:0/z", "is not a port number"),
+            ("postgresql://x@y:0/z", "is not a port number"), ("postgresql://x@h1,h2/z", "names several hosts"),
         ] {
             let error = #expect(throws: PostgresStoreError.self) { try PostgresStoreConfiguration(url: url) }
             #expect(error?.statement.contains(said) == true, "\(url): \(String(describing: error))")
@@ -150,6 +150,17 @@ struct PostgresStoreTests {
             try await group.waitForAll()
         }
         try await connection.close().get()
+    }
+
+    /// `.invalid` never resolves (RFC 2606): the failure names the host, in words.
+    @Test("a host name that does not resolve says so", .timeLimit(.minutes(1)))
+    func unresolvedHost() throws {
+        let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: "postgresql://u@db.invalid/bugs"))
+        let error = #expect(throws: GraphError.self) { _ = try StoreCoordinator(model: BugModel.model, store: store) }
+        #expect(
+            error?.statement.contains("the host name db.invalid does not resolve") == true,
+            "\(String(describing: error))")
+        #expect(PostgresStore.isUnreachable(try #require(error)), "a start waits for a name that may resolve later")
     }
 
     /// A server's refusals a new set-up meets say what to do, naming the role and database.
