@@ -265,11 +265,16 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         }
         connection.options.connectTimeout = .seconds(5)
         // In the startup message, so that connecting is one step that the timeout bounds (a
-        // `SET` after it would wait for ever on a server that went silent in between).
+        // `SET` after it would wait for ever on a server that went silent in between). A
+        // `statement_timeout` or `lock_timeout` a database administrator set for every client
+        // would cancel an import's chunk (a COPY of thousands of rows) or a save waiting its
+        // turn for the token, again at every try: squasherd bounds its own waits (heartbeats,
+        // the idle-transaction timeout), so its sessions have neither.
         connection.options.additionalStartupParameters =
             [
                 ("search_path", PostgresSchema.quote(configuration.schema)),
                 ("idle_in_transaction_session_timeout", "\(Self.idleTransactionTimeout.components.seconds * 1000)"),
+                ("statement_timeout", "0"), ("lock_timeout", "0"),
             ] + Self.serverTCPSettings
         return connection
     }

@@ -152,6 +152,43 @@ struct PostgresStoreTests {
         try await connection.close().get()
     }
 
+    /// A database administrator's timeouts for every client (here on the role) would cancel an
+    /// import's chunk at every try: the store's sessions have none.
+    @Test("a statement_timeout and lock_timeout set for the role do not reach the store's sessions")
+    func administratorTimeouts() async throws {
+        guard TestPostgres.isAvailable(), let server = TestPostgres.server else { return }
+        let role = "bs_timeouts_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        try admin.withConnection("add a role with timeouts") { connection in
+            for sql in [
+                "CREATE ROLE \(role) LOGIN", "GRANT CREATE ON DATABASE postgres TO \(role)",
+                "ALTER ROLE \(role) SET statement_timeout = '1ms'", "ALTER ROLE \(role) SET lock_timeout = '1ms'",
+            ] {
+                _ = try admin.run(sql, [], on: connection)
+            }
+        }
+        defer {
+            try? admin.withConnection("drop the role") { connection in
+                for sql in ["DROP OWNED BY \(role)", "DROP ROLE \(role)"] { _ = try admin.run(sql, [], on: connection) }
+            }
+        }
+        var configuration = try PostgresStoreConfiguration(url: server)
+        (configuration.user, configuration.schema) = (role, "t_\(UUID().uuidString.prefix(8).lowercased())")
+        let store = PostgresStore(configuration: configuration)
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "w")
+        let settings = try store.withConnection("read the timeouts") { connection in
+            try ["statement_timeout", "lock_timeout"].map {
+                try store.run("SELECT current_setting($1)", [.string($0)], on: connection).first?.decode(String.self)
+            }
+        }
+        #expect(settings == ["0", "0"])
+        let saved = try await context.perform { context in
+            try saveOpenBugs(2_000, prefix: "T", title: "past a timeout", in: context)
+        }
+        #expect(saved.count == 2_000)
+    }
+
     /// `.invalid` never resolves (RFC 2606): the failure names the host, in words.
     @Test("a host name that does not resolve says so", .timeLimit(.minutes(1)))
     func unresolvedHost() throws {

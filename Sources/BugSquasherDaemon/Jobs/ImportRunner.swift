@@ -2,6 +2,7 @@ import Algorithms
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
+import BugSquasherPostgres
 import BugSquasherProtocol
 import BugSquasherStack
 import CoreMetrics
@@ -156,6 +157,18 @@ final class ImportRunner: Service {
 
     /// What `error` says of the store: out of reach for now (locked by another program, or a
     /// database server that cannot be reached, restarting or cut off), or `.failed`.
+    /// Why a job waits to resume after `failure`, in words: the database away, the database
+    /// refusing the chunk (a statement it canceled, say: the import tries again, and the server
+    /// says why), or SQLite's write lock held by another program.
+    private static func whyWaiting(_ failure: (any Error)?) -> String {
+        guard let failure = failure as? GraphError, failure.code == .storeIO else {
+            return "the store is locked by another program"
+        }
+        if PostgresStore.isUnreachable(failure) { return "the database cannot be reached" }
+        let said = failure.statement.hasSuffix(".") ? String(failure.statement.dropLast()) : failure.statement
+        return "the database refused the chunk (\(said))"
+    }
+
     private func outcome(of error: any Error) -> JobLifecycle.Outcome {
         switch (error as? GraphError)?.code {
         case .storeBusy: .storeBusy
@@ -213,9 +226,7 @@ final class ImportRunner: Service {
                         // transaction, a backup), or the database server is away: a transient
                         // state, not the job's fault.
                         health.refusedWrite()
-                        let why =
-                            (failure as? GraphError)?.code == .storeIO
-                            ? "the database cannot be reached" : "the store is locked by another program"
+                        let why = Self.whyWaiting(failure)
                         activityHandler(.waiting(JobWait(job: job, reason: why, since: Date())))
                         book.outcomes.nudgeWatches(of: job)
                         logger.warning(
