@@ -16,6 +16,17 @@ struct PostgresEndToEndTests {
         TestPostgres.url(schemaPrefix: "e2e").map { "store = \($0)\n" }
     }
 
+    /// Starts an import of 4,000 records (keys `prefix`-1 …) through `daemon` and returns its job
+    /// once it has imported some: a job running, for a test to interrupt.
+    private func runningImport(on daemon: TestDaemon, prefix: String, title: String) async throws -> String {
+        let records = try daemon.writeRecords("\(prefix).ndjson", count: 4_000, prefix: prefix, title: title)
+        let job = try #require(try await daemon.ctl(["import", records.path]).last)
+        _ = try await poll(for: .seconds(60)) {
+            try daemon.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
+        }
+        return job
+    }
+
     /// The same behaviour as on SQLite: an import through squasherd, a subscriber refreshed by an
     /// edit, and the store still there after a restart.
     @Test("squasherd imports, edits and feeds subscribers from a PostgreSQL store")
@@ -185,11 +196,7 @@ struct PostgresEndToEndTests {
                 let (owner, other) = (try #require(first.status().daemon), try #require(second.status().daemon))
                 #expect(owner != other)
                 #expect(Set(try second.status().daemons?.map(\.id) ?? []) == [owner, other])
-                let records = try first.writeRecords("big.ndjson", count: 4_000, prefix: "K", title: "killed")
-                let job = try #require(try await first.ctl(["import", records.path]).last)
-                _ = try await poll(for: .seconds(60)) {
-                    try first.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
-                }
+                let job = try await runningImport(on: first, prefix: "K", title: "killed")
                 first.process.signal(SIGKILL)
                 _ = try await first.process.waitForExit()
                 // The other daemon, started again while the owner is down, leaves the job as it is.
@@ -224,11 +231,7 @@ struct PostgresEndToEndTests {
         try await withDaemon(chunkSize: 50, configuration: store) { first in
             try await withDaemon(configuration: store) { second in
                 let (lost, other) = (try #require(first.status().daemon), try #require(second.status().daemon))
-                let records = try first.writeRecords("lost.ndjson", count: 4_000, prefix: "L", title: "lost")
-                let job = try #require(try await first.ctl(["import", records.path]).last)
-                _ = try await poll(for: .seconds(60)) {
-                    try first.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
-                }
+                let job = try await runningImport(on: first, prefix: "L", title: "lost")
                 let answering = try await second.ctlError(["forget", lost], expectStatus: 2)
                 #expect(answering.contains("answers") && answering.contains("Stop it first"), "\(answering)")
                 #expect(try await second.ctlError(["forget", other], expectStatus: 2).contains("is this one"))
@@ -268,11 +271,7 @@ struct PostgresEndToEndTests {
         try await withDaemon(chunkSize: 50, configuration: store) { first in
             try await withDaemon(configuration: store) { second in
                 let owner = try #require(first.status().daemon)
-                let records = try first.writeRecords("copied.ndjson", count: 4_000, prefix: "C", title: "copied")
-                let job = try #require(try await first.ctl(["import", records.path]).last)
-                _ = try await poll(for: .seconds(60)) {
-                    try first.status().activeJob.flatMap { $0.imported > 0 ? $0 : nil }
-                }
+                let job = try await runningImport(on: first, prefix: "C", title: "copied")
                 #expect(try await second.stop() == 0)
                 for file in ["daemon-id", "daemon-id.origin"] {
                     let (from, to) = (first.directory + "/state/" + file, second.directory + "/state/" + file)
