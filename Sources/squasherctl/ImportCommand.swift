@@ -221,7 +221,7 @@ struct ForgetCommand: ParsableCommand {
         commandName: "forget",
         abstract: "On PostgreSQL: forget a daemon gone for good, aborting its jobs (needs the write socket).",
         discussion:
-            "For a daemon whose host is lost: squasherctl status and the metrics stop listing it, and its uploading, queued and running jobs, whose input was spooled on its host, are aborted (the records they committed stay). A daemon that answered in the last 10 s is refused: stop it first. One that was only cut off is listed again when it comes back; its aborted jobs stay aborted."
+            "For a daemon whose host is lost: squasherctl status and the metrics stop listing it, and its uploading, queued and running jobs, whose input was spooled on its host, are aborted (the records they committed stay). A daemon that answered in the last 10 s is refused: stop it first. Forget only a daemon that is gone: one that was only cut off is listed again when it comes back, and may finish a job it was still running; one restarted leaves its aborted jobs alone."
     )
 
     @OptionGroup var sockets: SocketOptions
