@@ -155,8 +155,6 @@ final class ImportRunner: Service {
         try await withTaskExecutorPreference(executor) { try await process(job) }
     }
 
-    /// What `error` says of the store: out of reach for now (locked by another program, or a
-    /// database server that cannot be reached, restarting or cut off), or `.failed`.
     /// Why a job waits to resume after `failure`, in words: the database away, the database
     /// refusing the chunk (a statement it canceled, say: the import tries again, and the server
     /// says why), or SQLite's write lock held by another program.
@@ -169,6 +167,8 @@ final class ImportRunner: Service {
         return "the database refused the chunk (\(said))"
     }
 
+    /// What `error` says of the store: out of reach for now (locked by another program, or a
+    /// database server that cannot be reached, restarting or cut off), or `.failed`.
     private func outcome(of error: any Error) -> JobLifecycle.Outcome {
         switch (error as? GraphError)?.code {
         case .storeBusy: .storeBusy
