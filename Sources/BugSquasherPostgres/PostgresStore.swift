@@ -393,8 +393,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         .connectionError, .serverClosedConnection, .clientClosedConnection,
     ]
 
-    /// The cause of an error whose server could not be reached (see ``isUnreachable(_:)``).
-    struct Unreachable: Error, CustomStringConvertible {
+    /// The cause of an error whose server could not be reached (``GraphError/isServerUnreachable``).
+    struct Unreachable: ServerUnreachable, CustomStringConvertible {
         /// The server's refusal, when it answered that it takes no connections now.
         var server: Described?
         var description: String { server?.description ?? "no connection to the server" }
@@ -406,13 +406,6 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         let error: PSQLError
         init(_ error: PSQLError) { self.error = error }
         var description: String { PostgresStore.describe(error) }
-    }
-
-    /// Whether `error` says the server could not be reached (no connection, or one that broke),
-    /// as opposed to a server that answered and refused: squasherd starting while the database
-    /// is down waits for it (`store_wait`).
-    public static func isUnreachable(_ error: any Error) -> Bool {
-        (error as? GraphError)?.cause is Unreachable
     }
 
     /// A failure in words: postgres-nio's own description hides what happened (the server's

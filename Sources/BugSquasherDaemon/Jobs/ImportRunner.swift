@@ -2,7 +2,6 @@ import Algorithms
 import BugSquasherGraph
 import BugSquasherImport
 import BugSquasherModel
-import BugSquasherPostgres
 import BugSquasherProtocol
 import BugSquasherStack
 import CoreMetrics
@@ -162,7 +161,7 @@ final class ImportRunner: Service {
         guard let failure = failure as? GraphError, failure.code == .storeIO else {
             return "the store is locked by another program"
         }
-        if PostgresStore.isUnreachable(failure) { return "the database cannot be reached" }
+        if failure.isServerUnreachable { return "the database cannot be reached" }
         let said = failure.statement.hasSuffix(".") ? String(failure.statement.dropLast()) : failure.statement
         return "the database refused the chunk (\(said))"
     }

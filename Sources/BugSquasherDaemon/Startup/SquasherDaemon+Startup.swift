@@ -124,8 +124,7 @@ extension SquasherDaemon {
                 try await Task.sleep(for: delay)
                 // Listing fails only with the server gone since the store opened: the ID is kept,
                 // as before the check.
-                let member = (try? membership?.members())?.first { $0.id == identity.id }
-                action = membership == nil ? .keep(record: true) : check.looked(at: member)
+                action = check.looked(at: (try? membership?.members())?.first { $0.id == identity.id })
             case .renew(let member):
                 let renewed = try identity.renewed(stateDirectory: directory)
                 logger.warning(
@@ -163,7 +162,7 @@ extension SquasherDaemon {
             let refusal = DaemonError(
                 "Refusing to start: the store in \(configuration.storeDescription) cannot be used. \(failure.statement)",
                 advice: failure.advice)
-            guard PostgresStore.isUnreachable(failure) else { throw refusal }
+            guard failure.isServerUnreachable else { throw refusal }
             switch wait.failed(after: ContinuousClock.now - start) {
             case .giveUp:
                 guard waited else { throw refusal }

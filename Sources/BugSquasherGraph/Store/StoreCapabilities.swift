@@ -160,6 +160,16 @@ public struct StoreMember: Sendable, Equatable {
     }
 }
 
+/// The cause of a ``GraphError`` whose store's server could not be reached (down, restarting,
+/// cut off, a name that does not resolve), as opposed to one that answered and refused: such a
+/// failure is waited out (a start, an import), not reported as the request's fault.
+public protocol ServerUnreachable: Error, Sendable {}
+
+extension GraphError {
+    /// Whether the store's server could not be reached (the cause is a ``ServerUnreachable``).
+    public var isServerUnreachable: Bool { cause is any ServerUnreachable }
+}
+
 /// Whether a store on a server can be reached from this process.
 public enum StoreReachability: Sendable, Equatable {
     /// The last heartbeat was answered.
