@@ -12,7 +12,8 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// `io.bugsquasher.Import`: uploads, job submission and edits. Served on the write socket only,
+/// `io.bugsquasher.Import`: uploads, job submission, edits, backups, and forgetting a daemon whose
+/// host is lost (with its jobs). Served on the write socket only,
 /// whose connections run on that socket's own thread (an `EventLoopExecutor`): its edits and
 /// deletes save there (on PostgreSQL, attribute edits wait in an ``EditQueue`` to commit
 /// together, but for one after a quiet spell), while import chunks save on the write threads
