@@ -28,14 +28,24 @@ extension PostgresStore {
         "schema \(configuration.schema) of \(configuration.database) at \(configuration.address)"
     }
 
-    /// Creates the schema's tables and metadata when it has none; refuses a schema with tables
-    /// that is not a BugSquasher store. Several daemons opening a new store at once create it once.
+    /// Creates the schema, its tables and metadata when it has none; refuses a schema with tables
+    /// that is not a BugSquasher store. Several daemons opening a new store at once create it once:
+    /// the first takes the schema's lock, and `CREATE SCHEMA IF NOT EXISTS` alone is no guard
+    /// (two at once both find no schema, and the second fails on the catalog's unique key). A
+    /// schema that exists is not created again, so a role without `CREATE` on the database opens
+    /// a schema made for it (`CREATE SCHEMA … AUTHORIZATION`).
     private func createIfNew(_ model: ManagedObjectModel, on connection: PostgresConnection) throws {
-        _ = try run("CREATE SCHEMA IF NOT EXISTS \(PostgresSchema.quote(configuration.schema))", [], on: connection)
         try transaction(on: connection) {
             _ = try run(
                 "SELECT pg_advisory_xact_lock(hashtext($1))", [.string("bugsquasher:" + configuration.schema)],
                 on: connection)
+            let schemaExists =
+                try run(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = $1", [.string(configuration.schema)], on: connection
+                ).first != nil
+            if !schemaExists {
+                _ = try run("CREATE SCHEMA \(PostgresSchema.quote(configuration.schema))", [], on: connection)
+            }
             let tables =
                 try run(
                     "SELECT count(*), count(*) FILTER (WHERE tablename = 'bs_metadata') FROM pg_tables WHERE schemaname = $1",

@@ -378,7 +378,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 "Create the database (as PostgreSQL's superuser: createdb -O \(user) \(database)), or name another one in the store URL."
         case "42501":  // insufficient_privilege
             return
-                "Give the role \(user) the rights the store needs: CREATE on the database for a new store's schema (GRANT CREATE ON DATABASE \(database) TO \(user)), and for a store another role made, that role's rights (GRANT <the schema's owner> TO \(user))."
+                "Give the role \(user) the rights the store needs: CREATE on the database for a new store's schema (GRANT CREATE ON DATABASE \(database) TO \(user)), or a schema made for it (CREATE SCHEMA \(PostgresSchema.quote(configuration.schema)) AUTHORIZATION \(user)), and for a store another role made, that role's rights (GRANT <the schema's owner> TO \(user))."
         case "53300":  // too_many_connections
             return
                 "The server has no connection left for this role or database: each squasherd holds three. Raise max_connections (or the role's CONNECTION LIMIT), or stop other clients."

@@ -227,6 +227,85 @@ struct PostgresStoreTests {
         #expect(refused?.advice.contains("GRANT CREATE ON DATABASE") == true, "\(String(describing: refused))")
     }
 
+    /// Daemons started together on a new database (a fleet's first boot) each open the store: the
+    /// first creates the schema and its tables, the rest wait for it and find them. Here the
+    /// first is held in the middle of creating the schema until the second waits behind it.
+    @Test("a process opening a new store while another creates it waits, then finds it", .timeLimit(.minutes(1)))
+    func openWhileAnotherCreates() throws {
+        guard TestPostgres.isAvailable() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        let second = try freshStore(schema: schema)
+        let opened = Mutex<Result<StoreCoordinator, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        try admin.withConnection("create the schema as another opener would") { connection in
+            _ = try admin.run("BEGIN", [], on: connection)
+            // What an opener does first: the schema's lock, then the schema.
+            _ = try admin.run(
+                "SELECT pg_advisory_xact_lock(hashtext($1))", [.string("bugsquasher:" + schema)], on: connection)
+            _ = try admin.run("CREATE SCHEMA \(PostgresSchema.quote(schema))", [], on: connection)
+            let pid = try #require(
+                try admin.run("SELECT pg_backend_pid()", [], on: connection).first?.decode(Int32.self))
+            DispatchQueue.global().async {
+                let result = Result { try StoreCoordinator(model: BugModel.model, store: second) }
+                opened.withLock { $0 = result }
+                done.signal()
+            }
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try admin.withReadingConnection(
+                "look for the waiting opener",
+                { reading in
+                    try admin.run(
+                        "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                        [.int64(Int64(pid))],
+                        on: reading
+                    ).first?.decode(Int64.self)
+                }) == 0
+            {
+                #expect(ContinuousClock.now < deadline, "the second opener never waited for the first")
+                guard ContinuousClock.now < deadline, opened.withLock({ $0 == nil }) else { break }
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            _ = try admin.run("COMMIT", [], on: connection)
+        }
+        done.wait()
+        let coordinator = try #require(opened.withLock { $0 }).get()
+        #expect(!coordinator.storeIdentifier.isEmpty)
+    }
+
+    /// A database administrator who keeps `CREATE` on the database to themselves makes the schema
+    /// for squasherd's role; the store is created inside it.
+    @Test("a role without CREATE on the database opens a store in a schema made for it")
+    func schemaMadeForTheRole() async throws {
+        guard TestPostgres.isAvailable(), let server = TestPostgres.server else { return }
+        let (role, schema) = (
+            "bs_owner_\(UUID().uuidString.prefix(8).lowercased())", "t_\(UUID().uuidString.prefix(8).lowercased())"
+        )
+        let admin = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        try admin.withConnection("add a role and its schema") {
+            _ = try admin.run("CREATE ROLE \(role) LOGIN", [], on: $0)
+            _ = try admin.run("CREATE SCHEMA \(schema) AUTHORIZATION \(role)", [], on: $0)
+        }
+        defer {
+            try? admin.withConnection("drop the role") {
+                _ = try admin.run("DROP SCHEMA \(schema) CASCADE", [], on: $0)
+                _ = try admin.run("DROP ROLE \(role)", [], on: $0)
+            }
+        }
+        var configuration = try PostgresStoreConfiguration(url: server)
+        (configuration.user, configuration.schema) = (role, schema)
+        let context = ObjectContext(
+            coordinator: try StoreCoordinator(
+                model: BugModel.model, store: PostgresStore(configuration: configuration)),
+            name: "owner")
+        let saved = try await context.perform { context in
+            try saveOpenBugs(1, prefix: "OWN", title: "made for the role", in: context)
+        }
+        #expect(saved.count == 1)
+    }
+
     /// Every writer takes its token last, from one counter row, just before it commits; a reader
     /// that follows the history by `token > last` must never skip one.
     @Test("tokens stay gapless and in commit order with concurrent writers", .timeLimit(.minutes(2)))
