@@ -269,12 +269,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         // `statement_timeout` or `lock_timeout` a database administrator set for every client
         // would cancel an import's chunk (a COPY of thousands of rows) or a save waiting its
         // turn for the token, again at every try: squasherd bounds its own waits (heartbeats,
-        // the idle-transaction timeout), so its sessions have neither.
+        // the idle-transaction timeout), so its sessions have neither. An `idle_session_timeout`
+        // would end the sessions it keeps between saves, each end an outage in its log and
+        // metrics: its sessions have none either (PostgreSQL 14 and later know the setting).
         connection.options.additionalStartupParameters =
             [
                 ("search_path", PostgresSchema.quote(configuration.schema)),
                 ("idle_in_transaction_session_timeout", "\(Self.idleTransactionTimeout.components.seconds * 1000)"),
-                ("statement_timeout", "0"), ("lock_timeout", "0"),
+                ("statement_timeout", "0"), ("lock_timeout", "0"), ("idle_session_timeout", "0"),
             ] + Self.serverTCPSettings
         return connection
     }
@@ -379,6 +381,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         case "42501":  // insufficient_privilege
             return
                 "Give the role \(user) the rights the store needs: CREATE on the database for a new store's schema (GRANT CREATE ON DATABASE \(database) TO \(user)), or a schema made for it (CREATE SCHEMA \(PostgresSchema.quote(configuration.schema)) AUTHORIZATION \(user)), and for a store another role made, that role's rights (GRANT <the schema's owner> TO \(user))."
+        case "42704":  // undefined_object: at connect, a setting this server does not know
+            return
+                "When the unknown setting is one squasherd sends as it connects (idle_session_timeout among them), the server is too old: squasherd needs PostgreSQL 14 or later (docs/OPERATIONS.md, \"Running on PostgreSQL\")."
         case "53300":  // too_many_connections
             return
                 "The server has no connection left for this role or database: each squasherd holds three. Raise max_connections (or the role's CONNECTION LIMIT), or stop other clients."

@@ -153,8 +153,9 @@ struct PostgresStoreTests {
     }
 
     /// A database administrator's timeouts for every client (here on the role) would cancel an
-    /// import's chunk at every try: the store's sessions have none.
-    @Test("a statement_timeout and lock_timeout set for the role do not reach the store's sessions")
+    /// import's chunk at every try, or end the sessions the daemon keeps open between saves: the
+    /// store's sessions have none.
+    @Test("a statement, lock and idle-session timeout set for the role do not reach the store's sessions")
     func administratorTimeouts() async throws {
         guard TestPostgres.isAvailable(), let server = TestPostgres.server else { return }
         let role = "bs_timeouts_\(UUID().uuidString.prefix(8).lowercased())"
@@ -164,6 +165,7 @@ struct PostgresStoreTests {
             for sql in [
                 "CREATE ROLE \(role) LOGIN", "GRANT CREATE ON DATABASE postgres TO \(role)",
                 "ALTER ROLE \(role) SET statement_timeout = '1ms'", "ALTER ROLE \(role) SET lock_timeout = '1ms'",
+                "ALTER ROLE \(role) SET idle_session_timeout = '1s'",
             ] {
                 _ = try admin.run(sql, [], on: connection)
             }
@@ -178,11 +180,11 @@ struct PostgresStoreTests {
         let store = PostgresStore(configuration: configuration)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "w")
         let settings = try store.withConnection("read the timeouts") { connection in
-            try ["statement_timeout", "lock_timeout"].map {
+            try ["statement_timeout", "lock_timeout", "idle_session_timeout"].map {
                 try store.run("SELECT current_setting($1)", [.string($0)], on: connection).first?.decode(String.self)
             }
         }
-        #expect(settings == ["0", "0"])
+        #expect(settings == ["0", "0", "0"])
         let saved = try await context.perform { context in
             try saveOpenBugs(2_000, prefix: "T", title: "past a timeout", in: context)
         }
