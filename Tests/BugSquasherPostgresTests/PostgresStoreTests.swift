@@ -227,6 +227,26 @@ struct PostgresStoreTests {
         let refused = try openingError { $0.user = role }
         #expect(refused?.statement.contains("permission denied") == true, "\(String(describing: refused))")
         #expect(refused?.advice.contains("GRANT CREATE ON DATABASE") == true, "\(String(describing: refused))")
+        // A role whose sessions are read-only, as every session of a standby is.
+        let reader = "bs_readonly_\(UUID().uuidString.prefix(8).lowercased())"
+        try admin.withConnection("add a read-only role") { connection in
+            for sql in [
+                "CREATE ROLE \(reader) LOGIN", "GRANT CREATE ON DATABASE postgres TO \(reader)",
+                "ALTER ROLE \(reader) SET default_transaction_read_only = on",
+            ] {
+                _ = try admin.run(sql, [], on: connection)
+            }
+        }
+        defer {
+            try? admin.withConnection("drop the read-only role") { connection in
+                for sql in ["DROP OWNED BY \(reader)", "DROP ROLE \(reader)"] {
+                    _ = try admin.run(sql, [], on: connection)
+                }
+            }
+        }
+        let readOnly = try openingError { $0.user = reader }
+        #expect(
+            readOnly?.advice.contains("Point the store URL at the primary") == true, "\(String(describing: readOnly))")
     }
 
     /// Daemons started together on a new database (a fleet's first boot) each open the store: the
