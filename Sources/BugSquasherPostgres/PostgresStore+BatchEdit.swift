@@ -106,8 +106,18 @@ extension PostgresStore: BatchEditable {
             changed AS (SELECT count(*) AS n FROM (\(groups.indices.map { "SELECT 1 FROM u\($0)" }.joined(separator: " UNION ALL "))) AS each),
             \(Self.issuingToken(when: "1 / ((SELECT n FROM changed) = $\(count))::int = 1", first: count + 1))
             """
-        arguments += tokenArguments(didSave)
+        do {
+            return try write(together: sql, arguments, didSave: didSave)
+        } catch let lost as AnswerLost {
+            return try settle(lost)
+        }
+    }
+
+    /// Runs the statement of ``saveTogether(_:state:)``, its history row's parameters last.
+    private func write(together sql: String, _ rowArguments: [Value], didSave: DidSave) throws -> DidSave? {
+        var didSave = didSave
         return try withConnection("save") { connection in
+            let arguments = rowArguments + tokenArguments(didSave)
             // Edits: bulk work gives way, as for a save of one (see `save`).
             editsFirst?.openWindow()
             let token: Int64

@@ -12,15 +12,19 @@ extension PostgresStore {
         // An interactive save: bulk work gives way from when it has the connection, and again
         // from its commit, before its did-save goes out (see `EditsFirst`).
         let interactive = changes.isBulk ? nil : editsFirst
-        return try withConnection("save") { connection in
-            interactive?.openWindow()
-            // An edit of one object is one statement, its own transaction: one round trip.
-            let didSave =
-                try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
-                ?? writeInTransaction(changes, state: state, on: connection)
-            interactive?.openWindow()
-            deliverOwn(didSave, on: connection)
-            return didSave
+        do {
+            return try withConnection("save") { connection in
+                interactive?.openWindow()
+                // An edit of one object is one statement, its own transaction: one round trip.
+                let didSave =
+                    try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
+                    ?? writeInTransaction(changes, state: state, on: connection)
+                interactive?.openWindow()
+                deliverOwn(didSave, on: connection)
+                return didSave
+            }
+        } catch let lost as AnswerLost {
+            return try settle(lost)
         }
     }
 
@@ -236,11 +240,17 @@ extension PostgresStore {
     /// The parameters of ``issuingToken(when:first:)`` for `didSave`: the commit time, the
     /// history row's payload, the hint's channel and what follows the token in the hint
     /// (``Hint``).
+    /// An interactive save's row is kept until the writing connection is let go, to be found
+    /// again if the answer to it is lost (``settle(_:)``); bulk work has its own way to find out
+    /// (an import's job records its progress in the chunk's transaction).
     func tokenArguments(_ didSave: DidSave, bulk: Bool = false) -> [Value] {
-        [
-            .double(Date().timeIntervalSince1970), .data(Self.historyPayload(didSave)), .string(hintChannel),
-            .string(bulk ? Hint.bulkMark : ""),
-        ]
+        let (committedAt, payload) = (Date().timeIntervalSince1970, Self.historyPayload(didSave))
+        if !bulk {
+            sentHistoryRow.withLock {
+                $0 = SentHistoryRow(committedAt: committedAt, payload: payload, didSave: didSave)
+            }
+        }
+        return [.double(committedAt), .data(payload), .string(hintChannel), .string(bulk ? Hint.bulkMark : "")]
     }
 
     /// Whether `a`'s row is locked before `b`'s: every save and batch of edits updates its rows

@@ -77,6 +77,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     private let writingHolders = Atomic<Int>(0)
     /// What an interactive save opens, here or in another process (see ``init(configuration:logger:editsFirst:)``).
     let editsFirst: EditsFirst?
+    /// The history row the interactive save holding the writing connection sent, if any: what
+    /// finds it again when its answer is lost (``settle(_:)``).
+    let sentHistoryRow = Mutex<SentHistoryRow?>(nil)
     /// This process's row among the daemons attached, and whether the server answers.
     let health = Mutex(Health())
     /// The observers of the server answering again (``observeReachableAgain(_:)``).
@@ -181,6 +184,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         -> T
     {
         try slot.connection.withLock { current in
+            if slot === writing { sentHistoryRow.withLock { $0 = nil } }
             do {
                 let open: PostgresConnection
                 if let current, !current.isClosed {
@@ -188,9 +192,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 } else {
                     try refuseWhileUnreachable(action)
                     open = try connect(id: slot.id)
-                    // The server may have come back from a backup: keys reserved from it before may
-                    // be given out again.
-                    if slot === writing { keyReserve.withLock { $0.removeAll() } }
+                    if slot === writing {
+                        // The server may have come back from a backup: keys reserved from it
+                        // before may be given out again.
+                        keyReserve.withLock { $0.removeAll() }
+                        slot.session.withLock { $0 = serverSession(of: open) }
+                    }
                     // A probe got through (see `refuseWhileUnreachable`): the server answers.
                     if case .unreachable = reachability { markReachable() }
                     current = open
@@ -203,7 +210,15 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 throw GraphError(.storeIO, error.statement, advice: error.advice)
             } catch {
                 if let open = current, open.isClosed { current = nil }
-                throw storeError(action, error)
+                let failure = storeError(action, error)
+                // An interactive save that may have committed: its caller finds out (`settle`).
+                if slot === writing, let sent = sentHistoryRow.withLock({ $0 }), Self.mayHaveCommitted(error) {
+                    throw AnswerLost(
+                        sent: sent, session: slot.session.withLock { $0 },
+                        knownToken: max(delivered.withLock { $0 } ?? 0, committedHere.withLock { $0 }), failure: failure
+                    )
+                }
+                throw failure
             }
         }
     }
@@ -478,6 +493,8 @@ final class ConnectionSlot: Sendable {
     let id: Int
     let connection = Mutex<PostgresConnection?>(nil)
     let live = Mutex<PostgresConnection?>(nil)
+    /// The open connection's session on the server (the writing connection's only).
+    let session = Mutex<ServerSession?>(nil)
 
     init(id: Int) { self.id = id }
 }

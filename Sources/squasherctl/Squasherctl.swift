@@ -14,8 +14,9 @@ struct Squasherctl: AsyncParsableCommand {
             Exit status: 0 success, 2 the job failed or rejected every record, or squasherd refused the request (or its \
             socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
             answer that is not squasherd's), 5 `status` answered and the daemon is degraded, 64 usage error (no command, among others), 74 the output could not be written (a full disk), \
-            75 squasherd could not carry out the command now (its disk full, its store locked by another program, 64 uploads in progress, \
-            or it is stopping): nothing was changed; retry later.
+            75 squasherd could not carry out the command now (its disk full, its store locked by another program, its database \
+            unreachable, 64 uploads in progress, or it is stopping): nothing was changed, unless the message says that the \
+            database's answer was lost and the change may have been saved; retry later.
             """,
         version: BugSquasherVersion.current,
         subcommands: [

@@ -8,16 +8,22 @@ import Synchronization
 @testable import BugSquasherPostgres
 
 /// A proxy on a Unix socket between the store and the test server that can cut the server's
-/// answer short, as a server stopped mid-answer does: after ``cutNextAnswer()``, it passes the
-/// server's messages up to the first row of the next answer, then closes the store's side at
-/// once, the rest unsent. The data and the end of the stream reach the store's event loop
-/// together: the loop is held while both are written.
+/// answer short, as a server stopped mid-answer does: after ``cutNextAnswer(thenRefuse:)``, it
+/// passes the server's messages up to the first row of the next answer, then closes the store's
+/// side at once, the rest unsent. The data and the end of the stream reach the store's event
+/// loop together: the loop is held while both are written. After ``loseNextAnswer(thenRefuse:)``
+/// it closes the connection instead of passing the next answer on; after ``dropNextRequest()``,
+/// on the store's next message, which never reaches the server.
 final class CuttingProxy: Sendable {
     /// The directory of the proxy's socket, for a store URL's `host`.
     let directory: String
     private let upstream: String
     private let listener: Int32
     private let armed = Atomic<Bool>(false)
+    private let losing = Atomic<Bool>(false)
+    private let refuseAfterLoss = Atomic<Bool>(false)
+    private let dropping = Atomic<Bool>(false)
+    private let closed = Atomic<Bool>(false)
     /// How many answers were cut.
     let cuts = Atomic<Int>(0)
 
@@ -35,8 +41,21 @@ final class CuttingProxy: Sendable {
     /// connection must be idle (its next message from the server starts an answer).
     func cutNextAnswer() { armed.store(true, ordering: .sequentiallyConsistent) }
 
-    /// Stops accepting connections (those open go on until they end).
+    /// Closes the connection that receives the next answer instead of passing it on, as the
+    /// server's end lost at once after it answered; with `thenRefuse`, the proxy then takes no
+    /// more connections, as a server gone silent.
+    func loseNextAnswer(thenRefuse: Bool = false) {
+        refuseAfterLoss.store(thenRefuse, ordering: .sequentiallyConsistent)
+        losing.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// Closes the connection that sends the next message, which the server never receives.
+    func dropNextRequest() { dropping.store(true, ordering: .sequentiallyConsistent) }
+
+    /// Stops accepting connections (those open go on until they end); once, however often
+    /// called.
     func close() {
+        guard !closed.exchange(true, ordering: .sequentiallyConsistent) else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         Glibc.close(listener)
         try? FileManager.default.removeItem(atPath: directory)
@@ -111,8 +130,12 @@ final class CuttingProxy: Sendable {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
             let count = read(pair.client, &buffer, buffer.count)
-            guard count > 0, Self.writeAll(pair.server, buffer[0..<count]) else { break }
+            guard count > 0,
+                !dropping.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent).exchanged,
+                Self.writeAll(pair.server, buffer[0..<count])
+            else { break }
         }
+        shutdown(pair.client, Int32(SHUT_RDWR))
         shutdown(pair.server, Int32(SHUT_RDWR))
         pair.end()
     }
@@ -125,6 +148,11 @@ final class CuttingProxy: Sendable {
         while true {
             let count = read(pair.server, &buffer, buffer.count)
             guard count > 0 else { break }
+            if losing.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent).exchanged {
+                if refuseAfterLoss.load(ordering: .sequentiallyConsistent) { close() }
+                cuts.add(1, ordering: .sequentiallyConsistent)
+                break
+            }
             guard armed.load(ordering: .sequentiallyConsistent) || !pending.isEmpty else {
                 guard Self.writeAll(pair.client, buffer[0..<count]) else { break }
                 continue

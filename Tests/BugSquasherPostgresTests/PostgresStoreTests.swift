@@ -1110,6 +1110,85 @@ struct PostgresStoreTests {
         #expect(try page() == 4)
     }
 
+    /// A save whose statement reached the server but whose answer was lost may have committed:
+    /// the store finds out from the history, so that its caller is told the truth (saved, with
+    /// its token; or refused), and says so when the server cannot be asked.
+    @Test(
+        "a save whose answer was lost is found committed or refused, and says when it cannot tell",
+        .timeLimit(.minutes(1)))
+    func lostAnswers() async throws {
+        guard TestPostgres.isAvailable() else { return }
+        let parameters = URLComponents(string: TestPostgres.server!)?.queryItems ?? []
+        guard let host = parameters.first(where: { $0.name == "host" })?.value, host.hasPrefix("/") else {
+            print("skipped: the test server is not on a Unix socket, which the cutting proxy needs")
+            return
+        }
+        let port = parameters.first { $0.name == "port" }?.value ?? "5432"
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let direct = try freshStore(schema: schema)
+        let writer = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: direct))
+        let id = try await writer.perform { context in try saveOpenBugs(1, prefix: "LOST", title: "t", in: context) }[0]
+        func stored() throws -> (title: String, history: Int64) {
+            try direct.withConnection("read the bug") { connection in
+                let title = try direct.run("SELECT title FROM \"Bug\" WHERE pk = $1", [.int64(id.key)], on: connection)
+                    .first?.decode(String.self)
+                let count = try direct.run("SELECT count(*) FROM bs_history", [], on: connection).first?.decode(
+                    Int64.self)
+                return (title ?? "", count ?? 0)
+            }
+        }
+        /// Sets the bug's title through a store behind a new proxy, after `arm` armed the proxy;
+        /// returns the save's outcome and how many saves the history held before it.
+        func retitle(_ title: String, arm: (CuttingProxy) -> Void) async throws -> (Result<DidSave?, any Error>, Int64)
+        {
+            let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+            defer { proxy.close() }
+            let store = PostgresStore(
+                configuration: try PostgresStoreConfiguration(
+                    url: TestPostgres.server!.replacingOccurrences(of: "host=\(host)", with: "host=\(proxy.directory)")
+                        + "&schema=\(schema)"))
+            let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
+            func save(_ title: String) async -> Result<DidSave?, any Error> {
+                await context.perform { context in
+                    Result {
+                        try #require(context.existingObject(with: id) as? Bug).title = title
+                        return try context.saveToStore()
+                    }
+                }
+            }
+            // A first save of the title prepares the statement: the proxy is armed between two
+            // answers of the connection, not in the middle of a preparation's.
+            _ = try await save(title + " (first)").get()
+            let before = try stored().history
+            arm(proxy)
+            return (await save(title), before)
+        }
+
+        // The statement committed, and its answer was lost: the save is found.
+        let (committed, before) = try await retitle("answer lost") { $0.loseNextAnswer() }
+        let token = try #require(try committed.get()?.token.rawValue)
+        #expect(try stored() == ("answer lost", before + 1))
+        let last = try direct.withConnection("read the last token") { connection in
+            try direct.run("SELECT max(token) FROM bs_history", [], on: connection).first?.decode(Int64.self)
+        }
+        #expect(last == token)
+
+        // The statement never reached the server: the save is refused, as it failed.
+        let (dropped, beforeDrop) = try await retitle("never sent") { $0.dropNextRequest() }
+        let refused = #expect(throws: GraphError.self) { try dropped.get() }
+        #expect(refused?.statement.contains("cannot be found out") == false, "\(String(describing: refused))")
+        #expect(try stored() == ("never sent (first)", beforeDrop))
+
+        // The answer was lost and the server cannot be asked: the outcome is unknown, and said so.
+        let (unknown, beforeUnknown) = try await retitle("cannot tell") { $0.loseNextAnswer(thenRefuse: true) }
+        let untold = #expect(throws: GraphError.self) { try unknown.get() }
+        #expect(
+            untold?.statement.contains("whether the save committed cannot be found out") == true,
+            "\(String(describing: untold))")
+        #expect(untold?.isServerUnreachable == true)
+        #expect(try stored() == ("cannot tell", beforeUnknown + 1))
+    }
+
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
         guard TestPostgres.isAvailable() else { return }
