@@ -18,7 +18,7 @@ extension PostgresStore {
     func settle(_ lost: AnswerLost) throws -> DidSave {
         let found: DidSave?
         do {
-            found = try withConnection("find out whether a save whose answer was lost committed") { connection in
+            found = try withConnection("look for the save") { connection in
                 if let session = lost.session {
                     // The lost session's statement cannot commit once the session is gone.
                     let ended = try run(
@@ -46,7 +46,7 @@ extension PostgresStore {
         } catch {
             throw GraphError(
                 .storeIO,
-                "The answer of PostgreSQL at \(configuration.address) to a save was lost (\(lost.failure.statement)), and whether the save committed cannot be found out now (\((error as? GraphError)?.statement ?? Self.describe(error))).",
+                "The save was sent to PostgreSQL at \(configuration.address), but its answer was lost (\(lost.reason)), and whether the save committed cannot be found out now. \((error as? GraphError)?.statement ?? Self.describe(error))",
                 advice:
                     "It may have been saved: look at the object before saving it again (a save that committed reaches subscribers once, from the history). Saving the same values again saves nothing.",
                 cause: Unreachable(server: nil))
@@ -54,7 +54,7 @@ extension PostgresStore {
         guard let found else { throw lost.failure }
         logger.notice(
             "the answer to a save was lost; the save had committed",
-            metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.failure.statement)"])
+            metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.reason)"])
         return found
     }
 
@@ -108,6 +108,8 @@ struct AnswerLost: Error {
     let knownToken: Int64
     /// What the save failed with, told when it did not commit.
     let failure: GraphError
+    /// How the answer was lost, in words.
+    let reason: String
 }
 
 /// The lost session did not end within five seconds: its statement may still commit.

@@ -215,8 +215,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 if slot === writing, let sent = sentHistoryRow.withLock({ $0 }), Self.mayHaveCommitted(error) {
                     throw AnswerLost(
                         sent: sent, session: slot.session.withLock { $0 },
-                        knownToken: max(delivered.withLock { $0 } ?? 0, committedHere.withLock { $0 }), failure: failure
-                    )
+                        knownToken: max(delivered.withLock { $0 } ?? 0, committedHere.withLock { $0 }),
+                        failure: failure,
+                        reason: Self.describe(error))
                 }
                 throw failure
             }
