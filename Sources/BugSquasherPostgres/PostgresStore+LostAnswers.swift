@@ -27,13 +27,18 @@ extension PostgresStore {
                         WHERE pid = $1 AND extract(epoch FROM backend_start)::float8 = $2
                         """, [.int64(Int64(session.processID)), .double(session.started)], on: connection
                     ).first?.decode(Bool.self)
-                    guard ended != false else { throw LostSessionLingers(processID: session.processID) }
+                    guard ended != false else {
+                        throw GraphError(
+                            .storeIO,
+                            "The lost session, process \(session.processID) on the server, did not end within 5 s when told to: its statement may still commit."
+                        )
+                    }
                 }
                 let token = try run(
                     """
                     SELECT token FROM bs_history WHERE token > $1 AND committed_at = $2 AND payload = $3
                     ORDER BY token DESC LIMIT 1
-                    """, [.int64(lost.knownToken), .double(lost.sent.committedAt), .data(lost.sent.payload)],
+                    """, [.int64(lost.sent.after), .double(lost.sent.committedAt), .data(lost.sent.payload)],
                     on: connection
                 ).first?.decode(Int64.self)
                 guard let token else { return nil }
@@ -87,6 +92,9 @@ extension PostgresStore {
 struct SentHistoryRow: Sendable {
     let committedAt: Double
     let payload: Data
+    /// The newest token this process knew of when the row went out: the row's is after it,
+    /// however far the follower has read since.
+    let after: Int64
     /// The save, without its token.
     let didSave: DidSave
 }
@@ -104,16 +112,8 @@ struct AnswerLost: Error {
     let sent: SentHistoryRow
     /// The lost connection's session, when it was read at connect.
     let session: ServerSession?
-    /// A token issued before the save: its row is after it.
-    let knownToken: Int64
     /// What the save failed with, told when it did not commit.
     let failure: GraphError
     /// How the answer was lost, in words.
     let reason: String
-}
-
-/// The lost session did not end within five seconds: its statement may still commit.
-private struct LostSessionLingers: Error, CustomStringConvertible {
-    let processID: Int32
-    var description: String { "its session, process \(processID) on the server, did not end when told to" }
 }

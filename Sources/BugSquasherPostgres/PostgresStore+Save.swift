@@ -246,8 +246,9 @@ extension PostgresStore {
     func tokenArguments(_ didSave: DidSave, bulk: Bool = false) -> [Value] {
         let (committedAt, payload) = (Date().timeIntervalSince1970, Self.historyPayload(didSave))
         if !bulk {
+            let after = max(delivered.withLock { $0 } ?? 0, committedHere.withLock { $0 })
             sentHistoryRow.withLock {
-                $0 = SentHistoryRow(committedAt: committedAt, payload: payload, didSave: didSave)
+                $0 = SentHistoryRow(committedAt: committedAt, payload: payload, after: after, didSave: didSave)
             }
         }
         return [.double(committedAt), .data(payload), .string(hintChannel), .string(bulk ? Hint.bulkMark : "")]

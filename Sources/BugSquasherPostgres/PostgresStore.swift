@@ -214,9 +214,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 // An interactive save that may have committed: its caller finds out (`settle`).
                 if slot === writing, let sent = sentHistoryRow.withLock({ $0 }), Self.mayHaveCommitted(error) {
                     throw AnswerLost(
-                        sent: sent, session: slot.session.withLock { $0 },
-                        knownToken: max(delivered.withLock { $0 } ?? 0, committedHere.withLock { $0 }),
-                        failure: failure,
+                        sent: sent, session: slot.session.withLock { $0 }, failure: failure,
                         reason: Self.describe(error))
                 }
                 throw failure
