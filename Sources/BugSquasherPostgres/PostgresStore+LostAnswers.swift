@@ -13,26 +13,71 @@ import Synchronization
 // answer was lost".
 extension PostgresStore {
     /// Finds out whether the save `lost` tells of committed: its did-save, with its token, when
-    /// it did; the failure it met when it did not. Throws a ``GraphError/Code/storeIO`` that
-    /// says the outcome is unknown when the server cannot be asked.
+    /// it did; the failure it met when it did not. A server that refuses connections (one
+    /// restarting) is asked again every half second for ``settleFor``; one found silent (a
+    /// heartbeat unanswered) is not waited for. Throws a ``GraphError/Code/storeIO`` that says
+    /// the outcome is unknown when the server cannot be asked.
     func settle(_ lost: AnswerLost) throws -> DidSave {
-        let found: DidSave?
+        // Without the session, nothing keeps its statement from committing after a look.
+        guard let session = lost.session else {
+            throw outcomeUnknown(
+                lost,
+                GraphError(
+                    .storeIO,
+                    "The lost connection's session on the server is not known, so its statement could commit after a look."
+                ))
+        }
+        let deadline = ContinuousClock.now + Self.settleFor
+        while true {
+            do {
+                guard let found = try lookFor(lost, session: session) else { throw lost.failure }
+                logger.notice(
+                    "the answer to a save was lost; the save had committed",
+                    metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.reason)"])
+                return found
+            } catch let error as SaveLookup {
+                let silent = health.withLock { $0.silentProbedAt != nil }
+                guard silent || ContinuousClock.now >= deadline else {
+                    Thread.sleep(forTimeInterval: 0.5)
+                    continue
+                }
+                throw outcomeUnknown(lost, error.failure)
+            }
+        }
+    }
+
+    /// The refusal of the save `lost` tells of, whose outcome `failure` kept from being found.
+    private func outcomeUnknown(_ lost: AnswerLost, _ failure: GraphError) -> GraphError {
+        GraphError(
+            .storeIO,
+            "The save was sent to PostgreSQL at \(configuration.address), but its answer was lost (\(lost.reason)), and whether the save committed cannot be found out now. \(failure.statement)",
+            advice:
+                "It may have been saved: look at the object before saving it again (a save that committed reaches subscribers once, from the history; an insert saved again makes a second object).",
+            cause: failure.isServerUnreachable ? Unreachable(server: nil) : nil)
+    }
+
+    /// How long ``settle(_:)`` asks a server that refuses connections again.
+    static let settleFor = Duration.seconds(10)
+
+    /// The save `lost` tells of, with its token, when its history row is there; `nil` when it is
+    /// not, and cannot be any more once `session`, the lost one, is ended. Throws ``SaveLookup``
+    /// when the server cannot be asked, or the session cannot be ended (its statement could
+    /// commit after the look).
+    private func lookFor(_ lost: AnswerLost, session: ServerSession) throws -> DidSave? {
         do {
-            found = try withConnection("look for the save") { connection in
-                if let session = lost.session {
-                    // The lost session's statement cannot commit once the session is gone.
-                    let ended = try run(
-                        """
-                        SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-                        WHERE pid = $1 AND extract(epoch FROM backend_start)::float8 = $2
-                        """, [.int64(Int64(session.processID)), .double(session.started)], on: connection
-                    ).first?.decode(Bool.self)
-                    guard ended != false else {
-                        throw GraphError(
-                            .storeIO,
-                            "The lost session, process \(session.processID) on the server, did not end within 5 s when told to: its statement may still commit."
-                        )
-                    }
+            return try withConnection("look for the save") { connection in
+                let identity: [Value] = [.int64(Int64(session.processID)), .double(session.started)]
+                let alive =
+                    "FROM pg_stat_activity WHERE pid = $1 AND extract(epoch FROM backend_start)::float8 = $2 AND pid <> pg_backend_pid()"
+                // The lost session's statement cannot commit once the session is gone. `false`
+                // is also the answer for a session that ended between the scan and the signal.
+                let ended = try run("SELECT pg_terminate_backend(pid, 5000) \(alive)", identity, on: connection).first?
+                    .decode(Bool.self)
+                if ended == false, try !run("SELECT 1 \(alive)", identity, on: connection).isEmpty {
+                    throw GraphError(
+                        .storeIO,
+                        "The lost session, process \(session.processID) on the server, did not end within 5 s when told to: its statement may still commit."
+                    )
                 }
                 let token = try run(
                     """
@@ -48,30 +93,21 @@ extension PostgresStore {
                 if (delivered.withLock { $0 } ?? 0) < token { deliverOwn(didSave, on: connection) }
                 return didSave
             }
-        } catch {
-            throw GraphError(
-                .storeIO,
-                "The save was sent to PostgreSQL at \(configuration.address), but its answer was lost (\(lost.reason)), and whether the save committed cannot be found out now. \((error as? GraphError)?.statement ?? Self.describe(error))",
-                advice:
-                    "It may have been saved: look at the object before saving it again (a save that committed reaches subscribers once, from the history). Saving the same values again saves nothing.",
-                cause: Unreachable(server: nil))
+        } catch let error as GraphError {
+            throw SaveLookup(failure: error)
         }
-        guard let found else { throw lost.failure }
-        logger.notice(
-            "the answer to a save was lost; the save had committed",
-            metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.reason)"])
-        return found
     }
 
     /// Whether the statement that failed with `error` may have committed: unless the server
     /// answered it with an error of the statement's own (not a session ended under it).
     static func mayHaveCommitted(_ error: any Error) -> Bool {
-        guard let psql = error as? PSQLError, let state = psql.serverInfo?[.sqlState] else {
-            return error is PSQLError || error is ConnectionClosedUnderStatement
-        }
+        if error is ConnectionClosedUnderStatement { return true }
+        guard let psql = error as? PSQLError else { return false }
+        guard let state = psql.serverInfo?[.sqlState] else { return connectionFailures.contains(psql.code) }
         // Class 57 (operator intervention: a shutdown, a terminated session) and 08 (connection
-        // exception) end the session, perhaps after the commit.
-        return state.hasPrefix("57") || state.hasPrefix("08")
+        // exception) end the session, perhaps after the commit; but a cancelled statement
+        // (57014) rolled back, and its session goes on.
+        return (state.hasPrefix("57") && state != "57014") || state.hasPrefix("08")
     }
 
     /// The session `connection` is on the server, for ``settle(_:)`` to end it.
@@ -104,6 +140,11 @@ struct SentHistoryRow: Sendable {
 struct ServerSession: Sendable {
     let processID: Int32
     let started: Double
+}
+
+/// Why ``PostgresStore/settle(_:)`` could not look for a lost save (yet).
+private struct SaveLookup: Error {
+    let failure: GraphError
 }
 
 /// An interactive save whose statement went out on a connection lost before its answer came

@@ -17,7 +17,9 @@ extension PostgresStore {
                 interactive?.openWindow()
                 // An edit of one object is one statement, its own transaction: one round trip.
                 let didSave =
-                    try Self.singleUpdate(changes).map { try writeSingleUpdate($0, state: state, on: connection) }
+                    try Self.singleUpdate(changes).map {
+                        try writeSingleUpdate($0, state: state, bulk: changes.isBulk, on: connection)
+                    }
                     ?? writeInTransaction(changes, state: state, on: connection)
                 interactive?.openWindow()
                 deliverOwn(didSave, on: connection)

@@ -18,8 +18,8 @@ extension PostgresStore {
 
     /// Writes `row` and its history row in one statement; a version the store no longer has
     /// commits nothing and throws the merge conflict, as ``save(_:)`` does for any save.
-    func writeSingleUpdate(_ row: SaveChanges.Row, state: Loaded, on connection: PostgresConnection) throws
-        -> DidSave
+    func writeSingleUpdate(_ row: SaveChanges.Row, state: Loaded, bulk: Bool, on connection: PostgresConnection)
+        throws -> DidSave
     {
         let entity = try state.model.requireEntity(row.objectID.entityName)
         var didSave = DidSave(token: .zero, storeIdentifier: state.metadata.storeIdentifier)
@@ -28,10 +28,12 @@ extension PostgresStore {
         let columns = Self.changedColumns(row, names: names)
         var arguments = Self.updateArguments(row, columns: columns)
         let sql = singleUpdateText(entity, names: names, columns: columns)
-        arguments += tokenArguments(didSave)
+        arguments += tokenArguments(didSave, bulk: bulk)
         let token = try keepingKeysUnique(entity, row.attributes, updating: true) {
             try runPrepared(sql, arguments, on: connection).first?.makeRandomAccess()[0].decode(Int64.self)
         }
+        // Answered: whatever fails from here on, the server has said whether the save committed.
+        sentHistoryRow.withLock { $0 = nil }
         guard let token else {
             throw GraphError.staleObjects([try conflict(row, entity: entity, on: connection)])
         }
@@ -39,7 +41,7 @@ extension PostgresStore {
         return didSave
     }
 
-    /// The statement of ``writeSingleUpdate(_:state:on:)`` changing `columns` of `entity`, built
+    /// The statement of ``writeSingleUpdate(_:state:bulk:on:)`` changing `columns` of `entity`, built
     /// once for each: building it took a fifth of an edit's work before the edit went out.
     private func singleUpdateText(_ entity: EntityDescription, names: [String], columns: [Int]) -> String {
         let shape = SingleUpdateShape(entity: entity.name, columns: columns)

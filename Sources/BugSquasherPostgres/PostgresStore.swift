@@ -397,7 +397,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 "Give the role \(user) the rights the store needs: CREATE on the database for a new store's schema (GRANT CREATE ON DATABASE \(database) TO \(user)), or a schema made for it (CREATE SCHEMA \(PostgresSchema.quote(configuration.schema)) AUTHORIZATION \(user)), and for a store another role made, that role's rights (GRANT <the schema's owner> TO \(user))."
         case "25006":  // read_only_sql_transaction
             return
-                "The server takes no writes: it is a standby (a replica), or default_transaction_read_only is on for the role \(user) or the database \(database). Point the store URL at the primary, or turn the setting off (ALTER ROLE \(user) RESET default_transaction_read_only)."
+                "The server takes no writes: it is a standby (a replica), or default_transaction_read_only is on for the role \(user) or the database \(database). Point the store URL at the primary, or turn the setting off where it was set (ALTER ROLE \(user) RESET default_transaction_read_only, or ALTER DATABASE \(database) RESET default_transaction_read_only)."
         case "42704":  // undefined_object: at connect, a setting this server does not know
             return
                 "When the unknown setting is one squasherd sends as it connects (idle_session_timeout among them), the server is too old: squasherd needs PostgreSQL 14 or later (docs/OPERATIONS.md, \"Running on PostgreSQL\")."
@@ -411,7 +411,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     /// The codes of errors that leave no connection to the server.
-    private static let connectionFailures: [PSQLError.Code] = [
+    static let connectionFailures: [PSQLError.Code] = [
         .connectionError, .serverClosedConnection, .clientClosedConnection,
     ]
 

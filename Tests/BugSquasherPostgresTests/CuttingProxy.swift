@@ -22,6 +22,9 @@ final class CuttingProxy: Sendable {
     private let armed = Atomic<Bool>(false)
     private let losing = Atomic<Bool>(false)
     private let refuseAfterLoss = Atomic<Bool>(false)
+    private let refusalAfterLoss = Atomic<UInt64>(0)
+    /// Until when (`DispatchTime` uptime, in nanoseconds) connections are closed as they come.
+    private let refusingUntil = Atomic<UInt64>(0)
     private let dropping = Atomic<Bool>(false)
     private let closed = Atomic<Bool>(false)
     /// How many answers were cut.
@@ -43,9 +46,11 @@ final class CuttingProxy: Sendable {
 
     /// Closes the connection that receives the next answer instead of passing it on, as the
     /// server's end lost at once after it answered; with `thenRefuse`, the proxy then takes no
-    /// more connections, as a server gone silent.
-    func loseNextAnswer(thenRefuse: Bool = false) {
+    /// more connections, as a server gone silent; with `refusingFor`, it closes each connection
+    /// it takes for that many seconds, as a server restarting.
+    func loseNextAnswer(thenRefuse: Bool = false, refusingFor seconds: Double = 0) {
         refuseAfterLoss.store(thenRefuse, ordering: .sequentiallyConsistent)
+        refusalAfterLoss.store(UInt64(seconds * 1e9), ordering: .sequentiallyConsistent)
         losing.store(true, ordering: .sequentiallyConsistent)
     }
 
@@ -96,6 +101,10 @@ final class CuttingProxy: Sendable {
         while true {
             let client = Glibc.accept(listener, nil, nil)
             guard client >= 0 else { return }
+            guard DispatchTime.now().uptimeNanoseconds >= refusingUntil.load(ordering: .sequentiallyConsistent) else {
+                Glibc.close(client)
+                continue
+            }
             guard let server = connectUpstream() else {
                 Glibc.close(client)
                 continue
@@ -150,6 +159,11 @@ final class CuttingProxy: Sendable {
             guard count > 0 else { break }
             if losing.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent).exchanged {
                 if refuseAfterLoss.load(ordering: .sequentiallyConsistent) { close() }
+                let refusal = refusalAfterLoss.load(ordering: .sequentiallyConsistent)
+                if refusal > 0 {
+                    refusingUntil.store(
+                        DispatchTime.now().uptimeNanoseconds + refusal, ordering: .sequentiallyConsistent)
+                }
                 cuts.add(1, ordering: .sequentiallyConsistent)
                 break
             }

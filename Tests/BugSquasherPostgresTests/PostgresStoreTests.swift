@@ -1125,7 +1125,7 @@ struct PostgresStoreTests {
     /// the store finds out from the history, so that its caller is told the truth (saved, with
     /// its token; or refused), and says so when the server cannot be asked.
     @Test(
-        "a save whose answer was lost is found committed or refused, and says when it cannot tell",
+        "a save whose answer was lost is found committed, also across a restart, or refused, and says when it cannot tell",
         .timeLimit(.minutes(1)))
     func lostAnswers() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
@@ -1174,6 +1174,11 @@ struct PostgresStoreTests {
             try direct.run("SELECT max(token) FROM bs_history", [], on: connection).first?.decode(Int64.self)
         }
         #expect(last == token)
+
+        // The answer was lost as the server restarted: asked again until it answers, it is found.
+        let (restarted, beforeRestart) = try await retitle("restarted") { $0.loseNextAnswer(refusingFor: 1.5) }
+        #expect(try restarted.get() != nil)
+        #expect(try stored() == ("restarted", beforeRestart + 1))
 
         // The statement never reached the server: the save is refused, as it failed.
         let (dropped, beforeDrop) = try await retitle("never sent") { $0.dropNextRequest() }
