@@ -29,20 +29,22 @@ extension PostgresStore {
         }
         let deadline = ContinuousClock.now + Self.settleFor
         while true {
+            let found: DidSave?
             do {
-                guard let found = try lookFor(lost, session: session) else { throw lost.failure }
-                logger.notice(
-                    "the answer to a save was lost; the save had committed",
-                    metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.reason)"])
-                return found
-            } catch let error as SaveLookup {
+                found = try lookFor(lost, session: session)
+            } catch let failure as GraphError {
                 let silent = health.withLock { $0.silentProbedAt != nil }
                 guard silent || ContinuousClock.now >= deadline else {
                     Thread.sleep(forTimeInterval: 0.5)
                     continue
                 }
-                throw outcomeUnknown(lost, error.failure)
+                throw outcomeUnknown(lost, failure)
             }
+            guard let found else { throw lost.failure }
+            logger.notice(
+                "the answer to a save was lost; the save had committed",
+                metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.reason)"])
+            return found
         }
     }
 
@@ -60,41 +62,37 @@ extension PostgresStore {
     static let settleFor = Duration.seconds(10)
 
     /// The save `lost` tells of, with its token, when its history row is there; `nil` when it is
-    /// not, and cannot be any more once `session`, the lost one, is ended. Throws ``SaveLookup``
-    /// when the server cannot be asked, or the session cannot be ended (its statement could
-    /// commit after the look).
+    /// not, and cannot be any more once `session`, the lost one, is ended. Throws a
+    /// ``GraphError`` when the server cannot be asked, or the session cannot be ended (its
+    /// statement could commit after the look).
     private func lookFor(_ lost: AnswerLost, session: ServerSession) throws -> DidSave? {
-        do {
-            return try withConnection("look for the save") { connection in
-                let identity: [Value] = [.int64(Int64(session.processID)), .double(session.started)]
-                let alive =
-                    "FROM pg_stat_activity WHERE pid = $1 AND extract(epoch FROM backend_start)::float8 = $2 AND pid <> pg_backend_pid()"
-                // The lost session's statement cannot commit once the session is gone. `false`
-                // is also the answer for a session that ended between the scan and the signal.
-                let ended = try run("SELECT pg_terminate_backend(pid, 5000) \(alive)", identity, on: connection).first?
-                    .decode(Bool.self)
-                if ended == false, try !run("SELECT 1 \(alive)", identity, on: connection).isEmpty {
-                    throw GraphError(
-                        .storeIO,
-                        "The lost session, process \(session.processID) on the server, did not end within 5 s when told to: its statement may still commit."
-                    )
-                }
-                let token = try run(
-                    """
-                    SELECT token FROM bs_history WHERE token > $1 AND committed_at = $2 AND payload = $3
-                    ORDER BY token DESC LIMIT 1
-                    """, [.int64(lost.sent.after), .double(lost.sent.committedAt), .data(lost.sent.payload)],
-                    on: connection
-                ).first?.decode(Int64.self)
-                guard let token else { return nil }
-                var didSave = lost.sent.didSave
-                didSave.token = HistoryToken(rawValue: token)
-                // Unless the follower has handed it out from the history meanwhile.
-                if (delivered.withLock { $0 } ?? 0) < token { deliverOwn(didSave, on: connection) }
-                return didSave
+        try withConnection("look for the save") { connection in
+            let identity: [Value] = [.int64(Int64(session.processID)), .double(session.started)]
+            let alive =
+                "FROM pg_stat_activity WHERE pid = $1 AND extract(epoch FROM backend_start)::float8 = $2 AND pid <> pg_backend_pid()"
+            // The lost session's statement cannot commit once the session is gone. `false`
+            // is also the answer for a session that ended between the scan and the signal.
+            let ended = try run("SELECT pg_terminate_backend(pid, 5000) \(alive)", identity, on: connection).first?
+                .decode(Bool.self)
+            if ended == false, try !run("SELECT 1 \(alive)", identity, on: connection).isEmpty {
+                throw GraphError(
+                    .storeIO,
+                    "The lost session, process \(session.processID) on the server, did not end within 5 s when told to: its statement may still commit."
+                )
             }
-        } catch let error as GraphError {
-            throw SaveLookup(failure: error)
+            let token = try run(
+                """
+                SELECT token FROM bs_history WHERE token > $1 AND committed_at = $2 AND payload = $3
+                ORDER BY token DESC LIMIT 1
+                """, [.int64(lost.sent.after), .double(lost.sent.committedAt), .data(lost.sent.payload)],
+                on: connection
+            ).first?.decode(Int64.self)
+            guard let token else { return nil }
+            var didSave = lost.sent.didSave
+            didSave.token = HistoryToken(rawValue: token)
+            // Unless the follower has handed it out from the history meanwhile.
+            if (delivered.withLock { $0 } ?? 0) < token { deliverOwn(didSave, on: connection) }
+            return didSave
         }
     }
 
@@ -140,11 +138,6 @@ struct SentHistoryRow: Sendable {
 struct ServerSession: Sendable {
     let processID: Int32
     let started: Double
-}
-
-/// Why ``PostgresStore/settle(_:)`` could not look for a lost save (yet).
-private struct SaveLookup: Error {
-    let failure: GraphError
 }
 
 /// An interactive save whose statement went out on a connection lost before its answer came
