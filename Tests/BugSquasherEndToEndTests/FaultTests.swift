@@ -1265,7 +1265,18 @@ struct StoreLocker {
 
     /// Takes the write lock, waiting for a transaction of squasherd's in progress to end.
     func lock() async throws {
+        try requestLock()
+        try await locked()
+    }
+
+    /// Asks sqlite3 for the write lock without waiting: for a caller that cannot await, such as
+    /// a stream's reply handler; ``locked()`` waits for it.
+    func requestLock() throws {
         try input.writing.write(contentsOf: Data(".timeout 30000\nBEGIN EXCLUSIVE;\n.print locked\n".utf8))
+    }
+
+    /// Waits until the lock asked for is held.
+    func locked() async throws {
         _ = try await process.waitForLine { $0 == "locked" }
     }
 

@@ -1117,17 +1117,40 @@ struct AbortEndToEndTests {
         try await withDaemon(chunkSize: 20) { squasherd in
             let count = 20_000
             let (path, records) = try squasherd.writeRecords("big.ndjson", count: count, prefix: "AB", title: "abort")
-            let job = try #require(try await squasherd.ctl(["import", path]).last)
-            // Strike once the job has committed a few chunks (one Watch reply per commit).
+            // The records, then whatever the test writes: the upload stays open, so the job cannot
+            // run, let alone end, before the test watches it, however slow this machine is.
+            let input = try ChildPipe()
+            let upload = try ChildProcess(
+                name: "cat | squasherctl import -", executable: "/bin/sh",
+                arguments: ["-c", #"{ cat "$1"; cat; } | "$2" import -"#, "sh", path, Products.squasherctl],
+                environment: squasherd.environment, stdin: input.reading)
+            try input.reading.close()
+            let job = try #require(
+                try await poll(for: .seconds(60)) {
+                    try? BlockingVarlinkClient(path: squasherd.readSocket).call(
+                        "io.bugsquasher.Jobs.List", LimitParameter(limit: 1), as: JobsReply.self
+                    ).jobs.first?.id
+                }, "the upload did not begin: \(upload.errorOutput)")
+            // Strike once the job has committed a few chunks (one Watch reply per commit): the
+            // upload ends at the first reply, and the store's writer is asked for in the reply
+            // that shows 100 records, so that the import cannot end before the abort reaches it;
+            // it stops after the chunk waiting.
+            let locker = try StoreLocker(store: squasherd.directory + "/state/bugs.sqlite")
+            var uploading = true
             try BlockingVarlinkClient(path: squasherd.readSocket).stream(
                 "io.bugsquasher.Jobs.Watch", JobParameter(job: job)
             ) { reply in
-                try reply.parameters(JobReply.self).job.imported < 100
+                let watched = try reply.parameters(JobReply.self).job
+                if uploading {
+                    try input.writing.close()
+                    uploading = false
+                }
+                guard watched.imported >= 100 else { return true }
+                try locker.requestLock()
+                return false
             }
-            // Hold the store's writer while the abort reaches the running job, so that the import
-            // cannot end first however slowly squasherctl starts; it stops after the chunk waiting.
-            let locker = try StoreLocker(store: squasherd.directory + "/state/bugs.sqlite")
-            try await locker.lock()
+            #expect(try await upload.waitForExit(timeout: .seconds(60)) == 0, "\(upload.errorOutput)")
+            try await locker.locked()
             let abort = try squasherd.startCtl("squasherctl abort", ["abort", job])
             try await squasherd.waitForLog("abort requested")
             #expect(try await locker.release() == 0, "\(locker.errorOutput)")
@@ -1297,10 +1320,29 @@ extension AbortEndToEndTests {
     @Test("Ctrl-C of import --wait stops the waiting, not the job")
     func interruptedWait() async throws {
         try await withDaemon(chunkSize: 20) { squasherd in
-            let count = 20_000
-            let path = try squasherd.writeRecords("big.ndjson", count: count, prefix: "CC", title: "interrupted").path
-            let waiter = try squasherd.startCtl("import --wait", ["import", path, "--wait"])
-            try await squasherd.waitForSubscriptions(1, startedBy: waiter)
+            // squasherctl follows the job once its upload is committed; on a machine slow enough,
+            // the job may end before squasherctl is seen following it. Then it goes again with
+            // four times the records (twice at most).
+            var count = 20_000
+            var waiter: ChildProcess
+            var attempt = 1
+            while true {
+                let path = try squasherd.writeRecords(
+                    "big\(attempt).ndjson", count: count, prefix: "CC\(attempt)", title: "interrupted"
+                ).path
+                waiter = try squasherd.startCtl("import --wait", ["import", path, "--wait"])
+                let following = try await poll(for: .seconds(120)) { () -> Bool? in
+                    if waiter.exitStatus != nil { return false }
+                    let status = try BlockingVarlinkClient(path: squasherd.readSocket).call(
+                        "io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)
+                    return (status.jobFollowers ?? 0) > 0 ? true : nil
+                }
+                if following == true { break }
+                let outran = following == false && waiter.exitStatus == 0 && attempt < 3
+                try #require(outran, "import --wait did not start following: \(waiter.errorOutput)")
+                count *= 4
+                attempt += 1
+            }
             // A follower of a job is not a subscriber of the change feed.
             let following = try await squasherd.ctl(["status"]).joined(separator: "\n")
             #expect(following.contains("subscribers 0, job followers 1"), "\(following)")
