@@ -449,6 +449,10 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// host`), from the errors NIO nests them in; `nil` for any other error.
     private static func socketFailure(_ error: any Error) -> String? {
         switch error {
+        case let error as IOError where error.errnoCode == ENOENT:
+            // Only a Unix socket's path can be missing: the server is down, or restarting.
+            return
+                "no socket there: the server is not running (or is restarting), or uses another socket directory or port"
         case let error as IOError:
             return String(cString: strerror(error.errnoCode)) + " (errno \(error.errnoCode))"
         case let error as SocketAddressError.UnknownHost:

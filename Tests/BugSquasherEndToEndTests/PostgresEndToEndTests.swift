@@ -429,6 +429,11 @@ struct PostgresEndToEndTests {
         }
         let waiting = try start()
         try await waiting.waitForErrorOutput(containing: "waiting for PostgreSQL, which cannot be reached")
+        // The missing socket is named, and what its absence means.
+        #expect(
+            waiting.errorOutput.contains("\(later)/.s.PGSQL.\(port)")
+                && waiting.errorOutput.contains("no socket there: the server is not running"),
+            "\(waiting.errorOutput)")
         // Asked to stop while it waits: it ends at once, with status 0.
         waiting.signal(SIGTERM)
         #expect(try await waiting.waitForExit(timeout: .seconds(10)) == 0)
