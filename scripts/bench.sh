@@ -23,10 +23,11 @@
 # Exit status 1 when something is broken (wrong counts, an inconsistent subscriber); a missed
 # performance target is reported in the summary, not an error.
 #
-# Usage: scripts/bench.sh [--smoke] [--debug] [--rows N] [--big-rows N] [--rounds N] [--skip-postgres]
+# Usage: scripts/bench.sh [--smoke] [--debug] [--rows N] [--big-rows N] [--rounds N] [--h-seconds S] [--skip-postgres]
 #   --rows N        import size of sections 1, a, c, d (default 100,000)
 #   --big-rows N    the large import of sections 1 (RSS), d and e (default 1,000,000)
 #   --rounds N      edits per subscriber count in section b (default 500)
+#   --h-seconds S   length of each run of section h (default 10)
 #   --smoke         tiny sizes, to check that the benchmark works (figures mean nothing)
 #   --debug         use the debug build in .build/debug (and build nothing)
 #   --skip-postgres section b without PostgreSQL (no apt-get install; its ratios are left out)
@@ -54,6 +55,10 @@ while (($#)); do
             minimum=$([[ $1 == --rounds ]] && echo 1 || echo 1000)
             [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] && (($2 >= minimum && $2 <= 100000000)) || {
                 echo "scripts/bench.sh: $1 takes a whole number from $minimum to 100000000, not '$2'" >&2; usage; }
+            args+=("$1" "$2"); shift ;;
+        --h-seconds)
+            [[ ${2:-} =~ ^[1-9][0-9]{0,4}$ ]] || {
+                echo "scripts/bench.sh: --h-seconds takes a whole number of seconds from 1 to 99999, not '${2:-}'" >&2; usage; }
             args+=("$1" "$2"); shift ;;
         --skip-postgres) skip_postgres=1 ;;
         --postgres-only) args+=(--postgres-only) ;;
