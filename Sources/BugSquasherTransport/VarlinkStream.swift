@@ -177,9 +177,16 @@ final class PollingConnection {
                 // whether the view is contiguous, in tables each subscriber process holds cold.
                 return frame.withUnsafeReadableBytes { Data($0) }
             }
+            // What was decoded is dropped before more is read: the buffer holds the message being
+            // read and what came behind it, not every byte of a feed that runs for days.
+            if buffer.readableBytes == 0 {
+                buffer.clear()
+            } else if buffer.readerIndex >= Self.readSize {
+                buffer.discardReadBytes()
+            }
             var received = 0
             var failure: CInt = 0
-            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: 64 * 1024) { free in
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.readSize) { free in
                 received = recv(fd, free.baseAddress, free.count, 0)
                 failure = received < 0 ? errno : 0
                 return max(0, received)
@@ -204,6 +211,9 @@ final class PollingConnection {
                 systemError: failure)
         }
     }
+
+    /// The most a read asks for, and the free space kept for it.
+    static let readSize = 64 * 1024
 
     /// Closes the socket (once).
     func close() {

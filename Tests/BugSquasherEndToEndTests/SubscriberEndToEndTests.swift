@@ -365,6 +365,51 @@ struct SubscriberEndToEndTests {
         }
     }
 
+    /// Subscribers run for days: what squasherctl subscribe has read and printed is let go, so
+    /// its memory does not grow with the bytes of its feed.
+    @Test("a subscriber's memory does not grow with the bytes its feed brings")
+    func subscriberMemoryStaysFlat() async throws {
+        try await withDaemon { squasherd in
+            let path = try squasherd.writeRecords("one.ndjson", count: 1, prefix: "MEM", title: "held").path
+            try await squasherd.ctl(["import", path, "--wait"])
+            let id = try #require(try squasherd.ids(of: "Bug").first)
+            let subscriber = try squasherd.startSubscriber("subscriber", keys: ["MEM-1"])
+            _ = try await subscriber.waitForLine { $0.contains(#""event":"ready""#) }
+            func resident() throws -> Int {
+                let status = try String(contentsOfFile: "/proc/\(subscriber.pid)/status", encoding: .utf8)
+                let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
+                return try #require(Int(line.split(separator: " ")[1])) * 1024
+            }
+            // 2,000 edits of a 30 KiB title, one after the other: about 7 MiB of feed (the title's
+            // value is fetched apart), less when the subscriber falls behind and refreshes merge.
+            let before = try resident()
+            let client = try BlockingVarlinkClient(path: squasherd.writeSocket)
+            let long = String(repeating: "m", count: 30_000)
+            var last: Int64 = 0
+            for n in 1...2_000 {
+                last =
+                    try client.call(
+                        "io.bugsquasher.Import.Update",
+                        UpdateParameters(id: id, values: ["title": .string(long + "\(n)")]),
+                        as: UpdateReply.self
+                    ).token
+            }
+            // The last line is the last edit's (a line ends with its token; a coalesced one with
+            // the newest it holds).
+            _ = try await subscriber.waitForLine(from: 1) { $0.hasSuffix(#","token":\#(last)}"#) }
+            let grown = try resident() - before
+            subscriber.signal(SIGINT)
+            #expect(try await subscriber.waitForExit() == 0, "\(subscriber.errorOutput)")
+            let stats = try #require(
+                subscriber.output.last.flatMap { line in
+                    try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                })
+            let received = try #require(stats["bytesReceived"] as? Int, "\(stats)")
+            #expect(received > 2 << 20, "the feed brought only \(received) bytes")
+            #expect(grown < received / 4, "grew by \(grown) bytes while its feed brought \(received)")
+        }
+    }
+
     /// With idRuns. Queued in socket buffers, hundreds of them would reach the reader one by one
     /// before the first coalesced one.
     @Test("a slow reader's small saves are coalesced by squasherd, not queued in sockets")
