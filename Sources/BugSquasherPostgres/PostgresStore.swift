@@ -401,6 +401,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         case "42704":  // undefined_object: at connect, a setting this server does not know
             return
                 "When the unknown setting is one squasherd sends as it connects (idle_session_timeout among them), the server is too old: squasherd needs PostgreSQL 14 or later (docs/OPERATIONS.md, \"Running on PostgreSQL\")."
+        case "57P01", "57P02":  // admin_shutdown, crash_shutdown: the session was ended under it
+            return
+                "The server ended this session (pg_terminate_backend by an administrator or a pooler, or the server stopping or restarting): nothing was changed, and the next statement connects again by itself. Try again."
         case "53300":  // too_many_connections
             return
                 "The server has no connection left for this role or database: each squasherd holds three. Raise max_connections (or the role's CONNECTION LIMIT), or stop other clients."
@@ -436,7 +439,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         guard let psql = error as? PSQLError else { return "\(error)" }
         if let message = psql.serverInfo?[.message] { return "the server said: \(message)" }
         switch psql.code {
-        case .clientClosedConnection: return "the connection was closed here: the server had stopped answering"
+        case .clientClosedConnection:
+            return "the connection was closed here: the server had stopped answering, or had ended the session"
         case .serverClosedConnection: return "the server closed the connection (it stopped or restarted)"
         case .sslUnsupported: return "the server takes no TLS connections"
         default:

@@ -272,6 +272,22 @@ struct PostgresStoreTests {
     /// Daemons started together on a new database (a fleet's first boot) each open the store: the
     /// first creates the schema and its tables, the rest wait for it and find them. Here the
     /// first is held in the middle of creating the schema until the second waits behind it.
+    /// A session ended under a statement (an administrator's `pg_terminate_backend`, a pooler, a
+    /// server stopping): a read, or a save found not to have committed, is refused with what to
+    /// do, not "see the server's log".
+    @Test("a session the server ended is answered with a retry, not the server's log")
+    func endedSessionAdvice() throws {
+        let store = PostgresStore(
+            configuration: try PostgresStoreConfiguration(url: "postgresql://u@db.example/bugs"))
+        for state in ["57P01", "57P02"] {
+            let advice = store.advice(sqlState: state, hint: nil)
+            #expect(
+                advice.contains("The server ended this session") && advice.contains("nothing was changed")
+                    && advice.hasSuffix("Try again."), "\(state): \(advice)")
+        }
+        #expect(store.advice(sqlState: "XX000", hint: nil) == "See the server's log for more.")
+    }
+
     @Test("a process opening a new store while another creates it waits, then finds it", .timeLimit(.minutes(1)))
     func openWhileAnotherCreates() throws {
         guard TestPostgres.isAvailable() else { return }
