@@ -67,17 +67,21 @@ extension TestDaemon {
     }
 
     /// Waits until squasherd counts `count` subscribers and job followers together; see
-    /// ``waitForSubscriptions(_:on:startedBy:)``.
-    public func waitForSubscriptions(_ count: Int, startedBy process: ChildProcess) async throws {
-        try await BugSquasherTesting.waitForSubscriptions(count, on: readSocket, startedBy: process)
+    /// ``waitForSubscriptions(_:on:startedBy:timeout:)``.
+    public func waitForSubscriptions(
+        _ count: Int, startedBy process: ChildProcess, timeout: Duration = .seconds(30)
+    ) async throws {
+        try await BugSquasherTesting.waitForSubscriptions(count, on: readSocket, startedBy: process, timeout: timeout)
     }
 }
 
 /// Waits until the squasherd on `readSocket` counts `count` subscribers and job followers
 /// together (for instance a `jobs --wait` that has started watching); fails when `process` exits
-/// first or after 30 s. A bounded poll: nothing announces that a watch has started.
-public func waitForSubscriptions(_ count: Int, on readSocket: String, startedBy process: ChildProcess) async throws {
-    let deadline = ContinuousClock.now + .seconds(30)
+/// first or after `timeout`. A bounded poll: nothing announces that a watch has started.
+public func waitForSubscriptions(
+    _ count: Int, on readSocket: String, startedBy process: ChildProcess, timeout: Duration = .seconds(30)
+) async throws {
+    let deadline = ContinuousClock.now + timeout
     func watchers() throws -> Int {
         let status = try BlockingVarlinkClient(path: readSocket).call(
             "io.bugsquasher.Jobs.Status", Empty(), as: StatusReply.self)

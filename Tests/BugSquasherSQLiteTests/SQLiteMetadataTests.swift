@@ -1,11 +1,14 @@
 import BugSquasherGraph
 import BugSquasherModel
+import BugSquasherPostgres
 import BugSquasherSQLite
+import BugSquasherTesting
 import Foundation
 import GRDB
 import Testing
 
-/// What only a file-backed store does: metadata, model checks, migration, damaged files.
+/// What only a file-backed store does: metadata, migration, damaged files; and the model check,
+/// on PostgreSQL too (its migration with processes on both models: `PostgresMetadataTests`).
 @Suite("SQLite store metadata")
 struct SQLiteMetadataTests {
     let directory: URL
@@ -71,30 +74,58 @@ struct SQLiteMetadataTests {
         }
     }
 
-    @Test("an incompatible model is refused with a message that says what changed")
-    func incompatibleModel() async throws {
-        let url = directory.appendingPathComponent("incompatible.sqlite")
-        _ = try StoreCoordinator(model: try model(), store: SQLiteStore(url: url))
+    /// A new place for a store of `kind` (a file, or a schema of the test server), and how to
+    /// open the store there, as one more process would.
+    func newPlace(_ kind: StoreKind) throws -> () throws -> any IncrementalStore {
+        switch kind {
+        case .sqlite:
+            let url = directory.appendingPathComponent("\(UUID().uuidString).sqlite")
+            return { try SQLiteStore(url: url) }
+        case .postgres:
+            let url = try #require(TestPostgres.url(schemaPrefix: "meta"))
+            return { PostgresStore(configuration: try PostgresStoreConfiguration(url: url)) }
+        case .inMemory:
+            throw HarnessError("an in-memory store has no place to open again")
+        }
+    }
+
+    @Test(
+        "an incompatible model is refused with a message that says what changed; the store stays as it was",
+        arguments: StoreKind.allCases.filter { $0 != .inMemory })
+    func incompatibleModel(_ kind: StoreKind) async throws {
+        let open = try newPlace(kind)
+        let first = try StoreCoordinator(model: try model(), store: try open())
+        try await ObjectContext(coordinator: first).perform { context in
+            let note = try context.insert(entityNamed: "Note")
+            (note["key"], note["title"]) = ("n1", "kept")
+            try context.saveToStore()
+        }
         let error = #expect(throws: GraphError.self) {
-            try StoreCoordinator(model: try model(titleType: .int64), store: SQLiteStore(url: url))
+            try StoreCoordinator(model: try model(titleType: .int64), store: try open())
         }
         #expect(error?.code == .incompatibleModel)
         #expect(error?.message.contains("Note.title") == true)
         let required = #expect(throws: GraphError.self) {
             var required = AttributeDescription(name: "must", type: .string)
             required.defaultValue = .null
-            return try StoreCoordinator(model: try model(extra: [required]), store: SQLiteStore(url: url))
+            return try StoreCoordinator(model: try model(extra: [required]), store: try open())
         }
         #expect(required?.code == .incompatibleModel)
-        #expect(required?.message.contains("newer version") == false)
-        // A store with an attribute this model lacks: a newer version's store, said so.
-        let newer = directory.appendingPathComponent("newer.sqlite")
-        _ = try StoreCoordinator(
-            model: try model(extra: [AttributeDescription(name: "severity", type: .string)]),
-            store: SQLiteStore(url: newer))
-        let older = #expect(throws: GraphError.self) {
-            try StoreCoordinator(model: try model(), store: SQLiteStore(url: newer))
+        #expect(
+            required?.message.contains("required attribute 'Note.must' was added without a default") == true
+                && required?.message.contains("newer version") == false, "\(String(describing: required))")
+        // Refused, the store opens as it was.
+        let reopened = try StoreCoordinator(model: try model(), store: try open())
+        #expect(reopened.metadata.modelVersionHash == first.metadata.modelVersionHash)
+        let title = try await ObjectContext(coordinator: reopened).perform { context in
+            try context.fetch(FetchRequest<ManagedObject>(entityName: "Note")).first?["title"]
         }
+        #expect(title == "kept")
+        // A store with an attribute this model lacks: a newer version's store, said so.
+        let newer = try newPlace(kind)
+        _ = try StoreCoordinator(
+            model: try model(extra: [AttributeDescription(name: "severity", type: .string)]), store: try newer())
+        let older = #expect(throws: GraphError.self) { try StoreCoordinator(model: try model(), store: try newer()) }
         #expect(
             older?.message.contains("'Note.severity' was removed") == true
                 && older?.message.contains("written by a newer version") == true, "\(String(describing: older))")
