@@ -1340,11 +1340,16 @@ extension AbortEndToEndTests {
                 count *= 4
                 attempt += 1
             }
+            // The store's writer is held from here until squasherctl has been interrupted, so that
+            // the job cannot end first however slowly the steps between run (its chunk waits).
+            let locker = try StoreLocker(store: squasherd.directory + "/state/bugs.sqlite")
+            try await locker.lock()
             // A follower of a job is not a subscriber of the change feed.
             let following = try await squasherd.ctl(["status"]).joined(separator: "\n")
             #expect(following.contains("subscribers 0, job followers 1"), "\(following)")
             waiter.signal(SIGINT)
             #expect(try await waiter.waitForExit() == 130)
+            #expect(try await locker.release() == 0, "\(locker.errorOutput)")
             let said = waiter.errorOutput
             let job = try #require(said.firstMatch(of: /job (\w+) goes on in squasherd/)?.1, "\(said)")
             #expect(
