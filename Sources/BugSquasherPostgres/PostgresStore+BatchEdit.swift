@@ -106,11 +106,7 @@ extension PostgresStore: BatchEditable {
             changed AS (SELECT count(*) AS n FROM (\(groups.indices.map { "SELECT 1 FROM u\($0)" }.joined(separator: " UNION ALL "))) AS each),
             \(Self.issuingToken(when: "1 / ((SELECT n FROM changed) = $\(count))::int = 1", first: count + 1))
             """
-        do {
-            return try write(together: sql, arguments, didSave: didSave)
-        } catch let lost as AnswerLost {
-            return try settle(lost)
-        }
+        return try savingOnceMore({ try write(together: sql, arguments, didSave: didSave) }, found: { $0 })
     }
 
     /// Runs the statement of ``saveTogether(_:state:)``, its history row's parameters last.

@@ -9,15 +9,46 @@ import Synchronization
 // it twice; so the store finds out, once the server answers: it ends the lost session (its
 // statement cannot commit after the look), then looks for the save's own history row (its
 // payload and commit time, which only this save has). Found, the save counts as committed, with
-// its token; not found, it is refused as it failed. Why: docs/DESIGN-NOTES.md, "A save whose
-// answer was lost".
+// its token; not found, it is saved once more on a new connection, and refused only if that
+// fails too. Why: docs/DESIGN-NOTES.md, "A save whose answer was lost".
 extension PostgresStore {
+    /// Runs `save`, an interactive save on the writing connection. When its answer is lost, the
+    /// store finds out whether it committed (``settle(_:)``): `found` makes the result of its
+    /// did-save. One found not to have committed (its session ended before the statement ran,
+    /// by an administrator's `pg_terminate_backend` or a server stopping, or the statement never
+    /// reached the server) runs once more on a new connection: nothing of it was written, and the
+    /// lost session, ended, cannot commit it any more, so it is saved once. A second loss is
+    /// settled and, not committed, refused.
+    func savingOnceMore<T>(_ save: () throws -> T, found: (DidSave) -> T) throws -> T {
+        do {
+            return try save()
+        } catch let lost as AnswerLost {
+            if case .committed(let didSave) = try settled(lost) { return found(didSave) }
+            logger.notice(
+                "the answer to a save was lost before it committed; saving it again",
+                metadata: ["reason": "\(lost.reason)"])
+            do {
+                return try save()
+            } catch let again as AnswerLost {
+                return found(try settle(again))
+            }
+        }
+    }
+
     /// Finds out whether the save `lost` tells of committed: its did-save, with its token, when
     /// it did; the failure it met when it did not. A server that refuses connections (one
     /// restarting) is asked again every half second for ``settleFor``; one found silent (a
     /// heartbeat unanswered) is not waited for. Throws a ``GraphError/Code/storeIO`` that says
     /// the outcome is unknown when the server cannot be asked.
     func settle(_ lost: AnswerLost) throws -> DidSave {
+        switch try settled(lost) {
+        case .committed(let didSave): return didSave
+        case .notCommitted(let failure): throw failure
+        }
+    }
+
+    /// What ``settle(_:)`` finds, without throwing the failure of a save that did not commit.
+    private func settled(_ lost: AnswerLost) throws -> SettledSave {
         // Without the session, nothing keeps its statement from committing after a look.
         guard let session = lost.session else {
             throw outcomeUnknown(
@@ -40,11 +71,11 @@ extension PostgresStore {
                 }
                 throw outcomeUnknown(lost, failure)
             }
-            guard let found else { throw lost.failure }
+            guard let found else { return .notCommitted(lost.failure) }
             logger.notice(
                 "the answer to a save was lost; the save had committed",
                 metadata: ["token": "\(found.token.rawValue)", "reason": "\(lost.reason)"])
-            return found
+            return .committed(found)
         }
     }
 
@@ -96,9 +127,10 @@ extension PostgresStore {
         }
     }
 
-    /// Whether the statement that failed with `error` may have committed: unless the server
-    /// answered it with an error of the statement's own (not a session ended under it).
-    static func mayHaveCommitted(_ error: any Error) -> Bool {
+    /// Whether `error` ended the session of the statement that failed with it (the server
+    /// ended it or went away, or this side closed the connection), rather than being an error of
+    /// the statement's own: such a statement may have committed, and its connection is no good.
+    static func endsSession(_ error: any Error) -> Bool {
         if error is ConnectionClosedUnderStatement { return true }
         guard let psql = error as? PSQLError else { return false }
         guard let state = psql.serverInfo?[.sqlState] else { return connectionFailures.contains(psql.code) }
@@ -118,6 +150,14 @@ extension PostgresStore {
             return ServerSession(processID: try cells[0].decode(Int32.self), started: try cells[1].decode(Double.self))
         }
     }
+}
+
+/// What ``PostgresStore/settle(_:)`` found of a save whose answer was lost.
+enum SettledSave {
+    /// The save committed: its did-save, with its token.
+    case committed(DidSave)
+    /// The save did not commit, and cannot any more: the failure it met.
+    case notCommitted(GraphError)
 }
 
 /// The history row an interactive save sent: what finds it again when the answer to it was

@@ -12,22 +12,21 @@ extension PostgresStore {
         // An interactive save: bulk work gives way from when it has the connection, and again
         // from its commit, before its did-save goes out (see `EditsFirst`).
         let interactive = changes.isBulk ? nil : editsFirst
-        do {
-            return try withConnection("save") { connection in
-                interactive?.openWindow()
-                // An edit of one object is one statement, its own transaction: one round trip.
-                let didSave =
-                    try Self.singleUpdate(changes).map {
-                        try writeSingleUpdate($0, state: state, bulk: changes.isBulk, on: connection)
-                    }
-                    ?? writeInTransaction(changes, state: state, on: connection)
-                interactive?.openWindow()
-                deliverOwn(didSave, on: connection)
-                return didSave
-            }
-        } catch let lost as AnswerLost {
-            return try settle(lost)
-        }
+        return try savingOnceMore(
+            {
+                try withConnection("save") { connection in
+                    interactive?.openWindow()
+                    // An edit of one object is one statement, its own transaction: one round trip.
+                    let didSave =
+                        try Self.singleUpdate(changes).map {
+                            try writeSingleUpdate($0, state: state, bulk: changes.isBulk, on: connection)
+                        }
+                        ?? writeInTransaction(changes, state: state, on: connection)
+                    interactive?.openWindow()
+                    deliverOwn(didSave, on: connection)
+                    return didSave
+                }
+            }, found: { $0 })
     }
 
     /// Hands the observers a save of this process that just committed, with the connection

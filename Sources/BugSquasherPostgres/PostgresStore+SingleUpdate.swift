@@ -93,18 +93,17 @@ extension PostgresStore: AttributeEditable {
     /// The edit in one transaction that reads the row with `FOR UPDATE`: no other save can come
     /// between, so it cannot conflict, however busy the row (four round trips instead of one).
     private func editLocked(_ edit: AttributeEdit, state: Loaded) throws -> DidSave? {
-        do {
-            return try withConnection("save") { connection in
-                let didSave = try transaction(on: connection) { () -> DidSave? in
-                    let row = try currentRow(edit.objectID, entity: edit.entity, on: connection, locking: true)
-                    guard let save = try edit.save(from: row) else { return nil }
-                    return try write(save, state: state, on: connection)
+        try savingOnceMore(
+            {
+                try withConnection("save") { connection in
+                    let didSave = try transaction(on: connection) { () -> DidSave? in
+                        let row = try currentRow(edit.objectID, entity: edit.entity, on: connection, locking: true)
+                        guard let save = try edit.save(from: row) else { return nil }
+                        return try write(save, state: state, on: connection)
+                    }
+                    if let didSave { deliverOwn(didSave, on: connection) }
+                    return didSave
                 }
-                if let didSave { deliverOwn(didSave, on: connection) }
-                return didSave
-            }
-        } catch let lost as AnswerLost {
-            return try settle(lost)
-        }
+            }, found: { $0 })
     }
 }

@@ -175,51 +175,84 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     var isWriting: Bool { writingHolders.load(ordering: .sequentiallyConsistent) > 0 }
 
     /// Runs `body` on the store's reading connection, as ``withConnection(_:_:)`` on the writing
-    /// one: for statements that only read rows, which see every commit that has returned.
+    /// one: for statements that only read rows, which see every commit that has returned. A read
+    /// on a connection kept from before whose session had ended (an administrator's
+    /// `pg_terminate_backend`, a server restarted meanwhile) runs once more on a new one.
     func withReadingConnection<T>(_ action: String, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try with(reading, action, body)
+        try with(reading, action, onceMoreIfEnded: true, body)
     }
 
-    private func with<T>(_ slot: ConnectionSlot, _ action: String, _ body: (PostgresConnection) throws -> T) throws
-        -> T
-    {
+    private func with<T>(
+        _ slot: ConnectionSlot, _ action: String, onceMoreIfEnded: Bool = false,
+        _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
         try slot.connection.withLock { current in
             if slot === writing { sentHistoryRow.withLock { $0 = nil } }
-            do {
-                let open: PostgresConnection
-                if let current, !current.isClosed {
-                    open = current
-                } else {
-                    try refuseWhileUnreachable(action)
-                    open = try connect(id: slot.id)
-                    if slot === writing {
-                        // The server may have come back from a backup: keys reserved from it
-                        // before may be given out again.
-                        keyReserve.withLock { $0.removeAll() }
-                        slot.session.withLock { $0 = serverSession(of: open) }
-                    }
-                    // A probe got through (see `refuseWhileUnreachable`): the server answers.
-                    if case .unreachable = reachability { markReachable() }
-                    current = open
-                    slot.live.withLock { $0 = open }
+            var again = onceMoreIfEnded
+            while true {
+                do {
+                    return try run(body, in: slot, action, current: &current)
+                } catch let ended as EndedSession {
+                    guard again else { throw ended.failure }
+                    again = false
                 }
-                return try body(open)
-            } catch let error as GraphError {
-                throw error
-            } catch let error as PostgresStoreError {
-                throw GraphError(.storeIO, error.statement, advice: error.advice)
-            } catch {
-                if let open = current, open.isClosed { current = nil }
-                let failure = storeError(action, error)
-                // An interactive save that may have committed: its caller finds out (`settle`).
-                if slot === writing, let sent = sentHistoryRow.withLock({ $0 }), Self.mayHaveCommitted(error) {
-                    throw AnswerLost(
-                        sent: sent, session: slot.session.withLock { $0 }, failure: failure,
-                        reason: Self.describe(error))
-                }
-                throw failure
             }
         }
+    }
+
+    /// The work of ``with(_:_:onceMoreIfEnded:_:)`` with the slot's lock held: `current` is its
+    /// connection, opened when there is none.
+    private func run<T>(
+        _ body: (PostgresConnection) throws -> T, in slot: ConnectionSlot, _ action: String,
+        current: inout PostgresConnection?
+    ) throws -> sending T {
+        var kept = false
+        do {
+            let open: PostgresConnection
+            if let current, !current.isClosed {
+                open = current
+                kept = true
+            } else {
+                try refuseWhileUnreachable(action)
+                open = try connect(id: slot.id)
+                if slot === writing {
+                    // The server may have come back from a backup: keys reserved from it
+                    // before may be given out again.
+                    keyReserve.withLock { $0.removeAll() }
+                    slot.session.withLock { $0 = serverSession(of: open) }
+                }
+                // A probe got through (see `refuseWhileUnreachable`): the server answers.
+                if case .unreachable = reachability { markReachable() }
+                current = open
+                slot.live.withLock { $0 = open }
+            }
+            return try body(open)
+        } catch let error as GraphError {
+            throw error
+        } catch let error as PostgresStoreError {
+            throw GraphError(.storeIO, error.statement, advice: error.advice)
+        } catch {
+            if let open = current, open.isClosed { current = nil }
+            let failure = storeError(action, error)
+            guard Self.endsSession(error) else { throw failure }
+            // The connection is no good, whatever it says of itself yet. It is kept until it has
+            // closed: postgres-nio asserts that a connection it frees is closed.
+            if let dead = current, !dead.isClosed { dead.close().whenComplete { _ in withExtendedLifetime(dead) {} } }
+            current = nil
+            // An interactive save that may have committed: its caller finds out (`settle`).
+            if slot === writing, let sent = sentHistoryRow.withLock({ $0 }) {
+                throw AnswerLost(
+                    sent: sent, session: slot.session.withLock { $0 }, failure: failure,
+                    reason: Self.describe(error))
+            }
+            throw kept ? EndedSession(failure: failure) : failure
+        }
+    }
+
+    /// A statement on a connection kept from before failed because its session had ended:
+    /// ``with(_:_:onceMoreIfEnded:_:)`` may run it once more on a new connection.
+    private struct EndedSession: Error {
+        let failure: GraphError
     }
 
     /// Refuses at once to connect while the follower's heartbeat finds the server silent: each
