@@ -26,7 +26,21 @@ extension PostgresStore {
         let copied = PostgresEventLoops.start(on: connection) {
             try await connection.copyFrom(table: entity.name, columns: ["pk", "_version"] + columns, logger: logger) {
                 writer in
-                for await part in parts { try await writer.write(part) }
+                // postgres-nio stops the process when its writer is called (a write, and the
+                // done or failure that follow this closure) on a connection that is closing but
+                // has not finished closing. The task runs on the connection's loop: each look
+                // and the call after it are one turn of the loop. See `ClosingConnections`.
+                do {
+                    for await part in parts {
+                        guard !ClosingConnections.isClosing(connection) else { throw ConnectionClosedUnderStatement() }
+                        try await writer.write(part)
+                    }
+                    guard !ClosingConnections.isClosing(connection) else { throw ConnectionClosedUnderStatement() }
+                } catch {
+                    // Once closed all the way, the writer fails its calls instead.
+                    if ClosingConnections.isClosing(connection) { try? await connection.closeFuture.get() }
+                    throw error
+                }
             }
         }
         // A COPY the server refuses reads no part: the parts are dropped with the stream.

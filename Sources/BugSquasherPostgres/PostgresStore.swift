@@ -237,7 +237,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             guard Self.endsSession(error) else { throw failure }
             // The connection is no good, whatever it says of itself yet. It is kept until it has
             // closed: postgres-nio asserts that a connection it frees is closed.
-            if let dead = current, !dead.isClosed { dead.close().whenComplete { _ in withExtendedLifetime(dead) {} } }
+            if let dead = current, !dead.isClosed {
+                ClosingConnections.close(dead).whenComplete { _ in withExtendedLifetime(dead) {} }
+            }
             current = nil
             // An interactive save that may have committed: its caller finds out (`settle`).
             if slot === writing, let sent = sentHistoryRow.withLock({ $0 }) {
@@ -287,7 +289,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     func closeOpenConnection() {
         for slot in [writing, reading] {
             slot.live.withLock { open in
-                if let open, !open.isClosed { open.close().whenComplete { _ in } }
+                if let open, !open.isClosed { ClosingConnections.close(open).whenComplete { _ in } }
                 open = nil
             }
         }

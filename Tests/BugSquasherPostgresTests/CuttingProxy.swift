@@ -8,10 +8,11 @@ import Synchronization
 @testable import BugSquasherPostgres
 
 /// A proxy on a Unix socket between the store and the test server that can cut the server's
-/// answer short, as a server stopped mid-answer does: after ``cutNextAnswer(thenRefuse:)``, it
-/// passes the server's messages up to the first row of the next answer, then closes the store's
-/// side at once, the rest unsent. The data and the end of the stream reach the store's event
-/// loop together: the loop is held while both are written. After ``loseNextAnswer(thenRefuse:)``
+/// answer short, as a server stopped mid-answer does: after ``cutNextAnswer()``, it passes the
+/// server's messages up to the first row of the next answer, then closes the store's side at
+/// once, the rest unsent (after ``cutAtCopy()``, up to the server's readiness for a `COPY`'s
+/// rows). The data and the end of the stream reach the store's event loop together: the loop is
+/// held while both are written. After ``loseNextAnswer(thenRefuse:refusingFor:)``
 /// it closes the connection instead of passing the next answer on; after ``dropNextRequest()``,
 /// on the store's next message, which never reaches the server.
 final class CuttingProxy: Sendable {
@@ -19,7 +20,8 @@ final class CuttingProxy: Sendable {
     let directory: String
     private let upstream: String
     private let listener: Int32
-    private let armed = Atomic<Bool>(false)
+    /// The type of the message after which the answer is cut; 0 when not armed.
+    private let armed = Atomic<UInt8>(0)
     private let losing = Atomic<Bool>(false)
     private let refuseAfterLoss = Atomic<Bool>(false)
     private let refusalAfterLoss = Atomic<UInt64>(0)
@@ -42,7 +44,12 @@ final class CuttingProxy: Sendable {
 
     /// Cuts the next answer with a row that a connection through the proxy receives; the
     /// connection must be idle (its next message from the server starts an answer).
-    func cutNextAnswer() { armed.store(true, ordering: .sequentiallyConsistent) }
+    func cutNextAnswer() { armed.store(UInt8(ascii: "D"), ordering: .sequentiallyConsistent) }
+
+    /// Cuts the next answer to a `COPY … FROM STDIN` once the server is ready for its rows (a
+    /// `G` message): the store's writer starts on a connection that has closed. Messages before
+    /// it go on as they come.
+    func cutAtCopy() { armed.store(UInt8(ascii: "G"), ordering: .sequentiallyConsistent) }
 
     /// Closes the connection that receives the next answer instead of passing it on, as the
     /// server's end lost at once after it answered; with `thenRefuse`, the proxy then takes no
@@ -150,7 +157,7 @@ final class CuttingProxy: Sendable {
     }
 
     /// Copies the server's bytes to the store; once armed, reads whole messages and cuts the
-    /// answer after its first row (a `D` message).
+    /// answer after the first message of the armed type (a row, or a `COPY`'s readiness).
     private func pumpAnswers(_ pair: SocketPair) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var pending: [UInt8] = []
@@ -167,13 +174,22 @@ final class CuttingProxy: Sendable {
                 cuts.add(1, ordering: .sequentiallyConsistent)
                 break
             }
-            guard armed.load(ordering: .sequentiallyConsistent) || !pending.isEmpty else {
+            let target = armed.load(ordering: .sequentiallyConsistent)
+            guard target != 0 || !pending.isEmpty else {
                 guard Self.writeAll(pair.client, buffer[0..<count]) else { break }
                 continue
             }
             pending += buffer[0..<count]
-            guard let end = Self.endOfFirstRow(in: pending) else { continue }
-            armed.store(false, ordering: .sequentiallyConsistent)
+            let (whole, found) = Self.messages(in: pending, upTo: target)
+            guard let end = found else {
+                // A `COPY` may wait for the answers before it: they go on.
+                if target == UInt8(ascii: "G"), whole > 0 {
+                    guard Self.writeAll(pair.client, pending[0..<whole]) else { break }
+                    pending.removeFirst(whole)
+                }
+                continue
+            }
+            armed.store(0, ordering: .sequentiallyConsistent)
             // The store's loop is held while the row and the end of the stream are written, so
             // that it finds both at its next look.
             let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
@@ -193,18 +209,19 @@ final class CuttingProxy: Sendable {
         pair.end()
     }
 
-    /// The end of the first `D` message in `bytes`, which hold whole messages from the first
-    /// byte on (each a type byte and a length that counts itself); `nil` until it is there.
-    private static func endOfFirstRow(in bytes: [UInt8]) -> Int? {
+    /// In `bytes`, which hold whole messages from the first byte on (each a type byte and a
+    /// length that counts itself): the end of the first message of type `type`, `found`, `nil`
+    /// until it is there; and the end of the whole messages before it.
+    private static func messages(in bytes: [UInt8], upTo type: UInt8) -> (whole: Int, found: Int?) {
         var index = 0
         while index + 5 <= bytes.count {
             let length = bytes[(index + 1)..<(index + 5)].reduce(0) { $0 << 8 | Int($1) }
             let end = index + 1 + length
-            guard end <= bytes.count else { return nil }
-            if bytes[index] == UInt8(ascii: "D") { return end }
+            guard end <= bytes.count else { break }
+            if bytes[index] == type { return (index, end) }
             index = end
         }
-        return nil
+        return (index, nil)
     }
 
     private static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Bool {

@@ -1217,6 +1217,50 @@ struct PostgresStoreTests {
         #expect(try stored() == ("cannot tell", beforeUnknown + 1))
     }
 
+    /// postgres-nio stops the process when its `COPY` writer is called on a connection that has
+    /// closed under it; the store's `COPY` looks first. A save whose connection closes as the
+    /// server gets ready for its rows is lost before it committed: interactive, it is saved once
+    /// more; bulk (an import's chunk), it is refused, and the next goes in.
+    @Test("a connection that closes as a COPY starts fails the COPY, and the process goes on", .timeLimit(.minutes(1)))
+    func connectionClosedAsCopyStarts() async throws {
+        guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let direct = try freshStore(schema: schema)
+        _ = try StoreCoordinator(model: BugModel.model, store: direct)
+        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        defer { proxy.close() }
+        let store = try proxiedStore(of: schema, through: proxy, from: host)
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        func count(_ prefix: String) throws -> Int64 {
+            try direct.withConnection("count the bugs") { connection in
+                try direct.run(
+                    "SELECT count(*) FROM \"Bug\" WHERE key LIKE $1", [.string(prefix + "-%")], on: connection
+                )
+                .first?.decode(Int64.self) ?? -1
+            }
+        }
+        // Enough rows for several parts of the COPY, each written on its own.
+        let rows = 3_000
+        let title = String(repeating: "a title long enough ", count: 3)
+        let editor = ObjectContext(coordinator: coordinator, name: "editor")
+        _ = try await editor.perform { try saveOpenBugs(1, prefix: "OPEN", title: "t", in: $0) }
+        proxy.cutAtCopy()
+        _ = try await editor.perform { try saveOpenBugs(rows, prefix: "EDIT", title: title, in: $0) }
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 1)
+        #expect(try count("EDIT") == Int64(rows))
+
+        let importer = ObjectContext(coordinator: coordinator, name: "importer", savesAreBulk: true)
+        proxy.cutAtCopy()
+        await importer.perform { context in
+            #expect(throws: GraphError.self) { try saveOpenBugs(rows, prefix: "BULK", title: title, in: context) }
+            context.rollback()
+        }
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 2)
+        #expect(try count("BULK") == 0)
+        _ = try await importer.perform { try saveOpenBugs(rows, prefix: "BULK", title: title, in: $0) }
+        #expect(try count("BULK") == Int64(rows))
+    }
+
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
         guard TestPostgres.isAvailable() else { return }

@@ -1,0 +1,31 @@
+import NIOCore
+import PostgresNIO
+import Synchronization
+
+/// The connections this process has begun to close and that have not closed yet, for a `COPY`
+/// in flight on one of them to stop writing: postgres-nio stops the process (a precondition)
+/// when its `COPY` writer is called on a connection that is closing. Why:
+/// docs/DESIGN-NOTES.md, "A COPY writes only on an open connection".
+enum ClosingConnections {
+    private static let closing = Mutex<Set<ObjectIdentifier>>([])
+
+    /// Closes `connection`, marked as closing in the same turn of its event loop as the close
+    /// begins: a `COPY`'s writer, which looks on that loop before each call (``isClosing(_:)``),
+    /// never finds the connection closing unmarked. The mark goes once it has closed.
+    static func close(_ connection: PostgresConnection) -> EventLoopFuture<Void> {
+        let key = ObjectIdentifier(connection)
+        return connection.eventLoop.flatSubmit {
+            _ = closing.withLock { $0.insert(key) }
+            return connection.close()
+        }.always { _ in
+            _ = closing.withLock { $0.remove(key) }
+        }
+    }
+
+    /// Whether `connection` has closed, or this process has begun to close it with
+    /// ``close(_:)``. A connection the server ended has closed by the time postgres-nio leaves
+    /// the statement under way.
+    static func isClosing(_ connection: PostgresConnection) -> Bool {
+        connection.isClosed || closing.withLock { $0.contains(ObjectIdentifier(connection)) }
+    }
+}
