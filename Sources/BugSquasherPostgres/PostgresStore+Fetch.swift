@@ -122,10 +122,11 @@ extension PostgresStore {
     /// Allocates a block of keys (``KeyReserve/allocation(for:)``) for each of `wanted`'s
     /// entities from one statement (an entity seen for the first time starts at 1); the entities
     /// in name order, so that two processes allocating for the same entities lock their rows in
-    /// the same order.
+    /// the same order. On a session that had ended, it goes once more: a block the first
+    /// statement may have taken is never given out, and keys need not follow each other.
     private func allocateKeys(_ wanted: [(entity: String, count: Int64)]) throws -> [(String, Range<Int64>)] {
         let blocks = wanted.map { ($0.entity, KeyReserve.allocation(for: $0.count)) }.sorted { $0.0 < $1.0 }
-        return try withConnection("allocate primary keys") { connection in
+        return try withConnection("allocate primary keys", onceMoreIfEnded: true) { connection in
             var bindings = PostgresBindings()
             bindings.append(blocks.map(\.0))
             bindings.append(KeyArray(blocks.map(\.1)))

@@ -148,17 +148,20 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// wait. A connection that broke is dropped, so that the next call opens a new one; the error
     /// becomes a ``GraphError/Code/storeIO`` that says which server and what happened. The
     /// follower delivering other processes' saves holds it without counting as writing
-    /// (``isWriting``).
+    /// (``isWriting``). With `onceMoreIfEnded`, `body` runs once more on a new connection when
+    /// the session of a connection kept from before had ended, as a read does: only for work
+    /// that may run twice.
     func withConnection<T>(
-        _ action: String, countsAsWriting: Bool = true, _ body: (PostgresConnection) throws -> T
+        _ action: String, countsAsWriting: Bool = true, onceMoreIfEnded: Bool = false,
+        _ body: (PostgresConnection) throws -> T
     ) throws -> T {
-        guard countsAsWriting else { return try with(writing, action, body) }
+        guard countsAsWriting else { return try with(writing, action, onceMoreIfEnded: onceMoreIfEnded, body) }
         writingHolders.add(1, ordering: .sequentiallyConsistent)
         defer {
             writingHolders.subtract(1, ordering: .sequentiallyConsistent)
             follower.withLock { $0 }?.lookAfterRelease()
         }
-        return try with(writing, action, body)
+        return try with(writing, action, onceMoreIfEnded: onceMoreIfEnded, body)
     }
 
     /// Runs `body` holding the writing connection's lock, as ``withConnection(_:countsAsWriting:_:)``

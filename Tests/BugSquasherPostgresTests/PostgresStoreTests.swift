@@ -1261,6 +1261,30 @@ struct PostgresStoreTests {
         #expect(try count("BULK") == Int64(rows))
     }
 
+    /// A save's new objects get keys from a statement of their own, on the writing connection,
+    /// before the save: one that meets a session ended under a kept connection (the statement
+    /// never reached the server, here) goes once more on a new connection, and the save goes on.
+    @Test("keys are allocated once more when the kept connection's session had ended", .timeLimit(.minutes(1)))
+    func keysAfterEndedSession() async throws {
+        guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        _ = try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema))
+        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        defer { proxy.close() }
+        let store = try proxiedStore(of: schema, through: proxy, from: host)
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
+        _ = try await context.perform { try saveOpenBugs(1, prefix: "FIRST", title: "t", in: $0) }
+        // No key of a project is reserved yet: the save allocates some first.
+        proxy.dropNextRequest()
+        let project = try await context.perform { context in
+            let project = context.insert(Project.self)
+            project.key = "KEYS"
+            try context.saveToStore()
+            return project.objectID
+        }
+        #expect(try store.newValues(for: [project]).count == 1)
+    }
+
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
     func copiedRowClash() async throws {
         guard TestPostgres.isAvailable() else { return }
