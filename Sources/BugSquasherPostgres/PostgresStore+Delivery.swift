@@ -11,7 +11,7 @@ import Synchronization
 extension PostgresStore {
     public func changes(after token: HistoryToken, limit: Int) throws -> [DidSave] {
         let store = try requireLoaded().metadata.storeIdentifier
-        return try withConnection("read the history") { connection in
+        return try withConnection("read the history", onceMoreIfEnded: true) { connection in
             let rows = try run(
                 "SELECT token, payload FROM bs_history WHERE token > $1 ORDER BY token LIMIT $2",
                 [.int64(token.rawValue), .int64(Int64(limit))], on: connection)
@@ -26,7 +26,9 @@ extension PostgresStore {
 
     public func currentHistoryToken() throws -> HistoryToken {
         _ = try requireLoaded()
-        return try withConnection("read the history") { HistoryToken(rawValue: try counterToken(on: $0)) }
+        return try withConnection("read the history", onceMoreIfEnded: true) {
+            HistoryToken(rawValue: try counterToken(on: $0))
+        }
     }
 
     /// The newest token issued, read on `connection`.

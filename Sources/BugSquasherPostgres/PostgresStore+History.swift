@@ -33,7 +33,7 @@ extension PostgresStore: HistoryPruning {
     }
 
     public func historyHorizon() throws -> HistoryToken {
-        try withConnection("read the history") { connection in
+        try withConnection("read the history", onceMoreIfEnded: true) { connection in
             let oldest = try run("SELECT min(token) FROM bs_history", [], on: connection).first?.decode(Int64?.self)
             if let oldest { return HistoryToken(rawValue: oldest - 1) }
             // No save left, or none made yet: the counter's token is the newest gone.

@@ -1263,8 +1263,10 @@ struct PostgresStoreTests {
 
     /// A save's new objects get keys from a statement of their own, on the writing connection,
     /// before the save: one that meets a session ended under a kept connection (the statement
-    /// never reached the server, here) goes once more on a new connection, and the save goes on.
-    @Test("keys are allocated once more when the kept connection's session had ended", .timeLimit(.minutes(1)))
+    /// never reached the server, here) goes once more on a new connection, and the save goes on;
+    /// so does a read of the history, on the same connection.
+    @Test(
+        "keys and the history are read once more when the kept connection's session had ended", .timeLimit(.minutes(1)))
     func keysAfterEndedSession() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
@@ -1283,6 +1285,9 @@ struct PostgresStoreTests {
             return project.objectID
         }
         #expect(try store.newValues(for: [project]).count == 1)
+        // The history is read on the writing connection, and goes once more too.
+        proxy.dropNextRequest()
+        #expect(try store.changes(after: HistoryToken(rawValue: 0), limit: 10).count == 2)
     }
 
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
