@@ -164,10 +164,11 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         return try with(writing, action, onceMoreIfEnded: onceMoreIfEnded, body)
     }
 
-    /// Runs `body` holding the writing connection's lock, as ``withConnection(_:countsAsWriting:_:)``
-    /// does without counting as writing, but only when no one holds it, and without the
-    /// connection: for work that must not interleave with a save or a delivery, on a thread that
-    /// may not wait (an event loop). Does nothing when someone holds it.
+    /// Runs `body` holding the writing connection's lock, as
+    /// ``withConnection(_:countsAsWriting:onceMoreIfEnded:_:)`` does without counting as writing,
+    /// but only when no one holds it, and without the connection: for work that must not
+    /// interleave with a save or a delivery, on a thread that may not wait (an event loop). Does
+    /// nothing when someone holds it.
     func ifConnectionFree(_ body: () -> Void) {
         writing.connection.withLockIfAvailable { _ in body() }
     }
@@ -177,10 +178,11 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// lets go (see ``HistoryFollower``).
     var isWriting: Bool { writingHolders.load(ordering: .sequentiallyConsistent) > 0 }
 
-    /// Runs `body` on the store's reading connection, as ``withConnection(_:_:)`` on the writing
-    /// one: for statements that only read rows, which see every commit that has returned. A read
-    /// on a connection kept from before whose session had ended (an administrator's
-    /// `pg_terminate_backend`, a server restarted meanwhile) runs once more on a new one.
+    /// Runs `body` on the store's reading connection, as
+    /// ``withConnection(_:countsAsWriting:onceMoreIfEnded:_:)`` on the writing one: for statements
+    /// that only read rows, which see every commit that has returned. A read on a connection kept
+    /// from before whose session had ended (an administrator's `pg_terminate_backend`, a server
+    /// restarted meanwhile) runs once more on a new one.
     func withReadingConnection<T>(_ action: String, _ body: (PostgresConnection) throws -> T) throws -> T {
         try with(reading, action, onceMoreIfEnded: true, body)
     }
