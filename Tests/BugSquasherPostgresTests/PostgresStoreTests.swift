@@ -471,6 +471,9 @@ struct PostgresStoreTests {
             observed.withLock { $0.append((didSave.token.rawValue, onLoop, valued)) }
         }
         let id = try await context.perform { context in try saveOpenBugs(1, prefix: "L", title: "t", in: context) }[0]
+        // The insert's row is read as it is delivered: an edit committed first would leave the
+        // insert without values (the row would not be the insert's any more).
+        try await waitUntil("the insert delivered") { observed.withLock { $0.count } == 1 }
         let edits = 20
         for n in 1...edits {
             // Paced, as a person edits: each hint finds the connection free.
