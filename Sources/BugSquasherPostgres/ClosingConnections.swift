@@ -28,4 +28,9 @@ enum ClosingConnections {
     static func isClosing(_ connection: PostgresConnection) -> Bool {
         connection.isClosed || closing.withLock { $0.contains(ObjectIdentifier(connection)) }
     }
+
+    /// Throws ``ConnectionClosedUnderStatement`` when `connection` is closing (``isClosing(_:)``).
+    static func requireOpen(_ connection: PostgresConnection) throws {
+        if isClosing(connection) { throw ConnectionClosedUnderStatement() }
+    }
 }

@@ -32,10 +32,10 @@ extension PostgresStore {
                 // and the call after it are one turn of the loop. See `ClosingConnections`.
                 do {
                     for await part in parts {
-                        guard !ClosingConnections.isClosing(connection) else { throw ConnectionClosedUnderStatement() }
+                        try ClosingConnections.requireOpen(connection)
                         try await writer.write(part)
                     }
-                    guard !ClosingConnections.isClosing(connection) else { throw ConnectionClosedUnderStatement() }
+                    try ClosingConnections.requireOpen(connection)
                 } catch {
                     // Once closed all the way, the writer fails its calls instead.
                     if ClosingConnections.isClosing(connection) { try? await connection.closeFuture.get() }
