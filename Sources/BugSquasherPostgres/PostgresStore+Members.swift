@@ -70,7 +70,7 @@ extension PostgresStore: StoreMembership {
     /// right after the network healed).
     public func members() throws -> [StoreMember] {
         let (me, mine) = (health.withLock { $0.member?.id }, delivered.withLock { $0 })
-        return try withConnection("list the daemons attached") { connection in
+        return try withConnection("list the daemons attached", onceMoreIfEnded: true) { connection in
             try run(
                 """
                 SELECT d.id, d.host, d.token, c.token - d.token, extract(epoch FROM now() - d.last_seen)::float8

@@ -1267,9 +1267,9 @@ struct PostgresStoreTests {
     /// A save's new objects get keys from a statement of their own, on the writing connection,
     /// before the save: one that meets a session ended under a kept connection (the statement
     /// never reached the server, here) goes once more on a new connection, and the save goes on;
-    /// so does a read of the history, on the same connection.
+    /// so do the reads on the same connection: the history, the daemons attached.
     @Test(
-        "keys and the history are read once more when the kept connection's session had ended", .timeLimit(.minutes(1)))
+        "keys, the history and the daemons are read once more when the kept session had ended", .timeLimit(.minutes(1)))
     func keysAfterEndedSession() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
         let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
@@ -1291,6 +1291,9 @@ struct PostgresStoreTests {
         // The history is read on the writing connection, and goes once more too.
         proxy.dropNextRequest()
         #expect(try store.changes(after: HistoryToken(rawValue: 0), limit: 10).count == 2)
+        // So is the list of daemons attached (none here).
+        proxy.dropNextRequest()
+        #expect(try store.members().isEmpty)
     }
 
     @Test("a COPY that clashes with a unique key is refused whole and names the key")
