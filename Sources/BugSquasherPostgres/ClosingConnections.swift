@@ -9,20 +9,20 @@ import Synchronization
 enum ClosingConnections {
     private static let closing = Mutex<Set<ObjectIdentifier>>([])
 
-    /// Closes `connection`, marked as closing in the same turn of its event loop as the close
-    /// begins: a `COPY`'s writer, which looks on that loop before each call (``isClosing(_:)``),
-    /// never finds the connection closing unmarked. The mark goes once it has closed.
+    /// Closes `connection`, marked as closing before the close begins on its event loop: a
+    /// `COPY`'s writer, which looks on that loop before each call (``isClosing(_:)``), never
+    /// finds the connection closing unmarked, and a statement about to use it opens a new one
+    /// instead. The connection is kept, and the mark names it, until it has closed.
+    @discardableResult
     static func close(_ connection: PostgresConnection) -> EventLoopFuture<Void> {
         let key = ObjectIdentifier(connection)
-        return connection.eventLoop.flatSubmit {
-            _ = closing.withLock { $0.insert(key) }
-            return connection.close()
-        }.always { _ in
-            _ = closing.withLock { $0.remove(key) }
+        _ = closing.withLock { $0.insert(key) }
+        return connection.eventLoop.flatSubmit { connection.close() }.always { _ in
+            withExtendedLifetime(connection) { _ = closing.withLock { $0.remove(key) } }
         }
     }
 
-    /// Whether `connection` has closed, or this process has begun to close it with
+    /// Whether `connection` has closed, or this process has asked to close it with
     /// ``close(_:)``. A connection the server ended has closed by the time postgres-nio leaves
     /// the statement under way.
     static func isClosing(_ connection: PostgresConnection) -> Bool {

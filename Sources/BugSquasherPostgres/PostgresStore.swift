@@ -214,7 +214,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         var kept = false
         do {
             let open: PostgresConnection
-            if let current, !current.isClosed {
+            // One being closed (the server found silent) is left to close.
+            if let current, !ClosingConnections.isClosing(current) {
                 open = current
                 kept = true
             } else {
@@ -240,11 +241,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             if let open = current, open.isClosed { current = nil }
             let failure = storeError(action, error)
             guard Self.endsSession(error) else { throw failure }
-            // The connection is no good, whatever it says of itself yet. It is kept until it has
-            // closed: postgres-nio asserts that a connection it frees is closed.
-            if let dead = current, !dead.isClosed {
-                ClosingConnections.close(dead).whenComplete { _ in withExtendedLifetime(dead) {} }
-            }
+            // The connection is no good, whatever it says of itself yet. `close` keeps it until it
+            // has closed: postgres-nio asserts that a connection it frees is closed.
+            if let dead = current, !dead.isClosed { ClosingConnections.close(dead) }
             current = nil
             // An interactive save that may have committed: its caller finds out (`settle`).
             if slot === writing, let sent = sentHistoryRow.withLock({ $0 }) {
@@ -294,7 +293,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     func closeOpenConnection() {
         for slot in [writing, reading] {
             slot.live.withLock { open in
-                if let open, !open.isClosed { ClosingConnections.close(open).whenComplete { _ in } }
+                if let open, !open.isClosed { ClosingConnections.close(open) }
                 open = nil
             }
         }
