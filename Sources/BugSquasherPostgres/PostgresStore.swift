@@ -406,10 +406,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                     "Turn TLS on in the server's postgresql.conf (ssl = on, with a certificate), or connect with sslmode=disable on a network you trust."
             )
         }
-        // No connection, or one that broke; not a TLS handshake that failed (that reached the
-        // server, and waiting would not change it), nor anything else that went wrong.
+        // No connection, or one that broke (under a statement, too); not a TLS handshake that
+        // failed (that reached the server, and waiting would not change it), nor anything else
+        // that went wrong.
         let unreachable =
-            (error as? PSQLError).map { psql in
+            error is ConnectionClosedUnderStatement
+            || (error as? PSQLError).map { psql in
                 Self.connectionFailures.contains(psql.code) && !(psql.underlying is NIOSSLError)
             } ?? false
         return GraphError(

@@ -222,6 +222,16 @@ struct PostgresStoreTests {
         #expect(error?.isServerUnreachable == true, "a start waits for a name that may resolve later")
     }
 
+    /// A connection that closed while a statement waited for its answer is a server out of reach
+    /// for now: an import waits for it, saying so, rather than saying the server refused its chunk.
+    @Test("a connection closed under a statement is a server out of reach")
+    func closedUnderStatementIsUnreachable() throws {
+        let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: "postgresql://u@db.invalid/bugs"))
+        let error = store.storeError("save", ConnectionClosedUnderStatement())
+        #expect(error.isServerUnreachable)
+        #expect(error.statement.contains("closed while a statement waited for its answer"), "\(error)")
+    }
+
     /// A server's refusals a new set-up meets say what to do, naming the role and database.
     @Test("a missing database, or a role without the rights a new store needs, says what to do")
     func setUpRefusalsAdvise() throws {
