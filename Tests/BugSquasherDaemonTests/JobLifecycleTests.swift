@@ -47,6 +47,21 @@ struct JobLifecycleTests {
         #expect(lifecycle.jobEnded(.storeBusy) == .retryAfter(.seconds(1)))
     }
 
+    /// A job that commits a chunk between two failures starts its back-off over: an import whose
+    /// sessions are ended now and then goes on after a second, not after the longest wait.
+    @Test("a job that committed a chunk before it stopped again starts its back-off over")
+    func progressResetsBackOff() {
+        var lifecycle = JobLifecycle()
+        let stuck = (0..<4).map { _ in lifecycle.jobEnded(.storeUnreachable, progressed: false) }
+        #expect(stuck == [1, 2, 4, 4].map { .retryAfter(.seconds($0)) })
+        #expect(lifecycle.jobEnded(.storeUnreachable, progressed: true) == .retryAfter(.seconds(1)))
+        #expect(lifecycle.jobEnded(.storeUnreachable, progressed: false) == .retryAfter(.seconds(2)))
+        #expect(lifecycle.jobEnded(.storeBusy, progressed: true) == .retryAfter(.seconds(1)))
+        #expect(lifecycle.busyRetries == 1)
+        #expect(lifecycle.jobEnded(.failed, progressed: true) == .recordFailure)
+        #expect(lifecycle.busyRetries == 0)
+    }
+
     /// A job queue that cannot be read for now (a database server that does not answer) is read
     /// again on the same back-off, so that a running job resumes; any other failure waits for
     /// the next submission.

@@ -28,6 +28,9 @@ final class ImportRunner: Service {
     /// How many times a shared store found its server answering again
     /// (``StoreMembership/observeReachableAgain(_:)``): a job waiting for it goes on then.
     private let reachableAgain = Atomic<Int>(0)
+    /// How many chunks jobs have committed: a job that failed after committing one starts its
+    /// back-off over (``JobLifecycle/jobEnded(_:progressed:)``).
+    private let chunksCommitted = Atomic<Int>(0)
     private let activityHandler: @Sendable (ImportActivity) -> Void
     /// Where jobs upsert chunks and free saved ones, at a lower priority (see ``ThreadExecutor``).
     /// A chunk's save is not: it holds the store's writer, which edits wait for, so it runs at
@@ -212,12 +215,14 @@ final class ImportRunner: Service {
                         continue
                     }
                     var failure: (any Error)?
+                    let committedBefore = chunksCommitted.load(ordering: .relaxed)
                     do {
                         try await runActive(job)
                     } catch {
                         failure = error
                     }
-                    switch lifecycle.jobEnded(failure.map(outcome(of:)) ?? .ended) {
+                    let progressed = chunksCommitted.load(ordering: .relaxed) != committedBefore
+                    switch lifecycle.jobEnded(failure.map(outcome(of:)) ?? .ended, progressed: progressed) {
                     case .takeNextJob:
                         continue
                     case .retryAfter(let delay):
@@ -643,6 +648,7 @@ final class ImportRunner: Service {
                 (imported, rejected) = try await saveOneByOne(saving.chunk.input, job: progress.job)
             }
         }
+        chunksCommitted.add(1, ordering: .relaxed)
         progress.read += Int64(entries.count)
         progress.imported += imported
         progress.rejected += rejected

@@ -82,11 +82,15 @@ struct JobLifecycle: Sendable {
         return .importNext
     }
 
-    /// A job's run ended with `outcome`: what the runner does next. Busy stores are retried
-    /// after 1, 2, 4, 8 and 16 s, then every 30 s, until a job runs through; a server out of
-    /// reach after 1, 2, then every 4 s (the runner goes on sooner when the store finds the server
-    /// answering again).
-    mutating func jobEnded(_ outcome: Outcome) -> Next {
+    /// A job's run ended with `outcome`, after committing at least one chunk or not
+    /// (`progressed`): what the runner does next. Busy stores are retried after 1, 2, 4, 8 and
+    /// 16 s, then every 30 s; a server out of reach after 1, 2, then every 4 s (the runner goes on
+    /// sooner when the store finds the server answering again). The back-off starts over once a
+    /// job runs through, or commits a chunk before it stops again: an import that goes on
+    /// between failures (sessions ended by a pooler or an administrator) is not made to wait as
+    /// long as one that never gets through.
+    mutating func jobEnded(_ outcome: Outcome, progressed: Bool = false) -> Next {
+        if progressed { busyRetries = 0 }
         switch outcome {
         case .ended:
             busyRetries = 0
