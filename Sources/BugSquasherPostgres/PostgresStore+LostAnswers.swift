@@ -128,12 +128,15 @@ extension PostgresStore {
     }
 
     /// Whether `error` ended the session of the statement that failed with it (the server
-    /// ended it or went away, or this side closed the connection), rather than being an error of
-    /// the statement's own: such a statement may have committed, and its connection is no good.
+    /// ended it or went away, this side closed the connection, or postgres-nio closed it on a
+    /// message it did not expect), rather than being an error of the statement's own: such a
+    /// statement may have committed, and its connection is no good.
     static func endsSession(_ error: any Error) -> Bool {
         if error is ConnectionClosedUnderStatement { return true }
         guard let psql = error as? PSQLError else { return false }
-        guard let state = psql.serverInfo?[.sqlState] else { return connectionFailures.contains(psql.code) }
+        guard let state = psql.serverInfo?[.sqlState] else {
+            return connectionFailures.contains(psql.code) || protocolFailures.contains(psql.code)
+        }
         // Class 57 (operator intervention: a shutdown, a terminated session) and 08 (connection
         // exception) end the session, perhaps after the commit; but a cancelled statement
         // (57014) rolled back, and its session goes on.

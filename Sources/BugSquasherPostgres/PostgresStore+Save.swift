@@ -12,9 +12,12 @@ extension PostgresStore {
         // An interactive save: bulk work gives way from when it has the connection, and again
         // from its commit, before its did-save goes out (see `EditsFirst`).
         let interactive = changes.isBulk ? nil : editsFirst
+        // An interactive save whose kept session had ended before its token went out (no
+        // `sentHistoryRow` yet) did not commit: it goes once more on a new connection. Bulk work
+        // keeps no such row; an import tries its chunk again from its job's last commit.
         return try savingOnceMore(
             {
-                try withConnection("save") { connection in
+                try withConnection("save", onceMoreIfEnded: !changes.isBulk) { connection in
                     interactive?.openWindow()
                     // An edit of one object is one statement, its own transaction: one round trip.
                     let didSave =

@@ -95,7 +95,8 @@ extension PostgresStore: AttributeEditable {
     private func editLocked(_ edit: AttributeEdit, state: Loaded) throws -> DidSave? {
         try savingOnceMore(
             {
-                try withConnection("save") { connection in
+                // Once more when the kept session had ended before the token went out, as `save`.
+                try withConnection("save", onceMoreIfEnded: true) { connection in
                     let didSave = try transaction(on: connection) { () -> DidSave? in
                         let row = try currentRow(edit.objectID, entity: edit.entity, on: connection, locking: true)
                         guard let save = try edit.save(from: row) else { return nil }

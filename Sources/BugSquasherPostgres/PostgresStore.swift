@@ -459,6 +459,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         .connectionError, .serverClosedConnection, .clientClosedConnection,
     ]
 
+    /// The codes of errors after which postgres-nio closes the connection by itself: the server
+    /// sent a message the protocol does not allow at that point, or one that could not be read.
+    /// The session goes with the connection; the server is not taken for out of reach (a port
+    /// that is not PostgreSQL's fails so at once, and waiting would not change it).
+    static let protocolFailures: [PSQLError.Code] = [.unexpectedBackendMessage, .messageDecodingFailure]
+
     /// The cause of an error whose server could not be reached (``GraphError/isServerUnreachable``).
     struct Unreachable: ServerUnreachable, CustomStringConvertible {
         /// The server's refusal, when it answered that it takes no connections now.
@@ -484,6 +490,10 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             return "the connection was closed here: the server had stopped answering, or had ended the session"
         case .serverClosedConnection: return "the server closed the connection (it stopped or restarted)"
         case .sslUnsupported: return "the server takes no TLS connections"
+        case _ where protocolFailures.contains(psql.code):
+            // The message postgres-nio did not expect, for whoever reads the log.
+            return
+                "postgres-nio closed the connection on a message from the server it did not expect there (\(String(String(reflecting: psql).prefix(400))))"
         default:
             if let reason = psql.underlying.flatMap(socketFailure) { return reason }
             return psql.underlying.map { "\(psql.code): \($0)" } ?? "\(psql.code)"

@@ -11,8 +11,9 @@ import Synchronization
 /// answer short, as a server stopped mid-answer does: after ``cutNextAnswer()``, it passes the
 /// server's messages up to the first row of the next answer, then closes the store's side at
 /// once, the rest unsent (after ``cutAtCopy()``, up to the server's readiness for a `COPY`'s
-/// rows). The data and the end of the stream reach the store's event loop together: the loop is
-/// held while both are written. After ``loseNextAnswer(thenRefuse:refusingFor:)``
+/// rows; after ``terminateAfterCompletion()``, up to a statement's completion, then a session
+/// ended by the server). The data and the end of the stream reach the store's event loop together: the
+/// loop is held while both are written. After ``loseNextAnswer(thenRefuse:refusingFor:)``
 /// it closes the connection instead of passing the next answer on; after ``dropNextRequest()``,
 /// on the store's next message, which never reaches the server.
 final class CuttingProxy: Sendable {
@@ -50,6 +51,22 @@ final class CuttingProxy: Sendable {
     /// `G` message): the store's writer starts on a connection that has closed. Messages before
     /// it go on as they come.
     func cutAtCopy() { armed.store(UInt8(ascii: "G"), ordering: .sequentiallyConsistent) }
+
+    /// Ends the session right after the server completed the next statement (its `C` message),
+    /// as `pg_terminate_backend` does when it comes before the server is ready for the next one:
+    /// the server's `FATAL` error 57P01 goes in place of that readiness and the rest.
+    func terminateAfterCompletion() { armed.store(UInt8(ascii: "C"), ordering: .sequentiallyConsistent) }
+
+    /// The server's error message for a session it ends on an administrator's command.
+    private static let terminated: [UInt8] = {
+        let fields: [(UInt8, String)] = [
+            (UInt8(ascii: "S"), "FATAL"), (UInt8(ascii: "V"), "FATAL"), (UInt8(ascii: "C"), "57P01"),
+            (UInt8(ascii: "M"), "terminating connection due to administrator command"),
+        ]
+        let body: [UInt8] = fields.flatMap { field, text -> [UInt8] in [field] + Array(text.utf8) + [0] } + [0]
+        let length = UInt32(body.count + 4)
+        return [UInt8(ascii: "E")] + withUnsafeBytes(of: length.bigEndian) { Array($0) } + body
+    }()
 
     /// Closes the connection that receives the next answer instead of passing it on, as the
     /// server's end lost at once after it answered; with `thenRefuse`, the proxy then takes no
@@ -198,7 +215,7 @@ final class CuttingProxy: Sendable {
                 release.wait()
             }
             held.wait()
-            _ = Self.writeAll(pair.client, pending[0..<end])
+            _ = Self.writeAll(pair.client, pending[0..<end] + (target == UInt8(ascii: "C") ? Self.terminated : []))
             shutdown(pair.client, Int32(SHUT_RDWR))
             cuts.add(1, ordering: .sequentiallyConsistent)
             release.signal()

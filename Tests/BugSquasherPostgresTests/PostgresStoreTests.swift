@@ -1264,6 +1264,44 @@ struct PostgresStoreTests {
         #expect(try count("BULK") == Int64(rows))
     }
 
+    /// postgres-nio closes a connection on a message it does not expect there, such as the
+    /// server's error for a session ended between a statement's completion and its readiness for
+    /// the next; the statements queued behind fail with that. The session is gone with the
+    /// connection: a save whose transaction had begun did not commit, and is saved once more.
+    @Test("a save whose session ended between two of its statements is saved once more", .timeLimit(.minutes(1)))
+    func sessionEndedBetweenStatements() async throws {
+        guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
+        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let direct = try freshStore(schema: schema)
+        _ = try StoreCoordinator(model: BugModel.model, store: direct)
+        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        defer { proxy.close() }
+        let store = try proxiedStore(of: schema, through: proxy, from: host)
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
+        let ids = try await context.perform { try saveOpenBugs(2, prefix: "BOTH", title: "before", in: $0) }
+        func retitle(_ title: String) async throws {
+            try await context.perform { context in
+                for id in ids { try #require(context.existingObject(with: id) as? Bug).title = title }
+                try context.saveToStore()
+            }
+        }
+        // A first save of two updates prepares their statement.
+        try await retitle("first")
+        // Two updates are a transaction: the session ends after its BEGIN.
+        proxy.terminateAfterCompletion()
+        try await retitle("after")
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 1)
+        let (titles, saves) = try direct.withConnection("read the bugs") { connection in
+            let titles = try direct.run(
+                "SELECT title FROM \"Bug\" WHERE key LIKE 'BOTH-%' ORDER BY key", [], on: connection
+            ).map { try $0.decode(String.self) }
+            let saves = try direct.run("SELECT count(*) FROM bs_history", [], on: connection).first?.decode(Int64.self)
+            return (titles, saves)
+        }
+        #expect(titles == ["after", "after"])
+        #expect(saves == 3)
+    }
+
     /// A save's new objects get keys from a statement of their own, on the writing connection,
     /// before the save: one that meets a session ended under a kept connection (the statement
     /// never reached the server, here) goes once more on a new connection, and the save goes on;
