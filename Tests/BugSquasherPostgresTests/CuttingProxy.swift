@@ -12,10 +12,11 @@ import Synchronization
 /// server's messages up to the first row of the next answer, then closes the store's side at
 /// once, the rest unsent (after ``cutAtCopy()``, up to the server's readiness for a `COPY`'s
 /// rows; after ``terminateAfterCompletion()``, up to a statement's completion, then a session
-/// ended by the server). The data and the end of the stream reach the store's event loop together: the
-/// loop is held while both are written. After ``loseNextAnswer(thenRefuse:refusingFor:)``
-/// it closes the connection instead of passing the next answer on; after ``dropNextRequest()``,
-/// on the store's next message, which never reaches the server.
+/// ended by the server). The data and the end of the stream reach the store's event loop
+/// together: the loop is held while both are written. After
+/// ``loseNextAnswer(thenRefuse:refusingFor:)`` it closes the connection instead of passing the
+/// next answer on; after ``dropNextRequest()``, on the store's next message, which never reaches
+/// the server.
 final class CuttingProxy: Sendable {
     /// The directory of the proxy's socket, for a store URL's `host`.
     let directory: String
