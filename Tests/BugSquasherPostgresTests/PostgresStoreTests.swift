@@ -43,6 +43,24 @@ private func proxiedStore(of schema: String, through proxy: CuttingProxy, from h
                 + "&schema=\(schema)"))
 }
 
+/// A store on a new schema of the test server, whose socket directory is `host`, reached through
+/// a new cutting proxy, which the caller closes; `direct`, on the same schema without the proxy,
+/// loaded it first.
+private func proxiedFreshSchema(host: String, port: String) throws -> (
+    direct: PostgresStore, proxy: CuttingProxy, store: PostgresStore
+) {
+    let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+    let direct = try freshStore(schema: schema)
+    _ = try StoreCoordinator(model: BugModel.model, store: direct)
+    let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+    do {
+        return (direct, proxy, try proxiedStore(of: schema, through: proxy, from: host))
+    } catch {
+        proxy.close()
+        throw error
+    }
+}
+
 /// Two stores on one fresh schema, as two processes, both loaded: the first with a context that
 /// saves through it.
 private func twoProcesses() throws -> (PostgresStore, PostgresStore, ObjectContext) {
@@ -1227,12 +1245,8 @@ struct PostgresStoreTests {
     @Test("a connection that closes as a COPY starts fails the COPY, and the process goes on", .timeLimit(.minutes(1)))
     func connectionClosedAsCopyStarts() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let direct = try freshStore(schema: schema)
-        _ = try StoreCoordinator(model: BugModel.model, store: direct)
-        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        let (direct, proxy, store) = try proxiedFreshSchema(host: host, port: port)
         defer { proxy.close() }
-        let store = try proxiedStore(of: schema, through: proxy, from: host)
         let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
         func count(_ prefix: String) throws -> Int64 {
             try direct.withConnection("count the bugs") { connection in
@@ -1271,12 +1285,8 @@ struct PostgresStoreTests {
     @Test("a save whose session ended between two of its statements is saved once more", .timeLimit(.minutes(1)))
     func sessionEndedBetweenStatements() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        let direct = try freshStore(schema: schema)
-        _ = try StoreCoordinator(model: BugModel.model, store: direct)
-        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        let (direct, proxy, store) = try proxiedFreshSchema(host: host, port: port)
         defer { proxy.close() }
-        let store = try proxiedStore(of: schema, through: proxy, from: host)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
         let ids = try await context.perform { try saveOpenBugs(2, prefix: "BOTH", title: "before", in: $0) }
         func retitle(_ title: String) async throws {
@@ -1310,11 +1320,8 @@ struct PostgresStoreTests {
         "keys, the history and the daemons are read once more when the kept session had ended", .timeLimit(.minutes(1)))
     func keysAfterEndedSession() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
-        _ = try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema))
-        let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
+        let (_, proxy, store) = try proxiedFreshSchema(host: host, port: port)
         defer { proxy.close() }
-        let store = try proxiedStore(of: schema, through: proxy, from: host)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
         _ = try await context.perform { try saveOpenBugs(1, prefix: "FIRST", title: "t", in: $0) }
         // No key of a project is reserved yet: the save allocates some first.
