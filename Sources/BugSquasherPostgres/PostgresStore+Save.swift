@@ -12,9 +12,10 @@ extension PostgresStore {
         // An interactive save: bulk work gives way from when it has the connection, and again
         // from its commit, before its did-save goes out (see `EditsFirst`).
         let interactive = changes.isBulk ? nil : editsFirst
-        // An interactive save whose kept session had ended before its token went out (no
-        // `sentHistoryRow` yet) did not commit: it goes once more on a new connection. Bulk work
-        // keeps no such row; an import tries its chunk again from its job's last commit.
+        // An interactive save meets an ended session with no history row noted
+        // (`sentHistoryRow`) only before its token's statement went out, or after an answer that
+        // said nothing committed: it goes once more on a new connection. Bulk work notes no row;
+        // an import tries its chunk again from its job's last commit.
         return try savingOnceMore(
             {
                 try withConnection("save", onceMoreIfEnded: !changes.isBulk) { connection in

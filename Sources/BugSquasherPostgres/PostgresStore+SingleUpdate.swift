@@ -32,9 +32,10 @@ extension PostgresStore {
         let token = try keepingKeysUnique(entity, row.attributes, updating: true) {
             try runPrepared(sql, arguments, on: connection).first?.makeRandomAccess()[0].decode(Int64.self)
         }
-        // Answered: whatever fails from here on, the server has said whether the save committed.
-        sentHistoryRow.withLock { $0 = nil }
         guard let token else {
+            // Answered, and nothing committed: a failure from here on is no lost save. A save that
+            // committed keeps its row noted, so that it is never taken for one that did not.
+            sentHistoryRow.withLock { $0 = nil }
             throw GraphError.staleObjects([try conflict(row, entity: entity, on: connection)])
         }
         didSave.token = HistoryToken(rawValue: token)
