@@ -200,6 +200,9 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 } catch let ended as EndedSession {
                     guard again else { throw ended.failure }
                     again = false
+                    logger.info(
+                        "the session of a kept connection had ended; running the statements once more on a new one",
+                        metadata: ["action": "\(action)", "reason": "\(ended.reason)"])
                 }
             }
         }
@@ -251,7 +254,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                     sent: sent, session: slot.session.withLock { $0 }, failure: failure,
                     reason: Self.describe(error))
             }
-            throw kept ? EndedSession(failure: failure) : failure
+            throw kept ? EndedSession(failure: failure, reason: Self.describe(error)) : failure
         }
     }
 
@@ -259,6 +262,8 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// ``with(_:_:onceMoreIfEnded:_:)`` may run it once more on a new connection.
     private struct EndedSession: Error {
         let failure: GraphError
+        /// What ended it, in words (``describe(_:)``).
+        let reason: String
     }
 
     /// Refuses at once to connect while the follower's heartbeat finds the server silent: each
@@ -404,6 +409,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 "Could not \(action): PostgreSQL at \(configuration.address) answers, but takes no TLS connections, which the store URL's sslmode asks for.",
                 advice:
                     "Turn TLS on in the server's postgresql.conf (ssl = on, with a certificate), or connect with sslmode=disable on a network you trust."
+            )
+        }
+        if let psql = error as? PSQLError, Self.protocolFailures.contains(psql.code) {
+            return GraphError(
+                .storeIO,
+                "Could not \(action): the connection to PostgreSQL at \(configuration.address) was lost, \(Self.describe(error)).",
+                advice:
+                    "The next statement connects again by itself: try again. If it happens every time, check that the store URL names PostgreSQL's own port, not another program's."
             )
         }
         // No connection, or one that broke (under a statement, too); not a TLS handshake that

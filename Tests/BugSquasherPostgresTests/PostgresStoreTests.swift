@@ -1281,26 +1281,36 @@ struct PostgresStoreTests {
     /// postgres-nio closes a connection on a message it does not expect there, such as the
     /// server's error for a session ended between a statement's completion and its readiness for
     /// the next; the statements queued behind fail with that. The session is gone with the
-    /// connection: a save whose transaction had begun did not commit, and is saved once more.
+    /// connection: a save whose transaction had begun did not commit, and is saved once more. A
+    /// bulk save (an import's chunk) is not: it is refused, saying the connection was lost, and
+    /// its job resumes from its last commit.
     @Test("a save whose session ended between two of its statements is saved once more", .timeLimit(.minutes(1)))
     func sessionEndedBetweenStatements() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
         let (direct, proxy, store) = try proxiedFreshSchema(host: host, port: port)
         defer { proxy.close() }
-        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        let context = ObjectContext(coordinator: coordinator)
         let ids = try await context.perform { try saveOpenBugs(2, prefix: "BOTH", title: "before", in: $0) }
-        func retitle(_ title: String) async throws {
+        func retitle(_ title: String, in context: ObjectContext) async throws {
             try await context.perform { context in
                 for id in ids { try #require(context.existingObject(with: id) as? Bug).title = title }
                 try context.saveToStore()
             }
         }
         // A first save of two updates prepares their statement.
-        try await retitle("first")
+        try await retitle("first", in: context)
         // Two updates are a transaction: the session ends after its BEGIN.
         proxy.terminateAfterCompletion()
-        try await retitle("after")
+        try await retitle("after", in: context)
         #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 1)
+        proxy.terminateAfterCompletion()
+        let refusal = await #expect(throws: GraphError.self) {
+            try await retitle("bulk", in: ObjectContext(coordinator: coordinator, savesAreBulk: true))
+        }
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 2)
+        #expect(refusal?.statement.contains("the connection to PostgreSQL") == true, "\(String(describing: refusal))")
+        #expect(refusal?.statement.contains("was lost") == true, "\(String(describing: refusal))")
         let (titles, saves) = try direct.withConnection("read the bugs") { connection in
             let titles = try direct.run(
                 "SELECT title FROM \"Bug\" WHERE key LIKE 'BOTH-%' ORDER BY key", [], on: connection

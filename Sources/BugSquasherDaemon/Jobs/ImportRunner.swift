@@ -157,16 +157,17 @@ final class ImportRunner: Service {
         try await withTaskExecutorPreference(executor) { try await process(job) }
     }
 
-    /// Why a job waits to resume after `failure`, in words: the database away, the database
-    /// refusing the chunk (a statement it canceled, say: the import tries again, and the server
-    /// says why), or SQLite's write lock held by another program.
+    /// Why a job waits to resume after `failure`, in words: the database away, the chunk's save
+    /// failing otherwise (a statement the server canceled, or a connection the driver closed:
+    /// the import tries again, and the error says why), or SQLite's write lock held by another
+    /// program.
     private static func whyWaiting(_ failure: (any Error)?) -> String {
         guard let failure = failure as? GraphError, failure.code == .storeIO else {
             return "the store is locked by another program"
         }
         if failure.isServerUnreachable { return "the database cannot be reached" }
         let said = failure.statement.hasSuffix(".") ? String(failure.statement.dropLast()) : failure.statement
-        return "the database refused the chunk (\(said))"
+        return "the chunk's save failed (\(said))"
     }
 
     /// What `error` says of the store: out of reach for now (locked by another program, or a
