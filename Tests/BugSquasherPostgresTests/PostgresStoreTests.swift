@@ -1322,6 +1322,40 @@ struct PostgresStoreTests {
         #expect(saves == 3)
     }
 
+    /// An edit without a context that nothing changes against the row it kept is checked with
+    /// the row locked, in a transaction of its own: when that session ends after its `BEGIN`, the
+    /// edit is saved once more on a new connection, once.
+    @Test("a locked edit whose session ended after its BEGIN is saved once more", .timeLimit(.minutes(1)))
+    func lockedEditAfterEndedSession() async throws {
+        guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
+        let (direct, proxy, store) = try proxiedFreshSchema(host: host, port: port)
+        defer { proxy.close() }
+        let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store))
+        store.observeCommits { _ in }  // so that it keeps the rows of its saves
+        let id = try #require(
+            try await context.perform { try saveOpenBugs(1, prefix: "LOCK", title: "t", in: $0) }.first)
+        _ = try #require(try store.edit(id, attributes: ["title": .string("mine")]))
+        // The row changes behind the store's back, without a history row it would deliver: the
+        // row it kept is stale, and the same edit again changes nothing against it, so it is
+        // checked against the locked row.
+        try direct.withConnection("change the row") { connection in
+            _ = try direct.run(
+                "UPDATE \"Bug\" SET title = 'theirs', _version = _version + 1 WHERE key = 'LOCK-1'", [], on: connection)
+        }
+        proxy.terminateAfterCompletion()
+        let saved = try #require(try store.edit(id, attributes: ["title": .string("mine")]))
+        #expect(proxy.cuts.load(ordering: .sequentiallyConsistent) == 1)
+        let (title, saves) = try direct.withConnection("read the bug") { connection in
+            let title = try direct.run("SELECT title FROM \"Bug\" WHERE key = 'LOCK-1'", [], on: connection).first?
+                .decode(String.self)
+            let saves = try direct.run("SELECT count(*) FROM bs_history", [], on: connection).first?.decode(Int64.self)
+            return (title, saves)
+        }
+        #expect(title == "mine")
+        #expect(saves == 3)
+        #expect(saved.token.rawValue == 3)
+    }
+
     /// A save's new objects get keys from a statement of their own, on the writing connection,
     /// before the save: one that meets a session ended under a kept connection (the statement
     /// never reached the server, here) goes once more on a new connection, and the save goes on;
