@@ -400,7 +400,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
             let starting = psql.serverInfo?[.sqlState] == "57P03"
             return GraphError(
                 .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
-                advice: advice(sqlState: psql.serverInfo?[.sqlState], hint: psql.serverInfo?[.hint]),
+                advice: advice(sqlState: psql.serverInfo?[.sqlState], hint: psql.serverInfo?[.hint], message: message),
                 cause: starting ? Unreachable(server: Described(psql)) : Described(psql))
         }
         if let psql = error as? PSQLError, psql.code == .sslUnsupported {
@@ -409,6 +409,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 "Could not \(action): PostgreSQL at \(configuration.address) answers, but takes no TLS connections, which the store URL's sslmode asks for.",
                 advice:
                     "Turn TLS on in the server's postgresql.conf (ssl = on, with a certificate), or connect with sslmode=disable on a network you trust."
+            )
+        }
+        if let psql = error as? PSQLError, psql.code == .authMechanismRequiresPassword {
+            return GraphError(
+                .storeIO,
+                "Could not \(action): PostgreSQL at \(configuration.address) asks for a password for the role \(configuration.user), and the store URL gives none.",
+                advice:
+                    "Give it in a file only squasherd may read, named by password_file= in the store URL (or a systemd credential, docs/OPERATIONS.md, \"Running on PostgreSQL\"), or let this host log in without one in the server's pg_hba.conf."
             )
         }
         if let psql = error as? PSQLError, Self.protocolFailures.contains(psql.code) {
@@ -435,11 +443,18 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     }
 
     /// What to do about the server's refusal `sqlState`, for the ones a new set-up meets (the
-    /// role, its password, its rights, the database); the server's own hint, or its log, for the
-    /// rest.
-    func advice(sqlState: String?, hint: String?) -> String {
+    /// role, its password, its rights, the database, the schema: `message`, the server's, says
+    /// which a right is missing on); the server's own hint, or its log, for the rest.
+    func advice(sqlState: String?, hint: String?, message: String = "") -> String {
         let (user, database) = (configuration.user, configuration.database)
+        let schema = PostgresSchema.quote(configuration.schema)
         switch sqlState {
+        case "3F000":  // invalid_schema_name: the schema is there, but the role may not use it
+            return
+                "The role \(user) may not use the schema \(schema) (another role owns it): give it the owner's rights (GRANT <the schema's owner> TO \(user)) to use the store there, or name a schema of its own in the store URL (schema=)."
+        case "42501" where message.contains("for schema"):  // no CREATE on an existing schema
+            return
+                "Give the role \(user) the right to create tables in the schema \(schema) (as its owner: GRANT USAGE, CREATE ON SCHEMA \(schema) TO \(user)), or name a schema of its own in the store URL (schema=); for a store another role made there, that role's rights (GRANT <the schema's owner> TO \(user))."
         case "28P01", "28000":  // invalid_password, invalid_authorization_specification
             return
                 "Check the user (\(user)) and the password (password_file= in the store URL); the server's pg_hba.conf says how this host may log in."

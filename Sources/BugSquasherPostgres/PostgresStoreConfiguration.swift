@@ -65,8 +65,15 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
                 advice: "Write it as postgresql://user@host:port/database (or ?host=/run/postgresql for a Unix socket)."
             )
         }
-        let query = Dictionary(
-            (components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { _, last in last })
+        let items = (components.queryItems ?? []).map { ($0.name, $0.value ?? "") }
+        var query: [String: String] = [:]
+        for (name, value) in items {
+            // Which of two values counts differs between programs: neither is taken.
+            guard query.updateValue(value, forKey: name) == nil else {
+                throw PostgresStoreError.configuration(
+                    "The PostgreSQL URL gives the parameter '\(name)' more than once.", advice: "Give it once.")
+            }
+        }
         let known: Set<String> = [
             "host", "port", "user", "password", "schema", "dbname", "sslmode", "sslrootcert", "password_file",
         ]
@@ -102,7 +109,17 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
             throw PostgresStoreError.configuration(
                 "The PostgreSQL URL '\(text)' names no user.", advice: "Add it: postgresql://user@host/database.")
         }
+        if query["password"] != nil || components.password != nil, query["password_file"] != nil {
+            throw PostgresStoreError.configuration(
+                "The PostgreSQL URL gives both a password and a password_file.",
+                advice: "Keep password_file= (the password out of the URL) and remove the password.")
+        }
         let isSocket = host.map { $0.hasPrefix("/") } ?? true
+        if isSocket, let mode = query["sslmode"], mode != "disable" {
+            throw PostgresStoreError.configuration(
+                "sslmode=\(mode) cannot apply to the Unix socket in \(host ?? "/run/postgresql"): PostgreSQL takes no TLS on its sockets, which only this host reaches.",
+                advice: "Remove sslmode (and sslrootcert) for a socket, or connect over TCP (host=NAME) to have TLS.")
+        }
         self.init(
             host: isSocket ? nil : host, socketDirectory: isSocket ? (host ?? "/run/postgresql") : nil, port: port,
             user: user, password: query["password"] ?? components.password, database: database,

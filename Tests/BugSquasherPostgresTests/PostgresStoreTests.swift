@@ -135,6 +135,10 @@ struct PostgresStoreTests {
             ("mysql://x@y/z", "is not a PostgreSQL URL"), ("postgresql://x@y", "names no database"),
             ("postgresql://y/z", "names no user"), ("postgresql://x@y/z?sslmod=require", "parameter 'sslmod'"),
             ("postgresql://x@y:0/z", "is not a port number"), ("postgresql://x@h1,h2/z", "names several hosts"),
+            ("postgresql://x@y/z?password_file=/a&password_file=/b", "'password_file' more than once"),
+            ("postgresql://x@y/z?password=p&password_file=/a", "both a password and a password_file"),
+            ("postgresql://x:p@y/z?password_file=/a", "both a password and a password_file"),
+            ("postgresql:///z?host=/run/postgresql&user=x&sslmode=verify-full", "cannot apply to the Unix socket"),
         ] {
             let error = #expect(throws: PostgresStoreError.self) { try PostgresStoreConfiguration(url: url) }
             #expect(error?.statement.contains(said) == true, "\(url): \(String(describing: error))")
@@ -275,6 +279,16 @@ struct PostgresStoreTests {
         let refused = try openingError { $0.user = role }
         #expect(refused?.statement.contains("permission denied") == true, "\(String(describing: refused))")
         #expect(refused?.advice.contains("GRANT CREATE ON DATABASE") == true, "\(String(describing: refused))")
+        // The schema of a store another role made, which this one may not use.
+        let theirs = try openingError { ($0.user, $0.schema) = (role, admin.configuration.schema) }
+        #expect(
+            theirs?.advice.contains("may not use the schema \"\(admin.configuration.schema)\"") == true,
+            "\(String(describing: theirs))")
+        // A schema there already (public), where it may not create tables.
+        let shared = try openingError { ($0.user, $0.schema) = (role, "public") }
+        #expect(
+            shared?.advice.contains("GRANT USAGE, CREATE ON SCHEMA \"public\" TO \(role)") == true,
+            "\(String(describing: shared))")
         // A role whose sessions are read-only, as every session of a standby is.
         let reader = "bs_readonly_\(UUID().uuidString.prefix(8).lowercased())"
         try admin.withConnection("add a read-only role") { connection in
@@ -958,6 +972,11 @@ struct PostgresStoreTests {
         #expect(
             wrongPassword?.statement.contains("password authentication failed") == true,
             "\(String(describing: wrongPassword))")
+        // No password where the server asks for one: said as such, with where to give it.
+        let noPassword = try openingError(base + "&sslmode=verify-full&sslrootcert=\(server.ca)")
+        #expect(noPassword?.statement.contains("asks for a password") == true, "\(String(describing: noPassword))")
+        #expect(noPassword?.advice.contains("password_file=") == true, "\(String(describing: noPassword))")
+        #expect(noPassword?.isServerUnreachable == false)
         let missingFile = try openingError(base + "&sslmode=require&password_file=/nonexistent/password")
         #expect(
             missingFile?.statement.contains("/nonexistent/password cannot be read") == true,
