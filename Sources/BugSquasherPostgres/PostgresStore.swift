@@ -333,6 +333,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         connection.options.additionalStartupParameters =
             [
                 ("search_path", PostgresSchema.quote(configuration.schema)),
+                ("application_name", configuration.applicationName),
                 ("idle_in_transaction_session_timeout", "\(Self.idleTransactionTimeout.components.seconds * 1000)"),
                 ("statement_timeout", "0"), ("lock_timeout", "0"), ("idle_session_timeout", "0"),
             ] + Self.serverTCPSettings

@@ -26,6 +26,9 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
     public var tls: TLSMode = .disable
     /// A file whose content is the password (`password_file=`; a systemd credential, say).
     public var passwordFile: String?
+    /// The name the server shows for this program's sessions (`application_name` in
+    /// `pg_stat_activity`), so that an administrator can tell them, and end one program's.
+    public var applicationName = "BugSquasher"
 
     /// libpq's `sslmode`, as far as BugSquasher follows it.
     public enum TLSMode: Sendable, Hashable {

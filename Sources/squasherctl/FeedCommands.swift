@@ -382,6 +382,10 @@ struct SubscribeCommand: AsyncParsableCommand {
                 insertsOf: "Bug",
                 matching: Key("key").in(keys.map { .string($0) }), timeout: sockets.read.timeout, logger: logger
             )
+        } catch let error as GraphError {
+            // squasherd could not answer (its store out of reach), or could not be reached.
+            printError("squasherctl: \(error.message)")
+            throw exitStatus(of: error)
         } catch {
             printError("squasherctl: \(error)")
             throw Exit.unreachable
@@ -400,7 +404,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
         } catch let error as GraphError {
             printError("squasherctl: could not fetch the bugs of the \(keys.count) key(s) given: \(error.message)")
-            throw Exit.failed
+            throw exitStatus(of: error)
         }
         let missing = Set(keys).subtracting(initial.map(\.key))
         if !missing.isEmpty {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BugSquasherClient
+import BugSquasherGraph
 import BugSquasherProtocol
 import BugSquasherTransport
 import BugSquasherVarlink
@@ -123,6 +124,18 @@ func refused(_ error: VarlinkError) -> ExitCode {
         return Exit.unavailable
     }
     return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
+}
+
+/// The exit status for `error`, a failure of the object graph over squasherd (a subscriber's
+/// fetch): as ``refused(_:)`` for a call squasherd refused (``Exit/unavailable`` when it could
+/// not reach its store), ``Exit/unreachable`` when the connection failed, ``Exit/failed``
+/// otherwise.
+func exitStatus(of error: GraphError) -> ExitCode {
+    switch error.cause {
+    case let refusal as VarlinkError: refusal.isStoreUnavailable ? Exit.unavailable : Exit.failed
+    case is TransportError: Exit.unreachable
+    default: Exit.failed
+    }
 }
 
 /// What a refused call says to a person: the daemon's message, or an explanation of the error.

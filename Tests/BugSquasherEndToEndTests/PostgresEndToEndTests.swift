@@ -456,6 +456,50 @@ struct PostgresEndToEndTests {
         #expect(try await daemon.waitForExit() == 0)
     }
 
+    /// A subscriber started while squasherd cannot reach its database is told so in words and
+    /// exits 75 (try again later), as `get` and `list` do: squasherd answered, its store did not.
+    @Test("a subscriber started while the database is out of reach exits 75, saying so")
+    func subscribeWhileUnreachable() async throws {
+        guard let server = TestPostgres.server, var components = URLComponents(string: server),
+            let socketDirectory = components.queryItems?.first(where: { $0.name == "host" })?.value,
+            socketDirectory.hasPrefix("/"), FileManager.default.isExecutableFile(atPath: "/usr/bin/psql")
+        else {
+            print("skipped: needs BUGSQUASHER_POSTGRES_URL on a Unix socket and psql (scripts/test.sh has both)")
+            return
+        }
+        // The daemon reaches the server's socket through a link of its own, removed to put the
+        // server out of its reach alone.
+        let port = components.queryItems?.first(where: { $0.name == "port" })?.value ?? "5432"
+        let relay = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: relay) }
+        try FileManager.default.createDirectory(atPath: relay, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(
+            atPath: "\(relay)/.s.PGSQL.\(port)", withDestinationPath: "\(socketDirectory)/.s.PGSQL.\(port)")
+        components.queryItems =
+            (components.queryItems ?? []).filter { $0.name != "host" } + [
+                URLQueryItem(name: "host", value: relay),
+                URLQueryItem(name: "schema", value: "e2e_\(UUID().uuidString.prefix(8).lowercased())"),
+            ]
+        try await withDaemon(configuration: "store = \(components.string!)\n") { squasherd in
+            let records = try squasherd.writeRecords("held.ndjson", count: 3, prefix: "HELD", title: "t")
+            try await squasherd.ctl(["import", records.path, "--wait"])
+            try FileManager.default.removeItem(atPath: "\(relay)/.s.PGSQL.\(port)")
+            let ended = try ChildProcess(
+                name: "psql", executable: "/usr/bin/psql",
+                arguments: [
+                    server, "-Atc",
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'squasherd[\(squasherd.process.pid)]'",
+                ])
+            #expect(try await ended.waitForExit() == 0, "\(ended.errorOutput)")
+            // Its sessions, the listener's among them: three connections.
+            #expect((Int(ended.output.first ?? "") ?? 0) >= 2, "\(ended.output)")
+            let subscriber = try squasherd.startCtl("subscriber", ["subscribe", "HELD-1"])
+            #expect(try await subscriber.waitForExit(timeout: .seconds(30)) == 75, "\(subscriber.errorOutput)")
+            #expect(subscriber.errorOutput.contains("cannot be reached"), "\(subscriber.errorOutput)")
+            #expect(!subscriber.errorOutput.contains("(cause:"), "\(subscriber.errorOutput)")
+        }
+    }
+
     @Test("a store line that is not a PostgreSQL URL is refused at start, naming the line")
     func badStoreLine() async throws {
         let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"

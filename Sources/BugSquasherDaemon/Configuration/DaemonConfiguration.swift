@@ -405,9 +405,11 @@ struct ConfigurationFile {
     /// other than squasherd's may read.
     func postgresStore() throws -> PostgresStoreConfiguration? {
         guard let url = values["store"] else { return nil }
-        let store: PostgresStoreConfiguration
+        var store: PostgresStoreConfiguration
         do {
             store = try PostgresStoreConfiguration(url: url)
+            // As syslog names a process: one daemon's sessions can be told, and ended.
+            store.applicationName = "squasherd[\(getpid())]"
         } catch let error as PostgresStoreError {
             throw DaemonError("\(at("store")): \(error.statement)", advice: error.advice)
         }
