@@ -178,6 +178,10 @@ final class HistoryFollower: Sendable {
         } catch let error as PSQLError where !fired.isSet && isRefusal(error) {
             store.markReachable()
             store.noteHeartbeat(refusal: PostgresStore.describe(error))
+            // The store's tables, or its schema, are gone (dropped, or the database made anew).
+            if let state = error.serverInfo?[.sqlState], ["42P01", "3F000"].contains(state) {
+                store.noteIdentityProblem("the store's tables are gone from the \(store.place)")
+            }
         } catch {
             throw fired.isSet ? Unanswered() : error
         }

@@ -5,7 +5,7 @@ import Synchronization
 
 // The daemons attached to the store (`bs_daemons`), and whether the server answers: each
 // process's follower writes a heartbeat row every couple of seconds on its listening connection.
-extension PostgresStore: StoreMembership {
+extension PostgresStore: StoreMembership, IdentityChecking {
     /// What this process tells the others and knows of the server.
     struct Health: Sendable {
         var member: (id: String, host: String)?
@@ -16,6 +16,9 @@ extension PostgresStore: StoreMembership {
         var silentProbedAt: ContinuousClock.Instant?
         /// The server's error when it refused the last heartbeat; `nil` when that one worked.
         var heartbeatRefusal: String?
+        /// What became of the store this process opened, once a heartbeat found the server
+        /// without it (``IdentityChecking``).
+        var identityProblem: String?
     }
 
     public func attach(as member: String, host: String) {
@@ -43,7 +46,8 @@ extension PostgresStore: StoreMembership {
         return """
             INSERT INTO \(prefix)bs_daemons (id, host, token, started_at, last_seen) VALUES ($1, $2, $3, now(), now())
             ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, token = EXCLUDED.token, last_seen = now()
-            RETURNING (SELECT token FROM \(prefix)bs_counter WHERE id = 1)
+            RETURNING (SELECT token FROM \(prefix)bs_counter WHERE id = 1),
+                (SELECT value FROM \(prefix)bs_metadata WHERE key = 'storeIdentifier')
             """
     }
 
@@ -92,6 +96,8 @@ extension PostgresStore: StoreMembership {
 
     public var reachability: StoreReachability { health.withLock { $0.reachability } }
 
+    public func identityProblem() -> String? { health.withLock { $0.identityProblem } }
+
     /// One heartbeat, on the follower's connection: this process's row, or a plain round trip
     /// while it has not attached. A newest token issued below the last one delivered (read
     /// before the statement, so never newer than it) means the database went back: the
@@ -110,8 +116,28 @@ extension PostgresStore: StoreMembership {
         let rows = try await connection.query(
             PostgresQuery(unsafeSQL: Self.heartbeatSQL(schema: configuration.schema), binds: bindings), logger: logger
         ).get()
-        if let read, let issued = try rows.first?.decode(Int64?.self), issued < read {
+        guard let row = rows.first else { return }
+        let (issued, identifier) = try row.decode((Int64?, String?).self)
+        if let read, let issued, issued < read {
             counterBehind.store(true, ordering: .relaxed)
+        }
+        if let opened = loaded.withLock({ $0?.metadata.storeIdentifier }), identifier != opened {
+            noteIdentityProblem(
+                "the \(place) now holds \(identifier.map { "another store (\($0))" } ?? "a store without an identifier") instead of store \(opened), which this process opened"
+            )
+        }
+    }
+
+    /// Records, and logs once, what became of the store this process opened.
+    func noteIdentityProblem(_ problem: String) {
+        let first = health.withLock { health in
+            defer { health.identityProblem = health.identityProblem ?? problem }
+            return health.identityProblem == nil
+        }
+        if first {
+            logger.critical(
+                "\(problem); what the database holds now must not be served under the object IDs and tokens of the store this process opened"
+            )
         }
     }
 

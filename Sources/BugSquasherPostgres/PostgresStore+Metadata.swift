@@ -24,7 +24,7 @@ extension PostgresStore {
     }
 
     /// The schema, for messages.
-    private var place: String {
+    var place: String {
         "schema \(configuration.schema) of \(configuration.database) at \(configuration.address)"
     }
 

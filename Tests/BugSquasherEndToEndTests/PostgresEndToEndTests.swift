@@ -16,6 +16,18 @@ struct PostgresEndToEndTests {
         TestPostgres.url(schemaPrefix: "e2e").map { "store = \($0)\n" }
     }
 
+    /// Runs `sql` on the test server with psql, as its superuser, and returns its output (one
+    /// line a row, unaligned); `nil` when psql or the server is not there.
+    private func psql(_ sql: String) async throws -> [String]? {
+        guard let server = TestPostgres.server, FileManager.default.isExecutableFile(atPath: "/usr/bin/psql") else {
+            print("skipped: needs BUGSQUASHER_POSTGRES_URL and psql (scripts/test.sh has both)")
+            return nil
+        }
+        let run = try ChildProcess(name: "psql", executable: "/usr/bin/psql", arguments: [server, "-Atc", sql])
+        #expect(try await run.waitForExit() == 0, "\(sql): \(run.errorOutput)")
+        return run.output
+    }
+
     /// Starts an import of 4,000 records (keys `prefix`-1 …) through `daemon` and returns its job
     /// once it has imported some: a job running, for a test to interrupt.
     private func runningImport(on daemon: TestDaemon, prefix: String, title: String) async throws -> String {
@@ -462,7 +474,7 @@ struct PostgresEndToEndTests {
     func subscribeWhileUnreachable() async throws {
         guard let server = TestPostgres.server, var components = URLComponents(string: server),
             let socketDirectory = components.queryItems?.first(where: { $0.name == "host" })?.value,
-            socketDirectory.hasPrefix("/"), FileManager.default.isExecutableFile(atPath: "/usr/bin/psql")
+            socketDirectory.hasPrefix("/"), try await psql("SELECT 1") != nil
         else {
             print("skipped: needs BUGSQUASHER_POSTGRES_URL on a Unix socket and psql (scripts/test.sh has both)")
             return
@@ -484,19 +496,48 @@ struct PostgresEndToEndTests {
             let records = try squasherd.writeRecords("held.ndjson", count: 3, prefix: "HELD", title: "t")
             try await squasherd.ctl(["import", records.path, "--wait"])
             try FileManager.default.removeItem(atPath: "\(relay)/.s.PGSQL.\(port)")
-            let ended = try ChildProcess(
-                name: "psql", executable: "/usr/bin/psql",
-                arguments: [
-                    server, "-Atc",
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'squasherd[\(squasherd.process.pid)]'",
-                ])
-            #expect(try await ended.waitForExit() == 0, "\(ended.errorOutput)")
-            // Its sessions, the listener's among them: three connections.
-            #expect((Int(ended.output.first ?? "") ?? 0) >= 2, "\(ended.output)")
+            let ended = try await psql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'squasherd[\(squasherd.process.pid)]'"
+            )
+            // Its sessions, the listener's among them.
+            #expect((Int(ended?.first ?? "") ?? 0) >= 2, "\(String(describing: ended))")
             let subscriber = try squasherd.startCtl("subscriber", ["subscribe", "HELD-1"])
             #expect(try await subscriber.waitForExit(timeout: .seconds(30)) == 75, "\(subscriber.errorOutput)")
             #expect(subscriber.errorOutput.contains("cannot be reached"), "\(subscriber.errorOutput)")
             #expect(!subscriber.errorOutput.contains("(cause:"), "\(subscriber.errorOutput)")
+        }
+    }
+
+    /// A database that no longer holds the store a daemon opened — another store in its place,
+    /// or none — would have the daemon hand out the new store's objects under the old one's IDs:
+    /// it stops with status 1, saying what it found. Started again, it serves what the database
+    /// holds now, and a watch that followed the old store is told that it is another.
+    @Test("squasherd stops when its database holds another store, or none", .timeLimit(.minutes(2)))
+    func storeReplacedUnderneath() async throws {
+        guard let url = TestPostgres.url(schemaPrefix: "e2e"), try await psql("SELECT 1") != nil,
+            let schema = URLComponents(string: url)?.queryItems?.first(where: { $0.name == "schema" })?.value
+        else { return }
+        try await withDaemon(configuration: "store = \(url)\n") { squasherd in
+            let records = try squasherd.writeRecords("old.ndjson", count: 5, prefix: "OLD", title: "old")
+            try await squasherd.ctl(["import", records.path, "--wait"])
+            let watch = try squasherd.startCtl("watch", ["watch"])
+            _ = try await watch.waitForLine { $0.hasPrefix("subscribed at token") }
+            let other = "00000000-0000-4000-8000-000000000001"
+            _ = try await psql(
+                "UPDATE \"\(schema)\".bs_metadata SET value = '\(other)' WHERE key = 'storeIdentifier'")
+            #expect(try await squasherd.process.waitForExit(timeout: .seconds(30)) == 1)
+            #expect(
+                squasherd.process.errorOutput.contains("now holds another store (\(other))"),
+                "\(squasherd.process.errorOutput.suffix(2000))")
+            try await squasherd.restart()
+            #expect(try squasherd.status().bugs == 5)
+            #expect(try await watch.waitForExit(timeout: .seconds(30)) == 2)
+            #expect(watch.errorOutput.contains("now serves another store (\(other))"), "\(watch.errorOutput)")
+            _ = try await psql("DROP SCHEMA \"\(schema)\" CASCADE")
+            #expect(try await squasherd.process.waitForExit(timeout: .seconds(30)) == 1)
+            #expect(
+                squasherd.process.errorOutput.contains("the store's tables are gone from the schema \(schema)"),
+                "\(squasherd.process.errorOutput.suffix(2000))")
         }
     }
 

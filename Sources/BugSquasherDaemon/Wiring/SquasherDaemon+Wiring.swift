@@ -22,6 +22,8 @@ struct Wiring {
     let fileLoss: StoreFileLoss
     /// Why a socket file was lost, if one was.
     let socketGuard: SocketFileGuard
+    /// The store, when it can tell that its server no longer holds it.
+    var identity: (any IdentityChecking)?
 }
 
 /// The Varlink service, and what the services beside it need of the interfaces behind it.
@@ -68,7 +70,8 @@ extension SquasherDaemon {
         let socketGuard = SocketFileGuard(
             paths: [readAddress.path, writeAddress.path].compactMap { $0 }, ready: ready, logger: logger)
         var wiring = Wiring(
-            services: [], writeSocketThread: writeSocketThread, fileLoss: StoreFileLoss(), socketGuard: socketGuard)
+            services: [], writeSocketThread: writeSocketThread, fileLoss: StoreFileLoss(), socketGuard: socketGuard,
+            identity: opened.stack.store as? any IdentityChecking)
         wiring.services = makeServices(
             opened.stack, interfaces: interfaces, servers: servers, ready: ready, connectionLimit: connectionLimit,
             wiring: wiring)
@@ -96,6 +99,13 @@ extension SquasherDaemon {
         if let loss = wiring.fileLoss.problem {
             throw DaemonError(
                 "Stopped because \(loss.problem) while squasherd ran. \(loss.rescue)", advice: loss.advice)
+        }
+        if let problem = wiring.identity?.identityProblem() {
+            throw DaemonError(
+                "Stopped because \(problem) while squasherd ran.",
+                advice:
+                    "Start it again: it opens the store the database holds now (or makes a new one), and its clients, told of the new store's identifier, start over on it."
+            )
         }
         if let problem = wiring.socketGuard.problem {
             throw DaemonError(
@@ -210,6 +220,12 @@ extension SquasherDaemon {
                 .init(
                     service: StoreFileGuard(store: store, loss: wiring.fileLoss, logger: logger),
                     successTerminationBehavior: .gracefullyShutdownGroup))
+        }
+        if let identity = wiring.identity {
+            // Returns when the database no longer holds the store: the daemon then stops.
+            services.append(
+                .init(
+                    service: StoreIdentityGuard(store: identity), successTerminationBehavior: .gracefullyShutdownGroup))
         }
         let socketGuard = wiring.socketGuard
         services += servers.map { .init(service: ServerService(server: $0, ready: ready, socketGuard: socketGuard)) }

@@ -95,6 +95,17 @@ public enum InsertInterest: Sendable, Hashable {
     case matching(ObjectPredicate)
 }
 
+/// A store on a server, whose content another program can replace while this process has it
+/// open (a database dropped and made anew, another store restored in its place): it tells when
+/// the server no longer holds the store this process opened, whose object IDs and tokens the
+/// process hands out. Going on would hand out the other store's objects under the first one's
+/// IDs; a daemon stops instead, to open what the server holds now.
+public protocol IdentityChecking: Sendable {
+    /// What became of the store this process opened, once the server was found without it;
+    /// `nil` while it holds it (or could not be asked).
+    func identityProblem() -> String?
+}
+
 /// A store that keeps its history for a while, not for ever (docs/OPERATIONS.md, "History
 /// retention"): a reader whose token is older than the retained history is told so and refetches.
 public protocol HistoryPruning: Sendable {
