@@ -41,6 +41,16 @@ struct FeedReconnection: Sendable {
 
     /// The delay before the next attempt after a failure.
     private(set) var delay = firstDelay
+    /// The failures since the feed last began: the first is worth telling, the ones after it
+    /// (squasherd still away) are not.
+    private(set) var failuresInARow = 0
+
+    /// The feed began (squasherd answered the Subscribe call): the next failure waits the first
+    /// delay again. Returns whether it began after failures, a reconnection worth telling.
+    mutating func feedBegan() -> Bool {
+        defer { (delay, failuresInARow) = (Self.firstDelay, 0) }
+        return failuresInARow > 0
+    }
 
     /// The feed ended; what to do next.
     mutating func feedEnded(_ ending: Ending) -> Action {
@@ -51,6 +61,7 @@ struct FeedReconnection: Sendable {
         case .tokenAhead:
             return .reconnect(after: .zero, fromNow: true)
         case .failed:
+            failuresInARow += 1
             defer { delay = min(delay * 2, Self.maximumDelay) }
             return .reconnect(after: delay, fromNow: false)
         case .cancelled:

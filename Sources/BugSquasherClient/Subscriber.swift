@@ -40,6 +40,8 @@ public final class Subscriber: Sendable {
         var pendingAdded: [(ObjectID, Int64)] = []
         var pendingRemoved: [ObjectID] = []
         var bytesReceived = 0
+        /// How the feed is followed across its failures.
+        var reconnection = FeedReconnection()
     }
 
     /// What one merge did.
@@ -138,7 +140,6 @@ public final class Subscriber: Sendable {
     ///   where the refreshed objects can be read at once; its events do not go to ``refreshes``.
     /// - Throws: ``StoreReplaced`` when squasherd is back serving another store; whatever `onRefresh` threw.
     public func run(onRefresh: RefreshHandler? = nil) async throws {
-        var reconnection = FeedReconnection()
         defer { refreshContinuation.finish() }
         while !Task.isCancelled {
             var failure: any Error = CancellationError()
@@ -155,7 +156,8 @@ public final class Subscriber: Sendable {
             // leads to the process that ended, and the next subscription's first Register would
             // fail on it and end that feed too.
             registrationClient.withLock { $0 = nil }
-            switch reconnection.feedEnded(ending) {
+            let action = state.withLock { $0.reconnection.feedEnded(ending) }
+            switch action {
             case .stop:
                 return
             case .fail:
@@ -169,12 +171,15 @@ public final class Subscriber: Sendable {
                 state.withLock { $0.token = nil }
             case .reconnect(let delay, fromNow: false):
                 guard delay > .zero else { continue }
-                logger.warning(
-                    "change feed interrupted; reconnecting",
-                    metadata: [
-                        "error": "\(TransportError.wordForSquasherd(failure))",
-                        "token": "\(lastToken.map(\.description) ?? "-")",
-                    ])
+                // Said once; squasherd still away after that is the same news.
+                if state.withLock({ $0.reconnection.failuresInARow }) == 1 {
+                    logger.warning(
+                        "change feed interrupted; reconnecting by itself (not logged again until it is back)",
+                        metadata: [
+                            "error": "\(TransportError.wordForSquasherd(failure))",
+                            "token": "\(lastToken.map(\.description) ?? "-")",
+                        ])
+                }
                 try? await Task.sleep(for: delay)
             }
         }
@@ -245,6 +250,11 @@ public final class Subscriber: Sendable {
         _ event: SubscribeReply, held: [(ObjectID, Int64)], heldLater: [(ObjectID, Int64)],
         heldVersions: [ObjectID: Int64]
     ) throws {
+        let reconnected = state.withLock { $0.reconnection.feedBegan() }
+        if reconnected {
+            logger.notice(
+                "change feed back; resuming after token \(lastToken.map(\.description) ?? "\(event.token)")")
+        }
         state.withLock { state in
             state.subscription = event.subscription
             if state.token == nil { state.token = HistoryToken(rawValue: event.token) }

@@ -375,7 +375,8 @@ struct SubscribeCommand: AsyncParsableCommand {
     /// with them.
     private func makeSubscriber(_ keys: [String]) throws -> Subscriber {
         var logger = Logger(label: "squasherctl")
-        logger.logLevel = .warning
+        // Notices too: the feed back after an interruption, a resync asked for.
+        logger.logLevel = .notice
         do {
             return try Subscriber(
                 socketPath: sockets.read.path, since: since.map(HistoryToken.init(rawValue:)), registeredOnly: !all,

@@ -16,6 +16,9 @@ struct Squasherd: AsyncParsableCommand {
         commandName: "squasherd",
         abstract: "The BugSquasher daemon: owns the bug store, runs imports, broadcasts every commit over Varlink.",
         discussion: """
+            The store is SQLite (bugs.sqlite in the state directory) unless the configuration \
+            file's store line names a PostgreSQL database (store = postgresql://…), which several \
+            daemons on several hosts can share (docs/OPERATIONS.md, Running on PostgreSQL). \
             Paths: a flag wins; then systemd's STATE_DIRECTORY and RUNTIME_DIRECTORY; then the \
             configuration file; then ./run/state and ./run/sockets. Under systemd: Type=notify \
             (READY=1 once the store is open and both sockets are bound, STATUS= with progress, \
@@ -27,7 +30,10 @@ struct Squasherd: AsyncParsableCommand {
         version: BugSquasherVersion.current
     )
 
-    @Option(help: "Directory of the SQLite store (bugs.sqlite), the import spool and the daemon's ID.")
+    @Option(
+        help:
+            "Directory of the SQLite store (bugs.sqlite), the import spool and the daemon's ID (on PostgreSQL, the spool and the ID)."
+    )
     var stateDirectory: String?
 
     @Option(help: "Directory of the sockets squasherd.sock (read) and squasherd-write.sock (write).")

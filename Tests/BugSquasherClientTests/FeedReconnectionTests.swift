@@ -19,6 +19,23 @@ struct FeedReconnectionTests {
         #expect(policy.feedEnded(.failed) == .reconnect(after: .milliseconds(100), fromNow: false))
     }
 
+    /// A feed that began again after failures starts the back-off over, and is worth telling;
+    /// one that began without failures before is not.
+    @Test("a feed that begins again starts the back-off over, and tells of a reconnection")
+    func beganAgain() {
+        var policy = FeedReconnection()
+        let first = policy.feedBegan()
+        #expect(!first)
+        _ = policy.feedEnded(.failed)
+        _ = policy.feedEnded(.failed)
+        #expect(policy.failuresInARow == 2)
+        let again = policy.feedBegan()
+        #expect(again)
+        #expect(policy.failuresInARow == 0)
+        #expect(policy.feedEnded(.failed) == .reconnect(after: .milliseconds(100), fromNow: false))
+        #expect(policy.failuresInARow == 1)
+    }
+
     @Test("a token the store never issued follows the feed from now, without back-off")
     func tokenAhead() {
         var policy = FeedReconnection()

@@ -183,6 +183,8 @@ final class ImportRunner: Service {
     func run() async throws {
         wakeup.yield()
         var lifecycle = JobLifecycle()
+        // Whether the last read of the job queue failed: said once, and once more when it works.
+        var queueUnreadable = false
         await withGracefulShutdownHandler {
             for await _ in wakeups {
                 while !Task.isShuttingDownGracefully {
@@ -192,7 +194,12 @@ final class ImportRunner: Service {
                         // Jobs whose failure could not even be recorded (a full disk) wait for a
                         // restart; jobs aborted before they started never run.
                         let skipped = book.outcomes.jobs.union(jobs.withLock { $0.abortedBeforeStart })
-                        guard let next = try await book.nextRunnable(excluding: skipped) else {
+                        let runnable = try await book.nextRunnable(excluding: skipped)
+                        if queueUnreadable {
+                            queueUnreadable = false
+                            logger.notice("reading the job queue again")
+                        }
+                        guard let next = runnable else {
                             // A job that waited for the store may have been aborted meanwhile.
                             activityHandler(.idle)
                             break
@@ -206,11 +213,14 @@ final class ImportRunner: Service {
                             break
                         }
                         // A running job would otherwise wait for the next submission or start.
-                        logger.warning(
-                            "cannot read the job queue now; reading it again",
-                            metadata: [
-                                "retry.in": "\(delay)", "error": "\((error as? GraphError)?.message ?? "\(error)")",
-                            ])
+                        if !queueUnreadable {
+                            logger.warning(
+                                "cannot read the job queue now; reading it again (not logged again until it works)",
+                                metadata: [
+                                    "retry.in": "\(delay)", "error": "\((error as? GraphError)?.message ?? "\(error)")",
+                                ])
+                        }
+                        queueUnreadable = true
                         await waitToRetry(
                             delay, unreachable: outcome(of: error) == .storeUnreachable, answered: answered)
                         continue
