@@ -126,7 +126,7 @@ extension PostgresStore {
     /// statement may have taken is never given out, and keys need not follow each other.
     private func allocateKeys(_ wanted: [(entity: String, count: Int64)]) throws -> [(String, Range<Int64>)] {
         let blocks = wanted.map { ($0.entity, KeyReserve.allocation(for: $0.count)) }.sorted { $0.0 < $1.0 }
-        return try withConnection("allocate primary keys", onceMoreIfEnded: true) { connection in
+        return try withConnection("reserve IDs for new objects", onceMoreIfEnded: true) { connection in
             var bindings = PostgresBindings()
             bindings.append(blocks.map(\.0))
             bindings.append(KeyArray(blocks.map(\.1)))

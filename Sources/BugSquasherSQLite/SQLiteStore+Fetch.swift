@@ -125,7 +125,7 @@ extension SQLiteStore {
             slots.append(slot)
         }
         // Each entity's first key, then the next one to hand out; in the order of `entities`.
-        var nextKeys: [Int64] = try wrap("allocate primary keys") {
+        var nextKeys: [Int64] = try wrap("reserve IDs for new objects") {
             try pool.write { db in
                 try zip(entities, counts).map { entity, count in
                     try db.execute(
