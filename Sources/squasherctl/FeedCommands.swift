@@ -385,7 +385,7 @@ struct SubscribeCommand: AsyncParsableCommand {
             )
         } catch let error as GraphError {
             // squasherd could not answer (its store out of reach), or could not be reached.
-            printError("squasherctl: \(error.message)")
+            printError("squasherctl: \(wording(of: error))")
             throw exitStatus(of: error)
         } catch {
             printError("squasherctl: \(error)")
@@ -404,7 +404,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         do {
             initial = try await subscriber.context.perform { context in try Self.hold(keys, in: context) }
         } catch let error as GraphError {
-            printError("squasherctl: could not fetch the bugs of the \(keys.count) key(s) given: \(error.message)")
+            printError("squasherctl: could not fetch the bugs of the \(keys.count) key(s) given: \(wording(of: error))")
             throw exitStatus(of: error)
         }
         let missing = Set(keys).subtracting(initial.map(\.key))

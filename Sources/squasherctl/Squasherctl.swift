@@ -138,6 +138,14 @@ func exitStatus(of error: GraphError) -> ExitCode {
     }
 }
 
+/// What `error`, a failure of the object graph over squasherd, says to a person: the failed
+/// connection's own words (a timeout, a refusal, what to do) when the connection failed, the
+/// error's statement and advice otherwise.
+func wording(of error: GraphError) -> String {
+    guard let transport = error.cause as? TransportError else { return error.message }
+    return transport.wordedForSquasherd.message
+}
+
 /// What a refused call says to a person: the daemon's message, or an explanation of the error.
 func refusal(_ error: VarlinkError) -> String {
     if error.name == "io.bugsquasher.Changes.TokenAhead" {
