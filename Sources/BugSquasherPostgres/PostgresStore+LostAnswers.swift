@@ -133,14 +133,25 @@ extension PostgresStore {
     /// statement may have committed, and its connection is no good.
     static func endsSession(_ error: any Error) -> Bool {
         if error is ConnectionClosedUnderStatement { return true }
+        if let legacy = error as? PostgresError {
+            // The history pages' `PreparedQuery` throws these: postgres-nio's older API.
+            switch legacy {
+            case .connectionClosed, .protocol: return true
+            case .server(let response): return response.fields[.sqlState].map(endsSession(sqlState:)) ?? false
+            }
+        }
         guard let psql = error as? PSQLError else { return false }
         guard let state = psql.serverInfo?[.sqlState] else {
             return connectionFailures.contains(psql.code) || protocolFailures.contains(psql.code)
         }
-        // Class 57 (operator intervention: a shutdown, a terminated session) and 08 (connection
-        // exception) end the session, perhaps after the commit; but a cancelled statement
-        // (57014) rolled back, and its session goes on.
-        return (state.hasPrefix("57") && state != "57014") || state.hasPrefix("08")
+        return endsSession(sqlState: state)
+    }
+
+    /// Whether a server error of `state` ended the session: class 57 (operator intervention: a
+    /// shutdown, a terminated session) and 08 (connection exception) do, perhaps after the
+    /// commit; but a cancelled statement (57014) rolled back, and its session goes on.
+    private static func endsSession(sqlState state: String) -> Bool {
+        (state.hasPrefix("57") && state != "57014") || state.hasPrefix("08")
     }
 
     /// The session `connection` is on the server, for ``settle(_:)`` to end it.

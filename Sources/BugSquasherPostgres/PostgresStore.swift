@@ -404,6 +404,12 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
                 advice: advice(sqlState: psql.serverInfo?[.sqlState], hint: psql.serverInfo?[.hint], message: message),
                 cause: starting ? Unreachable(server: Described(psql)) : Described(psql))
         }
+        if case .server(let response)? = error as? PostgresError, let message = response.fields[.message] {
+            // The same, from postgres-nio's older API (the history pages' `PreparedQuery`).
+            return GraphError(
+                .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
+                advice: advice(sqlState: response.fields[.sqlState], hint: response.fields[.hint], message: message))
+        }
         if let psql = error as? PSQLError, psql.code == .sslUnsupported {
             return GraphError(
                 .storeIO,
@@ -432,7 +438,7 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         // failed (that reached the server, and waiting would not change it), nor anything else
         // that went wrong.
         let unreachable =
-            error is ConnectionClosedUnderStatement
+            error is ConnectionClosedUnderStatement || Self.isLegacyClosedConnection(error)
             || (error as? PSQLError).map { psql in
                 Self.connectionFailures.contains(psql.code) && !(psql.underlying is NIOSSLError)
             } ?? false
@@ -509,9 +515,22 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         var description: String { PostgresStore.describe(error) }
     }
 
+    /// Whether `error` is postgres-nio's older API (the history pages' `PreparedQuery`) saying
+    /// that the connection closed.
+    static func isLegacyClosedConnection(_ error: any Error) -> Bool {
+        if case .connectionClosed? = error as? PostgresError { return true }
+        return false
+    }
+
     /// A failure in words: postgres-nio's own description hides what happened (the server's
     /// message, the error's code and the underlying error say it).
     static func describe(_ error: any Error) -> String {
+        switch error as? PostgresError {
+        case .server(let response)?: return "the server said: \(response.fields[.message] ?? "\(response)")"
+        case .connectionClosed?: return "the connection closed (the server stopped, or ended the session)"
+        case .protocol(let message)?: return "postgres-nio closed the connection (\(message))"
+        case nil: break
+        }
         guard let psql = error as? PSQLError else { return "\(error)" }
         if let message = psql.serverInfo?[.message] { return "the server said: \(message)" }
         switch psql.code {

@@ -254,6 +254,33 @@ struct PostgresStoreTests {
         #expect(error.statement.contains("closed while a statement waited for its answer"), "\(error)")
     }
 
+    /// postgres-nio's older API, which reads the history's pages, throws errors of its own: a
+    /// closed connection is an ended session and a server out of reach, as it is from the newer.
+    @Test("a connection closed under a history page is an ended session, out of reach")
+    func legacyClosedConnection() throws {
+        let store = PostgresStore(configuration: try PostgresStoreConfiguration(url: "postgresql://u@db.invalid/bugs"))
+        #expect(PostgresStore.endsSession(PostgresError.connectionClosed))
+        let error = store.storeError("read the history", PostgresError.connectionClosed)
+        #expect(error.isServerUnreachable)
+        #expect(error.statement.contains("the connection closed"), "\(error)")
+    }
+
+    /// A history page the server refuses says what the server said, as any other statement does.
+    @Test("a history page the server refuses says what it said")
+    func pageRefusalWorded() throws {
+        guard TestPostgres.isAvailable() else { return }
+        let store = try freshStore()
+        _ = try StoreCoordinator(model: BugModel.model, store: store)
+        try store.withConnection("drop the history") { _ = try store.run("DROP TABLE bs_history", [], on: $0) }
+        let error = #expect(throws: GraphError.self) {
+            try store.withConnection("read the history") { try store.readHistory(after: 0, before: nil, on: $0) }
+        }
+        #expect(
+            error?.statement.contains(#"said: relation "bs_history" does not exist"#) == true,
+            "\(String(describing: error))")
+        #expect(error?.isServerUnreachable == false)
+    }
+
     /// A server's refusals a new set-up meets say what to do, naming the role and database.
     @Test("a missing database, or a role without the rights a new store needs, says what to do")
     func setUpRefusalsAdvise() throws {
