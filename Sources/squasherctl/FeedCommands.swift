@@ -78,19 +78,19 @@ struct WatchCommand: AsyncParsableCommand {
                     printError("squasherctl: \(TransportError.closedBeforeAnswering(path).wordedForSquasherd.message)")
                     throw Exit.unreachable
                 }
+                if progress.resyncReason != nil {
+                    // squasherd ended the feed with a resync, printed with its reason and token:
+                    // the watch goes on from there at once, with nothing more to say.
+                    progress.resyncReason = nil
+                    continue
+                }
                 if !progress.interrupted {
-                    let why =
-                        switch progress.resyncReason {
-                        case .some(ResyncReason.behind): "squasherd asked this watch, which fell behind, to resync"
-                        case .some(ResyncReason.historyExpired):
-                            "the saves after its token were pruned from the history"
-                        default: "squasherd stopped, or the connection broke"
-                        }
                     FileHandle.standardError.write(
-                        Data("the feed ended (\(why)); resuming after token \(progress.position ?? 0)\n".utf8))
+                        Data(
+                            "the feed ended (squasherd stopped, or the connection broke); resuming after token \(progress.position ?? 0)\n"
+                                .utf8))
                     progress.interrupted = true
                 }
-                progress.resyncReason = nil
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
