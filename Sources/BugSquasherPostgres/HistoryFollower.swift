@@ -165,10 +165,14 @@ final class HistoryFollower: Sendable {
     /// nothing but the refusal is reported (``PostgresStore/noteHeartbeat(refusal:)``).
     private static func beat(_ store: PostgresStore, on connection: PostgresConnection) async throws {
         let fired = StopFlag()
-        let watchdog = Task {
-            try await Task.sleep(for: heartbeatDeadline)
+        // Timed by the connection's event loop, not by a task of Swift's shared pool: threads of
+        // that pool blocked on the store (calls waiting for the connection a statement to the
+        // silent server holds) kept such a deadline from ever firing, and the daemon hung until
+        // TCP gave up.
+        let watchdog = connection.eventLoop.scheduleTask(in: .seconds(heartbeatDeadline.components.seconds)) {
             fired.set()
-            try? await connection.close()
+            let closing: EventLoopFuture<Void> = connection.close()
+            _ = closing
         }
         defer { watchdog.cancel() }
         do {

@@ -161,7 +161,8 @@ extension SquasherDaemon {
         let jobs = JobsInterface(
             stack: stack, hub: hub, activeJob: { status.activeJob }, waitingJob: { status.waitingJob },
             book: runner.book,
-            storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)", health: health)
+            storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)", health: health,
+            readers: readers)
         let imports = ImportInterface(
             stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), health: health,
             metrics: metrics,
