@@ -63,6 +63,12 @@ struct JobFollower {
                     if let first { show(current, since: first) }
                     return true
                 }
+            } catch let error as VarlinkError where error.isStoreUnavailable {
+                // squasherd is there, its store is not (a database restarting): the job waits for
+                // it too, and goes on by itself.
+                let reason = error.statement ?? error.description
+                try waitForDaemon(
+                    lost: "squasherd cannot reach its store now", reason: reason, job: job, lostAt: &lostAt)
             } catch let error as VarlinkError {
                 throw refusal(error, job: job, jobStore: jobStore, servedStore: servedStore)
             } catch let error as TransportError where !reached {
@@ -70,7 +76,8 @@ struct JobFollower {
                 throw Exit.unreachable
             } catch let error as TransportError {
                 // squasherd stopped or restarts: the job resumes when it is back.
-                try waitForDaemon(after: error.wordedForSquasherd, job: job, lostAt: &lostAt)
+                try waitForDaemon(
+                    lost: "lost squasherd", reason: error.wordedForSquasherd.message, job: job, lostAt: &lostAt)
             }
         }
         progress.clear()
@@ -107,24 +114,24 @@ struct JobFollower {
         return refused(error)
     }
 
-    /// Waits a moment for squasherd to come back after the connection failed with `error`,
-    /// saying so once (`lostAt` is when it was lost); throws ``Exit/unreachable`` when it has
-    /// been gone for longer than ``patience``.
-    private func waitForDaemon(after error: TransportError, job: String, lostAt: inout ContinuousClock.Instant?)
+    /// Waits a moment for squasherd, or its store, to come back after following failed (`lost`
+    /// says which, `reason` why), saying so once (`lostAt` is when it was lost); throws
+    /// ``Exit/unreachable`` when it has been gone for longer than ``patience``.
+    private func waitForDaemon(lost: String, reason: String, job: String, lostAt: inout ContinuousClock.Instant?)
         throws
     {
-        let reason = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
+        let reason = reason.hasSuffix(".") ? String(reason.dropLast()) : reason
         let now = ContinuousClock.now
         if let lostAt, now - lostAt > Self.patience {
             printError(
-                "squasherctl: squasherd has been unreachable for \(Self.patience.components.seconds) s (\(reason)); job \(job) resumes when it starts again. Follow it with: squasherctl jobs \(job) --wait"
+                "squasherctl: stopped waiting after \(Self.patience.components.seconds) s (\(reason)); job \(job) goes on when squasherd and its store are back. Follow it with: squasherctl jobs \(job) --wait"
             )
             throw Exit.unreachable
         }
         if lostAt == nil {
             progress.clear()
             printError(
-                "squasherctl: lost squasherd (\(reason)); job \(job) resumes when squasherd is back; waiting for it (Ctrl-C stops waiting, not the job)"
+                "squasherctl: \(lost) (\(reason)); job \(job) goes on when it is back; waiting for it (Ctrl-C stops waiting, not the job)"
             )
             lostAt = now
         }

@@ -468,9 +468,11 @@ struct PostgresEndToEndTests {
         #expect(try await daemon.waitForExit() == 0)
     }
 
-    /// A subscriber started while squasherd cannot reach its database is told so in words and
+    /// While squasherd cannot reach its database, a subscriber started is told so in words and
     /// exits 75 (try again later), as `get` and `list` do: squasherd answered, its store did not.
-    @Test("a subscriber started while the database is out of reach exits 75, saying so")
+    /// An import followed then waits for the store, saying so, and ends with the job: the job
+    /// goes on by itself.
+    @Test("while the database is out of reach, subscribe exits 75 and a job's follower waits")
     func subscribeWhileUnreachable() async throws {
         guard let server = TestPostgres.server, var components = URLComponents(string: server),
             let socketDirectory = components.queryItems?.first(where: { $0.name == "host" })?.value,
@@ -495,6 +497,7 @@ struct PostgresEndToEndTests {
         try await withDaemon(configuration: "store = \(components.string!)\n") { squasherd in
             let records = try squasherd.writeRecords("held.ndjson", count: 3, prefix: "HELD", title: "t")
             try await squasherd.ctl(["import", records.path, "--wait"])
+            let job = try await runningImport(on: squasherd, prefix: "AWAY", title: "t")
             try FileManager.default.removeItem(atPath: "\(relay)/.s.PGSQL.\(port)")
             let ended = try await psql(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'squasherd[\(squasherd.process.pid)]'"
@@ -505,6 +508,14 @@ struct PostgresEndToEndTests {
             #expect(try await subscriber.waitForExit(timeout: .seconds(30)) == 75, "\(subscriber.errorOutput)")
             #expect(subscriber.errorOutput.contains("cannot be reached"), "\(subscriber.errorOutput)")
             #expect(!subscriber.errorOutput.contains("(cause:"), "\(subscriber.errorOutput)")
+            let follower = try squasherd.startCtl("follower", ["jobs", job, "--wait"])
+            try await follower.waitForErrorOutput(containing: "squasherd cannot reach its store now")
+            #expect(follower.exitStatus == nil, "\(follower.errorOutput)")
+            try FileManager.default.createSymbolicLink(
+                atPath: "\(relay)/.s.PGSQL.\(port)", withDestinationPath: "\(socketDirectory)/.s.PGSQL.\(port)")
+            #expect(try await follower.waitForExit(timeout: .seconds(120)) == 0, "\(follower.errorOutput)")
+            #expect(
+                follower.output.joined().contains("4000 read, 4000 imported, 0 rejected"), "\(follower.output)")
         }
     }
 
