@@ -81,14 +81,29 @@ private final class ScrapeHandler: ChannelInboundHandler, @unchecked Sendable {
 
     private func respond(to request: HTTPRequestHead, context: ChannelHandlerContext) {
         let path = request.uri.split(separator: "?").first.map(String.init) ?? request.uri
-        let (status, type, body): (HTTPResponseStatus, String, [UInt8])
         if request.method != .GET && request.method != .HEAD {
-            (status, type, body) = (.methodNotAllowed, "text/plain", Array("Use GET /metrics.\n".utf8))
+            send(.methodNotAllowed, "text/plain", Array("Use GET /metrics.\n".utf8), to: request, context: context)
         } else if path == "/metrics" || path == "/" {
-            (status, type, body) = (.ok, "text/plain; version=0.0.4; charset=utf-8", exporter.bytes(collect: collect))
+            // Collecting reads the store, which can wait for a database gone silent (until the
+            // store's heartbeat gives up on it): on a thread of the pool, not on this event loop,
+            // which serves other connections too.
+            let (exporter, collect) = (exporter, collect)
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            NIOThreadPool.singleton.runIfActive(eventLoop: context.eventLoop) { exporter.bytes(collect: collect) }
+                .whenSuccess { body in
+                    let (handler, context) = bound.value
+                    handler.send(
+                        .ok, "text/plain; version=0.0.4; charset=utf-8", body, to: request, context: context)
+                }
         } else {
-            (status, type, body) = (.notFound, "text/plain", Array("Metrics are at /metrics.\n".utf8))
+            send(.notFound, "text/plain", Array("Metrics are at /metrics.\n".utf8), to: request, context: context)
         }
+    }
+
+    private func send(
+        _ status: HTTPResponseStatus, _ type: String, _ body: [UInt8], to request: HTTPRequestHead,
+        context: ChannelHandlerContext
+    ) {
         var headers = HTTPHeaders([("Content-Type", type), ("Content-Length", "\(body.count)")])
         if !request.isKeepAlive { headers.add(name: "Connection", value: "close") }
         context.write(
