@@ -74,6 +74,13 @@ extension ThreadExecutor {
         ThreadExecutor(name: "read", threads: min(4, max(2, ProcessInfo.processInfo.activeProcessorCount / 2)))
     }
 
+    /// The threads the `Jobs` calls run on (the status, the metrics, the jobs): two of their own,
+    /// so that they neither queue behind clients' slow queries nor, waiting for a database gone
+    /// silent, take the cooperative pool's threads and the timers that end such a wait.
+    static func daemonCalls() -> ThreadExecutor {
+        ThreadExecutor(name: "calls", threads: 2)
+    }
+
     /// The threads import chunks and job records are saved on: two, so that a job's record
     /// waits for the chunk being saved on the store's writer, not for a thread behind it.
     static func writers() -> ThreadExecutor {

@@ -22,10 +22,11 @@ struct JobsInterface: VarlinkInterface {
     var health = HealthRecord()
     /// What `Metrics` answers.
     let metricsText = MetricsText()
-    /// Where the calls run: the status, the metrics and the jobs read the store, which can wait
-    /// for a database that went silent; on Swift's shared pool such waits took its few threads,
-    /// and with them the timers that end the wait.
-    let readers: ThreadExecutor
+    /// Where the calls run (``ThreadExecutor/daemonCalls()``): the status, the metrics and the
+    /// jobs read the store, which can wait for a database that went silent; on Swift's shared
+    /// pool such waits took its few threads, and on the read threads they would queue behind
+    /// clients' slow queries.
+    let executor: ThreadExecutor
 
     /// The most rejects one `Rejects` call answers (a reply of a few MB); `offset` pages past
     /// it. Any local user may call it on the read socket, and every unread reply is held.
@@ -35,12 +36,12 @@ struct JobsInterface: VarlinkInterface {
     func streams(_ method: String) -> Bool { method == "Watch" }
 
     func handle(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier) async throws {
-        try await withTaskExecutorPreference(readers) {
-            try await handleOnReaders(call, context: context, replier: replier)
+        try await withTaskExecutorPreference(executor) {
+            try await handleOnItsThreads(call, context: context, replier: replier)
         }
     }
 
-    private func handleOnReaders(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
+    private func handleOnItsThreads(_ call: VarlinkCall, context: VarlinkCallContext, replier: some VarlinkReplier)
         async throws
     {
         do {

@@ -162,7 +162,7 @@ extension SquasherDaemon {
             stack: stack, hub: hub, activeJob: { status.activeJob }, waitingJob: { status.waitingJob },
             book: runner.book,
             storeDescription: "\(stack.store.storeType) \(configuration.storeDescription)", health: health,
-            readers: readers)
+            executor: ThreadExecutor.daemonCalls())
         let imports = ImportInterface(
             stack: stack, runner: runner, configuration: configuration, uploads: UploadRegistry(), health: health,
             metrics: metrics,
