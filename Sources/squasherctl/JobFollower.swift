@@ -68,7 +68,8 @@ struct JobFollower {
                 // it too, and goes on by itself.
                 let reason = error.statement ?? error.description
                 try waitForDaemon(
-                    lost: "squasherd cannot reach its store now", reason: reason, job: job, lostAt: &lostAt)
+                    lost: "squasherd cannot reach its store now", reason: reason, job: job, lostAt: &lostAt,
+                    givingUp: Exit.unavailable)
             } catch let error as VarlinkError {
                 throw refusal(error, job: job, jobStore: jobStore, servedStore: servedStore)
             } catch let error as TransportError where !reached {
@@ -116,17 +117,19 @@ struct JobFollower {
 
     /// Waits a moment for squasherd, or its store, to come back after following failed (`lost`
     /// says which, `reason` why), saying so once (`lostAt` is when it was lost); throws
-    /// ``Exit/unreachable`` when it has been gone for longer than ``patience``.
-    private func waitForDaemon(lost: String, reason: String, job: String, lostAt: inout ContinuousClock.Instant?)
-        throws
-    {
+    /// `givingUp` (``Exit/unreachable`` for squasherd, ``Exit/unavailable`` for its store) when
+    /// it has been gone for longer than ``patience``.
+    private func waitForDaemon(
+        lost: String, reason: String, job: String, lostAt: inout ContinuousClock.Instant?,
+        givingUp: ExitCode = Exit.unreachable
+    ) throws {
         let reason = reason.hasSuffix(".") ? String(reason.dropLast()) : reason
         let now = ContinuousClock.now
         if let lostAt, now - lostAt > Self.patience {
             printError(
                 "squasherctl: stopped waiting after \(Self.patience.components.seconds) s (\(reason)); job \(job) goes on when squasherd and its store are back. Follow it with: squasherctl jobs \(job) --wait"
             )
-            throw Exit.unreachable
+            throw givingUp
         }
         if lostAt == nil {
             progress.clear()
