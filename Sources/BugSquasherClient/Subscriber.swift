@@ -176,21 +176,16 @@ public final class Subscriber: Sendable {
                     logger.warning(
                         "change feed interrupted; reconnecting by itself (not logged again until it is back)",
                         metadata: [
-                            "error": "\(Self.whatHappened(failure))",
+                            // What happened, without a command's advice ("start it again,
+                            // then retry"): the subscriber retries by itself.
+                            "error":
+                                "\(TransportError.squasherdConnectionFailure(in: failure)?.statement ?? "\(failure)")",
                             "token": "\(lastToken.map(\.description) ?? "-")",
                         ])
                 }
                 try? await Task.sleep(for: delay)
             }
         }
-    }
-
-    /// What happened to the feed, without the advice a person running a command would get
-    /// ("start it again, then retry"): the subscriber retries by itself.
-    private static func whatHappened(_ failure: any Error) -> String {
-        let connection = (failure as? GraphError)?.cause ?? failure
-        guard let transport = connection as? TransportError else { return "\(failure)" }
-        return transport.wordedForSquasherd.statement
     }
 
     /// What a failure of the feed means for following it (see ``FeedReconnection``).

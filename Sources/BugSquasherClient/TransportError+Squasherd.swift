@@ -1,3 +1,4 @@
+import BugSquasherGraph
 public import BugSquasherTransport
 
 extension TransportError {
@@ -57,6 +58,13 @@ extension TransportError {
             break
         }
         return worded
+    }
+
+    /// The failed connection to squasherd behind `error` (itself, or the cause of a
+    /// `GraphError` a ``RemoteStore`` threw), worded for squasherd's clients; `nil` when no
+    /// connection failed.
+    public static func squasherdConnectionFailure(in error: any Error) -> TransportError? {
+        ((error as? GraphError)?.cause as? TransportError ?? error as? TransportError)?.wordedForSquasherd
     }
 
     /// `error` worded for squasherd's clients (``wordedForSquasherd``) when it is a

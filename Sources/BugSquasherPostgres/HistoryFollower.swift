@@ -171,8 +171,7 @@ final class HistoryFollower: Sendable {
         // TCP gave up.
         let watchdog = connection.eventLoop.scheduleTask(in: .seconds(heartbeatDeadline.components.seconds)) {
             fired.set()
-            let closing: EventLoopFuture<Void> = connection.close()
-            _ = closing
+            _ = connection.close() as EventLoopFuture<Void>
         }
         defer { watchdog.cancel() }
         do {

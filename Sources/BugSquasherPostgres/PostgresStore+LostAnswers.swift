@@ -133,18 +133,17 @@ extension PostgresStore {
     /// statement may have committed, and its connection is no good.
     static func endsSession(_ error: any Error) -> Bool {
         if error is ConnectionClosedUnderStatement { return true }
-        if let legacy = error as? PostgresError {
-            // The history pages' `PreparedQuery` throws these: postgres-nio's older API.
-            switch legacy {
-            case .connectionClosed, .protocol: return true
-            case .server(let response): return response.fields[.sqlState].map(endsSession(sqlState:)) ?? false
-            }
-        }
-        guard let psql = error as? PSQLError else { return false }
-        guard let state = psql.serverInfo?[.sqlState] else {
+        if let state = serverFields(error)?.sqlState { return endsSession(sqlState: state) }
+        switch error {
+        case let psql as PSQLError:
             return connectionFailures.contains(psql.code) || protocolFailures.contains(psql.code)
+        // postgres-nio's older API (the history pages' `PreparedQuery`): a closed connection, or
+        // one it closed on a message it did not expect.
+        case let legacy as PostgresError:
+            if case .server = legacy { return false }
+            return true
+        default: return false
         }
-        return endsSession(sqlState: state)
     }
 
     /// Whether a server error of `state` ended the session: class 57 (operator intervention: a

@@ -396,19 +396,14 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
 
     /// What went wrong with the server, for a person.
     func storeError(_ action: String, _ error: any Error) -> GraphError {
-        if let psql = error as? PSQLError, let message = psql.serverInfo?[.message] {
+        if let server = Self.serverFields(error), let message = server.message {
+            let described = (error as? PSQLError).map(Described.init)
             // `cannot_connect_now`: the server is starting up or shutting down, as good as down.
-            let starting = psql.serverInfo?[.sqlState] == "57P03"
+            let cause: (any Error & Sendable)? =
+                server.sqlState == "57P03" ? Unreachable(server: described) : described
             return GraphError(
                 .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
-                advice: advice(sqlState: psql.serverInfo?[.sqlState], hint: psql.serverInfo?[.hint], message: message),
-                cause: starting ? Unreachable(server: Described(psql)) : Described(psql))
-        }
-        if case .server(let response)? = error as? PostgresError, let message = response.fields[.message] {
-            // The same, from postgres-nio's older API (the history pages' `PreparedQuery`).
-            return GraphError(
-                .storeIO, "Could not \(action): PostgreSQL at \(configuration.address) said: \(message).",
-                advice: advice(sqlState: response.fields[.sqlState], hint: response.fields[.hint], message: message))
+                advice: advice(sqlState: server.sqlState, hint: server.hint, message: message), cause: cause)
         }
         if let psql = error as? PSQLError, psql.code == .sslUnsupported {
             return GraphError(
@@ -515,6 +510,15 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
         var description: String { PostgresStore.describe(error) }
     }
 
+    /// The fields of the server's error that `error` carries, from postgres-nio's `PSQLError` or
+    /// from the `PostgresError` of its older API (the history pages' `PreparedQuery`, whose
+    /// futures turn the one into the other); `nil` for a failure that is not the server's.
+    static func serverFields(_ error: any Error) -> (message: String?, sqlState: String?, hint: String?)? {
+        if let info = (error as? PSQLError)?.serverInfo { return (info[.message], info[.sqlState], info[.hint]) }
+        guard case .server(let response)? = error as? PostgresError else { return nil }
+        return (response.fields[.message], response.fields[.sqlState], response.fields[.hint])
+    }
+
     /// Whether `error` is postgres-nio's older API (the history pages' `PreparedQuery`) saying
     /// that the connection closed.
     static func isLegacyClosedConnection(_ error: any Error) -> Bool {
@@ -525,14 +529,13 @@ public final class PostgresStore: IncrementalStore, CommitObservable, SharedStor
     /// A failure in words: postgres-nio's own description hides what happened (the server's
     /// message, the error's code and the underlying error say it).
     static func describe(_ error: any Error) -> String {
+        if let message = serverFields(error)?.message { return "the server said: \(message)" }
         switch error as? PostgresError {
-        case .server(let response)?: return "the server said: \(response.fields[.message] ?? "\(response)")"
         case .connectionClosed?: return "the connection closed (the server stopped, or ended the session)"
         case .protocol(let message)?: return "postgres-nio closed the connection (\(message))"
-        case nil: break
+        case .server, nil: break
         }
         guard let psql = error as? PSQLError else { return "\(error)" }
-        if let message = psql.serverInfo?[.message] { return "the server said: \(message)" }
         switch psql.code {
         case .clientClosedConnection:
             return "the connection was closed here: the server had stopped answering, or had ended the session"

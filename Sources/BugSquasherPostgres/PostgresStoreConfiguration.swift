@@ -68,9 +68,9 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
                 advice: "Write it as postgresql://user@host:port/database (or ?host=/run/postgresql for a Unix socket)."
             )
         }
-        let items = (components.queryItems ?? []).map { ($0.name, $0.value ?? "") }
         var query: [String: String] = [:]
-        for (name, value) in items {
+        for item in components.queryItems ?? [] {
+            let (name, value) = (item.name, item.value ?? "")
             // Which of two values counts differs between programs: neither is taken.
             guard query.updateValue(value, forKey: name) == nil else {
                 throw PostgresStoreError.configuration(

@@ -117,6 +117,11 @@ func withClient<T>(_ endpoint: Endpoint, _ body: (BlockingVarlinkClient) throws 
 /// uploads), ``Exit/failed`` otherwise.
 func refused(_ error: VarlinkError) -> ExitCode {
     printError("squasherctl: \(refusal(error))")
+    return exitStatus(of: error)
+}
+
+/// The exit status for a call squasherd refused with `error`, as ``refused(_:)`` gives it.
+func exitStatus(of error: VarlinkError) -> ExitCode {
     if ["org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound"].contains(error.name) {
         return Exit.unreachable
     }
@@ -127,12 +132,12 @@ func refused(_ error: VarlinkError) -> ExitCode {
 }
 
 /// The exit status for `error`, a failure of the object graph over squasherd (a subscriber's
-/// fetch): as ``refused(_:)`` for a call squasherd refused (``Exit/unavailable`` when it could
-/// not reach its store), ``Exit/unreachable`` when the connection failed, ``Exit/failed``
+/// fetch): as ``refused(_:)`` gives it for a call squasherd refused (``Exit/unavailable`` when it
+/// could not reach its store), ``Exit/unreachable`` when the connection failed, ``Exit/failed``
 /// otherwise.
 func exitStatus(of error: GraphError) -> ExitCode {
     switch error.cause {
-    case let refusal as VarlinkError: refusal.isStoreUnavailable ? Exit.unavailable : Exit.failed
+    case let refusal as VarlinkError: exitStatus(of: refusal)
     case is TransportError: Exit.unreachable
     default: Exit.failed
     }
@@ -142,8 +147,7 @@ func exitStatus(of error: GraphError) -> ExitCode {
 /// connection's own words (a timeout, a refusal, what to do) when the connection failed, the
 /// error's statement and advice otherwise.
 func wording(of error: GraphError) -> String {
-    guard let transport = error.cause as? TransportError else { return error.message }
-    return transport.wordedForSquasherd.message
+    TransportError.squasherdConnectionFailure(in: error)?.message ?? error.message
 }
 
 /// What a refused call says to a person: the daemon's message, or an explanation of the error.

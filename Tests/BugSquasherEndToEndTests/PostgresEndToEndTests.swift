@@ -28,6 +28,36 @@ struct PostgresEndToEndTests {
         return run.output
     }
 
+    /// A store URL (a schema of its own) whose server's socket is looked for in `directory`, made
+    /// here: a daemon given it reaches the server only while ``SocketLink/link`` is there, made
+    /// with ``SocketLink/make()`` and removed to put the server out of that daemon's reach alone.
+    /// `nil`, said, when the test server is not on a Unix socket.
+    private func serverThroughLink(in directory: String) throws -> (url: String, link: SocketLink)? {
+        guard let server = TestPostgres.server, var components = URLComponents(string: server),
+            let socketDirectory = components.queryItems?.first(where: { $0.name == "host" })?.value,
+            socketDirectory.hasPrefix("/")
+        else {
+            print("skipped: BUGSQUASHER_POSTGRES_URL is not set to a Unix socket (scripts/test.sh starts a server)")
+            return nil
+        }
+        let socket = ".s.PGSQL.\(components.queryItems?.first(where: { $0.name == "port" })?.value ?? "5432")"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        components.queryItems =
+            (components.queryItems ?? []).filter { $0.name != "host" } + [
+                URLQueryItem(name: "host", value: directory),
+                URLQueryItem(name: "schema", value: "e2e_\(UUID().uuidString.prefix(8).lowercased())"),
+            ]
+        return (components.string!, SocketLink(link: "\(directory)/\(socket)", target: "\(socketDirectory)/\(socket)"))
+    }
+
+    /// A link to the test server's socket, in a directory a daemon looks for it in.
+    private struct SocketLink {
+        let link: String
+        let target: String
+        func make() throws { try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: target) }
+        func remove() throws { try FileManager.default.removeItem(atPath: link) }
+    }
+
     /// Starts an import of 4,000 records (keys `prefix`-1 …) through `daemon` and returns its job
     /// once it has imported some: a job running, for a test to interrupt.
     private func runningImport(on daemon: TestDaemon, prefix: String, title: String) async throws -> String {
@@ -410,26 +440,12 @@ struct PostgresEndToEndTests {
     /// a stop asked for while it waits ends it at once, as no failure.
     @Test("squasherd started before its database waits for it, and serves once it answers")
     func waitsForTheDatabase() async throws {
-        guard let url = TestPostgres.server,
-            var components = URLComponents(string: url),
-            let server = components.queryItems?.first(where: { $0.name == "host" })?.value, server.hasPrefix("/")
-        else {
-            print("skipped: BUGSQUASHER_POSTGRES_URL is not set to a Unix socket (scripts/test.sh starts a server)")
-            return
-        }
-        let port = components.queryItems?.first(where: { $0.name == "port" })?.value ?? "5432"
         let directory = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // The daemon looks for the server's socket in a directory of its own, empty until the
         // server "comes up" there.
-        let later = directory + "/pg"
-        try FileManager.default.createDirectory(atPath: later, withIntermediateDirectories: true)
-        components.queryItems =
-            (components.queryItems ?? []).filter { $0.name != "host" } + [
-                URLQueryItem(name: "host", value: later),
-                URLQueryItem(name: "schema", value: "e2e_\(UUID().uuidString.prefix(8).lowercased())"),
-            ]
-        try "store = \(components.string!)\nstore_wait = 120\n".write(
+        guard let (url, socket) = try serverThroughLink(in: directory + "/pg") else { return }
+        try "store = \(url)\nstore_wait = 120\n".write(
             toFile: directory + "/squasherd.conf", atomically: true, encoding: .utf8)
         func start() throws -> ChildProcess {
             try ChildProcess(
@@ -443,7 +459,7 @@ struct PostgresEndToEndTests {
         try await waiting.waitForErrorOutput(containing: "waiting for PostgreSQL, which cannot be reached")
         // The missing socket is named, and what its absence means.
         #expect(
-            waiting.errorOutput.contains("\(later)/.s.PGSQL.\(port)")
+            waiting.errorOutput.contains(socket.link)
                 && waiting.errorOutput.contains("no socket there: the server is not running"),
             "\(waiting.errorOutput)")
         // Asked to stop while it waits: it ends at once, with status 0.
@@ -454,8 +470,7 @@ struct PostgresEndToEndTests {
         let daemon = try start()
         try await daemon.waitForErrorOutput(containing: "waiting for PostgreSQL, which cannot be reached")
         #expect(daemon.exitStatus == nil)
-        try FileManager.default.createSymbolicLink(
-            atPath: "\(later)/.s.PGSQL.\(port)", withDestinationPath: "\(server)/.s.PGSQL.\(port)")
+        try socket.make()
         try await daemon.waitForErrorOutput(containing: "answers; starting")
         // It binds its sockets once the store is open.
         let bound = try await poll(for: .seconds(60)) {
@@ -474,31 +489,17 @@ struct PostgresEndToEndTests {
     /// goes on by itself.
     @Test("while the database is out of reach, subscribe exits 75 and a job's follower waits")
     func subscribeWhileUnreachable() async throws {
-        guard let server = TestPostgres.server, var components = URLComponents(string: server),
-            let socketDirectory = components.queryItems?.first(where: { $0.name == "host" })?.value,
-            socketDirectory.hasPrefix("/"), try await psql("SELECT 1") != nil
-        else {
-            print("skipped: needs BUGSQUASHER_POSTGRES_URL on a Unix socket and psql (scripts/test.sh has both)")
-            return
-        }
-        // The daemon reaches the server's socket through a link of its own, removed to put the
-        // server out of its reach alone.
-        let port = components.queryItems?.first(where: { $0.name == "port" })?.value ?? "5432"
         let relay = "/tmp/bse2e-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: relay) }
-        try FileManager.default.createDirectory(atPath: relay, withIntermediateDirectories: true)
-        try FileManager.default.createSymbolicLink(
-            atPath: "\(relay)/.s.PGSQL.\(port)", withDestinationPath: "\(socketDirectory)/.s.PGSQL.\(port)")
-        components.queryItems =
-            (components.queryItems ?? []).filter { $0.name != "host" } + [
-                URLQueryItem(name: "host", value: relay),
-                URLQueryItem(name: "schema", value: "e2e_\(UUID().uuidString.prefix(8).lowercased())"),
-            ]
-        try await withDaemon(configuration: "store = \(components.string!)\n") { squasherd in
+        // The daemon reaches the server's socket through a link of its own, removed to put the
+        // server out of its reach alone.
+        guard try await psql("SELECT 1") != nil, let (url, socket) = try serverThroughLink(in: relay) else { return }
+        try socket.make()
+        try await withDaemon(configuration: "store = \(url)\n") { squasherd in
             let records = try squasherd.writeRecords("held.ndjson", count: 3, prefix: "HELD", title: "t")
             try await squasherd.ctl(["import", records.path, "--wait"])
             let job = try await runningImport(on: squasherd, prefix: "AWAY", title: "t")
-            try FileManager.default.removeItem(atPath: "\(relay)/.s.PGSQL.\(port)")
+            try socket.remove()
             let ended = try await psql(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'squasherd[\(squasherd.process.pid)]'"
             )
@@ -511,8 +512,7 @@ struct PostgresEndToEndTests {
             let follower = try squasherd.startCtl("follower", ["jobs", job, "--wait"])
             try await follower.waitForErrorOutput(containing: "squasherd cannot reach its store now")
             #expect(follower.exitStatus == nil, "\(follower.errorOutput)")
-            try FileManager.default.createSymbolicLink(
-                atPath: "\(relay)/.s.PGSQL.\(port)", withDestinationPath: "\(socketDirectory)/.s.PGSQL.\(port)")
+            try socket.make()
             #expect(try await follower.waitForExit(timeout: .seconds(120)) == 0, "\(follower.errorOutput)")
             #expect(
                 follower.output.joined().contains("4000 read, 4000 imported, 0 rejected"), "\(follower.output)")

@@ -23,7 +23,7 @@ struct Wiring {
     /// Why a socket file was lost, if one was.
     let socketGuard: SocketFileGuard
     /// The store, when it can tell that its server no longer holds it.
-    var identity: (any IdentityChecking)?
+    let identity: (any IdentityChecking)?
 }
 
 /// The Varlink service, and what the services beside it need of the interfaces behind it.
