@@ -14,7 +14,7 @@ private typealias Bug = BugSquasherModel.Bug
 /// The edit queue on a real PostgreSQL store (scripts/test.sh starts one; without it the test
 /// says so and passes): on which thread its edits commit, and that each is answered with the
 /// save it went out in.
-@Suite("Edit queue")
+@Suite("Edit queue", .dropsPostgresSchemas)
 struct EditQueueTests {
     /// The name of the calling thread as the kernel has it (``ThreadExecutor`` names its threads
     /// there: `caller-0`, `edit-0`, …).

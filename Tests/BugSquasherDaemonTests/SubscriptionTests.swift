@@ -763,6 +763,7 @@ struct SubscriptionTests {
     func configuration() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("squasherd-\(UUID().uuidString).conf")
             .path
+        defer { try? FileManager.default.removeItem(atPath: path) }
         try
             "state_directory = /srv/state\n# comment\nchunk_size = 250\nimport_nice = 5\nimport_yield_ms = 35\nwrite_socket_mode = 0640\nstore_wait = 300\n"
             .write(toFile: path, atomically: true, encoding: .utf8)

@@ -8,7 +8,7 @@ import Synchronization
 import Testing
 
 /// squasherd with `store = postgresql://…`, on the server scripts/test.sh starts.
-@Suite("End to end: squasherd on PostgreSQL", .serialized)
+@Suite("End to end: squasherd on PostgreSQL", .serialized, .dropsPostgresSchemas)
 struct PostgresEndToEndTests {
     /// The store line of a configuration: a schema of its own on the test server; `nil` when
     /// no server was given.
@@ -16,17 +16,8 @@ struct PostgresEndToEndTests {
         TestPostgres.url(schemaPrefix: "e2e").map { "store = \($0)\n" }
     }
 
-    /// Runs `sql` on the test server with psql, as its superuser, and returns its output (one
-    /// line a row, unaligned); `nil` when psql or the server is not there.
-    private func psql(_ sql: String) async throws -> [String]? {
-        guard let server = TestPostgres.server, FileManager.default.isExecutableFile(atPath: "/usr/bin/psql") else {
-            print("skipped: needs BUGSQUASHER_POSTGRES_URL and psql (scripts/test.sh has both)")
-            return nil
-        }
-        let run = try ChildProcess(name: "psql", executable: "/usr/bin/psql", arguments: [server, "-Atc", sql])
-        #expect(try await run.waitForExit() == 0, "\(sql): \(run.errorOutput)")
-        return run.output
-    }
+    /// Runs `sql` on the test server with psql, as its superuser (``TestPostgres/psql(_:)``).
+    private func psql(_ sql: String) async throws -> [String]? { try await TestPostgres.psql(sql) }
 
     /// A store URL (a schema of its own) whose server's socket is looked for in `directory`, made
     /// here: a daemon given it reaches the server only while ``SocketLink/link`` is there, made
@@ -45,7 +36,7 @@ struct PostgresEndToEndTests {
         components.queryItems =
             (components.queryItems ?? []).filter { $0.name != "host" } + [
                 URLQueryItem(name: "host", value: directory),
-                URLQueryItem(name: "schema", value: "e2e_\(UUID().uuidString.prefix(8).lowercased())"),
+                URLQueryItem(name: "schema", value: TestPostgres.newSchema(prefix: "e2e")),
             ]
         return (components.string!, SocketLink(link: "\(directory)/\(socket)", target: "\(socketDirectory)/\(socket)"))
     }

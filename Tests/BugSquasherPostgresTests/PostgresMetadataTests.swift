@@ -9,7 +9,7 @@ import Testing
 /// added attributes migrates the store, the others on the old model go on, and one started on
 /// the old model later is refused, as a fleet upgraded host by host meets it. (An incompatible
 /// model is refused on every store alike: `SQLiteMetadataTests`.)
-@Suite("PostgreSQL store metadata")
+@Suite("PostgreSQL store metadata", .dropsPostgresSchemas)
 struct PostgresMetadataTests {
     /// Notes with a unique key and a title, and `extra` attributes.
     func model(extra: [AttributeDescription] = []) throws -> ManagedObjectModel {

@@ -16,10 +16,10 @@ private typealias Bug = BugSquasherModel.Bug
 
 /// A store in a schema of its own on the test server.
 private func freshStore(
-    schema: String = "t_\(UUID().uuidString.prefix(8).lowercased())", editsFirst: EditsFirst? = nil
+    schema: String = TestPostgres.newSchema(prefix: "t"), editsFirst: EditsFirst? = nil
 ) throws -> PostgresStore {
     PostgresStore(
-        configuration: try PostgresStoreConfiguration(url: TestPostgres.server! + "&schema=\(schema)"),
+        configuration: try PostgresStoreConfiguration(url: TestPostgres.url(TestPostgres.server!, schema: schema)),
         editsFirst: editsFirst)
 }
 
@@ -39,8 +39,9 @@ private func proxyableServer() -> (host: String, port: String)? {
 private func proxiedStore(of schema: String, through proxy: CuttingProxy, from host: String) throws -> PostgresStore {
     PostgresStore(
         configuration: try PostgresStoreConfiguration(
-            url: TestPostgres.server!.replacingOccurrences(of: "host=\(host)", with: "host=\(proxy.directory)")
-                + "&schema=\(schema)"))
+            url: TestPostgres.url(
+                TestPostgres.server!.replacingOccurrences(of: "host=\(host)", with: "host=\(proxy.directory)"),
+                schema: schema)))
 }
 
 /// A store on a new schema of the test server, whose socket directory is `host`, reached through
@@ -49,7 +50,7 @@ private func proxiedStore(of schema: String, through proxy: CuttingProxy, from h
 private func proxiedFreshSchema(host: String, port: String) throws -> (
     direct: PostgresStore, proxy: CuttingProxy, store: PostgresStore
 ) {
-    let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+    let schema = TestPostgres.newSchema(prefix: "t")
     let direct = try freshStore(schema: schema)
     _ = try StoreCoordinator(model: BugModel.model, store: direct)
     let proxy = try CuttingProxy(upstreamDirectory: host, port: port)
@@ -61,10 +62,21 @@ private func proxiedFreshSchema(host: String, port: String) throws -> (
     }
 }
 
+/// Whether `admin`'s role is a superuser, which adding roles and granting them rights needs;
+/// says the test is skipped when it is not (a server of one's own, given with a role of its own).
+private func mayAddRoles(_ admin: PostgresStore) throws -> Bool {
+    let superuser = try admin.withConnection("ask whether the role is a superuser") {
+        try admin.run("SELECT rolsuper FROM pg_roles WHERE rolname = current_user", [], on: $0).first?.decode(
+            Bool.self)
+    }
+    if superuser != true { print("skipped: adding roles needs a superuser in BUGSQUASHER_POSTGRES_URL") }
+    return superuser == true
+}
+
 /// Two stores on one fresh schema, as two processes, both loaded: the first with a context that
 /// saves through it.
 private func twoProcesses() throws -> (PostgresStore, PostgresStore, ObjectContext) {
-    let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+    let schema = TestPostgres.newSchema(prefix: "t")
     let (first, second) = (try freshStore(schema: schema), try freshStore(schema: schema))
     let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: first), name: "first")
     _ = try StoreCoordinator(model: BugModel.model, store: second)
@@ -116,7 +128,7 @@ private func add(_ key: String, in context: isolated ObjectContext, creating: Bo
     try context.saveToStore()
 }
 
-@Suite("PostgreSQL store")
+@Suite("PostgreSQL store", .dropsPostgresSchemas)
 struct PostgresStoreTests {
     @Test("a store URL names the server, database, user and schema; a bad one says what is wrong")
     func configurationFromURL() throws {
@@ -165,7 +177,7 @@ struct PostgresStoreTests {
     @Test("a store in a schema whose name holds a double quote saves, and its hints are heard", .timeLimit(.minutes(1)))
     func quotedSchemaHints() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let store = try freshStore(schema: "t_\(UUID().uuidString.prefix(8).lowercased())%22q")
+        let store = try freshStore(schema: TestPostgres.newSchema(prefix: "t", suffix: #""q"#))
         #expect(store.configuration.schema.hasSuffix(#""q"#))
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "w")
         let connection = try await PostgresConnection.connect(
@@ -203,9 +215,11 @@ struct PostgresStoreTests {
         let role = "bs_timeouts_\(UUID().uuidString.prefix(8).lowercased())"
         let admin = try freshStore()
         _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        guard try mayAddRoles(admin) else { return }
         try admin.withConnection("add a role with timeouts") { connection in
             for sql in [
-                "CREATE ROLE \(role) LOGIN", "GRANT CREATE ON DATABASE postgres TO \(role)",
+                "CREATE ROLE \(role) LOGIN",
+                "GRANT CREATE ON DATABASE \(PostgresSchema.quote(admin.configuration.database)) TO \(role)",
                 "ALTER ROLE \(role) SET statement_timeout = '1ms'", "ALTER ROLE \(role) SET lock_timeout = '1ms'",
                 "ALTER ROLE \(role) SET idle_session_timeout = '1s'",
             ] {
@@ -218,7 +232,7 @@ struct PostgresStoreTests {
             }
         }
         var configuration = try PostgresStoreConfiguration(url: server)
-        (configuration.user, configuration.schema) = (role, "t_\(UUID().uuidString.prefix(8).lowercased())")
+        (configuration.user, configuration.schema) = (role, TestPostgres.newSchema(prefix: "t"))
         let store = PostgresStore(configuration: configuration)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: store), name: "w")
         let settings = try store.withConnection("read the timeouts") { connection in
@@ -287,7 +301,7 @@ struct PostgresStoreTests {
         guard TestPostgres.isAvailable(), let server = TestPostgres.server else { return }
         func openingError(_ change: (inout PostgresStoreConfiguration) -> Void) throws -> GraphError? {
             var configuration = try PostgresStoreConfiguration(url: server)
-            configuration.schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+            configuration.schema = TestPostgres.newSchema(prefix: "t")
             change(&configuration)
             do {
                 _ = try StoreCoordinator(model: BugModel.model, store: PostgresStore(configuration: configuration))
@@ -301,6 +315,7 @@ struct PostgresStoreTests {
         let role = "bs_norights_\(UUID().uuidString.prefix(8).lowercased())"
         let admin = try freshStore()
         _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        guard try mayAddRoles(admin) else { return }
         try admin.withConnection("add a role") { _ = try admin.run("CREATE ROLE \(role) LOGIN", [], on: $0) }
         defer { try? admin.withConnection("drop the role") { _ = try admin.run("DROP ROLE \(role)", [], on: $0) } }
         let refused = try openingError { $0.user = role }
@@ -320,7 +335,8 @@ struct PostgresStoreTests {
         let reader = "bs_readonly_\(UUID().uuidString.prefix(8).lowercased())"
         try admin.withConnection("add a read-only role") { connection in
             for sql in [
-                "CREATE ROLE \(reader) LOGIN", "GRANT CREATE ON DATABASE postgres TO \(reader)",
+                "CREATE ROLE \(reader) LOGIN",
+                "GRANT CREATE ON DATABASE \(PostgresSchema.quote(admin.configuration.database)) TO \(reader)",
                 "ALTER ROLE \(reader) SET default_transaction_read_only = on",
             ] {
                 _ = try admin.run(sql, [], on: connection)
@@ -360,7 +376,7 @@ struct PostgresStoreTests {
     @Test("a process opening a new store while another creates it waits, then finds it", .timeLimit(.minutes(1)))
     func openWhileAnotherCreates() throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let admin = try freshStore()
         _ = try StoreCoordinator(model: BugModel.model, store: admin)
         let second = try freshStore(schema: schema)
@@ -407,10 +423,11 @@ struct PostgresStoreTests {
     func schemaMadeForTheRole() async throws {
         guard TestPostgres.isAvailable(), let server = TestPostgres.server else { return }
         let (role, schema) = (
-            "bs_owner_\(UUID().uuidString.prefix(8).lowercased())", "t_\(UUID().uuidString.prefix(8).lowercased())"
+            "bs_owner_\(UUID().uuidString.prefix(8).lowercased())", TestPostgres.newSchema(prefix: "t")
         )
         let admin = try freshStore()
         _ = try StoreCoordinator(model: BugModel.model, store: admin)
+        guard try mayAddRoles(admin) else { return }
         try admin.withConnection("add a role and its schema") {
             _ = try admin.run("CREATE ROLE \(role) LOGIN", [], on: $0)
             _ = try admin.run("CREATE SCHEMA \(schema) AUTHORIZATION \(role)", [], on: $0)
@@ -438,7 +455,7 @@ struct PostgresStoreTests {
     @Test("tokens stay gapless and in commit order with concurrent writers", .timeLimit(.minutes(2)))
     func gaplessTokensUnderConcurrentWriters() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let (writers, savesEach) = (4, 40)
         let coordinators = try (0...writers).map { _ in
             try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema))
@@ -488,7 +505,7 @@ struct PostgresStoreTests {
     @Test("commit observers see every process's saves once, in token order", .timeLimit(.minutes(1)))
     func observersSeeOtherProcessesSaves() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let coordinators = try [here, there].map { try StoreCoordinator(model: BugModel.model, store: $0) }
         let observed = Mutex<[(token: Int64, inserted: Int)]>([])
@@ -528,7 +545,7 @@ struct PostgresStoreTests {
         "another process's edits are delivered on the listener's loop, in order with the rest", .timeLimit(.minutes(1)))
     func editsDeliveredOnTheLoop() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let (here, there) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let context = ObjectContext(
             coordinator: try StoreCoordinator(model: BugModel.model, store: there), name: "there")
@@ -568,7 +585,7 @@ struct PostgresStoreTests {
     @Test("saves pruned before a process read them are reported as a gap", .timeLimit(.minutes(1)))
     func prunedUnreadSavesAreAGap() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let (writer, reader) = (try freshStore(schema: schema), try freshStore(schema: schema))
         let coordinators = try [writer, reader].map { try StoreCoordinator(model: BugModel.model, store: $0) }
         let context = ObjectContext(coordinator: coordinators[0], name: "writer")
@@ -857,7 +874,7 @@ struct PostgresStoreTests {
     @Test("bugs added to one project by two processes at once do not conflict")
     func toManyOnlyChangesDoNotConflict() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let contexts = try [0, 1].map { n in
             ObjectContext(
                 coordinator: try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema)),
@@ -928,7 +945,7 @@ struct PostgresStoreTests {
     @Test("a stack merges another program's saves into its registered objects only", .timeLimit(.minutes(1)))
     func stacksSeeEachOthersSaves() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let (reader, writer) = (
             try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema)),
             try PersistentStack(model: BugModel.model, store: try freshStore(schema: schema))
@@ -984,7 +1001,7 @@ struct PostgresStoreTests {
     func tlsAndPasswords() throws {
         guard let server = tlsServer else { return }
         let base =
-            "postgresql://bsuser@\(server.host):\(server.port)/postgres?schema=tls_\(UUID().uuidString.prefix(8).lowercased())"
+            "postgresql://bsuser@\(server.host):\(server.port)/postgres?schema=\(TestPostgres.newSchema(prefix: "tls"))"
         let secure = base + "&sslmode=verify-full&sslrootcert=\(server.ca)&password_file=\(server.passwordFile)"
         #expect(try openingError(secure) == nil)
         #expect(try openingError(base + "&sslmode=require&password_file=\(server.passwordFile)") == nil)
@@ -1176,7 +1193,7 @@ struct PostgresStoreTests {
         "an answer cut short by the server is read again or fails, and the process goes on", .timeLimit(.minutes(1)))
     func answerCutShort() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let writer = ObjectContext(
             coordinator: try StoreCoordinator(model: BugModel.model, store: try freshStore(schema: schema)))
         let ids = try await writer.perform { context in
@@ -1216,7 +1233,7 @@ struct PostgresStoreTests {
         .timeLimit(.minutes(1)))
     func lostAnswers() async throws {
         guard TestPostgres.isAvailable(), let (host, port) = proxyableServer() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let direct = try freshStore(schema: schema)
         let writer = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: direct))
         let id = try await writer.perform { context in try saveOpenBugs(1, prefix: "LOST", title: "t", in: context) }[0]
@@ -1584,7 +1601,7 @@ struct PostgresStoreTests {
     @Test("another process's edit, not its bulk save, makes this process's bulk work give way")
     func othersEditsOpenTheWindow() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let writer = try freshStore(schema: schema)
         let coordinator = try StoreCoordinator(model: BugModel.model, store: writer)
         let editsFirst = EditsFirst(window: .seconds(30))
@@ -1643,7 +1660,7 @@ struct PostgresStoreTests {
     @Test("another process's large save brings the inserts its observers look for, with their values")
     func insertsOfLargeSavesScreened() async throws {
         guard TestPostgres.isAvailable() else { return }
-        let schema = "t_\(UUID().uuidString.prefix(8).lowercased())"
+        let schema = TestPostgres.newSchema(prefix: "t")
         let writer = try freshStore(schema: schema)
         let context = ObjectContext(coordinator: try StoreCoordinator(model: BugModel.model, store: writer), name: "w")
         let interests: [String: InsertInterest?] = [

@@ -1,10 +1,11 @@
 import BugSquasherGraph
 import BugSquasherModel
+import BugSquasherTesting
 import Foundation
 import Testing
 
 /// Merge policies on one two-context conflict, and did-save merges.
-@Suite("Merging")
+@Suite("Merging", .dropsPostgresSchemas)
 struct MergeTests {
     /// Context A and B load TIMOB-1 (title "Bug number 1", status Closed, priority Medium).
     /// A changes title and priority and saves; then B changes title and status and saves with

@@ -9,14 +9,16 @@ import Testing
 
 /// What only a file-backed store does: metadata, migration, damaged files; and the model check,
 /// on PostgreSQL too (its migration with processes on both models: `PostgresMetadataTests`).
-@Suite("SQLite store metadata")
-struct SQLiteMetadataTests {
+@Suite("SQLite store metadata", .dropsPostgresSchemas)
+final class SQLiteMetadataTests {
     let directory: URL
 
     init() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("bs-meta-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }
+
+    deinit { try? FileManager.default.removeItem(at: directory) }
 
     func model(extra: [AttributeDescription] = [], titleType: AttributeType = .string) throws -> ManagedObjectModel {
         try ManagedObjectModel(entities: [

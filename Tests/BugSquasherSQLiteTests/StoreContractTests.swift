@@ -2,11 +2,12 @@ import BugSquasherGraph
 import BugSquasherModel
 import BugSquasherPostgres
 import BugSquasherSQLite
+import BugSquasherTesting
 import Foundation
 import Testing
 
 /// The store contract: every test runs against SQLiteStore, InMemoryStore and PostgresStore.
-@Suite("Store contract")
+@Suite("Store contract", .dropsPostgresSchemas)
 struct StoreContractTests {
     @Test("insert, save, fetch: permanent IDs, URIs, faults, uniquing", arguments: StoreKind.allCases)
     func roundTrip(kind: StoreKind) async throws {

@@ -7,7 +7,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@Suite("Store edits: single edits on SQLite and PostgreSQL")
+@Suite("Store edits: single edits on SQLite and PostgreSQL", .dropsPostgresSchemas)
 struct StoreEditTests {
     /// The stores that edit without a context.
     static let editingKinds = StoreKind.allCases.filter { $0 != .inMemory }
