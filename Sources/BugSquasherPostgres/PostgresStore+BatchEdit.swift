@@ -10,17 +10,16 @@ import Synchronization
 // lets many writers through. Why: docs/DESIGN-NOTES.md, "Edits that arrive together commit
 // together".
 extension PostgresStore: BatchEditable {
-    public func edit(batch edits: [AttributeEditRequest]) -> [Result<DidSave?, any Error>] {
-        var results = [Result<DidSave?, any Error>?](repeating: nil, count: edits.count)
+    public func edit(batch edits: [AttributeEditRequest]) -> [Result<AttributeEditOutcome, any Error>] {
+        var results = [Result<AttributeEditOutcome, any Error>?](repeating: nil, count: edits.count)
         if edits.count > 1, let state = try? requireLoaded() {
             // Only the edits of rows a recent save left go together: the others read their row
-            // first, and may change nothing. Any edit that cannot be built goes alone, to throw.
+            // first, and may change nothing. Any edit that cannot be built, or that expects another
+            // version than the kept row's, goes alone, to throw or to read the store's row.
             var together: [(index: Int, row: SaveChanges.Row, entity: EntityDescription)] = []
             for (index, request) in edits.enumerated() {
                 guard let kept = recentRows.withLock({ $0[request.objectID] }),
-                    let edit = try? AttributeEdit(
-                        request.objectID, attributes: request.attributes, model: state.model,
-                        store: state.metadata.storeIdentifier),
+                    let edit = try? AttributeEdit(request, model: state.model, store: state.metadata.storeIdentifier),
                     let save = try? edit.save(from: kept)
                 else { continue }
                 together.append((index, save.updated[0], edit.entity))
@@ -28,7 +27,7 @@ extension PostgresStore: BatchEditable {
             if together.count > 1 {
                 do {
                     if let didSave = try saveTogether(together.map { ($0.row, $0.entity) }, state: state) {
-                        for edit in together { results[edit.index] = .success(didSave) }
+                        for edit in together { results[edit.index] = .success(.saved(didSave)) }
                     }
                 } catch {
                     // The server or the connection failed: whether the statement committed is
@@ -38,7 +37,7 @@ extension PostgresStore: BatchEditable {
             }
         }
         return edits.indices.map { index in
-            results[index] ?? Result { try edit(edits[index].objectID, attributes: edits[index].attributes) }
+            results[index] ?? Result { try edit(edits[index]) }
         }
     }
 

@@ -70,42 +70,54 @@ struct SingleUpdateShape: Hashable, Sendable {
 // the row read on the reading connection, then the one-statement edit above, checked against
 // that version; when another save came between, the edit again with the row locked.
 extension PostgresStore: AttributeEditable {
-    public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
+    public func edit(_ request: AttributeEditRequest) throws -> AttributeEditOutcome {
         let state = try requireLoaded()
-        let edit = try AttributeEdit(
-            id, attributes: attributes, model: state.model, store: state.metadata.storeIdentifier)
+        let edit = try AttributeEdit(request, model: state.model, store: state.metadata.storeIdentifier)
         // The row a recent save left, when there is one: the version check tells whether it is
         // still the store's.
-        let kept = recentRows.withLock { $0[id] }
+        let kept = recentRows.withLock { $0[request.objectID] }
         let current =
-            try kept ?? withReadingConnection("load values") { try currentRow(id, entity: edit.entity, on: $0) }
-        guard let save = try edit.save(from: current) else {
+            try kept
+            ?? withReadingConnection("load values") { try currentRow(request.objectID, entity: edit.entity, on: $0) }
+        let save: SaveChanges?
+        do {
+            save = try edit.save(from: current)
+        } catch let error as GraphError where error.code == .mergeConflict && kept != nil {
+            // A kept row may be older than the store's: only the store's row can say whether
+            // the version the edit expects is gone.
+            return try editLocked(edit, state: state)
+        }
+        guard let save else {
             // Nothing changes against a kept row, which may be older than the store's (an edit
-            // elsewhere not delivered yet): only the store's row can say so.
-            return kept == nil ? nil : try editLocked(edit, state: state)
+            // elsewhere not delivered yet): only the store's row can say so. A row just read
+            // held the values at its version.
+            return kept == nil ? .unchanged(version: current?.version ?? 0) : try editLocked(edit, state: state)
         }
         do {
-            return try self.save(save)
+            return .saved(try self.save(save))
         } catch let error as GraphError where error.code == .mergeConflict {
             return try editLocked(edit, state: state)
         }
     }
 
     /// The edit in one transaction that reads the row with `FOR UPDATE`: no other save can come
-    /// between, so it cannot conflict, however busy the row (four round trips instead of one).
-    private func editLocked(_ edit: AttributeEdit, state: Loaded) throws -> DidSave? {
+    /// between, so it cannot conflict, however busy the row (four round trips instead of one),
+    /// unless it expects a version the row is not at.
+    private func editLocked(_ edit: AttributeEdit, state: Loaded) throws -> AttributeEditOutcome {
         try savingOnceMore(
             {
                 // Once more when the kept session had ended before the token went out, as `save`.
                 try withConnection("save", onceMoreIfEnded: true) { connection in
-                    let didSave = try transaction(on: connection) { () -> DidSave? in
+                    let outcome = try transaction(on: connection) { () -> AttributeEditOutcome in
                         let row = try currentRow(edit.objectID, entity: edit.entity, on: connection, locking: true)
-                        guard let save = try edit.save(from: row) else { return nil }
-                        return try write(save, state: state, on: connection)
+                        guard let save = try edit.save(from: row) else {
+                            return .unchanged(version: row?.version ?? 0)
+                        }
+                        return .saved(try write(save, state: state, on: connection))
                     }
-                    if let didSave { deliverOwn(didSave, on: connection) }
-                    return didSave
+                    if case .saved(let didSave) = outcome { deliverOwn(didSave, on: connection) }
+                    return outcome
                 }
-            }, found: { $0 })
+            }, found: { .saved($0) })
     }
 }

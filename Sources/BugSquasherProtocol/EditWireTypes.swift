@@ -8,18 +8,23 @@ public struct UpdateParameters: Codable, Sendable {
     public var id: String
     /// New values by attribute (or to-one relationship) name.
     public var values: [String: JSONValue]
+    /// The version the object must be at for the update to apply (the one the client read);
+    /// `nil` updates whatever it holds. Another version is refused with `Conflict`.
+    public var ifVersion: Int64?
     /// Creates parameters.
-    public init(id: String, values: [String: JSONValue]) {
+    public init(id: String, values: [String: JSONValue], ifVersion: Int64? = nil) {
         self.id = id
         self.values = values
+        self.ifVersion = ifVersion
     }
 }
 
 /// The reply of `io.bugsquasher.Import.Update`.
 public struct UpdateReply: Codable, Sendable {
-    /// The object's version after the save.
+    /// The object's version that holds the values: the save's, or the one that already held
+    /// them when nothing changed.
     public var version: Int64
-    /// The save's history token.
+    /// The save's history token (the newest when nothing changed).
     public var token: Int64
     /// Creates a reply.
     public init(version: Int64, token: Int64) {

@@ -161,16 +161,19 @@ extension UpdateParameters: JSONReadable {
     package init(reading reader: inout JSONReader) throws {
         var id: String?
         var values: [String: JSONValue]?
+        var ifVersion: Int64?
         try reader.object { reader, key in
             switch key {
             case "id": id = try reader.field("id") { try $0.string() }
             case "values": values = try reader.field("values") { try [String: JSONValue](reading: &$0) }
+            case "ifVersion":
+                ifVersion = reader.null() ? nil : Int64(try reader.field("ifVersion") { try $0.integer() })
             default: try reader.skip()
             }
         }
         guard let id else { throw JSONReader.Failure.missing("id") }
         guard let values else { throw JSONReader.Failure.missing("values") }
-        self.init(id: id, values: values)
+        self.init(id: id, values: values, ifVersion: ifVersion)
     }
 }
 

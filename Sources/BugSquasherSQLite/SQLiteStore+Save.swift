@@ -57,19 +57,19 @@ extension SQLiteStore {
 
     // One edit runs through far less here than a context's fetch and save: one transaction
     // reads the row and writes it (see ``AttributeEditable``).
-    public func edit(_ id: ObjectID, attributes: [String: Value]) throws -> DidSave? {
+    public func edit(_ request: AttributeEditRequest) throws -> AttributeEditOutcome {
         let state = try requireLoaded()
         let store = state.metadata.storeIdentifier
-        let edit = try AttributeEdit(id, attributes: attributes, model: state.model, store: store)
+        let id = request.objectID
+        let edit = try AttributeEdit(request, model: state.model, store: store)
         let sql = try statements(for: id, in: state)
         return try wrap("save") {
-            try writeTransaction { db -> DidSave? in
-                // Nothing changes: nothing is written, and no window opens for bulk work.
-                guard
-                    let save = try edit.save(
-                        from: try currentRow(id, sql: sql, store: store, model: state.model, db: db))
-                else { return nil }
-                return try write(save, in: db, state: state)
+            try writeTransaction { db -> AttributeEditOutcome in
+                let row = try currentRow(id, sql: sql, store: store, model: state.model, db: db)
+                // Nothing changes (`save(from:)` threw without a row): nothing is written, and no
+                // window opens for bulk work.
+                guard let save = try edit.save(from: row) else { return .unchanged(version: row?.version ?? 0) }
+                return .saved(try write(save, in: db, state: state))
             }
         }
     }

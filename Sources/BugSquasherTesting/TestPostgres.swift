@@ -24,8 +24,8 @@ public enum TestPostgres {
     /// ends; `nil` outside a test that has the trait.
     @TaskLocal static var handedOut: SchemaLedger?
 
-    /// A new schema name, `prefix_`, twelve random hexadecimal digits and `suffix`, so that tests running
-    /// at once share nothing. It is dropped when the test ends; a test whose suite lacks
+    /// A new schema name, `prefix_`, twelve random hexadecimal digits and `suffix`, so that
+    /// tests running at once share nothing. It is dropped when the test ends; a test whose suite lacks
     /// ``Trait/dropsPostgresSchemas`` records an issue, since its schemas would stay.
     public static func newSchema(prefix: String, suffix: String = "") -> String {
         let random = UUID().uuidString.filter { $0 != "-" }.prefix(12).lowercased()
@@ -57,7 +57,7 @@ public enum TestPostgres {
     /// fails throws with psql's error output.
     public static func psql(_ sql: String) async throws -> [String]? {
         guard let server, let arguments = psqlArguments(server), let psql = psqlPath else {
-            print("skipped: needs BUGSQUASHER_POSTGRES_URL and psql (scripts/test.sh has both)")
+            print("skipped: needs BUGSQUASHER_POSTGRES_URL, psql and the URL's password_file (scripts/test.sh has all)")
             return nil
         }
         let run = try ChildProcess(
@@ -94,7 +94,9 @@ public enum TestPostgres {
         let names = schemas.map { "\"\($0.replacingOccurrences(of: "\"", with: "\"\""))\"" }.joined(separator: ", ")
         do {
             if try await psql("SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS \(names) CASCADE") == nil {
-                print("note: the test's schemas \(names) stay on the server: psql is not installed")
+                print(
+                    "note: the test's schemas \(names) stay on the server: psql is not installed, or the URL's password_file cannot be read"
+                )
             }
         } catch {
             print("note: the test's schemas \(names) stay on the server: \(error)")

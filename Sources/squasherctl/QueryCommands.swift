@@ -385,8 +385,14 @@ func display(_ value: JSONValue) -> String {
 struct UpdateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "update",
-        abstract: "Change attributes of one bug (through squasherd's editor context; needs the write socket).",
-        discussion: "Example: squasherctl update TIMOB-100 status=Closed priority=High"
+        abstract: "Change attributes of one bug (needs the write socket).",
+        discussion: """
+            Example: squasherctl update TIMOB-100 status=Closed priority=High
+
+            Prints the version that holds the values. With --if-version, the change applies only to the bug at \
+            that version (the one `get --json` read): at another, nothing changes and squasherctl exits 6 with the \
+            version it is at, so that a script can read it again and retry (a compare-and-set).
+            """
     )
 
     @OptionGroup var sockets: SocketOptions
@@ -400,7 +406,15 @@ struct UpdateCommand: ParsableCommand {
     )
     var assignments: [String]
 
-    func validate() throws { try validateKey(key) }
+    @Option(help: "Change the bug only if it is at this version (`get --json` gives it); exit 6 if not.")
+    var ifVersion: Int64?
+
+    func validate() throws {
+        try validateKey(key)
+        if let ifVersion, ifVersion < 1 {
+            throw ValidationError("--if-version takes a version of the bug, 1 or more (get --json gives it).")
+        }
+    }
 
     func run() throws {
         var values: [String: JSONValue] = [:]
@@ -446,10 +460,61 @@ struct UpdateCommand: ParsableCommand {
             throw Exit.notFound
         }
         let reply = try withClient(sockets.write) { client in
-            try client.call(
-                "io.bugsquasher.Import.Update", UpdateParameters(id: id, values: values), as: UpdateReply.self)
+            do {
+                return try client.call(
+                    "io.bugsquasher.Import.Update", UpdateParameters(id: id, values: values, ifVersion: ifVersion),
+                    as: UpdateReply.self)
+            } catch let error as VarlinkError where error.name == "io.bugsquasher.Import.ObjectNotFound" {
+                printError("squasherctl: no bug with key \(printable(key)) any more: it was deleted as it was updated")
+                throw Exit.notFound
+            } catch let error as VarlinkError where exitStatus(of: error) == Exit.changed {
+                let now = error.parameters["version"]?.intValue.map(String.init) ?? "?"
+                printError(
+                    "squasherctl: \(printable(key)) is at version \(now), not \(ifVersion ?? 0): it changed since that version was read, and nothing was changed. Read it again (get --json), then update it with --if-version \(now)."
+                )
+                throw Exit.changed
+            }
         }
         print("\(key) is now version \(reply.version) (token \(reply.token))")
+    }
+}
+
+struct DeleteCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete",
+        abstract: "Delete one bug and its comments (needs the write socket).",
+        discussion: """
+            Example: squasherctl delete TIMOB-100
+
+            Subscribers holding the bug see it deleted. A bug edited all the while it was being deleted (for 3 s) is \
+            left as it is, with exit status 75: try again.
+            """
+    )
+
+    @OptionGroup var sockets: SocketOptions
+
+    @Argument(help: "The bug's key.")
+    var key: String
+
+    func validate() throws { try validateKey(key) }
+
+    func run() throws {
+        let id = try withClient(sockets.read) { client in
+            try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1)).ids?.first
+        }
+        guard let id else {
+            printError("squasherctl: no bug with key \(printable(key))")
+            throw Exit.notFound
+        }
+        let reply = try withClient(sockets.write) { client in
+            do {
+                return try client.call("io.bugsquasher.Import.Delete", DeleteParameters(id: id), as: DeleteReply.self)
+            } catch let error as VarlinkError where error.name == "io.bugsquasher.Import.ObjectNotFound" {
+                printError("squasherctl: no bug with key \(printable(key)) any more: it was deleted meanwhile")
+                throw Exit.notFound
+            }
+        }
+        print("\(key) deleted (token \(reply.token))")
     }
 }
 

@@ -77,6 +77,9 @@ enum Exit {
     static let unreachable = ExitCode(4)
     /// `status` answered, and the daemon is degraded (its `problems` say why).
     static let degraded = ExitCode(5)
+    /// `update --if-version`: the bug is at another version (an edit came first); nothing was
+    /// changed.
+    static let changed = ExitCode(6)
     /// Standard output could not be written (`EX_IOERR`).
     static let outputFailed = ExitCode(74)
     /// squasherd could not carry out the command now, for a reason on its side (a full disk, its

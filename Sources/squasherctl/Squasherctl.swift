@@ -14,9 +14,9 @@ struct Squasherctl: AsyncParsableCommand {
         discussion: """
             Exit status: 0 success, 2 the job failed or rejected every record, or squasherd refused the request (or its \
             socket refused this user), 3 not found, 4 squasherd unreachable (not listening, no answer within --timeout, or an \
-            answer that is not squasherd's), 5 `status` answered and the daemon is degraded, 64 usage error (no command, among others), 74 the output could not be written (a full disk), \
+            answer that is not squasherd's), 5 `status` answered and the daemon is degraded, 6 `update --if-version` found the bug at another version, 64 usage error (no command, among others), 74 the output could not be written (a full disk), \
             75 squasherd could not carry out the command now (its disk full, its store locked by another program, its database \
-            unreachable, 64 uploads in progress, or it is stopping): nothing was changed, unless the message says that the \
+            unreachable, 64 uploads in progress, a bug edited all the while it was being deleted, or it is stopping): nothing was changed, unless the message says that the \
             database's answer was lost and the change may have been saved; retry later.
             """,
         version: BugSquasherVersion.current,
@@ -25,7 +25,7 @@ struct Squasherctl: AsyncParsableCommand {
             MetricsCommand.self,
             BackupCommand.self,
             GetCommand.self,
-            ListCommand.self, UpdateCommand.self, WatchCommand.self, SubscribeCommand.self,
+            ListCommand.self, UpdateCommand.self, DeleteCommand.self, WatchCommand.self, SubscribeCommand.self,
         ]
     )
 
@@ -128,7 +128,8 @@ func exitStatus(of error: VarlinkError) -> ExitCode {
     if error.isStoreUnavailable || error.name == "io.bugsquasher.Import.Busy" {
         return Exit.unavailable
     }
-    return error.name.hasSuffix(".JobNotFound") ? Exit.notFound : Exit.failed
+    if error.name == "io.bugsquasher.Import.Conflict", error.parameters["version"] != nil { return Exit.changed }
+    return error.name.hasSuffix(".JobNotFound") || error.name.hasSuffix(".ObjectNotFound") ? Exit.notFound : Exit.failed
 }
 
 /// The exit status for `error`, a failure of the object graph over squasherd (a subscriber's

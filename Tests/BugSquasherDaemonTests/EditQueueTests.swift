@@ -51,7 +51,7 @@ struct EditQueueTests {
 
         try await Task.sleep(for: .milliseconds(20))
         let alone = try await Task(executorPreference: callers) {
-            try await queue.edit(ids[0], attributes: ["status": "A"])
+            try await queue.edit(AttributeEditRequest(ids[0], attributes: ["status": "A"])).didSave
         }.value
         let token = try #require(alone).token.rawValue
         #expect(committedOn.withLock { $0[token] }?.hasPrefix("caller-") == true, "\(committedOn.withLock { $0 })")
@@ -59,7 +59,12 @@ struct EditQueueTests {
         let answers = try await withThrowingTaskGroup(of: (Int, DidSave?).self) { group in
             for n in 0..<16 {
                 group.addTask(executorPreference: callers) {
-                    (n, try await queue.edit(ids[n % 8], attributes: ["title": .string("burst \(n)")]))
+                    (
+                        n,
+                        try await queue.edit(
+                            AttributeEditRequest(ids[n % 8], attributes: ["title": .string("burst \(n)")])
+                        ).didSave
+                    )
                 }
             }
             return try await group.reduce(into: [Int: DidSave?]()) { $0[$1.0] = $1.1 }

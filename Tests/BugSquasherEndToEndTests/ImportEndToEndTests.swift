@@ -112,6 +112,52 @@ struct ImportEndToEndTests {
 
     /// import - without an input, status without an output; it does not read or write a socket of its own
     /// that took the descriptor's number.
+    /// A read-modify-write from a script: `update --if-version` changes the bug only at the
+    /// version it read, and says which version it is at instead (exit 6). `delete` deletes by
+    /// key; an object without a row is `ObjectNotFound` over the protocol.
+    @Test("update --if-version is a compare-and-set; delete deletes by key; a deleted object is not found")
+    func updateIfVersion() async throws {
+        try await withDaemon { squasherd in
+            let input = try squasherd.writeRecords("cas.ndjson", count: 1, prefix: "CAS", title: "t")
+            try await squasherd.ctl(["import", input.path, "--wait"])
+            let read = try await squasherd.ctlJSON(["get", "CAS-1", "--json"], as: WireRow.self)
+            let saved = try await squasherd.ctl(["update", "CAS-1", "status=Taken", "--if-version", "\(read.version)"])
+            #expect(saved.joined().hasPrefix("CAS-1 is now version \(read.version + 1) (token "), "\(saved)")
+            let stale = try await squasherd.ctlError(
+                ["update", "CAS-1", "status=Mine", "--if-version", "\(read.version)"], expectStatus: 6)
+            #expect(
+                stale.contains("CAS-1 is at version \(read.version + 1), not \(read.version)")
+                    && stale.contains("--if-version \(read.version + 1)"), "\(stale)")
+            #expect(
+                try await squasherd.ctlJSON(["get", "CAS-1", "--json"], as: WireRow.self).values["status"]
+                    == .string("Taken"))
+            // Unchanged at the version it holds: answered with that version, nothing saved.
+            let same = try await squasherd.ctl([
+                "update", "CAS-1", "status=Taken", "--if-version", "\(read.version + 1)",
+            ])
+            #expect(same.joined().hasPrefix("CAS-1 is now version \(read.version + 1) (token "), "\(same)")
+            // Over the protocol: Conflict with the version now; a deleted object is ObjectNotFound.
+            let conflict = try squasherd.refusal(
+                "io.bugsquasher.Import.Update",
+                UpdateParameters(id: read.id, values: ["status": .string("x")], ifVersion: 1), on: .write)
+            #expect(
+                conflict.name == "io.bugsquasher.Import.Conflict"
+                    && conflict.parameters["version"] == .int(read.version + 1))
+            let deleted = try await squasherd.ctl(["delete", "CAS-1"])
+            #expect(deleted.joined().hasPrefix("CAS-1 deleted (token "), "\(deleted)")
+            let again = try await squasherd.ctlError(["delete", "CAS-1"], expectStatus: 3)
+            #expect(again.contains("no bug with key CAS-1"), "\(again)")
+            let gone = try squasherd.refusal(
+                "io.bugsquasher.Import.Update", UpdateParameters(id: read.id, values: ["status": .string("x")]),
+                on: .write)
+            #expect(gone.name == "io.bugsquasher.Import.ObjectNotFound", "\(gone)")
+            #expect(gone.statement?.contains("deleted, or never saved") == true, "\(gone)")
+            let zero = try await squasherd.ctlError(
+                ["update", "CAS-1", "status=x", "--if-version", "0"], expectStatus: 64)
+            #expect(zero.contains("--if-version takes a version of the bug"), "\(zero)")
+        }
+    }
+
     /// `forget` is for the daemons of a shared store; on SQLite there is no other daemon.
     @Test("squasherctl forget on a SQLite store says there is no other daemon")
     func forgetAlone() async throws {

@@ -929,7 +929,7 @@ struct PostgresStoreTests {
         }
         let before = try store.currentHistoryToken().rawValue
         let results = try store.edit(batch: ids.map { AttributeEditRequest($0, attributes: ["status": "B"]) }).map {
-            try $0.get()
+            try $0.get().didSave
         }
         #expect(results.map { $0?.token.rawValue } == [before + 1, before + 2])
         let rows = try store.newValues(for: ids)

@@ -25,6 +25,72 @@ struct StoreEditTests {
         }
     }
 
+    /// What a client is answered must hold what it wrote: an edit that changes nothing answers
+    /// the version that held the values when it compared them, not one another edit made after;
+    /// an edit that names the version it read applies only at that version (compare-and-set).
+    @Test(
+        "an unchanged edit answers the version it compared; an expected version is a compare-and-set",
+        arguments: editingKinds)
+    func expectedVersions(kind: StoreKind) async throws {
+        let directory = try TemporaryDirectory(prefix: "bs-edit-cas")
+        defer { directory.remove() }
+        let store = try Self.editingStore(kind, in: directory)
+        let coordinator = try StoreCoordinator(model: BugModel.model, store: store)
+        let context = ObjectContext(coordinator: coordinator, mergePolicy: .mergeByPropertyObjectTrump, name: "test")
+        let id = try await context.perform { context in
+            let bug = context.insert(BugSquasherModel.Bug.self)
+            (bug.key, bug.title, bug.status) = ("C-1", "t", "Open")
+            try context.saveToStore()
+            return bug.objectID
+        }
+        func request(_ status: String, at version: Int64? = nil) -> AttributeEditRequest {
+            AttributeEditRequest(id, attributes: ["status": .string(status)], expectedVersion: version)
+        }
+        #expect(try store.edit(request("Open")).didSave == nil)
+        #expect(try store.edit(request("Open")).version(of: id) == 1)
+        let closed = try store.edit(request("Closed", at: 1))
+        #expect(closed.version(of: id) == 2 && closed.didSave?.updated.first?.changedKeys == ["status"])
+        let token = try store.currentHistoryToken()
+        // Version 1 is gone: refused with both versions, and nothing written.
+        let stale = #expect(throws: GraphError.self) { try store.edit(request("Reopened", at: 1)) }
+        #expect(stale?.code == .mergeConflict && stale?.conflicts.first?.persistedVersion == 2)
+        #expect(stale?.message.contains("is at version 2, not 1") == true, "\(String(describing: stale))")
+        #expect(try store.currentHistoryToken() == token)
+        // Unchanged at the version expected: answered with it; at another, refused all the same.
+        #expect(try store.edit(request("Closed", at: 2)).version(of: id) == 2)
+        #expect(throws: GraphError.self) { try store.edit(request("Closed", at: 3)) }
+        // A row that is gone is named as such.
+        var deletion = SaveChanges()
+        deletion.deleted = [.init(objectID: id, expectedVersion: 2)]
+        _ = try coordinator.save(deletion)
+        let gone = #expect(throws: GraphError.self) { try store.edit(request("Open")) }
+        #expect(gone?.code == .objectNotFound && gone?.message.contains("deleted, or never saved") == true)
+
+        // PostgreSQL: the row kept from this store's last save may be older than the store's; the
+        // version expected is checked against the store's row, either way.
+        guard kind == .postgres, let postgres = store as? PostgresStore else { return }
+        let other = PostgresStore(configuration: postgres.configuration)
+        _ = try StoreCoordinator(model: BugModel.model, store: other)
+        let second = try await context.perform { context in
+            let bug = context.insert(BugSquasherModel.Bug.self)
+            (bug.key, bug.title, bug.status) = ("C-2", "t", "Open")
+            try context.saveToStore()
+            return bug.objectID
+        }
+        _ = try store.edit(AttributeEditRequest(second, attributes: ["status": "A"]))  // kept at 2
+        _ = try other.edit(AttributeEditRequest(second, attributes: ["status": "B"]))  // the store's at 3
+        #expect(
+            try store.edit(AttributeEditRequest(second, attributes: ["status": "C"], expectedVersion: 3)).version(
+                of: second) == 4)
+        _ = try other.edit(AttributeEditRequest(second, attributes: ["status": "A"]))  // 5, as kept
+        let behind = #expect(throws: GraphError.self) {
+            try store.edit(AttributeEditRequest(second, attributes: ["status": "A"], expectedVersion: 4))
+        }
+        #expect(behind?.conflicts.first?.persistedVersion == 5, "\(String(describing: behind))")
+        // Unchanged against the store's row, which another process made: its version.
+        #expect(try store.edit(AttributeEditRequest(second, attributes: ["status": "A"])).version(of: second) == 5)
+    }
+
     /// Version bumped, only changed keys named, a history row and the commit observers; nothing written
     /// when nothing changes; a context holding the object sees it as a change made elsewhere.
     @Test("an edit reads, changes and writes one row, as a save", arguments: editingKinds)
@@ -165,7 +231,9 @@ extension StoreEditTests {
             try store.newValues(for: [id])[id]?.attributes[entity.attributeIndex["status"]!]
         }
         func batch(_ edits: [(Int, [String: Value])]) throws -> [DidSave?] {
-            try store.edit(batch: edits.map { AttributeEditRequest(ids[$0.0], attributes: $0.1) }).map { try $0.get() }
+            try store.edit(batch: edits.map { AttributeEditRequest(ids[$0.0], attributes: $0.1) }).map {
+                try $0.get().didSave
+            }
         }
 
         // Rows the store has not kept: each edit reads its own and commits alone.
@@ -210,7 +278,7 @@ extension StoreEditTests {
             AttributeEditRequest(ids[2], attributes: ["status": "D"]),
         ])
         #expect(throws: GraphError.self) { try results[0].get() }
-        #expect(try results[1].get() != nil)
+        #expect(try results[1].get().didSave != nil)
         #expect(try status(ids[2]) == "D")
 
         // Every save's token once, in order, with none lost to a batch that rolled back.

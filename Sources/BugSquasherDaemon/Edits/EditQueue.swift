@@ -26,7 +26,7 @@ final class EditQueue: Sendable {
 
     private struct Waiting: Sendable {
         let request: AttributeEditRequest
-        let continuation: CheckedContinuation<DidSave?, any Error>
+        let continuation: CheckedContinuation<AttributeEditOutcome, any Error>
     }
 
     private struct State: Sendable {
@@ -70,16 +70,15 @@ final class EditQueue: Sendable {
         self.batches = batches
     }
 
-    /// Sets `attributes` on `id`, as `AttributeEditable.edit(_:attributes:)` does, in the next
-    /// batch that can take it; returns the save it went out in, or `nil` when nothing changed.
-    func edit(_ id: ObjectID, attributes: [String: Value]) async throws -> DidSave? {
+    /// Makes the edit `request`, as `AttributeEditable.edit(_:)` does, in the next batch that
+    /// can take it; returns what it came to.
+    func edit(_ request: AttributeEditRequest) async throws -> AttributeEditOutcome {
         try await withCheckedThrowingContinuation { continuation in
             let arrival = state.withLock { state -> EditBatches<Int, ObjectID>.Arrival in
                 let ticket = state.nextTicket
                 state.nextTicket += 1
-                state.waiting[ticket] = Waiting(
-                    request: AttributeEditRequest(id, attributes: attributes), continuation: continuation)
-                return state.batches.arrived(ticket, editing: id, at: Self.now())
+                state.waiting[ticket] = Waiting(request: request, continuation: continuation)
+                return state.batches.arrived(ticket, editing: request.objectID, at: Self.now())
             }
             switch arrival {
             // The batch's tickets are no one else's to take.

@@ -314,7 +314,8 @@ struct ImportInterface: VarlinkInterface {
         async throws
     {
         let parameters = try call.parameters(UpdateParameters.self)
-        try await replier.reply(try await update(parameters.id, values: parameters.values))
+        try await replier.reply(
+            try await update(parameters.id, values: parameters.values, ifVersion: parameters.ifVersion))
     }
 
     /// `Delete`: Deletes one object (its delete rules apply).
@@ -324,15 +325,44 @@ struct ImportInterface: VarlinkInterface {
         let id = try editableObjectID(try call.parameters(DeleteParameters.self).id)
         // A deleted comment's bug no longer holds what its source bytes made it.
         if id.entityName == "Comment" { try await mapGraphErrors { try await forgetSourceDigest(ofBugOf: id) } }
-        let editor = newEditor("varlink-delete")
-        try await mapGraphErrors {
-            try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
-        }
-        let didSave = try await mapGraphErrors { try await editor.save() }
+        let didSave = try await mapGraphErrors { try await delete(id) }
         try await replier.reply(DeleteReply(token: didSave?.token.rawValue ?? 0))
     }
 
-    private func update(_ uri: String, values: [String: JSONValue]) async throws -> UpdateReply {
+    /// How long a delete tries again while other edits of its object keep coming first.
+    static let deleteRetries = Duration.seconds(3)
+
+    /// Deletes `id` in a fresh editor context. The context loads the object, and its save
+    /// conflicts when another save changed the object since: the delete then starts again
+    /// from a fresh load, after a short random pause, for up to ``deleteRetries``. An object
+    /// edited all the while is answered `Busy`: nothing was deleted, and the same call may
+    /// succeed later.
+    private func delete(_ id: ObjectID) async throws -> DidSave? {
+        let deadline = ContinuousClock.now + Self.deleteRetries
+        var attempts = 0
+        while true {
+            attempts += 1
+            let editor = newEditor("varlink-delete")
+            do {
+                try await editor.perform { context in context.delete(try context.existingObject(with: id)) }
+                return try await editor.save()
+            } catch let error as GraphError where error.code == .mergeConflict {
+                guard ContinuousClock.now < deadline else {
+                    throw VarlinkError(
+                        Self.busyName,
+                        statement:
+                            "\(id) was changed by other edits each of the \(attempts) times it was about to be deleted, for \(Self.deleteRetries); nothing was deleted.",
+                        advice: "Try again, or pause what keeps editing it.")
+                }
+                // Out of step with the edits that keep coming: up to 1 ms more at each try.
+                try await Task.sleep(for: .microseconds(Int.random(in: 0...(1_000 * min(attempts, 20)))))
+            }
+        }
+    }
+
+    /// Sets `values` on the object `uri` names, at version `ifVersion` when given; answers the
+    /// version that holds them and a token from which the feed has them.
+    private func update(_ uri: String, values: [String: JSONValue], ifVersion: Int64?) async throws -> UpdateReply {
         let id = try editableObjectID(uri)
         guard let entity = stack.model.entity(named: id.entityName) else {
             throw invalidInput("unknown entity in \(uri)")
@@ -360,7 +390,7 @@ struct ImportInterface: VarlinkInterface {
                 "'\(key)' is the unique key of a \(entity.name); \(String(reflecting: text)) has spaces around it or a control character in it, and no lookup by key would find it. Give it without them"
             )
         }
-        let didSave: DidSave?
+        let outcome: AttributeEditOutcome
         let attributes = values.keys.compactMap { entity.attribute(named: $0) }
         if entity.name == "Comment" { try await mapGraphErrors { try await forgetSourceDigest(ofBugOf: id) } }
         if let store = stack.store as? any AttributeEditable, attributes.count == values.count {
@@ -373,32 +403,39 @@ struct ImportInterface: VarlinkInterface {
             // An edited bug is no longer what its source bytes made it: the next import of those
             // bytes applies them again.
             if entity.name == "Bug", changes["sourceDigest"] == nil { changes["sourceDigest"] = .null }
-            didSave = try await mapGraphErrors {
-                if let edits { return try await edits.edit(id, attributes: changes) }
-                return try store.edit(id, attributes: changes)
+            let request = AttributeEditRequest(id, attributes: changes, expectedVersion: ifVersion)
+            outcome = try await mapGraphErrors {
+                if let edits { return try await edits.edit(request) }
+                return try store.edit(request)
             }
         } else {
-            didSave = try await editInContext(id, entity: entity, values: values)
+            outcome = try await editInContext(id, entity: entity, values: values, ifVersion: ifVersion)
         }
-        guard let didSave else {
-            // The values were already the stored ones: nothing was saved.
-            return UpdateReply(
-                version: try stack.store.newValues(for: id)?.version ?? 0,
-                token: try stack.store.currentHistoryToken().rawValue)
+        switch outcome {
+        case .saved(let didSave):
+            return UpdateReply(version: outcome.version(of: id), token: didSave.token.rawValue)
+        case .unchanged(let version):
+            // The values were already the stored ones, at `version`: nothing was saved, and the
+            // feed holds them from the newest token on.
+            return UpdateReply(version: version, token: try stack.store.currentHistoryToken().rawValue)
         }
-        return UpdateReply(
-            version: didSave.updated.first { $0.objectID == id }?.version ?? 0, token: didSave.token.rawValue)
     }
 
     /// Applies `values` (attributes and to-one relationships) to one object in a fresh editor
     /// context and saves it, which also updates the other side of each relationship changed.
-    private func editInContext(_ id: ObjectID, entity: EntityDescription, values: [String: JSONValue]) async throws
-        -> DidSave?
-    {
+    /// With `ifVersion`, the object must be at that version when loaded, and the save fails
+    /// rather than merge with a change made since.
+    private func editInContext(
+        _ id: ObjectID, entity: EntityDescription, values: [String: JSONValue], ifVersion: Int64?
+    ) async throws -> AttributeEditOutcome {
         let editor = newEditor("varlink-update")
-        try await mapGraphErrors {
-            try await editor.perform { context in
+        if ifVersion != nil { await editor.setMergePolicy(.error) }
+        let loaded = try await mapGraphErrors {
+            try await editor.perform { context -> Int64 in
                 let object = try context.existingObject(with: id)
+                if let ifVersion, object.snapshotVersion != ifVersion {
+                    throw GraphError.versionMismatch(of: id, expected: ifVersion, found: object.snapshotVersion)
+                }
                 if entity.name == "Bug", values["sourceDigest"] == nil { object.setValue(.null, for: "sourceDigest") }
                 for (key, json) in values {
                     if let attribute = entity.attribute(named: key) {
@@ -435,9 +472,14 @@ struct ImportInterface: VarlinkInterface {
                         )
                     }
                 }
+                return object.snapshotVersion
             }
         }
-        return try await mapGraphErrors { try await editor.save() }
+        // Nothing to save: the object held the values at the version loaded.
+        guard let didSave = try await mapGraphErrors({ try await editor.save() }) else {
+            return .unchanged(version: loaded)
+        }
+        return .saved(didSave)
     }
 
     /// Clears the source digest of the bug that `id` is (a `Bug`) or belongs to (a `Comment`),
@@ -457,7 +499,7 @@ struct ImportInterface: VarlinkInterface {
         }
         guard let row = try stack.store.newValues(for: bugID), row.attributes[digest] != .null else { return }
         if let store = stack.store as? any AttributeEditable {
-            _ = try store.edit(bugID, attributes: ["sourceDigest": .null])
+            _ = try store.edit(AttributeEditRequest(bugID, attributes: ["sourceDigest": .null]))
             return
         }
         let editor = newEditor("varlink-update")
@@ -476,14 +518,20 @@ struct ImportInterface: VarlinkInterface {
     }
 
     /// Runs an edit's step, answering its graph errors as this interface's Varlink errors:
-    /// `Conflict` for a unique key or a merge, `InvalidInput` for the rest but a store that
-    /// cannot write now, which ``handle(_:context:replier:)`` answers and logs for every call.
+    /// `Conflict` for a unique key or a merge, `ObjectNotFound` for an object without a row,
+    /// `InvalidInput` for the rest but a store that cannot write now, which ``handle(_:context:replier:)`` answers and logs for every call.
     private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
             case .storeIO, .storeBusy: throw error
             case .mergeConflict, .constraintViolation:
-                throw VarlinkError("io.bugsquasher.Import.Conflict", explaining: error)
+                var conflict = VarlinkError("io.bugsquasher.Import.Conflict", explaining: error)
+                // One object's version in the way (an update's `ifVersion`): its version now.
+                if error.conflicts.count == 1, let version = error.conflicts[0].persistedVersion {
+                    conflict.parameters["version"] = .int(version)
+                }
+                throw conflict
+            case .objectNotFound: throw VarlinkError("io.bugsquasher.Import.ObjectNotFound", explaining: error)
             case .validation where !error.problems.isEmpty:
                 // Without the context's advice (roll back), which means nothing to a client.
                 throw invalidInput(
