@@ -143,6 +143,13 @@ struct ImportEndToEndTests {
             #expect(
                 conflict.name == "io.bugsquasher.Import.Conflict"
                     && conflict.parameters["version"] == .int(read.version + 1))
+            // A relationship's edit goes through a context: the same check, the same answer.
+            let related = try squasherd.refusal(
+                "io.bugsquasher.Import.Update",
+                UpdateParameters(id: read.id, values: ["assignee": .null], ifVersion: 1),
+                on: .write)
+            #expect(related.parameters["version"] == .int(read.version + 1), "\(related)")
+            #expect(related.statement?.contains("is at version \(read.version + 1), not 1") == true, "\(related)")
             let deleted = try await squasherd.ctl(["delete", "CAS-1"])
             #expect(deleted.joined().hasPrefix("CAS-1 deleted (token "), "\(deleted)")
             let again = try await squasherd.ctlError(["delete", "CAS-1"], expectStatus: 3)

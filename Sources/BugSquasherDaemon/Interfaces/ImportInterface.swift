@@ -404,7 +404,7 @@ struct ImportInterface: VarlinkInterface {
             // bytes applies them again.
             if entity.name == "Bug", changes["sourceDigest"] == nil { changes["sourceDigest"] = .null }
             let request = AttributeEditRequest(id, attributes: changes, expectedVersion: ifVersion)
-            outcome = try await mapGraphErrors {
+            outcome = try await mapGraphErrors(versionInConflict: ifVersion != nil) {
                 if let edits { return try await edits.edit(request) }
                 return try store.edit(request)
             }
@@ -430,7 +430,7 @@ struct ImportInterface: VarlinkInterface {
     ) async throws -> AttributeEditOutcome {
         let editor = newEditor("varlink-update")
         if ifVersion != nil { await editor.setMergePolicy(.error) }
-        let loaded = try await mapGraphErrors {
+        let loaded = try await mapGraphErrors(versionInConflict: ifVersion != nil) {
             try await editor.perform { context -> Int64 in
                 let object = try context.existingObject(with: id)
                 if let ifVersion, object.snapshotVersion != ifVersion {
@@ -475,10 +475,18 @@ struct ImportInterface: VarlinkInterface {
                 return object.snapshotVersion
             }
         }
-        // Nothing to save: the object held the values at the version loaded.
-        guard let didSave = try await mapGraphErrors({ try await editor.save() }) else {
-            return .unchanged(version: loaded)
+        let didSave = try await mapGraphErrors(versionInConflict: ifVersion != nil) {
+            do {
+                return try await editor.save()
+            } catch let error as GraphError where error.code == .mergeConflict && ifVersion != nil {
+                // Changed since the load, at `ifVersion`: the save did not merge with it.
+                let found = error.conflicts.first?.persistedVersion
+                guard let ifVersion, let found else { throw error }
+                throw GraphError.versionMismatch(of: id, expected: ifVersion, found: found)
+            }
         }
+        // Nothing to save: the object held the values at the version loaded.
+        guard let didSave else { return .unchanged(version: loaded) }
         return .saved(didSave)
     }
 
@@ -519,15 +527,16 @@ struct ImportInterface: VarlinkInterface {
 
     /// Runs an edit's step, answering its graph errors as this interface's Varlink errors:
     /// `Conflict` for a unique key or a merge, `ObjectNotFound` for an object without a row,
-    /// `InvalidInput` for the rest but a store that cannot write now, which ``handle(_:context:replier:)`` answers and logs for every call.
-    private func mapGraphErrors<T>(_ body: () async throws -> T) async throws -> T {
+    /// `InvalidInput` for the rest but a store that cannot write now, which
+    /// ``handle(_:context:replier:)`` answers and logs for every call. With `versionInConflict`
+    /// (an update with `ifVersion`), a `Conflict` of one object carries its version now.
+    private func mapGraphErrors<T>(versionInConflict: Bool = false, _ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as GraphError {
             switch error.code {
             case .storeIO, .storeBusy: throw error
             case .mergeConflict, .constraintViolation:
                 var conflict = VarlinkError("io.bugsquasher.Import.Conflict", explaining: error)
-                // One object's version in the way (an update's `ifVersion`): its version now.
-                if error.conflicts.count == 1, let version = error.conflicts[0].persistedVersion {
+                if versionInConflict, error.conflicts.count == 1, let version = error.conflicts[0].persistedVersion {
                     conflict.parameters["version"] = .int(version)
                 }
                 throw conflict
