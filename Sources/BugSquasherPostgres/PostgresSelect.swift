@@ -34,7 +34,7 @@ struct PostgresSelect {
                 .invalidArgument, "The fetch sorts by \(sort.count) key paths.",
                 advice: "Give at most \(Self.maximumSortKeys).")
         }
-        let order = try sort.map { "\(try column($0.keyPath)) \($0.ascending ? "ASC" : "DESC")" } + ["t.pk ASC"]
+        let order = try sort.map { try orderTerm($0) } + ["t.pk ASC"]
         let head: String
         switch request.resultType {
         case .count: head = "SELECT t.pk"
@@ -153,10 +153,24 @@ struct PostgresSelect {
             let needle = try parameter(value)
             switch op {
             case .contains: return "COALESCE(strpos(\(column), \(needle)) > 0, FALSE)"
-            case .containsCaseInsensitive: return "COALESCE(strpos(lower(\(column)), lower(\(needle))) > 0, FALSE)"
+            // Both lowered in the "C" collation, which folds ASCII letters only, as documented
+            // (the needle's own collation would be the database's, which folds every letter).
+            case .containsCaseInsensitive:
+                return "COALESCE(strpos(lower(\(column)), lower(\(needle) COLLATE \"C\")) > 0, FALSE)"
             default: return "COALESCE(starts_with(\(column), \(needle)), FALSE)"
             }
         }
+    }
+
+    /// One `ORDER BY` term: nil first when ascending and last when descending, as SQLite and
+    /// the in-memory stores sort it (PostgreSQL's default is the other way round). A required
+    /// attribute of the entity itself holds no nil: its term stays plain, which its unique
+    /// key's index serves.
+    private mutating func orderTerm(_ sort: SortKey) throws -> String {
+        let (column, attribute) = try resolve(sort.keyPath)
+        let direction = sort.ascending ? "ASC" : "DESC"
+        if !sort.keyPath.contains("."), attribute?.isOptional == false { return "\(column) \(direction)" }
+        return "\(column) \(direction) NULLS \(sort.ascending ? "FIRST" : "LAST")"
     }
 
     /// The SQL column for a key path, adding `LEFT JOIN`s for the to-one links it follows.

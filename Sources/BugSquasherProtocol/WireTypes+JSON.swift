@@ -276,3 +276,50 @@ extension SubscribeReply {
         return writer.bytes
     }
 }
+
+// Rows are written field by field, each object's values in the order WireCoding gave them (the
+// model's): JSONEncoder would write them from a dictionary, in an order of its own.
+extension WireRow: JSONWritable {
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("id")
+            writer.string(id)
+            writer.key("version")
+            writer.integer(version)
+            writer.key("values")
+            values.write(to: &writer)
+        }
+    }
+}
+
+extension FetchReply: JSONWritable {
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            if let ids {
+                writer.key("ids")
+                writer.array { writer in for id in ids { writer.string(id) } }
+            }
+            if let rows {
+                writer.key("rows")
+                writer.array { writer in for row in rows { row.write(to: &writer) } }
+            }
+            if let count {
+                writer.key("count")
+                writer.integer(Int64(count))
+            }
+            if let more {
+                writer.key("more")
+                writer.bool(more)
+            }
+        }
+    }
+}
+
+extension RowsReply: JSONWritable {
+    package func write(to writer: inout JSONWriter) {
+        writer.object { writer in
+            writer.key("rows")
+            writer.array { writer in for row in rows { row.write(to: &writer) } }
+        }
+    }
+}

@@ -112,6 +112,30 @@ struct ImportEndToEndTests {
 
     /// import - without an input, status without an output; it does not read or write a socket of its own
     /// that took the descriptor's number.
+    /// PROTOCOL promises an object's values in the model's order, attributes then to-ones (the
+    /// Swift client reads that order fastest); replies encoded from a dictionary had them in an
+    /// order of its own, another for each row.
+    @Test("Fetch and Values write each object's values in the model's order")
+    func valuesInModelOrder() async throws {
+        try await withDaemon { squasherd in
+            let input = try squasherd.writeRecords("order.ndjson", count: 3, prefix: "ORD", title: "t")
+            try await squasherd.ctl(["import", input.path, "--wait"])
+            let id = try #require(try squasherd.ids(of: "Bug", where: #"key == "ORD-1""#).first)
+            let bug = try #require(BugModel.model.entity(named: "Bug"))
+            let order = bug.attributes.map(\.name) + bug.toOneRelationships.map(\.name)
+            for call in [
+                #"{"method":"io.bugsquasher.Store.Fetch","parameters":{"entity":"Bug","result":"rows"}}"#,
+                #"{"method":"io.bugsquasher.Store.Values","parameters":{"ids":["\#(id)"]}}"#,
+            ] {
+                let reply = try RawSocket.exchange(squasherd.readSocket, varlinkCall(call))
+                for row in reply.components(separatedBy: #""values":"#).dropFirst() {
+                    let places = order.compactMap { row.range(of: "\"\($0)\":")?.lowerBound }
+                    #expect(places.count == order.count && places == places.sorted(), "\(call): \(row)")
+                }
+            }
+        }
+    }
+
     /// A read-modify-write from a script: `update --if-version` changes the bug only at the
     /// version it read, and says which version it is at instead (exit 6). `delete` deletes by
     /// key; an object without a row is `ObjectNotFound` over the protocol.

@@ -34,6 +34,27 @@ struct PredicateSyntaxTests {
         #expect(relation == .relationship(keyPath: "project", ObjectID(store: "S", entity: "Project", primaryKey: 3)))
     }
 
+    /// Text in text: a number, a boolean or nil looked for, or a date or number looked in, is
+    /// refused as `==` with a number is, rather than read one way by SQLite and another by
+    /// PostgreSQL.
+    @Test("CONTAINS, CONTAINS[c] and BEGINSWITH look for quoted text in text attributes only")
+    func textOperatorsTakeText() throws {
+        let bug = try #require(BugModel.model.entity(named: "Bug"))
+        for text in [
+            "title CONTAINS 5", "status BEGINSWITH true", "assignee.name CONTAINS[c] 5", "title CONTAINS nil",
+            #"created CONTAINS "2012""#,
+        ] {
+            let refused = #expect(throws: GraphError.self, "\(text)") {
+                try ObjectPredicate(parsing: text).coerced(for: bug, in: BugModel.model)
+            }
+            #expect(refused?.message.contains("looks for text in text") == true, "\(String(describing: refused))")
+        }
+        #expect(throws: Never.self) {
+            try ObjectPredicate(parsing: #"title CONTAINS[c] "5" AND key BEGINSWITH "T""#).coerced(
+                for: bug, in: BugModel.model)
+        }
+    }
+
     @Test("hostile predicate text is refused with a reason, not a crash")
     func hostileText() throws {
         let nested = String(repeating: "(", count: 100_000) + #"key == "x""# + String(repeating: ")", count: 100_000)

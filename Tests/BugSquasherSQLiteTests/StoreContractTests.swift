@@ -130,6 +130,45 @@ struct StoreContractTests {
         }
     }
 
+    /// Where nil goes in a sort, and which letters CONTAINS[c] folds, are the same in every
+    /// store: nil first ascending and last descending, and ASCII letters only, whatever the
+    /// database's own collation does.
+    @Test("nil sorts first ascending, last descending; CONTAINS[c] folds ASCII only", arguments: StoreKind.allCases)
+    func nilOrderAndFolding(kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let keys = try await fixture.context().perform { context in
+            let ids = try context.seedBugs(5, prefix: "NIL")
+            let bugs = try ids.map { try context.existingObject(with: $0) as! Bug }
+            (bugs[0].resolution, bugs[1].resolution) = ("Fixed", "Duplicate")
+            let person = context.insert(Person.self)
+            person.name = "ann"
+            bugs[2].assignee = person
+            (bugs[0].title, bugs[1].title, bugs[2].title, bugs[3].title) = ("CAFÉ", "café", "\u{212A}elvin", "kilo")
+            try context.saveToStore()
+            let all = Key("project.key") == "NIL"
+            let cases: [(ObjectPredicate, [SortKey])] = [
+                (all, [Key("resolution").ascending]), (all, [Key("resolution").descending]),
+                (all, [Key("assignee.name").ascending]), (all, [Key("assignee.name").descending]),
+                (all && Key("title").contains("É", caseInsensitive: true), []),
+                (all && Key("title").contains("cafÉ", caseInsensitive: true), []),
+                (all && Key("title").contains("\u{212A}", caseInsensitive: true), []),
+                (all && Key("title").contains("K", caseInsensitive: true), []),
+            ]
+            return try cases.map { predicate, sort in
+                try context.fetch(FetchRequest<Bug>(predicate: predicate, sort: sort + [Key("key").ascending])).map(
+                    \.key)
+            }
+        }
+        #expect(keys[0] == ["NIL-3", "NIL-4", "NIL-5", "NIL-2", "NIL-1"])
+        #expect(keys[1] == ["NIL-1", "NIL-2", "NIL-3", "NIL-4", "NIL-5"])
+        #expect(keys[2] == ["NIL-1", "NIL-2", "NIL-4", "NIL-5", "NIL-3"])
+        #expect(keys[3] == ["NIL-3", "NIL-1", "NIL-2", "NIL-4", "NIL-5"])
+        #expect(keys[4] == ["NIL-1"])
+        #expect(keys[5] == ["NIL-1"])
+        #expect(keys[6] == ["NIL-3"])
+        #expect(keys[7] == ["NIL-4"])
+    }
+
     /// The SQLite store pads them to a few prepared shapes.
     @Test("a rows fetch of some attributes reads them as a full fetch does", arguments: StoreKind.allCases)
     func attributesToFetch(kind: StoreKind) async throws {

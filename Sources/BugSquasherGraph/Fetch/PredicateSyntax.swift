@@ -23,19 +23,7 @@ extension ObjectPredicate {
         switch self {
         case .all: return "TRUEPREDICATE"
         case .compare(let keyPath, let op, let value):
-            let symbol: String =
-                switch op {
-                case .equal: "=="
-                case .notEqual: "!="
-                case .less: "<"
-                case .lessOrEqual: "<="
-                case .greater: ">"
-                case .greaterOrEqual: ">="
-                case .contains: "CONTAINS"
-                case .containsCaseInsensitive: "CONTAINS[c]"
-                case .beginsWith: "BEGINSWITH"
-                }
-            return "\(keyPath) \(symbol) \(Self.literal(value))"
+            return "\(keyPath) \(op.symbol) \(Self.literal(value))"
         case .isIn(let keyPath, let values):
             return "\(keyPath) IN (\(values.map(Self.literal).joined(separator: ", ")))"
         case .relationship(let keyPath, let id):
@@ -102,7 +90,17 @@ extension ObjectPredicate {
         case .compare(let keyPath, let op, let value):
             switch try Self.target(of: keyPath, from: entity, in: model) {
             case .attribute(let type):
-                if [.contains, .containsCaseInsensitive, .beginsWith].contains(op) { return self }
+                if [.contains, .containsCaseInsensitive, .beginsWith].contains(op) {
+                    // Text in text: every store and live query reads a number or a nil here
+                    // its own way, so none is asked to.
+                    guard type == .string, case .string = value else {
+                        throw GraphError(
+                            .invalidArgument,
+                            "\(op.symbol) looks for text in text; '\(keyPath)' is \(type), and \(Self.literal(value)) is what it looks for.",
+                            advice: "Give a quoted string, on a string attribute (\(op.symbol) \"5\").")
+                    }
+                    return self
+                }
                 return .compare(keyPath: keyPath, op, try Self.coerce(value, to: type, keyPath: keyPath))
             case .relationship:
                 guard op == .equal || op == .notEqual else {
@@ -414,5 +412,22 @@ private struct PredicateParser {
 
     private func error(_ message: String) -> GraphError {
         GraphError(.invalidArgument, "Cannot read the predicate at character \(position + 1): \(message).")
+    }
+}
+
+extension ComparisonOperator {
+    /// The operator as the text syntax writes it (`==`, `CONTAINS[c]`, …).
+    var symbol: String {
+        switch self {
+        case .equal: "=="
+        case .notEqual: "!="
+        case .less: "<"
+        case .lessOrEqual: "<="
+        case .greater: ">"
+        case .greaterOrEqual: ">="
+        case .contains: "CONTAINS"
+        case .containsCaseInsensitive: "CONTAINS[c]"
+        case .beginsWith: "BEGINSWITH"
+        }
     }
 }
