@@ -131,13 +131,10 @@ public struct DropsPostgresSchemas: SuiteTrait, TestTrait, TestScoping {
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
         let ledger = SchemaLedger()
-        do {
-            try await TestPostgres.$handedOut.withValue(ledger) { try await function() }
-        } catch {
-            await TestPostgres.drop(ledger.recorded)
-            throw error
-        }
+        var failure: (any Error)?
+        do { try await TestPostgres.$handedOut.withValue(ledger) { try await function() } } catch { failure = error }
         await TestPostgres.drop(ledger.recorded)
+        if let failure { throw failure }
     }
 }
 

@@ -453,11 +453,7 @@ struct UpdateCommand: ParsableCommand {
                 }
                 values[name] = .string(target)
             }
-            return try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1)).ids?.first
-        }
-        guard let id else {
-            printError("squasherctl: no bug with key \(printable(key))")
-            throw Exit.notFound
+            return try bugID(withKey: key, from: client)
         }
         let reply = try withClient(sockets.write) { client in
             do {
@@ -499,13 +495,7 @@ struct DeleteCommand: ParsableCommand {
     func validate() throws { try validateKey(key) }
 
     func run() throws {
-        let id = try withClient(sockets.read) { client in
-            try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1)).ids?.first
-        }
-        guard let id else {
-            printError("squasherctl: no bug with key \(printable(key))")
-            throw Exit.notFound
-        }
+        let id = try withClient(sockets.read) { client in try bugID(withKey: key, from: client) }
         let reply = try withClient(sockets.write) { client in
             do {
                 return try client.call("io.bugsquasher.Import.Delete", DeleteParameters(id: id), as: DeleteReply.self)
@@ -516,6 +506,16 @@ struct DeleteCommand: ParsableCommand {
         }
         print("\(key) deleted (token \(reply.token))")
     }
+}
+
+/// The ID of the bug with `key`, asked of `client`; says so and exits 3 when there is none.
+func bugID(withKey key: String, from client: BlockingVarlinkClient) throws -> String {
+    guard let id = try client.fetch(FetchParameters(entity: "Bug", predicate: equals("key", key), limit: 1)).ids?.first
+    else {
+        printError("squasherctl: no bug with key \(printable(key))")
+        throw Exit.notFound
+    }
+    return id
 }
 
 /// Refuses a bug key no bug can have, which "no bug with key …" (or a subscriber waiting for it

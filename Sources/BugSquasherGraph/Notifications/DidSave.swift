@@ -98,7 +98,8 @@ public struct MergeConflict: Sendable, Hashable {
     public var cachedVersion: Int64
     /// The version in the store, or `nil` when the store no longer has the row.
     public var persistedVersion: Int64?
-    /// The store's current values, or `nil` when the row is gone.
+    /// The store's current values, or `nil` when the row is gone, or when only its version was
+    /// read (``init(objectID:cachedVersion:persistedVersion:)``).
     public var persisted: RowSnapshot?
 
     /// Creates a conflict record.
@@ -107,5 +108,15 @@ public struct MergeConflict: Sendable, Hashable {
         self.cachedVersion = cachedVersion
         self.persistedVersion = persisted?.version
         self.persisted = persisted
+    }
+
+    /// A conflict whose row is known by its version alone: an edit that named the version it
+    /// expected (``GraphError/versionMismatch(of:expected:found:)``), refused before any merge
+    /// policy could see it.
+    public init(objectID: ObjectID, cachedVersion: Int64, persistedVersion: Int64) {
+        self.objectID = objectID
+        self.cachedVersion = cachedVersion
+        self.persistedVersion = persistedVersion
+        self.persisted = nil
     }
 }

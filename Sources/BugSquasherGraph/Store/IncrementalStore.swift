@@ -202,13 +202,11 @@ extension GraphError {
     /// (the one its client read) and found it at `found`: nothing was saved. Its one conflict
     /// carries both versions.
     public static func versionMismatch(of id: ObjectID, expected: Int64, found: Int64) -> GraphError {
-        var conflict = MergeConflict(objectID: id, cachedVersion: expected, persisted: nil)
-        conflict.persistedVersion = found
-        return GraphError(
+        GraphError(
             .mergeConflict,
             "\(id) is at version \(found), not \(expected): it changed since that version was read, and nothing was saved.",
             advice: "Read it again, and make the change to what it holds now.",
-            conflicts: [conflict])
+            conflicts: [MergeConflict(objectID: id, cachedVersion: expected, persistedVersion: found)])
     }
 }
 
